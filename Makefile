@@ -1,0 +1,24 @@
+# Two entry points for a fresh machine: `make demo` (the main job) and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+EXAMPLE ?= examples/gemm_bias_relu.json
+
+.PHONY: demo test install clean
+
+$(BIN)/polysat: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $@
+
+install: $(BIN)/polysat
+
+demo: install
+	$(BIN)/python -m polysat demo $(EXAMPLE)
+
+test: install
+	$(BIN)/python -m pytest tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,108 @@
+"""Every diagnostic polysat reports, defined once (seed 000 §14, seed 002 §4).
+
+A diagnostic is a value: ``code`` (``E1001``: E = error, W = warning), ``kind`` (its name),
+``at`` (the user's node or tensor, or the stage), ``why`` and ``suggestion``. Code ranges:
+E10xx malformed model / shape and type rules, E11xx graph structure, E12xx index maps (IndexBook,
+Poly-View), E13xx symbols and alignment, E14xx regions and rewrites, W21xx warnings.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Kind:
+    code: str
+    name: str
+    suggestion: str  # the default advice; a raise site may give a sharper one
+
+
+def _k(code: str, name: str, suggestion: str) -> Kind:
+    return Kind(code, name, suggestion)
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in [
+    # shape and type rules
+    _k("E1001", "BroadcastMismatch", "Right-aligned broadcasting needs equal sizes or a 1; expand one side or fix the shapes."),
+    _k("E1002", "AxisSizeMismatch", "Make the sizes agree: a reshape keeps the element count, declared shapes must equal inferred ones."),
+    _k("E1003", "InvalidPermutation", "A permutation lists every axis 0..rank-1 exactly once."),
+    _k("E1004", "AccDtypeMissing", "Give the REDUCE an accumulation dtype, e.g. \"dtype\": \"fp32\"."),
+    _k("E1005", "AxisOutOfRange", "Axes index the input's dims: -rank <= axis < rank, each axis once."),
+    _k("E1006", "ConvChannelMismatch", "X has C channels, W is (Co, C/groups, Kh, Kw), and groups divide both C and Co."),
+    _k("E1007", "UnaddressableShape", "Sizes must be positive, and windows, pads and slices must stay addressable."),
+    _k("E1008", "InvalidAttribute", "Check the attribute against the op's documented attributes."),
+    _k("E1009", "DtypeMismatch", "Operands of one op share a dtype after promotion; insert an explicit cast."),
+    _k("E1010", "WrongArity", "Check the op's number of inputs and outputs."),
+    # graph structure
+    _k("E1101", "UnknownOp", "Use one of the documented ops (see `polysat compile --help`)."),
+    _k("E1103", "UnknownDtype", "Use one of fp16, bf16, fp32, i32, bool."),
+    _k("E1104", "UnknownTensor", "Every input of a node is a signature input or an output of another node."),
+    _k("E1105", "DanglingSrc", "Every src names a node id defined in the same program."),
+    _k("E1106", "Cycle", "The graph must be acyclic; break the cycle."),
+    _k("E1107", "OutputNeverProduced", "Each signature output must be produced by some node or be an input."),
+    _k("E1108", "MalformedJSON", "Fix the JSON syntax at the reported position."),
+    _k("E1109", "MalformedStructure", "A model is {\"signature\", \"tensors\", \"graph\"} (Frontend IR) or {\"uops\": [...]} (Tiny IR)."),
+    _k("E1110", "DuplicateDefinition", "Each tensor and node id is defined once."),
+    _k("E1111", "MissingInput", "Supply every signature input (npz key = tensor name)."),
+    _k("E1112", "FileNotFound", "Check the path."),
+    # index maps
+    _k("E1201", "NonAffineIndex", "Index maps are affine + floordiv by positive constants in the output axes."),
+    _k("E1202", "OutOfBoundsView", "A VIEW's index_map must stay inside its input; use PAD first."),
+    _k("E1203", "MissingDivGuard", "Linearize then delinearize reshape/view so `%` becomes div plus a guard."),
+    _k("E1204", "UnguardedAccess", "Guard every padded or partial read with a Select on its in-bounds piece."),
+    # symbols
+    _k("E1304", "AxisAlignmentMismatch", "One symbol names one size: check the graph signature's symbols and the inputs' shapes."),
+    _k("E1305", "UnboundSymbol", "Bind every symbol from an input shape."),
+    # regions and rewrites
+    _k("E1401", "NonAssociativeTransform", "Only associative reduce ops (sum, max, min) may be merged or split."),
+    _k("E1402", "NeutralInvalid", "A reduce's init must be its op's neutral (sum 0, max -inf, min +inf)."),
+    _k("E1403", "RuleFileError", "Fix the rule file at the reported line."),
+    _k("E1404", "UnsoundRule", "The rule changes the program's value; fix or remove it."),
+    # warnings
+    _k("W2101", "ExcessivePiecewise", "Simplify pad/slice chains (gist/coalesce/remove_redundancies) or cut a region boundary."),
+]}
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    kind: str
+    at: str
+    why: str
+    suggestion: str
+    details: tuple = field(default=())  # ((key, json-able value), ...)
+
+    @property
+    def is_error(self) -> bool:
+        return self.code.startswith("E")
+
+    def to_json(self) -> dict[str, Any]:
+        d = {"code": self.code, "kind": self.kind, "at": self.at, "why": self.why, "suggestion": self.suggestion}
+        d.update(dict(self.details))
+        return d
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.kind} at {self.at}: {self.why}\n  suggestion: {self.suggestion}"
+
+
+def diag(kind: str, at: str, why: str, suggestion: str | None = None, **details: Any) -> Diagnostic:
+    k = KINDS[kind]
+    return Diagnostic(k.code, k.name, at, why, suggestion or k.suggestion, tuple(details.items()))
+
+
+class PolysatError(Exception):
+    """Raised with one or more diagnostics; the CLI prints them and exits 1."""
+
+    def __init__(self, diagnostics: "Diagnostic | list[Diagnostic]"):
+        self.diagnostics = [diagnostics] if isinstance(diagnostics, Diagnostic) else list(diagnostics)
+        super().__init__("\n".join(str(d) for d in self.diagnostics))
+
+
+def fail(kind: str, at: str, why: str, suggestion: str | None = None, **details: Any):
+    raise PolysatError(diag(kind, at, why, suggestion, **details))
+
+
+def dumps(diags: list[Diagnostic]) -> str:
+    return json.dumps({"diagnostics": [d.to_json() for d in diags]}, indent=2, ensure_ascii=False)

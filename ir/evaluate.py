@@ -1,0 +1,236 @@
+"""The reference evaluator: executes Tiny IR literally with numpy. It is the meaning of a program.
+
+Inputs are rounded to their declared dtype (bf16 through ml-dtypes); every elementwise op computes in
+float32 and rounds its result to the node's dtype; REDUCE accumulates in its own dtype. Symbols are
+bound from the input shapes (a conflict is E1304).
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from .diagnostics import fail
+from .dtypes import DType, compute_type, round_to
+from .expr import Expr
+from .shapes import bind, fmt_shape
+from .tiny import Ops, Program, UOp
+
+Impl = Callable[[UOp, list, dict], np.ndarray]
+_IMPL: dict[Ops, Impl] = {}
+
+
+def impl(*ops: Ops):
+    def deco(fn: Impl) -> Impl:
+        for op in ops:
+            _IMPL[op] = fn
+        return fn
+    return deco
+
+
+def bind_symbols(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[str, int] | None = None) -> dict:
+    """Bind every symbol of the program's INPUT shapes from the arrays given (E1304 on conflict)."""
+    out = dict(env or {})
+    for n in program.inputs:
+        tid = n.arg["tensor_id"]
+        if tid not in inputs:
+            fail("MissingInput", tid, f"no array given for input {tid!r}")
+        arr = np.asarray(inputs[tid])
+        if arr.ndim != n.ndim:
+            fail("AxisSizeMismatch", tid, f"input {tid!r} has rank {arr.ndim}, the model declares {fmt_shape(n.shape)}")
+        for k, (d, got) in enumerate(zip(n.shape, arr.shape, strict=True)):
+            if isinstance(d, int):
+                if d != got:
+                    fail("AxisSizeMismatch", tid, f"input {tid!r} axis {k} has size {got}, the model declares {d}")
+                continue
+            free = [v for v in d.variables() if v not in out]
+            if len(d.terms) == 1 and d.terms[0][0] == (str(d),) and d.terms[0][1] == 1 and free:
+                out[str(d)] = got
+                continue
+            if free:
+                continue  # a compound dim: checked once its symbols are bound elsewhere
+            if d.evaluate(out) != got:
+                sym = ", ".join(sorted(d.variables()))
+                fail("AxisAlignmentMismatch", tid, f"symbol {sym} is bound to {_desc(d, out)} but input {tid!r} "
+                     f"axis {k} has size {got}")
+    for n in program.inputs:  # compound dims whose symbols were bound by a later input
+        arr = np.asarray(inputs[n.arg["tensor_id"]])
+        for k, (d, got) in enumerate(zip(n.shape, arr.shape, strict=True)):
+            if not isinstance(d, int):
+                if d.variables() - set(out):
+                    fail("UnboundSymbol", n.arg["tensor_id"], f"size {d} of axis {k} uses unbound symbols")
+                if d.evaluate(out) != got:
+                    fail("AxisAlignmentMismatch", n.arg["tensor_id"],
+                         f"axis {k} should have size {d} = {d.evaluate(out)} but has {got}")
+    return out
+
+
+def _desc(d: Expr, env: Mapping[str, int]) -> str:
+    return f"{d} = {d.evaluate(env)}"
+
+
+def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[str, int] | None = None,
+             keep_all: bool = False) -> dict:
+    """Outputs by name (or every node's value by id when keep_all)."""
+    env = bind_symbols(program, inputs, env)
+    vals: dict = {}
+    consumers = program.consumers()
+    remaining = {k: len(v) for k, v in consumers.items()}
+    outs = {nid for _, nid in program.outputs}
+    for n in program.nodes:
+        if n.op == Ops.INPUT:
+            v = round_to(np.asarray(inputs[n.arg["tensor_id"]]), n.dtype)
+        else:
+            with np.errstate(all="ignore"):
+                v = _IMPL[n.op](n, [vals[s] for s in n.src], env)
+        expect = bind(n.shape, env)
+        assert v.shape == expect and v.dtype == n.dtype.np, (n, v.shape, expect, v.dtype)
+        vals[n.id] = v
+        if not keep_all:
+            for s in n.src:
+                remaining[s] -= 1
+                if remaining[s] == 0 and s not in outs:
+                    del vals[s]
+    if keep_all:
+        return vals
+    return {name: vals[nid] for name, nid in program.outputs}
+
+
+# ---- leaves and movement ------------------------------------------------------------------------
+
+@impl(Ops.CONST)
+def _const(n, xs, env):
+    return np.full(bind(n.shape, env), n.arg["value"], dtype=n.dtype.np)
+
+
+@impl(Ops.RESHAPE)
+def _reshape(n, xs, env):
+    return xs[0].reshape(bind(n.shape, env))
+
+
+@impl(Ops.PERMUTE)
+def _permute(n, xs, env):
+    return np.transpose(xs[0], n.arg["perm"])
+
+
+@impl(Ops.EXPAND)
+def _expand(n, xs, env):
+    return np.ascontiguousarray(np.broadcast_to(xs[0], bind(n.shape, env)))
+
+
+def _bind_dim(d, env) -> int:
+    return d if isinstance(d, int) else int(d.evaluate(env))
+
+
+@impl(Ops.PAD)
+def _pad(n, xs, env):
+    pads = [(_bind_dim(lo, env), _bind_dim(hi, env)) for lo, hi in n.arg["pad"]]
+    return np.pad(xs[0], pads, mode="constant", constant_values=np.asarray(n.arg["value"]).astype(n.dtype.np))
+
+
+@impl(Ops.SHRINK)
+def _shrink(n, xs, env):
+    x = xs[0]
+    sl = []
+    for k, (lo, hi, st) in enumerate(zip(n.arg["lo"], n.arg["hi"], n.arg["step"], strict=True)):
+        lo, hi = _bind_dim(lo, env), _bind_dim(hi, env)
+        if not 0 <= lo < hi <= x.shape[k]:
+            fail("UnaddressableShape", n.id, f"SHRINK axis {k}: [{lo}, {hi}) outside size {x.shape[k]}")
+        sl.append(slice(lo, hi, st))
+    return np.ascontiguousarray(x[tuple(sl)])
+
+
+@impl(Ops.FLIP)
+def _flip(n, xs, env):
+    return np.ascontiguousarray(np.flip(xs[0], n.arg["axes"]))
+
+
+@impl(Ops.VIEW)
+def _view(n, xs, env):
+    x = xs[0]
+    shape = bind(n.shape, env)
+    grid = np.indices(shape, dtype=np.int64, sparse=True) if shape else []
+    local = dict(env)
+    local.update({f"i{k}": g for k, g in enumerate(grid)})
+    idx = []
+    for k, e in enumerate(n.arg["index_map"]):
+        v = np.broadcast_to(np.asarray(e.evaluate(local), dtype=np.int64), shape)
+        if v.size and (v.min() < 0 or v.max() >= x.shape[k]):
+            fail("OutOfBoundsView", n.id, f"index_map[{k}] = {e} reaches [{v.min()}, {v.max()}] outside size {x.shape[k]}")
+        idx.append(v)
+    return np.ascontiguousarray(x[tuple(idx)]) if idx else x.reshape(shape)
+
+
+# ---- elementwise ----------------------------------------------------------------------------------
+
+_UNARY = {
+    Ops.NEG: np.negative,
+    Ops.RELU: lambda x: np.maximum(x, np.zeros((), x.dtype)),
+    Ops.EXP2: np.exp2,
+    Ops.LOG2: np.log2,
+    Ops.SQRT: np.sqrt,
+    Ops.RSQRT: lambda x: np.float32(1) / np.sqrt(x),
+    Ops.RECIPROCAL: lambda x: np.float32(1) / x,
+}
+_BINARY = {
+    Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.FDIV: np.divide,
+    Ops.MAX: np.maximum, Ops.MIN: np.minimum, Ops.POW: np.power,
+    Ops.CMPLT: np.less, Ops.CMPEQ: np.equal, Ops.CMPNE: np.not_equal,
+}
+
+
+def _compute(x: np.ndarray) -> np.ndarray:
+    """Float arrays are computed on in float32 (16-bit types are rounded back afterwards)."""
+    if x.dtype in (np.float16,) or x.dtype.name == "bfloat16":
+        return x.astype(np.float32)
+    return x
+
+
+@impl(*_UNARY)
+def _unary(n, xs, env):
+    x = _compute(xs[0])
+    if n.op in (Ops.RECIPROCAL, Ops.RSQRT) and x.dtype.kind != "f":
+        x = x.astype(np.float32)
+    return round_to(_UNARY[n.op](x), n.dtype)
+
+
+@impl(*_BINARY)
+def _binary(n, xs, env):
+    a, b = (_compute(x) for x in xs)
+    return round_to(_BINARY[n.op](a, b), n.dtype)
+
+
+@impl(Ops.WHERE)
+def _where(n, xs, env):
+    c, a, b = xs
+    return round_to(np.where(c, a, b), n.dtype)
+
+
+@impl(Ops.CAST)
+def _cast(n, xs, env):
+    x = _compute(xs[0])
+    if n.dtype == DType.i32 and x.dtype.kind == "f":
+        x = np.trunc(x)
+    return round_to(x, n.dtype)
+
+
+# ---- reductions -----------------------------------------------------------------------------------
+
+_REDUCE = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
+
+
+@impl(Ops.REDUCE)
+def _reduce(n, xs, env):
+    acc = n.arg["dtype"]
+    x = round_to(xs[0], acc) if acc.is_float else xs[0].astype(acc.np)
+    x = _compute(x)
+    return round_to(_REDUCE[n.arg["op"]](x, axis=n.arg["axes"]), acc)
+
+
+@impl(Ops.CONTRACT)
+def _contract(n, xs, env):
+    names = {k: chr(ord("a") + i) for i, k in enumerate(dict.fromkeys(n.arg["lhs_idx"] + n.arg["rhs_idx"]))}
+    spec = "".join(names[k] for k in n.arg["lhs_idx"]) + "," + "".join(names[k] for k in n.arg["rhs_idx"]) \
+        + "->" + "".join(names[k] for k in n.arg["out_idx"])
+    a, b = (_compute(x).astype(np.float32) for x in xs)
+    return round_to(np.einsum(spec, a, b), n.arg["dtype"])
