@@ -1,0 +1,43 @@
+"""Model formats in: Frontend IR JSON (and Tiny IR JSON), lowered to Tiny IR."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ..ir.diagnostics import fail
+from ..ir.tiny import Program
+
+
+def read_json(path: str) -> Any:
+    """A model file's JSON; a missing file or bad syntax is a coded diagnostic."""
+    if not os.path.isfile(path):
+        fail("FileNotFound", path, f"no such file: {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except UnicodeDecodeError as e:
+        fail("MalformedJSON", path, f"not UTF-8 text: {e.reason}")
+    except json.JSONDecodeError as e:
+        fail("MalformedJSON", f"{path}:{e.lineno}:{e.colno}", e.msg)
+
+
+def load_model(model: "str | dict") -> Program:
+    """Frontend IR ({"signature", "tensors", "graph"}) or Tiny IR ({"uops": [...]}) -> Program."""
+    from ..ir.tiny_json import load_tiny
+    from .lower import lower
+    from .model import parse_frontend
+    origin = model if isinstance(model, str) else "model"
+    doc = read_json(model) if isinstance(model, str) else model
+    if isinstance(doc, dict) and "uops" in doc:
+        return load_tiny(doc, origin)
+    return lower(parse_frontend(doc, origin))
+
+
+def load_frontend(model: "str | dict"):
+    """The parsed Frontend IR graph (for dumps), or None for a Tiny IR model."""
+    from .model import parse_frontend
+    doc = read_json(model) if isinstance(model, str) else model
+    if isinstance(doc, dict) and "uops" in doc:
+        return None
+    return parse_frontend(doc, model if isinstance(model, str) else "model")

@@ -12,6 +12,7 @@ from .diagnostics import fail
 from .dtypes import DType
 from .expr import Expr
 from .builder import Builder
+from .toposort import stable_topo
 from .tiny import GroupOp, Ops, Program, UOp
 
 
@@ -73,7 +74,7 @@ def load_tiny(doc: Any, origin: str = "model") -> Program:
         for s in r.get("src", []):
             if isinstance(s, str) and s not in raw:
                 fail("DanglingSrc", nid, f"src {s!r} names no node")
-    order = _stable_topo(raw)
+    order = stable_topo({nid: [x for x in r.get("src", []) if isinstance(x, str)] for nid, r in raw.items()}, "uops")
     b = Builder(prefix="t")
     b.reserve(raw)
     built: dict[str, UOp] = {}
@@ -130,28 +131,3 @@ def _check_declared(n: UOp, r: dict) -> None:
         if decl != n.shape:
             fail("AxisSizeMismatch", n.id, f"declared shape {fmt_shape(decl)} but {n.op.value} gives {fmt_shape(n.shape)}")
 
-
-def _stable_topo(raw: dict) -> list:
-    """Document order where it is already topological; dependencies first otherwise (DFS)."""
-    order: list = []
-    state: dict = {}  # 1 = on the stack, 2 = done
-    for root in raw:
-        if state.get(root) == 2:
-            continue
-        stack = [(root, iter([s for s in raw[root].get("src", []) if isinstance(s, str)]))]
-        state[root] = 1
-        while stack:
-            nid, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                stack.pop()
-                state[nid] = 2
-                order.append(nid)
-            elif state.get(nxt) == 1:
-                cyc = [n for n, _ in stack]
-                cyc = cyc[cyc.index(nxt):] + [nxt]
-                fail("Cycle", nxt, "the uops form a cycle: " + " -> ".join(cyc))
-            elif state.get(nxt) is None:
-                state[nxt] = 1
-                stack.append((nxt, iter([s for s in raw[nxt].get("src", []) if isinstance(s, str)])))
-    return order

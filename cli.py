@@ -1,0 +1,231 @@
+"""The ``polysat`` command: compile (dumps), run (targets), demo (the main job); later extract, rules.
+
+Bad input never produces a traceback: every problem is a coded diagnostic printed readably (or as
+JSON with ``--json``), and the exit status is 1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from typing import Callable
+
+import numpy as np
+
+from . import knobs
+from .ir.diagnostics import Diagnostic, PolysatError, diag, dumps, fail
+
+TARGETS: dict[str, Callable] = {}
+
+
+def target(name: str):
+    def deco(fn):
+        TARGETS[name] = fn
+        return fn
+    return deco
+
+
+@target("reference")
+def _run_reference(c, inputs: dict) -> dict:
+    from .ir.evaluate import evaluate
+    return evaluate(c.program, inputs)
+
+
+# ---- verbs -------------------------------------------------------------------------------------
+
+def cmd_compile(a) -> int:
+    from .ir.printer import format_program
+    from .pipeline import Compilation, check_stages, write_dumps
+    stages = [s for s in (a.dump or "").split(",") if s]
+    check_stages(stages)
+    c = Compilation(a.model, arch=a.arch)
+    prog = c.program
+    written = write_dumps(c, stages, a.out) if stages else []
+    if a.json:
+        print(json.dumps({"model": a.model, "arch": a.arch, "nodes": len(prog.nodes),
+                          "outputs": {n: {"dtype": prog[i].dtype.value, "shape": [str(d) for d in prog[i].shape]}
+                                      for n, i in prog.outputs},
+                          "dumps": written}, indent=1))
+    else:
+        if a.verbose:
+            print(format_program(prog))
+        print(f"compiled {a.model} for {a.arch}: {len(prog.nodes)} Tiny IR nodes")
+        for name, nid in prog.outputs:
+            n = prog[nid]
+            print(f"  output {name}: {n.dtype.value}[{', '.join(str(d) for d in n.shape)}]")
+        for w in written:
+            print(f"  wrote {w}")
+    return 0
+
+
+def load_npz(path: str) -> dict:
+    if not os.path.isfile(path):
+        fail("FileNotFound", path, f"no such file: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: np.asarray(z[k]) for k in z.files}
+    except Exception as e:  # noqa: BLE001 — any unreadable file is the user's input problem
+        fail("BadInputFile", path, f"cannot read as .npz: {type(e).__name__}: {e}")
+    for k, v in arrays.items():
+        if v.dtype.kind not in "fiub":
+            fail("BadInputFile", f"{path}:{k}", f"array {k!r} has non-numeric dtype {v.dtype}")
+    return arrays
+
+
+def save_npz(path: str, outputs: dict) -> None:
+    """Outputs under their tensor names; bf16 is saved as fp32 (npz has no portable bf16)."""
+    out = {k: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for k, v in outputs.items()}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    np.savez(path, **out)
+
+
+def cmd_run(a) -> int:
+    from .pipeline import Compilation
+    if a.target not in TARGETS:
+        fail("UnknownTarget", "--target", f"unknown target {a.target!r}; targets: {', '.join(TARGETS)}")
+    c = Compilation(a.model, arch=a.arch)
+    c.program  # compile first: model errors before input errors
+    inputs = load_npz(a.inputs)
+    outs = TARGETS[a.target](c, inputs)
+    save_npz(a.out, outs)
+    if a.json:
+        print(json.dumps({"target": a.target, "outputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)}
+                                                           for k, v in outs.items()}, "out": a.out}))
+    else:
+        for k, v in outs.items():
+            print(f"{k}: {v.dtype}{list(v.shape)}")
+        print(f"wrote {a.out} (target {a.target})")
+    return 0
+
+
+def random_inputs(program, bind: dict, seed: int) -> dict:
+    """Random normal inputs for every INPUT, with symbols bound by `bind` or the default size."""
+    from .ir.shapes import bind as bind_shape, symbols
+    env = dict(bind)
+    for n in program.inputs:
+        for s in sorted(symbols(n.shape)):
+            env.setdefault(s, knobs.default_symbol_size())
+    rng = np.random.default_rng(seed)
+    return {n.arg["tensor_id"]: rng.standard_normal(bind_shape(n.shape, env)).astype(np.float32)
+            for n in program.inputs}
+
+
+def _parse_bind(text: str | None) -> dict:
+    out = {}
+    for part in filter(None, (text or "").split(",")):
+        k, _, v = part.partition("=")
+        if not v.strip().isdigit() or int(v) <= 0:
+            fail("InvalidAttribute", "--bind", f"--bind takes NAME=SIZE,..., got {part!r}")
+        out[k.strip()] = int(v)
+    return out
+
+
+def cmd_demo(a) -> int:
+    """Compile an example through every stage there is, dump each, run every target, verify."""
+    from .ir.printer import format_program
+    from .pipeline import DUMPS, Compilation, write_dumps
+    c = Compilation(a.model, arch=a.arch)
+    prog = c.program
+    print(f"== {a.model}: Tiny IR ({len(prog.nodes)} nodes)")
+    print(format_program(prog))
+    out_dir = a.out or os.path.join("out", os.path.splitext(os.path.basename(a.model))[0])
+    for w in write_dumps(c, list(DUMPS), out_dir):
+        print(f"  dump {w}")
+    inputs = random_inputs(prog, _parse_bind(a.bind), knobs.seed())
+    print("== inputs: " + ", ".join(f"{k}{list(v.shape)}" for k, v in inputs.items()))
+    ref = TARGETS["reference"](c, inputs)
+    for k, v in ref.items():
+        f = v.astype(np.float64)
+        print(f"  {k}: {v.dtype}{list(v.shape)} mean={np.nanmean(f):.5g} min={np.nanmin(f):.5g} max={np.nanmax(f):.5g}")
+    ok = True
+    for name, run in TARGETS.items():
+        if name == "reference":
+            continue
+        try:
+            got = run(c, inputs)
+        except PolysatError as e:
+            print(f"  target {name}: unavailable ({e.diagnostics[0].kind}: {e.diagnostics[0].why})")
+            continue
+        for k in ref:
+            a64, r64 = got[k].astype(np.float64), ref[k].astype(np.float64)
+            good = np.allclose(a64, r64, rtol=1e-3, atol=1e-3, equal_nan=True)
+            err = float(np.nanmax(np.abs(a64 - r64))) if a64.size else 0.0
+            ok &= good
+            print(f"  verify {name} vs reference, {k}: max|diff| = {err:.3g} -> {'OK' if good else 'MISMATCH'}")
+    print("== verification " + ("passed" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+# ---- argument parsing -----------------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="polysat", description="polysat: fusion as an e-graph search priced by "
+                                "polyhedral analyses; CUDA for sm80/sm90 from one MMA template.")
+    sub = p.add_subparsers(dest="verb", required=True)
+
+    def common(sp):
+        sp.add_argument("model", help="model file: Frontend IR JSON ({signature, tensors, graph}) or Tiny IR JSON ({uops})")
+        sp.add_argument("--arch", choices=("sm80", "sm90"), default="sm90", help="target architecture (default sm90)")
+        sp.add_argument("--json", action="store_true", help="machine-readable output (diagnostics as JSON too)")
+
+    from .pipeline import DUMPS
+    c = sub.add_parser("compile", help="lower a model and write stage dumps",
+                       description="Lower MODEL through the pipeline and write the requested stage dumps "
+                       f"as DIR/<stage>.json. Stages: {', '.join(DUMPS)}.")
+    common(c)
+    c.add_argument("--dump", default="", help=f"comma-separated stages to dump ({', '.join(DUMPS)})")
+    c.add_argument("--out", default="out", help="dump directory (default ./out)")
+    c.add_argument("-v", "--verbose", action="store_true", help="print the Tiny IR")
+    c.set_defaults(fn=cmd_compile)
+
+    r = sub.add_parser("run", help="run a model on inputs from an .npz",
+                       description="Run MODEL on IN.npz (keys = input tensor names; float arrays are cast to the "
+                       "declared dtypes; symbolic dims bind from the shapes) and save the outputs to OUT.npz under "
+                       f"their tensor names. Targets: {', '.join(TARGETS)}.")
+    common(r)
+    r.add_argument("--inputs", required=True, help="input .npz")
+    r.add_argument("--out", required=True, help="output .npz")
+    r.add_argument("--target", default="reference", help=f"where to run: {', '.join(TARGETS)} (default reference)")
+    r.set_defaults(fn=cmd_run)
+
+    d = sub.add_parser("demo", help="compile an example, dump every stage, run and verify every target",
+                       description="The main job: compile MODEL through every stage, write all dumps, run it on "
+                       "random inputs on every available target and verify each against the reference evaluator "
+                       "(rtol = atol = 1e-3).")
+    common(d)
+    d.add_argument("--out", default=None, help="dump directory (default out/<model name>)")
+    d.add_argument("--bind", default=None, help="sizes of symbols, e.g. M=64,N=48 (default POLYSAT_SYMBOL_SIZE=37)")
+    d.set_defaults(fn=cmd_demo)
+    return p
+
+
+def _report(diags: list[Diagnostic], as_json: bool) -> None:
+    if as_json:
+        print(dumps(diags))
+    else:
+        for dg in diags:
+            print(f"error: {dg}" if dg.is_error else f"warning: {dg}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2)
+        return int(e.code or 0)
+    try:
+        return args.fn(args)
+    except PolysatError as e:
+        _report(e.diagnostics, as_json)
+        return 1
+    except RecursionError:
+        _report([diag("UnaddressableShape", args.model, "the model is too deeply nested to process")], as_json)
+        return 1
+    except Exception as e:  # noqa: BLE001 — a bug must still not dump a traceback on the user
+        if knobs.debug():
+            traceback.print_exc()
+        _report([diag("InternalError", getattr(args, "model", "polysat"), f"{type(e).__name__}: {e}")], as_json)
+        return 1

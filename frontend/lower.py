@@ -1,0 +1,144 @@
+"""Frontend IR -> Tiny IR: the driver and the table of op lowerings (seed 000 §10 step 1).
+
+Each high-level op is lowered to the naive Tiny IR form by a function registered with
+``@lowering(OP, inputs=(min, max))`` (files ``lower_*.py`` beside this one). The driver binds the
+signature inputs, runs the lowerings in graph order, and reconciles each produced tensor with the
+``tensors`` table: a declared dtype inserts a CAST, a declared shape is checked (a symbol that is new
+there is bound to the inferred size; a symbol bound to two sizes is E1304).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..ir.builder import Builder
+from ..ir.diagnostics import fail
+from ..ir.dtypes import DType
+from ..ir.expr import Expr
+from ..ir.infer import as_dtype
+from ..ir.shapes import fmt_shape, subs
+from ..ir.tiny import Program, UOp
+from .model import FrontendGraph, Node
+
+_MISSING = object()
+
+
+@dataclass
+class Ctx:
+    """What a lowering sees: the builder and the node being lowered (for attributes and `at`)."""
+
+    b: Builder
+    node: Node
+
+    @property
+    def at(self) -> str:
+        return self.node.name
+
+    def attr(self, key: str, default: Any = _MISSING) -> Any:
+        if key in self.node.attrs:
+            return self.node.attrs[key]
+        if default is _MISSING:
+            fail("InvalidAttribute", self.at, f"{self.node.op} needs attribute {key!r}")
+        return default
+
+    def int_attr(self, key: str, default: Any = _MISSING) -> int:
+        v = self.attr(key, default)
+        if not isinstance(v, int) or isinstance(v, bool):
+            fail("InvalidAttribute", self.at, f"attribute {key!r} must be an integer, got {v!r}")
+        return v
+
+    def ints_attr(self, key: str, n: int, default: Any = _MISSING) -> tuple:
+        """An int or a list of ints, expanded to n entries (stride 2 -> (2, 2))."""
+        v = self.attr(key, default)
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = (v,) * n
+        if not isinstance(v, (list, tuple)) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            fail("InvalidAttribute", self.at, f"attribute {key!r} must be an int or a list of ints, got {v!r}")
+        if len(v) != n:
+            fail("InvalidAttribute", self.at, f"attribute {key!r} needs {n} entries, got {list(v)}")
+        return tuple(v)
+
+    def bool_attr(self, key: str, default: bool) -> bool:
+        v = self.attr(key, default)
+        if not isinstance(v, bool):
+            fail("InvalidAttribute", self.at, f"attribute {key!r} must be true or false, got {v!r}")
+        return v
+
+    def dtype_attr(self, key: str, default: str) -> DType:
+        return as_dtype(self.at, self.attr(key, default))
+
+    def axis(self, a: Any, rank: int, what: str = "axis") -> int:
+        if not isinstance(a, int) or isinstance(a, bool) or not -rank <= a < rank:
+            fail("AxisOutOfRange", self.at, f"{what} {a!r} out of range for rank {rank}")
+        return a % rank
+
+
+Lowering = Callable[[Ctx, list], list]
+LOWERINGS: dict[str, tuple] = {}
+
+
+def lowering(op: str, inputs: tuple = (1, 1)):
+    def deco(fn: Lowering) -> Lowering:
+        LOWERINGS[op] = (fn, inputs)
+        return fn
+    return deco
+
+
+def lower(g: FrontendGraph) -> Program:
+    from . import lower_elementwise, lower_linear, lower_movement  # noqa: F401  (fill the table)
+    b = Builder()
+    b.reserve({t.name for t in g.tensors} | {e.tensor for e in g.inputs})
+    env: dict[str, UOp] = {}
+    symtab: dict[str, Any] = {}  # symbol -> Dim it was bound to by a declared output shape
+    for e in g.inputs:
+        spec = g.spec(e.tensor)
+        if spec is None or spec.dtype is None or spec.shape is None:
+            fail("UnknownTensor", e.tensor, f"signature input {e.tensor!r} needs a dtype and shape in \"tensors\"")
+        env[e.tensor] = b.input(e.tensor, spec.dtype, spec.shape, at=e.tensor, nid=e.tensor)
+    for n in g.nodes:
+        if n.op not in LOWERINGS:
+            fail("UnknownOp", n.name, f"unknown op {n.op!r}",
+                 "Use one of: " + ", ".join(sorted(LOWERINGS)) + ".")
+        fn, (lo, hi) = LOWERINGS[n.op]
+        if not lo <= len(n.inputs) <= hi:
+            fail("WrongArity", n.name, f"{n.op} takes {lo if lo == hi else f'{lo} to {hi}'} inputs, got {len(n.inputs)}")
+        if len(n.outputs) != 1:
+            fail("WrongArity", n.name, f"{n.op} produces exactly one output, got {len(n.outputs)}")
+        ins = [env[t] for t in n.inputs]
+        (out,) = fn(Ctx(b, n), ins)
+        env[n.outputs[0]] = reconcile(b, n.outputs[0], out, g, symtab, at=n.name)
+    return b.program([(e.tensor, env[e.tensor]) for e in g.outputs])
+
+
+def reconcile(b: Builder, name: str, x: UOp, g: FrontendGraph, symtab: dict, *, at: str) -> UOp:
+    """Apply the tensors table's declaration of an op's output (dtype -> CAST, shape -> check)."""
+    spec = g.spec(name)
+    if spec is None:
+        return x
+    if spec.shape is not None:
+        decl = subs(spec.shape, symtab)
+        if len(decl) != x.ndim:
+            fail("AxisSizeMismatch", name, f"declared shape {fmt_shape(spec.shape)} but {at} produces {fmt_shape(x.shape)}")
+        for k, (d, got) in enumerate(zip(decl, x.shape, strict=True)):
+            if d == got:
+                continue
+            if isinstance(d, Expr) and len(d.terms) == 1 and d.terms[0] == ((str(d),), 1) \
+                    and str(d) not in _input_symbols(g):
+                symtab[str(d)] = got  # a size named by the output, e.g. "Ho": bind it
+                continue
+            kind = "AxisAlignmentMismatch" if isinstance(d, Expr) or isinstance(got, Expr) else "AxisSizeMismatch"
+            fail(kind, name, f"axis {k} is declared {spec.shape[k]} (= {d}) but {at} produces {got} "
+                 f"(shape {fmt_shape(x.shape)})")
+    if spec.dtype is not None and spec.dtype != x.dtype:
+        x = b.cast(x, spec.dtype, at=at)
+    return x
+
+
+def _input_symbols(g: FrontendGraph) -> set:
+    from ..ir.shapes import symbols
+    out: set = set()
+    for e in g.inputs:
+        s = g.spec(e.tensor)
+        if s is not None and s.shape is not None:
+            out |= symbols(s.shape)
+    return out

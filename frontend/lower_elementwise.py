@@ -1,0 +1,219 @@
+"""Lowerings of Elementwise, Reduce, Softmax and LayerNorm to Tiny IR (seed 000 §3, 002 §5.3).
+
+Transcendentals are written with EXP2/LOG2 (exp(x) = 2^(x*log2 e), as tinygrad does). Composite
+functions (exp, log, sigmoid, silu, tanh, gelu, softmax, layernorm) compute in fp32 and cast back to
+the input's dtype, so 16-bit inputs lose precision only once, at the end.
+"""
+from __future__ import annotations
+
+import math
+
+from ..ir.builder import Builder
+from ..ir.diagnostics import fail
+from ..ir.dtypes import DType
+from ..ir.shapes import numel
+from ..ir.tiny import Ops, UOp
+from .lower import Ctx, lowering
+
+LOG2E = 1.0 / math.log(2.0)
+LN2 = math.log(2.0)
+
+_BINARY = {"add": Ops.ADD, "sub": Ops.SUB, "mul": Ops.MUL, "div": Ops.FDIV, "max": Ops.MAX, "min": Ops.MIN,
+           "pow": Ops.POW}
+_SIMPLE_UNARY = {"neg": Ops.NEG, "relu": Ops.RELU, "exp2": Ops.EXP2, "log2": Ops.LOG2, "sqrt": Ops.SQRT,
+                 "rsqrt": Ops.RSQRT, "recip": Ops.RECIPROCAL}
+_COMPARE = ("gt", "ge", "lt", "le", "eq", "ne")
+_COMPOSITE = ("exp", "log", "sigmoid", "silu", "tanh", "gelu")
+FNS = tuple(_BINARY) + tuple(_SIMPLE_UNARY) + _COMPARE + _COMPOSITE + ("where", "cast")
+
+
+class Math:
+    """Small numeric helpers over a Builder: scalars become CONSTs shaped like their partner."""
+
+    def __init__(self, b: Builder, at: str):
+        self.b, self.at = b, at
+
+    def c(self, v: float, like: UOp) -> UOp:
+        return self.b.const_like(v, like, at=self.at)
+
+    def op(self, op: Ops, *xs) -> UOp:
+        like = next(x for x in (xs[1:] if op == Ops.WHERE else xs) if isinstance(x, UOp))
+        return self.b.alu(op, *[x if isinstance(x, UOp) else self.c(x, like) for x in xs], at=self.at)
+
+    def exp(self, x: UOp) -> UOp:
+        return self.op(Ops.EXP2, self.op(Ops.MUL, x, LOG2E))
+
+    def sigmoid(self, x: UOp) -> UOp:
+        return self.op(Ops.RECIPROCAL, self.op(Ops.ADD, self.op(Ops.EXP2, self.op(Ops.MUL, x, -LOG2E)), 1.0))
+
+    def tanh(self, x: UOp) -> UOp:
+        return self.op(Ops.SUB, self.op(Ops.MUL, self.sigmoid(self.op(Ops.MUL, x, 2.0)), 2.0), 1.0)
+
+    def erf(self, x: UOp) -> UOp:
+        """Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7): sign(x) * (1 - poly(t) * exp(-x^2))."""
+        ax = self.op(Ops.MAX, x, self.op(Ops.NEG, x))
+        t = self.op(Ops.RECIPROCAL, self.op(Ops.ADD, self.op(Ops.MUL, ax, 0.3275911), 1.0))
+        poly = self.c(1.061405429, x)
+        for a in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+            poly = self.op(Ops.ADD, self.op(Ops.MUL, poly, t), a)
+        poly = self.op(Ops.MUL, poly, t)
+        y = self.op(Ops.SUB, 1.0, self.op(Ops.MUL, poly, self.exp(self.op(Ops.NEG, self.op(Ops.MUL, x, x)))))
+        neg = self.op(Ops.CMPLT, x, 0.0)
+        return self.op(Ops.WHERE, neg, self.op(Ops.NEG, y), y)
+
+    def gelu(self, x: UOp, approximate: str) -> UOp:
+        if approximate == "tanh":
+            inner = self.op(Ops.MUL, self.op(Ops.ADD, x, self.op(Ops.MUL, self.op(Ops.MUL, self.op(Ops.MUL, x, x), x),
+                                                                  0.044715)), math.sqrt(2.0 / math.pi))
+            return self.op(Ops.MUL, self.op(Ops.MUL, x, 0.5), self.op(Ops.ADD, self.tanh(inner), 1.0))
+        return self.op(Ops.MUL, self.op(Ops.MUL, x, 0.5),
+                       self.op(Ops.ADD, self.erf(self.op(Ops.MUL, x, 1.0 / math.sqrt(2.0))), 1.0))
+
+    def logical_not(self, x: UOp) -> UOp:
+        return self.op(Ops.CMPNE, x, self.b.const_like(True, x, at=self.at))
+
+    def keepdim(self, x: UOp, reduced: UOp, axes: tuple) -> UOp:
+        """Reduced value reshaped with 1s in place of axes and expanded back to x's shape."""
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        return self.b.expand(self.b.reshape(reduced, shape, at=self.at), x.shape, at=self.at)
+
+    def count(self, x: UOp, axes: tuple, dtype: DType) -> UOp:
+        """Number of elements reduced over axes, as a tensor shaped like the reduce's output.
+
+        Static extents give a CONST; a symbolic extent is counted with a REDUCE(SUM) of ones."""
+        n = numel(tuple(x.shape[a] for a in axes))
+        out_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+        if isinstance(n, int):
+            return self.b.const(float(n), dtype, out_shape, at=self.at)
+        ones = self.b.const(1.0, dtype, x.shape, at=self.at)
+        return self.b.reduce(ones, "SUM", axes, dtype, at=self.at)
+
+
+def _to_fp32(ctx: Ctx, x: UOp) -> UOp:
+    return ctx.b.cast(x, DType.fp32, at=ctx.at) if x.dtype != DType.fp32 else x
+
+
+@lowering("Elementwise", inputs=(1, 3))
+def elementwise(ctx: Ctx, ins: list) -> list:
+    fn = ctx.attr("fn")
+    if fn not in FNS:
+        fail("UnknownOp", ctx.at, f"unknown Elementwise fn {fn!r}", "Use one of: " + ", ".join(FNS) + ".")
+    m, b = Math(ctx.b, ctx.at), ctx.b
+    n_in = 3 if fn == "where" else 2 if fn in _BINARY or fn in _COMPARE else 1
+    if len(ins) != n_in:
+        fail("WrongArity", ctx.at, f"Elementwise {fn} takes {n_in} input(s), got {len(ins)}")
+    if fn in _BINARY:
+        return [b.alu(_BINARY[fn], *b.promote(ins, at=ctx.at), at=ctx.at)]
+    if fn in _COMPARE:
+        x, y = b.promote(ins, at=ctx.at)
+        if fn in ("gt", "le"):
+            x, y = y, x
+        if fn in ("lt", "gt"):
+            return [b.alu(Ops.CMPLT, x, y, at=ctx.at)]
+        if fn in ("ge", "le"):
+            return [m.logical_not(b.alu(Ops.CMPLT, x, y, at=ctx.at))]
+        return [b.alu(Ops.CMPEQ if fn == "eq" else Ops.CMPNE, x, y, at=ctx.at)]
+    if fn == "where":
+        c, x, y = ins
+        if c.dtype != DType.bool:
+            c = b.alu(Ops.CMPNE, c, b.const_like(0, c, at=ctx.at), at=ctx.at)
+        x, y = b.promote([x, y], at=ctx.at)
+        return [b.alu(Ops.WHERE, c, x, y, at=ctx.at)]
+    (x,) = ins
+    if fn == "cast":
+        return [b.cast(x, ctx.dtype_attr("to", "fp32"), at=ctx.at)]
+    if fn in _SIMPLE_UNARY:
+        if not x.dtype.is_float and fn not in ("neg", "relu"):
+            x = _to_fp32(ctx, x)
+        return [b.alu(_SIMPLE_UNARY[fn], x, at=ctx.at)]
+    # composites: compute in fp32, cast back to a float input's dtype
+    out_dt = x.dtype if x.dtype.is_float else DType.fp32
+    xf = _to_fp32(ctx, x)
+    if fn == "exp":
+        y = m.exp(xf)
+    elif fn == "log":
+        y = m.op(Ops.MUL, m.op(Ops.LOG2, xf), LN2)
+    elif fn == "sigmoid":
+        y = m.sigmoid(xf)
+    elif fn == "silu":
+        y = m.op(Ops.MUL, xf, m.sigmoid(xf))
+    elif fn == "tanh":
+        y = m.tanh(xf)
+    else:
+        approx = ctx.attr("approximate", "none")
+        if approx not in ("none", "tanh"):
+            fail("InvalidAttribute", ctx.at, f"gelu approximate must be \"none\" or \"tanh\", got {approx!r}")
+        y = m.gelu(xf, approx)
+    return [b.cast(y, out_dt, at=ctx.at)]
+
+
+def _axes(ctx: Ctx, x: UOp, key: str = "axes") -> tuple:
+    raw = ctx.attr(key)
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        raw = (raw,)
+    if not isinstance(raw, (list, tuple)) or not raw:
+        fail("AxisOutOfRange", ctx.at, f"{key} must be a non-empty list of axes, got {raw!r}")
+    axes = tuple(sorted(ctx.axis(a, x.ndim, key) for a in raw))
+    if len(set(axes)) != len(axes):
+        fail("AxisOutOfRange", ctx.at, f"{key} {list(raw)} repeat an axis")
+    return axes
+
+
+@lowering("Reduce")
+def reduce(ctx: Ctx, ins: list) -> list:
+    (x,) = ins
+    op = ctx.attr("op", "sum")
+    if op not in ("sum", "max", "min", "mean"):
+        fail("InvalidAttribute", ctx.at, f"Reduce op must be sum, max, min or mean, got {op!r}")
+    axes = _axes(ctx, x)
+    acc = ctx.dtype_attr("acc_dtype", "fp32")
+    b, m = ctx.b, Math(ctx.b, ctx.at)
+    r = b.reduce(x, "SUM" if op == "mean" else op.upper(), axes, acc, at=ctx.at)
+    if op == "mean":
+        r = b.alu(Ops.FDIV, r, m.count(x, axes, acc), at=ctx.at)
+    if ctx.bool_attr("keepdim", False):
+        r = b.reshape(r, tuple(1 if i in axes else d for i, d in enumerate(x.shape)), at=ctx.at)
+    return [r]
+
+
+def softmax_fp32(m: Math, x: UOp, axis: int) -> UOp:
+    """Row softmax of an fp32 tensor: max-subtracted EXP2, then divide by the sum (seed 002 §5.3)."""
+    b, at = m.b, m.at
+    mx = b.reduce(x, "MAX", (axis,), DType.fp32, at=at)
+    e = m.exp(m.op(Ops.SUB, x, m.keepdim(x, mx, (axis,))))
+    z = b.reduce(e, "SUM", (axis,), DType.fp32, at=at)
+    return m.op(Ops.FDIV, e, m.keepdim(e, z, (axis,)))
+
+
+@lowering("Softmax")
+def softmax(ctx: Ctx, ins: list) -> list:
+    (x,) = ins
+    axis = ctx.axis(ctx.attr("axis", -1), x.ndim)
+    out_dt = x.dtype if x.dtype.is_float else DType.fp32
+    return [ctx.b.cast(softmax_fp32(Math(ctx.b, ctx.at), _to_fp32(ctx, x), axis), out_dt, at=ctx.at)]
+
+
+@lowering("LayerNorm", inputs=(1, 3))
+def layernorm(ctx: Ctx, ins: list) -> list:
+    """y = (x - mean) * rsqrt(var + eps) [* gamma] [+ beta], over axis..rank-1 (ONNX convention)."""
+    x = ins[0]
+    axis = ctx.axis(ctx.attr("axis", -1), x.ndim)
+    eps = ctx.attr("eps", 1e-5)
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps < 0:
+        fail("InvalidAttribute", ctx.at, f"eps must be a non-negative number, got {eps!r}")
+    axes = tuple(range(axis, x.ndim))
+    b, m = ctx.b, Math(ctx.b, ctx.at)
+    xf = _to_fp32(ctx, x)
+    cnt = m.count(xf, axes, DType.fp32)
+    mean = m.op(Ops.FDIV, b.reduce(xf, "SUM", axes, DType.fp32, at=ctx.at), cnt)
+    d = m.op(Ops.SUB, xf, m.keepdim(xf, mean, axes))
+    var = m.op(Ops.FDIV, b.reduce(m.op(Ops.MUL, d, d), "SUM", axes, DType.fp32, at=ctx.at), cnt)
+    y = m.op(Ops.MUL, d, m.keepdim(d, m.op(Ops.RSQRT, m.op(Ops.ADD, var, float(eps))), axes))
+    norm_shape = x.shape[axis:]
+    for p, what in zip(ins[1:], ("gamma", "beta")):
+        if p.shape != norm_shape:
+            fail("BroadcastMismatch", ctx.at, f"LayerNorm {what} has shape {list(map(str, p.shape))}, "
+                 f"needs the normalized shape {list(map(str, norm_shape))}")
+        y = m.op(Ops.MUL if what == "gamma" else Ops.ADD, y, _to_fp32(ctx, p))
+    out_dt = x.dtype if x.dtype.is_float else DType.fp32
+    return [b.cast(y, out_dt, at=ctx.at)]

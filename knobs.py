@@ -1,0 +1,26 @@
+"""Every knob of polysat in one place: environment variables with defaults (read at use)."""
+from __future__ import annotations
+
+import os
+
+
+def _int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def debug() -> int:
+    """POLYSAT_DEBUG=1: show Python tracebacks of internal errors (never for diagnostics)."""
+    return _int("POLYSAT_DEBUG", 0)
+
+
+def default_symbol_size() -> int:
+    """POLYSAT_SYMBOL_SIZE: size given to unbound symbols by `polysat demo` (odd, to exercise tails)."""
+    return _int("POLYSAT_SYMBOL_SIZE", 37)
+
+
+def seed() -> int:
+    """POLYSAT_SEED: seed of the random inputs `polysat demo` draws."""
+    return _int("POLYSAT_SEED", 0)

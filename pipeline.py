@@ -1,0 +1,86 @@
+"""The compiler as one straight line of named stages (seed 000 §10), each dumpable (§13).
+
+``Compilation`` computes each stage's artifact on first use, so a dump of a late stage runs exactly
+the stages before it. ``DUMPS`` maps a stage name to the JSON it writes as ``<stage>.json``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .frontend import load_frontend, load_model, read_json
+from .ir.diagnostics import fail
+from .ir.tiny import Program
+from .ir.tiny_json import dump_tiny
+
+ARCHS = ("sm80", "sm90")
+
+
+@dataclass
+class Compilation:
+    model: "str | dict"
+    arch: str = "sm90"
+    _cache: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if isinstance(self.model, str):
+            self.model = _Loaded(self.model, read_json(self.model))
+
+    @property
+    def doc(self) -> dict:
+        return self.model.doc if isinstance(self.model, _Loaded) else self.model
+
+    @property
+    def origin(self) -> str:
+        return self.model.path if isinstance(self.model, _Loaded) else "model"
+
+    def stage(self, name: str, make: Callable[[], Any]) -> Any:
+        if name not in self._cache:
+            self._cache[name] = make()
+        return self._cache[name]
+
+    @property
+    def frontend(self):
+        return self.stage("frontend", lambda: load_frontend(self.doc))
+
+    @property
+    def program(self) -> Program:
+        return self.stage("tiny", lambda: load_model(self.doc))
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    path: str
+    doc: Any
+
+
+def _frontend_dump(c: Compilation) -> dict:
+    g = c.frontend
+    return g.to_json() if g is not None else {"note": "the model is Tiny IR; no Frontend IR stage"}
+
+
+DUMPS: dict[str, Callable[[Compilation], dict]] = {
+    "frontend": _frontend_dump,
+    "tiny": lambda c: dump_tiny(c.program),
+}
+
+
+def check_stages(stages: list[str]) -> None:
+    for s in stages:
+        if s not in DUMPS:
+            fail("UnknownStage", "--dump", f"unknown stage {s!r}; stages: {', '.join(DUMPS)}")
+
+
+def write_dumps(c: Compilation, stages: list[str], out_dir: str) -> list[str]:
+    check_stages(stages)
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    for s in stages:
+        path = os.path.join(out_dir, f"{s}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(DUMPS[s](c), f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        written.append(path)
+    return written
