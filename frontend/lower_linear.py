@@ -8,12 +8,24 @@ VIEW + REDUCE(MAX).
 from __future__ import annotations
 
 from ..ir.diagnostics import fail
-from ..ir.dtypes import DType
+from ..ir.dtypes import DType, promote
 from ..ir.expr import Expr
 from ..ir.shapes import Dim, dim, fmt_shape
 from ..ir.tiny import Ops, UOp
 from .lower import Ctx, lowering
 from .lower_elementwise import Math, softmax_fp32
+
+
+def widen(ctx: Ctx, x: UOp, w: UOp, acc: DType) -> tuple:
+    """Operands of a contraction, cast to the accumulation dtype when it is wider.
+
+    "FP16/BF16 in, FP32 accumulate" means exact products summed in fp32 (what mma.sync/wgmma do), so
+    the naive form is MUL(movement(CAST(x)), movement(CAST(w))) -> REDUCE(SUM): a widening cast is
+    exact, and Poly-View / the e-graph treat it as part of the operand's read."""
+    x, w = ctx.b.promote([x, w], at=ctx.at)
+    if acc.is_float and x.dtype.is_float and acc != x.dtype and promote(acc, x.dtype) == acc:
+        x, w = ctx.b.cast(x, acc, at=ctx.at), ctx.b.cast(w, acc, at=ctx.at)
+    return x, w
 
 
 def dot(ctx: Ctx, x: UOp, w: UOp, acc: DType) -> UOp:
@@ -26,8 +38,7 @@ def dot(ctx: Ctx, x: UOp, w: UOp, acc: DType) -> UOp:
     if x.shape[-1] != kw:
         fail("AxisSizeMismatch", at, f"GEMM contracts axis of size {x.shape[-1]} (A {fmt_shape(x.shape)}) "
              f"with {kw} (B {fmt_shape(w.shape)})", "A's last axis must equal B's second-to-last (or only) axis.")
-    if x.dtype != w.dtype:
-        x, w = b.promote([x, w], at=at)
+    x, w = widen(ctx, x, w, acc)
     one = (1,) * min(n1 - 1, n2 - 1, 1)
     x = b.reshape(x, x.shape[:-1] + one + x.shape[-1:], at=at)
     w = b.reshape(w, w.shape[:-2] + one + w.shape[-min(n2, 2):], at=at)
@@ -115,8 +126,7 @@ def conv2d(ctx: Ctx, ins: list) -> list:
     dil = ctx.ints_attr("dilation", 2, 1)
     pads = _pads4(ctx, "pad")
     b, at = ctx.b, ctx.at
-    if x.dtype != wt.dtype:
-        x, wt = b.promote([x, wt], at=at)
+    x, wt = widen(ctx, x, wt, acc)
     xv = sliding_window(ctx, x, (kh, kw), stride, dil, pads, 0.0)  # (N, C, Ho, Wo, Kh, Kw)
     n, _, ho, wo, _, _ = xv.shape
     cog = dim(Expr.of(co).floordiv(g)) if g > 1 else co

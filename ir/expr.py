@@ -187,8 +187,11 @@ class Expr:
         if not self.terms:
             return "0"
         parts = []
-        for m, c in self.terms:
-            body = "*".join(atom_fmt(a) for a in m)
+        for k, (m, c) in enumerate(self.terms):
+            # a floordiv atom is parenthesised wherever Python's precedence would regroup it:
+            # next to another factor (3*(x)//2 is (3*x)//2) or after a leading minus
+            wrap = len(m) > 1 or abs(c) != 1 or (k == 0 and c < 0)
+            body = "*".join(f"({atom_fmt(a)})" if wrap and isinstance(a, FloorDiv) else atom_fmt(a) for a in m)
             if not m:
                 s = str(abs(c))
             elif abs(c) == 1:
