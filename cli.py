@@ -221,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     except PolysatError as e:
         _report(e.diagnostics, as_json)
         return 1
+    except BrokenPipeError:  # output piped into `head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except RecursionError:
         _report([diag("UnaddressableShape", args.model, "the model is too deeply nested to process")], as_json)
         return 1
