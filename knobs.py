@@ -24,3 +24,8 @@ def default_symbol_size() -> int:
 def seed() -> int:
     """POLYSAT_SEED: seed of the random inputs `polysat demo` draws."""
     return _int("POLYSAT_SEED", 0)
+
+
+def eval_max_elements() -> int:
+    """POLYSAT_EVAL_MAX_ELEMENTS: largest tensor the numpy evaluators materialise (default 2**31)."""
+    return _int("POLYSAT_EVAL_MAX_ELEMENTS", 2 ** 31)

@@ -65,7 +65,11 @@ class Ctx:
         return v
 
     def dtype_attr(self, key: str, default: str) -> DType:
-        return as_dtype(self.at, self.attr(key, default))
+        v = self.attr(key, default)
+        if v is None and key == "acc_dtype":
+            fail("AccDtypeMissing", self.at, f"{self.node.op} has acc_dtype null",
+                 "Omit acc_dtype for the fp32 default, or name a dtype (fp32 recommended).")
+        return as_dtype(self.at, v)
 
     def axis(self, a: Any, rank: int, what: str = "axis") -> int:
         if not isinstance(a, int) or isinstance(a, bool) or not -rank <= a < rank:
@@ -126,7 +130,8 @@ def reconcile(b: Builder, name: str, x: UOp, g: FrontendGraph, symtab: dict, *, 
                     and str(d) not in _input_symbols(g):
                 symtab[str(d)] = got  # a size named by the output, e.g. "Ho": bind it
                 continue
-            kind = "AxisAlignmentMismatch" if isinstance(d, Expr) or isinstance(got, Expr) else "AxisSizeMismatch"
+            symbolic = isinstance(spec.shape[k], Expr) or isinstance(got, Expr)
+            kind = "AxisAlignmentMismatch" if symbolic else "AxisSizeMismatch"
             fail(kind, name, f"axis {k} is declared {spec.shape[k]} (= {d}) but {at} produces {got} "
                  f"(shape {fmt_shape(x.shape)})")
     if spec.dtype is not None and spec.dtype != x.dtype:

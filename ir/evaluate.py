@@ -6,11 +6,13 @@ bound from the input shapes (a conflict is E1304).
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Mapping
 
 import numpy as np
 
 from .diagnostics import fail
+from ..knobs import eval_max_elements
 from .dtypes import DType, compute_type, round_to
 from .expr import Expr
 from .shapes import bind, fmt_shape
@@ -77,7 +79,13 @@ def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[st
     consumers = program.consumers()
     remaining = {k: len(v) for k, v in consumers.items()}
     outs = {nid for _, nid in program.outputs}
+    limit = eval_max_elements()
     for n in program.nodes:
+        elems = math.prod(bind(n.shape, env))
+        if elems > limit:
+            fail("UnaddressableShape", n.tag or n.id, f"{n.op.value} would materialise {elems} elements "
+                 f"(shape {list(bind(n.shape, env))}), over the evaluator's limit {limit}",
+                 "Run smaller shapes on the CPU evaluators, or raise POLYSAT_EVAL_MAX_ELEMENTS.")
         if n.op == Ops.INPUT:
             v = round_to(np.asarray(inputs[n.arg["tensor_id"]]), n.dtype)
         else:

@@ -13,6 +13,7 @@ from .expr import Expr
 from .shapes import Dim, dim, fmt_shape, numel, shape_of
 from .tiny import REDUCE_OPS, Arg, GroupOp, Ops, UOp
 
+MAX_ELEMENTS = 2 ** 62  # element indices are int64 on every target
 Rule = Callable[[str, list, dict], tuple]  # (at, src nodes, raw arg) -> (Arg, dtype, shape)
 _RULES: dict[Ops, Rule] = {}
 
@@ -38,6 +39,10 @@ def make_uop(node_id: str, op: Ops, src: list, arg: dict | Arg | None, tag: str 
     for d in shape:
         if isinstance(d, int) and d <= 0:
             fail("UnaddressableShape", at, f"{op.name} gives shape {fmt_shape(shape)} with a non-positive size")
+    total = numel(tuple(shape))
+    if isinstance(total, int) and total >= MAX_ELEMENTS:
+        fail("UnaddressableShape", at, f"{op.name} gives shape {fmt_shape(shape)} with {total} elements, "
+             f"beyond 64-bit addressing (< 2**62)")
     return UOp(node_id, op, tuple(s.id for s in src), Arg(canon), dtype, tuple(shape), tag)
 
 
