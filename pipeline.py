@@ -49,6 +49,16 @@ class Compilation:
     def program(self) -> Program:
         return self.stage("tiny", lambda: load_model(self.doc))
 
+    @property
+    def indexbook(self):
+        from .analyses.indexbook import checked_indexbook
+        return self.stage("indexbook", lambda: checked_indexbook(self.program))
+
+    @property
+    def poly_view(self):
+        from .analyses.polyview import build_polyview
+        return self.stage("poly_view", lambda: build_polyview(self.indexbook))
+
 
 @dataclass(frozen=True)
 class _Loaded:
@@ -64,7 +74,15 @@ def _frontend_dump(c: Compilation) -> dict:
 DUMPS: dict[str, Callable[[Compilation], dict]] = {
     "frontend": _frontend_dump,
     "tiny": lambda c: dump_tiny(c.program),
+    "indexbook": lambda c: _lazy("analyses.indexbook", "book_to_json")(c.indexbook),
+    "poly_view": lambda c: _lazy("analyses.polyview", "polyview_to_json")(c.poly_view),
 }
+
+
+def _lazy(module: str, name: str):
+    """A later stage's function, imported on use (keeps `polysat run` start-up light)."""
+    import importlib
+    return getattr(importlib.import_module(f"polysat.{module}"), name)
 
 
 def check_stages(stages: list[str]) -> None:

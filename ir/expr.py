@@ -56,6 +56,11 @@ class Expr:
         raise TypeError(f"not an integer expression: {x!r}")
 
     @staticmethod
+    def from_terms(d: dict) -> "Expr":
+        """The canonical expression of {monomial: coefficient} (monomial = tuple of atoms)."""
+        return Expr._make(d)
+
+    @staticmethod
     def _make(d: dict) -> "Expr":
         items = [(m, c) for m, c in d.items() if c != 0]
         items.sort(key=lambda mc: (not mc[0], len(mc[0]), [_atom_key(a) for a in mc[0]]))

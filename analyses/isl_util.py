@@ -1,0 +1,203 @@
+"""Small helpers between polysat's integer expressions and islpy (seed 000 §5.2).
+
+Index maps and constraints live as :class:`~polysat.ir.expr.Expr` (affine + floordiv); this module
+renders them as isl text (``floor(e/q)`` becomes an isl ``div``), parses with a cache (parsing costs
+~80 µs, so equal texts are parsed once), names tuples safely, and enumerates small sets. Before
+that, :func:`simplify` folds what interval bounds prove (size-1 axes, constant floordivs), so that
+composed movement chains stay small (seed 000 §4.3 rule 7).
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Iterable, Mapping, Sequence
+
+import islpy as isl
+
+from ..ir.diagnostics import fail
+from ..ir.expr import Expr, FloorDiv
+
+Box = Mapping[str, tuple]  # var -> (lo, hi) with None for an unknown bound
+
+_IDENT = re.compile(r"[^A-Za-z0-9_]")
+
+
+_KEYWORDS = {"and", "or", "not", "exists", "floor", "ceil", "mod", "min", "max", "infty", "NaN", "true", "false",
+             "implies", "domain", "range", "rat", "int", "div"}
+
+
+def isl_name(name: str) -> str:
+    """A tensor or statement name as an isl identifier (letters, digits, underscores; no keyword)."""
+    out = _IDENT.sub("_", name)
+    out = out if out and not out[0].isdigit() else "t_" + out
+    return out + "_" if out in _KEYWORDS else out
+
+
+def params_prefix(params: Sequence[str]) -> str:
+    return f"[{', '.join(params)}] -> " if params else ""
+
+
+def ge0(e: Expr) -> str:
+    """The constraint ``e >= 0`` as isl text."""
+    return f"{e.to_isl()} >= 0"
+
+
+def box_constraints(names: Sequence[str], sizes: Sequence) -> list[str]:
+    return [f"0 <= {n} < {Expr.of(s).to_isl()}" for n, s in zip(names, sizes, strict=True)]
+
+
+def set_text(params: Sequence[str], tuple_name: str, names: Sequence[str], constraints: Iterable[str]) -> str:
+    cs = " and ".join(constraints)
+    body = f"{tuple_name}[{', '.join(names)}]" + (f" : {cs}" if cs else "")
+    return params_prefix(params) + "{ " + body + " }"
+
+
+def map_text(params: Sequence[str], src: str, names: Sequence[str], dst: str, exprs: Sequence[Expr],
+             constraints: Iterable[str]) -> str:
+    cs = " and ".join(constraints)
+    body = f"{src}[{', '.join(names)}] -> {dst}[{', '.join(e.to_isl() for e in exprs)}]" + (f" : {cs}" if cs else "")
+    return params_prefix(params) + "{ " + body + " }"
+
+
+@lru_cache(maxsize=8192)
+def parse_set(text: str) -> isl.Set:
+    try:
+        return isl.Set(text)
+    except isl.Error as e:
+        fail("InternalError", "Poly-View", f"isl cannot parse the set {text[:300]!r}: {e}")
+
+
+@lru_cache(maxsize=8192)
+def parse_map(text: str) -> isl.Map:
+    try:
+        return isl.Map(text)
+    except isl.Error as e:
+        fail("InternalError", "Poly-View", f"isl cannot parse the map {text[:300]!r}: {e}")
+
+
+def is_isl_identifier(name: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)) and name not in _KEYWORDS
+
+
+def simplify_set(s: isl.Set) -> isl.Set:
+    """coalesce + remove_redundancies (seed 000 §4.3 rule 7)."""
+    return s.coalesce().remove_redundancies()
+
+
+def simplify_map(m: isl.Map) -> isl.Map:
+    """coalesce + remove_redundancies: the same relation, fewer pieces and constraints."""
+    return m.coalesce().remove_redundancies()
+
+
+def in_bounds_gist(m: isl.Map, domain: isl.Set) -> isl.Set:
+    """Where in its domain a read is defined, gisted against the domain: just the guard
+    constraints the domain does not imply (the predicate of a padded read, seed 000 §4.3 rule 7)."""
+    return m.domain().gist(domain).coalesce()
+
+
+def points(s: isl.Set) -> list[tuple]:
+    """All points of a bounded, parameter-free set (for tests and small enumerations)."""
+    n = s.dim(isl.dim_type.set)
+    out: list = []
+    s.foreach_point(lambda p: out.append(tuple(p.get_coordinate_val(isl.dim_type.set, k).to_python()
+                                               for k in range(n))))
+    return out
+
+
+def map_pairs(m: isl.Map) -> set:
+    """All (in, out) tuples of a bounded, parameter-free map."""
+    n_in = m.dim(isl.dim_type.in_)
+    return {(p[:n_in], p[n_in:]) for p in points(m.wrap())}
+
+
+# ---- bounds-aware simplification of Exprs (before they become isl text) --------------------------
+
+def box_of(names, sizes) -> dict:
+    """{name: (0, size-1)} with None for a symbolic upper bound."""
+    return {n: (0, s - 1 if isinstance(s, int) else None) for n, s in zip(names, sizes, strict=True)}
+
+
+def bounds(e: Expr, box: Box) -> tuple:
+    """Interval (lo, hi) of e over box; None where unknown. Unknown variables (symbols) are >= 0."""
+    lo: int | None = 0
+    hi: int | None = 0
+    for m, c in e.terms:
+        if not m:
+            lo = None if lo is None else lo + c
+            hi = None if hi is None else hi + c
+            continue
+        if len(m) != 1:
+            return None, None
+        a = m[0]
+        if isinstance(a, str):
+            alo, ahi = box.get(a, (0, None))
+        else:
+            nlo, nhi = bounds(a.num, box)
+            alo = None if nlo is None else nlo // a.q
+            ahi = None if nhi is None else nhi // a.q
+        tlo, thi = (alo, ahi) if c > 0 else (ahi, alo)
+        lo = None if lo is None or tlo is None else lo + c * tlo
+        hi = None if hi is None or thi is None else hi + c * thi
+    return lo, hi
+
+
+def _add(d: dict, e: Expr, c: int) -> None:
+    for m, k in e.terms:
+        d[m] = d.get(m, 0) + c * k
+
+
+def _fold_divs(e: Expr, box: Box) -> Expr:
+    """Replace each floordiv atom whose quotient is constant over the box by that constant."""
+    if all(isinstance(a, str) for m, _ in e.terms for a in m):
+        return e
+    d: dict = {}
+    for m, c in e.terms:
+        if len(m) == 1 and isinstance(m[0], FloorDiv):
+            lo, hi = bounds(m[0].num, box)
+            if lo is not None and hi is not None and lo // m[0].q == hi // m[0].q:
+                d[()] = d.get((), 0) + c * (lo // m[0].q)
+                continue
+        d[m] = d.get(m, 0) + c
+    return Expr.from_terms(d)
+
+
+def simplify(e: Expr, box: Box) -> Expr:
+    """Fold size-1 axes to 0 and floordivs that are constant over the box (exact rewrites only)."""
+    d: dict = {}
+    for m, c in e.terms:
+        if len(m) > 1:  # a product (sizes only): leave as is
+            d[m] = d.get(m, 0) + c
+        elif not m:
+            d[()] = d.get((), 0) + c
+        elif isinstance(m[0], str):
+            lo, hi = box.get(m[0], (None, None))
+            if lo is not None and lo == hi:
+                d[()] = d.get((), 0) + c * lo
+            else:
+                d[m] = d.get(m, 0) + c
+        else:
+            _add(d, _fold_divs(simplify(m[0].num, box).floordiv(m[0].q), box), c)
+    return Expr.from_terms(d)
+
+
+def subs(e: Expr, env: Mapping[str, Expr]) -> Expr:
+    """``e.subs(env)`` with one canonicalization per expression (the hot path of map composition)."""
+    d: dict = {}
+    for m, c in e.terms:
+        if not m:
+            d[()] = d.get((), 0) + c
+        elif len(m) > 1:
+            _add(d, Expr(((m, c),)).subs(env), 1)
+        elif isinstance(m[0], str):
+            if m[0] in env:
+                _add(d, env[m[0]], c)
+            else:
+                d[m] = d.get(m, 0) + c
+        else:
+            _add(d, subs(m[0].num, env).floordiv(m[0].q), c)
+    return Expr.from_terms(d)
+
+
+def always_true(g: Expr, box: Box) -> bool:
+    lo, _ = bounds(g, box)
+    return lo is not None and lo >= 0
