@@ -1,0 +1,446 @@
+"""The roofline cost model that prices one candidate region (one kernel) from Poly Core facts
+(seed 000 §11; seed 003 profitability).
+
+``time_est = max(FLOPs/(peak·occ·eff), Bytes/(BW·occ)) + epilogue − overlap_gain + penalties +
+launch``, where FLOPs are statement instances × FLOPs per instance (isl counts), bytes are the
+32-byte sectors of the region's footprints in device memory (inputs read once, outputs written
+once; internal edges that do not fit on chip go through memory twice), L2 -> SM traffic is the
+per-tile footprints × tiles (halo and reuse included), smem is the staged operand ring plus on-chip
+edges, and occupancy comes from smem, registers, threads and wave quantization. Penalties:
+fan-out (recomputed producers), layout (wasted sector bytes), piecewise (predicated accesses),
+spills. ``price`` tries a few tiles and keeps the cheapest that hits no STOP condition (§11).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from math import ceil, log2, prod
+from typing import Mapping, Sequence
+
+import islpy as isl
+
+from ..ir.diagnostics import PolysatError, fail
+from .buffers import SMEM_BUDGET, edges, staged_operands, staging_bytes
+from .devices import Device, device
+from .footprint import card, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors, tile_footprint
+from .poly_region import BoundRegion, BoundStatement, PolyRegion
+from .polycore import MAX_RECOMPUTE, analyze, bounded_recompute, default_tile, kstep, recompute_factors, stages
+
+SECTOR = 32
+SIMT_EFF = 0.6  # estimate: fraction of fp32 peak elementwise/reduction code reaches (not FMA-only)
+WARPS_TO_SATURATE = 8  # estimate: warps per SM that hide latency with async copies in flight
+PREDICATE_COST = 0.03  # estimate: share of compute time a predicated (guarded) access adds
+BASE_REGS = 32  # registers per thread besides accumulators and on-chip values (addresses, indices)
+MAX_ACC = 128 * 256  # accumulator cells of the largest MMA sub-tile one CTA holds (anchors §8: 128x256 CTA tile)
+SEARCH_STEPS = 8  # tiles the local search may price beyond the candidates
+
+
+@dataclass(frozen=True, order=True)
+class Cost:
+    """The modelled cost of one region (or, summed, of a partition); ordered by time."""
+    time_est_us: float
+    flops: int = field(compare=False)  # executed (recompute included)
+    bytes: int = field(compare=False)  # device-memory bytes (sector granularity)
+    l2_bytes: int = field(compare=False)
+    smem: int = field(compare=False)  # bytes per CTA
+    regs: int = field(compare=False)  # per thread
+    threads: int = field(compare=False)
+    occupancy: float = field(compare=False)
+    ctas_per_sm: int = field(compare=False)
+    tiles: int = field(compare=False)
+    tile: tuple = field(compare=False)  # ((dim, size), ...)
+    bound: str = field(compare=False)  # compute | memory | latency
+    terms: tuple = field(compare=False)  # ((name, us), ...) the roofline terms
+    penalties: tuple = field(compare=False)  # ((name, us), ...)
+    overlap_gain_us: float = field(compare=False)
+    stops: tuple = field(compare=False)  # STOP conditions hit (seed 000 §11)
+    kernels: int = field(compare=False, default=1)
+    region: str = field(compare=False, default="")
+
+    def __add__(self, other: "Cost") -> "Cost":
+        """The cost of running both kernels one after the other."""
+        return Cost(self.time_est_us + other.time_est_us, self.flops + other.flops, self.bytes + other.bytes,
+                    self.l2_bytes + other.l2_bytes, max(self.smem, other.smem), max(self.regs, other.regs),
+                    max(self.threads, other.threads), min(self.occupancy, other.occupancy),
+                    min(self.ctas_per_sm, other.ctas_per_sm), self.tiles + other.tiles, (), "sum",
+                    _add_pairs(self.terms, other.terms), _add_pairs(self.penalties, other.penalties),
+                    self.overlap_gain_us + other.overlap_gain_us, self.stops + other.stops,
+                    self.kernels + other.kernels, f"{self.region}+{other.region}")
+
+    def to_json(self) -> dict:
+        return {"region": self.region, "time_est_us": round(self.time_est_us, 4), "flops": self.flops,
+                "bytes": self.bytes, "l2_bytes": self.l2_bytes, "smem": self.smem, "regs": self.regs,
+                "threads": self.threads, "occupancy": round(self.occupancy, 4), "ctas_per_sm": self.ctas_per_sm,
+                "tiles": self.tiles, "tile": dict(self.tile), "bound": self.bound, "kernels": self.kernels,
+                "terms": {k: round(v, 4) for k, v in self.terms},
+                "penalties": {k: round(v, 4) for k, v in self.penalties},
+                "overlap_gain_us": round(self.overlap_gain_us, 4), "stops": list(self.stops)}
+
+
+def _add_pairs(a: tuple, b: tuple) -> tuple:
+    d = dict(a)
+    for k, v in b:
+        d[k] = d.get(k, 0.0) + v
+    return tuple(d.items())
+
+
+def total(costs: Sequence[Cost]) -> Cost:
+    """The cost of a partition: its kernels run back to back."""
+    out = costs[0]
+    for c in costs[1:]:
+        out = out + c
+    return out
+
+
+def used_dims(m, dims: Sequence[str]) -> set:
+    """The input dims a single-valued access map's index expressions depend on (a nonzero
+    coefficient in some piece)."""
+    out: set = set()
+
+    def piece(_set, ma):
+        for i in range(ma.dim(isl.dim_type.out)):
+            a = ma.get_aff(i)
+            out.update(d for k, d in enumerate(dims) if not a.get_coefficient_val(isl.dim_type.in_, k).is_zero())
+    m.as_pw_multi_aff().foreach_piece(piece)
+    return out
+
+
+def _operand_dims(s: BoundStatement) -> tuple:
+    """(M dims, N dims) of a tensor-core statement: parallel dims that only its first, resp.
+    second, operand depends on (implicit GEMM: conv's n,h,w are M and k is N)."""
+    if len(s.reads) < 2:
+        return (), ()
+    ua, ub = used_dims(s.reads[0][1], s.dims), used_dims(s.reads[1][1], s.dims)
+    par = [d for d in s.dims if d not in s.reduce_dims]
+    return tuple(d for d in par if d in ua and d not in ub), tuple(d for d in par if d in ub and d not in ua)
+
+
+def _mma_eff(b: BoundRegion, slices: Mapping, dev: Device) -> tuple:
+    """Useful fraction of the MMA instruction shape the tile fills, per tensor statement, and the
+    STOP reasons (sm90: M tile a multiple of 64, N a multiple of 8 up to 256)."""
+    mm, mn = (64, 8) if dev.arch == "sm90" else (16, 8)
+    effs, stops = {}, []
+    for s in b.statements:
+        if s.stmt.unit != "tensor" or s.name not in slices or slices[s.name].is_empty():
+            continue
+        ext = dict(zip(s.dims, extents(slices[s.name]), strict=True))
+        md, nd = _operand_dims(s)
+        M = prod(ext[d][1] - ext[d][0] + 1 for d in md) if md else 1
+        N = prod(ext[d][1] - ext[d][0] + 1 for d in nd) if nd else 1
+        effs[s.name] = (M / (ceil(M / mm) * mm)) * (N / (ceil(N / mn) * mn))
+        if dev.arch == "sm90" and (M % 64 or N % 8 or N > 256 and N % 256):
+            stops.append(f"sm90: tile {M}x{N} of {s.name} is outside the wgmma/TMA shapes (M%64, N%8)")
+    return effs, stops
+
+
+def _vector_width(b: BoundRegion, slices: Mapping) -> int:
+    """Widest vector (bytes, 16/8/4/2) every input tile row allows: row extent and the tensor's row
+    length must both be multiples of it."""
+    width = 16
+    for t in b.region.tensors:
+        if t.role != "input" or not t.shape:
+            continue
+        fp = footprint(b, slices, t.name)
+        if fp.is_empty():
+            continue
+        lo, hi = extents(fp)[-1]
+        row = (hi - lo + 1) * t.dtype.itemsize
+        full = b.shapes[t.name][-1] * t.dtype.itemsize
+        start = lo * t.dtype.itemsize
+        while width > t.dtype.itemsize and (row % width or full % width or start % width):
+            width //= 2
+    return width
+
+
+def price_tile(region: PolyRegion, arch: "str | Device", tile: Mapping[str, int]) -> Cost:
+    """The cost of `region` run with one given tile of its driver."""
+    dev = device(arch)
+    return _price(region, dev, tuple(sorted(tile.items())))
+
+
+@dataclass(frozen=True)
+class _Work:
+    useful: dict  # unit -> FLOPs, each instance once
+    extra: dict  # unit -> FLOPs recomputed across tiles (halos, fan-out)
+    epilogue: int  # SIMT FLOPs after the last tensor-core statement
+    mma: bool  # the region has a tensor-core statement
+    factors: dict  # statement -> recompute factor
+
+
+def _work(b: BoundRegion, t) -> _Work:
+    useful = {"tensor": 0, "fp32": 0, "sfu": 0}
+    extra = {"tensor": 0, "fp32": 0, "sfu": 0}
+    last_mma = max([s.index for s in b.statements if s.stmt.unit == "tensor"], default=-1)
+    epi = 0
+    factors = recompute_factors(b, t)
+    for s in b.statements:
+        n = card(s.domain)
+        useful[s.stmt.unit] += s.stmt.flops * n
+        extra[s.stmt.unit] += int(s.stmt.flops * n * max(0.0, factors.get(s.name, 1.0) - 1.0))
+        if s.index > last_mma >= 0 and s.stmt.unit != "tensor":
+            epi += s.stmt.flops * n
+    return _Work(useful, extra, epi, last_mma >= 0, factors)
+
+
+def _traffic(b: BoundRegion, t, es: list) -> tuple:
+    """(device-memory bytes at sector granularity, useful input bytes, useful output bytes,
+    spilled-edge bytes, L2 -> SM bytes)."""
+    dram = in_useful = out_useful = l2 = 0
+    for x in b.region.tensors:
+        if x.role == "internal":
+            continue
+        size = x.dtype.itemsize
+        fa = full_footprint(b, x.name)
+        dram += sectors(fa, size) * SECTOR
+        if x.role == "input":
+            in_useful += card(fa) * size
+            l2 += sectors(tile_footprint(b, t, x.name), size) * SECTOR * t.count
+        else:
+            out_useful += card(fa) * size
+    spill = 0
+    spilled = [e.tensor for e in es if e.buffer == "gmem"]  # written once, read once per consumer
+    for name in set(spilled):
+        spill += (1 + spilled.count(name)) * card(full_footprint(b, name)) * b.region.tensor(name).dtype.itemsize
+    return dram + spill, in_useful, out_useful, spill, l2
+
+
+def _resources(b: BoundRegion, t, es: list, ring: int, dev: Device) -> tuple:
+    """(smem per CTA, threads, regs per thread, CTAs per SM, CTAs allowed by regs, by smem)."""
+    smem = ring + sum(e.tile_bytes * e.depth for e in
+                      {e.tensor: e for e in es if e.buffer == "smem_ring" and not e.staged}.values())
+    # threads follow the largest per-tile piece of work: MMA accumulator cells (32 per thread) or
+    # SIMT statement instances (16 per thread)
+    work = max(card(t.slices[s.name].apply(s.write)) // 32 if s.stmt.unit == "tensor" else card(t.slices[s.name]) // 16
+               for s in b.statements if s.name in t.slices)
+    threads = 1 << (max(32, min(256, work)).bit_length() - 1)
+    # accumulators: one MMA sub-tile (at most 128x256) at a time; GEMMs in sequence reuse them
+    acc = min(MAX_ACC, max([card(t.slices[s.name].apply(s.write)) for s in b.statements
+                            if s.stmt.unit == "tensor" and s.name in t.slices], default=0))
+    # values held in registers across statements (a streamed or accumulator edge holds none extra)
+    held = max([e.tile_elems for e in es if e.buffer == "reg" and not e.transient
+                and b.stmt(e.producer).stmt.unit != "tensor"], default=0)
+    regs = BASE_REGS + ceil(max(acc, held) / threads)  # epilogue values overwrite the accumulator
+    by_smem = dev.smem_per_sm // max(1, smem + 1024) if smem else dev.max_ctas_per_sm
+    by_regs = dev.regs_per_sm // (min(regs, 255) * threads)
+    ctas = max(1, min(dev.max_ctas_per_sm, dev.max_threads_per_sm // threads, by_regs, by_smem))
+    return smem, threads, regs, ctas, by_regs, by_smem
+
+
+def _occupancy(tiles: int, ctas: int, threads: int, dev: Device) -> float:
+    """SM utilisation (wave quantization) x latency hiding (resident warps)."""
+    slots = dev.sms * ctas
+    util = min(tiles, dev.sms) / dev.sms if tiles <= slots else tiles / (ceil(tiles / slots) * slots)
+    warps = min(ctas, ceil(tiles / dev.sms)) * threads // 32
+    return util * min(1.0, warps / WARPS_TO_SATURATE)
+
+
+@lru_cache(maxsize=4096)
+def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
+    b = region.bind()
+    sizes = normalize_tile(b, dict(tile_key))
+    t = make_tile(b, sizes)
+    budget = int(dev.smem_per_cta * SMEM_BUDGET)
+    h = halo(b, t, [x.name for x in region.tensors if x.role == "internal"])  # edge halos decide ring depth
+    staged = staged_operands(b, t, kstep(dev))
+    ring = staging_bytes(staged, stages(dev))
+    es = edges(b, t, h.per_tensor, max(0, budget - ring))
+    w = _work(b, t)
+    dram, in_useful, out_useful, spill_bytes, l2 = _traffic(b, t, es)
+    smem, threads, regs, ctas, by_regs, by_smem = _resources(b, t, es, ring, dev)
+    occ = _occupancy(t.count, ctas, threads, dev)
+
+    # roofline terms (us)
+    effs, stops = _mma_eff(b, t.slices, dev)
+    eff = min(effs.values(), default=1.0) * dev.mma_eff
+    us = 1e6
+    mma_rate = dev.tensor_tflops * 1e12 * occ * eff
+    simt_rate = dev.fp32_tflops * 1e12 * occ * SIMT_EFF
+    sfu_rate = simt_rate * dev.sfu_ratio
+    epi = w.epilogue if w.mma else 0
+    t_mma = w.useful["tensor"] / mma_rate * us
+    t_simt = (w.useful["fp32"] - epi) / simt_rate * us
+    t_sfu = w.useful["sfu"] / sfu_rate * us
+    t_epi = epi / simt_rate * us
+    bw = dev.dram_tbps * 1e12 * occ
+    t_load = (in_useful + spill_bytes // 2) / bw * us
+    t_store = (out_useful + spill_bytes // 2) / bw * us
+    t_mem = t_load + t_store  # loads and stores share the DRAM bandwidth
+    t_l2 = l2 / (dev.l2_tbps * 1e12 * occ) * us
+    compute = t_mma + t_simt + t_sfu
+    base = max(compute, t_mem, t_l2) + t_epi
+    # async copies (cp.async / TMA) run under the epilogue, unless an on-chip edge is single-buffered
+    single = any(e.buffer == "smem_ring" and e.depth == 1 and not e.staged for e in es)
+    overlap = 0.0 if single else min(t_mem, t_epi)
+
+    # penalties (us): recomputed work, wasted sector bytes, predicated accesses, register spills
+    fanout = (w.extra["tensor"] / mma_rate + w.extra["fp32"] / simt_rate + w.extra["sfu"] / sfu_rate) * us
+    layout = max(0.0, (dram - spill_bytes - in_useful - out_useful) / bw * us)
+    predicated = sum(1 for s in b.statements for _, m in s.reads if not m.domain().is_equal(s.domain))
+    piecewise = PREDICATE_COST * predicated * compute
+    spill = 0.0
+    if regs > 255:
+        spill = (regs - 255) * 4 * threads * t.count * 2 / (dev.l2_tbps * 1e12 * occ) * us
+        stops.append(f"regs {regs} per thread > 255: spills")
+    penalties = (("fanout", fanout), ("layout", layout), ("piecewise", piecewise), ("spill", spill))
+    time = base - overlap + fanout + layout + piecewise + spill + dev.launch_us
+
+    # STOP conditions (seed 000 §11)
+    if smem > budget:
+        stops.append(f"smem {smem} B per CTA > {SMEM_BUDGET:.0%} of {dev.smem_per_cta} B")
+    if by_regs <= 1 < min(by_smem, dev.max_threads_per_sm // threads):
+        stops.append(f"regs {regs} per thread limit the SM to 1 CTA")
+    vec = _vector_width(b, t.slices)
+    if vec < 16:
+        stops.append(f"vectorize.width 16 -> {vec} bytes")
+    worst = max(bounded_recompute(b, w.factors).values(), default=1.0)
+    if worst > MAX_RECOMPUTE:
+        stops.append(f"recompute {worst:.2f}x > {MAX_RECOMPUTE}")
+    bound = "latency" if dev.launch_us > max(compute, t_mem, t_l2) else \
+        ("compute" if compute >= max(t_mem, t_l2) else "memory")
+    terms = (("mma", t_mma), ("simt", t_simt), ("sfu", t_sfu), ("load", t_load), ("l2", t_l2),
+             ("epilogue", t_epi), ("store", t_store), ("launch", dev.launch_us))
+    flops = sum(w.useful.values()) + sum(w.extra.values())
+    return Cost(time, flops, dram, l2, smem, regs, threads, occ, ctas, t.count, tuple(sizes.items()), bound,
+                terms, penalties, overlap, tuple(stops), 1, region.name)
+
+
+def _pow2(n: int) -> int:
+    return 1 << (max(1, int(n)).bit_length() - 1)
+
+
+def candidate_tiles(b: BoundRegion, dev: Device) -> list:
+    """A few tiles to try: the Poly Core default (no excess recompute, fits on chip) and
+    output-cell budgets of 128x128, 128x64 and 64x64 spread over the innermost parallel dims."""
+    drv = b.driver
+    par = drv.parallel_dims
+    full = {d: hi - lo + 1 for d, (lo, hi) in zip(drv.dims, extents(drv.domain), strict=True)}
+    base = default_tile(b, dev)
+    start = normalize_tile(b, None)
+    widened = [d for d in par if base[d] == full[d] > start[d]]  # widened by default_tile against recompute
+    out = [dict(base)]
+
+    def add(sizes):
+        for d in widened:
+            sizes[d] = full[d]
+        if sizes not in out:
+            out.append(sizes)
+    for cells in (128 * 256, 128 * 128, 128 * 64, 64 * 64):
+        inner = {d: 1 for d in par}  # innermost dims first, each as large as it goes
+        rest = cells
+        for d in reversed(par):
+            inner[d] = min(full[d], _pow2(rest))
+            rest = max(1, rest // inner[d])
+        add(inner)
+        bal = {d: 1 for d in par}  # the budget spread evenly over the dims longer than 1
+        live = [d for d in reversed(par) if full[d] > 1]
+        rest = cells
+        for i, d in enumerate(live):
+            share = 1 << round(log2(max(1, rest)) / (len(live) - i))
+            bal[d] = min(full[d], share)
+            rest = max(1, rest // bal[d])
+        add(bal)
+    if len(par) >= 3:  # a square block on the two innermost dims (a spatial patch), outer dims filled
+        for inner, cells in ((8, 128 * 64), (16, 128 * 128)):
+            blk = {d: 1 for d in par}
+            blk[par[-1]], blk[par[-2]] = min(inner, full[par[-1]]), min(inner, full[par[-2]])
+            rest = cells // (blk[par[-1]] * blk[par[-2]])
+            for d in reversed(par[:-2]):
+                blk[d] = min(full[d], _pow2(rest))
+                rest = max(1, rest // blk[d])
+            add(blk)
+    if par:  # a few rows per tile: many CTAs for row-wise (reduction) drivers
+        for n in (16, 4):
+            add({d: (min(n, full[d]) if d == par[-1] else 1) for d in par})
+    return out
+
+
+def price(region: PolyRegion, arch: "str | Device" = "sm90", tile: Mapping[str, int] | None = None) -> Cost:
+    """The modelled cost of one region. With no tile, the cheapest of :func:`candidate_tiles`
+    that hits no STOP condition (or the cheapest of all when every one does)."""
+    dev = device(arch)
+    try:
+        if tile is not None:
+            return _price(region, dev, tuple(sorted(tile.items())))
+        return _best(region, dev)
+    except PolysatError:
+        raise
+    except Exception as e:
+        fail("InternalError", f"cost model on region {region.name}", f"{type(e).__name__}: {e}")
+
+
+@lru_cache(maxsize=2048)
+def _best(region: PolyRegion, dev: Device) -> Cost:
+    """The best candidate tile, then a bounded local search: halve or double one parallel dim
+    (powers of two, within the extent) while that lowers the key (hard STOP, time)."""
+    b = region.bind()
+    drv = b.driver
+    full = {d: hi - lo + 1 for d, (lo, hi) in zip(drv.dims, extents(drv.domain), strict=True)}
+
+    def cost(sizes):
+        return _price(region, dev, tuple(sorted(sizes.items())))
+
+    def key(c):
+        return (any(_hard(s) for s in c.stops), c.time_est_us)
+    best = min((cost(s) for s in candidate_tiles(b, dev)), key=key)
+    steps = 0
+    improved = True
+    while improved and steps < SEARCH_STEPS:
+        improved = False
+        cur = dict(best.tile)
+        for d in drv.parallel_dims:
+            for new in (cur[d] // 2, min(full[d], cur[d] * 2)):
+                if new < 1 or new == cur[d] or steps >= SEARCH_STEPS:
+                    continue
+                steps += 1
+                c = cost({**cur, d: new})
+                if key(c) < key(best):
+                    best, improved = c, True
+    return best
+
+
+def _hard(stop: str) -> bool:
+    """STOP conditions that rule a tile out; a narrow vector width (a layout fact) and one CTA per
+    SM (priced by occupancy) are reported but allowed."""
+    return not (stop.startswith("vectorize") or stop.endswith("limit the SM to 1 CTA"))
+
+
+def price_partition(regions: Sequence[PolyRegion], arch: "str | Device" = "sm90") -> Cost:
+    return total([price(r, arch) for r in regions])
+
+
+@dataclass(frozen=True)
+class FusionDelta:
+    """Both prices of a fusion decision, for `--explain`."""
+    separate: Cost
+    fused: Cost
+
+    @property
+    def delta_us(self) -> float:
+        """fused − separate: negative when fusing is modelled faster."""
+        return self.fused.time_est_us - self.separate.time_est_us
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.separate.bytes - self.fused.bytes
+
+    @property
+    def profitable(self) -> bool:
+        return self.delta_us < 0
+
+    def to_json(self) -> dict:
+        return {"separate": self.separate.to_json(), "fused": self.fused.to_json(),
+                "delta_us": round(self.delta_us, 4), "saved_bytes": self.saved_bytes, "profitable": self.profitable}
+
+
+def fusion_delta(a: PolyRegion, b: PolyRegion, fused: PolyRegion, arch: "str | Device" = "sm90") -> FusionDelta:
+    """Price a and b as two kernels and `fused` as one (seed 000 §11 "fusion delta")."""
+    return FusionDelta(price(a, arch) + price(b, arch), price(fused, arch))
+
+
+def report(region: PolyRegion, arch: "str | Device" = "sm90", tile: Mapping[str, int] | None = None) -> dict:
+    """``--dump=analysis``: the Poly Core report at the tile the cost model picks (or `tile`),
+    with value-based dependences, and the price of the region at that tile."""
+    cost = price(region, arch, tile)
+    rep = analyze(region, arch, dict(cost.tile), exact=True).to_json()
+    rep["analysis"]["cost"] = cost.to_json()
+    return rep

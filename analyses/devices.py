@@ -1,0 +1,103 @@
+"""The device table of the cost model: sm80 (A100) and sm90 (H100, H200) (seed 000 §11).
+
+Rates are the *measured ceilings* where /work/shared/research/gpu-performance-anchors.md has them
+(what cuBLAS and a device-to-device copy reach), not datasheet peaks; each number cites its source
+section there ("anchors §1" = "Physical limits" and "Practical ceilings"). Numbers the anchors do
+not give are marked "estimate" with the reasoning.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.diagnostics import fail
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    arch: str  # "sm80" | "sm90": which template path (cp.async+mma.sync, or TMA+wgmma)
+    sms: int
+    tensor_tflops: float  # dense fp16/bf16 tensor-core peak, fp32 accumulation
+    mma_eff: float  # fraction of tensor_tflops the template's datapath reaches at best
+    fp32_tflops: float  # SIMT fp32 (FMA counted as 2 FLOPs)
+    sfu_ratio: float  # SFU (exp2, rsqrt) throughput relative to fp32
+    dram_tbps: float  # measured copy bandwidth (read+write counted)
+    l2_tbps: float  # L2 -> SM bandwidth
+    l2_mb: float
+    smem_per_sm_kb: int
+    smem_per_cta_kb: int
+    regs_per_sm: int
+    max_threads_per_sm: int
+    max_ctas_per_sm: int
+    launch_us: float  # per kernel launch + tail drain
+
+    @property
+    def smem_per_cta(self) -> int:
+        return self.smem_per_cta_kb * 1024
+
+    @property
+    def smem_per_sm(self) -> int:
+        return self.smem_per_sm_kb * 1024
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+A100 = Device(
+    name="A100-SXM4-80GB", arch="sm80", sms=108,  # anchors §1 table
+    tensor_tflops=312.0,  # anchors §1: 312 TFLOP/s dense fp16/bf16
+    mma_eff=0.83,  # anchors §0: cuBLAS 258 TFLOP/s on randn data = 83% (thonking.ai); MAMF best shape 86.9%
+    fp32_tflops=19.5,  # anchors §1
+    sfu_ratio=0.125,  # estimate: 16 SFU vs 128 FP32 lanes per SM (1/8)
+    dram_tbps=1.8,  # estimate: anchors §1 give only the 2.039 TB/s datasheet; ~88% of it, the H100 copy/datasheet ratio (3.0/3.35)
+    l2_tbps=7.0,  # estimate: 5120 B/clk x 1.41 GHz L2 read bandwidth (no anchor)
+    l2_mb=40.0,  # anchors §1
+    smem_per_sm_kb=164, smem_per_cta_kb=163,  # anchors §1: up to 164 KB per SM
+    regs_per_sm=65536, max_threads_per_sm=2048, max_ctas_per_sm=32,
+    launch_us=2.5,  # estimate: launch + drain of a small kernel without CUDA graphs
+)
+
+H100 = Device(
+    name="H100-SXM5", arch="sm90", sms=132,  # anchors §1
+    tensor_tflops=989.4,  # anchors §1: 132 SMs x 1.83 GHz x 4096 FLOP/clk (cudnn-frontend #650)
+    mma_eff=0.80,  # anchors §0/§1: measured cuBLAS 798 TFLOP/s at 8192^3 = 80.7%; SM90 template target 80-90% of cuBLAS (§8)
+    fp32_tflops=66.9,  # anchors §1
+    sfu_ratio=0.125,  # estimate, as A100
+    dram_tbps=3.0,  # anchors §1: measured H100 D2D copy ~3.0 TB/s (datasheet 3.35)
+    l2_tbps=10.0,  # estimate: ~3x the measured copy rate (no anchor); keeps 128x256-tile GEMMs compute-bound as measured (anchors §0)
+    l2_mb=50.0,  # anchors §1
+    smem_per_sm_kb=228, smem_per_cta_kb=227,  # anchors §1
+    regs_per_sm=65536, max_threads_per_sm=2048, max_ctas_per_sm=32,
+    launch_us=2.0,  # estimate
+)
+
+H200 = Device(
+    name="H200-SXM", arch="sm90", sms=132,  # anchors §1: same GH100
+    tensor_tflops=989.0,  # anchors §1/§7: ~989 dense, same GH100
+    mma_eff=0.79,  # anchors §0: measured cuBLAS 769-798 TFLOP/s random data (~78-80%)
+    fp32_tflops=66.9,  # anchors §1
+    sfu_ratio=0.125,  # estimate
+    dram_tbps=4.3,  # anchors §1/§7: measured copy ~4.3 TB/s (datasheet 4.8)
+    l2_tbps=10.0,  # estimate, as H100
+    l2_mb=60.0,  # anchors §1 (PyTorch-reported)
+    smem_per_sm_kb=228, smem_per_cta_kb=227,
+    regs_per_sm=65536, max_threads_per_sm=2048, max_ctas_per_sm=32,
+    launch_us=2.0,  # estimate
+)
+
+# The SM80 datapath (cp.async -> ldmatrix -> mma.sync) run on an H100 tops out at 38-50% of dense
+# peak (anchors §0 "Key takeaway", §8): the device an sm80 plan targets on Hopper.
+H100_SM80_PATH = Device(**{**H100.__dict__, "name": "H100-SXM5 (sm80 path)", "arch": "sm80", "mma_eff": 0.45})
+
+DEVICES = {"sm80": A100, "a100": A100, "sm90": H100, "h100": H100, "h200": H200, "h100-sm80": H100_SM80_PATH}
+
+
+def device(arch: "str | Device") -> Device:
+    """The Device for a name in DEVICES (case-insensitive) or a Device itself."""
+    if isinstance(arch, Device):
+        return arch
+    d = DEVICES.get(str(arch).strip().lower())
+    if d is None:
+        fail("UnknownTarget", f"arch {arch!r}", f"no device named {arch!r}",
+             f"Choose one of {sorted(DEVICES)}.")
+    return d

@@ -1,0 +1,237 @@
+"""Tiles, compute-at slices, footprints, halos and counts as isl sets (seed 003 "Backward Slicing
+and Embedding", seed 000 §4.6, §7.1).
+
+A tile is a box on the driver statement's parallel dims (the consumer drives). Its slice in every
+producer is the dependence pre-image ``tile.apply(read).apply(write⁻¹)`` taken backwards through
+the region (seed 003 rule 1); footprints are the images of the slices under the accesses. All
+sets are parameter-free (the region is bound to a concrete shape), so cardinalities are exact:
+boxes are counted by their extents, anything else by ``count_val``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from math import ceil, prod
+from typing import Mapping
+
+import islpy as isl
+
+from ..ir.diagnostics import fail
+from .poly_region import BoundRegion, BoundStatement
+
+
+_MEMO: dict = {}  # (what, isl text) -> value; isl's own set hash collides often, its text does not
+
+
+def _memo(kind: str, s: isl.Set, fn):
+    key = (kind, str(s))
+    v = _MEMO.get(key)
+    if v is None:
+        if len(_MEMO) > 50000:
+            _MEMO.clear()
+        v = _MEMO[key] = fn(s)
+    return v
+
+
+def extents(s: isl.Set) -> tuple:
+    """(lo, hi) per set dim of a non-empty, parameter-free, bounded set."""
+    return _memo("extents", s, _extents)
+
+
+def _extents(s: isl.Set) -> tuple:
+    return tuple((s.dim_min_val(k).to_python(), s.dim_max_val(k).to_python()) for k in range(s.dim(isl.dim_type.set)))
+
+
+def card(s: isl.Set) -> int:
+    """The number of points of a parameter-free bounded set (exact)."""
+    return _memo("card", s, _card)
+
+
+def _card(s: isl.Set) -> int:
+    if s.is_empty():
+        return 0
+    s = s.coalesce()
+    if s.n_basic_set() == 1 and s.is_box():
+        return prod(hi - lo + 1 for lo, hi in extents(s))
+    return s.count_val().to_python()
+
+
+def sectors(s: isl.Set, itemsize: int, sector: int = 32) -> int:
+    """How many `sector`-byte segments of the row-major innermost axis the set touches (the unit of
+    DRAM/L2 transactions); `card(s) * itemsize / (sectors * sector)` is the access efficiency."""
+    return _memo(f"sectors{itemsize},{sector}", s, lambda x: _sectors(x, itemsize, sector))
+
+
+def _sectors(s: isl.Set, itemsize: int, sector: int) -> int:
+    n = s.dim(isl.dim_type.set)
+    if s.is_empty():
+        return 0
+    if n == 0:
+        return 1
+    per = max(1, sector // itemsize)
+    xs = [f"x{i}" for i in range(n)]
+    name = s.get_tuple_name()
+    head = f"{name}" if name else ""
+    m = isl.Map(f"{{ {head}[{', '.join(xs)}] -> [{', '.join(xs[:-1] + [f'floor(x{n - 1}/{per})'])}] }}")
+    return card(s.apply(m))
+
+
+@dataclass(frozen=True, eq=False)
+class Tile:
+    """One tile of the driver and its compute-at slices (made once per region and sizes: compare
+    and hash by identity, so footprints can be cached on it)."""
+    sizes: tuple  # ((dim, size), ...) on the driver's parallel dims
+    origin: tuple  # ((dim, lo), ...)
+    count: int  # number of tiles covering the driver's domain
+    slices: dict  # statement name -> isl.Set of its instances computed for this tile
+    footprints: dict = field(default_factory=dict, repr=False)  # tensor -> isl.Set (cache)
+
+    def size(self, d: str) -> int:
+        return dict(self.sizes)[d]
+
+
+def clamp(s: isl.Set, k: int, lo: int, hi: int) -> isl.Set:
+    """s with set dim k restricted to lo <= x < hi (bounds added directly: no parsing)."""
+    return s.lower_bound_val(isl.dim_type.set, k, isl.Val(lo)).upper_bound_val(isl.dim_type.set, k, isl.Val(hi - 1))
+
+
+def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
+    out = stmt.domain
+    for d, (lo, hi) in ranges.items():
+        if d in stmt.dims:
+            out = clamp(out, stmt.dims.index(d), lo, hi)
+    return out
+
+
+def normalize_tile(b: BoundRegion, tile: Mapping[str, int] | None) -> dict:
+    """Tile sizes for every parallel dim of the driver (missing dims: 1 outside the two innermost,
+    64 on them), clipped to the dim's extent."""
+    drv = b.driver
+    ext = dict(zip(drv.dims, extents(drv.domain), strict=True))
+    par = drv.parallel_dims
+    out = {}
+    for i, d in enumerate(par):
+        full = ext[d][1] - ext[d][0] + 1
+        want = (tile or {}).get(d, 64 if i >= len(par) - 2 else 1)
+        if not isinstance(want, int) or want <= 0:
+            fail("InvalidAttribute", f"tile of region {b.region.name}", f"tile size of {d} must be a positive int, got {want!r}")
+        out[d] = min(want, full)
+    for d in tile or {}:
+        if d not in par:
+            fail("InvalidAttribute", f"tile of region {b.region.name}",
+                 f"{d!r} is not a parallel dim of the driver {drv.name} (parallel dims: {list(par)})")
+    return out
+
+
+def make_tile(b: BoundRegion, sizes: Mapping[str, int], shift: Mapping[str, int] | None = None) -> Tile | None:
+    """The interior tile (the middle one along each dim, so halos are not clipped by the domain
+    boundary), optionally moved by `shift` tiles; None when the moved tile leaves the domain."""
+    return _make_tile(b.region, tuple(sizes.items()), tuple(sorted((shift or {}).items())))
+
+
+@lru_cache(maxsize=4096)
+def _make_tile(region, sizes_key: tuple, shift_key: tuple) -> Tile | None:
+    b = region.bind()
+    sizes, shift = dict(sizes_key), dict(shift_key)
+    drv = b.driver
+    ext = dict(zip(drv.dims, extents(drv.domain), strict=True))
+    ranges, origin, count = {}, [], 1
+    for d, s in sizes.items():
+        lo, hi = ext[d]
+        n = ceil((hi - lo + 1) / s)
+        count *= n
+        k = (n - 1) // 2 + (shift or {}).get(d, 0)
+        if k >= n:
+            return None
+        start = lo + k * s
+        ranges[d] = (start, min(start + s, hi + 1))
+        origin.append((d, start))
+    t = _box(drv, ranges)
+    return Tile(tuple(sizes.items()), tuple(origin), count, slices(b, t, ranges))
+
+
+def slices(b: BoundRegion, driver_tile: isl.Set, ranges: Mapping[str, tuple]) -> dict:
+    """Per statement, the instances one driver tile needs: the backward closure of dependence
+    pre-images (seed 003 rule 1). Statements the driver does not reach (other outputs) take the
+    tile's ranges on dims of the same name."""
+    inst = {b.driver.name: driver_tile}
+    for s in reversed(b.statements):
+        mine = inst.get(s.name)
+        if mine is None:
+            if b.region.tensor(s.stmt.write.tensor).role == "internal":
+                continue  # dead: nothing downstream in the tile reads it
+            mine = inst[s.name] = _box(s, ranges)
+        for tensor, read in s.reads:
+            p = b.writer(tensor)
+            if p is None or p.index >= s.index:
+                continue
+            need = mine.apply(read).apply(p.write.reverse()).intersect(p.domain)
+            inst[p.name] = need if p.name not in inst else inst[p.name].union(need).coalesce()
+    return inst
+
+
+def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.Set:
+    """The elements of `tensor` touched (read or written) by the given instances."""
+    out = isl.Set.empty(b.tensor_sets[tensor].get_space())
+    for name, m in b.accesses(tensor):
+        if name in inst:
+            out = out.union(inst[name].apply(m))
+    return out.coalesce()
+
+
+def tile_footprint(b: BoundRegion, tile: Tile, tensor: str) -> isl.Set:
+    """footprint() of one tile's slices, cached on the tile."""
+    fp = tile.footprints.get(tensor)
+    if fp is None:
+        fp = tile.footprints[tensor] = footprint(b, tile.slices, tensor)
+    return fp
+
+
+def full_footprint(b: BoundRegion, tensor: str) -> isl.Set:
+    """The elements of `tensor` the whole region touches (cached per region)."""
+    return _full_footprint(b.region, tensor)
+
+
+@lru_cache(maxsize=8192)
+def _full_footprint(region, tensor: str) -> isl.Set:
+    b = region.bind()
+    return footprint(b, {s.name: s.domain for s in b.statements}, tensor)
+
+
+@dataclass(frozen=True)
+class Halo:
+    per_axis: dict  # driver dim -> widest overlap (elements along the moved tensor axis)
+    per_tensor: dict  # tensor -> {dim: overlap elements}
+    bytes: int  # overlap bytes of one tile with its next neighbour, summed over dims and tensors
+
+
+def halo(b: BoundRegion, tile: Tile, tensors) -> Halo:
+    """The overlap between one tile's footprint and its next neighbour's, per tiled dim: what two
+    tiles both load (or recompute). Tensors whose footprint does not move along a dim reuse it
+    rather than overlap, and count 0 there."""
+    sizes = dict(tile.sizes)
+    per_axis = {d: 0 for d in b.driver.loop_order}
+    per_tensor: dict = {}
+    total = 0
+    base = {t: tile_footprint(b, tile, t) for t in tensors}
+    for d in sizes:
+        nb = make_tile(b, sizes, {d: 1})
+        if nb is None:
+            continue
+        for t in tensors:
+            f0, f1 = base[t], tile_footprint(b, nb, t)
+            if f0.is_empty() or f0.is_equal(f1):
+                continue
+            ov = f0.intersect(f1)
+            if ov.is_empty():
+                per_tensor.setdefault(t, {})[d] = 0
+                continue
+            e0, e1 = extents(f0), extents(f1)
+            moved = [k for k in range(len(e0)) if e0[k][0] != e1[k][0]]
+            eo = extents(ov)
+            width = max(eo[k][1] - eo[k][0] + 1 for k in moved) if moved else 0
+            per_axis[d] = max(per_axis[d], width)
+            n = card(ov)
+            per_tensor.setdefault(t, {})[d] = n
+            total += n * b.region.tensor(t).dtype.itemsize
+    return Halo(per_axis, per_tensor, total)

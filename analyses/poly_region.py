@@ -1,0 +1,312 @@
+"""A candidate region in polyhedral form: the input of Poly Core and of the cost model (seed 000 §7,
+§11; seed 003 §1-§3).
+
+A region (one kernel, seed 000 §6.1) is a sequence of statements. Each statement has a domain (an
+isl set over named loop dims, symbols as parameters), reads and one write as isl maps to named
+tensors, a FLOP count per instance and the unit that executes it. Tensors are region inputs and
+outputs (materialized in device memory) or internal (``deferred``: handed on inside the kernel,
+seed 000 §6.7 step 8, §6.9). The schedule is the statement sequence plus a loop order per
+statement. Everything is text here (frozen, hashable, JSON-able); :meth:`PolyRegion.bind` parses
+it once (cached) and fixes the symbols to concrete values, because footprints and bytes are
+counted on concrete shapes (seed 003 "runtime specialization").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from typing import Mapping, Sequence
+
+import islpy as isl
+
+from ..ir.diagnostics import PolysatError, fail
+from ..ir.dtypes import DType
+from ..ir.expr import Expr
+from ..ir.shapes import Dim, dim as to_dim
+
+ROLES = ("input", "output", "internal")
+UNITS = ("tensor", "fp32", "sfu")  # tensor cores (MMA), FP32 SIMT pipes, special-function unit
+COMBINES = ("sum", "max", "min")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple  # of Dim (int | Expr over the region's symbols)
+    dtype: DType
+    role: str  # "input" | "output" | "internal" (deferred)
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(to_dim(d) for d in self.shape))
+        if self.role not in ROLES:
+            fail("InvalidAttribute", f"tensor {self.name}", f"role {self.role!r} is not one of {ROLES}")
+
+
+@dataclass(frozen=True)
+class Access:
+    tensor: str
+    relation: str  # isl map text "{ S[dims] -> T[exprs] : guards }"
+
+    def __post_init__(self):
+        if isinstance(self.relation, isl.Map):
+            object.__setattr__(self, "relation", str(self.relation))
+
+
+@dataclass(frozen=True)
+class Statement:
+    name: str
+    domain: str  # isl set text "[params] -> { S[dims] : constraints }"
+    reads: tuple  # of Access
+    write: Access
+    flops: int = 1  # per instance
+    unit: str = "fp32"
+    combine: str | None = None  # "sum" | "max" | "min" when the write drops dims (a reduction)
+    loop_order: tuple = ()  # dim names outermost first; () = the domain's order
+
+    def __post_init__(self):
+        if isinstance(self.domain, isl.Set):
+            object.__setattr__(self, "domain", str(self.domain))
+        object.__setattr__(self, "reads", tuple(self.reads))
+        object.__setattr__(self, "loop_order", tuple(self.loop_order))
+        if self.unit not in UNITS:
+            fail("InvalidAttribute", f"statement {self.name}", f"unit {self.unit!r} is not one of {UNITS}")
+        if self.combine is not None and self.combine not in COMBINES:
+            fail("InvalidAttribute", f"statement {self.name}", f"combine {self.combine!r} is not one of {COMBINES}")
+
+
+@dataclass(frozen=True)
+class PolyRegion:
+    name: str
+    tensors: tuple  # of TensorInfo
+    statements: tuple  # of Statement, in sequence (schedule) order
+    params: tuple = ()  # ((symbol, value), ...) binding the symbols to a concrete shape
+
+    def __post_init__(self):
+        object.__setattr__(self, "tensors", tuple(self.tensors))
+        object.__setattr__(self, "statements", tuple(self.statements))
+        ps = self.params.items() if isinstance(self.params, Mapping) else self.params
+        object.__setattr__(self, "params", tuple(sorted((str(k), int(v)) for k, v in ps)))
+
+    def __hash__(self) -> int:  # regions key the analysis caches: hash once
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.name, self.tensors, self.statements, self.params))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def tensor(self, name: str) -> TensorInfo:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        fail("UnknownTensor", f"region {self.name}", f"no tensor named {name!r}")
+
+    def with_params(self, **values: int) -> "PolyRegion":
+        return PolyRegion(self.name, self.tensors, self.statements, {**dict(self.params), **values})
+
+    def bind(self) -> "BoundRegion":
+        return _bind(self)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "params": dict(self.params),
+                "tensors": [{"name": t.name, "shape": [str(d) for d in t.shape], "dtype": t.dtype.value,
+                             "role": t.role} for t in self.tensors],
+                "statements": [{"name": s.name, "domain": s.domain, "flops": s.flops, "unit": s.unit,
+                                "combine": s.combine, "loop_order": list(s.loop_order),
+                                "reads": [{"tensor": a.tensor, "map": a.relation} for a in s.reads],
+                                "write": {"tensor": s.write.tensor, "map": s.write.relation}}
+                               for s in self.statements]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Bound form: parsed isl objects, parameters fixed
+
+
+@dataclass(frozen=True)
+class BoundStatement:
+    stmt: Statement
+    index: int  # position in the sequence
+    domain: isl.Set
+    dims: tuple  # dim names in the domain's order
+    loop_order: tuple
+    reads: tuple  # of (tensor name, isl.Map restricted to the domain)
+    write: isl.Map
+    reduce_dims: tuple  # dims the write does not depend on
+
+    @property
+    def name(self) -> str:
+        return self.stmt.name
+
+    @property
+    def parallel_dims(self) -> tuple:
+        return tuple(d for d in self.loop_order if d not in self.reduce_dims)
+
+
+@dataclass(frozen=True)
+class BoundRegion:
+    region: PolyRegion
+    statements: tuple  # of BoundStatement
+    shapes: dict  # tensor name -> concrete shape
+    tensor_sets: dict  # tensor name -> isl.Set of its elements
+
+    def stmt(self, name: str) -> BoundStatement:
+        for s in self.statements:
+            if s.name == name:
+                return s
+        fail("UnknownTensor", f"region {self.region.name}", f"no statement named {name!r}")
+
+    def writer(self, tensor: str) -> BoundStatement | None:
+        return self._writers.get(tensor)
+
+    def readers(self, tensor: str) -> list:
+        return self._readers.get(tensor, [])
+
+    def accesses(self, tensor: str) -> list:
+        """(statement name, map) of every read and write of `tensor`."""
+        return self._accesses.get(tensor, [])
+
+    @cached_property
+    def _writers(self) -> dict:
+        return {s.stmt.write.tensor: s for s in self.statements}
+
+    @cached_property
+    def _readers(self) -> dict:
+        out: dict = {}
+        for s in self.statements:
+            for t in dict.fromkeys(t for t, _ in s.reads):
+                out.setdefault(t, []).append(s)
+        return out
+
+    @cached_property
+    def _accesses(self) -> dict:
+        out: dict = {}
+        for s in self.statements:
+            for t, m in list(s.reads) + [(s.stmt.write.tensor, s.write)]:
+                out.setdefault(t, []).append((s.name, m))
+        return out
+
+    @property
+    def driver(self) -> BoundStatement:
+        """The statement whose instances define the kernel's tiles: the last one writing a
+        region output (seed 003: the consumer drives, producers are computed at its tiles)."""
+        outs = [s for s in self.statements if self.region.tensor(s.stmt.write.tensor).role == "output"]
+        return (outs or list(self.statements))[-1]
+
+    @cached_property
+    def schedule(self) -> isl.UnionMap:
+        """Sequence order, then each statement's loop order: S -> [pos, d..., 0...]."""
+        depth = max(len(s.dims) for s in self.statements)
+        um = None
+        for s in self.statements:
+            outs = [str(s.index)] + list(s.loop_order) + ["0"] * (depth - len(s.dims))
+            m = isl.Map(f"{{ {_tuple(s)} -> [{', '.join(outs)}] }}").intersect_domain(s.domain)
+            um = isl.UnionMap.from_map(m) if um is None else um.union(isl.UnionMap.from_map(m))
+        return um
+
+
+def _tuple(s: BoundStatement) -> str:
+    return f"{s.name}[{', '.join(s.dims)}]"
+
+
+def _fix_params(obj, env: Mapping[str, int], what: str):
+    """obj with every parameter fixed to env's value and then projected out."""
+    space = obj.get_space()
+    n = space.dim(isl.dim_type.param)
+    for i in range(n):
+        p = space.get_dim_name(isl.dim_type.param, i)
+        if p not in env:
+            fail("UnboundSymbol", what, f"symbol {p} has no value in the region's params")
+        obj = obj.fix_val(isl.dim_type.param, i, isl.Val(int(env[p])))
+    return obj.project_out(isl.dim_type.param, 0, n) if n else obj
+
+
+def _parse(kind, text: str, what: str):
+    try:
+        return kind(text)
+    except isl.Error as e:
+        fail("NonAffineIndex", what, f"isl cannot parse {text!r}: {e}",
+             "Write domains and accesses as isl text with affine (+ floordiv) expressions.")
+
+
+def _reduce_dims(write: isl.Map, dims: Sequence[str]) -> tuple:
+    """Dims along which two instances write the same element: the write ignores them."""
+    same = write.apply_range(write.reverse())  # S -> S' writing the same cell
+    deltas = same.deltas()
+    if deltas.is_empty():
+        return ()
+    return tuple(d for k, d in enumerate(dims)
+                 if deltas.dim_max_val(k).to_python() != 0 or deltas.dim_min_val(k).to_python() != 0)
+
+
+@lru_cache(maxsize=512)
+def _bind(region: PolyRegion) -> BoundRegion:
+    env = dict(region.params)
+    names = [t.name for t in region.tensors]
+    if len(set(names)) != len(names):
+        fail("DuplicateDefinition", f"region {region.name}", "a tensor name appears twice")
+    shapes, tensor_sets = {}, {}
+    for t in region.tensors:
+        try:
+            shape = tuple(int(Expr.of(d).evaluate(env)) for d in t.shape)
+        except (KeyError, TypeError, ValueError) as e:
+            fail("UnboundSymbol", f"tensor {t.name}", f"its shape {t.shape} needs a value for {e}")
+        if any(s <= 0 for s in shape):
+            fail("UnaddressableShape", f"tensor {t.name}", f"shape {shape} has a non-positive size")
+        shapes[t.name] = shape
+        axes = [f"a{i}" for i in range(len(shape))]
+        cs = " and ".join(f"0 <= {a} < {s}" for a, s in zip(axes, shape, strict=True))
+        tensor_sets[t.name] = isl.Set(f"{{ {t.name}[{', '.join(axes)}]" + (f" : {cs} }}" if cs else " }"))
+    written = [s.write.tensor for s in region.statements]
+    if len(set(written)) != len(written):
+        fail("DuplicateDefinition", f"region {region.name}", "two statements write one tensor (RB-SSA has one writer)")
+    bound = []
+    for i, st in enumerate(region.statements):
+        what = f"statement {st.name} of region {region.name}"
+        dom = _fix_params(_parse(isl.Set, st.domain, what), env, what)
+        if dom.get_tuple_name() != st.name:
+            fail("MalformedStructure", what, f"the domain's tuple is {dom.get_tuple_name()!r}, not {st.name!r}")
+        dims = tuple(dom.get_dim_name(isl.dim_type.set, k) for k in range(dom.dim(isl.dim_type.set)))
+        if any(d is None for d in dims):
+            fail("MalformedStructure", what, "every domain dim needs a name")
+        order = st.loop_order or dims
+        if sorted(order) != sorted(dims):
+            fail("InvalidPermutation", what, f"loop order {order} is not a permutation of the dims {dims}")
+
+        def acc(a: Access):
+            region.tensor(a.tensor)
+            m = _fix_params(_parse(isl.Map, a.relation, what), env, what)
+            if m.get_tuple_name(isl.dim_type.out) != a.tensor:
+                fail("UnknownTensor", what, f"access {a.relation!r} targets {m.get_tuple_name(isl.dim_type.out)!r}, "
+                                            f"declared as {a.tensor!r}")
+            if m.get_tuple_name(isl.dim_type.in_) != st.name or m.dim(isl.dim_type.in_) != len(dims):
+                fail("MalformedStructure", what, f"access {a.relation!r} does not start from {st.name}{list(dims)}")
+            m = m.intersect_domain(dom)
+            if not m.range().is_subset(tensor_sets[a.tensor]):
+                fail("OutOfBoundsView", what, f"access to {a.tensor} leaves its shape {shapes[a.tensor]}",
+                     "Guard padded reads in the access map (e.g. `: 0 <= h + r - 1 < H`).")
+            return m
+        reads = tuple((a.tensor, acc(a)) for a in st.reads)
+        write = acc(st.write)
+        if not write.is_single_valued():
+            fail("MalformedStructure", what, "the write must give one element per instance")
+        rdims = _reduce_dims(write, dims)
+        if rdims and st.combine is None:
+            fail("AccDtypeMissing", what, f"the write drops dims {rdims} but the statement names no combine op",
+                 "Set combine='sum'|'max'|'min' on a reducing statement.")
+        bound.append(BoundStatement(st, i, dom, dims, tuple(order), reads, write, rdims))
+    for name in names:
+        t = region.tensor(name)
+        if t.role == "input" and name in written:
+            fail("DuplicateDefinition", f"tensor {name}", "a region input is also written inside the region")
+        if t.role != "input" and name not in written:
+            fail("OutputNeverProduced", f"tensor {name}", f"{t.role} tensor is never written in region {region.name}")
+    return BoundRegion(region, tuple(bound), shapes, tensor_sets)
+
+
+def box_domain(name: str, dims: Sequence[str], sizes: Sequence[Dim], params: Sequence[str] = ()) -> str:
+    """The isl text of a rectangular domain ``name[dims] : 0 <= d < size``."""
+    cs = " and ".join(f"0 <= {d} < {Expr.of(s).to_isl()}" for d, s in zip(dims, sizes, strict=True))
+    pre = f"[{', '.join(params)}] -> " if params else ""
+    return f"{pre}{{ {name}[{', '.join(dims)}] : {cs} }}"
+
+
+__all__ = ["TensorInfo", "Access", "Statement", "PolyRegion", "BoundRegion", "BoundStatement", "box_domain",
+           "PolysatError"]

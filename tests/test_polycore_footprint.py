@@ -1,0 +1,146 @@
+"""Compute-at slices, footprints and halos against isl sets written by hand (isl equality) and
+against brute-force enumeration of the loops (seed 003 rule 1: the pre-image of a consumer tile)."""
+import islpy as isl
+from hypothesis import given, strategies as st
+
+from polysat.analyses.footprint import card, footprint, halo, make_tile, sectors
+from polysat.analyses.isl_util import points
+from polysat.analyses.poly_examples import conv, conv_relu_maxpool, gemm, maxpool, softmax
+from polysat.analyses.polycore import analyze
+
+
+def _eq(got: isl.Set, want: str):
+    w = isl.Set(want)
+    assert got.is_equal(w), f"\n got: {got}\nwant: {w}"
+
+
+def test_gemm_tile_footprints_are_row_and_column_slabs():
+    b = gemm(M=256, N=256, K=64).bind()
+    t = make_tile(b, {"m": 64, "n": 32})
+    (m0, n0) = dict(t.origin)["m"], dict(t.origin)["n"]
+    _eq(footprint(b, t.slices, "A"), f"{{ A[m, k] : {m0} <= m < {m0 + 64} and 0 <= k < 64 }}")
+    _eq(footprint(b, t.slices, "B"), f"{{ B[k, n] : 0 <= k < 64 and {n0} <= n < {n0 + 32} }}")
+    assert t.count == 4 * 8
+    h = halo(b, t, ["A", "B", "C"])
+    assert h.bytes == 0 and set(h.per_axis.values()) == {0}
+
+
+def test_conv_pad1_stride1_halo_is_two_per_spatial_axis():
+    b = conv(N=1, C=4, K=8, H=32, W=32, stride=1, pad=1).bind()
+    t = make_tile(b, {"n": 1, "k": 8, "h": 8, "w": 8})
+    o = dict(t.origin)
+    h0, w0 = o["h"], o["w"]
+    _eq(footprint(b, t.slices, "I"),
+        f"{{ I[0, c, h, w] : 0 <= c < 4 and {h0 - 1} <= h <= {h0 + 8} and {w0 - 1} <= w <= {w0 + 8} }}")
+    hl = halo(b, t, ["I"])
+    assert hl.per_axis["h"] == 2 and hl.per_axis["w"] == 2
+    # two overlap strips of 2 rows x 10 columns x 4 channels of fp16
+    assert hl.per_tensor["I"] == {"h": 2 * 10 * 4, "w": 2 * 10 * 4}
+    assert hl.bytes == 2 * (2 * 10 * 4) * 2
+
+
+def test_conv_pad1_stride2_halo_is_one():
+    b = conv(N=1, C=2, K=8, H=64, W=64, stride=2, pad=1).bind()
+    t = make_tile(b, {"n": 1, "k": 8, "h": 8, "w": 8})
+    h0 = dict(t.origin)["h"]
+    fp = footprint(b, t.slices, "I")
+    lo, hi = fp.dim_min_val(2).to_python(), fp.dim_max_val(2).to_python()
+    assert (lo, hi) == (2 * h0 - 1, 2 * (h0 + 7) + 1)
+    assert halo(b, t, ["I"]).per_axis["h"] == 1
+
+
+def test_conv_relu_pool_compute_at_slices():
+    """A 4x4 pool tile drives an 8x8 conv tile that reads a 10x10 input patch (halo 2)."""
+    b = conv_relu_maxpool(N=1, C=3, K=4, H=64, W=64).bind()
+    t = make_tile(b, {"n": 1, "k": 4, "ph": 4, "pw": 4})
+    o = dict(t.origin)
+    p0, q0 = o["ph"], o["pw"]
+    _eq(t.slices["relu"], f"{{ relu[0, k, h, w] : 0 <= k < 4 and {2 * p0} <= h < {2 * p0 + 8} and "
+                          f"{2 * q0} <= w < {2 * q0 + 8} }}")
+    _eq(t.slices["conv"], f"{{ conv[0, k, h, w, c, r, s] : 0 <= k < 4 and {2 * p0} <= h < {2 * p0 + 8} and "
+                          f"{2 * q0} <= w < {2 * q0 + 8} and 0 <= c < 3 and 0 <= r < 3 and 0 <= s < 3 }}")
+    _eq(footprint(b, t.slices, "I"), f"{{ I[0, c, h, w] : 0 <= c < 3 and {2 * p0 - 1} <= h <= {2 * p0 + 8} and "
+                                     f"{2 * q0 - 1} <= w <= {2 * q0 + 8} }}")
+    rep = analyze(conv_relu_maxpool(N=1, C=3, K=4, H=64, W=64), "sm80", {"n": 1, "k": 4, "ph": 4, "pw": 4})
+    assert rep.compute_at_ok
+    assert rep.halo_per_axis["ph"] == 2 and rep.halo_per_axis["pw"] == 2
+    assert rep.halo_bytes > 0
+    assert rep.recompute == {"conv": 1.0, "relu": 1.0, "pool": 1.0}  # 2x2/2 windows do not overlap
+
+
+def test_overlapping_pool_windows_recompute_the_producer():
+    # a 3x3 stride-1 pool over relu(conv): neighbouring tiles recompute two rows of conv
+    r = conv_relu_maxpool(N=1, C=2, K=4, H=32, W=32, win=3, pstride=1)
+    rep = analyze(r, "sm80", {"n": 1, "k": 4, "ph": 8, "pw": 8})
+    assert rep.halo_per_axis["ph"] == 4  # 2 (pool window) + 2 (conv window)
+    # conv instances per pool instance: 10x10 per 8x8 in a tile, 32x32 per 30x30 over the image
+    assert abs(rep.recompute["conv"] - (10 * 10 / (8 * 8)) / (32 * 32 / (30 * 30))) < 1e-9
+    assert {e.tensor: e.kind for e in rep.edges}["R"] == "stencil"
+
+
+def test_softmax_row_tile_needs_the_whole_row():
+    b = softmax(R=16, C=64).bind()
+    t = make_tile(b, {"r": 4, "c": 16})
+    r0 = dict(t.origin)["r"]
+    _eq(t.slices["rowmax"], f"{{ rowmax[r, c] : {r0} <= r < {r0 + 4} and 0 <= c < 64 }}")
+    rep = analyze(softmax(R=16, C=64), "sm90", {"r": 4, "c": 16})
+    assert rep.recompute["exp"] == 4.0  # every column tile recomputes the row's exp
+    assert not rep.compute_at_ok
+
+
+def test_card_and_sectors_are_exact():
+    assert card(isl.Set("{ S[i, j] : 0 <= i < 1000 and 0 <= j < 3000 }")) == 3_000_000
+    assert card(isl.Set("{ S[i, j] : 0 <= i < 10 and 0 <= j <= i }")) == 55
+    assert card(isl.Set("{ S[i] : 0 <= i < 10 and i mod 3 = 0 }")) == 4
+    # fp16 row of 64 elements starting at 8: 16 elements per 32-byte sector -> sectors 0..4
+    assert sectors(isl.Set("{ T[r, c] : 0 <= r < 2 and 8 <= c < 72 }"), 2) == 2 * 5
+
+
+def _brute_pool_conv_footprint(H, W, S, P, win, ps, tile_origin, tile_size, Ho, Wo, Po, Qo):
+    """I elements one pool tile needs, by walking the loops."""
+    (p0, q0), (tp, tq) = tile_origin, tile_size
+    conv_pts = set()
+    for ph in range(p0, min(p0 + tp, Po)):
+        for pw in range(q0, min(q0 + tq, Qo)):
+            for i in range(win):
+                for j in range(win):
+                    conv_pts.add((ps * ph + i, ps * pw + j))
+    out = set()
+    for h, w in conv_pts:
+        assert 0 <= h < Ho and 0 <= w < Wo
+        for r in range(3):
+            for s in range(3):
+                y, x = S * h + r - P, S * w + s - P
+                if 0 <= y < H and 0 <= x < W:
+                    out.add((0, 0, y, x))
+    return out, len(conv_pts)
+
+
+@given(H=st.integers(6, 20), W=st.integers(6, 20), S=st.sampled_from([1, 2]), P=st.sampled_from([0, 1]),
+       win=st.sampled_from([2, 3]), ps=st.sampled_from([1, 2]), tp=st.integers(1, 5), tq=st.integers(1, 5))
+def test_isl_footprint_equals_enumeration(H, W, S, P, win, ps, tp, tq):
+    r = conv_relu_maxpool(N=1, C=1, K=1, H=H, W=W, stride=S, pad=P, win=win, pstride=ps)
+    params = dict(r.params)
+    if params["Po"] < 1 or params["Qo"] < 1:
+        return
+    b = r.bind()
+    t = make_tile(b, {"n": 1, "k": 1, "ph": tp, "pw": tq})
+    o = dict(t.origin)
+    want, n_conv = _brute_pool_conv_footprint(H, W, S, P, win, ps, (o["ph"], o["pw"]), (tp, tq), params["Ho"],
+                                              params["Wo"], params["Po"], params["Qo"])
+    got = set(points(footprint(b, t.slices, "I")))
+    assert got == want
+    assert card(t.slices["relu"]) == n_conv
+    assert card(footprint(b, t.slices, "I")) == len(want)
+
+
+@given(H=st.integers(4, 24), W=st.integers(4, 24), tp=st.integers(1, 6), tq=st.integers(1, 6))
+def test_maxpool_tile_footprint_is_the_window_union(H, W, tp, tq):
+    r = maxpool(N=1, C=2, H=H, W=W)
+    b = r.bind()
+    t = make_tile(b, {"n": 1, "c": 2, "ph": tp, "pw": tq})
+    o = dict(t.origin)
+    Po, Qo = dict(r.params)["Po"], dict(r.params)["Qo"]
+    p1, q1 = min(o["ph"] + tp, Po), min(o["pw"] + tq, Qo)
+    _eq(footprint(b, t.slices, "X"), f"{{ X[0, c, h, w] : 0 <= c < 2 and {2 * o['ph']} <= h < {2 * p1} and "
+                                     f"{2 * o['pw']} <= w < {2 * q1} }}")
