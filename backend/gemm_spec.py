@@ -1,0 +1,229 @@
+"""The GEMM-family problem one region lowers to: the backend's input (seed 000 §6.8.1, §8, seed 001 §8).
+
+``C[*batch, m, n] = epilogue(sum_k A[*batch, m, k] * B[*batch, k, n])`` with fp16|bf16 inputs, fp32
+accumulation and the epilogue applied to the fp32 accumulator in order. Transposes are absorbed by
+the operand layouts (seed 000 §6.2): A is ``row`` ([M, K], K contiguous) or ``col`` (stored [K, M]);
+B is ``row`` ([K, N], N contiguous) or ``col`` (stored [N, K]). Every operand is packed (its leading
+dimension is its contiguous extent). A batched operand advances by one matrix per batch index; a
+``broadcast`` operand has batch stride 0 (one matrix shared by every batch).
+
+Sizes are ints or symbol names (runtime parameters, bound by ``env`` at launch).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Union
+
+from ..ir.diagnostics import fail
+from ..ir.dtypes import DType, parse_dtype
+
+Size = Union[int, str]
+
+ACTIVATIONS = ("relu", "gelu_tanh", "gelu_erf", "silu", "sigmoid")
+EPILOGUE_KINDS = ("bias", "residual", "scale", "cast") + ACTIVATIONS
+IN_DTYPES = (DType.fp16, DType.bf16)
+OUT_DTYPES = (DType.fp16, DType.bf16, DType.fp32)
+_SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class EpilogueOp:
+    """One op applied to the fp32 accumulator value v at (batch b, row m, column n).
+
+    bias: v + t[n] (axis "n") or v + t[m] (axis "m"); residual: v + t[b, m, n] (same shape as C);
+    scale: v * value; cast: v rounded to dtype (and kept as fp32); activations: v -> f(v).
+    ``dtype`` is the tensor's element type for bias/residual, the target type for cast.
+    """
+    kind: str
+    tensor: str | None = None
+    axis: str = "n"
+    dtype: DType | None = None
+    value: float = 1.0
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {"op": self.kind}
+        if self.tensor is not None:
+            d["tensor"] = self.tensor
+        if self.kind == "bias":
+            d["axis"] = self.axis
+        if self.dtype is not None:
+            d["dtype"] = self.dtype.value
+        if self.kind == "scale":
+            d["value"] = self.value
+        return d
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    name: str
+    m: Size
+    n: Size
+    k: Size
+    batch: tuple[Size, ...] = ()
+    in_dtype: DType = DType.fp16
+    out_dtype: DType = DType.fp16
+    a_layout: str = "row"
+    b_layout: str = "row"
+    a_broadcast: bool = False
+    b_broadcast: bool = False
+    epilogue: tuple[EpilogueOp, ...] = ()
+    a: str = "A"
+    b: str = "B"
+    c: str = "C"
+    acc_dtype: DType = field(default=DType.fp32)
+
+    def __post_init__(self):
+        validate(self)
+
+    # ---- sizes ---------------------------------------------------------------------------------
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for d in (*self.batch, self.m, self.n, self.k):
+            if isinstance(d, str) and d not in seen:
+                seen.append(d)
+        return tuple(seen)
+
+    @property
+    def is_static(self) -> bool:
+        return not self.symbols
+
+    def sizes(self, env: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Concrete {batch, m, n, k} (batch = product of the batch dims) under env."""
+        env = env or {}
+
+        def get(d: Size, what: str) -> int:
+            if isinstance(d, int):
+                return d
+            if d not in env:
+                fail("UnboundSymbol", f"gemm {self.name!r}", f"{what} is the symbol {d!r}, which has no value")
+            v = env[d]
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                fail("UnaddressableShape", f"gemm {self.name!r}", f"symbol {d!r} = {v!r}; sizes are positive ints")
+            return v
+
+        return {"batch": math.prod(get(d, "a batch dim") for d in self.batch),
+                "m": get(self.m, "M"), "n": get(self.n, "N"), "k": get(self.k, "K")}
+
+    def shapes(self, env: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
+        """The shape of every tensor the kernel reads or writes, by tensor name."""
+        s = self.sizes(env)
+        env = env or {}
+        bdims = tuple(d if isinstance(d, int) else env[d] for d in self.batch)
+        m, n, k = s["m"], s["n"], s["k"]
+        out = {self.a: (() if self.a_broadcast else bdims) + ((m, k) if self.a_layout == "row" else (k, m)),
+               self.b: (() if self.b_broadcast else bdims) + ((k, n) if self.b_layout == "row" else (n, k)),
+               self.c: bdims + (m, n)}
+        for op in self.epilogue:
+            if op.kind == "bias":
+                out[op.tensor] = (n,) if op.axis == "n" else (m,)
+            elif op.kind == "residual":
+                out[op.tensor] = bdims + (m, n)
+        return out
+
+    def dtypes(self) -> dict[str, DType]:
+        out = {self.a: self.in_dtype, self.b: self.in_dtype, self.c: self.out_dtype}
+        for op in self.epilogue:
+            if op.tensor is not None:
+                out[op.tensor] = op.dtype
+        return out
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Tensor names the kernel reads, in kernel-parameter order."""
+        return (self.a, self.b) + tuple(op.tensor for op in self.epilogue if op.tensor is not None)
+
+    def flops(self, env: Mapping[str, int] | None = None) -> int:
+        s = self.sizes(env)
+        return 2 * s["batch"] * s["m"] * s["n"] * s["k"]
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "m": self.m, "n": self.n, "k": self.k, "batch": list(self.batch),
+                "in_dtype": self.in_dtype.value, "acc_dtype": self.acc_dtype.value, "out_dtype": self.out_dtype.value,
+                "a_layout": self.a_layout, "b_layout": self.b_layout,
+                "a_broadcast": self.a_broadcast, "b_broadcast": self.b_broadcast,
+                "epilogue": [op.to_json() for op in self.epilogue], "a": self.a, "b": self.b, "c": self.c}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> "GemmSpec":
+        at = f"gemm {d.get('name', '?')!r}" if isinstance(d, Mapping) else "gemm"
+        if not isinstance(d, Mapping):
+            fail("MalformedStructure", at, "a GEMM spec is a JSON object")
+        try:
+            ops = tuple(EpilogueOp(kind=o["op"], tensor=o.get("tensor"), axis=o.get("axis", "n"),
+                                   dtype=_dtype(o.get("dtype"), at) if o.get("dtype") is not None else None,
+                                   value=float(o.get("value", 1.0)))
+                        for o in d.get("epilogue", ()))
+            return GemmSpec(name=d["name"], m=d["m"], n=d["n"], k=d["k"], batch=tuple(d.get("batch", ())),
+                            in_dtype=_dtype(d.get("in_dtype", "fp16"), at), out_dtype=_dtype(d.get("out_dtype", "fp16"), at),
+                            a_layout=d.get("a_layout", "row"), b_layout=d.get("b_layout", "row"),
+                            a_broadcast=bool(d.get("a_broadcast", False)), b_broadcast=bool(d.get("b_broadcast", False)),
+                            epilogue=ops, a=d.get("a", "A"), b=d.get("b", "B"), c=d.get("c", "C"))
+        except (KeyError, TypeError, ValueError) as e:
+            fail("MalformedStructure", at, f"GEMM spec field missing or malformed: {e}")
+
+
+def _dtype(x: Any, at: str) -> DType:
+    dt = parse_dtype(x)
+    if dt is None:
+        fail("UnknownDtype", at, f"unknown dtype {x!r}")
+    return dt
+
+
+def _check_size(d: Any, what: str, at: str) -> None:
+    if isinstance(d, bool) or not isinstance(d, (int, str)):
+        fail("InvalidAttribute", at, f"{what} must be a positive int or a symbol name, got {d!r}")
+    if isinstance(d, int) and d < 1:
+        fail("UnaddressableShape", at, f"{what} = {d}; sizes must be positive")
+    if isinstance(d, str) and not _SYMBOL.match(d):
+        fail("InvalidAttribute", at, f"{what} = {d!r} is not a symbol name (letters, digits, _)")
+
+
+def validate(s: GemmSpec) -> None:
+    at = f"gemm {s.name!r}"
+    if not isinstance(s.name, str) or not s.name:
+        fail("InvalidAttribute", "gemm", "a GEMM needs a non-empty name")
+    for d, what in ((s.m, "M"), (s.n, "N"), (s.k, "K")):
+        _check_size(d, what, at)
+    if not isinstance(s.batch, tuple):
+        fail("InvalidAttribute", at, "batch is a tuple of sizes")
+    for i, d in enumerate(s.batch):
+        _check_size(d, f"batch dim {i}", at)
+    if s.in_dtype not in IN_DTYPES:
+        fail("DtypeMismatch", at, f"inputs must be fp16 or bf16, got {s.in_dtype.value}",
+             "Cast the operands to fp16 or bf16 before the contraction.")
+    if s.out_dtype not in OUT_DTYPES:
+        fail("DtypeMismatch", at, f"the output must be fp16, bf16 or fp32, got {s.out_dtype.value}")
+    if s.acc_dtype != DType.fp32:
+        fail("DtypeMismatch", at, "accumulation is fp32", "Give the REDUCE \"dtype\": \"fp32\".")
+    for lay, what in ((s.a_layout, "a_layout"), (s.b_layout, "b_layout")):
+        if lay not in ("row", "col"):
+            fail("InvalidAttribute", at, f"{what} = {lay!r}; use \"row\" or \"col\"")
+    if (s.a_broadcast or s.b_broadcast) and not s.batch:
+        fail("InvalidAttribute", at, "a broadcast operand needs batch dims")
+    names = [s.a, s.b, s.c]
+    for op in s.epilogue:
+        if not isinstance(op, EpilogueOp) or op.kind not in EPILOGUE_KINDS:
+            fail("InvalidAttribute", at, f"unknown epilogue op {getattr(op, 'kind', op)!r}; ops: {', '.join(EPILOGUE_KINDS)}")
+        if op.kind in ("bias", "residual"):
+            if not isinstance(op.tensor, str) or not op.tensor:
+                fail("InvalidAttribute", at, f"epilogue {op.kind} needs a tensor name")
+            if op.dtype not in OUT_DTYPES:
+                fail("DtypeMismatch", at, f"epilogue {op.kind} tensor {op.tensor!r} must be fp16, bf16 or fp32")
+            names.append(op.tensor)
+        elif op.tensor is not None:
+            fail("InvalidAttribute", at, f"epilogue {op.kind} takes no tensor")
+        if op.kind == "bias" and op.axis not in ("m", "n"):
+            fail("InvalidAttribute", at, f"bias axis {op.axis!r}; use \"n\" (per column) or \"m\" (per row)")
+        if op.kind == "cast" and op.dtype not in OUT_DTYPES:
+            fail("InvalidAttribute", at, "cast needs a float dtype (fp16, bf16, fp32)")
+        if op.kind == "scale" and not math.isfinite(op.value):
+            fail("InvalidAttribute", at, f"scale {op.value!r} is not finite")
+    for nm in names:
+        if not isinstance(nm, str) or not nm:
+            fail("InvalidAttribute", at, "tensor names are non-empty strings")
+    dup = sorted({x for x in names if names.count(x) > 1})
+    if dup:
+        fail("DuplicateDefinition", at, f"tensor name(s) {', '.join(map(repr, dup))} used twice")

@@ -1,0 +1,482 @@
+// polysat's one MMA skeleton (seed 000 §9, seed 001 §6-§8), hand-written; the jinja2 template only
+// fills in the parameters and the epilogue op list.
+//
+//   sm80: cp.async -> commit/wait -> ldmatrix -> mma.sync -> epilogue on acc -> st.global.v2
+//   sm90: TMA -> mbarrier ring (producer warpgroup / consumer warpgroups) -> wgmma -> epilogue -> st.global.v2
+//
+// Conventions: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n], fp32 accumulation, then the epilogue.
+// Operand X (A or B) is "K-major" when K is its contiguous axis (A row-major [M,K], B col-major [N,K])
+// and "MN-major" otherwise (A col-major [K,M], B row-major [K,N]). All tails (M, N, K) are predicated:
+// out-of-range loads read zero, out-of-range stores are skipped.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#if defined(__CUDACC_RTC__)
+struct alignas(64) CUtensorMap_st { unsigned long long opaque[16]; };  // same size/alignment as cuda.h's
+typedef CUtensorMap_st CUtensorMap;
+#else
+#include <cuda.h>
+#endif
+namespace polysat {
+using u32 = unsigned int;        // no <cstdint>: NVRTC compiles this header without the C++ library
+using u64 = unsigned long long;
+}  // namespace polysat
+#include "polysat_wgmma.cuh"
+
+namespace polysat {
+
+template <class A, class B> struct same_type { static constexpr bool value = false; };
+template <class A> struct same_type<A, A> { static constexpr bool value = true; };
+
+// ---------------------------------------------------------------------------------------------
+// scalar helpers: every epilogue op works on fp32 values (seed 001 §8: the acc stays fp32)
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// round through a narrower type and back (the `cast` epilogue op)
+template <class T> __device__ __forceinline__ float round_to(float x) { return to_f32(from_f32<T>(x)); }
+
+__device__ __forceinline__ float act_relu(float x) { return fmaxf(x, 0.0f); }
+__device__ __forceinline__ float act_sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
+__device__ __forceinline__ float act_silu(float x) { return x / (1.0f + __expf(-x)); }
+__device__ __forceinline__ float act_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float act_gelu_tanh(float x) {
+  const float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+
+// a pair of adjacent outputs (n, n+1) of row m, stored as one vector when both are in range and aligned
+template <class OutT> struct Pair;
+template <> struct Pair<float> { using V = float2; static __device__ __forceinline__ V make(float a, float b) { return make_float2(a, b); } };
+template <> struct Pair<__half> { using V = __half2; static __device__ __forceinline__ V make(float a, float b) { return __floats2half2_rn(a, b); } };
+template <> struct Pair<__nv_bfloat16> { using V = __nv_bfloat162; static __device__ __forceinline__ V make(float a, float b) { return __floats2bfloat162_rn(a, b); } };
+
+// Epi (generated) provides: OutT, `float apply(float v, int b, int m, int n) const` and the output
+// pointer `C` with its sizes; store_pair applies the epilogue to two accumulators and stores them.
+template <class Epi>
+__device__ __forceinline__ void store_pair(const Epi& e, int b, int m, int n, float v0, float v1) {
+  using OutT = typename Epi::OutT;
+  if (m >= e.M || n >= e.N) return;
+  v0 = e.apply(v0, b, m, n);
+  OutT* row = e.C + (long long)b * e.M * e.N + (long long)m * e.N;
+  if (n + 1 < e.N) {
+    v1 = e.apply(v1, b, m, n + 1);
+    if ((e.N & 1) == 0) {  // n is even, so the pair is aligned exactly when N is
+      *reinterpret_cast<typename Pair<OutT>::V*>(row + n) = Pair<OutT>::make(v0, v1);
+    } else {
+      row[n] = from_f32<OutT>(v0);
+      row[n + 1] = from_f32<OutT>(v1);
+    }
+  } else {
+    row[n] = from_f32<OutT>(v0);
+  }
+}
+
+__device__ __forceinline__ u32 smem_u32(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
+
+// =============================================================================================
+// SM80: cp.async multistage pipeline + ldmatrix + mma.sync.m16n8k16
+// =============================================================================================
+
+// ---- index helpers: __host__ too, so tests/test_backend_emulate.py runs them against a CPU model ----
+#define POLYSAT_HD __host__ __device__ __forceinline__
+
+// XOR swizzle of 16-byte chunks inside a [ROWS][COLS] tile (COLS contiguous, in elements of 2 bytes):
+// the 8 rows one ldmatrix phase reads land in 8 distinct bank groups.
+template <int COLS>
+POLYSAT_HD int swz_offset(int row, int col) {
+  constexpr int CPR = COLS / 8;  // 16-byte chunks per row
+  const int chunk = col >> 3;
+  int x;
+  if constexpr (CPR >= 8) x = row & 7;
+  else if constexpr (CPR == 4) x = (row >> 1) & 3;
+  else if constexpr (CPR == 2) x = (row >> 2) & 1;
+  else x = 0;
+  return row * COLS + ((chunk ^ x) << 3) + (col & 7);
+}
+
+// copy number idx of a [ROWS][COLS] tile moves VEC elements starting at (r, c)
+template <int COLS, int VEC>
+POLYSAT_HD void copy_coord(int idx, int& r, int& c) {
+  constexpr int PER_ROW = COLS / VEC;
+  r = idx / PER_ROW;
+  c = (idx % PER_ROW) * VEC;
+}
+
+// the smem (row, col) whose 16 bytes lane provides to ldmatrix.x4 for the four 8x8 blocks at (mn0, k0):
+// block j = lane/8 is (mn0 + 8*(j&1), k0 + 8*(j>>1)); K-major tiles are [MN][K], MN-major [K][MN]
+template <bool KMAJOR>
+POLYSAT_HD void frag_coord(int lane, int mn0, int k0, int& row, int& col) {
+  const int j = lane >> 3, q = lane & 7;
+  if constexpr (KMAJOR) { row = mn0 + ((j & 1) << 3) + q; col = k0 + ((j >> 1) << 3); }
+  else                  { row = k0 + ((j >> 1) << 3) + q; col = mn0 + ((j & 1) << 3); }
+}
+
+// where operand X's CTA tile starts in global memory, as a [rows][cols] tile with cols contiguous:
+// K-major X is [MN][K] (leading dimension K), MN-major X is [K][MN] (leading dimension MN)
+template <bool KMAJOR>
+POLYSAT_HD void tile_origin(int mn0, int k0, int MN, int K, long long& ld, int& row0, int& col0, int& row_lim,
+                            int& col_lim) {
+  if constexpr (KMAJOR) { ld = K; row0 = mn0; col0 = k0; row_lim = MN; col_lim = K; }
+  else                  { ld = MN; row0 = k0; col0 = mn0; row_lim = K; col_lim = MN; }
+}
+
+// B fragment of n8-tile j from the ldmatrix.x4 registers of the n16 pair j/2
+template <class R>
+POLYSAT_HD void b_pick(int j, const R* q, R& b0, R& b1) {
+  b0 = (j & 1) ? q[1] : q[0];
+  b1 = (j & 1) ? q[3] : q[2];
+}
+
+// (m, n) in the CTA tile of accumulators c0/c1 of fragment (i, j); c2/c3 are at row m + 8
+template <int WTM, int WTN>
+POLYSAT_HD void acc_coord(int warp_m, int warp_n, int i, int j, int lane, int& m, int& n) {
+  m = warp_m * WTM + i * 16 + (lane >> 2);
+  n = warp_n * WTN + j * 8 + 2 * (lane & 3);
+}
+
+template <int BYTES>
+__device__ __forceinline__ void cp_async(u32 dst, const void* src, bool pred) {
+  const int n = pred ? BYTES : 0;  // src-size 0: nothing is read, the destination is zero-filled
+  if constexpr (BYTES == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(BYTES), "r"(n));
+  }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Copy a [ROWS][COLS] tile whose COLS axis is contiguous in global memory (leading dimension ld),
+// starting at (row0, col0); rows >= row_lim and cols >= col_lim read zero. VEC elements per copy
+// (VEC | ld is guaranteed by the host); VEC == 1 uses plain loads and shared stores.
+template <class T, int ROWS, int COLS, int VEC, int THREADS>
+__device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ g, long long ld, int row0, int col0,
+                                          int row_lim, int col_lim, int tid) {
+  constexpr int TOTAL = ROWS * (COLS / VEC);
+  static_assert(TOTAL % THREADS == 0, "tile copies must divide evenly among the threads");
+#pragma unroll
+  for (int i = 0; i < TOTAL / THREADS; ++i) {
+    int r, c;
+    copy_coord<COLS, VEC>(tid + i * THREADS, r, c);
+    const int gr = row0 + r, gc = col0 + c;
+    const bool ok = gr < row_lim && gc < col_lim;
+    const T* src = ok ? g + (long long)gr * ld + gc : g;
+    T* dst = tile + swz_offset<COLS>(r, c);
+    if constexpr (VEC > 1) {
+      cp_async<VEC * 2>(smem_u32(dst), src, ok);
+    } else {
+      *dst = ok ? *src : from_f32<T>(0.0f);
+    }
+  }
+}
+
+template <bool TRANS>
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+  if constexpr (TRANS) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+  }
+}
+
+// Four 8x8 blocks of operand X at (mn0, k0): r[0] = (mn0, k0), r[1] = (mn0+8, k0), r[2] = (mn0, k0+8),
+// r[3] = (mn0+8, k0+8); each thread gets (mn = lane/4, k = 2*(lane%4) .. +1) of every block, which is
+// the mma.sync A fragment order and, pairwise, the B fragment order. K-major tiles ([MN][K]) are read
+// as stored; MN-major tiles ([K][MN]) through ldmatrix.trans.
+template <class T, bool KMAJOR, int TILE_COLS>
+__device__ __forceinline__ void load_frag(u32 (&r)[4], const T* tile, int mn0, int k0, int lane) {
+  int row, col;
+  frag_coord<KMAJOR>(lane, mn0, k0, row, col);
+  ldmatrix_x4<!KMAJOR>(r, smem_u32(tile + swz_offset<TILE_COLS>(row, col)));
+}
+
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  if constexpr (same_type<T, __half>::value) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// One CTA computes the BM x BN tile (tile_m, tile_n) of batch b. Warps form a WM x WN grid; each warp
+// owns a (BM/WM) x (BN/WN) warp tile of m16n8 accumulators. smem holds STAGES ring slots of A and B.
+template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool A_KMAJOR, bool B_KMAJOR,
+          int VEC_A, int VEC_B, class Epi>
+__device__ __forceinline__ void gemm_sm80(const T* __restrict__ A, const T* __restrict__ B, const Epi& epi,
+                                          int M, int N, int K, long long a_bstride, long long b_bstride,
+                                          unsigned char* smem) {
+  constexpr int THREADS = WM * WN * 32;
+  constexpr int WTM = BM / WM, WTN = BN / WN;
+  constexpr int MI = WTM / 16, NI = WTN / 8;
+  static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 16 == 0, "warp tile must be whole m16n16k16 steps");
+  // tile shapes as stored: [rows][cols], cols contiguous in global memory
+  constexpr int A_ROWS = A_KMAJOR ? BM : BK, A_COLS = A_KMAJOR ? BK : BM;
+  constexpr int B_ROWS = B_KMAJOR ? BN : BK, B_COLS = B_KMAJOR ? BK : BN;
+  constexpr int A_ELEMS = BM * BK, B_ELEMS = BN * BK;
+
+  T* sA = reinterpret_cast<T*>(smem);
+  T* sB = sA + STAGES * A_ELEMS;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp / WN, warp_n = warp % WN;
+  const int b = blockIdx.z;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const T* gA = A + (long long)b * a_bstride;
+  const T* gB = B + (long long)b * b_bstride;
+
+  auto load_stage = [&](int slot, int kt) {
+    long long ld;
+    int r0, c0, rl, cl;
+    tile_origin<A_KMAJOR>(m0, kt * BK, M, K, ld, r0, c0, rl, cl);
+    load_tile<T, A_ROWS, A_COLS, VEC_A, THREADS>(sA + slot * A_ELEMS, gA, ld, r0, c0, rl, cl, tid);
+    tile_origin<B_KMAJOR>(n0, kt * BK, N, K, ld, r0, c0, rl, cl);
+    load_tile<T, B_ROWS, B_COLS, VEC_B, THREADS>(sB + slot * B_ELEMS, gB, ld, r0, c0, rl, cl, tid);
+  };
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+
+  const int KT = (K + BK - 1) / BK;
+  // prologue: STAGES-1 tiles in flight (TokLoad s for s < STAGES-1); empty groups keep the count uniform
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < KT) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<STAGES - 2>();  // Wait(TokLoad kt)
+    __syncthreads();              // ... for every thread's copies; slot (kt-1)%STAGES is free again
+    const int pre = kt + STAGES - 1;
+    if (pre < KT) load_stage(pre % STAGES, pre);  // TokLoad pre, overlapping the MMAs below
+    cp_async_commit();
+    const T* tA = sA + (kt % STAGES) * A_ELEMS;
+    const T* tB = sB + (kt % STAGES) * B_ELEMS;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      u32 af[MI][4], bf[NI / 2][4];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) load_frag<T, A_KMAJOR, A_COLS>(af[i], tA, warp_m * WTM + i * 16, kk, lane);
+#pragma unroll
+      for (int j = 0; j < NI / 2; ++j) load_frag<T, B_KMAJOR, B_COLS>(bf[j], tB, warp_n * WTN + j * 16, kk, lane);
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+          u32 b0, b1;
+          b_pick(j, bf[j >> 1], b0, b1);
+          mma_16816<T>(acc[i][j], af[i], b0, b1);
+        }
+    }
+  }
+  cp_async_wait<0>();
+
+  // epilogue on the accumulators (TokCompute -> TokEpilogue), predicated paired stores
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      int m, n;
+      acc_coord<WTM, WTN>(warp_m, warp_n, i, j, lane, m, n);
+      store_pair(epi, b, m0 + m, n0 + n, acc[i][j][0], acc[i][j][1]);
+      store_pair(epi, b, m0 + m + 8, n0 + n, acc[i][j][2], acc[i][j][3]);
+    }
+}
+
+// =============================================================================================
+// SM90: TMA + mbarrier ring + wgmma, one producer warpgroup and NC consumer warpgroups
+// =============================================================================================
+__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(u64* bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Wait(token): blocks until the phase with the given parity has completed (mbarrier.try_wait.parity)
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+  const u32 addr = smem_u32(bar);
+  u32 done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+  }
+}
+
+// TMA tile loads, completing on an mbarrier with a transaction count (coordinates innermost first)
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* tmap, u64* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(smem_u32(dst)), "l"(tmap), "r"(c0), "r"(c1), "r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* tmap, u64* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+      ::"r"(smem_u32(dst)), "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar)) : "memory");
+}
+template <bool RANK3>
+__device__ __forceinline__ void tma_load(void* dst, const void* tmap, u64* bar, int c0, int c1, int b) {
+  if constexpr (RANK3) tma_load_3d(dst, tmap, bar, c0, c1, b);
+  else tma_load_2d(dst, tmap, bar, c0, c1);
+}
+
+// Shared-memory matrix descriptor (PTX ISA 9.7.15.5.1.2.2), 128-byte swizzle, tile base 1024-aligned.
+__device__ __forceinline__ u64 smem_desc(const void* p, u32 lbo, u32 sbo) {
+  const u32 a = smem_u32(p);
+  return (u64)((a & 0x3FFFF) >> 4) | ((u64)((lbo & 0x3FFFF) >> 4) << 16) |
+         ((u64)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+template <int REGS> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+template <int REGS> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+
+template <class T, int BN, bool A_KMAJOR, bool B_KMAJOR>
+__device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], u64 da, u64 db) {
+  constexpr int TA = A_KMAJOR ? 0 : 1, TB = B_KMAJOR ? 0 : 1;
+  constexpr bool F16 = same_type<T, __half>::value;
+  if constexpr (BN == 64) { if constexpr (F16) wgmma_m64n64k16_f16<TA, TB>(d, da, db); else wgmma_m64n64k16_bf16<TA, TB>(d, da, db); }
+  else if constexpr (BN == 128) { if constexpr (F16) wgmma_m64n128k16_f16<TA, TB>(d, da, db); else wgmma_m64n128k16_bf16<TA, TB>(d, da, db); }
+  else { static_assert(BN == 256, "wgmma N must be 64, 128 or 256"); if constexpr (F16) wgmma_m64n256k16_f16<TA, TB>(d, da, db); else wgmma_m64n256k16_bf16<TA, TB>(d, da, db); }
+}
+
+// Persistent warp-specialized kernel body. Tiles are numbered (m fastest, then n, then batch).
+// Ring slot s: full[s] completes when the TMA bytes landed (TokLoad), empty[s] when every consumer
+// warp finished reading it (its wgmma group completed).
+//
+// LA / LB describe each operand's smem tile (backend/layouts.py decides them; the host encodes the
+// tensor maps from the same boxes): bytes, boxes, box_stride, lbo, sbo, kstep, mn64. Each stage holds
+// the A tile then the B tile, both 1024-byte aligned (the 128-byte swizzle pattern repeats there).
+//   K-major X: one TMA box {64 K, rows}, coordinates (k0, mn0).
+//   MN-major X: `boxes` boxes {64 MN, 64 K}, coordinates (mn0 + 64 j, k0).
+template <class T, int BM, int BN, int STAGES, int NC, bool A_KMAJOR, bool B_KMAJOR, bool A_RANK3, bool B_RANK3,
+          class LA, class LB, class Epi>
+__device__ __forceinline__ void gemm_sm90(const void* tmA, const void* tmB, const Epi& epi, int M, int N, int K,
+                                          int batch, unsigned char* smem_raw) {
+  constexpr int BK = 64;
+  static_assert(BM == 64 * NC, "each consumer warpgroup owns 64 rows");
+  constexpr int STAGE_BYTES = LA::bytes + LB::bytes;
+  static_assert(LA::bytes % 1024 == 0 && LB::bytes % 1024 == 0, "tiles must keep the 1024-byte swizzle alignment");
+
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+  u64* full = reinterpret_cast<u64*>(smem + STAGES * STAGE_BYTES);
+  u64* empty = full + STAGES;
+
+  const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], NC * 4);  // one arrive per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n * batch;
+  const int KT = (K + BK - 1) / BK;
+
+  if (wg == 0) {
+    // ---------------- producer warpgroup: one thread issues every TMA load ----------------
+    if constexpr (NC >= 2) setmaxnreg_dec<40>();
+    if (tid == 0) {
+      int it = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int tm = tile % tiles_m, tn = (tile / tiles_m) % tiles_n, b = tile / (tiles_m * tiles_n);
+        const int m0 = tm * BM, n0 = tn * BN;
+        for (int kt = 0; kt < KT; ++kt, ++it) {
+          const int s = it % STAGES;
+          if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);  // slot released
+          mbar_expect_tx(&full[s], STAGE_BYTES);
+          unsigned char* sa = smem + s * STAGE_BYTES;
+          unsigned char* sb = sa + LA::bytes;
+          const int k0 = kt * BK;
+#pragma unroll
+          for (int j = 0; j < LA::boxes; ++j) {
+            if constexpr (A_KMAJOR) tma_load<A_RANK3>(sa, tmA, &full[s], k0, m0, b);
+            else tma_load<A_RANK3>(sa + j * LA::box_stride, tmA, &full[s], m0 + 64 * j, k0, b);
+          }
+#pragma unroll
+          for (int j = 0; j < LB::boxes; ++j) {
+            if constexpr (B_KMAJOR) tma_load<B_RANK3>(sb, tmB, &full[s], k0, n0, b);
+            else tma_load<B_RANK3>(sb + j * LB::box_stride, tmB, &full[s], n0 + 64 * j, k0, b);
+          }
+        }
+      }
+    }
+  } else {
+    // ---------------- consumer warpgroups: wgmma on the ring, epilogue on the accumulators ----------------
+    if constexpr (NC >= 2) setmaxnreg_inc<232>();
+    const int c = wg - 1;                 // consumer index: rows 64c .. 64c+63 of the tile
+    const int wq = (tid & 127) >> 5;      // warp inside the warpgroup: rows 16*wq .. +15
+    const int g = lane >> 2, t = lane & 3;
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int tm = tile % tiles_m, tn = (tile / tiles_m) % tiles_n, b = tile / (tiles_m * tiles_n);
+      float d[BN / 2];
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+      for (int kt = 0; kt < KT; ++kt, ++it) {
+        const int s = it % STAGES;
+        mbar_wait(&full[s], (it / STAGES) & 1);  // Wait(TokLoad it)
+        const unsigned char* sa = smem + s * STAGE_BYTES + c * LA::mn64;
+        const unsigned char* sb = smem + s * STAGE_BYTES + LA::bytes;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+          const u64 da = smem_desc(sa + kk * LA::kstep, LA::lbo, LA::sbo);
+          const u64 db = smem_desc(sb + kk * LB::kstep, LB::lbo, LB::sbo);
+          wgmma_tile<T, BN, A_KMAJOR, B_KMAJOR>(d, da, db);
+        }
+        wgmma_commit();  // TokCompute it
+        if (kt > 0) {
+          wgmma_wait<1>();  // group it-1 done: its slot can be refilled
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+        }
+      }
+      wgmma_wait<0>();
+      if (KT > 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+      }
+      // epilogue (the producer is already fetching the next tile's slots: epilogue_overlap)
+      const int mrow = tm * BM + c * 64 + wq * 16 + g;
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i) {
+        const int n = tn * BN + i * 8 + 2 * t;
+        store_pair(epi, b, mrow, n, d[4 * i + 0], d[4 * i + 1]);
+        store_pair(epi, b, mrow + 8, n, d[4 * i + 2], d[4 * i + 3]);
+      }
+    }
+  }
+}
+
+}  // namespace polysat

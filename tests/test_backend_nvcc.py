@@ -1,0 +1,104 @@
+"""Every generated kernel builds with nvcc for sm_80 / sm_90a, spills nothing, and its PTX holds the
+skeleton's instructions (seed 000 §9.1, §13). No GPU needed: ptxas -v and the kept PTX decide.
+
+All builds run once per session in a small thread pool and are cached by source hash
+(POLYSAT_NVCC_CACHE); the fixture prints the nvcc wall time.
+"""
+import time
+
+import pytest
+
+from polysat.backend import compile_gemm
+from polysat.backend.gemm_spec import EpilogueOp, GemmSpec
+from polysat.backend.nvcc import check_many, missing_instructions
+from polysat.backend.search import search
+from polysat.ir.dtypes import DType
+
+F16, BF16, F32 = DType.fp16, DType.bf16, DType.fp32
+EVIL = 'b"); } __global__ void pwn(){ /*'
+
+CASES = {
+    "gemm": GemmSpec("gemm", 1024, 1024, 1024),
+    "gemm_bias_relu": GemmSpec("gemm_bias_relu", 1000, 1000, 1000, epilogue=(EpilogueOp("bias", "bias", dtype=F16), EpilogueOp("relu"))),
+    "batched": GemmSpec("bmm", 384, 256, 320, batch=(4, 2), a_layout="col", b_layout="col", b_broadcast=True, out_dtype=F32),
+    "bf16_symbolic": GemmSpec("bf16_sym", "M", "N", "K", in_dtype=BF16, out_dtype=BF16,
+                              epilogue=(EpilogueOp("bias", "bias_m", "m", BF16), EpilogueOp("silu"))),
+    "mlp_up": GemmSpec("mlp.up", "T", 4096, 1024, in_dtype=BF16, out_dtype=BF16,
+                       epilogue=(EpilogueOp("bias", "b1", dtype=F32), EpilogueOp("gelu_tanh"))),
+    "mlp_down": GemmSpec("mlp.down", "T", 1024, 4096, in_dtype=BF16, out_dtype=BF16, b_layout="col",
+                         epilogue=(EpilogueOp("bias", "b2", dtype=F32), EpilogueOp("residual", "x", dtype=BF16))),
+    "all_epilogues": GemmSpec(EVIL, 200, 72, 136, out_dtype=F32, epilogue=(
+        EpilogueOp("scale", value=0.125), EpilogueOp("gelu_erf"), EpilogueOp("sigmoid"), EpilogueOp("cast", dtype=BF16),
+        EpilogueOp("residual", EVIL + "r", dtype=F16), EpilogueOp("bias", "bb", dtype=F16))),
+    "odd_tails": GemmSpec("odd", 77, 93, 101, a_layout="col"),  # no dim aligned: the sm80 tail branch
+    "vec2_vec4": GemmSpec("vec24", 96, 100, 98, out_dtype=F32),  # 4- and 8-byte cp.async (K % 2, N % 4)
+    "skinny": GemmSpec("skinny", 48, 4096, 1024, a_layout="col"),  # one consumer warpgroup (BM = 64)
+}
+
+
+def _kernels():
+    """(label, kernel, archs): each case's best sm90 plan (built for sm_90a) and best sm80 plan (built for
+    sm_80; for two cases also for sm_90a, where the sm80 skeleton is Hopper's tail branch)."""
+    out = []
+    for name, spec in CASES.items():
+        p90 = search(spec, "sm90").best
+        p80 = search(spec, "sm80").best
+        if p90.skeleton == "sm90":
+            out.append((f"{name}/sm90", compile_gemm(spec, plan=p90), ("sm90",)))
+        else:
+            out.append((f"{name}/sm80@sm90", compile_gemm(spec, plan=p90), ("sm90",)))
+        out.append((f"{name}/sm80", compile_gemm(spec, plan=p80), ("sm80", "sm90") if name == "gemm" else ("sm80",)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def builds():
+    kernels = _kernels()
+    jobs, index = [], []
+    for label, ks, archs in kernels:
+        for arch in archs:
+            jobs.append((ks.source, arch))
+            index.append((label, ks, arch))
+    t0 = time.perf_counter()
+    reports = check_many(jobs, workers=2)
+    wall = time.perf_counter() - t0
+    fresh = [r for r in reports if not r.cached]
+    print(f"\nnvcc: {len(jobs)} builds ({len(fresh)} uncached, {sum(r.seconds for r in fresh):.1f}s of nvcc) in {wall:.1f}s wall")
+    return [(label, ks, arch, rep) for (label, ks, arch), rep in zip(index, reports, strict=True)]
+
+
+def test_every_kernel_builds_without_spills(builds):
+    assert len(builds) >= 2 * len(CASES)
+    for label, ks, arch, rep in builds:
+        assert rep.ok, f"{label} for {arch}:\n{rep.log[-3000:]}"
+        assert rep.spills == 0 and rep.stack_frame == 0, f"{label} for {arch} spills:\n{rep.log}"
+        assert rep.registers <= 255
+
+
+def test_ptx_holds_the_skeleton_instructions(builds):
+    for label, ks, arch, rep in builds:
+        assert missing_instructions(rep, ks.skeleton) == [], (label, arch, rep.ptx_counts)
+        if ks.skeleton == "sm90":
+            bn = ks.plan.tile[1]
+            assert rep.count("wgmma.mma_async") >= 4, label  # BK/16 k-steps, unrolled
+            assert rep.count("setmaxnreg") == (2 if ks.plan.warps[0] >= 2 else 0), label
+            assert f"m64n{bn}k16" in ks.source
+            assert "C7510" not in rep.log and "C7508" not in rep.log, rep.log  # wgmma serialized / setmaxnreg ignored
+        else:
+            assert rep.count("mma.sync") > 0 and rep.count("ldmatrix") > 0
+
+
+def test_both_skeletons_are_covered(builds):
+    skel = {(ks.skeleton, arch) for _, ks, arch, _ in builds}
+    assert skel == {("sm80", "sm80"), ("sm80", "sm90"), ("sm90", "sm90")}
+    tails = [ks for label, ks, _, _ in builds if label.startswith("odd_tails")]
+    assert tails and all(ks.skeleton == "sm80" and ks.plan.vec_a < 8 for ks in tails)
+    vecs = {(ks.plan.vec_a, ks.plan.vec_b) for label, ks, _, _ in builds if ks.skeleton == "sm80"}
+    assert {(8, 8), (2, 4), (1, 1)} <= vecs
+
+
+def test_user_names_never_reach_the_code(builds):
+    for label, ks, _, _ in builds:
+        if label.startswith("all_epilogues"):
+            assert EVIL not in ks.source and "pwn" not in ks.source.replace("pwn_", "")
+            assert "__global__ void pwn" not in ks.source
