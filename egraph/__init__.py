@@ -1,0 +1,19 @@
+"""The e-graph stage (seed 000 §3.3, §6; seed 001 §3): Tiny IR and RB-SSA terms in egglog, rewrite
+rules kept as files in ``rules/``, bounded saturation, extraction with named cost models, and the
+rule soundness checker.
+
+    st, report = saturate(program, rules_dirs=None, limits=None)
+    program2, partition, cost = extract(st, cost="size")
+    list_rules(dirs) ; check_rules(dirs, cases) ; format_report(report)
+"""
+from .api import Extraction, extract, extract_full
+from .cost import REGISTRY as COST_MODELS, CostModel, Region, register as register_cost
+from .knobs import Limits, limits
+from .partition import Kernel, Partition
+from .rulefiles import list_rules
+from .saturate import Phase, RunReport, StopReason, format_report, saturate
+from .soundness import CheckReport, check_rules
+
+__all__ = ["saturate", "extract", "extract_full", "Extraction", "list_rules", "check_rules", "CheckReport",
+           "format_report", "RunReport", "StopReason", "Phase", "Limits", "limits", "Partition", "Kernel",
+           "CostModel", "Region", "register_cost", "COST_MODELS"]

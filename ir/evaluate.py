@@ -166,7 +166,9 @@ def _view(n, xs, env):
         if v.size and (v.min() < 0 or v.max() >= x.shape[k]):
             fail("OutOfBoundsView", n.id, f"index_map[{k}] = {e} reaches [{v.min()}, {v.max()}] outside size {x.shape[k]}")
         idx.append(v)
-    return np.ascontiguousarray(x[tuple(idx)]) if idx else x.reshape(shape)
+    if not idx:  # a rank-0 input viewed at any shape is a broadcast of its one element
+        return np.ascontiguousarray(np.broadcast_to(x, shape))
+    return np.ascontiguousarray(x[tuple(idx)]).reshape(shape)
 
 
 # ---- elementwise ----------------------------------------------------------------------------------

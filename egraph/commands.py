@@ -1,0 +1,23 @@
+"""``polysat rules [--check] [--rules DIR] [--cases N] [--json]`` as one function the CLI calls."""
+from __future__ import annotations
+
+import json
+
+from .rulefiles import list_rules
+from .soundness import check_rules
+
+
+def rules_command(check: bool = False, rules_dirs=None, cases: "int | None" = None, as_json: bool = False) -> int:
+    """Print the rule catalogue, or check every rule's soundness; the exit status (1: unsound or broken)."""
+    if not check:
+        rows = list_rules(rules_dirs)
+        if as_json:
+            print(json.dumps([{"file": f, "name": n, "ruleset": r, "law": law} for f, n, r, law in rows], indent=1))
+        else:
+            for f, n, r, law in rows:
+                print(f"{n:<36} {r:<12} {law}")
+            print(f"{len(rows)} rule(s)")
+        return 0
+    rep = check_rules(rules_dirs, cases)
+    print(json.dumps(rep.to_json(), indent=1) if as_json else rep.format())
+    return 0 if rep.ok else 1

@@ -1,0 +1,75 @@
+"""The exported e-graph: e-classes and e-nodes decoded from egglog's frozen tables (probe §4b).
+
+Extraction, cost models and the soundness checker read this view instead of calling back into
+egglog: ``freeze()`` copies the tables in milliseconds and every e-node is decoded once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .schema import CHILDREN, MEMORY
+from .state import EGraphState
+
+
+@dataclass(frozen=True)
+class ENode:
+    op: str  # egglog constructor name
+    args: tuple  # the string attributes, in constructor order
+    children: tuple  # e-class ids of the Term arguments, in order
+    eclass: int
+    order: int  # position in the export (stable tie-break: loaded terms come first)
+
+    @property
+    def is_memory(self) -> bool:
+        return self.op in MEMORY
+
+
+@dataclass
+class EGraphView:
+    classes: dict  # class id -> [ENode]
+    shape: dict  # class id -> shape string
+    dtype: dict  # class id -> dtype string
+    by_index: dict  # N index -> class id
+    nodes: int
+
+    def parents(self) -> dict:
+        out: dict = {c: [] for c in self.classes}
+        for ns in self.classes.values():
+            for n in ns:
+                for ch in set(n.children):
+                    out.setdefault(ch, []).append(n)
+        return out
+
+
+def export(st: EGraphState) -> EGraphView:
+    g = st.eg._egraph  # noqa: SLF001
+    fz = g.freeze()
+    ids: dict = {}
+
+    def cid(v) -> int:
+        return ids.setdefault(v, len(ids))
+
+    classes: dict = {}
+    order = 0
+    for name, kids in CHILDREN.items():
+        f = fz.functions.get(name)
+        if f is None:
+            continue
+        for row in f.rows:
+            if getattr(row, "subsumed", False):
+                continue
+            args, ch = [], []
+            for k, v in enumerate(row.inputs):
+                if k in kids:
+                    ch.append(cid(v))
+                else:
+                    args.append(g.value_to_string(v))
+            c = cid(row.output)
+            classes.setdefault(c, []).append(ENode(name, tuple(args), tuple(ch), c, order))
+            order += 1
+    by_index = {g.value_to_i64(r.inputs[0]): cid(r.output) for r in fz.functions["N"].rows}
+    shape = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz.functions["has-shape"].rows}
+    dtype = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz.functions["has-dtype"].rows}
+    for c in list(ids.values()):
+        classes.setdefault(c, [])
+    return EGraphView(classes, shape, dtype, by_index, order)

@@ -1,0 +1,315 @@
+"""Index arithmetic for rule files: pure functions of attribute strings, called from ``.egg`` rules.
+
+Rules match structure natively; whatever needs arithmetic on shapes and AxisMaps (seed 000 §4.2,
+§6.5: compose a view into a Read's map, fold a pad into a Select guard, renumber reduce axes) calls
+one of these through egglog's PyObject primitives, e.g.
+``(py-to-string (py-call $fold-map (py-from-string "permute") (py-from-string s) ...))``.
+Each helper returns the encoded result, or ``""`` when the rewrite does not apply (a symbolic
+reshape that is not affine, say); rules guard with ``(!= r "")``. Helpers never raise: an exception
+inside egglog would poison the e-graph, so any error also reads as "does not apply".
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+from ..ir.expr import Expr
+from ..ir.shapes import dim, numel
+from . import encode as E
+
+HELPERS: dict[str, Callable[..., str]] = {}
+
+
+def helper(name: str):
+    def deco(fn):
+        @functools.wraps(fn)
+        def safe(*args):
+            try:
+                args = tuple(a.decode() if isinstance(a, bytes) else a for a in args)
+                out = fn(*args)
+                return "" if out is None else out
+            except Exception:  # noqa: BLE001 — "does not apply"; see the module docstring
+                return ""
+        HELPERS[name] = safe
+        return safe
+    return deco
+
+
+def _var(k: int) -> Expr:
+    return Expr.var(f"i{k}")
+
+
+# ---- the view map of each movement op: output index -> input index ------------------------------
+
+@functools.lru_cache(maxsize=4096)
+def view(kind: str, in_shape: str, a: str, b: str) -> "tuple | None":
+    """(output shape, f) with f[k] the input index along input axis k, or None if not affine."""
+    s = E.parse_shape(in_shape)
+    if kind == "reshape":
+        out = E.parse_shape(a)
+        return out, _reshape_map(s, out)
+    if kind in ("permute", "transpose"):
+        p = E.parse_ints(a)
+        if sorted(p) != list(range(len(s))):
+            return None
+        inv = {pk: j for j, pk in enumerate(p)}
+        return tuple(s[pk] for pk in p), tuple(_var(inv[k]) for k in range(len(s)))
+    if kind == "expand":
+        out = E.parse_shape(a)
+        if len(out) != len(s):
+            return None
+        return out, tuple(Expr.const(0) if d == 1 and o != 1 else _var(k) for k, (d, o) in enumerate(zip(s, out)))
+    if kind == "broadcast":
+        out, dims = E.parse_shape(a), E.parse_ints(b)
+        if len(dims) != len(s) or any(not 0 <= d < len(out) for d in dims):
+            return None
+        f = []
+        for k, (d, j) in enumerate(zip(s, dims)):
+            if d == out[j]:
+                f.append(_var(j))
+            elif d == 1:
+                f.append(Expr.const(0))
+            else:
+                return None
+        return out, tuple(f)
+    if kind == "shrink":
+        lo, hi, st = E.parse_shrink(a)
+        out = tuple(dim((Expr.of(h) - l + (t - 1)).floordiv(t)) for l, h, t in zip(lo, hi, st))
+        return out, tuple(Expr.of(l) + _var(k) * t for k, (l, t) in enumerate(zip(lo, st)))
+    if kind == "flip":
+        axes = set(E.parse_ints(a))
+        return s, tuple(Expr.of(d) - 1 - _var(k) if k in axes else _var(k) for k, d in enumerate(s))
+    if kind == "view":
+        return E.parse_shape(a), E.parse_map(b)
+    return None
+
+
+def _reshape_map(s: tuple, out: tuple) -> "tuple | None":
+    """Unit-axis insert/remove (any sizes), or linearize/delinearize (static sizes)."""
+    big_in = [(k, d) for k, d in enumerate(s) if d != 1]
+    big_out = [(j, d) for j, d in enumerate(out) if d != 1]
+    if [d for _, d in big_in] == [d for _, d in big_out]:
+        f = [Expr.const(0)] * len(s)
+        for (k, _), (j, _) in zip(big_in, big_out):
+            f[k] = _var(j)
+        return tuple(f)
+    if not all(isinstance(d, int) for d in s + out) or numel(s) != numel(out):
+        return None
+    lin = Expr.const(0)
+    stride = 1
+    for j in reversed(range(len(out))):
+        lin = lin + _var(j) * stride if out[j] != 1 else lin
+        stride *= out[j]
+    f = []
+    stride = numel(s)
+    for k, d in enumerate(s):
+        stride //= d
+        if d == 1:
+            f.append(Expr.const(0))
+            continue
+        e = lin.floordiv(stride)
+        f.append(e if k == 0 or stride * d == numel(s) else e.mod(d))
+    return tuple(f)
+
+
+def compose(m: tuple, f: tuple) -> tuple:
+    """m after f: substitute the view's input index f[k] for i_k in every entry of m."""
+    env = {f"i{k}": fk for k, fk in enumerate(f)}
+    return tuple(e.subs(env) for e in m)
+
+
+@helper("shape-after")
+def shape_after(kind: str, in_shape: str, a: str, b: str) -> "str | None":
+    if kind == "pad":
+        s = E.parse_shape(in_shape)
+        return E.shape(dim(Expr.of(d) + lo + hi) for d, (lo, hi) in zip(s, E.parse_pads(a), strict=True))
+    v = view(kind, in_shape, a, b)
+    return None if v is None or v[1] is None else E.shape(v[0])
+
+
+@helper("fold-map")
+def fold_map(kind: str, in_shape: str, m: str, a: str, b: str) -> "str | None":
+    """The map of Read(mem, in_shape, m) seen through the movement op (kind, a, b)."""
+    v = view(kind, in_shape, a, b)
+    if v is None or v[1] is None:
+        return None
+    old = E.parse_map(m)
+    new = compose(old, v[1])
+    if not _within(new, v[0], old, E.parse_shape(in_shape)):
+        return None
+    return E.tup(new)
+
+
+def _within(new: tuple, new_shape: tuple, old: tuple, old_shape: tuple) -> bool:
+    """With static shapes: every entry of the new map provably stays in the range the old map
+    covered (interval bounds, as the Tiny IR VIEW check uses), so a valid read stays valid."""
+    from ..ir.infer import expr_bounds
+    if not all(isinstance(d, int) for d in new_shape + old_shape):
+        return True
+    nbox = {f"i{k}": (0, d - 1) for k, d in enumerate(new_shape)}
+    obox = {f"i{k}": (0, d - 1) for k, d in enumerate(old_shape)}
+    for e, o in zip(new, old, strict=True):
+        if e.variables() - set(nbox) or o.variables() - set(obox):
+            return False
+        lo, hi = expr_bounds(e, nbox)
+        olo, ohi = expr_bounds(o, obox)
+        if lo < olo or hi > ohi:
+            return False
+    return True
+
+
+# ---- guarded reads: PAD folded into Select(guard, Read, Const) ------------------------------------
+
+@functools.lru_cache(maxsize=4096)
+def _pad_fold(mem_shape: str, guard: str, s: str, m: str, pads: str) -> "tuple | None":
+    """Pad of a (guarded) read -> (guard', map'). Each padded read axis k must be a plain axis: one
+    mem axis j reads i_k - plo_j (plo_j: the pad already guarded on j) over the whole padded extent."""
+    D, shp, mp, P = E.parse_shape(mem_shape), E.parse_shape(s), E.parse_map(m), E.parse_pads(pads)
+    g = E.parse_guard(guard)
+    env = {}
+    for k, (lo, hi) in enumerate(P):
+        if lo == 0 and hi == 0:
+            continue
+        j = _plain_axis(mp, k)
+        if j is None:
+            return None
+        glo, ghi = g.get(j, (0, 0))
+        if mp[j] != _var(k) - glo or shp[k] != dim(Expr.of(D[j]) + glo + ghi):
+            return None
+        g[j] = (dim(Expr.of(glo) + lo), dim(Expr.of(ghi) + hi))
+        env[k] = _var(k) - lo
+    f = tuple(env.get(k, _var(k)) for k in range(len(shp)))
+    return E.guard(g), E.tup(compose(mp, f))
+
+
+def _plain_axis(mp: tuple, k: int) -> "int | None":
+    v = f"i{k}"
+    hits = [j for j, e in enumerate(mp) if v in e.variables()]
+    if len(hits) != 1 or mp[hits[0]].variables() != {v} or mp[hits[0]].coeff(v) != 1:
+        return None
+    return hits[0]
+
+
+@helper("pad-guard")
+def pad_guard(mem_shape: str, guard: str, s: str, m: str, pads: str) -> "str | None":
+    r = _pad_fold(mem_shape, guard, s, m, pads)
+    return None if r is None else r[0]
+
+
+@helper("pad-map")
+def pad_map(mem_shape: str, guard: str, s: str, m: str, pads: str) -> "str | None":
+    r = _pad_fold(mem_shape, guard, s, m, pads)
+    return None if r is None else r[1]
+
+
+def guard_pads(guard: str, rank: int) -> tuple:
+    """The per-mem-axis pads of a Select guard (the padded buffer a guarded read stays inside)."""
+    g = E.parse_guard(guard)
+    return tuple(g.get(j, (0, 0)) for j in range(rank))
+
+
+# ---- shapes and axes ------------------------------------------------------------------------------
+
+@helper("reduce-shape")
+def reduce_shape(in_shape: str, axes: str) -> str:
+    ax = set(E.parse_ints(axes))
+    return E.shape(d for k, d in enumerate(E.parse_shape(in_shape)) if k not in ax)
+
+
+@helper("unit-dims")
+def unit_dims(x_shape: str, s1: str) -> "str | None":
+    """Positions of x's axes in s1 when s1 only inserts size-1 axes into x's shape (else None)."""
+    xs, ys = E.parse_shape(x_shape), E.parse_shape(s1)
+    dims, j = [], 0
+    for d in xs:
+        while j < len(ys) and ys[j] != d and ys[j] == 1:
+            j += 1
+        if j == len(ys) or ys[j] != d:
+            return None
+        dims.append(j)
+        j += 1
+    if any(ys[k] != 1 for k in range(len(ys)) if k not in dims):
+        return None
+    return E.tup(dims)
+
+
+@helper("iota")
+def iota(shape: str) -> str:
+    return E.tup(range(len(E.parse_shape(shape))))
+
+
+@helper("merge-axes")
+def merge_axes(inner: str, outer: str, body_shape: str) -> "str | None":
+    """R0: the body axes of Reduce(outer){Reduce(inner){body}}, as one axis set."""
+    ia = set(E.parse_ints(inner))
+    kept = [k for k in range(len(E.parse_shape(body_shape))) if k not in ia]
+    return E.tup(sorted(ia | {kept[o] for o in E.parse_ints(outer)}))
+
+
+@functools.lru_cache(maxsize=4096)
+def _hoist(y_shape: str, s: str, dims: str, axes: str) -> "tuple | None":
+    ys, out, d, ax = E.parse_shape(y_shape), E.parse_shape(s), E.parse_ints(dims), set(E.parse_ints(axes))
+    if any(dj in ax and ys[k] != 1 for k, dj in enumerate(d)):
+        return None  # y varies along a reduced axis: not invariant
+    kept = [j for j in range(len(out)) if j not in ax]
+    keep_ops = [k for k, dj in enumerate(d) if dj not in ax]
+    if len(keep_ops) != len(d):
+        return None  # a size-1 operand axis sits on a reduced axis: reshape first
+    new_dims = tuple(kept.index(d[k]) for k in keep_ops)
+    return E.shape(out[j] for j in kept), E.tup(new_dims)
+
+
+@helper("hoist-shape")
+def hoist_shape(y_shape: str, s: str, dims: str, axes: str) -> "str | None":
+    r = _hoist(y_shape, s, dims, axes)
+    return None if r is None else r[0]
+
+
+@helper("hoist-dims")
+def hoist_dims(y_shape: str, s: str, dims: str, axes: str) -> "str | None":
+    r = _hoist(y_shape, s, dims, axes)
+    return None if r is None else r[1]
+
+
+@helper("is-identity")
+def is_identity(m: str, mem_shape: str, s: str) -> str:
+    """"yes" when the read map is the identity and the read shape is the memory's shape."""
+    return "yes" if E.parse_shape(mem_shape) == E.parse_shape(s) and m == E.identity_map(len(E.parse_shape(s))) else "no"
+
+
+def prelude() -> str:
+    """egglog text binding every helper to a global ``$name``."""
+    lines = []
+    for name in HELPERS:
+        lines.append(f'(let ${name} (py-eval "__import__(\'polysat.egraph.ixfns\', fromlist=[\'_\']).HELPERS[\'{name}\']" '
+                     f'(py-dict) (py-dict)))')
+    return "\n".join(lines)
+
+
+@helper("compose-perm")
+def compose_perm(p: str, q: str) -> "str | None":
+    """Permute(Permute(x, p), q) = Permute(x, r) with r[j] = p[q[j]]."""
+    pp, qq = E.parse_ints(p), E.parse_ints(q)
+    if sorted(pp) != list(range(len(pp))) or sorted(qq) != list(range(len(pp))):
+        return None
+    return E.tup(pp[j] for j in qq)
+
+
+@helper("compose-maps")
+def compose_maps(m: str, m2: str) -> str:
+    """Read(Mat(Read(mem, s, m)), s2, m2) reads mem at m(m2(i))."""
+    return E.tup(compose(E.parse_map(m), E.parse_map(m2)))
+
+
+@helper("identity-map")
+def identity_map(shape: str) -> str:
+    return E.identity_map(len(E.parse_shape(shape)))
+
+
+@helper("unit-reduce-shape")
+def unit_reduce_shape(in_shape: str, axes: str) -> "str | None":
+    """The output shape when every reduced axis has size 1 (the reduce is then a reshape), else None."""
+    s, ax = E.parse_shape(in_shape), set(E.parse_ints(axes))
+    if any(s[k] != 1 for k in ax):
+        return None
+    return E.shape(d for k, d in enumerate(s) if k not in ax)

@@ -1,0 +1,156 @@
+"""Rule files: discovery, the catalogue of named rules and their laws, and validation (seed 000 §14).
+
+A rule file is egglog text (``*.egg``) in ``rules/`` or a folder given with ``--rules DIR``. Every
+``rule``/``rewrite``/``birewrite`` carries ``:name "..."`` and ``:ruleset r``, and the comment lines
+right above it state its law (``; law: ...``). Files are validated in a scratch e-graph before they
+touch the real one, so a bad file is a coded diagnostic (E1403 RuleFileError, with file:line and the
+rule's name) and never a panic that poisons the run.
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+from dataclasses import dataclass
+
+from ..ir.diagnostics import PolysatError, diag
+
+RULES_DIR = pathlib.Path(__file__).resolve().parent.parent / "rules"
+_RULE_HEADS = ("rule", "rewrite", "birewrite")
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    file: str
+    line: int
+    name: str
+    ruleset: str
+    law: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RuleFile:
+    path: str
+    text: str
+    rules: tuple  # RuleInfo
+    rulesets: tuple  # ruleset names declared in the file, in order
+
+
+def discover(dirs=None, builtin: bool = True) -> list:
+    """The .egg files of the built-in rules/ folder (unless builtin=False) and of each dir, in order."""
+    folders = ([RULES_DIR] if builtin else []) + [pathlib.Path(d) for d in (dirs or [])]
+    out = []
+    for d in folders:
+        if not d.exists():
+            raise PolysatError(diag("FileNotFound", str(d), f"no rules folder {d}"))
+        files = [d] if d.is_file() else sorted(d.glob("*.egg"))
+        out.extend(str(p) for p in files)
+    return out
+
+
+def _forms(text: str, path: str) -> list:
+    """Top-level s-expressions as (start offset, end offset, line), skipping comments and strings."""
+    forms, depth, start, i, n = [], 0, 0, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == ";":
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c == "(":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth < 0:
+                _fail(path, _line(text, i), None, "unbalanced ')'")
+            if depth == 0:
+                forms.append((start, i + 1, _line(text, start)))
+        i += 1
+    if depth:
+        _fail(path, _line(text, start), None, "unclosed '(' (the form starting here never ends)")
+    return forms
+
+
+def _line(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def _law(text: str, start: int) -> str:
+    """The ';' comment lines directly above offset start."""
+    lines = text[:start].rstrip(" \t").split("\n")[:-1][::-1] if text[:start].strip() else []
+    out = []
+    for ln in lines:
+        s = ln.strip()
+        if not s.startswith(";"):
+            break
+        out.append(s.lstrip(";").strip())
+    law = " ".join(reversed(out)).strip()
+    return re.sub(r"^law:\s*", "", law)
+
+
+def parse_file(path: str) -> RuleFile:
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise PolysatError(diag("RuleFileError", path, f"cannot read rule file: {e}")) from None
+    rules, rulesets, names = [], [], set()
+    for start, end, line in _forms(text, path):
+        form = text[start:end]
+        head = re.match(r"\(\s*([^\s()]+)", form)
+        head = head.group(1) if head else ""
+        if head == "ruleset":
+            rulesets.append(form[1:-1].split()[1])
+        if head not in _RULE_HEADS:
+            continue
+        name = re.search(r':name\s+"([^"]*)"', form)
+        rs = re.search(r":ruleset\s+([^\s()]+)", form)
+        if not name:
+            _fail(path, line, None, f"this {head} has no :name \"...\"", "Name every rule: :name \"family-what\".")
+        if not rs:
+            _fail(path, line, name.group(1), "this rule has no :ruleset", "Put every rule in a named ruleset.")
+        law = _law(text, start)
+        if not law:
+            _fail(path, line, name.group(1), "no law comment above the rule", "State the law: '; law: lhs = rhs'.")
+        if name.group(1) in names:
+            _fail(path, line, name.group(1), "two rules share this name")
+        names.add(name.group(1))
+        rules.append(RuleInfo(path, line, name.group(1), rs.group(1), law, form))
+    return RuleFile(path, text, tuple(rules), tuple(rulesets))
+
+
+def rule_at(rf: RuleFile, line: int) -> "str | None":
+    """The name of the rule whose form starts at or before line (the innermost candidate)."""
+    best = None
+    for r in rf.rules:
+        if r.line <= line:
+            best = r.name
+    return best
+
+
+def egg_error(rf: RuleFile, err: BaseException) -> PolysatError:
+    """An egglog parse/type error as E1403 with file:line and the rule's name."""
+    msg = str(err)
+    m = re.search(r"In (\d+):(\d+)", msg)
+    line = int(m.group(1)) if m else 1
+    why = msg.splitlines()[-1].strip() if msg.strip() else type(err).__name__
+    return _err(rf.path, line, rule_at(rf, line), why)
+
+
+def _err(path: str, line: int, rule: "str | None", why: str, suggestion: "str | None" = None) -> PolysatError:
+    at = f"{path}:{line}" + (f" (rule {rule!r})" if rule else "")
+    return PolysatError(diag("RuleFileError", at, why, suggestion, file=path, line=line, rule=rule))
+
+
+def _fail(path: str, line: int, rule: "str | None", why: str, suggestion: "str | None" = None):
+    raise _err(path, line, rule, why, suggestion)
+
+
+def list_rules(dirs=None, builtin: bool = True) -> list:
+    """[(file, name, ruleset, law)] of every rule in the built-in folder and dirs (for ``polysat rules``)."""
+    return [(r.file, r.name, r.ruleset, r.law) for p in discover(dirs, builtin) for r in parse_file(p).rules]

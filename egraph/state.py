@@ -1,0 +1,169 @@
+"""An e-graph holding one Tiny IR program: schema, rule helpers, analyses, rule files, and the
+program loaded flat (seed 000 §10 step 5; probe §4c: one node per action, unioned into ``N(i)``,
+sent in chunks, so loading is linear in the program size).
+"""
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field
+
+from egglog import EGraph
+
+from ..ir.diagnostics import fail
+from ..ir.tiny import GroupOp, Ops, Program, UOp
+from . import encode as E
+from .boundaries import default_cuts, movement_args
+from .ixfns import prelude
+from .knobs import load_chunk
+from .rulefiles import RuleFile, egg_error
+from .schema import declare_all
+
+ANALYSIS = pathlib.Path(__file__).resolve().parent / "analysis.egg"
+NEUTRAL = {"SUM": "0", "MAX": "-inf", "MIN": "inf"}
+_MOVE = {Ops.RESHAPE: "Reshape", Ops.PERMUTE: "Permute", Ops.EXPAND: "Expand", Ops.PAD: "Pad",
+         Ops.SHRINK: "Shrink", Ops.FLIP: "Flip", Ops.VIEW: "View"}
+
+
+def run_text(eg: EGraph, text: str, filename: str = "<polysat>") -> list:
+    g = eg._egraph  # noqa: SLF001 — raw programs are how rule files run (probe §3)
+    return g.run_program(*g.parse_program(text, filename=filename))
+
+
+def base_egraph() -> EGraph:
+    """Schema, helper globals and the analysis ruleset; no rules, no program."""
+    eg = EGraph()
+    declare_all(eg)
+    run_text(eg, prelude(), "<ixfns prelude>")
+    run_text(eg, ANALYSIS.read_text(encoding="utf-8"), str(ANALYSIS))
+    return eg
+
+
+def add_rule_files(eg: EGraph, files: list) -> None:
+    """Run each file into eg; an egglog error is E1403 naming file:line and rule (eg is then unusable)."""
+    for rf in files:
+        try:
+            run_text(eg, rf.text, rf.path)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 — pyo3 PanicException is a BaseException
+            raise egg_error(rf, e) from None
+
+
+_VALID: set = set()  # (path, text) tuples of file lists already validated in this process
+
+
+def validate(files: list) -> None:
+    """Load the files into a scratch e-graph first, so a bad file never reaches the real one."""
+    key = tuple((rf.path, rf.text) for rf in files)
+    if key in _VALID:
+        return
+    add_rule_files(base_egraph(), files)
+    _VALID.add(key)
+
+
+@dataclass
+class EGraphState:
+    """The e-graph of one program. ``index[node id] = i`` names the node's e-class as ``(N i)``."""
+    eg: EGraph
+    program: Program
+    files: tuple  # RuleFile
+    index: dict = field(default_factory=dict)
+    tensors: dict = field(default_factory=dict)  # tensor id -> N index of its Tensor(...) memory
+    cuts: frozenset = frozenset()
+
+    @property
+    def rulesets(self) -> list:
+        out: list = []
+        for rf in self.files:
+            out.extend(r for r in rf.rulesets if r not in out)
+        return out
+
+    def run(self, text: str) -> list:
+        return run_text(self.eg, text)
+
+    def sizes(self) -> dict:
+        (out,) = self.run("(print-size)")
+        return dict(out.sizes)
+
+    def enodes(self) -> int:
+        """E-nodes of the term language (analysis facts and the N ids excluded)."""
+        from .schema import CHILDREN
+        return sum(n for f, n in self.sizes().items() if f in CHILDREN)
+
+
+def new_state(program: Program, files: list, cuts: "set | None" = None) -> EGraphState:
+    validate(files)
+    eg = base_egraph()
+    add_rule_files(eg, files)
+    st = EGraphState(eg, program, tuple(files))
+    load_program(st, default_cuts(program) if cuts is None else cuts)
+    return st
+
+
+def _q(s: str) -> str:
+    if '"' in s or "\\" in s:
+        fail("InvalidAttribute", "e-graph loader", f"attribute {s!r} contains a quote or backslash")
+    return f'"{s}"'
+
+
+def load_program(st: EGraphState, cuts: set) -> None:
+    """Add every node of st.program as one flat union, in chunks. Only the Tensor buffers get shape
+    and dtype facts; the analysis ruleset derives every other class's (and a disagreement with the
+    constructor attributes would surface as a conflict)."""
+    p, cmds = st.program, []
+    st.cuts = frozenset(cuts)
+    k = 0
+    for n in p.nodes:
+        if n.op == Ops.INPUT:
+            tid = n.arg["tensor_id"]
+            if tid not in st.tensors:
+                st.tensors[tid] = k
+                cmds.append(f"(union (N {k}) (Tensor {_q(tid)}))")
+                cmds.append(f"(has-shape (N {k}) {_q(E.shape(n.shape))}) (has-dtype (N {k}) {_q(n.dtype.value)})")
+                k += 1
+    for n in p.nodes:
+        st.index[n.id] = k
+        k += 1
+    for n in p.nodes:
+        i = st.index[n.id]
+        cmds.append(f"(union (N {i}) {_term(st, n)})")
+    step = load_chunk()
+    for c in range(0, len(cmds), step):
+        st.run("\n".join(cmds[c:c + step]))
+
+
+def _src(st: EGraphState, n: UOp, pos: int) -> str:
+    s = st.program[n.src[pos]]
+    ref = f"(N {st.index[s.id]})"
+    if (n.id, pos) in st.cuts:
+        return f"(Read (Mat {ref}) {_q(E.shape(s.shape))} {_q(E.identity_map(s.ndim))})"
+    return ref
+
+
+def _term(st: EGraphState, n: UOp) -> str:
+    a = n.arg
+    if n.op == Ops.INPUT:
+        return f"(Read (N {st.tensors[a['tensor_id']]}) {_q(E.shape(n.shape))} {_q(E.identity_map(n.ndim))})"
+    if n.op == Ops.CONST:
+        return f"(Const {_q(E.value(a['value']))} {_q(n.dtype.value)} {_q(E.shape(n.shape))})"
+    if n.op in GroupOp.Movement:
+        kind, x, y = movement_args(n)
+        args = [_q(x)]
+        if n.op == Ops.VIEW:
+            args.append(_q(y))
+        if n.op == Ops.PAD:
+            args.append(_q(E.value(a["value"])))
+        return f"({_MOVE[n.op]} {_src(st, n, 0)} {' '.join(args)})"
+    if n.op == Ops.CAST:
+        return f"(Cast {_q(n.dtype.value)} {_src(st, n, 0)})"
+    if n.op in GroupOp.Unary:
+        return f"(Unary {_q(n.op.value)} {_src(st, n, 0)})"
+    if n.op in GroupOp.Binary:
+        return f"(Binary {_q(n.op.value)} {_src(st, n, 0)} {_src(st, n, 1)})"
+    if n.op == Ops.WHERE:
+        return f"(Where {_src(st, n, 0)} {_src(st, n, 1)} {_src(st, n, 2)})"
+    if n.op == Ops.REDUCE:
+        return (f"(Reduce {_q(a['op'])} {_q(E.tup(a['axes']))} {_q(NEUTRAL[a['op']])} {_q(a['dtype'].value)} "
+                f"{_src(st, n, 0)})")
+    fail("UnknownOp", n.id, f"the e-graph has no term for {n.op.name}",
+         "Give contractions in their naive MUL -> REDUCE(SUM) form.")

@@ -1,0 +1,245 @@
+"""Extracted terms back to Tiny IR, and the kernel partition their ``Mat`` boundaries define.
+
+Each chosen e-node becomes Tiny IR nodes built through ``make_uop`` (so every result is re-checked):
+Read -> VIEW of an INPUT or of a materialized node (nothing when the map is the identity),
+Select(guard, Read, Const) -> PAD + VIEW (the guard's pads make the read total), Transpose ->
+PERMUTE, BroadcastInDim -> RESHAPE + EXPAND, Reduce -> REDUCE, the rest one to one. A class that
+holds an original node keeps that node's id. Kernels: one per program output and one per chosen
+``Mat``; a compute node that two kernels would both evaluate is materialized by the first one
+(values cross kernels only through memory, see ``partition.py``).
+"""
+from __future__ import annotations
+
+from ..ir.diagnostics import fail
+from ..ir.dtypes import DType
+from ..ir.infer import make_uop
+from ..ir.tiny import Ops, Program, UOp
+from . import encode as E
+from .graph import EGraphView
+from .ixfns import guard_pads
+from .partition import FREE_OPS, Kernel, Partition
+from .state import EGraphState
+
+_MOVE = {"Reshape": Ops.RESHAPE, "Permute": Ops.PERMUTE, "Expand": Ops.EXPAND, "Pad": Ops.PAD,
+         "Shrink": Ops.SHRINK, "Flip": Ops.FLIP, "View": Ops.VIEW, "Transpose": Ops.PERMUTE}
+
+
+class TermBuilder:
+    """Converts chosen e-nodes to Tiny IR nodes, one e-class at a time (memoized per class)."""
+
+    def __init__(self, st: EGraphState, view: EGraphView, chosen: dict):
+        self.st, self.view, self.chosen = st, view, chosen
+        self.nodes: list = []
+        self.made: dict = {}  # class id -> UOp
+        self.class_nodes: dict = {}  # class id -> ids of the nodes its conversion created
+        self.names: dict = {}  # class id -> original node id
+        for nid, i in st.index.items():
+            c = view.by_index.get(i)
+            if c is not None and c not in self.names and st.program[nid].op != Ops.INPUT:
+                self.names[c] = nid
+        self.taken = {n.id for n in st.program.nodes}
+        self.count = 0
+        self.inputs = {n.arg["tensor_id"]: n for n in st.program.inputs}
+        self.cur: list = []
+        self.used: set = set()  # ids given to nodes so far
+
+    def fresh(self) -> str:
+        while True:
+            nid = f"e{self.count}"
+            self.count += 1
+            if nid not in self.taken:
+                self.taken.add(nid)
+                return nid
+
+    def add(self, op: Ops, src: list, arg: dict, final: bool, c: int) -> UOp:
+        """A new node for class c; the class's last (final) node takes the original id if it has one."""
+        nid = self.names.get(c) if final and c in self.names and self.names[c] not in self.used else None
+        u = make_uop(nid or self.fresh(), op, src, arg, at=f"extracted e-class {c}")
+        self.nodes.append(u)
+        self.used.add(u.id)
+        self.cur.append(u.id)
+        return u
+
+    def value(self, c: int) -> UOp:
+        if c in self.made:
+            return self.made[c]
+        stack = [(c, False)]
+        while stack:  # iterative post-order: deep programs must not hit the recursion limit
+            k, ready = stack.pop()
+            if k in self.made:
+                continue
+            n = self.chosen[k]
+            kids = list(n.children)
+            if n.op == "Select":
+                kids = list(self.chosen[n.children[0]].children) + [n.children[1]]
+            if not ready:
+                stack.append((k, True))
+                stack.extend((ch, False) for ch in kids if ch not in self.made)
+                continue
+            if n.op == "Tensor":
+                continue
+            if n.op == "Mat":
+                self.made[k] = self.made[n.children[0]]
+                continue
+            saved, self.cur = self.cur, []
+            self.made[k] = self.convert(k, n)
+            self.class_nodes[k] = self.cur
+            self.cur = saved
+        return self.made[c]
+
+    def _src(self, c: int) -> UOp:
+        n = self.chosen[c]
+        return self.inputs[n.args[0]] if n.op == "Tensor" else self.made[c]
+
+    def _view(self, base: UOp, s: tuple, m: tuple, c: int) -> UOp:
+        """base read at m(i) for i over s, as a VIEW (or SHRINK/RESHAPE/EXPAND at rank 0)."""
+        if not s:  # one element: SHRINK + RESHAPE (the evaluator's VIEW gives 0-d results shape (1,))
+            one = self.add(Ops.SHRINK, [base], {"lo": m, "hi": tuple(e + 1 for e in m), "step": (1,) * len(m)}, False, c)
+            return self.add(Ops.RESHAPE, [one], {"result_shape": ()}, True, c)
+        if base.ndim == 0:  # a scalar read everywhere: RESHAPE + EXPAND (a VIEW needs an input axis)
+            ones = self.add(Ops.RESHAPE, [base], {"result_shape": (1,) * len(s)}, False, c)
+            return self.add(Ops.EXPAND, [ones], {"result_shape": s}, True, c) if s != ones.shape else ones
+        return self.add(Ops.VIEW, [base], {"result_shape": s, "index_map": m}, True, c)
+
+    def convert(self, c: int, n) -> UOp:
+        """The Tiny IR node(s) of e-node n of class c, whose children are converted already."""
+        a = n.args
+        if n.op == "Read":
+            base = self._src(n.children[0])
+            s, m = E.parse_shape(a[0]), E.parse_map(a[1])
+            if s == base.shape and a[1] == E.identity_map(len(s)):
+                return base
+            return self._view(base, s, m, c)
+        if n.op == "Select":
+            read, other = self.chosen[n.children[0]], self.chosen[n.children[1]]
+            if read.op != "Read" or other.op != "Const":
+                fail("RuleFileError", f"e-class {c}", f"Select must guard a Read with a Const else-branch, got "
+                     f"Select({read.op}, {other.op})", "Rules may only build guarded reads: Select(g, Read, Const).")
+            base = self._src(read.children[0])
+            pads = guard_pads(a[0], base.ndim)
+            v = E.parse_value(other.args[0], DType(other.args[1]))
+            padded = self.add(Ops.PAD, [base], {"pad": pads, "value": v}, False, c)
+            m = tuple(e + lo for e, (lo, _) in zip(E.parse_map(read.args[1]), pads, strict=True))
+            return self._view(padded, E.parse_shape(read.args[0]), m, c)
+        if n.op == "Const":
+            dt = DType(a[1])
+            return self.add(Ops.CONST, [], {"value": E.parse_value(a[0], dt), "dtype": dt,
+                                             "shape": E.parse_shape(a[2])}, True, c)
+        if n.op in _MOVE:
+            x = self.made[n.children[0]]
+            op = _MOVE[n.op]
+            if op in (Ops.RESHAPE, Ops.EXPAND):
+                arg = {"result_shape": E.parse_shape(a[0])}
+            elif op == Ops.PERMUTE:
+                arg = {"perm": E.parse_ints(a[0])}
+            elif op == Ops.PAD:
+                arg = {"pad": E.parse_pads(a[0]), "value": E.parse_value(a[1], x.dtype)}
+            elif op == Ops.SHRINK:
+                lo, hi, step = E.parse_shrink(a[0])
+                arg = {"lo": lo, "hi": hi, "step": step}
+            elif op == Ops.FLIP:
+                arg = {"axes": E.parse_ints(a[0])}
+            else:
+                arg = {"result_shape": E.parse_shape(a[0]), "index_map": E.parse_map(a[1])}
+            return self.add(op, [x], arg, True, c)
+        if n.op == "BroadcastInDim":
+            x = self.made[n.children[0]]
+            s, dims = E.parse_shape(a[0]), E.parse_ints(a[1])
+            shaped = [1] * len(s)
+            for k, d in enumerate(dims):
+                shaped[d] = x.shape[k]
+            if tuple(shaped) != x.shape:
+                x = self.add(Ops.RESHAPE, [x], {"result_shape": tuple(shaped)}, tuple(shaped) == s, c)
+            return x if x.shape == s else self.add(Ops.EXPAND, [x], {"result_shape": s}, True, c)
+        if n.op == "Unary":
+            return self.add(Ops(a[0]), [self.made[n.children[0]]], {}, True, c)
+        if n.op == "Cast":
+            return self.add(Ops.CAST, [self.made[n.children[0]]], {"to": a[0]}, True, c)
+        if n.op == "Binary":
+            return self.add(Ops(a[0]), [self.made[ch] for ch in n.children], {}, True, c)
+        if n.op == "Where":
+            return self.add(Ops.WHERE, [self.made[ch] for ch in n.children], {}, True, c)
+        if n.op == "Reduce":
+            return self.add(Ops.REDUCE, [self.made[n.children[0]]],
+                            {"op": a[0], "axes": E.parse_ints(a[1]), "dtype": a[3]}, True, c)
+        fail("InternalError", f"e-class {c}", f"no Tiny IR for e-node {n.op}")
+
+
+def to_tiny(st: EGraphState, view: EGraphView, chosen: dict, roots: list) -> tuple:
+    """(Program, Partition) of the chosen e-nodes; roots[k] is the class of program output k."""
+    b = TermBuilder(st, view, chosen)
+    for r in roots:
+        b.value(r)
+    outs = tuple((name, b.made[r].id) for (name, _), r in zip(st.program.outputs, roots, strict=True))
+    prog = Program(tuple(st.program.inputs) + tuple(b.nodes), outs)
+    return prog, _partition(b, prog, roots)
+
+
+def _partition(b: TermBuilder, prog: Program, roots: list) -> Partition:
+    """Kernels from Mat boundaries and outputs; shared compute nodes become extra boundaries."""
+    node_of = b.made
+    mats = {ch for c, n in b.chosen.items() if n.op == "Mat" and c in _reachable(b, roots) for ch in n.children}
+    kroots = {r for r in set(mats) | set(roots) if prog[node_of[r].id].op != Ops.INPUT}
+
+    def own(c: int) -> list:  # compute nodes created by class c's conversion
+        return [i for i in b.class_nodes.get(c, ()) if prog[i].op not in FREE_OPS and prog[i].op != Ops.INPUT]
+
+    while True:
+        members: dict = {r: _walk(b, r, kroots) for r in kroots}
+        owner: dict = {}
+        shared = set()
+        for r, cs in members.items():
+            for c in cs:
+                if own(c) and owner.setdefault(c, r) != r:
+                    shared.add(c)
+        if not shared:
+            break
+        kroots |= shared
+    pos = {n.id: k for k, n in enumerate(prog.nodes)}
+    order = sorted(kroots, key=lambda r: pos[node_of[r].id])
+    kernels, done = [], {n.id for n in prog.inputs}
+    for r in order:
+        ids: set = set()
+        for c in members[r]:
+            ids.update(i for i in b.class_nodes.get(c, ()) if i in pos and prog[i].op != Ops.INPUT)
+        out = node_of[r].id
+        if out not in ids:
+            continue  # the root is another kernel's value read back unchanged
+        reads = sorted({s for i in ids for s in prog[i].src if s not in ids and s in done}, key=pos.get)
+        kernels.append(Kernel(f"k{len(kernels)}", frozenset(ids), (out,), tuple(reads)))
+        done.add(out)
+    part = Partition(tuple(kernels))
+    part.check(prog)
+    return part
+
+
+def _reachable(b: TermBuilder, roots: list) -> set:
+    seen: set = set()
+    stack = list(roots)
+    while stack:
+        c = stack.pop()
+        if c not in seen:
+            seen.add(c)
+            stack.extend(b.chosen[c].children)
+    return seen
+
+
+def _walk(b: TermBuilder, r: int, kroots: set) -> set:
+    """The value classes kernel r evaluates: from r down to memory reads and other kernels' roots."""
+    seen: set = set()
+    stack = [r]
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        n = b.chosen[c]
+        if n.op in ("Tensor", "Mat"):
+            continue
+        if c != r and c in kroots:
+            continue
+        seen.add(c)
+        kids = n.children
+        if n.op == "Select":
+            kids = tuple(b.chosen[n.children[0]].children) + (n.children[1],)
+        stack.extend(kids)
+    return seen
