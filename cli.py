@@ -33,6 +33,13 @@ def _run_reference(c, inputs: dict) -> dict:
     return evaluate(c.program, inputs)
 
 
+@target("playback")
+def _run_playback(c, inputs: dict) -> dict:
+    """CPU playback of the extracted RB-SSA regions (not the Tiny IR), seed 000 §6.11."""
+    from .ir.playback import playback
+    return playback(c.regions, inputs)
+
+
 # ---- verbs -------------------------------------------------------------------------------------
 
 def cmd_compile(a) -> int:
@@ -40,7 +47,7 @@ def cmd_compile(a) -> int:
     from .pipeline import Compilation, check_stages, write_dumps
     stages = [s for s in (a.dump or "").split(",") if s]
     check_stages(stages)
-    c = Compilation(a.model, arch=a.arch)
+    c = Compilation(a.model, arch=a.arch, rules_dirs=tuple(a.rules or ()), cost=a.cost)
     prog = c.program
     written = write_dumps(c, stages, a.out) if stages else []
     if a.json:
@@ -85,7 +92,7 @@ def cmd_run(a) -> int:
     from .pipeline import Compilation
     if a.target not in TARGETS:
         fail("UnknownTarget", "--target", f"unknown target {a.target!r}; targets: {', '.join(TARGETS)}")
-    c = Compilation(a.model, arch=a.arch)
+    c = Compilation(a.model, arch=a.arch, rules_dirs=tuple(a.rules or ()), cost=a.cost)
     c.program  # compile first: model errors before input errors
     inputs = load_npz(a.inputs)
     outs = TARGETS[a.target](c, inputs)
@@ -126,7 +133,7 @@ def cmd_demo(a) -> int:
     """Compile an example through every stage there is, dump each, run every target, verify."""
     from .ir.printer import format_program
     from .pipeline import DUMPS, Compilation, write_dumps
-    c = Compilation(a.model, arch=a.arch)
+    c = Compilation(a.model, arch=a.arch, rules_dirs=tuple(a.rules or ()), cost=a.cost)
     prog = c.program
     print(f"== {a.model}: Tiny IR ({len(prog.nodes)} nodes)")
     print(format_program(prog))
@@ -160,6 +167,17 @@ def cmd_demo(a) -> int:
 
 # ---- argument parsing -----------------------------------------------------------------------------
 
+def cmd_rules(a) -> int:
+    from .egraph.commands import rules_command
+    return rules_command(check=a.check, rules_dirs=a.rules or None, cases=a.cases, as_json=a.json)
+
+
+def cmd_extract(a) -> int:
+    from .egraph.extract_command import extract_command
+    return extract_command(a.model, cost=a.cost, rules_dirs=a.rules or None, as_json=a.json, explain=a.explain,
+                           arch=a.arch, bind=_parse_bind(a.bind))
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="polysat", description="polysat: fusion as an e-graph search priced by "
                                 "polyhedral analyses; CUDA for sm80/sm90 from one MMA template.")
@@ -169,6 +187,9 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("model", help="model file: Frontend IR JSON ({signature, tensors, graph}) or Tiny IR JSON ({uops})")
         sp.add_argument("--arch", choices=("sm80", "sm90"), default="sm90", help="target architecture (default sm90)")
         sp.add_argument("--json", action="store_true", help="machine-readable output (diagnostics as JSON too)")
+        sp.add_argument("--rules", action="append", metavar="DIR",
+                        help="extra rule directory (.egg files), in addition to the shipped rules/; repeatable")
+        sp.add_argument("--cost", default="size", help="extraction cost model: size | model (default size)")
 
     from .pipeline import DUMPS
     c = sub.add_parser("compile", help="lower a model and write stage dumps",
@@ -198,6 +219,23 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default=None, help="dump directory (default out/<model name>)")
     d.add_argument("--bind", default=None, help="sizes of symbols, e.g. M=64,N=48 (default POLYSAT_SYMBOL_SIZE=37)")
     d.set_defaults(fn=cmd_demo)
+    e = sub.add_parser("extract", help="saturate the e-graph and print the chosen regions (kernels)",
+                       description="Load MODEL into the e-graph, saturate it with the rule files, extract the "
+                       "cheapest partition into kernels under --cost, and print the regions with FLOPs, bytes, "
+                       "estimated time and bound, plus the saturation report.")
+    common(e)
+    e.add_argument("--explain", action="store_true", help="list rejected fusions and why (illegal, or priced higher)")
+    e.add_argument("--bind", default=None, help="sizes of symbols for pricing, e.g. M=4096,N=4096")
+    e.set_defaults(fn=cmd_extract)
+
+    ru = sub.add_parser("rules", help="list the rewrite rules, or check their soundness",
+                        description="List every rule (file, name, ruleset, law) of rules/ and --rules DIRs; with "
+                        "--check, test each rule's soundness on random programs (exit 1 on an unsound rule).")
+    ru.add_argument("--rules", action="append", metavar="DIR", help="extra rule directory; repeatable")
+    ru.add_argument("--check", action="store_true", help="check soundness on random programs")
+    ru.add_argument("--cases", type=int, default=None, help="random programs per rule (default POLYSAT_RULE_CASES)")
+    ru.add_argument("--json", action="store_true", help="JSON output")
+    ru.set_defaults(fn=cmd_rules)
     return p
 
 

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .frontend import load_frontend, load_model, read_json
+from .frontend import frontend_from_doc, program_from_doc, read_json
 from .ir.diagnostics import fail
 from .ir.tiny import Program
 from .ir.tiny_json import dump_tiny
@@ -22,6 +22,8 @@ ARCHS = ("sm80", "sm90")
 class Compilation:
     model: "str | dict"
     arch: str = "sm90"
+    rules_dirs: tuple = ()
+    cost: str = "size"
     _cache: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -43,16 +45,43 @@ class Compilation:
 
     @property
     def frontend(self):
-        return self.stage("frontend", lambda: load_frontend(self.doc))
+        return self.stage("frontend", lambda: frontend_from_doc(self.doc, self.origin))
 
     @property
     def program(self) -> Program:
-        return self.stage("tiny", lambda: load_model(self.doc))
+        return self.stage("tiny", lambda: program_from_doc(self.doc, self.origin))
 
     @property
     def indexbook(self):
         from .analyses.indexbook import checked_indexbook
         return self.stage("indexbook", lambda: checked_indexbook(self.program))
+
+    @property
+    def saturated(self):
+        """(EGraphState, RunReport): the Tiny IR loaded into the e-graph, saturated by the rule files."""
+        from .egraph import saturate
+        return self.stage("saturate", lambda: saturate(self.program, list(self.rules_dirs) or None))
+
+    @property
+    def extraction(self):
+        """The cheapest terms under the cost model: rewritten Tiny IR + the kernel partition."""
+        from .egraph.api import extract_full
+        return self.stage("extract", lambda: extract_full(self.saturated[0], self.cost))
+
+    @property
+    def regions(self):
+        """RB-SSA regions (one per kernel) synthesized from the extraction, validated (§6.10)."""
+        def make():
+            from .ir.diagnostics import PolysatError
+            from .ir.region_synth import synthesize
+            from .ir.region_validate import validate_regions
+            x = self.extraction
+            regions = synthesize(x.program, x.partition)
+            errors = [d for d in validate_regions(regions) if d.is_error]
+            if errors:
+                raise PolysatError(errors)
+            return regions
+        return self.stage("region", make)
 
     @property
     def poly_view(self):
@@ -76,6 +105,8 @@ DUMPS: dict[str, Callable[[Compilation], dict]] = {
     "tiny": lambda c: dump_tiny(c.program),
     "indexbook": lambda c: _lazy("analyses.indexbook", "book_to_json")(c.indexbook),
     "poly_view": lambda c: _lazy("analyses.polyview", "polyview_to_json")(c.poly_view),
+    "egraph": lambda c: _lazy("egraph.api", "dump")(*c.saturated, c.extraction),
+    "region": lambda c: _lazy("ir.region", "regions_json")(c.regions),
 }
 
 

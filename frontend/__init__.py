@@ -23,21 +23,25 @@ def read_json(path: str) -> Any:
 
 
 def load_model(model: "str | dict") -> Program:
+    """A model file's path, or its parsed document, -> Program (see :func:`program_from_doc`)."""
+    if isinstance(model, str):
+        return program_from_doc(read_json(model), model)
+    return program_from_doc(model, "model")
+
+
+def program_from_doc(doc: Any, origin: str = "model") -> Program:
     """Frontend IR ({"signature", "tensors", "graph"}) or Tiny IR ({"uops": [...]}) -> Program."""
     from ..ir.tiny_json import load_tiny
     from .lower import lower
     from .model import parse_frontend
-    origin = model if isinstance(model, str) else "model"
-    doc = read_json(model) if isinstance(model, str) else model
     if isinstance(doc, dict) and "uops" in doc:
         return load_tiny(doc, origin)
     return lower(parse_frontend(doc, origin))
 
 
-def load_frontend(model: "str | dict"):
+def frontend_from_doc(doc: Any, origin: str = "model"):
     """The parsed Frontend IR graph (for dumps), or None for a Tiny IR model."""
     from .model import parse_frontend
-    doc = read_json(model) if isinstance(model, str) else model
     if isinstance(doc, dict) and "uops" in doc:
         return None
-    return parse_frontend(doc, model if isinstance(model, str) else "model")
+    return parse_frontend(doc, origin)

@@ -15,7 +15,7 @@ from ..ir.builder import Builder
 from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
 from ..ir.expr import Expr
-from ..ir.infer import as_dtype
+from ..ir.infer import as_dtype, check_bound_symbols
 from ..ir.shapes import fmt_shape, subs
 from ..ir.tiny import Program, UOp
 from .model import FrontendGraph, Node
@@ -111,7 +111,9 @@ def lower(g: FrontendGraph) -> Program:
         ins = [env[t] for t in n.inputs]
         (out,) = fn(Ctx(b, n), ins)
         env[n.outputs[0]] = reconcile(b, n.outputs[0], out, g, symtab, at=n.name)
-    return b.program([(e.tensor, env[e.tensor]) for e in g.outputs])
+    prog = b.program([(e.tensor, env[e.tensor]) for e in g.outputs])
+    check_bound_symbols(prog)
+    return prog
 
 
 def reconcile(b: Builder, name: str, x: UOp, g: FrontendGraph, symtab: dict, *, at: str) -> UOp:

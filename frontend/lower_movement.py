@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..ir.diagnostics import fail
-from ..ir.shapes import dim, fmt_shape, numel
+from ..ir.shapes import fmt_shape, numel
 from ..ir.infer import as_shape
 from .lower import Ctx, lowering
 
@@ -12,7 +12,7 @@ def reshape(ctx: Ctx, ins: list) -> list:
     (x,) = ins
     raw = list(ctx.attr("shape")) if isinstance(ctx.attr("shape"), (list, tuple)) else ctx.attr("shape")
     if isinstance(raw, list) and raw.count(-1) == 1:  # one inferred axis, for static sizes
-        known = numel(tuple(dim(d) for d in raw if d != -1))
+        known = numel(as_shape(ctx.at, [d for d in raw if d != -1], "shape"))
         total = numel(x.shape)
         if not isinstance(known, int) or not isinstance(total, int) or known == 0 or total % known:
             fail("AxisSizeMismatch", ctx.at, f"cannot infer -1 in {raw} from {fmt_shape(x.shape)}")

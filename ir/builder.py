@@ -45,7 +45,10 @@ class Builder:
         key = (op, node.src, node.arg)
         if nid is None and key in self._memo and op != Ops.INPUT:
             return self._memo[key]
-        node = UOp(nid or self.fresh(), node.op, node.src, node.arg, node.dtype, node.shape, tag)
+        nid_final = nid or self.fresh()
+        if tag is None and at != nid_final:
+            tag = at  # the user's node this one was lowered from (diagnostics and dumps name it)
+        node = UOp(nid_final, node.op, node.src, node.arg, node.dtype, node.shape, tag)
         if nid is not None:
             if nid in self._taken:
                 fail("DuplicateDefinition", at, f"node id {nid!r} is defined twice")

@@ -377,3 +377,26 @@ def _contract(at, src, arg):
     canon = {"lhs_idx": lhs, "rhs_idx": rhs, "out_idx": out, "reduce_idx": reduce_idx, "dtype": dt,
              "pattern": str(arg.get("pattern", "matmul"))}
     return canon, dt, tuple(sizes[n] for n in out)
+
+
+def _arg_vars(v: Any) -> set:
+    if isinstance(v, Expr):
+        return set(v.variables())
+    if isinstance(v, (tuple, list)):
+        return set().union(*(_arg_vars(x) for x in v)) if v else set()
+    return set()
+
+
+def check_bound_symbols(program) -> None:
+    """Every symbol a size or attribute uses is bound by an input's shape (E1305), so running never
+    meets a size it cannot compute. A VIEW's index_map may also use its own output axes i0, i1, ..."""
+    from .shapes import symbols
+    bound = set(program.symbols())
+    for n in program.nodes:
+        used = set(symbols(n.shape)) | _arg_vars(tuple(n.arg.values()))
+        if n.op == Ops.VIEW:
+            used -= set(axis_names(len(n.shape)))
+        free = sorted(used - bound)
+        if free:
+            fail("UnboundSymbol", n.tag or n.id, f"{n.op.value} uses symbol(s) {', '.join(free)} that no input "
+                 "shape binds", "Name sizes with symbols that appear in the signature inputs' shapes.")

@@ -6,12 +6,13 @@ typed like their sibling operand, so validated Tiny IR is always same-shape and 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 from .diagnostics import fail
 from .dtypes import DType
 from .expr import Expr
 from .builder import Builder
+from .infer import check_bound_symbols
 from .toposort import stable_topo
 from .tiny import GroupOp, Ops, Program, UOp
 
@@ -25,7 +26,7 @@ def jsonable(v: Any) -> Any:
         return [jsonable(x) for x in v]
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)  # "inf", "-inf", "nan"
-    if isinstance(v, dict):
+    if isinstance(v, Mapping):  # dict or Arg
         return {k: jsonable(x) for k, x in v.items()}
     return v
 
@@ -115,7 +116,9 @@ def load_tiny(doc: Any, origin: str = "model") -> Program:
             fail("OutputNeverProduced", str(name), f"output {name!r} names no node ({nid!r})")
     if not outputs:
         fail("OutputNeverProduced", origin, "the program has no output")
-    return Program(tuple(nodes), tuple(outputs))
+    prog = Program(tuple(nodes), tuple(outputs))
+    check_bound_symbols(prog)
+    return prog
 
 
 def _check_declared(n: UOp, r: dict) -> None:

@@ -1,0 +1,282 @@
+"""Independent numpy oracles of the Frontend IR ops, and the harness that runs models through the CLI.
+
+The oracle half never imports polysat: each op is written again from its documented meaning (seed 000
+§2, seed 001 §0 for tinygrad ``dot``, seed 002 §5 for conv/attention), in float64, on inputs rounded
+to their declared dtype the way ``polysat run`` rounds them (float32 first, then fp16 / bf16 through
+ml_dtypes). The harness half writes a model and an .npz, calls ``polysat.cli.main`` in-process (no
+interpreter start-up per case) and reads the outputs and diagnostics back.
+
+Test files load this module by path (``pytest --import-mode=importlib`` puts no test folder on
+``sys.path``)::
+
+    _spec = importlib.util.spec_from_file_location("polysat_test_oracle", Path(__file__).with_name("oracle.py"))
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import tempfile
+from typing import Any, Sequence
+
+import ml_dtypes
+import numpy as np
+
+RTOL = ATOL = 1e-3
+NP_DTYPES = {"fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "fp32": np.dtype(np.float32),
+             "i32": np.dtype(np.int32), "bool": np.dtype(np.bool_)}
+
+
+# ---- rounding --------------------------------------------------------------------------------------
+
+def rounded(x: np.ndarray, dtype: str) -> np.ndarray:
+    """x as the model sees it: float32, then rounded to its declared dtype; returned as float64."""
+    x = np.asarray(x)
+    if dtype in ("i32", "bool"):
+        return x.astype(NP_DTYPES[dtype])
+    return x.astype(np.float32).astype(NP_DTYPES[dtype]).astype(np.float64)
+
+
+_MANTISSA = {"fp16": (10, -14), "bf16": (7, -126), "fp32": (23, -126)}  # (mantissa bits, min normal exponent)
+
+
+def half_ulp(ref: np.ndarray, dtype: str) -> np.ndarray:
+    """Half a unit in the last place of dtype at |ref|: the error of rounding the result to dtype."""
+    bits, emin = _MANTISSA[dtype]
+    a = np.abs(ref)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.maximum(np.floor(np.log2(np.where((a > 0) & np.isfinite(a), a, 1.0))), emin)
+    return np.where(np.isfinite(a), 2.0 ** (e - bits) / 2, 0.0)
+
+
+def assert_close(got: np.ndarray, ref: np.ndarray, out_dtype: str = "fp32", what: str = "") -> None:
+    """|got - ref| <= atol + rtol*|ref| (1e-3 each), plus half an ulp of a 16-bit output dtype (the final
+    rounding, larger than rtol for bf16); NaN matches NaN, an infinity itself. Shapes must agree."""
+    got = np.asarray(got)
+    ref = np.asarray(ref, dtype=np.float64) if out_dtype != "bool" else np.asarray(ref)
+    assert got.shape == ref.shape, f"{what}: shape {got.shape} != oracle {ref.shape}"
+    if out_dtype in ("bool", "i32"):
+        np.testing.assert_array_equal(got, ref.astype(NP_DTYPES[out_dtype]), err_msg=what)
+        return
+    g = got.astype(np.float64)
+    allowed = ATOL + RTOL * np.abs(ref) + (half_ulp(ref, out_dtype) if out_dtype in ("fp16", "bf16") else 0.0)
+    with np.errstate(invalid="ignore"):
+        ok = (np.abs(g - ref) <= allowed) | (np.isnan(g) & np.isnan(ref)) | (np.isinf(ref) & (g == ref))
+    if not ok.all():
+        bad = np.argwhere(~ok)[:5]
+        rows = ", ".join(f"{tuple(int(i) for i in k)}: got {g[tuple(k)]!r} want {ref[tuple(k)]!r}" for k in bad)
+        raise AssertionError(f"{what}: {int((~ok).sum())} of {ok.size} elements differ beyond rtol=atol=1e-3 "
+                             f"({out_dtype} output); first: {rows}")
+
+
+# ---- elementwise -------------------------------------------------------------------------------------
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def gelu(x, approximate: str = "none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+UNARY = {
+    "neg": np.negative, "relu": lambda x: np.maximum(x, 0.0), "exp": np.exp, "exp2": np.exp2, "log": np.log,
+    "log2": np.log2, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "recip": lambda x: 1.0 / x,
+    "sigmoid": sigmoid, "silu": lambda x: x * sigmoid(x), "tanh": np.tanh, "gelu": gelu,
+}
+POSITIVE_DOMAIN = frozenset({"log", "log2", "sqrt", "rsqrt", "recip"})
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
+          "min": np.minimum, "pow": np.power}
+COMPARE = {"gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.less_equal, "eq": np.equal,
+           "ne": np.not_equal}
+_RANK = {"bool": 0, "i32": 1, "fp16": 2, "bf16": 2, "fp32": 3}
+
+
+def promote(a: str, b: str) -> str:
+    """The documented promotion: the wider dtype; fp16 with bf16 gives fp32 (neither holds the other)."""
+    if a == b:
+        return a
+    if {a, b} == {"fp16", "bf16"}:
+        return "fp32"
+    return a if _RANK[a] > _RANK[b] else b
+
+
+# ---- reductions and normalisations ------------------------------------------------------------------
+
+def reduce(x, op: str, axes: Sequence[int], keepdim: bool = False):
+    fn = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}[op]
+    return fn(x, axis=tuple(axes), keepdims=keepdim)
+
+
+def softmax(x, axis: int):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def layernorm(x, axis: int = -1, eps: float = 1e-5, gamma=None, beta=None):
+    """Normalise over axis..rank-1 (ONNX LayerNormalization); gamma/beta have the normalised shape."""
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    mu = x.mean(axis=axes, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
+    y = (x - mu) / np.sqrt(var + eps)
+    if gamma is not None:
+        y = y * gamma
+    if beta is not None:
+        y = y + beta
+    return y
+
+
+# ---- contractions ------------------------------------------------------------------------------------
+
+def dot(a, b):
+    """tinygrad ``a.dot(b)``: 1-D operands, broadcast batch dims (the numpy matmul rules)."""
+    if a.ndim == 1 and b.ndim == 1:
+        return np.asarray(np.sum(a * b))
+    if b.ndim == 1:
+        return np.einsum("...k,k->...", a, b)
+    if a.ndim == 1:
+        return np.einsum("k,...kn->...n", a, b)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    return np.einsum("...mk,...kn->...mn", a, b)
+
+
+def conv2d(x, w, bias=None, stride=(1, 1), pad=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1):
+    """Direct convolution, one kernel tap at a time: X (N, C, H, W), W (Co, C/groups, Kh, Kw);
+    pad is [top, bottom, left, right]."""
+    n, c, h, wd = x.shape
+    co, cg, kh, kw = w.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[1]), (pad[2], pad[3])))
+    ho = (h + pad[0] + pad[1] - dh * (kh - 1) - 1) // sh + 1
+    wo = (wd + pad[2] + pad[3] - dw * (kw - 1) - 1) // sw + 1
+    cog = co // groups
+    y = np.zeros((n, co, ho, wo))
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        ws = w[g * cog:(g + 1) * cog]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
+                y[:, g * cog:(g + 1) * cog] += np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
+    if bias is not None:
+        y = y + bias[None, :, None, None]
+    return y
+
+
+def maxpool2d(x, kernel, stride=None, pad=(0, 0, 0, 0)):
+    """Max over each window; padding never wins (it is -inf)."""
+    kh, kw = kernel
+    sh, sw = stride or kernel
+    n, c, h, wd = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad[0], pad[1]), (pad[2], pad[3])), constant_values=-np.inf)
+    ho = (h + pad[0] + pad[1] - kh) // sh + 1
+    wo = (wd + pad[2] + pad[3] - kw) // sw + 1
+    y = np.full((n, c, ho, wo), -np.inf)
+    for i in range(kh):
+        for j in range(kw):
+            y = np.maximum(y, xp[:, :, i: i + sh * (ho - 1) + 1: sh, j: j + sw * (wo - 1) + 1: sw])
+    return y
+
+
+def attention(q, k, v, causal: bool = False, scale: float | None = None, p_dtype: str | None = None):
+    """softmax(scale * Q K^T, masked) V. The causal mask is aligned bottom-right: query i sees key j
+    iff j <= i + (N - M). p_dtype rounds the probabilities before P V (fp16/bf16 V: P is cast to V's
+    dtype, as flash kernels do)."""
+    m, d = q.shape[-2], q.shape[-1]
+    n = k.shape[-2]
+    scale = d ** -0.5 if scale is None else scale
+    s = np.einsum("bhmd,bhnd->bhmn", q, k) * scale
+    if causal:
+        keep = np.arange(n)[None, :] <= np.arange(m)[:, None] + (n - m)
+        s = np.where(keep, s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        p = softmax(s, -1)
+    if p_dtype is not None:
+        p = rounded(p, p_dtype)
+    return np.einsum("bhmn,bhnv->bhmv", p, v)
+
+
+# ---- movement ----------------------------------------------------------------------------------------
+
+def slice_(x, starts, ends, steps=None, axes=None):
+    """Python slicing on the named axes (negative indices count from the end, clamped like Python)."""
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    sl = [slice(None)] * x.ndim
+    for a, s, e, st in zip(axes, starts, ends, steps, strict=True):
+        sl[a] = slice(s, e, st)
+    return x[tuple(sl)]
+
+
+# ---- harness: models and the CLI --------------------------------------------------------------------
+
+def model(inputs: dict, graph: list, outputs: Sequence[str], tensors: dict | None = None) -> dict:
+    """A Frontend IR document: inputs {name: (dtype, shape)}, graph nodes, output names, and any extra
+    declared tensors {name: {"dtype"?, "shape"?}}."""
+    table = {k: {"dtype": dt, "shape": list(shape)} for k, (dt, shape) in inputs.items()}
+    table.update(tensors or {})
+    return {"signature": {"inputs": [{"tensor": k} for k in inputs], "outputs": [{"tensor": o} for o in outputs]},
+            "tensors": table, "graph": graph}
+
+
+def node(op: str, inputs: Sequence[str], output: str, /, name: str | None = None, **attrs: Any) -> dict:
+    d = {"op": op, "name": name or output, "inputs": list(inputs), "outputs": [output], "attrs": attrs}
+    if op == "Elementwise":
+        d["fn"] = attrs.pop("fn")
+    return d
+
+
+def cli(argv: Sequence[str]) -> tuple:
+    """polysat.cli.main in-process: (exit status, stdout, stderr)."""
+    from polysat.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def diagnostics(stdout: str) -> list:
+    """The diagnostics a failed ``--json`` run printed (its whole stdout is one JSON object)."""
+    try:
+        doc = json.loads(stdout)
+    except json.JSONDecodeError:
+        return []
+    return doc.get("diagnostics", []) if isinstance(doc, dict) else []
+
+
+def run_model(doc: "dict | str", inputs: dict, verb_args: Sequence[str] = ()) -> tuple:
+    """``polysat run MODEL --inputs IN.npz --out OUT.npz --json`` on a model document (or raw text):
+    (exit status, {output name: array}, [diagnostics], stderr)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.json")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(doc if isinstance(doc, str) else json.dumps(doc))
+        np.savez(os.path.join(tmp, "in.npz"), **inputs)
+        out = os.path.join(tmp, "out.npz")
+        rc, stdout, stderr = cli(["run", path, "--inputs", os.path.join(tmp, "in.npz"), "--out", out, "--json",
+                                  *verb_args])
+        outs = {}
+        if rc == 0:
+            with np.load(out) as z:
+                outs = {k: z[k] for k in z.files}
+        return rc, outs, diagnostics(stdout), stderr
+
+
+def compile_model(doc: "dict | str | bytes", *extra: str) -> tuple:
+    """``polysat compile MODEL --json``: (exit status, [diagnostics], stdout + stderr)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.json")
+        data = doc if isinstance(doc, (str, bytes)) else json.dumps(doc)
+        with open(path, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        rc, stdout, stderr = cli(["compile", path, "--json", "--out", os.path.join(tmp, "dumps"), *extra])
+        return rc, diagnostics(stdout), stdout + stderr
