@@ -40,6 +40,13 @@ def _run_playback(c, inputs: dict) -> dict:
     return playback(c.regions, inputs)
 
 
+@target("cuda")
+def _run_cuda(c, inputs: dict) -> dict:
+    """The regions as CUDA kernels from the MMA template, run through cuda-python (needs a GPU)."""
+    from .backend.stages import run_cuda
+    return run_cuda(c.regions, inputs)
+
+
 # ---- verbs -------------------------------------------------------------------------------------
 
 def cmd_compile(a) -> int:
@@ -138,7 +145,7 @@ def cmd_demo(a) -> int:
     print(f"== {a.model}: Tiny IR ({len(prog.nodes)} nodes)")
     print(format_program(prog))
     out_dir = a.out or os.path.join("out", os.path.splitext(os.path.basename(a.model))[0])
-    for w in write_dumps(c, list(DUMPS), out_dir):
+    for w in write_dumps(c, list(DUMPS), out_dir, tolerant=True):
         print(f"  dump {w}")
     inputs = random_inputs(prog, _parse_bind(a.bind), knobs.seed())
     print("== inputs: " + ", ".join(f"{k}{list(v.shape)}" for k, v in inputs.items()))

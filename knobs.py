@@ -29,3 +29,8 @@ def seed() -> int:
 def eval_max_elements() -> int:
     """POLYSAT_EVAL_MAX_ELEMENTS: largest tensor the numpy evaluators materialise (default 2**31)."""
     return _int("POLYSAT_EVAL_MAX_ELEMENTS", 2 ** 31)
+
+
+def max_pieces() -> int:
+    """POLYSAT_MAX_PIECES: most guarded (piecewise) pieces a read may carry before W2101 ExcessivePiecewise."""
+    return _int("POLYSAT_MAX_PIECES", 8)

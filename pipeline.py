@@ -100,13 +100,16 @@ def _frontend_dump(c: Compilation) -> dict:
     return g.to_json() if g is not None else {"note": "the model is Tiny IR; no Frontend IR stage"}
 
 
-DUMPS: dict[str, Callable[[Compilation], dict]] = {
-    "frontend": _frontend_dump,
-    "tiny": lambda c: dump_tiny(c.program),
-    "indexbook": lambda c: _lazy("analyses.indexbook", "book_to_json")(c.indexbook),
-    "poly_view": lambda c: _lazy("analyses.polyview", "polyview_to_json")(c.poly_view),
-    "egraph": lambda c: _lazy("egraph.api", "dump")(*c.saturated, c.extraction),
-    "region": lambda c: _lazy("ir.region", "regions_json")(c.regions),
+DUMPS: dict[str, Callable[[Compilation, str], dict]] = {
+    "frontend": lambda c, d: _frontend_dump(c),
+    "tiny": lambda c, d: dump_tiny(c.program),
+    "indexbook": lambda c, d: _lazy("analyses.indexbook", "book_to_json")(c.indexbook),
+    "poly_view": lambda c, d: _lazy("analyses.polyview", "polyview_to_json")(c.poly_view),
+    "egraph": lambda c, d: _lazy("egraph.api", "dump")(*c.saturated, c.extraction),
+    "region": lambda c, d: _lazy("ir.region", "regions_json")(c.regions),
+    "plan": lambda c, d: _lazy("backend.stages", "plan_json")(c.regions, c.arch),
+    "gpu": lambda c, d: _lazy("backend.stages", "gpu_json")(c.regions, c.arch),
+    "cu": lambda c, d: {"files": _lazy("backend.stages", "write_cu")(c.regions, c.arch, d)},
 }
 
 
@@ -122,14 +125,25 @@ def check_stages(stages: list[str]) -> None:
             fail("UnknownStage", "--dump", f"unknown stage {s!r}; stages: {', '.join(DUMPS)}")
 
 
-def write_dumps(c: Compilation, stages: list[str], out_dir: str) -> list[str]:
+def write_dumps(c: Compilation, stages: list[str], out_dir: str, tolerant: bool = False) -> list[str]:
+    """Write DIR/<stage>.json for each stage. With ``tolerant`` (the demo), a stage that cannot apply to
+    this model (a diagnostic) is reported in the returned list as ``stage: unavailable (...)``."""
+    from .ir.diagnostics import PolysatError
     check_stages(stages)
     os.makedirs(out_dir, exist_ok=True)
     written = []
     for s in stages:
+        try:
+            doc = DUMPS[s](c, out_dir)
+        except PolysatError as e:
+            if not tolerant:
+                raise
+            d = e.diagnostics[0]
+            written.append(f"{s}: unavailable ({d.code} {d.kind}: {d.why})")
+            continue
         path = os.path.join(out_dir, f"{s}.json")
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(DUMPS[s](c), f, indent=1, ensure_ascii=False)
+            json.dump(doc, f, indent=1, ensure_ascii=False)
             f.write("\n")
         written.append(path)
     return written

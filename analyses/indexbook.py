@@ -28,9 +28,10 @@ from ..ir.shapes import Dim, dim_json
 from ..ir.tiny import GroupOp, Ops, Program, UOp
 from . import isl_util as iu
 from .isl_util import Box, always_true, bounds, box_of, simplify, subs
+from ..knobs import max_pieces
 
 ITER, REDUCE, BROADCAST = "iter", "reduce", "broadcast"
-MAX_PIECES = 8  # more padding tests than this on one access is W2101 ExcessivePiecewise
+MAX_PIECES = max_pieces()  # more padding tests than this on one access is W2101 ExcessivePiecewise (knob)
 
 
 # ---- local AxisMaps of the movement ops (seed 000 §4.4, 001 §1.3) ------------------------------------

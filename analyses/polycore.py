@@ -23,6 +23,7 @@ from .dependences import Dependences, dependences
 from .devices import Device, device
 from .footprint import Tile, card, extents, full_footprint, halo, make_tile, normalize_tile, sectors, tile_footprint
 from .poly_region import BoundRegion, PolyRegion
+from ..knobs import max_pieces
 
 MAX_RECOMPUTE = 2.0  # a tile may recompute a producer at most this many times over (seed 003 profitability)
 
@@ -33,7 +34,7 @@ def bounded_recompute(b: BoundRegion, factors: Mapping[str, float]) -> dict:
     needed; the cost model prices that work (fan-out penalty) instead of forbidding it."""
     return {k: f for k, f in factors.items()
             if b.stmt(k).reduce_dims or b.stmt(k).stmt.unit == "tensor"}
-MAX_PIECES = 8  # more basic maps than this in one composed access is ExcessivePiecewise (seed 000 §6.10)
+MAX_PIECES = max_pieces()  # more basic maps than this in one composed access is ExcessivePiecewise (seed 000 §6.10)
 
 
 def kstep(dev: Device) -> int:

@@ -29,13 +29,20 @@ FLOATS = ["fp32", "fp16", "bf16"]
 
 
 def check(doc: dict, inputs: dict, expect: dict) -> dict:
-    """Run doc on inputs; every output in expect {name: (oracle value, output dtype)} must match."""
+    """Run doc on inputs; every output in expect {name: (oracle value, output dtype)} must match.
+    The extracted regions' CPU playback (``--target playback``) must equal the reference too."""
     rc, outs, diags, err = oracle.run_model(doc, inputs)
     assert rc == 0, f"polysat run failed: {diags or err}"
     for name, (ref, dt) in expect.items():
         got = outs[name]
         assert got.dtype == SAVED[dt], f"{name}: dtype {got.dtype}, expected {dt}"
         oracle.assert_close(got, ref, dt, what=f"{name} of {json.dumps(doc['graph'])[:300]}")
+    rc, played, diags, err = oracle.run_model(doc, inputs, ["--target", "playback"])
+    assert rc == 0, f"polysat run --target playback failed: {diags or err}"
+    for name, ref in outs.items():
+        assert played[name].dtype == ref.dtype
+        np.testing.assert_allclose(played[name].astype(np.float64), ref.astype(np.float64), rtol=1e-3, atol=1e-3,
+                                   equal_nan=True, err_msg=f"playback vs reference, {name}")
     return outs
 
 

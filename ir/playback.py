@@ -1,0 +1,259 @@
+"""CPU playback: numpy executes RB-SSA regions in order (seed 000 §6.11, §13).
+
+Regions run one after another; the tensors each yields (``gmem`` or ``deferred``) are handed to the
+regions after it. A value is a numpy array over its present axes (see :mod:`.region`); elementwise
+ops compute in float32 and round to their dtype, Reduce rounds its body to the accumulation dtype
+and accumulates in it, yields cast — the same numerics as the reference evaluator
+(:mod:`.evaluate`), so playback of a program's regions must equal its evaluation (rtol = atol = 1e-3).
+A Read whose index leaves its tensor is an error unless an enclosing ``Select`` guard masks exactly
+those points (E1204 UnguardedAccess).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from .diagnostics import fail
+from .dtypes import DType, round_to
+from .evaluate import _BINARY, _UNARY, _compute
+from .region import R, Region, RNode
+from .shapes import Dim
+from .tiny import Ops
+
+_UNARY_OPS = {"neg": Ops.NEG, "relu": Ops.RELU, "exp2": Ops.EXP2, "log2": Ops.LOG2, "sqrt": Ops.SQRT,
+              "rsqrt": Ops.RSQRT, "reciprocal": Ops.RECIPROCAL}
+_BINARY_OPS = {"add": Ops.ADD, "sub": Ops.SUB, "mul": Ops.MUL, "div": Ops.FDIV, "max": Ops.MAX, "min": Ops.MIN,
+               "pow": Ops.POW, "cmplt": Ops.CMPLT, "cmpeq": Ops.CMPEQ, "cmpne": Ops.CMPNE}
+_REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
+_COMBINE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
+
+class Value:
+    """An array whose dims are the named axes ``axes`` (``arr.shape`` = their sizes, or 1 to broadcast)."""
+    __slots__ = ("arr", "axes")
+
+    def __init__(self, arr: np.ndarray, axes: tuple):
+        self.arr, self.axes = arr, axes
+
+    def to(self, target: tuple) -> np.ndarray:
+        """The array laid out over target (absent axes become size 1, for numpy broadcasting)."""
+        if self.axes == target:
+            return self.arr
+        perm = sorted(range(len(self.axes)), key=lambda k: target.index(self.axes[k]))
+        arr = np.transpose(self.arr, perm) if perm != list(range(len(perm))) else self.arr
+        shape, it = [], iter(arr.shape)
+        present = set(self.axes)
+        for a in target:
+            shape.append(next(it) if a in present else 1)
+        return arr.reshape(shape)
+
+
+def bind_region_symbols(regions: list, inputs: Mapping[str, np.ndarray]) -> dict:
+    """Symbol values from the shapes of the program inputs the regions read (E1304 on a conflict)."""
+    env: dict = {}
+    pending = []
+    for r in regions:
+        for b in r.inputs:
+            if b.name not in inputs:
+                continue
+            arr = np.asarray(inputs[b.name])
+            if arr.ndim != len(b.memref.shape):
+                fail("AxisSizeMismatch", b.name, f"input {b.name!r} has rank {arr.ndim}, region {r.name} reads "
+                     f"rank {len(b.memref.shape)}")
+            for d, got in zip(b.memref.shape, arr.shape, strict=True):
+                if isinstance(d, int):
+                    if d != got:
+                        fail("AxisSizeMismatch", b.name, f"input {b.name!r} has size {got} where {d} is declared")
+                elif len(d.terms) == 1 and d.terms[0] == ((str(d),), 1) and str(d) not in env:
+                    env[str(d)] = got
+                else:
+                    pending.append((b.name, d, got))
+    for name, d, got in pending:
+        if d.variables() - set(env):
+            fail("UnboundSymbol", name, f"size {d} uses unbound symbols")
+        if d.evaluate(env) != got:
+            fail("AxisAlignmentMismatch", name, f"{name!r} should have size {d} = {d.evaluate(env)}, has {got}")
+    return env
+
+
+def _size(d: Dim, env: Mapping[str, int]) -> int:
+    return d if isinstance(d, int) else int(d.evaluate(env))
+
+
+class _RegionRun:
+    def __init__(self, region: Region, tensors: dict, env: dict):
+        self.r, self.tensors, self.env = region, tensors, env
+        self.sizes = {a: _size(s, env) for a, s in region.axis_sizes.items()}
+        self.lets: dict = {}
+        self.memo: dict = {}
+
+    def shape(self, axes: tuple) -> tuple:
+        return tuple(self.sizes[a] for a in axes)
+
+    def grids(self, axes: tuple) -> dict:
+        n = len(axes)
+        out = dict(self.env)
+        for k, a in enumerate(axes):
+            shp = [1] * n
+            shp[k] = self.sizes[a]
+            out[a] = np.arange(self.sizes[a], dtype=np.int64).reshape(shp)
+        return out
+
+    def full(self, v: Value, axes: tuple) -> np.ndarray:
+        return np.broadcast_to(v.to(axes), self.shape(axes))
+
+    # ---- evaluation -----------------------------------------------------------------------------------
+    def eval(self, n: RNode, guard: Value | None = None) -> Value:
+        key = (id(n), None if guard is None else id(guard))
+        if key in self.memo:
+            return self.memo[key][1]
+        v = self._eval(n, guard)
+        self.memo[key] = (n, v, guard)  # keep n and guard alive so their ids stay unique
+        return v
+
+    def _eval(self, n: RNode, guard: Value | None) -> Value:
+        op = n.op
+        if op == R.REF:
+            return self.lets[n.arg]
+        if op == R.CONST:
+            return Value(np.asarray(n.arg, dtype=n.dtype.np), ())
+        if op == R.READ:
+            return self.read(n, guard)
+        if op == R.PRED:
+            g = self.grids(n.axes)
+            mask = np.ones(self.shape(n.axes), dtype=bool)
+            for e in n.arg:
+                mask &= np.asarray(e.evaluate(g)) >= 0
+            return Value(mask, n.axes)
+        if op == R.UNARY:
+            x = _compute(self.eval(n.src[0], guard).to(n.axes))
+            with np.errstate(all="ignore"):
+                if n.arg == "cast":
+                    if n.dtype == DType.i32 and x.dtype.kind == "f":
+                        x = np.trunc(x)
+                    return Value(round_to(x, n.dtype), n.axes)
+                fn = _UNARY_OPS[n.arg]
+                if fn in (Ops.RECIPROCAL, Ops.RSQRT) and x.dtype.kind != "f":
+                    x = x.astype(np.float32)
+                return Value(round_to(_UNARY[fn](x), n.dtype), n.axes)
+        if op == R.BINARY:
+            a, b = (_compute(self.eval(s, guard).to(n.axes)) for s in n.src)
+            with np.errstate(all="ignore"):
+                out = _BINARY[_BINARY_OPS[n.arg]](a, b)
+            return Value(np.broadcast_to(round_to(out, n.dtype), self.shape(n.axes)), n.axes)
+        if op == R.SELECT:
+            return self.select(n, guard)
+        if op == R.REDUCE:
+            return self.reduce(n, guard)
+        if op == R.BROADCAST:
+            return Value(self.full(self.eval(n.src[0], guard), n.axes), n.axes)
+        if op == R.TRANSPOSE:
+            x = self.eval(n.src[0], guard)
+            return Value(np.transpose(self.full(x, x.axes), n.arg), n.axes)
+        raise AssertionError(op)
+
+    def read(self, n: RNode, guard: Value | None) -> Value:
+        tensor, index = n.arg
+        if tensor not in self.tensors:
+            fail("UnknownTensor", self.r.name, f"region reads {tensor!r}, which no input or earlier region provides")
+        arr = self.tensors[tensor]
+        if len(index) != arr.ndim:
+            fail("AxisAlignmentMismatch", self.r.name, f"read of {tensor!r} has {len(index)} indices for rank {arr.ndim}")
+        g = self.grids(n.axes)
+        shape = self.shape(n.axes)
+        idx, oob = [], np.zeros(shape, dtype=bool)
+        for k, e in enumerate(index):
+            v = np.broadcast_to(np.asarray(e.evaluate(g), dtype=np.int64), shape)
+            bad = (v < 0) | (v >= arr.shape[k])
+            if bad.any():
+                oob |= bad
+                v = np.clip(v, 0, arr.shape[k] - 1)
+            idx.append(v)
+        if oob.any():
+            used = np.ones(shape, dtype=bool) if guard is None else self.used_points(guard, n.axes)
+            if (oob & used).any():
+                fail("UnguardedAccess", self.r.name, f"read {tensor}[{', '.join(map(str, index))}] leaves the tensor "
+                     f"(shape {arr.shape}) where no Select guards it")
+        return Value(arr[tuple(idx)] if idx else arr.reshape(()), n.axes)
+
+    def used_points(self, guard: Value, axes: tuple) -> np.ndarray:
+        """Over axes: the points where the guard holds for some value of its other axes."""
+        extra = tuple(a for a in guard.axes if a not in axes)
+        g = self.full(guard, axes + extra)
+        return np.broadcast_to(g.any(axis=tuple(range(len(axes), len(axes) + len(extra)))), self.shape(axes))
+
+    def select(self, n: RNode, guard: Value | None) -> Value:
+        p, a, b = n.src
+        pv = self.eval(p, guard)
+        if p.op == R.PRED:  # an index guard: the branches are only valid where it holds / fails
+            ga, gb = self._and(guard, pv, False), self._and(guard, pv, True)
+        else:
+            ga = gb = guard
+        av, bv = self.eval(a, ga), self.eval(b, gb)
+        out = np.where(pv.to(n.axes), av.to(n.axes), bv.to(n.axes))
+        return Value(np.broadcast_to(round_to(out, n.dtype), self.shape(n.axes)), n.axes)
+
+    def _and(self, guard: Value | None, p: Value, negate: bool) -> Value:
+        m = ~p.arr if negate else p.arr
+        if guard is None:
+            return Value(m, p.axes)
+        axes = tuple(dict.fromkeys(guard.axes + p.axes))
+        return Value(guard.to(axes) & Value(m, p.axes).to(axes), axes)
+
+    def reduce(self, n: RNode, guard: Value | None) -> Value:
+        op, axes, init = n.arg
+        acc = n.dtype
+        if acc is None:
+            fail("AccDtypeMissing", self.r.name, "a Reduce has no accumulation dtype")
+        if op not in _REDUCE:
+            fail("NonAssociativeTransform", self.r.name, f"reduce op {op!r} is not one of sum, max, min")
+        body = self.eval(n.src[0], guard)
+        target = n.axes + tuple(axes)
+        x = np.ascontiguousarray(self.full(body, target))  # reduced axes last and contiguous, as evaluate sums
+        x = round_to(x, acc) if acc.is_float else x.astype(acc.np)
+        x = _compute(x)
+        red = tuple(range(len(n.axes), len(target)))
+        out = _COMBINE[op](np.asarray(init, dtype=x.dtype), _REDUCE[op](x, axis=red))
+        return Value(round_to(out, acc), n.axes)
+
+    # ---- the region ---------------------------------------------------------------------------------------
+    def run(self) -> dict:
+        for let in self.r.lets:
+            self.lets[let.name] = self.eval(let.expr)
+        out = {}
+        for y in self.r.yields:
+            if y.src not in self.lets:
+                fail("UnknownTensor", self.r.name, f"yield from {y.src!r}, which no let defines")
+            v = self.lets[y.src]
+            if set(v.axes) - set(y.axes):
+                fail("AxisAlignmentMismatch", self.r.name, f"yield of {y.src!r} over {v.axes} to {y.dst!r} over {y.axes}")
+            out[y.dst] = np.ascontiguousarray(round_to(self.full(v, y.axes), y.cast))
+        return out
+
+
+def playback(regions: list[Region], program_inputs: Mapping[str, np.ndarray], keep_all: bool = False) -> dict:
+    """Run the regions on the program's inputs; the program outputs by name (every yielded tensor when keep_all)."""
+    env = bind_region_symbols(regions, program_inputs)
+    tensors: dict = {}
+    produced: set = set()
+    for r in regions:
+        for b in r.inputs:
+            if b.name in produced:
+                continue
+            if b.name not in program_inputs:
+                fail("MissingInput", b.name, f"region {r.name} reads {b.name!r}, which is neither given nor "
+                     "written by an earlier region")
+            if b.name not in tensors:
+                tensors[b.name] = round_to(np.asarray(program_inputs[b.name]), b.memref.dtype)
+        produced |= {b.name for b in r.outputs}
+    outputs: dict = {}
+    for r in regions:
+        with np.errstate(all="ignore"):  # overflow to inf and nan propagate as in the reference evaluator
+            produced_now = _RegionRun(r, tensors, env).run()
+        for k, v in produced_now.items():
+            tensors[k] = v
+            ob = next(b for b in r.outputs if b.name == k) if any(b.name == k for b in r.outputs) else None
+            if keep_all or (ob is not None and ob.program_output):
+                outputs[k] = v
+    return outputs

@@ -1,0 +1,530 @@
+"""Region synthesis: Tiny IR + a kernel partition -> RB-SSA regions (seed 000 §6.5-§6.7, seed 001 §3).
+
+Each kernel's outputs are demanded at named output axes (``iters``); synthesis walks the Tiny IR
+backwards from them, carrying the index tuple (Exprs over region axes) at which each node is needed:
+
+* movement nodes compose into the index (IndexBook local maps, seed 000 §4.4): RESHAPE
+  linearize/delinearize, PERMUTE, EXPAND (constant 0), SHRINK ``lo + step*i``, FLIP ``d-1-i``, VIEW
+  substitution; PAD adds its in-bounds guard, becoming ``Select(pred, then, pad value)`` where it
+  sits, i.e. inside the Reduce body (§6.7 step 5);
+* program inputs and values materialized by other kernels become ``Read(tensor, map)``;
+* REDUCE/CONTRACT bind their reduced axes and become ``let acc = Reduce(op, axes, init, dtype, body)``
+  (SRNF); reads in bodies index directly (C-CON1). An axis of the same size that the demanded index
+  does not mention is reused when that makes the body a value demanded elsewhere (a row reduction
+  over ``n`` shares its producer's let, §6.8.3); otherwise the axis is canonical for the dim reduced
+  (every consumer reducing one value's column names it alike, so their demands coincide);
+* outside Reduce bodies every compute node is a let (epilogue after the Reduce, §6.7 step 7), EXPAND
+  becomes BroadcastInDim, reordered axes a Transpose, and Binary operands are aligned explicitly;
+  a value needed twice at the same index is one let (no recompute of Reduce fan-out, step 6); a
+  node inside a body that does not depend on the body's axes is hoisted to a let (R1); directly
+  nested Reduces of one op merge (R0); different ops stay separate lets (R4);
+* yields fold a final float CAST into their ``cast`` and write program outputs to gmem, values
+  consumed only by the next region ``deferred`` (step 8).
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass, field, replace
+
+from ..analyses.indexbook import NonAffine, local_map
+from ..analyses.isl_util import always_true, simplify
+from ..egraph.partition import FREE_OPS, Kernel, Partition
+from . import region as rg
+from .diagnostics import fail
+from .dtypes import DType
+from .expr import Expr
+from .region import R, Buffer, Let, MemRef, Region, RNode, Yield
+from .shapes import Dim
+from .tiny import GroupOp, Ops, Program, UOp
+
+_UNARY_FN = {Ops.NEG: "neg", Ops.RELU: "relu", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SQRT: "sqrt",
+             Ops.RSQRT: "rsqrt", Ops.RECIPROCAL: "reciprocal", Ops.CAST: "cast"}
+_BINARY_FN = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.FDIV: "div", Ops.MAX: "max", Ops.MIN: "min",
+              Ops.POW: "pow", Ops.CMPLT: "cmplt", Ops.CMPEQ: "cmpeq", Ops.CMPNE: "cmpne"}
+
+
+# ---- tensor names and the default partition ----------------------------------------------------------
+
+def tensor_names(program: Program, materialized) -> dict:
+    """Memory name of every INPUT and materialized node: program output names, else the node id."""
+    names: dict = {n.id: n.arg["tensor_id"] for n in program.inputs}
+    taken = set(names.values())
+    for name, nid in program.outputs:
+        if program[nid].op != Ops.INPUT and nid not in names:
+            names[nid] = name
+            taken.add(name)
+    for nid in materialized:
+        if nid not in names:
+            name = nid
+            while name in taken:
+                name = "t_" + name
+            names[nid] = name
+            taken.add(name)
+    return names
+
+
+def _compute_srcs(program: Program, node: UOp) -> list:
+    """The non-free nodes node reads, looking through movement chains and constants."""
+    out, stack = [], list(node.src)
+    while stack:
+        s = program[stack.pop()]
+        if s.op in GroupOp.Movement:
+            stack.extend(s.src)
+        elif s.op != Ops.CONST:
+            out.append(s.id)
+    return out
+
+
+def default_partition(program: Program) -> Partition:
+    """One kernel per reduction with its elementwise/movement producers and its elementwise epilogue.
+
+    A compute node is materialized when it is a program output, when it holds a reduction and feeds
+    another reduction's body, or when kernels of several consumers need it; pure elementwise or
+    movement outputs get kernels of their own.
+    """
+    reduces = GroupOp.Reduce
+    outs = {nid for _, nid in program.outputs}
+    # compute nodes, and views/constants that are program outputs (they are kernel roots too)
+    compute = [n for n in program.nodes if n.op != Ops.INPUT and (n.op not in FREE_OPS or n.id in outs)]
+    srcs = {n.id: _compute_srcs(program, n) for n in compute}
+    users: dict = {n.id: [] for n in program.nodes}
+    for n in compute:
+        for s in srcs[n.id]:
+            users[s].append(n.id)
+    mat: set = {nid for nid in outs if program[nid].op != Ops.INPUT}
+    has_red: dict = {}
+    for n in compute:  # forward: does the kernel cone up to n hold a reduction?
+        has_red[n.id] = n.op in reduces or any(has_red.get(s, False) and s not in mat for s in srcs[n.id])
+        if has_red[n.id] and any(program[u].op in reduces for u in users[n.id]):
+            mat.add(n.id)
+    owner: dict = {}
+    for n in reversed(compute):  # backward: each compute node joins its consumers' kernel, or is a root
+        if n.id in mat:
+            owner[n.id] = n.id
+            continue
+        kernels = {owner[u] for u in users[n.id]}
+        if len(kernels) == 1:
+            owner[n.id] = kernels.pop()
+        else:
+            mat.add(n.id)
+            owner[n.id] = n.id
+    return partition_from_materialized(program, mat)
+
+
+def partition_from_materialized(program: Program, materialized) -> Partition:
+    """The partition with one kernel per materialized node: the node and its cone up to program inputs and
+    other materialized nodes (every program output that is not an INPUT must be materialized)."""
+    mat = set(materialized)
+    kernels = []
+    for n in program.nodes:
+        if n.id not in mat or n.op == Ops.INPUT:
+            continue
+        nodes, inputs, stack = set(), [], [n.id]
+        while stack:
+            x = program[stack.pop()]
+            if x.id in nodes:
+                continue
+            if x.op == Ops.INPUT or (x.id in mat and x.id != n.id):
+                if x.id not in inputs:
+                    inputs.append(x.id)
+                continue
+            nodes.add(x.id)
+            stack.extend(x.src)
+        kernels.append(Kernel(f"k{len(kernels)}_{n.id}", frozenset(nodes), (n.id,), tuple(sorted(inputs))))
+    return Partition(tuple(kernels))
+
+
+_ISL_WORDS = frozenset({"and", "or", "not", "xor", "implies", "mod", "floor", "ceil", "min", "max", "exists",
+                        "true", "false", "infty", "nan"})  # axis names are isl identifiers too
+
+
+def _plain(index: tuple) -> bool:
+    """Distinct plain axis variables (so a let over them is the value itself, not a shifted view)."""
+    names = [e.terms[0][0][0] if len(e.terms) == 1 and e.terms[0][1] == 1 and len(e.terms[0][0]) == 1
+             and isinstance(e.terms[0][0][0], str) else None for e in index]
+    return None not in names and len(set(names)) == len(names)
+
+
+# ---- synthesis of one kernel ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Ctx:
+    local: frozenset = frozenset()  # axes bound by the enclosing Reduces (inside a body)
+    guard: tuple = ()  # in-bounds guards (Expr >= 0) of the PADs the demand passed through
+    merge: str | None = None  # a Reduce node that is directly the body of a Reduce of its op (R0: inline)
+
+    @property
+    def in_body(self) -> bool:
+        return bool(self.local)
+
+
+@dataclass
+class _KernelSynth:
+    program: Program
+    kernel: Kernel
+    names: dict  # node id -> tensor name, for INPUTs and every materialized node
+    symbols: frozenset
+    axes: dict = field(default_factory=dict)  # axis name -> size, in creation order
+    iter_names: list = field(default_factory=list)
+    reduce_vars: dict = field(default_factory=dict)  # (node id, index) -> bound axis names, kept for the last pass
+    counts: dict = field(default_factory=dict)  # (node id, index) -> demands seen in the previous pass
+    canon: dict = field(default_factory=dict)  # canonical reduce axis names, kept across passes
+
+    def reset(self):
+        self.limit = 64 * len(self.program.nodes) + 1000
+        self.budget = self.limit
+        self.axes = {a: self.axes[a] for a in self.iter_names}
+        self.seen: dict = {}  # (node id, index) -> demands in this pass
+        self.lets: list = []
+        self.let_names: set = set()
+        self.memo: dict = {}
+        self.inputs: dict = {}  # tensor name -> MemRef, first-read order
+
+    # ---- axes ------------------------------------------------------------------------------------------
+    def new_axis(self, size: Dim, prefer: str) -> str:
+        cands = []
+        if not isinstance(size, int) and len(size.variables()) == 1 and str(size) in size.variables():
+            cands.append(str(size).lower())
+        cands.append(prefer)
+        k = 0
+        while True:
+            for c in cands:
+                if c not in self.axes and c not in self.symbols and c not in self.canon.values() and c.isidentifier() \
+                        and c not in _ISL_WORDS:
+                    self.axes[c] = size
+                    return c
+            cands = [f"{prefer}_{k}"]
+            k += 1
+
+    def box(self) -> dict:
+        return {a: (0, s - 1 if isinstance(s, int) else None) for a, s in self.axes.items()}
+
+    def simp(self, e: Expr) -> Expr:
+        return simplify(e, self.box())
+
+    # ---- lets ------------------------------------------------------------------------------------------
+    def let(self, hint: str, expr: RNode) -> RNode:
+        if expr.op == R.REF:
+            return expr
+        name, k = hint, 1
+        while name in self.let_names:
+            name, k = f"{hint}_{k}", k + 1
+        self.let_names.add(name)
+        self.lets.append(Let(name, expr))
+        return rg.ref(name, expr)
+
+    def order(self, index: tuple, axes) -> tuple:
+        """axes ordered by first mention in index (the consumer's dim order), others after."""
+        mentioned = rg.vars_in_order(index, self.axes)
+        return tuple(a for a in mentioned if a in axes) + tuple(a for a in axes if a not in mentioned)
+
+    def coerce(self, x: RNode, target: tuple) -> RNode:
+        """x with exactly the axes target: Transpose to target's relative order, then BroadcastInDim."""
+        if x.axes == target or x.is_scalar_const:
+            return x
+        missing = [a for a in x.axes if a not in target]
+        if missing:
+            fail("InternalError", self.kernel.name, f"value over {x.axes} cannot be aligned to {target}")
+        sub = tuple(a for a in target if a in x.axes)
+        if sub != x.axes:
+            x = rg.transpose(x, [x.axes.index(a) for a in sub])
+        if sub != target:
+            x = rg.broadcast(x, target, [self.axes[a] for a in target])
+        return x
+
+    # ---- demand ----------------------------------------------------------------------------------------
+    def read(self, nid: str, index: tuple) -> RNode:
+        n = self.program[nid]
+        t = self.names[nid]
+        self.inputs.setdefault(t, MemRef(tuple(n.shape), n.dtype))
+        return rg.read(t, index, n.dtype, self.axes)
+
+    def demand(self, nid: str, index: tuple, ctx: _Ctx) -> RNode:
+        n = self.program[nid]
+        if n.op == Ops.INPUT or (nid in self.names and nid not in self.kernel.nodes):
+            return self.read(nid, index)
+        if n.op == Ops.CONST:
+            return rg.const(n.arg["value"], n.dtype)
+        if n.op in GroupOp.Movement:
+            return self.movement(n, index, ctx)
+        key = (nid, index)
+        self.seen[key] = self.seen.get(key, 0) + 1
+        gkey = key + (ctx.guard,)
+        if gkey in self.memo:
+            return self.memo[gkey]
+        hoist = not (ctx.local & set(rg.vars_in_order(index + ctx.guard, self.axes)))
+        # a Reduce inside a body is its own let over plain axes (SRNF), not recomputed per body point
+        own = n.op in GroupOp.Reduce and nid != ctx.merge and _plain(index)
+        as_let = not ctx.in_body or hoist or own or (self.final and self.counts.get(key, 0) >= 2)
+        self.budget -= 1
+        if self.budget < 0:
+            fail("InternalError", self.kernel.name, f"kernel {self.kernel.name} recomputes values at more than "
+                 f"{self.limit} index tuples", "Materialize the values that consumers read at shifted indices "
+                 "(choose a finer partition).")
+        mkey = gkey + (as_let,) if self.final else gkey
+        if mkey in self.memo:
+            return self.memo[mkey]
+        value = self.compute(n, index, _Ctx(guard=ctx.guard) if as_let else ctx)
+        if as_let:
+            value = self.let(nid, self.guarded(value, index, ctx.guard))
+        self.memo[gkey if as_let else mkey] = value
+        return value
+
+    def guarded(self, value: RNode, index: tuple, guard: tuple) -> RNode:
+        """A let demanded under PAD guards holds Select(guard, value, 0): its reads stay guarded (§6.7 step 5)."""
+        if not guard:
+            return value
+        p = rg.pred(guard, self.axes)
+        value = self.coerce(value, self.order(index, rg.union_axes(value, p)))
+        return rg.select(p, value, rg.const(0, value.dtype), value.dtype)
+
+    def movement(self, n: UOp, index: tuple, ctx: _Ctx) -> RNode:
+        src = self.program[n.src[0]]
+        try:
+            lm = local_map(n, src)
+        except NonAffine as e:
+            fail("NonAffineIndex", n.id, f"{n.op.name} cannot be folded into an index map: {e}",
+                 "Materialize the view's source in its own region, or keep reshapes to static strides.")
+        env = {f"i{k}": e for k, e in enumerate(index)}
+        inner = tuple(self.simp(e.subs(env)) for e in lm.exprs)
+        guards = [g for g in (self.simp(g.subs(env)) for g in lm.guard) if not always_true(g, self.box())]
+        x = self.demand(src.id, inner, replace(ctx, guard=ctx.guard + tuple(guards)) if guards else ctx)
+        if n.op == Ops.EXPAND and not ctx.in_body:
+            grown = [index[k] for k, (a, b) in enumerate(zip(src.shape, n.shape, strict=True)) if a != b]
+            extra = set(rg.vars_in_order(grown, self.axes)) - set(x.axes)
+            if extra:
+                x = self.coerce(x, self.order(index, set(x.axes) | extra))
+        if guards:
+            p = rg.pred(guards, self.axes)
+            x = rg.select(p, x, rg.const(lm.pad_value, n.dtype), n.dtype)
+            if not ctx.in_body:
+                x = self.align_operands(x, index)
+        return x
+
+    def align_operands(self, x: RNode, index: tuple) -> RNode:
+        """Outside Reduce bodies, Binary/Select operands carry exactly the result's axes (§6.4)."""
+        target = self.order(index, x.axes)
+        src = tuple(s if s.op == R.PRED else self.coerce(s, target) for s in x.src)
+        if x.op == R.BINARY:
+            return rg.binary(x.arg, src[0], src[1], x.dtype)
+        return rg.select(src[0], src[1], src[2], x.dtype)
+
+    def compute(self, n: UOp, index: tuple, ctx: _Ctx) -> RNode:
+        if n.op in GroupOp.Unary:
+            x = self.demand(n.src[0], index, ctx)
+            return rg.unary(_UNARY_FN[n.op], x, n.dtype)
+        if n.op in GroupOp.Binary:
+            a, b = [self.demand(s, index, ctx) for s in n.src]
+            node = rg.binary(_BINARY_FN[n.op], a, b, n.dtype)
+            return node if ctx.in_body else self.align_operands(node, index)
+        if n.op == Ops.WHERE:
+            c, a, b = [self.demand(s, index, ctx) for s in n.src]
+            node = rg.select(c, a, b, n.dtype)
+            return node if ctx.in_body else self.align_operands(node, index)
+        if n.op == Ops.REDUCE:
+            return self.reduce(n, index, ctx)
+        if n.op == Ops.CONTRACT:
+            return self.contract(n, index, ctx)
+        fail("InternalError", n.id, f"region synthesis has no rule for {n.op.name}")
+
+    def bind(self, n: UOp, index: tuple, sizes: list, probe, land) -> list:
+        """Axis names for the reduced dims. First an axis of equal size the index does not mention, if that
+        makes the body a value demanded elsewhere (a row reduce over ``n`` shares its producer); else the
+        canonical axis of the dim the reduction runs over (the same for every consumer, so values they
+        demand coincide); else a fresh axis."""
+        key = (n.id, index)
+        if key in self.reduce_vars:
+            for v, s in zip(self.reduce_vars[key], sizes, strict=True):
+                self.axes.setdefault(v, s)
+            return self.reduce_vars[key]
+        used = set(rg.vars_in_order(index, self.axes))
+        cands = [[a for a, sz in self.axes.items() if sz == s and a not in used] for s in sizes]
+        out = None
+        for combo in itertools.islice(itertools.product(*cands), 16):
+            if len(set(combo)) == len(combo) and probe(combo) in self.counts:
+                out = list(combo)
+                break
+        if out is None:
+            out = []
+            for s, ck in zip(sizes, land(), strict=True):
+                if ck not in self.canon:
+                    self.canon[ck] = self.new_axis(s, f"r{len(self.canon)}")
+                name = self.canon[ck]
+                if name in used or name in out or self.axes.get(name, s) != s:
+                    name = self.new_axis(s, f"r{len(self.canon)}")
+                self.axes.setdefault(name, s)
+                out.append(name)
+        self.reduce_vars[key] = out
+        return out
+
+    def landing(self, n: UOp, src_id: str, full, nred: int) -> list:
+        """Canonical key per reduced dim: (target node, position) where the dim lands as a plain index of the
+        value the body reaches through movement; (reduce node, dim) when it does not land plainly."""
+        k = len(self.reduce_vars)
+        marks = [f"__mark{k}_{j}" for j in range(nred)]
+        t = self.view_target(src_id, full(marks))
+        keys = []
+        for j, m in enumerate(marks):
+            pos = [p for p, e in enumerate(t[1]) if e == Expr.var(m)] if t else []
+            keys.append((t[0], pos[0]) if len(pos) == 1 else (n.id, j))
+        return keys
+
+    def view_target(self, nid: str, index: tuple):
+        """The compute node (and its index) that demanding nid at index reaches through movement alone."""
+        n = self.program[nid]
+        while n.op in GroupOp.Movement and not (n.id in self.names and n.id not in self.kernel.nodes):
+            src = self.program[n.src[0]]
+            try:
+                lm = local_map(n, src)
+            except NonAffine:
+                return None
+            env = {f"i{k}": e for k, e in enumerate(index)}
+            index = tuple(self.simp(e.subs(env)) for e in lm.exprs)
+            n = src
+        return (n.id, index)
+
+    def reduce(self, n: UOp, index: tuple, ctx: _Ctx) -> RNode:
+        src = self.program[n.src[0]]
+        raxes = n.arg["axes"]
+        def full(names) -> tuple:
+            it, rn = iter(index), iter(names)
+            return tuple(self.simp(Expr.var(next(rn)) if k in raxes else next(it)) for k in range(src.ndim))
+        names = self.bind(n, index, [src.shape[a] for a in raxes], lambda c: self.view_target(src.id, full(c)),
+                          lambda: self.landing(n, src.id, full, len(raxes)))
+        target = self.view_target(src.id, full(names))
+        inner = self.program[target[0]] if target else None
+        merge = inner.id if inner is not None and inner.op == Ops.REDUCE and inner.arg["op"] == n.arg["op"] \
+            and inner.arg["dtype"] == n.arg["dtype"] else None
+        body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, merge)
+        body = self.demand(src.id, full(names), body_ctx)
+        return self.make_reduce(n.arg["op"].lower(), names, body, n.arg["dtype"])
+
+    def make_reduce(self, op: str, names: list, body: RNode, dtype: DType) -> RNode:
+        if body.op == R.REDUCE and body.arg[0] == op and body.dtype == dtype:  # R0: merge nested reduces
+            return rg.reduce(op, tuple(names) + body.arg[1], body.src[0], dtype, axis_order=self.axes)
+        return rg.reduce(op, names, body, dtype, axis_order=self.axes)
+
+    def contract(self, n: UOp, index: tuple, ctx: _Ctx) -> RNode:
+        lhs, rhs = (self.program[s] for s in n.src)
+        sizes = dict(zip(n.arg["lhs_idx"], lhs.shape)) | dict(zip(n.arg["rhs_idx"], rhs.shape))
+        red = list(n.arg["reduce_idx"])
+        names = self.bind(n, index, [sizes[r] for r in red], lambda c: None, lambda: [(n.id, j) for j in range(len(red))])
+        env = dict(zip(n.arg["out_idx"], index)) | {r: Expr.var(v) for r, v in zip(red, names)}
+        body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard)
+        acc = n.arg["dtype"]
+        a = self.demand(lhs.id, tuple(env[i] for i in n.arg["lhs_idx"]), body_ctx)
+        b = self.demand(rhs.id, tuple(env[i] for i in n.arg["rhs_idx"]), body_ctx)
+        if a.dtype != acc:
+            a = rg.unary("cast", a, acc)
+        if b.dtype != acc:
+            b = rg.unary("cast", b, acc)
+        return self.make_reduce("sum", names, rg.binary("mul", a, b, acc), acc)
+
+    # ---- the region --------------------------------------------------------------------------------------
+    def output_axes(self, node: UOp) -> tuple:
+        out = []
+        for k, d in enumerate(node.shape):
+            # reuse an iter of the same size at the same position (multi-output kernels share the space)
+            same = [a for a in self.iter_names if self.axes[a] == d and a not in out]
+            if k < len(self.iter_names) and self.iter_names[k] in same:
+                out.append(self.iter_names[k])
+                continue
+            a = self.new_axis(d, f"i{len(self.iter_names)}")
+            self.iter_names.append(a)
+            out.append(a)
+        return tuple(out)
+
+    def run(self) -> tuple:
+        self.reset()
+        yields, outs = [], []
+        for nid in self.kernel.outputs:
+            node = self.program[nid]
+            ax = self.out_axes[nid]
+            index = tuple(Expr.var(a) for a in ax)
+            src, cast = nid, node.dtype
+            if node.op == Ops.CAST and node.dtype.is_float and self.program[node.src[0]].dtype.is_float:
+                src = node.src[0]  # a final float cast is the yield's cast (§6.8.1)
+            value = self.demand(src, index, _Ctx())
+            value = self.coerce(value, ax)
+            value = self.let(f"v_{src}", value)
+            yields.append((value.arg, nid, cast, ax))
+            outs.append(nid)
+        return yields, outs
+
+    def synthesize(self) -> tuple:
+        """Three passes: canonical reduce axes (nothing to share with yet); reuse of axes that hit values the
+        first pass demanded; the build, with a let for every value the second pass demanded twice."""
+        self.out_axes = {}
+        for nid in self.kernel.outputs:
+            self.out_axes[nid] = self.output_axes(self.program[nid])
+        self.final = False
+        self.run()
+        self.counts, self.reduce_vars = self.seen, {}
+        self.run()
+        self.counts, self.final = self.seen, True
+        return self.run()
+
+
+def synthesize(program: Program, partition: Partition) -> list[Region]:
+    """RB-SSA regions, one per kernel of the partition, in its (dependency) order."""
+    partition.check(program)
+    # demand recurses along the longest chain of a kernel (about four frames per node)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(min(max(limit, 2000 + 20 * len(program.nodes)), 100_000))
+    try:
+        return _synthesize(program, partition)
+    except RecursionError:
+        fail("InternalError", "region synthesis", "a kernel's values are demanded through chains too deep to "
+             "synthesize", "Choose a finer partition (materialize intermediate values).")
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _synthesize(program: Program, partition: Partition) -> list[Region]:
+    mat = partition.materialized
+    names = tensor_names(program, mat)
+    out_names: dict = {}
+    for name, nid in program.outputs:
+        out_names.setdefault(nid, []).append(name)
+    readers: dict = {}
+    for k, kern in enumerate(partition.kernels):
+        for i in kern.inputs:
+            readers.setdefault(i, set()).add(k)
+    symbols = program.symbols()
+    regions = []
+    for k, kern in enumerate(partition.kernels):
+        s = _KernelSynth(program, kern, names, symbols)
+        yields, _ = s.synthesize()
+        outputs, ys = [], []
+        for let_name, nid, cast, ax in yields:
+            node = program[nid]
+            is_out = nid in out_names
+            deferred = not is_out and readers.get(nid, set()) == {k + 1}
+            for t in out_names.get(nid, [names[nid]]):
+                outputs.append(Buffer(t, MemRef(tuple(node.shape), node.dtype), "deferred" if deferred else "gmem", is_out))
+                ys.append(Yield(let_name, t, cast, ax))
+        iters = tuple((a, s.axes[a]) for a in s.iter_names)
+        raxes = tuple((a, sz) for a, sz in s.axes.items() if a not in s.iter_names)
+        inputs = tuple(Buffer(t, m) for t, m in s.inputs.items())
+        regions.append(Region(kern.name, iters, raxes, inputs, tuple(outputs), tuple(s.lets), tuple(ys)))
+    regions.extend(_copy_regions(program, out_names))
+    return regions
+
+
+def _copy_regions(program: Program, out_names: dict) -> list:
+    """Program outputs that are program inputs are copied by a region of their own."""
+    out = []
+    for nid, names in out_names.items():
+        node = program[nid]
+        if node.op != Ops.INPUT:
+            continue
+        tid = node.arg["tensor_id"]
+        ax = tuple(f"i{k}" for k in range(node.ndim))
+        v = rg.read(tid, [Expr.var(a) for a in ax], node.dtype, ax)
+        bufs = tuple(Buffer(n, MemRef(tuple(node.shape), node.dtype), "gmem", True) for n in names if n != tid)
+        if not bufs:
+            continue
+        out.append(Region(f"copy_{tid}", tuple(zip(ax, node.shape)), (), (Buffer(tid, MemRef(tuple(node.shape), node.dtype)),),
+                          bufs, (Let("v", v),), tuple(Yield("v", b.name, node.dtype, ax) for b in bufs)))
+    return out

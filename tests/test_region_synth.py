@@ -1,0 +1,196 @@
+"""Region synthesis produces the regions of seed 000 §6.8 and obeys the normal forms of §6.3-§6.7.
+
+GEMM+bias+ReLU comes out in C-CON1 form (direct reads in the Reduce body, bias broadcast in the
+epilogue), the 3x3 stride-2 conv as one Reduce whose body guards the padded read with a Select, and
+attention's row softmax as one region whose sum/max/sum Reduces stay separate lets (R4) and whose QK
+Reduce is computed once and shared (§6.7 step 6). Also: Transpose for an unfolded PERMUTE, R0
+merging of nested Reduces, R1 hoisting, deferred materialization, and non-affine views as coded errors.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from polysat.egraph.partition import Kernel, Partition
+from polysat.frontend import load_model
+from polysat.ir.builder import Builder
+from polysat.ir.diagnostics import PolysatError
+from polysat.ir.dtypes import DType
+from polysat.ir.expr import Expr
+from polysat.ir.region import R, Region, format_region, walk
+from polysat.ir.region_synth import default_partition, synthesize
+from polysat.ir.tiny import Ops
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def example(name: str):
+    return load_model(json.loads((EXAMPLES / f"{name}.json").read_text()))
+
+
+def whole(program) -> Partition:
+    nodes = frozenset(n.id for n in program.nodes if n.op != Ops.INPUT)
+    return Partition((Kernel("whole", nodes, tuple(nid for _, nid in program.outputs),
+                             tuple(n.id for n in program.inputs)),))
+
+
+def nodes_of(region: Region, op: R) -> list:
+    return [n for l in region.lets for n in walk(l.expr) if n.op == op]
+
+
+def reduce_lets(region: Region) -> list:
+    return [l for l in region.lets if l.expr.op == R.REDUCE]
+
+
+def strip_casts(n):
+    while n.op == R.UNARY and n.arg == "cast":
+        n = n.src[0]
+    return n
+
+
+def test_gemm_bias_relu_is_one_region_in_c_con1_form():
+    (r,) = synthesize(example("gemm_bias_relu"), default_partition(example("gemm_bias_relu")))
+    text = format_region(r)
+    assert [a for a, _ in r.iters] == ["m", "n"] and [a for a, _ in r.reduce_axes] == ["k"], text
+    (acc,) = reduce_lets(r)
+    op, axes, init = acc.expr.arg
+    assert (op, axes, init, acc.expr.dtype) == ("sum", ("k",), 0.0, DType.fp32)
+    body = acc.expr.src[0]
+    assert body.op == R.BINARY and body.arg == "mul"
+    reads = [strip_casts(s) for s in body.src]
+    assert [(x.op, x.arg[0], tuple(map(str, x.arg[1]))) for x in reads] == \
+        [(R.READ, "A", ("m", "k")), (R.READ, "B", ("k", "n"))]
+    assert not [n for n in walk(body) if n.op == R.BROADCAST], "C-CON1: no broadcast tensor in the Reduce body"
+    # epilogue after the reduce: add(acc, BroadcastInDim(bias, dims [1])) then relu, yield with a cast
+    (bc,) = nodes_of(r, R.BROADCAST)
+    assert bc.arg[0] == ("m", "n") and bc.arg[2] == (1,)
+    assert strip_casts(r.let_map[bc.src[0].arg] if bc.src[0].op == R.REF else bc.src[0]).arg[0] == "bias"
+    last = r.lets[-1].expr
+    assert last.op == R.UNARY and last.arg == "relu"
+    (y,) = r.yields
+    assert (y.src, y.dst, y.cast, y.axes) == (r.lets[-1].name, "C2", DType.fp16, ("m", "n"))
+    (out,) = r.outputs
+    assert out.materialize == "gmem" and out.program_output and out.memref.layout.kind == "row_major"
+
+
+def test_conv_pads_with_a_select_inside_the_reduce_body():
+    (r,) = synthesize(example("conv3x3_s2_silu"), default_partition(example("conv3x3_s2_silu")))
+    text = format_region(r)
+    (acc,) = reduce_lets(r)
+    assert len(acc.expr.arg[1]) == 3 and acc.expr.dtype == DType.fp32, text  # ci, kh, kw
+    sel = [n for n in walk(acc.expr.src[0]) if n.op == R.SELECT]
+    assert len(sel) == 1 and sel[0].src[0].op == R.PRED, text
+    then = strip_casts(sel[0].src[1])
+    assert then.op == R.READ and then.arg[0] == "X"
+    kh, kw = acc.expr.arg[1][1:]
+    assert str(then.arg[1][2]) == f"2*i2 + {kh} - 1" and str(then.arg[1][3]) == f"2*i3 + {kw} - 1", text
+    assert sel[0].src[2].op == R.CONST and sel[0].src[2].arg == 0.0
+    outside = [n for l in r.lets if l is not acc for n in walk(l.expr) if n.op == R.SELECT]
+    assert not outside, "the pad guard stays inside the Reduce (§6.7 step 5)"
+
+
+def test_attention_row_softmax_keeps_heterogeneous_reduces_apart_and_shares_scores():
+    p = example("attention_row_softmax")
+    (r,) = synthesize(p, whole(p))
+    text = format_region(r)
+    reds = reduce_lets(r)
+    assert [l.expr.arg[0] for l in reds] == ["sum", "max", "sum"], text
+    s, mrow, z = reds
+    assert s.expr.arg[1] == ("d",) and mrow.expr.arg[1] == ("n",) and z.expr.arg[1] == ("n",)
+    assert mrow.expr.src[0].op == R.REF and mrow.expr.src[0].arg == s.name, "max reads the shared S let"
+    assert z.expr.src[0].op == R.REF, "sum reads the exp let"
+    exp = r.let_map[z.expr.src[0].arg]
+    assert exp.op == R.UNARY and exp.arg == "exp2"
+    assert sum(1 for n in nodes_of(r, R.READ) if n.arg[0] == "Q") == 1, "QK^T is computed once"
+    final = r.lets[-1].expr
+    assert final.op == R.BINARY and final.arg == "div"
+    assert r.yields[0].cast == DType.fp16 and [a for a, _ in r.iters] == ["b", "h", "m", "n"]
+
+
+def test_default_partition_splits_attention_and_defers_intermediates():
+    p = example("attention_row_softmax")
+    regions = synthesize(p, default_partition(p))
+    assert len(regions) >= 2
+    for r in regions[:-1]:
+        assert all(b.materialize == "deferred" and not b.program_output for b in r.outputs), format_region(r)
+    assert regions[-1].outputs[0].materialize == "gmem" and regions[-1].outputs[0].program_output
+    produced = {b.name for r in regions for b in r.outputs}
+    for r in regions:
+        for b in r.inputs:
+            assert b.name in produced or b.name in {"Q", "K"}
+
+
+def _transposed_add():
+    b = Builder()
+    x = b.input("X", DType.fp32, (3, 4), at="X", nid="X")
+    y = b.input("Y", DType.fp32, (4, 3), at="Y", nid="Y")
+    s = b.add(Ops.NEG, [y], at="s")  # a computed [4, 3], laid out as Y
+    out = b.alu(Ops.ADD, x, b.permute(s, (1, 0), at="p"), at="add")
+    return b.program([("out", out)])
+
+
+def test_permute_of_a_computed_value_becomes_transpose():
+    p = _transposed_add()
+    (r,) = synthesize(p, whole(p))
+    (t,) = nodes_of(r, R.TRANSPOSE)
+    assert t.arg == (1, 0) and t.axes == ("i0", "i1") and t.src[0].axes == ("i1", "i0"), format_region(r)
+
+
+def test_nested_reduces_of_one_op_merge_r0():
+    b = Builder()
+    x = b.input("X", DType.fp32, (3, 4, 5), at="X", nid="X")
+    inner = b.reduce(x, "SUM", (2,), DType.fp32, at="inner")
+    outer = b.reduce(inner, "SUM", (1,), DType.fp32, at="outer")
+    p = b.program([("out", outer)])
+    (r,) = synthesize(p, whole(p))
+    (red,) = reduce_lets(r)
+    assert len(red.expr.arg[1]) == 2 and red.expr.src[0].op == R.READ, format_region(r)
+
+
+def test_invariant_values_are_hoisted_out_of_reduce_bodies_r1():
+    b = Builder()
+    x = b.input("X", DType.fp32, (3, 4), at="X", nid="X")
+    y = b.input("Y", DType.fp32, (3,), at="Y", nid="Y")
+    ey = b.add(Ops.EXP2, [y], at="ey")  # depends on the row only
+    prod = b.alu(Ops.MUL, x, b.expand(b.reshape(ey, (3, 1), at="r"), (3, 4), at="e"), at="mul")
+    out = b.reduce(prod, "SUM", (1,), DType.fp32, at="sum")
+    p = b.program([("out", out)])
+    (r,) = synthesize(p, whole(p))
+    (red,) = reduce_lets(r)
+    refs = [n for n in walk(red.expr) if n.op == R.REF]
+    assert refs and r.let_map[refs[0].arg].op == R.UNARY and r.let_map[refs[0].arg].arg == "exp2", format_region(r)
+    assert r.lets.index(next(l for l in r.lets if l.name == refs[0].arg)) < r.lets.index(red)
+
+
+def test_symbolic_split_reshape_is_a_coded_diagnostic():
+    b = Builder()
+    x = b.input("X", DType.fp32, ("B*H",), at="X", nid="X")
+    y = b.add(Ops.NEG, [x], at="neg")
+    out = b.reshape(y, ("B", "H"), at="split")
+    p = b.program([("out", out)])
+    with pytest.raises(PolysatError) as e:
+        synthesize(p, whole(p))
+    assert e.value.diagnostics[0].kind == "NonAffineIndex"
+
+
+def test_program_output_that_is_an_input_gets_a_copy_region():
+    b = Builder()
+    x = b.input("X", DType.fp16, (2, 3), at="X", nid="X")
+    p = b.program([("Y", b.add(Ops.NEG, [x], at="n")), ("Xcopy", x)])
+    regions = synthesize(p, default_partition(p))
+    names = {b.name for r in regions for b in r.outputs}
+    assert names == {"Y", "Xcopy"}
+
+
+def test_reads_follow_composed_movement_maps():
+    b = Builder()
+    x = b.input("X", DType.fp32, (2, 6), at="X", nid="X")
+    v = b.flip(b.reshape(b.permute(x, (1, 0), at="p"), (3, 4), at="r"), (1,), at="f")
+    p = b.program([("out", b.add(Ops.NEG, [v], at="n"))])
+    (r,) = synthesize(p, whole(p))
+    (rd,) = nodes_of(r, R.READ)
+    # out[i0, i1] = X^T.reshape(3, 4)[i0, 3 - i1]: flat = 4*i0 + 3 - i1 over X^T (6, 2)
+    flat = Expr.var("i0") * 4 + 3 - Expr.var("i1")
+    assert rd.arg[1] == (flat.mod(2), flat.floordiv(2)), format_region(r)
