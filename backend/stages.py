@@ -1,0 +1,130 @@
+"""The backend stages of the pipeline over extracted RB-SSA regions (seed 000 §8-§12, §10 steps 6-7, §13).
+
+Each region (one kernel) becomes a GemmSpec (:mod:`.from_region`), then
+  ``plan_json``  -> ``--dump=plan``: one §8.1 Schedule Plan per region, with its ranked / pruned candidates;
+  ``gpu_json``   -> ``--dump=gpu``: the §9 GPU IR (statements with async tokens) of each region's best plan;
+  ``write_cu``   -> ``--dump=cu``: one standalone ``.cu`` file per region;
+  ``run_cuda``   -> ``--target cuda``: the regions run in order on the GPU; tensors passed between regions
+                    stay on the device, only program outputs come back.
+A region without a template is E1504 NoKernelTemplate; no visible GPU is E1502 UnknownTarget.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..ir.diagnostics import fail
+from ..ir.dtypes import round_to
+from ..ir.region import Region
+from . import write_cu as _write_kernel
+from .codegen import KernelSource, render
+from .from_region import gemm_binding, gemm_spec_from_region
+from .gemm_spec import GemmSpec
+from .gpu_ir import build_gpu_ir
+from .search import SearchResult, search
+
+
+def _env_key(env: Mapping[str, int] | None) -> tuple:
+    return tuple(sorted((env or {}).items()))
+
+
+@lru_cache(maxsize=256)
+def _search(spec: GemmSpec, arch: str, env_key: tuple) -> SearchResult:
+    return search(spec, arch, dict(env_key) or None)
+
+
+def _specs(regions) -> list[tuple[Region, GemmSpec]]:
+    return [(r, gemm_spec_from_region(r)) for r in regions]
+
+
+def plan_json(regions, arch: str = "sm90", env: Mapping[str, int] | None = None) -> dict:
+    """`--dump=plan`: {"arch", "plans": [{"region", "spec", <§8.1 plan>, "candidates", "pruned"...}, ...]}."""
+    plans = []
+    for r, spec in _specs(regions):
+        res = _search(spec, arch, _env_key(env))
+        plans.append({"region": r.name, "spec": spec.to_json(), **res.to_json(spec)})
+    return {"arch": arch, "plans": plans}
+
+
+def gpu_json(regions, arch: str = "sm90", env: Mapping[str, int] | None = None) -> dict:
+    """`--dump=gpu`: {"arch", "kernels": [{"region", "spec", <§9 GPU IR of the best plan>}, ...]}."""
+    kernels = []
+    for r, spec in _specs(regions):
+        plan = _search(spec, arch, _env_key(env)).best
+        kernels.append({"region": r.name, "spec": spec.to_json(), **build_gpu_ir(spec, plan).to_json()})
+    return {"arch": arch, "kernels": kernels}
+
+
+def kernel_sources(regions, arch: str = "sm90", env: Mapping[str, int] | None = None) -> list[KernelSource]:
+    """The CUDA text of each region's best plan (what `--dump=cu` writes and the compile checks build)."""
+    return [render(spec, _search(spec, arch, _env_key(env)).best) for _, spec in _specs(regions)]
+
+
+def write_cu(regions, arch: str = "sm90", out_dir: str = ".", env: Mapping[str, int] | None = None) -> list[str]:
+    """`--dump=cu`: one standalone .cu per region under out_dir; returns the paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    return [_write_kernel(ks, out_dir) for ks in kernel_sources(regions, arch, env)]
+
+
+# ---- running ---------------------------------------------------------------------------------------
+
+class _DeviceView:
+    """Another shape over the same packed device buffer (size-1 dims added or dropped between regions)."""
+
+    def __init__(self, base: Any, shape: tuple):
+        self.base, self.shape = base, tuple(shape)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {**self.base.__cuda_array_interface__, "shape": self.shape, "strides": None}
+
+
+def run_regions(regions, inputs: Mapping[str, np.ndarray], *, upload: Callable, alloc: Callable,
+                reshape: Callable, gemm: Callable, download: Callable) -> dict[str, np.ndarray]:
+    """The regions in order on some device: upload(host array) -> tensor, alloc(shape, np dtype) -> tensor,
+    reshape(tensor, shape) -> view, gemm(spec, tensors, env, out) launches, download(tensor) -> host array.
+    Tensors made by one region are read by the next without leaving the device."""
+    from ..ir.playback import bind_region_symbols
+    regions = list(regions)
+    bound = [gemm_binding(r) for r in regions]  # every region must have a template before anything runs
+    env = bind_region_symbols(regions, inputs)
+    on_device: dict[str, Any] = {}
+    outputs: dict[str, np.ndarray] = {}
+    for r, binding in zip(regions, bound):
+        spec = binding.spec
+        for b in r.inputs:
+            if b.name not in on_device:
+                if b.name not in inputs:
+                    fail("MissingInput", b.name, f"region {r.name} reads {b.name!r}, which is neither given nor "
+                         "written by an earlier region")
+                host = np.ascontiguousarray(round_to(np.asarray(inputs[b.name]), b.memref.dtype)).astype(b.memref.dtype.np)
+                on_device[b.name] = upload(host)
+        out = alloc(spec.shapes(env)[spec.c], spec.dtypes()[spec.c].np)
+        gemm(spec, binding.arrays(on_device, env, reshape), env, out)
+        buf = r.outputs[0]
+        on_device[buf.name] = out
+        if buf.program_output:
+            shape = tuple(int(d) if isinstance(d, int) else int(d.evaluate(env)) for d in buf.memref.shape)
+            outputs[buf.name] = download(out).reshape(shape)
+    return outputs
+
+
+def run_cuda(regions, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`--target cuda`: every region as a CUDA kernel from the MMA template, run in order on the GPU."""
+    from .runtime import cuda_available
+    for r in regions:
+        gemm_spec_from_region(r)  # E1504 before anything else: it does not depend on the machine
+    if not cuda_available():
+        fail("UnknownTarget", "--target cuda", "no CUDA GPU is visible (cuda-python, an NVIDIA driver and a device "
+             "are needed)", "Run on a machine with an NVIDIA GPU (sm80 or newer), or use --target playback.")
+    from .device_tensors import DeviceArray
+    from .runtime import run_gemm
+
+    def gemm(spec, tensors, env, out):
+        run_gemm(spec, tensors, env, out=out)
+
+    return run_regions(regions, inputs, upload=DeviceArray.from_numpy, alloc=DeviceArray,
+                       reshape=_DeviceView, gemm=gemm, download=lambda t: t.numpy())

@@ -1,0 +1,277 @@
+"""The backend stages over extracted regions (backend/stages.py): plan / gpu / cu dumps, compile checks of every
+region's kernel through the pipeline, the region runner, and `polysat run --target cuda` on a GPU (seed 000
+§8-§13; issue 6).
+
+Compile checks need nvcc only (no GPU): each region's kernel builds with -arch=sm_80 and with
+-gencode=arch=compute_90a,code=sm_90a, ptxas reports 0 spill bytes and the PTX holds the skeleton's
+instructions. GPU tests are marked ``gpu`` and skipped only when no CUDA GPU is visible.
+"""
+import json
+import os
+import re
+import time
+
+import numpy as np
+import pytest
+
+from polysat import cli
+from polysat.backend import stages
+from polysat.backend.from_region import gemm_spec_from_region
+from polysat.backend.nvcc import REQUIRED_PTX, check_many, missing_instructions, nvcc_path
+from polysat.backend.reference import gemm_reference
+from polysat.backend.runtime import cuda_available
+from polysat.ir.diagnostics import PolysatError
+from polysat.ir.playback import playback
+from polysat.pipeline import Compilation
+
+
+def gemm_model(a_shape, b_shape, dt="fp16", bias=None, trans_b=False):
+    """Frontend IR: C = A @ B (+ bias of shape `bias`; bias="A" adds A itself: a residual)."""
+    t = {"A": {"dtype": dt, "shape": a_shape}, "B": {"dtype": dt, "shape": b_shape}}
+    g = [{"op": "GEMM", "name": "g", "inputs": ["A", "B"], "outputs": ["C0"], "attrs": {"acc_dtype": "fp32", "trans_b": trans_b}}]
+    ins = [{"tensor": "A"}, {"tensor": "B"}]
+    out = "C0"
+    if bias is not None:
+        if bias != "A":
+            t["bias"] = {"dtype": dt, "shape": bias}
+            ins.append({"tensor": "bias"})
+        g.append({"op": "Elementwise", "name": "b", "fn": "add", "inputs": ["C0", "bias" if bias != "A" else "A"],
+                  "outputs": ["C1"]})
+        out = "C1"
+    t[out] = {"dtype": dt}
+    return {"signature": {"inputs": ins, "outputs": [{"tensor": out}]}, "tensors": t, "graph": g}
+
+
+MODELS = {
+    "gemm": gemm_model(["M", "K"], ["K", "N"]),
+    "gemm_bias_relu": "examples/gemm_bias_relu.json",
+    "batched": gemm_model([4, 256, 128], [4, 128, 192]),
+    "bf16_symbolic": gemm_model(["M", "K"], ["K", "N"], "bf16", bias=["N"]),
+    "mlp": "examples/mlp.json",
+    "self_residual": gemm_model([256, 128], [128, 128], bias="A"),  # A is operand and residual
+}
+N_REGIONS = {"gemm": 1, "gemm_bias_relu": 1, "batched": 1, "bf16_symbolic": 1, "mlp": 2, "self_residual": 1}
+_COMP: dict = {}
+
+
+def regions(key):
+    if key not in _COMP:
+        _COMP[key] = Compilation(MODELS[key]).regions
+    return _COMP[key]
+
+
+# ---- dumps -----------------------------------------------------------------------------------------
+
+PLAN_FIELDS = ("tile", "stages", "bind", "warp_tile", "cache", "vectorize", "predicate_tail", "epilogue", "arch",
+               "layout_hints", "algo_choice", "local_edges", "async", "barrier_model")
+
+
+@pytest.mark.parametrize("arch", ["sm80", "sm90"])
+def test_plan_json_has_one_section_8_1_plan_per_region_with_ranked_candidates(arch):
+    doc = stages.plan_json(regions("mlp"), arch)
+    json.dumps(doc)
+    assert doc["arch"] == arch and [p["region"] for p in doc["plans"]] == [r.name for r in regions("mlp")]
+    for p, r in zip(doc["plans"], regions("mlp")):
+        assert p["spec"] == gemm_spec_from_region(r).to_json()
+        for f in PLAN_FIELDS:
+            assert f in p["chosen"], (f, sorted(p["chosen"]))
+        assert p["chosen"]["arch"] == arch
+        assert p["ranked"] and len(p["ranked"]) + len(p["pruned"]) >= 10
+
+
+@pytest.mark.parametrize("arch", ["sm80", "sm90"])
+def test_gpu_json_is_the_skeleton_of_the_chosen_plan(arch):
+    doc = stages.gpu_json(regions("gemm_bias_relu"), arch)
+    (k,) = doc["kernels"]
+    text = json.dumps(k)
+    stmts = set(re.findall(r'\{"([A-Z]\w+)": \{', text))
+    want = {"CpAsync", "CommitGroup", "LdMatrix", "MmaSync"} if arch == "sm80" else {"TmaLoad", "MBarrierInit", "Wgmma"}
+    assert want <= stmts and {"Epilogue", "StGlobalVec"} <= stmts, sorted(stmts)
+    assert {"TokLoad", "TokCompute", "TokEpilogue"} <= set(re.findall(r'"token_kind": "(\w+)"', text))
+    (epi,) = re.findall(r'"Epilogue": \{"acc": "acc", "ops": (\[[^\]]*\])', text)
+    assert [o["op"] for o in json.loads(epi)] == ["bias", "relu", "cast"]
+
+
+def test_write_cu_writes_one_standalone_kernel_per_region(tmp_path):
+    paths = stages.write_cu(regions("mlp"), "sm90", str(tmp_path))
+    assert len(paths) == 2 and len(set(paths)) == 2
+    for p in paths:
+        src = open(p, encoding="utf-8").read()
+        assert "__global__" in src and "#include" in src and p.endswith(".cu")
+
+
+def test_cli_compile_dumps_plan_gpu_and_cu(tmp_path):
+    rc = cli.main(["compile", "examples/mlp.json", "--dump=plan,gpu,cu", "--out", str(tmp_path)])
+    assert rc == 0
+    cu = json.load(open(tmp_path / "cu.json"))
+    assert len(cu["files"]) == 2 and all(os.path.exists(f) for f in cu["files"])
+    assert len(json.load(open(tmp_path / "plan.json"))["plans"]) == 2
+    assert len(json.load(open(tmp_path / "gpu.json"))["kernels"]) == 2
+
+
+def test_a_region_without_template_is_a_coded_diagnostic(tmp_path, capsys):
+    soft = Compilation("examples/softmax.json").regions
+    for fn in (lambda: stages.plan_json(soft), lambda: stages.gpu_json(soft), lambda: stages.write_cu(soft, "sm90", str(tmp_path)),
+               lambda: stages.run_cuda(soft, {"X": np.zeros((4, 8), np.float32)})):
+        with pytest.raises(PolysatError) as e:
+            fn()
+        assert e.value.diagnostics[0].code == "E1504"
+    assert cli.main(["compile", "examples/softmax.json", "--dump=cu", "--out", str(tmp_path)]) == 1
+    assert "E1504" in capsys.readouterr().err
+
+
+# ---- compile checks through the pipeline ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def builds():
+    if nvcc_path() is None:
+        pytest.fail("nvcc is required for the compile checks (set POLYSAT_NVCC or put it on PATH)")
+    jobs, index = [], []
+    for key in MODELS:
+        for arch in ("sm80", "sm90"):
+            for r, ks in zip(regions(key), stages.kernel_sources(regions(key), arch)):
+                jobs.append((ks.source, arch))
+                index.append((f"{key}/{r.name}", arch, ks))
+    t0 = time.perf_counter()
+    reports = check_many(jobs, workers=2)
+    fresh = [r for r in reports if not r.cached]
+    print(f"\nnvcc: {len(jobs)} region kernels ({len(fresh)} uncached, {sum(r.seconds for r in fresh):.1f}s) "
+          f"in {time.perf_counter() - t0:.1f}s wall")
+    return [(label, arch, ks, rep) for (label, arch, ks), rep in zip(index, reports, strict=True)]
+
+
+def test_every_region_kernel_builds_for_sm80_and_sm90a_without_spills(builds):
+    assert len(builds) == 2 * sum(N_REGIONS.values())
+    for label, arch, ks, rep in builds:
+        assert rep.ok, f"{label} for {arch}:\n{rep.log[-3000:]}"
+        assert rep.spills == 0 and rep.stack_frame == 0, f"{label} for {arch} spills:\n{rep.log}"
+
+
+def test_region_kernels_use_the_arch_skeleton_instructions(builds):
+    for label, arch, ks, rep in builds:
+        assert ks.skeleton == arch, f"{label}: the {arch} plan chose the {ks.skeleton} skeleton"
+        assert missing_instructions(rep, arch) == [], (label, arch, rep.ptx_counts)
+        assert all(rep.count(i) > 0 for i in REQUIRED_PTX[arch])
+
+
+# ---- running regions ------------------------------------------------------------------------------------
+
+def _inputs(comp_regions, env, seed=0):
+    """Uniform inputs for every program input the regions read, operands scaled so sums stay O(1)."""
+    rng = np.random.default_rng(seed)
+    produced = {b.name for r in comp_regions for b in r.outputs}
+    out = {}
+    for r in comp_regions:
+        for b in r.inputs:
+            if b.name in produced or b.name in out:
+                continue
+            shape = tuple(d if isinstance(d, int) else int(d.evaluate(env)) for d in b.memref.shape)
+            k = max(shape)
+            out[b.name] = (rng.uniform(-1, 1, size=shape) * k ** -0.25).astype(np.float32)
+    return out
+
+
+def _numpy_device():
+    """The runner's device hooks on numpy, with the GEMM computed by the spec's numpy meaning."""
+    launched = []
+
+    def gemm(spec, tensors, env, out):
+        assert all(tuple(tensors[n].shape) == s for n, s in spec.shapes(env).items() if n != spec.c)
+        launched.append(spec.name)
+        out[...] = gemm_reference(spec, tensors, env)
+
+    hooks = dict(upload=np.array, alloc=np.empty, reshape=np.reshape, gemm=gemm, download=np.array)
+    return hooks, launched
+
+
+@pytest.mark.parametrize("key,env", [("mlp", {"T": 19}), ("gemm_bias_relu", {"M": 37, "N": 45, "K": 29}),
+                                     ("self_residual", {})])
+def test_region_runner_chains_regions_and_equals_playback(key, env):
+    rs = regions(key)
+    ins = _inputs(rs, env)
+    hooks, launched = _numpy_device()
+    got = stages.run_regions(rs, ins, **hooks)
+    want = playback(rs, ins)
+    assert launched == [r.name for r in rs] and set(got) == set(want)
+    for k in want:
+        assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
+        np.testing.assert_allclose(got[k].astype(np.float64), want[k].astype(np.float64), rtol=1e-3, atol=1e-3)
+
+
+def test_region_runner_reshapes_size_one_dims_between_shapes():
+    m = gemm_model([40, 24], [24, 56], bias=[40, 1])
+    rs = Compilation(m).regions
+    assert gemm_spec_from_region(rs[0]).epilogue[0].axis == "m"
+    ins = _inputs(rs, {})
+    hooks, _ = _numpy_device()
+    got = stages.run_regions(rs, ins, **hooks)
+    want = playback(rs, ins)
+    for k in want:
+        np.testing.assert_allclose(got[k].astype(np.float64), want[k].astype(np.float64), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the diagnostic on a machine without a GPU")
+def test_run_cuda_without_a_gpu_is_a_coded_diagnostic():
+    rs = regions("gemm_bias_relu")
+    with pytest.raises(PolysatError) as e:
+        stages.run_cuda(rs, _inputs(rs, {"M": 8, "N": 8, "K": 8}))
+    assert e.value.diagnostics[0].code == "E1502" and "no CUDA GPU" in e.value.diagnostics[0].why
+
+
+# ---- on a GPU: polysat run --target cuda == --target playback ----------------------------------------------
+
+GPU_CASES = {
+    # key: (model, env): every dimension has a tail w.r.t. every tile the search can pick
+    "gemm_bias_relu": ("examples/gemm_bias_relu.json", {"M": 333, "N": 264, "K": 200}),
+    "gemm_odd": (gemm_model(["M", "K"], ["K", "N"]), {"M": 77, "N": 93, "K": 101}),
+    "batched": (gemm_model([3, 130, 88], [3, 88, 72]), {}),
+    "bf16_symbolic": (gemm_model(["M", "K"], ["K", "N"], "bf16", bias=["N"]), {"M": 141, "N": 200, "K": 328}),
+    "trans_b": (gemm_model([65, 136], [72, 136], trans_b=True), {}),
+    "mlp": ("examples/mlp.json", {"T": 77}),
+    "self_residual": (gemm_model([77, 136], [136, 136], bias="A"), {}),
+}
+
+
+def _ulp_close(got, want, dtype):
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    ulp = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}.get(str(dtype), 0.0)  # output rounding may land 1 ulp apart
+    tol = 1e-3 + 1e-3 * np.abs(want) + ulp * np.abs(want)
+    bad = np.abs(got - want) > tol
+    assert not bad.any(), f"{bad.sum()} of {bad.size} differ; max |diff| {np.abs(got - want).max()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")
+@pytest.mark.parametrize("key", list(GPU_CASES))
+def test_cli_run_target_cuda_equals_playback(key, tmp_path):
+    model, env = GPU_CASES[key]
+    if isinstance(model, dict):
+        path = tmp_path / "model.json"
+        path.write_text(json.dumps(model))
+        model = str(path)
+    rs = Compilation(model).regions
+    ins = _inputs(rs, env)
+    np.savez(tmp_path / "in.npz", **ins)
+    outs = {}
+    for target in ("cuda", "playback"):
+        assert cli.main(["run", model, "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / f"{target}.npz"),
+                         "--target", target]) == 0
+        with np.load(tmp_path / f"{target}.npz") as z:
+            outs[target] = {k: z[k] for k in z.files}
+    assert set(outs["cuda"]) == set(outs["playback"]) and outs["cuda"]
+    dtypes = {b.name: b.memref.dtype for r in rs for b in r.outputs}
+    for k, want in outs["playback"].items():
+        assert outs["cuda"][k].shape == want.shape
+        _ulp_close(outs["cuda"][k], want, dtypes[k].np)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")
+def test_run_cuda_keeps_intermediates_on_the_device_and_matches_playback():
+    rs = regions("mlp")
+    ins = _inputs(rs, {"T": 45})
+    got = stages.run_cuda(rs, ins)
+    want = playback(rs, ins)
+    assert set(got) == {"Y"} == set(want)  # the intermediate n34 never comes back to the host
+    _ulp_close(got["Y"], want["Y"], want["Y"].dtype)
+    assert got["Y"].dtype == want["Y"].dtype == np.float16
