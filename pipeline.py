@@ -59,8 +59,8 @@ class Compilation:
     @property
     def saturated(self):
         """(EGraphState, RunReport): the Tiny IR loaded into the e-graph, saturated by the rule files."""
-        from .egraph import saturate
-        return self.stage("saturate", lambda: saturate(self.program, list(self.rules_dirs) or None))
+        from .egraph.model_cost import saturate_for
+        return self.stage("saturate", lambda: saturate_for(self.program, self.cost, list(self.rules_dirs) or None))
 
     @property
     def extraction(self):

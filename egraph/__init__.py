@@ -9,6 +9,7 @@ rule soundness checker.
 from .api import Extraction, extract, extract_full
 from .cost import REGISTRY as COST_MODELS, CostModel, Region, register as register_cost
 from .knobs import Limits, limits
+from .model_cost import ModelCost
 from .partition import Kernel, Partition
 from .rulefiles import list_rules
 from .saturate import Phase, RunReport, StopReason, format_report, saturate
@@ -16,4 +17,4 @@ from .soundness import CheckReport, check_rules
 
 __all__ = ["saturate", "extract", "extract_full", "Extraction", "list_rules", "check_rules", "CheckReport",
            "format_report", "RunReport", "StopReason", "Phase", "Limits", "limits", "Partition", "Kernel",
-           "CostModel", "Region", "register_cost", "COST_MODELS"]
+           "CostModel", "Region", "register_cost", "COST_MODELS", "ModelCost"]

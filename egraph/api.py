@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.tiny import Program
-from .cost import CostModel
+from .cost import CostModel, get
 from .extract import extract_classes
 from .graph import export
 from .partition import Partition
@@ -28,9 +28,12 @@ def extract(state: EGraphState, cost: "str | CostModel" = "size") -> tuple:
 
 
 def extract_full(state: EGraphState, cost: "str | CostModel" = "size") -> Extraction:
+    model = get(cost)
+    if hasattr(model, "extract_full"):  # a model that searches the boundaries itself (model_cost.py)
+        return model.extract_full(state)
     view = export(state)
     roots = [view.by_index[state.index[nid]] for _, nid in state.program.outputs]
-    chosen, total = extract_classes(view, roots, cost)
+    chosen, total = extract_classes(view, roots, model)
     prog, part = to_tiny(state, view, chosen, roots)
     return Extraction(prog, part, total, chosen, tuple(roots))
 

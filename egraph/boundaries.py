@@ -70,7 +70,7 @@ def default_cuts(p: Program) -> set:
                 src = p[node.src[0]]
                 kind, a, b = movement_args(node)
                 v = view(kind, E.shape(src.shape), a, b) if kind != "pad" else None
-                m = None if v is None or m is None else compose(v[1], m)
+                m = None if v is None or v[1] is None or m is None else compose(v[1], m)
                 node = src
             if node.op in GroupOp.Leaf or not has_red[node.id]:
                 continue

@@ -11,6 +11,7 @@ inside egglog would poison the e-graph, so any error also reads as "does not app
 from __future__ import annotations
 
 import functools
+import re
 from typing import Callable
 
 from ..ir.expr import Expr
@@ -313,3 +314,25 @@ def unit_reduce_shape(in_shape: str, axes: str) -> "str | None":
     if any(s[k] != 1 for k in ax):
         return None
     return E.shape(d for k, d in enumerate(s) if k not in ax)
+
+
+@helper("read-kind")
+def read_kind(s: str, m: str) -> str:
+    """The fusion class of a read ``Read(Mat(x), s, m)`` (seed 003; DESIGN.md fusion legality):
+    "halo" when every axis of s longer than 1 moves the index (each element of x is read by a
+    bounded number of consumer points: one-to-one, or a window: many-to-one by compute-at with halo);
+    "prefix" when the axes m uses are a leading prefix of s, each read plainly in order (x is
+    computed once per outer iteration: a block owns the reduced extent, as a row max in a softmax);
+    "broadcast" otherwise (one-to-many: x would be recomputed per use)."""
+    shape, mp = E.parse_shape(s), E.parse_map(m)
+    used = set()
+    for e in mp:
+        used |= {v for v in e.variables() if re.fullmatch(r"i\d+", v)}
+    live = [k for k, d in enumerate(shape) if d != 1]
+    if all(f"i{k}" in used for k in live):
+        return "halo"
+    plain = [str(e) for e in mp if not e.is_const]
+    want = [f"i{k}" for k in live if f"i{k}" in used]
+    if plain == want and want == [f"i{k}" for k in live[:len(want)]]:
+        return "prefix"
+    return "broadcast"

@@ -40,3 +40,8 @@ def check_seed() -> int:
 def load_chunk() -> int:
     """POLYSAT_EGRAPH_CHUNK: loader commands per egglog program (flat loading, probe §4c)."""
     return max(1, _num("POLYSAT_EGRAPH_CHUNK", 200))
+
+
+def price_symbol_size() -> int:
+    """POLYSAT_PRICE_SYMBOL_SIZE: size the `model` cost gives to symbols `--bind` leaves unbound (default 256)."""
+    return max(1, _num("POLYSAT_PRICE_SYMBOL_SIZE", 256))

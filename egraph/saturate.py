@@ -73,8 +73,13 @@ class RunReport:
                                    "seconds": round(r.seconds, 5)} for r in self.rules.values()}}
 
 
-def default_schedule(rulesets: list) -> tuple:
-    """Movement normalization first (views into reads), then every ruleset together."""
+OPT_IN = ("fusion-search",)  # rulesets only a schedule that names them runs (model_cost.py does)
+
+
+def default_schedule(rulesets: list, opt_in: tuple = ()) -> tuple:
+    """Movement normalization first (views into reads), then every ruleset together (the OPT_IN
+    ones only when named in opt_in)."""
+    rulesets = [r for r in rulesets if r not in OPT_IN or r in opt_in]
     first = tuple(r for r in rulesets if r == "movement")
     phases = [Phase("normalize", first)] if first else []
     return tuple(phases + [Phase("rewrite", tuple(rulesets))]) if rulesets else tuple(phases)

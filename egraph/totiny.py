@@ -141,6 +141,8 @@ class TermBuilder:
                 arg = {"axes": E.parse_ints(a[0])}
             else:
                 arg = {"result_shape": E.parse_shape(a[0]), "index_map": E.parse_map(a[1])}
+                if arg["result_shape"] == x.shape and a[1] == E.identity_map(x.ndim):
+                    return x  # an identity view (a fused kernel boundary, rules/fusion.egg) is no node
             return self.add(op, [x], arg, True, c)
         if n.op == "BroadcastInDim":
             x = self.made[n.children[0]]

@@ -1,0 +1,511 @@
+"""The ``model`` cost: extraction that picks kernel boundaries by Poly Core's modelled time
+(seed 000 §7, §11; seed 003 fusion legality and profitability; issue 5).
+
+Kernel boundaries are terms: a *site* is a materialized value, ``Mat(x)``, some read
+``Read(Mat(x), s, m)`` of which has a fused alternative from ``rules/fusion.egg`` (``View(x, s, m)``
+or forms derived from it). A partition is a decision per site (cut | fuse: every read of x fused);
+extraction under a decision prices the other kind of e-node there out and takes the smallest terms
+elsewhere (the greedy DAG extractor, so a shared subterm is paid once). Its price is the sum of the
+kernels' ``analyses.cost_model.price`` (time_est_us on the shapes ``params`` binds), each cached by
+region content (tensor and statement names canonicalized), so a kernel met again, in another
+candidate or another identical layer, is priced once.
+
+The search starts from every site cut (``saturate_unfused`` loads the program with every compute
+edge cut: one kernel per op). With at most EXACT_SITES sites it is exact-greedy: each round prices
+fusing every site still cut, takes the best, then the other improving ones while they still improve,
+until none improves. With more (a deep stack), a merge phase first fuses producer kernels into
+their single consumer kernel on the Tiny partition (fusion deltas of two kernels, seed 000 §11),
+then the decisions are realized in the e-graph and priced whole.
+Every candidate is checked against the legality classes on its chosen terms (the rules' class-level
+facts over-approximate): a reduction may be read inside its consumer's kernel only one-to-one, by a
+window (compute-at with halo) or at a prefix of the consumer's loop order; a broadcast of it
+(many-to-many, GEMM -> GEMM) makes the candidate illegal.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+
+from ..analyses.cost_model import Cost, price
+from ..analyses.poly_from_view import regions_from_partition
+from ..analyses.poly_region import Access, PolyRegion, Statement, TensorInfo
+from ..ir.diagnostics import fail
+from ..ir.expr import Expr
+from ..ir.tiny import GroupOp, Ops, Program
+from . import encode as E
+from .api import Extraction
+from .boundaries import loop_order, movement_args
+from .cost import CostModel, SizeCost, register
+from .extract import solve
+from .graph import EGraphView, export
+from .ixfns import compose, read_kind, view as view_map
+from .knobs import price_symbol_size
+from .state import EGraphState
+from .totiny import to_tiny
+
+MAX_ROUNDS = 64  # rounds of the exact boundary search
+EXACT_SITES = 24  # above this many boundaries, merge locally first; the exact search runs on at most this many
+
+
+def default_symbol_size() -> int:
+    """Size of a symbol --bind leaves unbound, for pricing (knob POLYSAT_PRICE_SYMBOL_SIZE, default 256)."""
+    return price_symbol_size()
+
+
+def program_symbols(program: Program) -> list:
+    out: dict = {}
+    for n in program.nodes:
+        for d in n.shape:
+            if isinstance(d, Expr):
+                for v in sorted(d.variables(), key=str):
+                    out[str(v)] = None
+    return list(out)
+
+
+def bind_params(program: Program, bind: "dict | None" = None) -> dict:
+    """Every symbol of program bound: from bind, else default_symbol_size()."""
+    bind = dict(bind or {})
+    syms = program_symbols(program)
+    for k in bind:
+        if k not in syms:
+            fail("InvalidAttribute", "--bind", f"symbol {k!r} is not used by the model (symbols: {', '.join(syms) or 'none'})",
+                 "Bind only the model's symbols.")
+    return {s: int(bind.get(s, default_symbol_size())) for s in syms}
+
+
+# ---- cuts and legality on Tiny IR ----------------------------------------------------------------
+
+def _reads(p: Program, c) -> list:
+    """(edge to cut, producer node, composed map or None, read space) per operand of compute node c:
+    the producer is found through c's chain of movement nodes, the edge is the deepest one."""
+    out = []
+    for pos, sid in enumerate(c.src):
+        space = p[sid].shape if c.op != Ops.REDUCE else p[c.src[0]].shape
+        m = tuple(Expr.var(f"i{k}") for k in range(len(space)))
+        edge, node = (c.id, pos), p[sid]
+        while node.op in GroupOp.Movement:
+            edge = (node.id, 0)
+            src = p[node.src[0]]
+            kind, a, b = movement_args(node)
+            v = view_map(kind, E.shape(src.shape), a, b) if kind != "pad" else None
+            m = None if v is None or v[1] is None or m is None else compose(v[1], m)
+            node = src
+        out.append((edge, node, m, space))
+    return out
+
+
+def _contraction_muls(p: Program) -> set:
+    """MUL nodes that a REDUCE(SUM) reads: with the REDUCE (and widening casts of their operands)
+    they are one contraction (CONTRACT = MUL -> REDUCE(SUM), seed 000 §3; one Poly-View block)."""
+    out = set()
+    for c in p.nodes:
+        if c.op == Ops.REDUCE and str(c.arg["op"]).upper() == "SUM":
+            q = _reads(p, c)[0][1]
+            if q.op == Ops.MUL:
+                out.add(q.id)
+    return out
+
+
+def _widens(p: Program, n) -> bool:
+    return n.op == Ops.CAST and n.dtype.is_float and p[n.src[0]].dtype.is_float and \
+        p[n.src[0]].dtype.itemsize < n.dtype.itemsize
+
+
+def all_cuts(p: Program) -> set:
+    """Every edge from a compute producer to a compute consumer, except inside a contraction (its
+    MUL, and the widening casts of its operands, stay with the REDUCE): one kernel per op."""
+    cuts, muls = set(), _contraction_muls(p)
+    for c in p.nodes:
+        if c.op in GroupOp.Movement or c.op in GroupOp.Leaf:
+            continue
+        for edge, node, _, _ in _reads(p, c):
+            if node.op in GroupOp.Leaf or node.op in GroupOp.Movement:
+                continue
+            if node.id in muls and c.op == Ops.REDUCE or c.id in muls and _widens(p, node):
+                continue
+            cuts.add(edge)
+    return cuts
+
+
+def _kind(p: Program, c, m: "tuple | None", space: tuple) -> str:
+    """read_kind of map m (over c's iteration space `space`) in c's loop order; "opaque" when the
+    map is not affine (a PAD on the way)."""
+    if m is None:
+        return "opaque"
+    order = loop_order(c, p[c.src[0]])
+    perm = {k: j for j, k in enumerate(order)}  # rename axes to loop order positions
+    shape = tuple(space[k] for k in order)
+    mm = tuple(e.subs({f"i{k}": Expr.var(f"i{perm[k]}") for k in range(len(space))}) for e in m)
+    return read_kind(E.shape(shape), E.tup(mm)) or "opaque"
+
+
+def fusion_class(p: Program, c, pos: int) -> str:
+    """How consumer c reads operand pos: "halo" (one-to-one or a window), "prefix" (at a prefix of
+    c's loop order) or "broadcast" (one-to-many); "opaque" when the view is not affine (a PAD)."""
+    _, _, m, space = _reads(p, c)[pos]
+    return _kind(p, c, m, space)
+
+
+def _reached_reduces(p: Program, q, m: "tuple | None", inside: frozenset) -> list:
+    """(reduce node, composed map) for each REDUCE in q's cone inside the kernel, with the map from
+    the consumer's space to the reduce's output (elementwise ops keep the index, views compose)."""
+    out, stack, seen = [], [(q, m)], set()
+    while stack:
+        n, mp = stack.pop()
+        key = (n.id, mp)
+        if key in seen or n.id not in inside:
+            continue
+        seen.add(key)
+        if n.op in GroupOp.Reduce:
+            out.append((n, mp))
+            continue
+        if n.op in GroupOp.Movement:
+            src = p[n.src[0]]
+            kind, a, b = movement_args(n)
+            v = view_map(kind, E.shape(src.shape), a, b) if kind != "pad" else None
+            stack.append((src, None if v is None or v[1] is None or mp is None else compose(v[1], mp)))
+            continue
+        stack.extend((p[s], mp) for s in n.src)
+    return out
+
+
+def illegal_fusions(p: Program, part) -> list:
+    """(kernel name, consumer id, reduce id, why) for every reduction computed inside a kernel that
+    some consumer in the same kernel reads (through elementwise ops and views) by broadcast: its
+    element feeds many consumer points along an axis the block does not own; together with the
+    reduction that is many-to-many, never legal (GEMM -> GEMM). Reads one-to-one, by a window
+    (compute-at with halo) or at a prefix of the consumer's loop order (a block owns the reduced
+    extent: softmax, layernorm, attention's row sum) are legal."""
+    bad = []
+    for k in part.kernels:
+        inside = frozenset(i for i in k.nodes if i not in k.inputs)
+        for c in (p[i] for i in sorted(inside)):
+            if c.op in GroupOp.Movement or c.op in GroupOp.Leaf:
+                continue
+            for _, q, m, space in _reads(p, c):
+                for r, mr in _reached_reduces(p, q, m, inside):
+                    kind = _kind(p, c, mr, space)
+                    if kind in ("broadcast", "opaque"):
+                        bad.append((k.name, c.id, r.id, f"{c.id} reads the reduction {r.id} by {kind} inside one "
+                                    f"kernel: many-to-many fusion is never legal"))
+    return bad
+
+
+# ---- pricing, cached by region content ------------------------------------------------------------
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def canonical(region: PolyRegion) -> PolyRegion:
+    """region with statements S0.. and tensors T0..: equal kernels from different extractions (or
+    layers) compare equal, so the price caches hit."""
+    ren: dict = {}
+    for k, s in enumerate(region.statements):
+        ren[s.name] = f"S{k}"
+    j = 0
+    for t in region.tensors:  # inputs too: the same layer over other weights is the same kernel
+        if t.name not in ren:
+            ren[t.name] = f"T{j}"
+            j += 1
+
+    def sub(text: str) -> str:
+        return _NAME.sub(lambda mt: ren.get(mt.group(0), mt.group(0)), text)
+
+    tensors = tuple(TensorInfo(ren[t.name], t.shape, t.dtype, t.role) for t in region.tensors)
+    stmts = tuple(Statement(ren[s.name], sub(s.domain), tuple(Access(ren[a.tensor], sub(a.relation)) for a in s.reads),
+                            Access(ren[s.write.tensor], sub(s.write.relation)), s.flops, s.unit, s.combine,
+                            s.loop_order) for s in region.statements)
+    return PolyRegion("kernel", tensors, stmts, region.params)
+
+
+@dataclass
+class Priced:
+    """One kernel of a partition with its Poly Core region and price."""
+    kernel: object  # egraph.partition.Kernel
+    region: "PolyRegion | None"  # None: a kernel with no statement (a pure copy of memory)
+    cost: "Cost | None"
+
+
+def price_kernels(prog: Program, part, params: dict, arch: str) -> list:
+    regions = {r.name: r for r in regions_from_partition(prog, part, params)}
+    out = []
+    for k in part.kernels:
+        r = regions.get(k.name)
+        c = None if r is None else dataclasses.replace(price(canonical(r), arch), region=k.name)
+        out.append(Priced(k, r, c))
+    return out
+
+
+def total_us(priced: list) -> float:
+    return sum(p.cost.time_est_us for p in priced if p.cost is not None)
+
+
+# ---- the boundary search ---------------------------------------------------------------------------
+
+AVOID = 1e6  # size price of an e-node a site decision rules out (finite: a cycle may leave no other term)
+
+
+class _Masked(SizeCost):
+    """Size, with the e-nodes a site decision rules out priced far above any term."""
+    name = "masked"
+
+    def __init__(self, excluded: frozenset):
+        self.excluded = excluded
+
+    def enode_cost(self, node, view) -> float:
+        return AVOID if node in self.excluded else super().enode_cost(node, view)
+
+
+def _is_cut(n, view: EGraphView) -> bool:
+    return n.op == "Read" and any(m.op == "Mat" for m in view.classes[n.children[0]])
+
+
+def sites(view: EGraphView) -> dict:
+    """Mat class -> (cut e-nodes reading it, their classes' other e-nodes), for each Mat some read of
+    which has a fused alternative: the decision unit is "is this value materialized"."""
+    out: dict = {}
+    for c, ns in view.classes.items():
+        cut = [n for n in ns if _is_cut(n, view)]
+        other = [n for n in ns if not _is_cut(n, view)]
+        if cut and other:
+            for n in cut:
+                cs, os_ = out.setdefault(n.children[0], ([], []))
+                cs.append(n)
+                os_.extend(o for o in other if o not in os_)
+    return {m: (tuple(a), tuple(b)) for m, (a, b) in out.items()}
+
+
+@dataclass
+class Candidate:
+    fused: frozenset  # site classes decided "fuse"
+    extraction: "Extraction | None"
+    priced: list = field(default_factory=list)
+    illegal: list = field(default_factory=list)
+    total: float = math.inf  # modelled µs (inf: infeasible or illegal)
+
+
+@dataclass
+class Search:
+    """The boundary search's result: the chosen candidate, the baseline (every site cut) and the
+    fusions tried and rejected (for --explain)."""
+    best: Candidate
+    baseline: Candidate
+    rejected: list  # Rejection
+    evaluations: int
+    sites: dict = field(default_factory=dict)  # Mat class -> (cut e-nodes, fused e-nodes)
+
+
+class ModelCost(CostModel):
+    """Poly Core priced extraction (see the module docstring). ``params`` binds symbols (missing ones
+    get default_symbol_size()), ``arch`` picks the device table."""
+    name = "model"
+
+    def __init__(self, params: "dict | None" = None, arch: str = "sm90", max_rounds: int = MAX_ROUNDS,
+                 exact_sites: int = EXACT_SITES):
+        self.params, self.arch, self.max_rounds, self.exact_sites = dict(params or {}), arch, max_rounds, exact_sites
+
+    def enode_cost(self, node, view) -> float:
+        return SizeCost().enode_cost(node, view)
+
+    def extract_full(self, state: EGraphState) -> Extraction:
+        return self.search(state).best.extraction
+
+    # the search proper
+    def search(self, state: EGraphState) -> Search:
+        view = export(state)
+        roots = [view.by_index[state.index[nid]] for _, nid in state.program.outputs]
+        params = bind_params(state.program, self.params)
+        st = sites(view)
+        memo: dict = {}
+
+        def evaluate(fused: frozenset) -> Candidate:
+            if fused in memo:
+                return memo[fused]
+            excl = set()
+            for c, (cut, other) in st.items():
+                excl.update(other if c not in fused else cut)
+            best, _ = solve(view, _Masked(frozenset(excl)))
+            cand = Candidate(fused, None)
+            if all(r in best and best[r].total < math.inf for r in roots):
+                chosen, stack = {}, list(roots)
+                while stack:
+                    c = stack.pop()
+                    if c not in chosen:
+                        chosen[c] = best[c].node
+                        stack.extend(best[c].node.children)
+                prog, part = to_tiny(state, view, chosen, roots)
+                cand.extraction = Extraction(prog, part, 0.0, chosen, tuple(roots))
+                cand.illegal = illegal_fusions(prog, part)
+                cand.priced = price_kernels(prog, part, params, self.arch)
+                t = total_us(cand.priced)
+                cand.extraction = dataclasses.replace(cand.extraction, cost=t)
+                cand.total = math.inf if cand.illegal else t
+            memo[fused] = cand
+            return cand
+
+        base = evaluate(frozenset())
+        if base.extraction is None:
+            fail("InternalError", "extraction", "no term with every kernel boundary cut")
+        cur, local, deltas = base, (), {}
+        if len([m for m in st if m in base.extraction.chosen]) > self.exact_sites:
+            local, deltas = _local_merge(state, view, st, roots, base, params, self.arch)
+        if local:
+            cand = evaluate(frozenset(local))
+            if cand.total < cur.total:
+                cur = cand
+
+        def live(cand: Candidate) -> list:  # sites whose cut the extraction actually uses
+            ch = cand.extraction.chosen
+            return [m for m in st if m in ch and m not in cand.fused]
+        exact = not deltas and len(live(cur)) <= self.exact_sites  # after a merge phase, its deltas explain
+        for _ in range(self.max_rounds if exact else 0):
+            tried = sorted((evaluate(cur.fused | {c}) for c in live(cur)), key=lambda k: k.total)
+            gain = [k for k in tried if k.total < cur.total]
+            if not gain:
+                break
+            cur = gain[0]
+            for k in gain[1:]:  # apply the other improving fusions too, while each still improves
+                nxt = evaluate(cur.fused | k.fused)
+                if nxt.total < cur.total:
+                    cur = nxt
+        rejected = []
+        for c in live(cur):
+            if exact:
+                cand = evaluate(cur.fused | {c})
+                why = ("illegal: " + "; ".join(b[3] for b in cand.illegal)) if cand.illegal else \
+                    ("no fused term" if cand.extraction is None else "priced higher")
+                fused = total_us(cand.priced) if cand.extraction is not None else None
+                rejected.append(Rejection(c, why, cur.total, fused, len(cur.priced), len(cand.priced)))
+            elif c in deltas:
+                sep, fused, why, n = deltas[c]
+                rejected.append(Rejection(c, why, sep, fused, n, n - 1, local=True))
+        return Search(cur, base, rejected, len(memo), st)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A fusion the search did not take: fusing away the materialization of the value of class
+    ``mat`` (every read of it), with the prices of both partitions (``local``: the two kernels
+    involved only, from the merge phase)."""
+    mat: int
+    why: str
+    separate_us: float
+    fused_us: "float | None"
+    kernels_before: int
+    kernels_after: int
+    local: bool = False
+
+
+def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate, params: dict, arch: str) -> tuple:
+    """Greedy producer-into-consumer merging on the one-kernel-per-op Tiny partition (the fusion
+    delta of seed 000 §11, priced on regions of one Poly-View): repeatedly fuse the kernel whose
+    value only one other kernel reads into that kernel, taking the merge that lowers the modelled
+    time most, if legal (a partition computes each value in one kernel, so a value read by several
+    kernels stays materialized here; the exact search may still fuse it).
+    Returns (the Mat classes fused, {Mat class: (separate µs, fused µs, why, kernels)} for the
+    fusions left). Cheap: only the kernels around a boundary are priced, cached by content."""
+    from ..analyses.indexbook import checked_indexbook
+    from ..analyses.poly_from_view import region_from_polyview
+    from ..analyses.polyview import build_polyview
+    from .partition import Kernel, Partition
+    from .totiny import TermBuilder
+    prog, part = base.extraction.program, base.extraction.partition
+    tb = TermBuilder(state, view, base.extraction.chosen)
+    for r in roots:
+        tb.value(r)
+    site_of: dict = {}
+    for m in st:
+        for n in view.classes[m]:
+            if n.op == "Mat" and n.children[0] in tb.made:
+                site_of[tb.made[n.children[0]].id] = m
+    pv = build_polyview(checked_indexbook(prog))
+    outs = {nid for _, nid in prog.outputs}
+    groups = {k.name: (frozenset(k.nodes), frozenset(k.outputs)) for k in part.kernels}
+    cache: dict = {}
+
+    def cost(nodes: frozenset, outputs: frozenset) -> float:
+        key = (nodes, outputs)
+        if key not in cache:
+            r = region_from_polyview(pv, nodes, outputs, params, "g")
+            cache[key] = price(canonical(r), arch).time_est_us if r.statements else 0.0
+        return cache[key]
+
+    def inputs(nodes: frozenset) -> tuple:
+        return tuple(dict.fromkeys(s for i in nodes for s in prog[i].src if s not in nodes))
+    users: dict = {}  # node id -> the compute nodes reading it (through views)
+    for n in reversed(prog.nodes):
+        for s in n.src:
+            users.setdefault(s, set()).update(users.get(n.id, set()) if n.op in GroupOp.Movement else {n.id})
+    holders: dict = {}  # node id -> groups evaluating it
+    for g, (n, _) in groups.items():
+        for i in n:
+            holders.setdefault(i, set()).add(g)
+    ver = {g: 0 for g in groups}
+    memo: dict = {}
+    fused = set()
+
+    def consider(a: str) -> "tuple | None":
+        """(separate µs, fused µs, why, merged groups, illegal) of fusing group a into its readers."""
+        na, oa = groups[a]
+        (o,) = oa if len(oa) == 1 else (None,)
+        if o is None or o in outs or o not in site_of:
+            return None
+        cons = sorted({g for u in users.get(o, ()) for g in holders.get(u, ()) if g != a})
+        if len(cons) != 1:  # a partition computes each value in one kernel: no copies across kernels
+            return None
+        key = (a, ver[a], tuple((c, ver[c]) for c in cons))
+        if key not in memo:
+            merged = {c: (groups[c][0] | na, groups[c][1]) for c in cons}
+            ks = [Kernel(c, n, tuple(oc), inputs(n)) for c, (n, oc) in merged.items()]
+            bad = illegal_fusions(prog, Partition(tuple(ks)))
+            sep = cost(na, oa) + sum(cost(*groups[c]) for c in cons)
+            new = sum(cost(*merged[c]) for c in cons)
+            why = ("illegal: " + "; ".join(b[3] for b in bad)) if bad else "priced higher"
+            memo[key] = (sep, new, why, merged, bool(bad))
+        return memo[key]
+    while True:
+        best, deltas = None, {}
+        for a in list(groups):
+            d = consider(a)
+            if d is None:
+                continue
+            sep, new, why, merged, bad = d
+            deltas[site_of[next(iter(groups[a][1]))]] = (sep, new, why, len(groups))
+            if not bad and new < sep and (best is None or new - sep < best[0]):
+                best = (new - sep, a, merged)
+        if best is None:
+            return fused, deltas
+        _, a, merged = best
+        fused.add(site_of[next(iter(groups[a][1]))])
+        for i in groups[a][0]:
+            holders[i].discard(a)
+        del groups[a]
+        for c, (n, oc) in merged.items():
+            groups[c] = (n, oc)
+            ver[c] += 1
+            for i in n:
+                holders.setdefault(i, set()).add(c)
+
+
+register(ModelCost())
+
+
+def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:
+    """(EGraphState, RunReport) with program loaded one kernel per op (every compute edge cut) and
+    the rules run: the fused alternatives come from rules/fusion.egg."""
+    from .saturate import OPT_IN, default_schedule, rule_files, run
+    from .state import new_state
+    st = new_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program))
+    return st, run(st, default_schedule(st.rulesets, OPT_IN), limits)
+
+
+def saturate_for(program: Program, cost: "str | CostModel" = "size", rules_dirs=None, limits=None) -> tuple:
+    """The saturation a cost model needs: ``model`` searches from one kernel per op with the opt-in
+    fusion-search rules (saturate_unfused); every other model keeps the loaded default partition."""
+    from .cost import get
+    from .saturate import saturate
+    if isinstance(get(cost), ModelCost):
+        return saturate_unfused(program, rules_dirs, limits)
+    return saturate(program, rules_dirs, limits)

@@ -1,0 +1,137 @@
+"""Fusion legality as rules (rules/fusion.egg) and its post-check on extracted kernels (issue 5):
+the read classes, which boundaries get a fused alternative in the e-graph, many-to-many never, and
+the rules' soundness."""
+from __future__ import annotations
+
+import pathlib
+
+from hypothesis import given, settings, strategies as hs
+
+from polysat.egraph import check_rules, list_rules
+from polysat.egraph.graph import export
+from polysat.egraph.ixfns import read_kind
+from polysat.egraph.model_cost import ModelCost, all_cuts, illegal_fusions, saturate_unfused
+from polysat.egraph.partition import Kernel, Partition
+from polysat.egraph.rulefiles import RULES_DIR
+from polysat.frontend import load_model
+from polysat.ir.tiny import GroupOp, Ops
+
+EX = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def _t(dtype, shape):
+    return {"dtype": dtype, "shape": shape}
+
+
+GEMM_GEMM = {  # fp32 so that no cast sits between the two contractions
+    "signature": {"inputs": [{"tensor": "X"}, {"tensor": "W1", "role": "param"}, {"tensor": "W2", "role": "param"}],
+                  "outputs": [{"tensor": "Y"}]},
+    "tensors": {"X": _t("fp32", [64, 32]), "W1": _t("fp32", [32, 48]), "W2": _t("fp32", [48, 16]), "H": {"dtype": "fp32"},
+                "Y": _t("fp32", [64, 16])},
+    "graph": [{"op": "GEMM", "name": "g1", "inputs": ["X", "W1"], "outputs": ["H"]},
+              {"op": "GEMM", "name": "g2", "inputs": ["H", "W2"], "outputs": ["Y"]}]}
+
+
+# ---- the read classes --------------------------------------------------------------------------
+
+def test_read_kind_by_hand():
+    assert read_kind("[1, 32, 17, 17, 2, 2]", "(i0, i1, 2*i2 + i4, 2*i3 + i5)") == "halo"  # maxpool window
+    assert read_kind("[R, C]", "(i0, i1)") == "halo"  # one-to-one
+    assert read_kind("[R, C]", "(i0)") == "prefix"  # a row statistic (softmax max)
+    assert read_kind("[T, 1024, 256]", "(i0, i2)") == "broadcast"  # GEMM2 reads GEMM1's output
+    assert read_kind("[B, H, M, N]", "(i0, i1, i2, 0)") == "prefix"
+
+
+@settings(max_examples=25, deadline=None)
+@given(hs.permutations(range(4)), hs.integers(min_value=1, max_value=2))
+def test_every_axis_moving_is_halo_and_dropping_a_middle_axis_is_broadcast(perm, drop):
+    s = "[5, 6, 7, 8]"
+    assert read_kind(s, "(" + ", ".join(f"i{k}" for k in perm) + ")") == "halo"
+    kept = [k for k in range(4) if k != drop]
+    assert read_kind(s, "(" + ", ".join(f"i{k}" for k in kept) + ")") == "broadcast"
+    assert read_kind(s, "(" + ", ".join(f"i{k}" for k in range(drop)) + ")") == "prefix"
+
+
+# ---- fused and unfused alternatives in one e-graph ---------------------------------------------
+
+def _classes_with_cut_reads(st):
+    view = export(st)
+    out = []
+    for c, ns in view.classes.items():
+        for n in ns:
+            if n.op == "Read" and any(m.op == "Mat" for m in view.classes[n.children[0]]):
+                x = next(m for m in view.classes[n.children[0]] if m.op == "Mat").children[0]
+                out.append((c, n, x, view))
+    return out
+
+
+def test_window_read_of_conv_gets_a_fused_alternative_and_the_load_is_one_kernel_per_op():
+    p = load_model(str(EX / "conv_relu_maxpool.json"))
+    st, _ = saturate_unfused(p)
+    reads = _classes_with_cut_reads(st)
+    assert reads
+    windows = [(c, n, x, v) for c, n, x, v in reads if read_kind(n.args[0], n.args[1]) == "halo"
+               and any(m.op == "Reduce" for m in v.classes[x])]
+    assert windows, "the pool's window read of the conv (a reduce) must be a cut read"
+    for c, n, x, v in windows:
+        assert any(m.op == "View" and m.children == (x,) for m in v.classes[c]), "no fused alternative"
+    s = ModelCost().search(st)
+    assert len(s.baseline.priced) > len(s.best.priced) == 1
+
+
+def test_prefix_read_of_a_reduction_gets_a_fused_alternative():
+    st, _ = saturate_unfused(load_model(str(EX / "softmax.json")))
+    prefix = [(c, x, v) for c, n, x, v in _classes_with_cut_reads(st)
+              if read_kind(n.args[0], n.args[1]) == "prefix" and any(m.op == "Reduce" for m in v.classes[x])]
+    assert prefix
+    assert all(any(m.op == "View" for m in v.classes[c]) for c, x, v in prefix)
+
+
+def test_many_to_many_never_gets_a_fused_alternative():
+    st, _ = saturate_unfused(load_model(GEMM_GEMM))
+    bcast = [(c, x, v) for c, n, x, v in _classes_with_cut_reads(st)
+             if read_kind(n.args[0], n.args[1]) == "broadcast" and any(m.op == "Reduce" for m in v.classes[x])]
+    assert bcast, "GEMM2 must read GEMM1's result through a cut broadcast read"
+    for c, x, v in bcast:
+        assert not any(m.op == "View" and m.children == (x,) for m in v.classes[c])
+    s = ModelCost().search(st)
+    assert len(s.best.priced) == 2
+    assert any("many-to-many" in r.why or r.why.startswith("illegal") for r in s.rejected) or not s.rejected
+
+
+# ---- the legality post-check on extracted kernels ----------------------------------------------
+
+def _one_kernel(p):
+    nodes = frozenset(n.id for n in p.nodes if n.op != Ops.INPUT)
+    outs = tuple(nid for _, nid in p.outputs)
+    return Partition((Kernel("k0", nodes, outs, tuple(n.id for n in p.inputs)),))
+
+
+def test_post_check_rejects_gemm_into_gemm_and_accepts_row_reductions_and_windows():
+    bad = illegal_fusions(*(lambda p: (p, _one_kernel(p)))(load_model(GEMM_GEMM)))
+    assert bad and all("many-to-many" in b[3] for b in bad)
+    for name in ("softmax", "layernorm", "conv_relu_maxpool", "gemm_bias_relu"):
+        p = load_model(str(EX / f"{name}.json"))
+        assert illegal_fusions(p, _one_kernel(p)) == [], name
+
+
+def test_all_cuts_cut_every_compute_edge_outside_contractions():
+    p = load_model(str(EX / "layernorm.json"))
+    cuts = all_cuts(p)
+    compute = [n for n in p.nodes if n.op not in GroupOp.Movement and n.op not in GroupOp.Leaf]
+    assert len(cuts) >= len(compute) - len(p.outputs) - 2
+    g = load_model(str(EX / "gemm_bias_relu.json"))
+    red = next(n for n in g.nodes if n.op == Ops.REDUCE)
+    assert all(e[0] != red.id for e in all_cuts(g)), "the contraction's MUL stays with its REDUCE"
+
+
+# ---- the rules themselves ----------------------------------------------------------------------
+
+def test_fusion_rules_are_named_with_laws_and_sound():
+    rules = [r for r in list_rules() if pathlib.Path(r[0]).name == "fusion.egg"]
+    names = {r[1] for r in rules}
+    assert {"fuse-halo", "fuse-prefix", "fuse-broadcast-recompute", "fuse-materialized-read",
+            "split-reduce-before-broadcast"} <= names
+    assert all(r[3] for r in rules)
+    rep = check_rules([str(RULES_DIR / "fusion.egg")], cases=1, builtin=False, seed=0)
+    assert rep.ok, [(v.rule.name, v.counterexample) for v in rep.verdicts if v.unsound] + rep.errors
