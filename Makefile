@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXAMPLE ?= examples/gemm_bias_relu.json
 
-.PHONY: demo test install clean
+.PHONY: demo test bench-compile install clean
 
 $(BIN)/polysat: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,6 +19,9 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest tests
+
+bench-compile: install
+	$(BIN)/python -m polysat.bench.compile_time
 
 clean:
 	rm -rf $(VENV) build *.egg-info

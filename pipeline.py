@@ -107,10 +107,24 @@ DUMPS: dict[str, Callable[[Compilation, str], dict]] = {
     "poly_view": lambda c, d: _lazy("analyses.polyview", "polyview_to_json")(c.poly_view),
     "egraph": lambda c, d: _lazy("egraph.api", "dump")(*c.saturated, c.extraction),
     "region": lambda c, d: _lazy("ir.region", "regions_json")(c.regions),
+    "analysis": lambda c, d: _analysis_dump(c),
     "plan": lambda c, d: _lazy("backend.stages", "plan_json")(c.regions, c.arch),
     "gpu": lambda c, d: _lazy("backend.stages", "gpu_json")(c.regions, c.arch),
     "cu": lambda c, d: {"files": _lazy("backend.stages", "write_cu")(c.regions, c.arch, d)},
 }
+
+
+def _analysis_dump(c: Compilation) -> dict:
+    """The Poly Core report (§7.1) of every extracted region, priced on concrete shapes (symbols take
+    POLYSAT_PRICE_SYMBOL_SIZE)."""
+    from .analyses.cost_model import report
+    from .egraph.model_cost import bind_params, price_kernels
+    x = c.extraction
+    params = bind_params(c.program, None)
+    priced = price_kernels(x.program, x.partition, params, c.arch)
+    return {"arch": c.arch, "params": params,
+            "regions": [{"name": p.kernel.name, **(report(p.region, c.arch) if p.region is not None else {"analysis": None})}
+                        for p in priced]}
 
 
 def _lazy(module: str, name: str):

@@ -61,17 +61,7 @@ def default_cuts(p: Program) -> set:
     for c in p.nodes:
         if c.op in GroupOp.Movement or c.op in GroupOp.Leaf:
             continue
-        for pos, sid in enumerate(c.src):
-            space = p[sid].shape if c.op != Ops.REDUCE else p[c.src[0]].shape
-            m: "tuple | None" = tuple(Expr.var(f"i{k}") for k in range(len(space)))
-            edge, node = (c.id, pos), p[sid]
-            while node.op in GroupOp.Movement:
-                edge = (node.id, 0)
-                src = p[node.src[0]]
-                kind, a, b = movement_args(node)
-                v = view(kind, E.shape(src.shape), a, b) if kind != "pad" else None
-                m = None if v is None or v[1] is None or m is None else compose(v[1], m)
-                node = src
+        for edge, node, m, space in operand_reads(p, c):
             if node.op in GroupOp.Leaf or not has_red[node.id]:
                 continue
             while node.op == Ops.CAST and _widens(p[node.src[0]], node) and has_red[node.src[0]]:
@@ -80,6 +70,25 @@ def default_cuts(p: Program) -> set:
             if m is None or not _prefix(m, node.shape, order, space):
                 cuts.add(edge)
     return cuts
+
+
+def operand_reads(p: Program, c: UOp) -> list:
+    """(edge to cut, producer node, composed map or None, read space) per operand of compute node c:
+    the producer is found through c's chain of movement nodes, the edge is the deepest one."""
+    out = []
+    for pos, sid in enumerate(c.src):
+        space = p[sid].shape if c.op != Ops.REDUCE else p[c.src[0]].shape
+        m: "tuple | None" = tuple(Expr.var(f"i{k}") for k in range(len(space)))
+        edge, node = (c.id, pos), p[sid]
+        while node.op in GroupOp.Movement:
+            edge = (node.id, 0)
+            src = p[node.src[0]]
+            kind, a, b = movement_args(node)
+            v = view(kind, E.shape(src.shape), a, b) if kind != "pad" else None
+            m = None if v is None or v[1] is None or m is None else compose(v[1], m)
+            node = src
+        out.append((edge, node, m, space))
+    return out
 
 
 def _prefix(m: tuple, q_shape: tuple, order: list, space: tuple) -> bool:

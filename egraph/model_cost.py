@@ -36,7 +36,7 @@ from ..ir.expr import Expr
 from ..ir.tiny import GroupOp, Ops, Program
 from . import encode as E
 from .api import Extraction
-from .boundaries import loop_order, movement_args
+from .boundaries import loop_order, movement_args, operand_reads
 from .cost import CostModel, SizeCost, register
 from .extract import solve
 from .graph import EGraphView, export
@@ -77,23 +77,7 @@ def bind_params(program: Program, bind: "dict | None" = None) -> dict:
 
 # ---- cuts and legality on Tiny IR ----------------------------------------------------------------
 
-def _reads(p: Program, c) -> list:
-    """(edge to cut, producer node, composed map or None, read space) per operand of compute node c:
-    the producer is found through c's chain of movement nodes, the edge is the deepest one."""
-    out = []
-    for pos, sid in enumerate(c.src):
-        space = p[sid].shape if c.op != Ops.REDUCE else p[c.src[0]].shape
-        m = tuple(Expr.var(f"i{k}") for k in range(len(space)))
-        edge, node = (c.id, pos), p[sid]
-        while node.op in GroupOp.Movement:
-            edge = (node.id, 0)
-            src = p[node.src[0]]
-            kind, a, b = movement_args(node)
-            v = view_map(kind, E.shape(src.shape), a, b) if kind != "pad" else None
-            m = None if v is None or v[1] is None or m is None else compose(v[1], m)
-            node = src
-        out.append((edge, node, m, space))
-    return out
+_reads = operand_reads
 
 
 def _contraction_muls(p: Program) -> set:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .diagnostics import fail
 from ..knobs import eval_max_elements
-from .dtypes import DType, compute_type, round_to
+from .dtypes import DType, round_to
 from .expr import Expr
 from .shapes import bind, fmt_shape
 from .tiny import Ops, Program, UOp

@@ -49,3 +49,22 @@ def test_module_entry_point_and_help():
     assert r.returncode == 0 and "--target" in r.stdout
     r = subprocess.run([sys.executable, "-m", "polysat", "compile", str(ROOT / "missing.json")], capture_output=True, text=True)
     assert r.returncode == 1 and "E1112" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_analysis_dump_reports_poly_core_per_region(tmp_path):
+    conv = str(ROOT / "examples" / "conv_relu_maxpool.json")
+    assert main(["compile", conv, "--dump=analysis,region", "--out", str(tmp_path), "--cost", "model"]) == 0
+    an = json.loads((tmp_path / "analysis.json").read_text())
+    regions = json.loads((tmp_path / "region.json").read_text())["regions"]
+    assert len(an["regions"]) == len(regions) == 1
+    a = an["regions"][0]["analysis"]
+    assert a["compute_at"]["ok"] and a["compute_at"]["halo"]["bytes"] > 0
+    assert a["cost"]["time_est_us"] > 0 and a["reduce_axes"]
+
+
+def test_extract_json_lists_regions_with_costs_and_the_run_report(capsys):
+    assert main(["extract", GEMM, "--cost=model", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (r,) = out["regions"]
+    assert set(r["cost"]) >= {"flops", "bytes", "time_est_us"} and r["analysis"]["reduce_axes"]
+    assert out["egraph"]["stop_reason"] in ("saturated", "node_limit", "iter_limit", "time_limit")
