@@ -10,7 +10,7 @@ from ..analyses.cost_model import price
 from ..analyses.indexbook import checked_indexbook
 from ..analyses.poly_from_view import region_from_polyview
 from ..analyses.polyview import build_polyview
-from .model_cost import canonical, illegal_fusions, total_us
+from .model_cost import canonical, illegal_fusions
 from .partition import Kernel, Partition
 
 

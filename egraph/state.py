@@ -15,7 +15,7 @@ from . import encode as E
 from .boundaries import default_cuts, movement_args
 from .ixfns import prelude
 from .knobs import load_chunk
-from .rulefiles import RuleFile, egg_error
+from .rulefiles import egg_error
 from .schema import declare_all
 
 ANALYSIS = pathlib.Path(__file__).resolve().parent / "analysis.egg"
