@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from polysat.backend.from_region import gemm_binding, gemm_spec_from_region, identify
@@ -324,6 +324,10 @@ EPI = st.one_of(st.tuples(st.sampled_from(["bias"]), st.sampled_from(["m", "n"])
        swap_out=st.booleans())
 def test_generated_gemm_regions_are_recognised_exactly(nb, a_col, b_col, bcast, in_dt, out_dt, epilogue, sizes, swap_out):
     bcast = bcast if nb else ""
+    # relu, a negative scale, relu is the zero function: the matcher rightly sees `scale 0` (numerics below
+    # still hold); such chains have no unique spelling to compare with
+    assume(not any(a[0] == "relu" and b[0] == "scale" and b[1] < 0 and c[0] == "relu"
+                   for a, b, c in zip(epilogue, epilogue[1:], epilogue[2:])))
     r = build_region(nb, a_col, b_col, bcast == "a", bcast == "b", in_dt, out_dt, epilogue, sizes, swap_out)
     assert not [d for d in validate_regions([r]) if d.is_error]
     spec = gemm_spec_from_region(r)
