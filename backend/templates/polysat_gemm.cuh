@@ -142,6 +142,23 @@ POLYSAT_HD void acc_coord(int warp_m, int warp_n, int i, int j, int lane, int& m
   n = warp_n * WTN + j * 8 + 2 * (lane & 3);
 }
 
+// Conv2D as implicit GEMM (backend/conv_spec.py): NCHW input X, GEMM row m = (n, ho, wo) with wo fastest,
+// column k = (c, r, s) with s fastest. The A operand is the im2col view of X, never materialized.
+struct ConvGeom {
+  int C, H, W, Kh, Kw, Ho, Wo, sh, sw, pt, pl, dh, dw;
+};
+
+// element offset in X of im2col element (m, k), and whether it lies inside the input (else it reads zero:
+// cp.async with src-size 0). Rows m >= M / columns k >= K are the caller's predicate, as for plain tiles.
+POLYSAT_HD bool im2col_coord(const ConvGeom& g, int m, int k, long long& off) {
+  const int wo = m % g.Wo, t = m / g.Wo, ho = t % g.Ho, n = t / g.Ho;
+  const int s = k % g.Kw, t2 = k / g.Kw, r = t2 % g.Kh, c = t2 / g.Kh;
+  const int hi = ho * g.sh + r * g.dh - g.pt, wi = wo * g.sw + s * g.dw - g.pl;
+  const bool ok = hi >= 0 && hi < g.H && wi >= 0 && wi < g.W;
+  off = ok ? (((long long)n * g.C + c) * g.H + hi) * g.W + wi : 0;
+  return ok;
+}
+
 template <int BYTES>
 __device__ __forceinline__ void cp_async(u32 dst, const void* src, bool pred) {
   const int n = pred ? BYTES : 0;  // src-size 0: nothing is read, the destination is zero-filled
