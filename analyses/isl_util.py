@@ -59,20 +59,21 @@ def map_text(params: Sequence[str], src: str, names: Sequence[str], dst: str, ex
     return params_prefix(params) + "{ " + body + " }"
 
 
+def _parse(cls, what: str, text: str):
+    try:
+        return cls(text)
+    except isl.Error as e:
+        fail("InternalError", "Poly-View", f"isl cannot parse the {what} {text[:300]!r}: {e}")
+
+
 @lru_cache(maxsize=8192)
 def parse_set(text: str) -> isl.Set:
-    try:
-        return isl.Set(text)
-    except isl.Error as e:
-        fail("InternalError", "Poly-View", f"isl cannot parse the set {text[:300]!r}: {e}")
+    return _parse(isl.Set, "set", text)
 
 
 @lru_cache(maxsize=8192)
 def parse_map(text: str) -> isl.Map:
-    try:
-        return isl.Map(text)
-    except isl.Error as e:
-        fail("InternalError", "Poly-View", f"isl cannot parse the map {text[:300]!r}: {e}")
+    return _parse(isl.Map, "map", text)
 
 
 def is_isl_identifier(name: str) -> bool:

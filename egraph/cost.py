@@ -9,6 +9,7 @@ the region costs. Register a model with :func:`register`; ``size`` is the defaul
 """
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -24,11 +25,12 @@ class Region:
     chosen: dict  # class id -> ENode, for the classes inside the kernel
 
 
-class CostModel:
+class CostModel(abc.ABC):
     name = "base"
 
+    @abc.abstractmethod
     def enode_cost(self, node, view) -> float:
-        raise NotImplementedError
+        """The price of choosing e-node `node` (every concrete model defines it)."""
 
     def region_cost(self, region: Region, view) -> float:
         return 0.0

@@ -33,10 +33,6 @@ class DType(enum.Enum):
     def is_float(self) -> bool:
         return self in FLOATS
 
-    @property
-    def c_name(self) -> str:
-        return _C[self]
-
 
 _NP = {
     DType.fp16: np.dtype(np.float16),
@@ -45,7 +41,6 @@ _NP = {
     DType.i32: np.dtype(np.int32),
     DType.bool: np.dtype(np.bool_),
 }
-_C = {DType.fp16: "half", DType.bf16: "__nv_bfloat16", DType.fp32: "float", DType.i32: "int", DType.bool: "bool"}
 
 FLOATS = frozenset({DType.fp16, DType.bf16, DType.fp32})
 
@@ -93,9 +88,3 @@ def round_to(x: np.ndarray | float, dtype: DType) -> np.ndarray:
         arr = arr.astype(np.float32)
     return arr.astype(dtype.np)
 
-
-def compute_type(dtype: DType) -> np.dtype:
-    """The numpy type arithmetic on dtype is carried out in before rounding back."""
-    if dtype in FLOATS:
-        return np.dtype(np.float32)
-    return dtype.np

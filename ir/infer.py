@@ -99,10 +99,6 @@ def norm_axes(at: str, axes: Any, rank: int, what: str = "axes") -> tuple:
     return tuple(sorted(out))
 
 
-def same_dim(a: Dim, b: Dim) -> bool:
-    return a == b
-
-
 def _check_scalar(at: str, v: Any, dt: DType) -> Any:
     if isinstance(v, bool):
         return v if dt == DType.bool else (float(v) if dt.is_float else int(v))

@@ -6,7 +6,6 @@ equal dims compare equal.
 """
 from __future__ import annotations
 
-import math
 from typing import Iterable, Mapping, Union
 
 from .expr import Expr
@@ -56,13 +55,6 @@ def dim_json(d: Dim):
     return d if isinstance(d, int) else str(d)
 
 
-def shape_json(s: Shape) -> list:
-    return [dim_json(d) for d in s]
-
-
 def fmt_shape(s: Shape) -> str:
     return "[" + ", ".join(str(d) for d in s) + "]"
 
-
-def static_numel(s: tuple) -> int:
-    return math.prod(s)
