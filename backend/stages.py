@@ -1,6 +1,7 @@
 """The backend stages of the pipeline over extracted RB-SSA regions (seed 000 §8-§12, §10 steps 6-7, §13).
 
-Each region (one kernel) becomes a GemmSpec (:mod:`.from_region`), then
+Each region (one kernel) is bound to the kernel kind that computes it (:mod:`.kinds`: GEMM family, conv,
+attention ...) and its spec, then
   ``plan_json``  -> ``--dump=plan``: one §8.1 Schedule Plan per region, with its ranked / pruned candidates;
   ``gpu_json``   -> ``--dump=gpu``: the §9 GPU IR (statements with async tokens) of each region's best plan;
   ``write_cu``   -> ``--dump=cu``: one standalone ``.cu`` file per region;
@@ -20,11 +21,7 @@ from ..ir.diagnostics import fail
 from ..ir.dtypes import round_to
 from ..ir.region import Region
 from . import write_cu as _write_kernel
-from .codegen import KernelSource, render
-from .from_region import gemm_binding, gemm_spec_from_region
-from .gemm_spec import GemmSpec
-from .gpu_ir import build_gpu_ir
-from .search import SearchResult, search
+from .kinds import KernelKind, bind
 
 
 def _env_key(env: Mapping[str, int] | None) -> tuple:
@@ -32,35 +29,41 @@ def _env_key(env: Mapping[str, int] | None) -> tuple:
 
 
 @lru_cache(maxsize=256)
-def _search(spec: GemmSpec, arch: str, env_key: tuple) -> SearchResult:
-    return search(spec, arch, dict(env_key) or None)
+def _search(kind: KernelKind, spec: Any, arch: str, env_key: tuple) -> Any:
+    return kind.search(spec, arch, dict(env_key) or None)
 
 
-def _specs(regions) -> list[tuple[Region, GemmSpec]]:
-    return [(r, gemm_spec_from_region(r)) for r in regions]
+def _bound(regions) -> list[tuple[Region, KernelKind, Any]]:
+    """Every region's kernel kind and binding (E1504 for a region no template computes)."""
+    out = []
+    for r in regions:
+        kind, binding = bind(r)
+        out.append((r, kind, binding))
+    return out
 
 
 def plan_json(regions, arch: str = "sm90", env: Mapping[str, int] | None = None) -> dict:
-    """`--dump=plan`: {"arch", "plans": [{"region", "spec", <§8.1 plan>, "candidates", "pruned"...}, ...]}."""
+    """`--dump=plan`: {"arch", "plans": [{"region", "kind", "spec", <§8.1 plan>, "candidates", "pruned"...}, ...]}."""
     plans = []
-    for r, spec in _specs(regions):
-        res = _search(spec, arch, _env_key(env))
-        plans.append({"region": r.name, "spec": spec.to_json(), **res.to_json(spec)})
+    for r, kind, b in _bound(regions):
+        res = _search(kind, b.spec, arch, _env_key(env))
+        plans.append({"region": r.name, "kind": kind.name, "spec": b.spec.to_json(), **res.to_json(b.spec)})
     return {"arch": arch, "plans": plans}
 
 
 def gpu_json(regions, arch: str = "sm90", env: Mapping[str, int] | None = None) -> dict:
-    """`--dump=gpu`: {"arch", "kernels": [{"region", "spec", <§9 GPU IR of the best plan>}, ...]}."""
+    """`--dump=gpu`: {"arch", "kernels": [{"region", "kind", "spec", <§9 GPU IR of the best plan>}, ...]}."""
     kernels = []
-    for r, spec in _specs(regions):
-        plan = _search(spec, arch, _env_key(env)).best
-        kernels.append({"region": r.name, "spec": spec.to_json(), **build_gpu_ir(spec, plan).to_json()})
+    for r, kind, b in _bound(regions):
+        plan = _search(kind, b.spec, arch, _env_key(env)).best
+        kernels.append({"region": r.name, "kind": kind.name, "spec": b.spec.to_json(),
+                        **kind.gpu_ir(b.spec, plan).to_json()})
     return {"arch": arch, "kernels": kernels}
 
 
-def kernel_sources(regions, arch: str = "sm90", env: Mapping[str, int] | None = None) -> list[KernelSource]:
-    """The CUDA text of each region's best plan (what `--dump=cu` writes and the compile checks build)."""
-    return [render(spec, _search(spec, arch, _env_key(env)).best) for _, spec in _specs(regions)]
+def kernel_sources(regions, arch: str = "sm90", env: Mapping[str, int] | None = None) -> list:
+    """The CUDA text (KernelSource) of each region's best plan (what `--dump=cu` writes and the compile checks build)."""
+    return [kind.render(b.spec, _search(kind, b.spec, arch, _env_key(env)).best) for _, kind, b in _bound(regions)]
 
 
 def write_cu(regions, arch: str = "sm90", out_dir: str = ".", env: Mapping[str, int] | None = None) -> list[str]:
@@ -83,17 +86,18 @@ class _DeviceView:
 
 
 def run_regions(regions, inputs: Mapping[str, np.ndarray], *, upload: Callable, alloc: Callable,
-                reshape: Callable, gemm: Callable, download: Callable) -> dict[str, np.ndarray]:
+                reshape: Callable, launch: Callable, download: Callable) -> dict[str, np.ndarray]:
     """The regions in order on some device: upload(host array) -> tensor, alloc(shape, np dtype) -> tensor,
-    reshape(tensor, shape) -> view, gemm(spec, tensors, env, out) launches, download(tensor) -> host array.
+    reshape(tensor, shape) -> view, launch(kind, spec, tensors, env, out) runs one kernel, download(tensor)
+    -> host array.
     Tensors made by one region are read by the next without leaving the device."""
     from ..ir.playback import bind_region_symbols
     regions = list(regions)
-    bound = [gemm_binding(r) for r in regions]  # every region must have a template before anything runs
+    bound = _bound(regions)  # every region must have a template before anything runs
     env = bind_region_symbols(regions, inputs)
     on_device: dict[str, Any] = {}
     outputs: dict[str, np.ndarray] = {}
-    for r, binding in zip(regions, bound):
+    for r, kind, binding in bound:
         spec = binding.spec
         for b in r.inputs:
             if b.name not in on_device:
@@ -103,7 +107,7 @@ def run_regions(regions, inputs: Mapping[str, np.ndarray], *, upload: Callable, 
                 host = np.ascontiguousarray(round_to(np.asarray(inputs[b.name]), b.memref.dtype)).astype(b.memref.dtype.np)
                 on_device[b.name] = upload(host)
         out = alloc(spec.shapes(env)[spec.c], spec.dtypes()[spec.c].np)
-        gemm(spec, binding.arrays(on_device, env, reshape), env, out)
+        launch(kind, spec, binding.arrays(on_device, env, reshape), env, out)
         buf = r.outputs[0]
         on_device[buf.name] = out
         if buf.program_output:
@@ -115,16 +119,15 @@ def run_regions(regions, inputs: Mapping[str, np.ndarray], *, upload: Callable, 
 def run_cuda(regions, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """`--target cuda`: every region as a CUDA kernel from the MMA template, run in order on the GPU."""
     from .runtime import cuda_available
-    for r in regions:
-        gemm_spec_from_region(r)  # E1504 before anything else: it does not depend on the machine
+    regions = list(regions)
+    _bound(regions)  # E1504 before anything else: it does not depend on the machine
     if not cuda_available():
         fail("UnknownTarget", "--target cuda", "no CUDA GPU is visible (cuda-python, an NVIDIA driver and a device "
              "are needed)", "Run on a machine with an NVIDIA GPU (sm80 or newer), or use --target playback.")
     from .device_tensors import DeviceArray
-    from .runtime import run_gemm
 
-    def gemm(spec, tensors, env, out):
-        run_gemm(spec, tensors, env, out=out)
+    def launch(kind, spec, tensors, env, out):
+        kind.launch(spec, tensors, env, out)
 
     return run_regions(regions, inputs, upload=DeviceArray.from_numpy, alloc=DeviceArray,
-                       reshape=_DeviceView, gemm=gemm, download=lambda t: t.numpy())
+                       reshape=_DeviceView, launch=launch, download=lambda t: t.numpy())

@@ -18,7 +18,6 @@ from polysat import cli
 from polysat.backend import stages
 from polysat.backend.from_region import gemm_spec_from_region
 from polysat.backend.nvcc import REQUIRED_PTX, check_many, missing_instructions, nvcc_path
-from polysat.backend.reference import gemm_reference
 from polysat.backend.runtime import cuda_available
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.playback import playback
@@ -172,15 +171,15 @@ def _inputs(comp_regions, env, seed=0):
 
 
 def _numpy_device():
-    """The runner's device hooks on numpy, with the GEMM computed by the spec's numpy meaning."""
+    """The runner's device hooks on numpy, each kernel computed by its kind's numpy meaning of the spec."""
     launched = []
 
-    def gemm(spec, tensors, env, out):
+    def launch(kind, spec, tensors, env, out):
         assert all(tuple(tensors[n].shape) == s for n, s in spec.shapes(env).items() if n != spec.c)
         launched.append(spec.name)
-        out[...] = gemm_reference(spec, tensors, env)
+        out[...] = kind.reference(spec, tensors, env)
 
-    hooks = dict(upload=np.array, alloc=np.empty, reshape=np.reshape, gemm=gemm, download=np.array)
+    hooks = dict(upload=np.array, alloc=np.empty, reshape=np.reshape, launch=launch, download=np.array)
     return hooks, launched
 
 

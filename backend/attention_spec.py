@@ -1,0 +1,202 @@
+"""Scaled dot-product attention as one kernel: the problem description and its numpy meaning (issue 7,
+seed 000 §15.3, §6.8.2-6.8.3).
+
+``O[*b, i, :] = cast_out( sum_j P[*b, i, j] * V[*b, j, :] )`` with
+``P[*b, i, :] = cast_p( softmax_j( scale * sum_d Q[*b, i, d] K[*b, j, d]  (masked) ) )``:
+Q [*batch, m, d], K [*batch, n, d], V [*batch, n, dv] and O [*batch, m, dv], all packed row-major;
+fp16|bf16 inputs, scores, max and sum in fp32, P rounded to ``p_dtype`` (V's type: the type the second
+MMA takes) before P V, fp32 accumulation, O rounded to ``out_dtype``. ``causal``: key j is visible to
+query i iff ``j <= i + (n - m)`` (aligned bottom-right, as the frontend lowers it); a query row that
+sees no key (causal with m > n) is NaN, as in the reference evaluator and torch.
+
+Sizes are ints or symbol names (runtime parameters bound by ``env``); head dims are static ints.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..ir.diagnostics import fail
+from ..ir.dtypes import DType, round_to
+from .gemm_spec import IN_DTYPES, OUT_DTYPES, Size, _check_size, _dtype
+
+HEAD_DIMS = (64, 128)  # head dims the flash template is instantiated for
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    name: str
+    m: Size                         # queries
+    n: Size                         # keys
+    d: int                          # head dim of Q and K
+    dv: int                         # head dim of V and O
+    batch: tuple[Size, ...] = ()    # leading dims shared by Q, K, V, O (e.g. B, H)
+    causal: bool = False
+    scale: float = 1.0
+    in_dtype: DType = DType.fp16
+    p_dtype: DType = DType.fp16
+    out_dtype: DType = DType.fp16
+    q: str = "Q"
+    k: str = "K"
+    v: str = "V"
+    o: str = "O"
+
+    def __post_init__(self):
+        validate(self)
+
+    @property
+    def c(self) -> str:
+        """The output tensor (the backend's common name for a kernel's output)."""
+        return self.o
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.q, self.k, self.v)
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for x in (*self.batch, self.m, self.n):
+            if isinstance(x, str) and x not in seen:
+                seen.append(x)
+        return tuple(seen)
+
+    def sizes(self, env: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Concrete {batch (product), m, n, d, dv} under env."""
+        env = env or {}
+
+        def get(x: Size, what: str) -> int:
+            if isinstance(x, int):
+                return x
+            if x not in env:
+                fail("UnboundSymbol", f"attention {self.name!r}", f"{what} is the symbol {x!r}, which has no value")
+            v = env[x]
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                fail("UnaddressableShape", f"attention {self.name!r}", f"symbol {x!r} = {v!r}; sizes are positive ints")
+            return v
+
+        return {"batch": math.prod(get(x, "a batch dim") for x in self.batch), "m": get(self.m, "M"),
+                "n": get(self.n, "N"), "d": self.d, "dv": self.dv}
+
+    def batch_dims(self, env: Mapping[str, int] | None = None) -> tuple[int, ...]:
+        env = env or {}
+        self.sizes(env)
+        return tuple(x if isinstance(x, int) else env[x] for x in self.batch)
+
+    def shapes(self, env: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
+        s, bd = self.sizes(env), self.batch_dims(env)
+        return {self.q: bd + (s["m"], self.d), self.k: bd + (s["n"], self.d), self.v: bd + (s["n"], self.dv),
+                self.o: bd + (s["m"], self.dv)}
+
+    def dtypes(self) -> dict[str, DType]:
+        return {self.q: self.in_dtype, self.k: self.in_dtype, self.v: self.in_dtype, self.o: self.out_dtype}
+
+    def visible_pairs(self, env: Mapping[str, int] | None = None) -> int:
+        """(query, key) pairs the mask keeps, per batch entry."""
+        s = self.sizes(env)
+        m, n = s["m"], s["n"]
+        if not self.causal:
+            return m * n
+        # row i sees keys 0 .. min(n-1, i + n - m)
+        return _causal_pairs(m, n)
+
+    def flops(self, env: Mapping[str, int] | None = None) -> int:
+        """Useful MMA FLOPs (2 per multiply-add of QK^T and of PV) over the visible pairs."""
+        s = self.sizes(env)
+        return 2 * s["batch"] * self.visible_pairs(env) * (self.d + self.dv)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "attention", "name": self.name, "m": self.m, "n": self.n, "d": self.d, "dv": self.dv,
+                "batch": list(self.batch), "causal": self.causal, "scale": self.scale,
+                "in_dtype": self.in_dtype.value, "acc_dtype": "fp32", "p_dtype": self.p_dtype.value,
+                "out_dtype": self.out_dtype.value, "q": self.q, "k": self.k, "v": self.v, "o": self.o}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> "AttentionSpec":
+        at = f"attention {d.get('name', '?')!r}" if isinstance(d, Mapping) else "attention"
+        if not isinstance(d, Mapping):
+            fail("MalformedStructure", at, "an attention spec is a JSON object")
+        try:
+            return AttentionSpec(name=d["name"], m=d["m"], n=d["n"], d=d["d"], dv=d.get("dv", d["d"]),
+                                 batch=tuple(d.get("batch", ())), causal=bool(d.get("causal", False)),
+                                 scale=float(d.get("scale", 1.0)), in_dtype=_dtype(d.get("in_dtype", "fp16"), at),
+                                 p_dtype=_dtype(d.get("p_dtype", d.get("in_dtype", "fp16")), at),
+                                 out_dtype=_dtype(d.get("out_dtype", "fp16"), at),
+                                 q=d.get("q", "Q"), k=d.get("k", "K"), v=d.get("v", "V"), o=d.get("o", "O"))
+        except (KeyError, TypeError, ValueError) as e:
+            fail("MalformedStructure", at, f"attention spec field missing or malformed: {e}")
+
+
+def _causal_pairs(m: int, n: int) -> int:
+    """Closed form of sum_i max(0, min(n, i + n - m + 1)) for i in [0, m)."""
+    total = 0
+    off = n - m
+    # rows where the count is clipped at n: i + off + 1 >= n  <=>  i >= m - 1
+    lo = max(0, -off)            # first row that sees at least one key: i + off >= 0
+    hi = m - 1                   # rows lo .. hi-1 see i + off + 1 keys; row m-1 sees n
+    if hi > lo:
+        total += (hi - lo) * (off + 1) + (lo + hi - 1) * (hi - lo) // 2
+    if m - 1 >= lo:
+        total += n
+    return total
+
+
+def validate(s: AttentionSpec) -> None:
+    at = f"attention {s.name!r}"
+    if not isinstance(s.name, str) or not s.name:
+        fail("InvalidAttribute", "attention", "an attention kernel needs a non-empty name")
+    for x, what in ((s.m, "M"), (s.n, "N")):
+        _check_size(x, what, at)
+    if not isinstance(s.batch, tuple):
+        fail("InvalidAttribute", at, "batch is a tuple of sizes")
+    for i, x in enumerate(s.batch):
+        _check_size(x, f"batch dim {i}", at)
+    for x, what in ((s.d, "head dim D"), (s.dv, "value head dim Dv")):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            fail("UnaddressableShape", at, f"{what} = {x!r}; head dims are static positive ints")
+    if s.in_dtype not in IN_DTYPES or s.p_dtype not in IN_DTYPES:
+        fail("DtypeMismatch", at, f"Q, K, V and P must be fp16 or bf16, got {s.in_dtype.value} / {s.p_dtype.value}")
+    if s.out_dtype not in OUT_DTYPES:
+        fail("DtypeMismatch", at, f"the output must be fp16, bf16 or fp32, got {s.out_dtype.value}")
+    if not isinstance(s.scale, float) or not math.isfinite(s.scale):
+        fail("InvalidAttribute", at, f"scale {s.scale!r} is not a finite float")
+    names = [s.q, s.k, s.v, s.o]
+    if any(not isinstance(x, str) or not x for x in names):
+        fail("InvalidAttribute", at, "tensor names are non-empty strings")
+    if len(set(names)) != 4:
+        fail("DuplicateDefinition", at, f"tensor names {names} must be distinct")
+
+
+def check_attention_inputs(spec: AttentionSpec, inputs: Mapping[str, object], env: Mapping[str, int] | None = None):
+    shapes = spec.shapes(env)
+    for name in spec.inputs:
+        if name not in inputs:
+            fail("MissingInput", f"attention {spec.name!r}", f"input {name!r} is missing")
+        got = tuple(getattr(inputs[name], "shape", ()))
+        if got != shapes[name]:
+            fail("AxisSizeMismatch", f"attention {spec.name!r}", f"input {name!r} has shape {got}, expected {shapes[name]}")
+    return shapes
+
+
+def attention_reference(spec: AttentionSpec, inputs: Mapping[str, np.ndarray],
+                        env: Mapping[str, int] | None = None) -> np.ndarray:
+    """The numpy meaning (what CPU playback of the region and every generated kernel are compared with)."""
+    check_attention_inputs(spec, inputs, env)
+    q, k, v = (np.asarray(round_to(np.asarray(inputs[x]), spec.in_dtype)).astype(np.float32)
+               for x in (spec.q, spec.k, spec.v))
+    s = np.matmul(q, np.swapaxes(k, -1, -2)).astype(np.float32) * np.float32(spec.scale)
+    if spec.causal:
+        m, n = s.shape[-2], s.shape[-1]
+        i = np.arange(m)[:, None]
+        j = np.arange(n)[None, :]
+        s = np.where(j <= i + (n - m), s, np.float32(-np.inf))
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        mx = s.max(axis=-1, keepdims=True)
+        p = np.exp(s - mx).astype(np.float32)
+        p = p / p.sum(axis=-1, keepdims=True, dtype=np.float32)
+    p = np.asarray(round_to(p, spec.p_dtype)).astype(np.float32)
+    o = np.matmul(p, v).astype(np.float32)
+    return np.asarray(round_to(o, spec.out_dtype)).astype(spec.out_dtype.np)

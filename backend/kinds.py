@@ -1,0 +1,63 @@
+"""Kernel kinds: which template family computes an extracted region (seed 000 §10 step 6).
+
+One region = one kernel. Each kind (GEMM family, implicit-GEMM conv, conv + pool by compute-at,
+attention) knows how to recognize a region (``bind``: a Binding, or E1504 NoKernelTemplate saying why
+not), plan it (``search``), render its CUDA text (``render``), show its GPU IR (``gpu_ir``) and launch
+it on a GPU (``launch``); ``reference`` is the spec's numpy meaning that kernels are checked against. The backend stages (:mod:`.stages`) only talk to this table.
+
+Protocols the kinds share:
+  Binding: ``.spec`` and ``.arrays(arrays, env, reshape) -> {spec tensor name: array in the spec's shape}``.
+  spec:    ``.name``, ``.c`` (output tensor), ``.inputs``, ``.shapes(env)``, ``.dtypes()``, ``.to_json()``;
+           hashable (plans are cached per spec, arch and shape).
+  SearchResult: ``.best`` (a plan) and ``.to_json(spec)`` (the §8.1 plan with its ranked and pruned candidates).
+  KernelSource: ``.name``, ``.source`` (standalone CUDA text), ``.arch``, ``.skeleton``.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Mapping
+
+from ..ir.diagnostics import PolysatError, fail
+from ..ir.region import Region
+
+# modules defining ``KIND``, tried in this order (the first that binds a region computes it)
+_MODULES = ("gemm_kind",)
+
+
+@dataclass(frozen=True)
+class KernelKind:
+    name: str
+    bind: Callable[[Region], Any]
+    search: Callable[[Any, str, Mapping[str, int] | None], Any]
+    render: Callable[[Any, Any], Any]
+    gpu_ir: Callable[[Any, Any], Any]
+    launch: Callable[[Any, Mapping[str, Any], Mapping[str, int] | None, Any], None]
+    reference: Callable[[Any, Mapping[str, Any], Mapping[str, int] | None], Any]  # the spec's numpy meaning
+
+
+@lru_cache(maxsize=None)
+def kinds() -> tuple[KernelKind, ...]:
+    return tuple(importlib.import_module(f"{__package__}.{m}").KIND for m in _MODULES)
+
+
+def kind_named(name: str) -> KernelKind:
+    for k in kinds():
+        if k.name == name:
+            return k
+    raise KeyError(name)
+
+
+def bind(region: Region) -> tuple[KernelKind, Any]:
+    """The kind that computes the region and its binding; E1504 NoKernelTemplate with every kind's reason."""
+    reasons = []
+    for k in kinds():
+        try:
+            return k, k.bind(region)
+        except PolysatError as e:
+            d = e.diagnostics[0]
+            if d.kind != "NoKernelTemplate":
+                raise
+            reasons.append(d.why)
+    fail("NoKernelTemplate", f"region {region.name}", "; ".join(reasons) or "no kernel kind is registered")
