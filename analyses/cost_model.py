@@ -9,6 +9,13 @@ per-tile footprints × tiles (halo and reuse included), smem is the staged opera
 edges, and occupancy comes from smem, registers, threads and wave quantization. Penalties:
 fan-out (recomputed producers), layout (wasted sector bytes), piecewise (predicated accesses),
 spills. ``price`` tries a few tiles and keeps the cheapest that hits no STOP condition (§11).
+
+A streamed region (``PolyRegion.stream``: an online softmax-weighted sum) runs its running
+reductions ``stream_block`` keys at a time: on-chip values, staging, registers and threads are those
+of one key block of the tile (:func:`stream_tile`), while FLOPs and device/L2 traffic stay the whole
+tile's (every query tile reads all of K and V once), plus the recurrence's rescaling work per block
+(running max, exp of its change, running sum, accumulator rescale). A two-pass stream runs the
+statements of ``stream_recompute`` (scores, exponentials) and their operand traffic twice.
 """
 from __future__ import annotations
 
@@ -22,7 +29,8 @@ import islpy as isl
 from ..ir.diagnostics import PolysatError, fail
 from .buffers import SMEM_BUDGET, edges, staged_operands, staging_bytes
 from .devices import Device, device
-from .footprint import card, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors, tile_footprint
+from .footprint import (Tile, card, clamp, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
+                        tile_footprint)
 from .poly_region import BoundRegion, BoundStatement, PolyRegion
 from .polycore import MAX_RECOMPUTE, analyze, bounded_recompute, default_tile, kstep, recompute_factors, stages
 
@@ -167,13 +175,91 @@ class _Work:
     factors: dict  # statement -> recompute factor
 
 
+def stream_tile(b: BoundRegion, t: Tile) -> Tile:
+    """t as a streamed region runs it: the backward closure of the driver tile (seed 003 rule 1) with
+    each running reduction cut to one block of its key dim, so everything it reads in the tile (the
+    scores, their producers) is one key block too. t itself when the region is not streamed."""
+    region = b.region
+    if not region.stream:
+        return t
+    stream = set(region.stream)
+    inst = {b.driver.name: t.slices[b.driver.name]}
+    for s in reversed(b.statements):
+        mine = inst.get(s.name, t.slices.get(s.name))
+        if mine is None:
+            continue
+        if s.name in stream and len(s.reduce_dims) == 1 and not mine.is_empty():
+            k = s.dims.index(s.reduce_dims[0])
+            lo, _ = extents(mine)[k]
+            mine = clamp(mine, k, lo, lo + region.stream_block)
+        inst[s.name] = mine
+        for tensor, read in s.reads:
+            p = b.writer(tensor)
+            if p is None or p.index >= s.index:
+                continue
+            need = mine.apply(read).apply(p.write.reverse()).intersect(p.domain)
+            inst[p.name] = need if p.name not in inst else inst[p.name].union(need).coalesce()
+    return Tile(t.sizes, t.origin, t.count, inst)
+
+
+def _stream_work(b: BoundRegion) -> dict:
+    """FLOPs per unit of the recurrence's bookkeeping, per row and key block: the running max (max of
+    old and block max; exp2 of its change: sub, mul, exp2), the running sum (rescale, add) and the
+    accumulator rescale (one mul per output cell)."""
+    out = {"fp32": 0, "sfu": 0}
+    for name in b.region.stream:
+        s = b.stmt(name)
+        if len(s.reduce_dims) != 1:
+            continue
+        lo, hi = extents(s.domain)[s.dims.index(s.reduce_dims[0])]
+        blocks = ceil((hi - lo + 1) / b.region.stream_block)
+        cells = card(s.domain.apply(s.write))
+        if s.stmt.unit == "tensor":
+            if not b.region.stream_recompute:  # a two-pass stream's weighted sum needs no rescale
+                out["fp32"] += cells * blocks
+        elif s.stmt.combine == "max":
+            out["fp32"] += 3 * cells * blocks
+            out["sfu"] += cells * blocks
+        else:
+            out["fp32"] += 2 * cells * blocks
+    for name in b.region.stream_recompute:  # a two-pass stream walks the scores twice
+        s = b.stmt(name)
+        if not _dead(b, s):
+            out[s.stmt.unit] = out.get(s.stmt.unit, 0) + s.stmt.flops * card(s.domain)
+    return out
+
+
+def _dead(b: BoundRegion, s) -> bool:
+    """A statement whose internal tensor nothing reads: a widening cast the contraction reads through
+    (Poly-View keeps its block), which the kernel never runs."""
+    w = s.stmt.write.tensor
+    return b.region.tensor(w).role == "internal" and not b.readers(w)
+
+
+def _rewalk_l2(b: BoundRegion, t) -> int:
+    """L2 -> SM bytes of the second walk of a two-pass stream: the inputs its rewalked statements
+    read, once more per tile."""
+    again = {n: t.slices[n] for n in b.region.stream_recompute if n in t.slices and not _dead(b, b.stmt(n))}
+    if not again:
+        return 0
+    out = 0
+    for x in b.region.tensors:
+        if x.role == "input":
+            out += sectors(footprint(b, again, x.name), x.dtype.itemsize) * SECTOR * t.count
+    return out
+
+
 def _work(b: BoundRegion, t) -> _Work:
     useful = {"tensor": 0, "fp32": 0, "sfu": 0}
     extra = {"tensor": 0, "fp32": 0, "sfu": 0}
+    for unit, n in _stream_work(b).items():  # the recurrence's bookkeeping: work the kernel really does
+        useful[unit] += n
     last_mma = max([s.index for s in b.statements if s.stmt.unit == "tensor"], default=-1)
     epi = 0
     factors = recompute_factors(b, t)
     for s in b.statements:
+        if _dead(b, s):
+            continue
         n = card(s.domain)
         useful[s.stmt.unit] += s.stmt.flops * n
         extra[s.stmt.unit] += int(s.stmt.flops * n * max(0.0, factors.get(s.name, 1.0) - 1.0))
@@ -239,18 +325,20 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     b = region.bind()
     sizes = normalize_tile(b, dict(tile_key))
     t = make_tile(b, sizes)
+    ts = stream_tile(b, t)  # what one step holds on chip (t itself unless the region is streamed)
     budget = int(dev.smem_per_cta * SMEM_BUDGET)
     h = halo(b, t, [x.name for x in region.tensors if x.role == "internal"])  # edge halos decide ring depth
-    staged = staged_operands(b, t, kstep(dev))
+    staged = staged_operands(b, ts, kstep(dev))
     ring = staging_bytes(staged, stages(dev))
-    es = edges(b, t, h.per_tensor, max(0, budget - ring))
+    es = edges(b, ts, h.per_tensor, max(0, budget - ring))
     w = _work(b, t)
     dram, in_useful, out_useful, spill_bytes, l2 = _traffic(b, t, es)
-    smem, threads, regs, ctas, by_regs, by_smem = _resources(b, t, es, ring, dev)
+    l2 += _rewalk_l2(b, t)
+    smem, threads, regs, ctas, by_regs, by_smem = _resources(b, ts, es, ring, dev)
     occ = _occupancy(t.count, ctas, threads, dev)
 
     # roofline terms (us)
-    effs, stops = _mma_eff(b, t.slices, dev)
+    effs, stops = _mma_eff(b, ts.slices, dev)
     eff = min(effs.values(), default=1.0) * dev.mma_eff
     us = 1e6
     mma_rate = dev.tensor_tflops * 1e12 * occ * eff

@@ -9,6 +9,13 @@ seed 000 §6.7 step 8, §6.9). The schedule is the statement sequence plus a loo
 statement. Everything is text here (frozen, hashable, JSON-able); :meth:`PolyRegion.bind` parses
 it once (cached) and fixes the symbols to concrete values, because footprints and bytes are
 counted on concrete shapes (seed 003 "runtime specialization").
+
+A streamed region (issue 7: an online softmax-weighted sum, FlashAttention's recurrence) names in
+``stream`` its running reductions (statements whose single reduce dim is the key axis): the kernel
+advances that axis ``stream_block`` keys at a time and keeps only one block of every value computed
+on the way (scores, probabilities) on chip, rescaling the running results as the max moves. A
+two-pass stream (max and sum first, then P·V) runs the statements in ``stream_recompute`` (the
+scores and their exponentials) once per pass.
 """
 from __future__ import annotations
 
@@ -79,17 +86,29 @@ class PolyRegion:
     tensors: tuple  # of TensorInfo
     statements: tuple  # of Statement, in sequence (schedule) order
     params: tuple = ()  # ((symbol, value), ...) binding the symbols to a concrete shape
+    stream: tuple = ()  # names of the running reductions of a streamed region (see the module docstring)
+    stream_block: int = 64  # keys per step of the streamed reductions
+    stream_recompute: tuple = ()  # statements a two-pass stream runs in both passes
 
     def __post_init__(self):
         object.__setattr__(self, "tensors", tuple(self.tensors))
         object.__setattr__(self, "statements", tuple(self.statements))
+        object.__setattr__(self, "stream", tuple(self.stream))
+        object.__setattr__(self, "stream_recompute", tuple(self.stream_recompute))
+        names = {s.name for s in self.statements}
+        for s in self.stream + self.stream_recompute:
+            if s not in names:
+                fail("UnknownTensor", f"region {self.name}", f"streamed statement {s!r} is not one of its statements")
+        if not isinstance(self.stream_block, int) or self.stream_block < 1:
+            fail("InvalidAttribute", f"region {self.name}", f"stream_block must be a positive int, got {self.stream_block!r}")
         ps = self.params.items() if isinstance(self.params, Mapping) else self.params
         object.__setattr__(self, "params", tuple(sorted((str(k), int(v)) for k, v in ps)))
 
     def __hash__(self) -> int:  # regions key the analysis caches: hash once
         h = self.__dict__.get("_hash")
         if h is None:
-            h = hash((self.name, self.tensors, self.statements, self.params))
+            h = hash((self.name, self.tensors, self.statements, self.params, self.stream, self.stream_block,
+                      self.stream_recompute))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -100,7 +119,8 @@ class PolyRegion:
         fail("UnknownTensor", f"region {self.name}", f"no tensor named {name!r}")
 
     def with_params(self, **values: int) -> "PolyRegion":
-        return PolyRegion(self.name, self.tensors, self.statements, {**dict(self.params), **values})
+        return PolyRegion(self.name, self.tensors, self.statements, {**dict(self.params), **values}, self.stream,
+                          self.stream_block, self.stream_recompute)
 
     def bind(self) -> "BoundRegion":
         return _bind(self)
@@ -113,7 +133,9 @@ class PolyRegion:
                                 "combine": s.combine, "loop_order": list(s.loop_order),
                                 "reads": [{"tensor": a.tensor, "map": a.relation} for a in s.reads],
                                 "write": {"tensor": s.write.tensor, "map": s.write.relation}}
-                               for s in self.statements]}
+                               for s in self.statements],
+                **({"stream": {"statements": list(self.stream), "block": self.stream_block,
+                               "recompute": list(self.stream_recompute)}} if self.stream else {})}
 
 
 # ---------------------------------------------------------------------------------------------

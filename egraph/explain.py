@@ -1,16 +1,18 @@
 """``polysat extract --explain``: the fusions the extraction rejected and why (seed 000 §11 "fusion
 delta"; issue 5): illegal (no rule fuses the read, or the fused kernel breaks a legality class), or
-priced higher by Poly Core, with both prices.
+priced higher by Poly Core, with both prices; and the softmax-weighted sums it streamed (issue 7:
+one pass over the keys, rules/streaming.egg) with the price of the two-pass spelling they replaced.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from ..analyses.cost_model import price
 from ..analyses.indexbook import checked_indexbook
 from ..analyses.poly_from_view import region_from_polyview
 from ..analyses.polyview import build_polyview
-from .model_cost import canonical, illegal_fusions
+from .model_cost import ModelCost, canonical, illegal_fusions
 from .partition import Kernel, Partition
 
 
@@ -40,6 +42,14 @@ def explain_model(result: dict) -> list:
                     "fused_us": None if r.fused_us is None else round(r.fused_us, 4),
                     "kernels": [r.kernels_before, r.kernels_after],
                     "scope": "the two kernels around the boundary" if r.local else "the whole partition"})
+    if search.streamed:  # price the best partition that streams nothing: what streaming replaced
+        two = ModelCost(result["_params"], result["total"]["arch"]).search(result["_state"], stream=False).best
+        for s in search.streamed:
+            out.append({"value": names.get(s.value, f"e-class {s.value}"), "verdict": "streamed", "passes": s.passes,
+                        "why": "illegal" if two.illegal else ("priced higher" if two.total > s.total_us else "cheaper"),
+                        "separate_us": None if two.total == math.inf else round(two.total, 4),
+                        "fused_us": round(s.total_us, 4), "kernels": [len(two.priced), s.kernels],
+                        "scope": "the whole partition"})
     for c, n in cur.extraction.chosen.items():
         if n.op == "Mat" and c not in tried:
             x = n.children[0]
@@ -81,10 +91,21 @@ def explain_size(result: dict, arch: str) -> list:
     return out
 
 
-def explain_lines(rejected: list) -> list:
+def explain_lines(entries: list) -> list:
+    streamed = [r for r in entries if r["verdict"] == "streamed"]
+    rejected = [r for r in entries if r["verdict"] != "streamed"]
+    lines = []
+    if streamed:
+        lines.append("streamed softmax-weighted sums (rules/streaming.egg: online_softmax_sum walks the keys in blocks "
+                     "with a running max and sum, P never written):")
+        for r in streamed:
+            two = "n/a" if r["separate_us"] is None else f"{r['separate_us']:.3f} µs"
+            walks = "1 pass over the keys" if r["passes"] == 1 else f"{r['passes']} passes over the keys"
+            lines.append(f"  {r['value']}: streamed ({walks}) — {r['fused_us']:.3f} µs, {r['kernels'][1]} kernel(s); "
+                         f"without streaming {two}, {r['kernels'][0]} kernel(s) ({r['why']})")
     if not rejected:
-        return ["rejected fusions: none (every boundary was fused)"]
-    lines = ["rejected fusions:"]
+        return lines + ["rejected fusions: none (every boundary was fused)"]
+    lines.append("rejected fusions:")
     for r in rejected:
         fused = "n/a" if r["fused_us"] is None else f"{r['fused_us']:.3f} µs"
         lines.append(f"  {r['value']}: {r['verdict']} — separate {r['separate_us']:.3f} µs, fused {fused}")

@@ -336,3 +336,65 @@ def read_kind(s: str, m: str) -> str:
     if plain == want and want == [f"i{k}" for k in live[:len(want)]]:
         return "prefix"
     return "broadcast"
+
+
+# ---- streaming softmax (rules/streaming.egg) -------------------------------------------------------
+
+def _rank(shape: str) -> int:
+    return len(E.parse_shape(shape))
+
+
+@helper("drop-last")
+def drop_last(shape: str) -> "str | None":
+    """The shape without its last axis (the shape of a SoftmaxSum over values of this shape)."""
+    s = E.parse_shape(shape)
+    return E.shape(s[:-1]) if s else None
+
+
+@helper("row-dims")
+def row_dims(s_shape: str) -> "str | None":
+    """(0, .., r-2): where a row statistic of an [*x, N] value lands in [*x, N] or in [*x, Dv]."""
+    r = _rank(s_shape)
+    return E.tup(range(r - 1)) if r >= 1 else None
+
+
+@helper("row-stat-ok")
+def row_stat_ok(ss: str, ax: str, sb: str, dims: str) -> "str | None":
+    """"yes" when a reduce over axes ax of a value of shape ss runs along its last axis and its
+    broadcast back (BroadcastInDim to shape sb with dims) restores ss along that axis."""
+    r = _rank(ss)
+    if r < 1 or E.parse_ints(ax) != (r - 1,) or E.parse_shape(sb) != E.parse_shape(ss):
+        return None
+    return "yes" if E.parse_ints(dims) == tuple(range(r - 1)) else None
+
+
+@helper("row-axis-ok")
+def row_axis_ok(ss: str, ax: str) -> "str | None":
+    r = _rank(ss)
+    return "yes" if r >= 1 and E.parse_ints(ax) == (r - 1,) else None
+
+
+@helper("pv-ok")
+def pv_ok(ss: str, sl: str, dl: str, sb: str, dims: str, ax: str, sv: str, p: str) -> "str | None":
+    """"yes" for the second contraction of attention in the C-CON1 form: P ([*x, N], rounded to the
+    16-bit float p) broadcast into the body [*x, Dv, N] along every axis but Dv, times the values
+    term of that shape, summed over N (the body's last axis); the normaliser l ([*x]) of P's row
+    broadcast back over N (shape sl, dims dl)."""
+    s, body, v = E.parse_shape(ss), E.parse_shape(sb), E.parse_shape(sv)
+    r = len(s)
+    if p not in ("fp16", "bf16") or r < 1 or len(body) != r + 1 or body != v:
+        return None
+    if body[:r - 1] != s[:-1] or body[-1] != s[-1] or E.parse_shape(sl) != s:
+        return None
+    if E.parse_ints(dl) != tuple(range(r - 1)) or E.parse_ints(ax) != (r,):
+        return None
+    return "yes" if E.parse_ints(dims) == tuple(range(r - 1)) + (r,) else None
+
+
+@helper("pv-out-ok")
+def pv_out_ok(ss: str, so: str, dl: str, sb: str, dims: str, ax: str, sv: str, p: str) -> "str | None":
+    """pv-ok for the un-normalised form: the normaliser is broadcast over the output [*x, Dv] instead."""
+    s, out, v = E.parse_shape(ss), E.parse_shape(so), E.parse_shape(sv)
+    if len(v) != len(s) + 1 or out != v[:-1] or E.parse_ints(dl) != tuple(range(len(s) - 1)):
+        return None
+    return pv_ok(ss, ss, dl, sb, dims, ax, sv, p)

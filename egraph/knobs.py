@@ -45,3 +45,9 @@ def load_chunk() -> int:
 def price_symbol_size() -> int:
     """POLYSAT_PRICE_SYMBOL_SIZE: size the `model` cost gives to symbols `--bind` leaves unbound (default 256)."""
     return max(1, _num("POLYSAT_PRICE_SYMBOL_SIZE", 256))
+
+
+def streaming() -> bool:
+    """POLYSAT_STREAMING: 0 keeps `--cost=model` from running rules/streaming.egg (attention's softmax and
+    P V stay two kernels, as under `--cost=size`); default 1."""
+    return _num("POLYSAT_STREAMING", 1) != 0

@@ -20,6 +20,12 @@ Every candidate is checked against the legality classes on its chosen terms (the
 facts over-approximate): a reduction may be read inside its consumer's kernel only one-to-one, by a
 window (compute-at with halo) or at a prefix of the consumer's loop order; a broadcast of it
 (many-to-many, GEMM -> GEMM) makes the candidate illegal.
+
+Streaming (issue 7, rules/streaming.egg) adds a second kind of decision: a value whose class holds a
+``SoftmaxSum`` is either streamed (one kernel walks the keys: its other spellings are ruled out) or
+not (the SoftmaxSum is ruled out, the two-kernel softmax -> P V stays). The search prices both like
+any fusion; streamed kernels are priced per key block (``mark_streams``, analyses/cost_model.py), and
+``search(stream=False)`` gives the best partition without streaming (for --explain).
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..analyses.cost_model import Cost, price
+from ..analyses.isl_util import isl_name
 from ..analyses.poly_from_view import regions_from_partition
 from ..analyses.poly_region import Access, PolyRegion, Statement, TensorInfo
 from ..ir.diagnostics import fail
@@ -43,6 +50,7 @@ from .graph import EGraphView, export
 from .ixfns import compose, read_kind, view as view_map
 from .knobs import price_symbol_size
 from .state import EGraphState
+from .stream import BLOCK, group_of, groups
 from .totiny import to_tiny
 
 MAX_ROUNDS = 64  # rounds of the exact boundary search
@@ -161,14 +169,20 @@ def illegal_fusions(p: Program, part) -> list:
     element feeds many consumer points along an axis the block does not own; together with the
     reduction that is many-to-many, never legal (GEMM -> GEMM). Reads one-to-one, by a window
     (compute-at with halo) or at a prefix of the consumer's loop order (a block owns the reduced
-    extent: softmax, layernorm, attention's row sum) are legal."""
+    extent: softmax, layernorm, attention's row sum) are legal. A streamed softmax-weighted sum
+    (egraph/stream.py) whose nodes all sit in the kernel is one consumer of its scores and values: its
+    running max and sums are read at each key block as they are updated, not broadcast."""
     bad = []
+    member = group_of(p)
     for k in part.kernels:
         inside = frozenset(i for i in k.nodes if i not in k.inputs)
         for c in (p[i] for i in sorted(inside)):
             if c.op in GroupOp.Movement or c.op in GroupOp.Leaf:
                 continue
+            g = member.get(c.id)
             for _, q, m, space in _reads(p, c):
+                if g is not None and q.id in g.nodes and g.nodes <= inside:
+                    continue  # inside a streamed softmax-weighted sum: its max and sums run along (stream.py)
                 for r, mr in _reached_reduces(p, q, m, inside):
                     kind = _kind(p, c, mr, space)
                     if kind in ("broadcast", "opaque"):
@@ -201,7 +215,8 @@ def canonical(region: PolyRegion) -> PolyRegion:
     stmts = tuple(Statement(ren[s.name], sub(s.domain), tuple(Access(ren[a.tensor], sub(a.relation)) for a in s.reads),
                             Access(ren[s.write.tensor], sub(s.write.relation)), s.flops, s.unit, s.combine,
                             s.loop_order) for s in region.statements)
-    return PolyRegion("kernel", tensors, stmts, region.params)
+    return PolyRegion("kernel", tensors, stmts, region.params, tuple(ren[s] for s in region.stream), region.stream_block,
+                      tuple(ren[s] for s in region.stream_recompute))
 
 
 @dataclass
@@ -212,8 +227,43 @@ class Priced:
     cost: "Cost | None"
 
 
+def mark_streams(prog: Program, part, regions: list) -> list:
+    """regions with the streamed softmax-weighted sums of each kernel marked (PolyRegion.stream: the
+    statements of their running max, sum and weighted sum, advancing BLOCK keys at a time), so Poly
+    Core prices their internal values per key block (analyses/cost_model.py)."""
+    gs = list(groups(prog).values())
+    if not gs:
+        return regions
+    kernels = {k.name: k for k in part.kernels}
+    out = []
+    for r in regions:
+        k = kernels.get(r.name)
+        names = {s.name for s in r.statements}
+        mine = [g for g in gs if k is not None and g.nodes <= k.nodes]
+        marks = tuple(s for s in (f"S_{isl_name(i)}" for g in mine for i in g.reduces) if s in names)
+        again = tuple(s for s in (f"S_{isl_name(i)}" for g in mine if g.passes == 2 for i in _rewalked(prog, k, g))
+                      if s in names)
+        out.append(dataclasses.replace(r, stream=marks, stream_block=BLOCK, stream_recompute=again) if marks else r)
+    return out
+
+
+def _rewalked(prog: Program, k, g) -> list:
+    """The compute nodes a two-pass stream evaluates in both passes: the scores (their cone inside
+    kernel k) and the exponentials."""
+    out, stack, seen = [g.roles[r] for r in ("shift", "scaled", "exp")], [g.s], set()
+    while stack:
+        i = stack.pop()
+        if i in seen or i not in k.nodes or i in k.inputs:
+            continue
+        seen.add(i)
+        if prog[i].op not in GroupOp.Movement and prog[i].op != Ops.CONST:
+            out.append(i)
+        stack.extend(prog[i].src)
+    return out
+
+
 def price_kernels(prog: Program, part, params: dict, arch: str) -> list:
-    regions = {r.name: r for r in regions_from_partition(prog, part, params)}
+    regions = {r.name: r for r in mark_streams(prog, part, regions_from_partition(prog, part, params))}
     out = []
     for k in part.kernels:
         r = regions.get(k.name)
@@ -229,16 +279,20 @@ def total_us(priced: list) -> float:
 # ---- the boundary search ---------------------------------------------------------------------------
 
 AVOID = 1e6  # size price of an e-node a site decision rules out (finite: a cycle may leave no other term)
+AVOID_STREAM = 1e12  # ... and of one a stream decision rules out: above any chain of AVOIDs, so the other
+# spelling wins even where the loaded term itself leans on a ruled-out node (a cycle through a cut)
 
 
 class _Masked(SizeCost):
     """Size, with the e-nodes a site decision rules out priced far above any term."""
     name = "masked"
 
-    def __init__(self, excluded: frozenset):
-        self.excluded = excluded
+    def __init__(self, excluded: frozenset, hard: frozenset = frozenset()):
+        self.excluded, self.hard = excluded, hard
 
     def enode_cost(self, node, view) -> float:
+        if node in self.hard:
+            return AVOID_STREAM
         return AVOID if node in self.excluded else super().enode_cost(node, view)
 
 
@@ -246,9 +300,26 @@ def _is_cut(n, view: EGraphView) -> bool:
     return n.op == "Read" and any(m.op == "Mat" for m in view.classes[n.children[0]])
 
 
+def stream_sites(view: EGraphView) -> dict:
+    """class -> (its other e-nodes, its SoftmaxSum e-nodes) for each value rules/streaming.egg can
+    stream: the decision unit is "is this softmax-weighted sum streamed" (taking it rules the other
+    spellings of the value out, as fusing a site rules its cut reads out)."""
+    out: dict = {}
+    for c, ns in view.classes.items():
+        ss = tuple(n for n in ns if n.op == "SoftmaxSum")
+        # one pass (online) is the same work as two passes minus the second walk over the scores:
+        # where the rules allow it, streaming takes it
+        keep = tuple(n for n in ss if n.args[1] == "1") or ss
+        rest = tuple(n for n in ns if n not in keep)
+        if ss and any(n.op != "SoftmaxSum" for n in ns):
+            out[c] = (rest, ss)
+    return out
+
+
 def sites(view: EGraphView) -> dict:
     """Mat class -> (cut e-nodes reading it, their classes' other e-nodes), for each Mat some read of
-    which has a fused alternative: the decision unit is "is this value materialized"."""
+    which has a fused alternative: the decision unit is "is this value materialized"; and the stream
+    decisions (stream_sites), in the same form."""
     out: dict = {}
     for c, ns in view.classes.items():
         cut = [n for n in ns if _is_cut(n, view)]
@@ -258,7 +329,7 @@ def sites(view: EGraphView) -> dict:
                 cs, os_ = out.setdefault(n.children[0], ([], []))
                 cs.append(n)
                 os_.extend(o for o in other if o not in os_)
-    return {m: (tuple(a), tuple(b)) for m, (a, b) in out.items()}
+    return {m: (tuple(a), tuple(b)) for m, (a, b) in out.items()} | stream_sites(view)
 
 
 @dataclass
@@ -279,6 +350,7 @@ class Search:
     rejected: list  # Rejection
     evaluations: int
     sites: dict = field(default_factory=dict)  # Mat class -> (cut e-nodes, fused e-nodes)
+    streamed: list = field(default_factory=list)  # Streamed: the stream decisions taken, with both prices
 
 
 class ModelCost(CostModel):
@@ -297,20 +369,22 @@ class ModelCost(CostModel):
         return self.search(state).best.extraction
 
     # the search proper
-    def search(self, state: EGraphState) -> Search:
+    def search(self, state: EGraphState, stream: bool = True) -> Search:
+        """The boundary search; with stream=False no value is streamed (the two-pass partition)."""
         view = export(state)
         roots = [view.by_index[state.index[nid]] for _, nid in state.program.outputs]
         params = bind_params(state.program, self.params)
         st = sites(view)
+        streams = frozenset(stream_sites(view))
         memo: dict = {}
 
         def evaluate(fused: frozenset) -> Candidate:
             if fused in memo:
                 return memo[fused]
-            excl = set()
+            excl, hard = set(), set()
             for c, (cut, other) in st.items():
-                excl.update(other if c not in fused else cut)
-            best, _ = solve(view, _Masked(frozenset(excl)))
+                (hard if c in streams else excl).update(other if c not in fused else cut)
+            best, _ = solve(view, _Masked(frozenset(excl), frozenset(hard)))
             cand = Candidate(fused, None)
             if all(r in best and best[r].total < math.inf for r in roots):
                 chosen, stack = {}, list(roots)
@@ -342,8 +416,15 @@ class ModelCost(CostModel):
 
         def live(cand: Candidate) -> list:  # sites whose cut the extraction actually uses
             ch = cand.extraction.chosen
-            return [m for m in st if m in ch and m not in cand.fused]
+            return [m for m in st if m in ch and m not in cand.fused and (stream or m not in streams)]
         exact = not deltas and len(live(cur)) <= self.exact_sites  # after a merge phase, its deltas explain
+        if stream and not exact and streams and not streams <= cur.fused:
+            # after a merge phase: stream every softmax-weighted sum at once; the boundaries that leaves
+            # (a stream's scores, say) are searched exactly when they are few enough
+            cand = evaluate(cur.fused | streams)
+            if cand.total < cur.total:
+                cur = cand
+                exact = len(live(cur)) <= self.exact_sites
         for _ in range(self.max_rounds if exact else 0):
             tried = sorted((evaluate(cur.fused | {c}) for c in live(cur)), key=lambda k: k.total)
             gain = [k for k in tried if k.total < cur.total]
@@ -354,9 +435,12 @@ class ModelCost(CostModel):
                 nxt = evaluate(cur.fused | k.fused)
                 if nxt.total < cur.total:
                     cur = nxt
+        streamed = [Streamed(c, cur.total, len(cur.priced), int(cur.extraction.chosen[c].args[1]))
+                    for c in sorted(streams & cur.fused) if cur.extraction.chosen.get(c) is not None
+                    and cur.extraction.chosen[c].op == "SoftmaxSum"]
         rejected = []
         for c in live(cur):
-            if exact:
+            if exact or c not in deltas:
                 cand = evaluate(cur.fused | {c})
                 why = ("illegal: " + "; ".join(b[3] for b in cand.illegal)) if cand.illegal else \
                     ("no fused term" if cand.extraction is None else "priced higher")
@@ -365,7 +449,7 @@ class ModelCost(CostModel):
             elif c in deltas:
                 sep, fused, why, n = deltas[c]
                 rejected.append(Rejection(c, why, sep, fused, n, n - 1, local=True))
-        return Search(cur, base, rejected, len(memo), st)
+        return Search(cur, base, rejected, len(memo), st, streamed)
 
 
 @dataclass(frozen=True)
@@ -380,6 +464,16 @@ class Rejection:
     kernels_before: int
     kernels_after: int
     local: bool = False
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """A stream decision the search took: the value of class ``value`` as one pass over the keys
+    (SoftmaxSum), in a partition of ``kernels`` kernels modelled at ``total_us``."""
+    value: int
+    total_us: float
+    kernels: int
+    passes: int  # walks over the keys: 1 online, 2 max and sum first
 
 
 def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate, params: dict, arch: str) -> tuple:
@@ -478,11 +572,14 @@ register(ModelCost())
 
 def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:
     """(EGraphState, RunReport) with program loaded one kernel per op (every compute edge cut) and
-    the rules run: the fused alternatives come from rules/fusion.egg."""
+    the rules run: the fused alternatives come from rules/fusion.egg, the streamed softmax-weighted sums
+    from rules/streaming.egg (unless POLYSAT_STREAMING=0)."""
+    from .knobs import streaming
     from .saturate import OPT_IN, default_schedule, rule_files, run
     from .state import new_state
     st = new_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program))
-    return st, run(st, default_schedule(st.rulesets, OPT_IN), limits)
+    opt_in = tuple(r for r in OPT_IN if r != "streaming" or streaming())
+    return st, run(st, default_schedule(st.rulesets, opt_in), limits)
 
 
 def saturate_for(program: Program, cost: "str | CostModel" = "size", rules_dirs=None, limits=None) -> tuple:

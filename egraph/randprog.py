@@ -209,4 +209,27 @@ def motif_programs(rng: np.random.Generator) -> list:
     u = b.input("U", DType.fp32, (m, 1), at=AT)
     mu = b.reshape(b.reduce(u, "MAX", (1,), DType.fp32, at=AT), (m, 1), at=AT)
     out.append(b.program([("y1", _gemm(b, h1, w2)), ("y2", _gemm(b, p16, w2)), ("y3", _gemm(b, mu, b.input("V", DType.fp32, (1, 3), at=AT)))]))
+
+    out.append(_attention(rng, m, n, k))
     return out
+
+
+def _attention(rng: np.random.Generator, m: int, n: int, dv: int) -> Program:
+    """softmax(mask(scale·S)) V as the frontend lowers attention (rules/streaming.egg): row max, exp2,
+    sum, divide, P cast to V's 16-bit type, batched dot with fp32 accumulation; some rows fully masked."""
+    b = Builder("t")
+    p = DType.fp16 if rng.random() < 0.6 else DType.bf16
+    s = b.alu(Ops.MUL, b.input("S", DType.fp32, (2, m + 1, n + 1), at=AT), b.const(0.5, DType.fp32, (2, m + 1, n + 1), at=AT), at=AT)
+    keep = b.alu(Ops.CMPLT, b.input("R", DType.fp32, (m + 1, n + 1), at=AT), b.const(0.6, DType.fp32, (m + 1, n + 1), at=AT), at=AT)
+    keep = b.expand(b.reshape(keep, (1, m + 1, n + 1), at=AT), (2, m + 1, n + 1), at=AT)
+    s = b.add(Ops.WHERE, [keep, s, b.const(float("-inf"), DType.fp32, (2, m + 1, n + 1), at=AT)], at=AT)
+    mx = b.reshape(b.reduce(s, "MAX", (2,), DType.fp32, at=AT), (2, m + 1, 1), at=AT)
+    e = b.add(Ops.EXP2, [b.alu(Ops.MUL, b.alu(Ops.SUB, s, mx, at=AT),
+                                b.const(1.4426950408889634, DType.fp32, (2, m + 1, n + 1), at=AT), at=AT)], at=AT)
+    z = b.reshape(b.reduce(e, "SUM", (2,), DType.fp32, at=AT), (2, m + 1, 1), at=AT)
+    p16 = b.cast(b.alu(Ops.FDIV, e, z, at=AT), p, at=AT)
+    v = b.cast(b.input("V", p, (2, n + 1, dv), at=AT), DType.fp32, at=AT)
+    x = b.reshape(b.cast(p16, DType.fp32, at=AT), (2, m + 1, 1, n + 1), at=AT)
+    w = b.permute(b.reshape(v, (2, 1, n + 1, dv), at=AT), (0, 1, 3, 2), at=AT)
+    o = b.reduce(b.alu(Ops.MUL, x, w, at=AT), "SUM", (3,), DType.fp32, at=AT)
+    return b.program([("o", b.cast(o, p, at=AT))])

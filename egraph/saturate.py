@@ -73,7 +73,7 @@ class RunReport:
                                    "seconds": round(r.seconds, 5)} for r in self.rules.values()}}
 
 
-OPT_IN = ("fusion-search",)  # rulesets only a schedule that names them runs (model_cost.py does)
+OPT_IN = ("fusion-search", "streaming")  # rulesets only a schedule that names them runs (model_cost.py does)
 
 
 def default_schedule(rulesets: list, opt_in: tuple = ()) -> tuple:

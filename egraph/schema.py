@@ -12,7 +12,14 @@ through ``Read(mem, shape, map)``: element i is ``mem[map(i)]``.
 Tiny IR vocabulary: Const, Reshape, Permute, Expand, Pad, Shrink, Flip, View, Unary, Binary, Where,
 Cast, Reduce. RB-SSA vocabulary: Read, Select (index-guarded: ``guard`` is a conjunction of
 ``lo <= e(i) < hi``), BroadcastInDim, Transpose, Reduce(op, axes, init, dtype, body), Unary, Binary,
-Cast. ``N(i)`` is the unextractable id constructor used by the flat loader.
+Cast. Streaming (issue 7): ``SoftmaxSum(p, passes, s, v)``, the softmax-weighted sum over the last
+axis j of s ([*x, N], fp32) and of v ([*x, Dv, N], fp32), result [*x, Dv] fp32, with
+e_j = exp2((s[x, j] - max_j s[x, j])·log2 e) and l = sum_j e_j, P rounded to the 16-bit float p:
+passes "1" (online, FlashAttention's recurrence) ``sum_j round_p(e_j) v[x, d, j] / l``, one pass over j
+with a running max and sum; passes "2" ``sum_j round_p(e_j / l) v[x, d, j]``, a first pass over j for
+the max and the sum, a second for P·V (P rounded exactly where the two-kernel softmax rounds it).
+``rules/streaming.egg`` finds both.
+``N(i)`` is the unextractable id constructor used by the flat loader.
 """
 from __future__ import annotations
 
@@ -108,14 +115,20 @@ def Cast(dtype: StringLike, x: Term) -> Term: ...
 def Reduce(op: StringLike, axes: StringLike, init: StringLike, dtype: StringLike, body: Term) -> Term: ...
 
 
+# ---- streaming -------------------------------------------------------------------------------
+@function(egg_fn="SoftmaxSum")
+def SoftmaxSum(p: StringLike, passes: StringLike, s: Term, v: Term) -> Term: ...
+
+
 CONSTRUCTORS = (N, Tensor, Mat, Read, Const, Reshape, Permute, Expand, Pad, Shrink, Flip, View, Transpose,
-                BroadcastInDim, Select, Unary, Binary, Where, Cast, Reduce)
+                BroadcastInDim, Select, Unary, Binary, Where, Cast, Reduce, SoftmaxSum)
 
 # egg name -> positions of Term children (the other arguments are strings)
 CHILDREN: dict = {
     "Tensor": (), "Mat": (0,), "Read": (0,), "Const": (), "Reshape": (0,), "Permute": (0,), "Expand": (0,),
     "Pad": (0,), "Shrink": (0,), "Flip": (0,), "View": (0,), "Transpose": (0,), "BroadcastInDim": (0,),
     "Select": (1, 2), "Unary": (1,), "Binary": (1, 2), "Where": (0, 1, 2), "Cast": (1,), "Reduce": (4,),
+    "SoftmaxSum": (2, 3),
 }
 MEMORY = frozenset({"Tensor", "Mat"})  # buffers, not values
 

@@ -3,7 +3,8 @@
 Each chosen e-node becomes Tiny IR nodes built through ``make_uop`` (so every result is re-checked):
 Read -> VIEW of an INPUT or of a materialized node (nothing when the map is the identity),
 Select(guard, Read, Const) -> PAD + VIEW (the guard's pads make the read total), Transpose ->
-PERMUTE, BroadcastInDim -> RESHAPE + EXPAND, Reduce -> REDUCE, the rest one to one. A class that
+PERMUTE, BroadcastInDim -> RESHAPE + EXPAND, Reduce -> REDUCE, SoftmaxSum -> its meaning, tagged as one
+streaming group (``stream.py``), the rest one to one. A class that
 holds an original node keeps that node's id. Kernels: one per program output and one per chosen
 ``Mat``; a compute node that two kernels would both evaluate is materialized by the first one
 (values cross kernels only through memory, see ``partition.py``).
@@ -19,6 +20,7 @@ from .graph import EGraphView
 from .ixfns import guard_pads
 from .partition import FREE_OPS, Kernel, Partition
 from .state import EGraphState
+from .stream import spell
 
 _MOVE = {"Reshape": Ops.RESHAPE, "Permute": Ops.PERMUTE, "Expand": Ops.EXPAND, "Pad": Ops.PAD,
          "Shrink": Ops.SHRINK, "Flip": Ops.FLIP, "View": Ops.VIEW, "Transpose": Ops.PERMUTE}
@@ -51,10 +53,10 @@ class TermBuilder:
                 self.taken.add(nid)
                 return nid
 
-    def add(self, op: Ops, src: list, arg: dict, final: bool, c: int) -> UOp:
+    def add(self, op: Ops, src: list, arg: dict, final: bool, c: int, tag: "str | None" = None) -> UOp:
         """A new node for class c; the class's last (final) node takes the original id if it has one."""
         nid = self.names.get(c) if final and c in self.names and self.names[c] not in self.used else None
-        u = make_uop(nid or self.fresh(), op, src, arg, at=f"extracted e-class {c}")
+        u = make_uop(nid or self.fresh(), op, src, arg, tag, at=f"extracted e-class {c}")
         self.nodes.append(u)
         self.used.add(u.id)
         self.cur.append(u.id)
@@ -164,6 +166,10 @@ class TermBuilder:
         if n.op == "Reduce":
             return self.add(Ops.REDUCE, [self.made[n.children[0]]],
                             {"op": a[0], "axes": E.parse_ints(a[1]), "dtype": a[3]}, True, c)
+        if n.op == "SoftmaxSum":
+            s, v = (self.made[ch] for ch in n.children)
+            return spell(lambda op, src, arg, tag, final: self.add(op, src, arg, final, c, tag), s, v, DType(a[0]),
+                         int(a[1]), f"c{c}")
         fail("InternalError", f"e-class {c}", f"no Tiny IR for e-node {n.op}")
 
 

@@ -7,6 +7,15 @@ and accumulates in it, yields cast — the same numerics as the reference evalua
 (:mod:`.evaluate`), so playback of a program's regions must equal its evaluation (rtol = atol = 1e-3).
 A Read whose index leaves its tensor is an error unless an enclosing ``Select`` guard masks exactly
 those points (E1204 UnguardedAccess).
+
+``online_softmax_sum`` runs as the streaming algorithm, not as a re-materialized softmax: its scores
+and values are evaluated one key block at a time (the key axis narrowed to the block, reads at its
+offset), and the block updates a running max, a running sum and the fp32 partial sums, rescaled by
+exp2((m_old - m_new)·log2 e) when the max moves; P is rounded at the running max, and the division by
+the running sum happens once at the end (passes 2: a first walk for the max and the sum, a second
+for P·V with P = round_p(e / l)). While every score of a row seen so far is -inf its max is
+taken as 0 (so exp gives 0, not NaN); a row that never sees a finite score ends 0/0 = NaN, as the
+two-pass softmax of the reference evaluator gives.
 """
 from __future__ import annotations
 
@@ -19,6 +28,9 @@ from .dtypes import DType, round_to
 from .evaluate import _BINARY, _UNARY, _compute
 from .region import R, Region, RNode
 from .shapes import Dim
+
+F32 = np.float32
+LOG2E = F32(1.4426950408889634)
 from .tiny import Ops
 
 _UNARY_OPS = {"neg": Ops.NEG, "relu": Ops.RELU, "exp2": Ops.EXP2, "log2": Ops.LOG2, "sqrt": Ops.SQRT,
@@ -85,6 +97,7 @@ class _RegionRun:
     def __init__(self, region: Region, tensors: dict, env: dict):
         self.r, self.tensors, self.env = region, tensors, env
         self.sizes = {a: _size(s, env) for a, s in region.axis_sizes.items()}
+        self.offsets: dict = {}  # axis -> first index, while an online_softmax_sum runs one key block
         self.lets: dict = {}
         self.memo: dict = {}
 
@@ -97,7 +110,8 @@ class _RegionRun:
         for k, a in enumerate(axes):
             shp = [1] * n
             shp[k] = self.sizes[a]
-            out[a] = np.arange(self.sizes[a], dtype=np.int64).reshape(shp)
+            lo = self.offsets.get(a, 0)
+            out[a] = np.arange(lo, lo + self.sizes[a], dtype=np.int64).reshape(shp)
         return out
 
     def full(self, v: Value, axes: tuple) -> np.ndarray:
@@ -115,7 +129,13 @@ class _RegionRun:
     def _eval(self, n: RNode, guard: Value | None) -> Value:
         op = n.op
         if op == R.REF:
-            return self.lets[n.arg]
+            v = self.lets[n.arg]
+            cut = [a for a in v.axes if a in self.offsets]
+            if not cut:
+                return v
+            idx = tuple(slice(self.offsets[a], self.offsets[a] + self.sizes[a]) if a in self.offsets else slice(None)
+                        for a in v.axes)
+            return Value(v.arr[idx], v.axes)
         if op == R.CONST:
             return Value(np.asarray(n.arg, dtype=n.dtype.np), ())
         if op == R.READ:
@@ -146,6 +166,8 @@ class _RegionRun:
             return self.select(n, guard)
         if op == R.REDUCE:
             return self.reduce(n, guard)
+        if op == R.ONLINE:
+            return self.online(n, guard)
         if op == R.BROADCAST:
             return Value(self.full(self.eval(n.src[0], guard), n.axes), n.axes)
         if op == R.TRANSPOSE:
@@ -216,6 +238,61 @@ class _RegionRun:
         red = tuple(range(len(n.axes), len(target)))
         out = _COMBINE[op](np.asarray(init, dtype=x.dtype), _REDUCE[op](x, axis=red))
         return Value(round_to(out, acc), n.axes)
+
+    def online(self, n: RNode, guard: Value | None) -> Value:
+        """The streamed softmax-weighted sum, one key block at a time (see the module docstring)."""
+        axes, p, block, passes = n.arg
+        if len(axes) != 1 or passes not in (1, 2):
+            fail("AxisAlignmentMismatch", self.r.name, f"online_softmax_sum runs along one key axis, once or twice; "
+                 f"got axes {list(axes)}, passes {passes}")
+        (j,) = axes
+        if j in self.offsets:
+            fail("AxisAlignmentMismatch", self.r.name, f"online_softmax_sum over {j} nested in another over {j}")
+        s_node, v_node = n.src
+        out = n.axes
+        rows = tuple(a for a in out if a in s_node.axes)  # the scores' rows (their axes but the key)
+        m = np.full(self.shape(rows), -np.inf, dtype=F32)
+        total = np.zeros(self.shape(rows), dtype=F32)
+        acc = np.zeros(self.shape(out), dtype=F32)
+        for s, v in self.blocks(j, int(block), s_node, v_node if passes == 1 else None, rows, out, guard):
+            m_new = np.maximum(m, s.max(axis=-1))
+            m_use = np.where(m_new == -np.inf, F32(0), m_new).astype(F32)  # no finite score yet: exp gives 0
+            alpha = np.exp2((m - m_use) * LOG2E).astype(F32)
+            e = np.exp2((s - m_use[..., None]) * LOG2E).astype(F32)
+            total = (total * alpha + e.sum(axis=-1, dtype=F32)).astype(F32)
+            if passes == 1:  # P rounded at the running max; the partial sums follow the max
+                acc = (acc * Value(alpha, rows).to(out) + self.weighted(e, v, p, rows, out, j)).astype(F32)
+            m = m_new
+        if passes == 1:
+            res = (acc / Value(total, rows).to(out)).astype(F32)
+        else:  # the second walk: P = round_p(e / l) at the final max and sum, as the two-kernel softmax
+            m_use = np.where(m == -np.inf, F32(0), m).astype(F32)
+            for s, v in self.blocks(j, int(block), s_node, v_node, rows, out, guard):
+                e = np.exp2((s - m_use[..., None]) * LOG2E).astype(F32)
+                acc = (acc + self.weighted((e / total[..., None]).astype(F32), v, p, rows, out, j)).astype(F32)
+            res = acc
+        return Value(np.broadcast_to(res, self.shape(out)), out)
+
+    def blocks(self, j: str, block: int, s_node: RNode, v_node: "RNode | None", rows: tuple, out: tuple,
+               guard: Value | None):
+        """(scores over rows + (j,), values over out + (j,) or None) per key block: the key axis is
+        narrowed to the block (reads index at its offset) and the operands are evaluated afresh."""
+        size, memo = self.sizes[j], self.memo
+        for lo in range(0, size, max(1, block)):
+            self.sizes[j], self.offsets[j], self.memo = min(block, size - lo), lo, {}
+            try:
+                s = _compute(np.asarray(self.full(self.eval(s_node, guard), rows + (j,)))).astype(F32)
+                v = None if v_node is None else _compute(np.asarray(self.full(self.eval(v_node, guard), out + (j,)))).astype(F32)
+            finally:
+                self.sizes[j], self.memo = size, memo
+                del self.offsets[j]
+            yield s, v
+
+    @staticmethod
+    def weighted(q: np.ndarray, v: np.ndarray, p, rows: tuple, out: tuple, j: str) -> np.ndarray:
+        """sum over the block of f32(round_p(q)) * v, over out."""
+        pr = _compute(round_to(q, p)).astype(F32)
+        return (Value(pr, rows + (j,)).to(out + (j,)) * v).sum(axis=-1, dtype=F32)
 
     # ---- the region ---------------------------------------------------------------------------------------
     def run(self) -> dict:

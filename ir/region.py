@@ -4,7 +4,7 @@ A region has named axes (``iters``: the output space; ``reduce_axes``: the axes 
 inputs and outputs as :class:`MemRef` s with a layout (§6.2), ``lets`` in SSA order and ``yields``
 that write a let to an output with a cast. Expressions are :class:`RNode` s over the vocabulary
 Read / Unary / Binary / Select / Reduce / BroadcastInDim / Transpose (plus Const, Ref to a let, and
-Pred, the affine guard a Select tests).
+Pred, the affine guard a Select tests), and the streaming reduction OnlineSoftmaxSum (issue 7).
 
 Meaning (what :mod:`.playback` executes): every expression is a tensor over its *present axes*
 (``RNode.axes``, §6.4.3), named by the region's axes. ``Read(t, map)`` is ``t[map]`` over the axes the
@@ -14,6 +14,21 @@ their result (BroadcastInDim/Transpose are explicit, §6.4); inside a Reduce bod
 over the union of their axes, so reads index directly with no broadcast tensor (C-CON1, §6.3.1).
 Scalar constants and Pred guards (functions of their own axes) combine with anything. The JSON form (§6.8) round-trips: ``region_from_json(
 region_json(r)) == r``.
+
+``online_softmax_sum<j; p; block; passes>(scores, values)`` binds the key axis j like a Reduce (its two
+operands are bodies over the union of their axes, C-CON1). Per row x of the scores and column d of
+the values, with m = max_j s[x, j], e_j = exp2((s[x, j] - m)·log2 e) and l = sum_j e_j, all fp32 and P
+rounded to the 16-bit float p as the second MMA takes it, it means
+
+    passes 1:  out[x, d] = sum_j f32(round_p(e_j))·v[x, d, j] / l
+    passes 2:  out[x, d] = sum_j f32(round_p(e_j / l))·v[x, d, j]
+
+and runs while walking j ``block`` keys at a time, never holding a whole row: passes 1 is ONE walk
+(FlashAttention's recurrence: a running max, a running sum and the partial weighted sums, both
+rescaled by exp(m_old - m_new) when the max moves, P rounded at the running max, the division by l
+once on the fp32 accumulator); passes 2 walks twice (max and sum first, then P·V with P rounded where
+the two-kernel softmax rounds it: what a bf16 P needs to stay within 1e-3). A row whose scores are
+all -inf is NaN (0/0), as the two-kernel softmax gives.
 """
 from __future__ import annotations
 
@@ -41,6 +56,7 @@ class R(enum.Enum):
     REDUCE = "reduce"
     BROADCAST = "BroadcastInDim"
     TRANSPOSE = "Transpose"
+    ONLINE = "online_softmax_sum"
 
     def __repr__(self) -> str:
         return f"R.{self.name}"
@@ -70,7 +86,8 @@ class RNode:
 
     READ (tensor, map: tuple[Expr]) | CONST value | REF let name | PRED tuple[Expr] (each ``e >= 0``) |
     UNARY/BINARY fn | SELECT None (src = pred, then, else) | REDUCE (op, bound axes, init) |
-    BROADCAST (result_axes, result_shape, broadcast_dimensions) | TRANSPOSE permutation.
+    BROADCAST (result_axes, result_shape, broadcast_dimensions) | TRANSPOSE permutation |
+    ONLINE (key axes, P dtype, block, passes) (src = scores, values).
     """
     op: R
     src: tuple
@@ -182,6 +199,17 @@ def reduce(op: str, axes: Iterable[str], body: RNode, dtype: DType | None, init:
     rank = {a: k for k, a in enumerate(axis_order)}
     kept = sorted((a for a in body.axes if a not in axes), key=lambda a: (rank.get(a, len(rank)), body.axes.index(a)))
     return RNode(R.REDUCE, (body,), (op, axes, init), dtype, tuple(kept))
+
+
+def online_softmax_sum(axes: Iterable[str], scores: RNode, values: RNode, p_dtype: DType, block: int = 64,
+                       passes: int = 1, axis_order: Iterable[str] = ()) -> RNode:
+    """The streaming softmax-weighted sum over the key axes (see the module docstring); kept axes are
+    ordered as in axis_order, then as in scores and values."""
+    axes = tuple(axes)
+    rank = {a: k for k, a in enumerate(axis_order)}
+    both = union_axes(scores, values)
+    kept = sorted((a for a in both if a not in axes), key=lambda a: (rank.get(a, len(rank)), both.index(a)))
+    return RNode(R.ONLINE, (scores, values), (axes, p_dtype, int(block), int(passes)), DType.fp32, tuple(kept))
 
 
 def broadcast(x: RNode, result_axes: Iterable[str], result_shape: Iterable[Dim]) -> RNode:
@@ -308,6 +336,11 @@ def node_json(n: RNode) -> Any:
                                    "broadcast_dimensions": list(bdims), "result_axes": list(axes)}}
     if n.op == R.TRANSPOSE:
         return {"Transpose": {"operand": node_json(n.src[0]), "permutation": list(n.arg)}}
+    if n.op == R.ONLINE:
+        axes, p, block, passes = n.arg
+        return {"online_softmax_sum": {"axes": list(axes), "p_dtype": p.value, "block": block, "passes": passes,
+                                       "scores": node_json(n.src[0]), "values": node_json(n.src[1])},
+                "dtype": n.dtype.value}
     raise AssertionError(n.op)
 
 
@@ -462,6 +495,21 @@ class _Loader:
             if bdims != node.arg[2]:  # keep what the file says; the validator judges it
                 node = RNode(R.BROADCAST, node.src, (axes, shape, bdims), node.dtype, node.axes)
             return node
+        if "online_softmax_sum" in x:
+            o = self.obj(x["online_softmax_sum"], where + ".online_softmax_sum")
+            sc = self.node(o.get("scores"), where + ".online_softmax_sum.scores")
+            vs = self.node(o.get("values"), where + ".online_softmax_sum.values")
+            axes = [str(a) for a in self.lst(o.get("axes"), where + ".online_softmax_sum.axes")]
+            p = self.dtype(o.get("p_dtype"), where + ".online_softmax_sum.p_dtype")
+            block, passes = o.get("block", 64), o.get("passes", 1)
+            for k, val in (("block", block), ("passes", passes)):
+                if isinstance(val, bool) or not isinstance(val, int):
+                    self.bad(f"{where}.online_softmax_sum.{k}", f"{k} {val!r} is not an int")
+            node = online_softmax_sum(axes, sc, vs, p, block, passes, self.axis_names)
+            dt = self.dtype(x.get("dtype", "fp32"), where + ".dtype")
+            if dt != node.dtype:  # keep what the file says; the validator judges it
+                node = RNode(R.ONLINE, node.src, node.arg, dt, node.axes)
+            return node
         if "Transpose" in x:
             t = self.obj(x["Transpose"], where + ".Transpose")
             return transpose(self.node(t.get("operand"), where + ".Transpose.operand"),
@@ -541,6 +589,10 @@ def format_node(n: RNode) -> str:
         return f"BroadcastInDim({format_node(n.src[0])} -> [{','.join(n.arg[0])}], dims={list(n.arg[2])})"
     if n.op == R.TRANSPOSE:
         return f"Transpose({format_node(n.src[0])}, {list(n.arg)})"
+    if n.op == R.ONLINE:
+        axes, p, block, passes = n.arg
+        return (f"online_softmax_sum<{','.join(axes)}; p={p.value}; block={block}; passes={passes}; {n.dtype.value}>"
+                f"(scores={format_node(n.src[0])}, values={format_node(n.src[1])})")
     raise AssertionError(n.op)
 
 

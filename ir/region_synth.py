@@ -19,17 +19,23 @@ backwards from them, carrying the index tuple (Exprs over region axes) at which 
   node inside a body that does not depend on the body's axes is hoisted to a let (R1); directly
   nested Reduces of one op merge (R0); different ops stay separate lets (R4);
 * yields fold a final float CAST into their ``cast`` and write program outputs to gmem, values
-  consumed only by the next region ``deferred`` (step 8).
+  consumed only by the next region ``deferred`` (step 8);
+* a streamed softmax-weighted sum (``egraph/stream.py``: the tagged Tiny IR spelling of the e-graph's
+  SoftmaxSum) whose nodes all sit in the kernel becomes ``online_softmax_sum<j>(scores, values)``
+  (issue 7): j binds the key axis like a Reduce, and nothing that runs along j inside its operands
+  becomes a let (the scores, their QK^T contraction, are computed per key block, never over all of j).
 """
 from __future__ import annotations
 
 import itertools
 import sys
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from ..analyses.indexbook import NonAffine, local_map
 from ..analyses.isl_util import always_true, simplify
 from ..egraph.partition import FREE_OPS, Kernel, Partition
+from ..egraph.stream import BLOCK, Group, groups
 from . import region as rg
 from .diagnostics import fail
 from .dtypes import DType
@@ -153,6 +159,7 @@ class _Ctx:
     local: frozenset = frozenset()  # axes bound by the enclosing Reduces (inside a body)
     guard: tuple = ()  # in-bounds guards (Expr >= 0) of the PADs the demand passed through
     merge: str | None = None  # a Reduce node that is directly the body of a Reduce of its op (R0: inline)
+    stream: frozenset = frozenset()  # key axes of the enclosing online_softmax_sums (no let runs along them)
 
     @property
     def in_body(self) -> bool:
@@ -170,6 +177,14 @@ class _KernelSynth:
     reduce_vars: dict = field(default_factory=dict)  # (node id, index) -> bound axis names, kept for the last pass
     counts: dict = field(default_factory=dict)  # (node id, index) -> demands seen in the previous pass
     canon: dict = field(default_factory=dict)  # canonical reduce axis names, kept across passes
+
+    @cached_property
+    def streams(self) -> dict:
+        """out node id -> Group, for the streamed groups this kernel computes whole (and writes none of
+        the group's inner values: another kernel reading one would need it materialized)."""
+        k = self.kernel
+        return {g.out: g for g in groups(self.program).values()
+                if g.nodes <= k.nodes and not (set(k.outputs) & (g.nodes - {g.out}))}
 
     def reset(self):
         self.limit = 64 * len(self.program.nodes) + 1000
@@ -253,10 +268,12 @@ class _KernelSynth:
         gkey = key + (ctx.guard,)
         if gkey in self.memo:
             return self.memo[gkey]
-        hoist = not (ctx.local & set(rg.vars_in_order(index + ctx.guard, self.axes)))
+        mentioned = set(rg.vars_in_order(index + ctx.guard, self.axes))
+        hoist = not (ctx.local & mentioned)
+        streamed = bool(ctx.stream & mentioned)  # runs along a streamed key axis: computed per key block
         # a Reduce inside a body is its own let over plain axes (SRNF), not recomputed per body point
-        own = n.op in GroupOp.Reduce and nid != ctx.merge and _plain(index)
-        as_let = not ctx.in_body or hoist or own or (self.final and self.counts.get(key, 0) >= 2)
+        own = n.op in GroupOp.Reduce and nid != ctx.merge and _plain(index) and not streamed
+        as_let = not ctx.in_body or hoist or own or (self.final and self.counts.get(key, 0) >= 2 and not streamed)
         self.budget -= 1
         if self.budget < 0:
             fail("InternalError", self.kernel.name, f"kernel {self.kernel.name} recomputes values at more than "
@@ -311,6 +328,9 @@ class _KernelSynth:
         return rg.select(src[0], src[1], src[2], x.dtype)
 
     def compute(self, n: UOp, index: tuple, ctx: _Ctx) -> RNode:
+        g = self.streams.get(n.id)
+        if g is not None:
+            return self.online(g, index, ctx)
         if n.op in GroupOp.Unary:
             x = self.demand(n.src[0], index, ctx)
             return rg.unary(_UNARY_FN[n.op], x, n.dtype)
@@ -396,9 +416,20 @@ class _KernelSynth:
         inner = self.program[target[0]] if target else None
         merge = inner.id if inner is not None and inner.op == Ops.REDUCE and inner.arg["op"] == n.arg["op"] \
             and inner.arg["dtype"] == n.arg["dtype"] else None
-        body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, merge)
+        body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, merge, ctx.stream)
         body = self.demand(src.id, full(names), body_ctx)
         return self.make_reduce(n.arg["op"].lower(), names, body, n.arg["dtype"])
+
+    def online(self, g: Group, index: tuple, ctx: _Ctx) -> RNode:
+        """online_softmax_sum<j>(scores[x, j], values[x, d, j]) for the streamed group g demanded at
+        index = (x.., d): j is bound like a Reduce's axis (key: the group's weighted-sum node)."""
+        acc, s = self.program[g.acc], self.program[g.s]
+        names = self.bind(acc, index, [s.shape[-1]], lambda c: None, lambda: [(acc.id, 0)])
+        j = Expr.var(names[0])
+        body = _Ctx(ctx.local | frozenset(names), ctx.guard, None, ctx.stream | frozenset(names))
+        scores = self.demand(g.s, tuple(index[:-1]) + (j,), body)
+        values = self.demand(g.v, tuple(index) + (j,), body)
+        return rg.online_softmax_sum(names, scores, values, g.p, BLOCK, g.passes, axis_order=self.axes)
 
     def make_reduce(self, op: str, names: list, body: RNode, dtype: DType) -> RNode:
         if body.op == R.REDUCE and body.arg[0] == op and body.dtype == dtype:  # R0: merge nested reduces
@@ -411,7 +442,7 @@ class _KernelSynth:
         red = list(n.arg["reduce_idx"])
         names = self.bind(n, index, [sizes[r] for r in red], lambda c: None, lambda: [(n.id, j) for j in range(len(red))])
         env = dict(zip(n.arg["out_idx"], index)) | {r: Expr.var(v) for r, v in zip(red, names)}
-        body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard)
+        body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, None, ctx.stream)
         acc = n.arg["dtype"]
         a = self.demand(lhs.id, tuple(env[i] for i in n.arg["lhs_idx"]), body_ctx)
         b = self.demand(rhs.id, tuple(env[i] for i in n.arg["rhs_idx"]), body_ctx)

@@ -13,7 +13,10 @@ raises nothing. Checked, per region:
   (decided with isl over the region's axis box, symbols as parameters);
 * AccDtypeMissing / NonAssociativeTransform / NeutralInvalid — a Reduce without accumulation dtype,
   with an op other than sum/max/min, or whose init is not its op's neutral;
-* ExcessivePiecewise (warning) — a Read's guard splits into more than ``MAX_PIECES`` pieces.
+* ExcessivePiecewise (warning) — a Read's guard splits into more than ``MAX_PIECES`` pieces;
+* online_softmax_sum (issue 7) — one key axis, declared in reduce_axes, along which its scores and
+  values both run; fp32 result (AccDtypeMissing otherwise), P a float type (DtypeMismatch), a
+  positive block, 1 or 2 passes; its operands are bodies (reads guarded like a Reduce's).
 """
 from __future__ import annotations
 
@@ -111,7 +114,8 @@ class _RegionCheck:
             seen[a] = s
             if isinstance(s, int) and s <= 0:
                 self.err("AxisAlignmentMismatch", f"axis {a}", f"axis {a} has the non-positive size {s}")
-        used = {a for l in self.r.lets for n in walk(l.expr) for a in n.axes + (n.arg[1] if n.op == R.REDUCE else ())}
+        used = {a for l in self.r.lets for n in walk(l.expr)
+                for a in n.axes + (n.arg[1] if n.op == R.REDUCE else ()) + (n.arg[0] if n.op == R.ONLINE else ())}
         self._isl_ok = used <= set(self.sizes)  # undeclared axes are reported below; no isl over them
         try:
             self.domain = self.box()
@@ -162,6 +166,11 @@ class _RegionCheck:
         if n.op == R.REDUCE:
             self.check_reduce(n, where)
             self.visit(n.src[0], where, True, guard, seen)
+            return
+        if n.op == R.ONLINE:
+            self.check_online(n, where)
+            for s in n.src:
+                self.visit(s, where, True, guard, seen)
             return
         if n.op == R.SELECT and n.src[0].op == R.PRED and guard is not None and self._isl_ok:
             p = self.pred_set(n.src[0])
@@ -225,6 +234,29 @@ class _RegionCheck:
                 self.err("AxisAlignmentMismatch", where, f"reduce axis {a} is not declared in reduce_axes")
         if len(set(axes)) != len(axes):
             self.err("AxisAlignmentMismatch", where, f"reduce axes {list(axes)} repeat an axis")
+
+    def check_online(self, n: RNode, where: str):
+        axes, p, block, passes = n.arg
+        declared = {a for a, _ in self.r.reduce_axes}
+        if len(axes) != 1:
+            self.err("AxisAlignmentMismatch", where, f"online_softmax_sum runs along one key axis, got {list(axes)}")
+        for a in axes:
+            if a not in declared:
+                self.err("AxisAlignmentMismatch", where, f"key axis {a} of online_softmax_sum is not declared in "
+                         "reduce_axes")
+            for what, s in zip(("scores", "values"), n.src, strict=True):
+                if a not in s.axes:
+                    self.err("AxisAlignmentMismatch", where, f"the {what} of online_softmax_sum do not run along its "
+                             f"key axis {a} (they are over {list(s.axes)})")
+        if n.dtype is None or n.dtype.value != "fp32":
+            self.err("AccDtypeMissing", where, "online_softmax_sum accumulates in fp32",
+                     "Give it \"dtype\": \"fp32\".")
+        if p is None or not p.is_float:
+            self.err("DtypeMismatch", where, f"P of online_softmax_sum must be a float type, got {p}")
+        if not isinstance(block, int) or block < 1:
+            self.err("InvalidAttribute", where, f"online_softmax_sum advances a positive number of keys, got {block!r}")
+        if passes not in (1, 2):
+            self.err("InvalidAttribute", where, f"online_softmax_sum walks the keys once or twice, got passes={passes!r}")
 
     def pred_set(self, p: RNode):
         if not all(_affine(g) for g in p.arg):

@@ -18,9 +18,9 @@ from polysat.ir.region_synth import synthesize
 
 EX = pathlib.Path(__file__).resolve().parent.parent / "examples"
 BIND = {"attention": {"B": 1, "H": 8, "M": 512, "N": 512}, "gemm_bias_relu": {"M": 1024, "N": 1024, "K": 1024}}
-# issue 5 acceptance: regions per example under --cost=model
+# issue 5 acceptance: regions per example under --cost=model (issue 7: attention streams as one region)
 EXPECTED = {"gemm_bias_relu": 1, "conv_relu_maxpool": 1, "softmax": 1, "layernorm": 1, "mlp": 2,
-            "attention": 2, "conv3x3_s2_silu": 1, "attention_row_softmax": 1}
+            "attention": 1, "conv3x3_s2_silu": 1, "attention_row_softmax": 1}
 _CACHE: dict = {}
 
 
@@ -99,10 +99,19 @@ def test_explain_lists_a_rejected_fusion_with_both_prices(capsys):
 
 
 def test_explain_text_names_the_verdict_and_prices(capsys):
-    extract_command(str(EX / "attention.json"), cost="model", explain=True, bind=BIND["attention"])
+    extract_command(str(EX / "mlp.json"), cost="model", explain=True)
     out = capsys.readouterr().out
     assert "rejected fusions:" in out and "separate" in out and "fused" in out and "µs" in out
     assert "bound" in out and "saturation:" in out
+
+
+def test_explain_says_attention_is_streamed_and_prices_the_two_pass_form(capsys):
+    extract_command(str(EX / "attention.json"), cost="model", explain=True, bind=BIND["attention"])
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ": streamed (1 pass over the keys) —" in ln)
+    one = float(line.split(" — ")[1].split(" µs")[0])
+    two = float(line.split("without streaming ")[1].split(" µs")[0])
+    assert one < two and "priced higher" in line, line
 
 
 def test_size_cost_still_lists_priced_regions_and_explains_the_merge(capsys):
