@@ -29,7 +29,7 @@ import islpy as isl
 from ..ir.diagnostics import PolysatError, fail
 from .buffers import SMEM_BUDGET, edges, staged_operands, staging_bytes
 from .devices import Device, device
-from .footprint import (Tile, card, clamp, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
+from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
                         tile_footprint)
 from .poly_region import BoundRegion, BoundStatement, PolyRegion
 from .polycore import MAX_RECOMPUTE, analyze, bounded_recompute, default_tile, kstep, recompute_factors, stages
@@ -173,33 +173,6 @@ class _Work:
     epilogue: int  # SIMT FLOPs after the last tensor-core statement
     mma: bool  # the region has a tensor-core statement
     factors: dict  # statement -> recompute factor
-
-
-def stream_tile(b: BoundRegion, t: Tile) -> Tile:
-    """t as a streamed region runs it: the backward closure of the driver tile (seed 003 rule 1) with
-    each running reduction cut to one block of its key dim, so everything it reads in the tile (the
-    scores, their producers) is one key block too. t itself when the region is not streamed."""
-    region = b.region
-    if not region.stream:
-        return t
-    stream = set(region.stream)
-    inst = {b.driver.name: t.slices[b.driver.name]}
-    for s in reversed(b.statements):
-        mine = inst.get(s.name, t.slices.get(s.name))
-        if mine is None:
-            continue
-        if s.name in stream and len(s.reduce_dims) == 1 and not mine.is_empty():
-            k = s.dims.index(s.reduce_dims[0])
-            lo, _ = extents(mine)[k]
-            mine = clamp(mine, k, lo, lo + region.stream_block)
-        inst[s.name] = mine
-        for tensor, read in s.reads:
-            p = b.writer(tensor)
-            if p is None or p.index >= s.index:
-                continue
-            need = mine.apply(read).apply(p.write.reverse()).intersect(p.domain)
-            inst[p.name] = need if p.name not in inst else inst[p.name].union(need).coalesce()
-    return Tile(t.sizes, t.origin, t.count, inst)
 
 
 def _stream_work(b: BoundRegion) -> dict:

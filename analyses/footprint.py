@@ -235,3 +235,30 @@ def halo(b: BoundRegion, tile: Tile, tensors) -> Halo:
             per_tensor.setdefault(t, {})[d] = n
             total += n * b.region.tensor(t).dtype.itemsize
     return Halo(per_axis, per_tensor, total)
+
+
+def stream_tile(b: BoundRegion, t: Tile) -> Tile:
+    """t as a streamed region runs it: the backward closure of the driver tile (seed 003 rule 1) with
+    each running reduction cut to one block of its key dim, so everything it reads in the tile (the
+    scores, their producers) is one key block too. t itself when the region is not streamed."""
+    region = b.region
+    if not region.stream:
+        return t
+    stream = set(region.stream)
+    inst = {b.driver.name: t.slices[b.driver.name]}
+    for s in reversed(b.statements):
+        mine = inst.get(s.name, t.slices.get(s.name))
+        if mine is None:
+            continue
+        if s.name in stream and len(s.reduce_dims) == 1 and not mine.is_empty():
+            k = s.dims.index(s.reduce_dims[0])
+            lo, _ = extents(mine)[k]
+            mine = clamp(mine, k, lo, lo + region.stream_block)
+        inst[s.name] = mine
+        for tensor, read in s.reads:
+            p = b.writer(tensor)
+            if p is None or p.index >= s.index:
+                continue
+            need = mine.apply(read).apply(p.write.reverse()).intersect(p.domain)
+            inst[p.name] = need if p.name not in inst else inst[p.name].union(need).coalesce()
+    return Tile(t.sizes, t.origin, t.count, inst)

@@ -21,7 +21,8 @@ from .buffers import (SMEM_BUDGET, barrier_hints, bank_hints, edges, load_path, 
                       staging_bytes)
 from .dependences import Dependences, dependences
 from .devices import Device, device
-from .footprint import Tile, card, extents, full_footprint, halo, make_tile, normalize_tile, sectors, tile_footprint
+from .footprint import (Tile, card, extents, full_footprint, halo, make_tile, normalize_tile, sectors, stream_tile,
+                        tile_footprint)
 from .poly_region import BoundRegion, PolyRegion
 from ..knobs import max_pieces
 
@@ -242,8 +243,9 @@ def _analyze(region: PolyRegion, dev: Device, tile_key, exact: bool) -> PolyCore
     h = halo(b, tile, tensors)
     recompute = recompute_factors(b, tile)
     budget = _smem_budget(dev)
-    staged = staged_operands(b, tile, kstep(dev))
-    es = edges(b, tile, h.per_tensor, max(0, budget - staging_bytes(staged, stages(dev))))
+    step = stream_tile(b, tile)  # what one step holds on chip (tile itself unless the region is streamed)
+    staged = staged_operands(b, step, kstep(dev))
+    es = edges(b, step, h.per_tensor, max(0, budget - staging_bytes(staged, stages(dev))))
     on_chip = {e.tensor: e for e in es if e.buffer == "smem_ring" and not e.staged}
     working = sum(e.tile_bytes * e.depth for e in on_chip.values())
     reasons = []

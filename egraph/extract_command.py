@@ -80,14 +80,14 @@ def format_table(result: dict) -> str:
     t = result["total"]
     lines = [f"{result['model']}: {t['kernels']} region(s), cost={t['cost_model']}, arch={t['arch']}, "
              f"params {', '.join(f'{k}={v}' for k, v in t['params'].items()) or '(none)'}",
-             f"  {'region':<8}{'nodes':>6}{'FLOPs':>16}{'bytes':>14}{'est µs':>12}  {'bound':<8}{'halo B':>8}  "
+             f"  {'region':<8}{'nodes':>6}{'FLOPs':>22}{'bytes':>18}{'est µs':>13}  {'bound':<8}{'halo B':>8}  "
              f"inputs -> outputs"]
     for r in result["regions"]:
         c, a = r["cost"], r["analysis"]
         halo = a["compute_at"]["halo"]["bytes"] if a else 0
-        lines.append(f"  {r['name']:<8}{r['nodes']:>6}{c['flops']:>16,}{c['bytes']:>14,}{c['time_est_us']:>12.3f}  "
+        lines.append(f"  {r['name']:<8}{r['nodes']:>6}{c['flops']:>22,}{c['bytes']:>18,}{c['time_est_us']:>13.3f}  "
                      f"{c['bound']:<8}{halo:>8}  {', '.join(r['inputs'])} -> {', '.join(r['outputs'])}")
-    lines.append(f"  {'total':<8}{'':>6}{t['flops']:>16,}{t['bytes']:>14,}{t['time_est_us']:>12.3f}")
+    lines.append(f"  {'total':<8}{'':>6}{t['flops']:>22,}{t['bytes']:>18,}{t['time_est_us']:>13.3f}")
     if "unfused_time_est_us" in t:
         lines.append(f"  one kernel per op: {t['unfused_kernels']} kernels, {t['unfused_time_est_us']:.3f} µs "
                      f"({t['search_evaluations']} partitions priced)")
