@@ -1,17 +1,22 @@
 """Conv2D as an implicit GEMM: the problem description and its numpy meaning (issue 7, seed 000 §6.8.1, §8).
 
-``Y[n, co, ho, wo] = epilogue(sum_{c, r, s} W[co, c, r, s] * X[n, c, stride_h*ho + dil_h*r - pad_t,
-stride_w*wo + dil_w*s - pad_l])`` with NCHW input, OIHW weights and NCHW output; out-of-bounds input
-reads are zero. As a GEMM: M = N*Ho*Wo (row m = (n, ho, wo), wo fastest), N_gemm = Co, K = C*Kh*Kw
-(column k = (c, r, s), s fastest), so B is W viewed as [Co, K] (a ``col`` operand, no copy) and the
-A operand is an im2col view of X computed per element (``polysat::im2col_coord`` in polysat_gemm.cuh),
-never materialized. The epilogue reuses :class:`EpilogueOp`; a bias is along Co (the GEMM's n axis).
-Only ``groups == 1`` has a template (others: E1504 NoKernelTemplate).
+``Y[n, co, ho, wo] = epilogue(sum_{c, r, s} W[co, c, r, s] * X[n, g*Cg + c, stride_h*ho + dil_h*r - pad_t,
+stride_w*wo + dil_w*s - pad_l])`` with g = co // Cog, Cg = C / groups input and Cog = Co / groups output
+channels per group; NCHW input, OIHW weights ([Co, Cg, Kh, Kw]) and NCHW output; out-of-bounds input
+reads are zero. Each group is its own GEMM (the groups are the GEMM's batch; depthwise is Cg = 1):
+M = N*Ho*Wo (row m = (n, ho, wo), wo fastest), N_gemm = Cog, K = Cg*Kh*Kw (column k = (c, r, s), s
+fastest), so B is W viewed as [Cog, K] per group (a ``col`` operand, no copy) and the A operand is an
+im2col view of X computed per element (``polysat::Im2col`` in polysat_conv.cuh), never materialized.
+The epilogue reuses :class:`EpilogueOp`: bias along Co (``axis`` "n"), residual an NCHW tensor of Y's
+shape, scale, cast and the activations.
+
+The spec also answers the kernel-kind protocol (backend/kinds.py): ``c``, ``inputs``, ``shapes``,
+``dtypes``, ``to_json``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -24,7 +29,7 @@ from .gemm_spec import EpilogueOp, GemmSpec, IN_DTYPES, OUT_DTYPES
 class ConvSpec:
     name: str
     n: int
-    c: int
+    cin: int
     h: int
     w: int
     co: int
@@ -43,7 +48,7 @@ class ConvSpec:
 
     def __post_init__(self):
         at = f"conv {self.name!r}"
-        for v, what in ((self.n, "N"), (self.c, "C"), (self.h, "H"), (self.w, "W"), (self.co, "Co"),
+        for v, what in ((self.n, "N"), (self.cin, "C"), (self.h, "H"), (self.w, "W"), (self.co, "Co"),
                         (self.kh, "Kh"), (self.kw, "Kw"), (self.groups, "groups")):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 fail("UnaddressableShape", at, f"{what} = {v!r}; conv sizes are positive ints")
@@ -53,15 +58,17 @@ class ConvSpec:
             fail("InvalidAttribute", at, f"stride {self.stride} / dilation {self.dilation} must be positive ints")
         if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in self.pad):
             fail("InvalidAttribute", at, f"pad {self.pad} must be non-negative ints")
-        if self.groups != 1:
-            fail("NoKernelTemplate", at, f"groups = {self.groups}: only groups = 1 convs have a CUDA template",
-                 "Run grouped / depthwise convs with --target playback.")
+        if self.cin % self.groups or self.co % self.groups:
+            fail("ConvChannelMismatch", at, f"groups = {self.groups} must divide C = {self.cin} and Co = {self.co}")
         if self.in_dtype not in IN_DTYPES or self.out_dtype not in OUT_DTYPES:
             fail("DtypeMismatch", at, "conv inputs must be fp16|bf16 and the output fp16|bf16|fp32")
         ho, wo = self.out_hw
         if ho < 1 or wo < 1:
             fail("UnaddressableShape", at, f"the output would be {ho}x{wo}: the window does not fit the padded input")
         self.as_gemm()  # validates the epilogue with the GEMM rules
+        for op in self.epilogue:
+            if op.kind == "bias" and op.axis != "n":
+                fail("InvalidAttribute", at, "a conv bias is along the output channels (axis \"n\")")
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -70,20 +77,43 @@ class ConvSpec:
         wo = (self.w + pl + pr - dw * (self.kw - 1) - 1) // sw + 1
         return ho, wo
 
+    @property
+    def cg(self) -> int:
+        """Input channels per group."""
+        return self.cin // self.groups
+
+    @property
+    def cog(self) -> int:
+        """Output channels per group."""
+        return self.co // self.groups
+
     def gemm_sizes(self) -> dict[str, int]:
+        """The implicit GEMM of one group (``batch`` = the number of groups)."""
         ho, wo = self.out_hw
-        return {"batch": 1, "m": self.n * ho * wo, "n": self.co, "k": self.c * self.kh * self.kw}
+        return {"batch": self.groups, "m": self.n * ho * wo, "n": self.cog, "k": self.cg * self.kh * self.kw}
 
     def as_gemm(self) -> GemmSpec:
-        """The GEMM the conv is implicitly: A = im2col(X) [M, K] row, B = W as [Co, K] (``col``)."""
+        """The GEMM each group is implicitly: A = im2col(X) [M, K] row, B = W as [Cog, K] (``col``), the
+        groups as the batch."""
         s = self.gemm_sizes()
-        return GemmSpec(name=self.name, m=s["m"], n=s["n"], k=s["k"], in_dtype=self.in_dtype,
-                        out_dtype=self.out_dtype, a_layout="row", b_layout="col", epilogue=self.epilogue,
-                        a=self.x, b=self.wt, c=self.y)
+        return GemmSpec(name=self.name, m=s["m"], n=s["n"], k=s["k"], batch=(self.groups,) if self.groups > 1 else (),
+                        in_dtype=self.in_dtype, out_dtype=self.out_dtype, a_layout="row", b_layout="col",
+                        epilogue=self.epilogue, a=self.x, b=self.wt, c=self.y)
 
-    def shapes(self) -> dict[str, tuple[int, ...]]:
+    # ---- the kernel-kind protocol (backend/kinds.py) ----------------------------------------------
+    @property
+    def c(self) -> str:
+        """The output tensor (kernel-kind protocol; the input channel count is ``cin``)."""
+        return self.y
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Tensor names the kernel reads, in kernel-parameter order."""
+        return (self.x, self.wt) + tuple(op.tensor for op in self.epilogue if op.tensor is not None)
+
+    def shapes(self, env: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
         ho, wo = self.out_hw
-        out = {self.x: (self.n, self.c, self.h, self.w), self.wt: (self.co, self.c, self.kh, self.kw),
+        out = {self.x: (self.n, self.cin, self.h, self.w), self.wt: (self.co, self.cg, self.kh, self.kw),
                self.y: (self.n, self.co, ho, wo)}
         for op in self.epilogue:
             if op.kind == "bias":
@@ -92,46 +122,97 @@ class ConvSpec:
                 out[op.tensor] = out[self.y]
         return out
 
+    def dtypes(self) -> dict[str, DType]:
+        out = {self.x: self.in_dtype, self.wt: self.in_dtype, self.y: self.out_dtype}
+        for op in self.epilogue:
+            if op.tensor is not None:
+                out[op.tensor] = op.dtype
+        return out
+
+    def flops(self) -> int:
+        s = self.gemm_sizes()
+        return 2 * s["batch"] * s["m"] * s["n"] * s["k"]
+
     def geometry(self) -> tuple[int, ...]:
-        """The ints polysat::ConvGeom is built from, in its field order."""
+        """The ints polysat::ConvGeom is built from, in its field order (groups == 1)."""
         ho, wo = self.out_hw
-        return (self.c, self.h, self.w, self.kh, self.kw, ho, wo, *self.stride, self.pad[0], self.pad[2], *self.dilation)
+        return (self.cin, self.h, self.w, self.kh, self.kw, ho, wo, *self.stride, self.pad[0], self.pad[2], *self.dilation)
+
+    def window(self) -> tuple[int, ...]:
+        """The template arguments of polysat::ConvWin: KH, KW, SH, SW, DH, DW, PT, PL."""
+        return (self.kh, self.kw, *self.stride, *self.dilation, self.pad[0], self.pad[2])
+
+    def to_json(self) -> dict[str, Any]:
+        ho, wo = self.out_hw
+        return {"name": self.name, "x": self.x, "w": self.wt, "y": self.y, "n": self.n, "c": self.cin, "h": self.h,
+                "w_": self.w, "co": self.co, "kh": self.kh, "kw": self.kw, "ho": ho, "wo": wo,
+                "stride": list(self.stride), "pad": list(self.pad), "dilation": list(self.dilation),
+                "groups": self.groups, "in_dtype": self.in_dtype.value, "acc_dtype": "fp32",
+                "out_dtype": self.out_dtype.value, "layout": "NCHW", "gemm": self.gemm_sizes(),
+                "epilogue": [op.to_json() for op in self.epilogue]}
 
 
 def im2col(spec: ConvSpec, x: np.ndarray) -> np.ndarray:
-    """The [M, K] matrix the A operand denotes, materialized (tests only): zero outside the input."""
+    """The [M, K] matrix the A operand denotes, materialized (tests only): zero outside the input. x is
+    [N, c, H, W] for any channel count c (one group's channels), so K = c * Kh * Kw."""
     ho, wo = spec.out_hw
     (sh, sw), (dh, dw) = spec.stride, spec.dilation
     pt, pl = spec.pad[0], spec.pad[2]
-    xp = np.zeros((spec.n, spec.c, spec.h + pt + spec.pad[1] + sh * ho + dh * spec.kh,
+    nc = x.shape[1]
+    xp = np.zeros((spec.n, nc, spec.h + pt + spec.pad[1] + sh * ho + dh * spec.kh,
                    spec.w + pl + spec.pad[3] + sw * wo + dw * spec.kw), dtype=x.dtype)
     xp[:, :, pt:pt + spec.h, pl:pl + spec.w] = x
-    cols = np.empty((spec.n, ho, wo, spec.c, spec.kh, spec.kw), dtype=x.dtype)
+    cols = np.empty((spec.n, ho, wo, nc, spec.kh, spec.kw), dtype=x.dtype)
     for r in range(spec.kh):
         for s in range(spec.kw):
             win = xp[:, :, dh * r: dh * r + sh * ho: sh, dw * s: dw * s + sw * wo: sw]  # [n, c, ho, wo]
             cols[:, :, :, :, r, s] = win.transpose(0, 2, 3, 1)
-    return cols.reshape(spec.n * ho * wo, spec.c * spec.kh * spec.kw)
+    return cols.reshape(spec.n * ho * wo, nc * spec.kh * spec.kw)
 
 
-def conv_reference(spec: ConvSpec, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
-    """NCHW result of the conv + epilogue: the implicit GEMM's meaning, via gemm_reference."""
-    from .reference import gemm_reference
+def check_conv_inputs(spec: ConvSpec, inputs: Mapping[str, Any]) -> None:
+    """E1111 / E1002 on a missing or misshapen input."""
     shapes = spec.shapes()
-    for name in (spec.x, spec.wt, *(op.tensor for op in spec.epilogue if op.tensor is not None)):
+    for name in spec.inputs:
         if name not in inputs:
             fail("MissingInput", f"conv {spec.name!r}", f"input {name!r} is missing")
         if tuple(np.shape(inputs[name])) != shapes[name]:
             fail("AxisSizeMismatch", f"conv {spec.name!r}",
                  f"input {name!r} has shape {np.shape(inputs[name])}, expected {shapes[name]}")
+
+
+def conv_reference(spec: ConvSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str, int] | None = None) -> np.ndarray:
+    """NCHW result of the conv + epilogue: each group's implicit GEMM, via gemm_reference."""
+    from .reference import gemm_reference
+    check_conv_inputs(spec, inputs)
     ho, wo = spec.out_hw
-    g = spec.as_gemm()
-    ginputs = {spec.x: im2col(spec, round_to(inputs[spec.x], spec.in_dtype)),
-               spec.wt: np.asarray(inputs[spec.wt]).reshape(spec.co, -1)}
-    for op in spec.epilogue:
-        if op.kind == "bias":
-            ginputs[op.tensor] = inputs[op.tensor]
-        elif op.kind == "residual":  # NCHW -> [M = (n, ho, wo), Co]
-            ginputs[op.tensor] = np.asarray(inputs[op.tensor]).transpose(0, 2, 3, 1).reshape(-1, spec.co)
-    v = gemm_reference(g, ginputs)  # [M, Co]
-    return v.reshape(spec.n, ho, wo, spec.co).transpose(0, 3, 1, 2)
+    s = spec.gemm_sizes()
+    cg, cog = spec.cg, spec.cog
+    x = round_to(np.asarray(inputs[spec.x]), spec.in_dtype)
+    w = np.asarray(inputs[spec.wt])
+    g1 = GemmSpec(name=spec.name, m=s["m"], n=cog, k=s["k"], in_dtype=spec.in_dtype, out_dtype=spec.out_dtype,
+                  a_layout="row", b_layout="col", epilogue=spec.epilogue, a=spec.x, b=spec.wt, c=spec.y)
+    out = np.empty((spec.n, spec.co, ho, wo), dtype=spec.out_dtype.np)
+    for g in range(spec.groups):
+        ch = slice(g * cog, (g + 1) * cog)
+        ginputs = {spec.x: im2col(spec, x[:, g * cg:(g + 1) * cg]), spec.wt: w[ch].reshape(cog, -1)}
+        for op in spec.epilogue:
+            if op.kind == "bias":
+                ginputs[op.tensor] = np.asarray(inputs[op.tensor])[ch]
+            elif op.kind == "residual":  # NCHW -> [M = (n, ho, wo), Cog]
+                ginputs[op.tensor] = np.asarray(inputs[op.tensor])[:, ch].transpose(0, 2, 3, 1).reshape(-1, cog)
+        v = gemm_reference(g1, ginputs)  # [M, Cog]
+        out[:, ch] = v.reshape(spec.n, ho, wo, cog).transpose(0, 3, 1, 2)
+    return out
+
+
+def random_conv_inputs(spec: ConvSpec, seed: int = 0) -> dict[str, np.ndarray]:
+    """Uniform [-1, 1) inputs of the right shapes and dtypes, X and W scaled by K^-1/4 (sums stay O(1))."""
+    rng = np.random.default_rng(seed)
+    shapes, dts = spec.shapes(), spec.dtypes()
+    scale = np.float32(spec.gemm_sizes()["k"] ** -0.25)
+    out = {}
+    for name in spec.inputs:
+        v = rng.uniform(-1.0, 1.0, size=shapes[name]).astype(np.float32)
+        out[name] = round_to(v * scale if name in (spec.x, spec.wt) else v, dts[name])
+    return out

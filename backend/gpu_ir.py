@@ -7,8 +7,8 @@ Tokens (§9.2): ``TokLoad`` (global -> smem landed), ``TokCompute`` (MMA done), 
 (epilogue done). A token is written ``base[index]``; an index with a minus sign (``tC[it-1]``) refers
 to an earlier iteration (loop-carried, possibly produced by another role). :func:`check_tokens`
 enforces the rules: every consumed token is produced (earlier in program order unless loop-carried),
-each MMA waits on a TokLoad in its loop body, the epilogue consumes a TokCompute, the store a
-TokEpilogue, and each Wait lowers to the plan's barrier model (commit/wait_group or mbarrier parity).
+each MMA waits on a TokLoad in its loop body, the epilogue consumes a TokCompute, every store (and
+the pool of conv + pool) a TokEpilogue, and each Wait lowers to the plan's barrier model (commit/wait_group or mbarrier parity).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from .plan import SchedulePlan
 
 TOKEN_KINDS = ("TokLoad", "TokCompute", "TokEpilogue")
 MMA_OPS = ("MmaSync", "Wgmma")
+STORE_OPS = ("StGlobalVec", "StGlobal", "StShared", "MaxPool")  # what the epilogue's results flow into
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def check_tokens(ir: GpuIR) -> None:
             fail("InternalError", at, f"{s.op} reads smem without a Wait(TokLoad) in its loop")
         if s.op == "Epilogue" and not any(kinds.get(_base(t)) == "TokCompute" for t in s.in_tokens):
             fail("InternalError", at, "the epilogue does not depend on a TokCompute")
-        if s.op == "StGlobalVec" and not any(kinds.get(_base(t)) == "TokEpilogue" for t in s.in_tokens):
-            fail("InternalError", at, "the store does not depend on a TokEpilogue")
+        if s.op in STORE_OPS and not any(kinds.get(_base(t)) == "TokEpilogue" for t in s.in_tokens):
+            fail("InternalError", at, f"{s.op} does not depend on a TokEpilogue")
         if s.out_token:
             seen.add(_base(s.out_token))

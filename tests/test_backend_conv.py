@@ -1,8 +1,8 @@
-"""Conv2D as implicit GEMM (issue 7, first slice): ConvSpec's numpy meaning and the A-producer's im2col
-address/predicate helper (polysat::im2col_coord, compiled for the host with nvcc).
+"""Conv2D as implicit GEMM (issue 7): ConvSpec's numpy meaning and the im2col address/predicate helper
+(polysat::im2col_coord, compiled for the host with nvcc).
 
-* conv_reference (im2col + gemm_reference) equals a direct 7-loop conv and the Tiny IR evaluator's
-  playback of examples/conv3x3_s2_silu.json;
+* conv_reference (per-group im2col + gemm_reference) equals a direct 7-loop conv (groups, depthwise
+  included) and the Tiny IR evaluator's playback of examples/conv3x3_s2_silu.json;
 * im2col_coord, run on the host, gathers exactly numpy's im2col (zero outside the input) for generated
   geometries: stride 1/2, pad 0/1/asymmetric, dilation 2, odd sizes.
 """
@@ -26,6 +26,7 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "conv3x3_s2_
 def _direct_conv(spec: ConvSpec, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     ho, wo = spec.out_hw
     (sh, sw), (dh, dw), (pt, _, pl, _) = spec.stride, spec.dilation, spec.pad
+    cg, cog = spec.cin // spec.groups, spec.co // spec.groups
     y = np.zeros((spec.n, spec.co, ho, wo), np.float64)
     for n in range(spec.n):
         for i in range(ho):
@@ -34,7 +35,9 @@ def _direct_conv(spec: ConvSpec, x: np.ndarray, w: np.ndarray) -> np.ndarray:
                     for s in range(spec.kw):
                         hi, wi = i * sh + r * dh - pt, j * sw + s * dw - pl
                         if 0 <= hi < spec.h and 0 <= wi < spec.w:
-                            y[n, :, i, j] += w[:, :, r, s].astype(np.float64) @ x[n, :, hi, wi].astype(np.float64)
+                            for g in range(spec.groups):
+                                y[n, g * cog:(g + 1) * cog, i, j] += (w[g * cog:(g + 1) * cog, :, r, s].astype(np.float64)
+                                                                      @ x[n, g * cg:(g + 1) * cg, hi, wi].astype(np.float64))
     return y
 
 
@@ -45,15 +48,16 @@ convs = st.builds(
     st.sampled_from([(0, 0, 0, 0), (1, 1, 1, 1), (0, 1, 1, 0), (2, 1, 0, 2)]), st.sampled_from([(1, 1), (2, 2), (2, 1)]))
 
 
-def _spec(t, epilogue=()) -> ConvSpec:
+def _spec(t, epilogue=(), groups=1) -> ConvSpec:
     n, c, h, w, co, kh, kw, stride, pad, dil = t
-    return ConvSpec("conv", n, c, h, w, co, kh, kw, stride=stride, pad=pad, dilation=dil, epilogue=epilogue)
+    return ConvSpec("conv", n, c * groups, h, w, co * groups, kh, kw, stride=stride, pad=pad, dilation=dil,
+                    groups=groups, epilogue=epilogue)
 
 
 @settings(max_examples=25, deadline=None)
-@given(convs, st.integers(0, 2**31 - 1))
-def test_conv_reference_equals_direct_convolution(t, seed):
-    spec = _spec(t, (EpilogueOp("bias", "b", dtype=DType.fp16), EpilogueOp("relu")))
+@given(convs, st.integers(0, 2**31 - 1), st.sampled_from([1, 1, 2, 3]))
+def test_conv_reference_equals_direct_convolution(t, seed, groups):
+    spec = _spec(t, (EpilogueOp("bias", "b", dtype=DType.fp16), EpilogueOp("relu")), groups)
     rng = np.random.default_rng(seed)
     x = round_to(rng.uniform(-1, 1, spec.shapes()["X"]), DType.fp16)
     w = round_to(rng.uniform(-1, 1, spec.shapes()["W"]), DType.fp16)
@@ -88,10 +92,20 @@ def test_residual_epilogue_is_nchw():
     np.testing.assert_allclose(got, _direct_conv(spec, x, w) + res, rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.parametrize("bad, code", [(dict(groups=2), "E1504"), (dict(stride=(0, 1)), None),
+def test_depthwise_reference_is_a_per_channel_correlation():
+    spec = ConvSpec("dw", 2, 3, 7, 6, 3, 3, 3, pad=(1, 1, 1, 1), groups=3)
+    rng = np.random.default_rng(3)
+    x, w = (round_to(rng.uniform(-1, 1, spec.shapes()[k]), DType.fp16) for k in ("X", "W"))
+    got = conv_reference(spec, {"X": x, "W": w}).astype(np.float64)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = sum(xp[:, :, r:r + 7, s:s + 6] * w[None, :, 0, r, s, None, None] for r in range(3) for s in range(3))
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("bad, code", [(dict(groups=3), "E1006"), (dict(stride=(0, 1)), None),
                                        (dict(kh=40), None), (dict(pad=(-1, 0, 0, 0)), None)])
 def test_bad_conv_is_a_coded_diagnostic(bad, code):
-    args = dict(name="c", n=1, c=4, h=8, w=8, co=4, kh=3, kw=3) | bad
+    args = dict(name="c", n=1, cin=4, h=8, w=8, co=4, kh=3, kw=3) | bad
     with pytest.raises(PolysatError) as e:
         ConvSpec(**args)
     if code:
@@ -162,6 +176,6 @@ def test_im2col_coord_gathers_numpy_im2col(im2col_host, ts):
     for s, line in zip(specs, out):
         g = s.gemm_sizes()
         offs = np.array(line.split(), dtype=np.int64).reshape(g["m"], g["k"])
-        x = np.arange(1, s.n * s.c * s.h * s.w + 1, dtype=np.float64).reshape(s.shapes()["X"])  # value = offset + 1
+        x = np.arange(1, s.n * s.cin * s.h * s.w + 1, dtype=np.float64).reshape(s.shapes()["X"])  # value = offset + 1
         gathered = np.where(offs >= 0, offs + 1, 0).astype(np.float64)
         np.testing.assert_array_equal(gathered, im2col(s, x))

@@ -3,6 +3,8 @@
 //
 //   sm80: cp.async -> commit/wait -> ldmatrix -> mma.sync -> epilogue on acc -> st.global.v2
 //   sm90: TMA -> mbarrier ring (producer warpgroup / consumer warpgroups) -> wgmma -> epilogue -> st.global.v2
+// The operand producers are template parameters of the mainloops (mainloop_sm80, ws_sm90): plain tiles
+// (cp.async / TMA) for the GEMM, the im2col gather of polysat_conv.cuh for the implicit-GEMM conv.
 //
 // Conventions: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n], fp32 accumulation, then the epilogue.
 // Operand X (A or B) is "K-major" when K is its contiguous axis (A row-major [M,K], B col-major [N,K])
@@ -230,41 +232,45 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 
   }
 }
 
-// One CTA computes the BM x BN tile (tile_m, tile_n) of batch b. Warps form a WM x WN grid; each warp
-// owns a (BM/WM) x (BN/WN) warp tile of m16n8 accumulators. smem holds STAGES ring slots of A and B.
-template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool A_KMAJOR, bool B_KMAJOR,
-          int VEC_A, int VEC_B, class Epi>
-__device__ __forceinline__ void gemm_sm80(const T* __restrict__ A, const T* __restrict__ B, const Epi& epi,
-                                          int M, int N, int K, long long a_bstride, long long b_bstride,
-                                          unsigned char* smem) {
-  constexpr int THREADS = WM * WN * 32;
+// ---- operand producers of the sm80 mainloop --------------------------------------------------
+// A producer moves k-tile kt of one operand into a ring slot in two steps: fetch(slot, kt, tid) starts
+// the move (cp.async straight into the slot, or global loads into registers) and land(slot, tid)
+// finishes it (a register-staged producer stores its registers to smem there). The mainloop calls land
+// after the MMAs of the iteration, so a register-staged producer's global latency hides behind them.
+//
+// TileProducer: the plain operand, a packed [MN, K] (K-major) or [K, MN] (MN-major) matrix, copied with
+// VEC-element cp.async (zero-fill outside the matrix); land has nothing to do.
+template <class T, bool KMAJOR, int ROWS, int COLS, int VEC, int THREADS, int BK>
+struct TileProducer {
+  const T* __restrict__ g;
+  int mn0, MN, K;
+  __device__ __forceinline__ void fetch(T* tile, int kt, int tid) const {
+    long long ld;
+    int r0, c0, rl, cl;
+    tile_origin<KMAJOR>(mn0, kt * BK, MN, K, ld, r0, c0, rl, cl);
+    load_tile<T, ROWS, COLS, VEC, THREADS>(tile, g, ld, r0, c0, rl, cl, tid);
+  }
+  __device__ __forceinline__ void land(T*, int) const {}
+};
+
+// The multistage mainloop: acc (the warp's MI x NI m16n8 fragments) += A[m0.., :] * B[:, n0..] over K,
+// with the operands produced by PA / PB into STAGES ring slots of [BM x BK] and [BN x BK] elements.
+// Warps form a WM x WN grid; each owns a (BM/WM) x (BN/WN) warp tile.
+template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool A_KMAJOR, bool B_KMAJOR, class PA, class PB>
+__device__ __forceinline__ void mainloop_sm80(PA& pa, PB& pb, int K, unsigned char* smem,
+                                              float (&acc)[BM / WM / 16][BN / WN / 8][4]) {
   constexpr int WTM = BM / WM, WTN = BN / WN;
   constexpr int MI = WTM / 16, NI = WTN / 8;
   static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 16 == 0, "warp tile must be whole m16n16k16 steps");
-  // tile shapes as stored: [rows][cols], cols contiguous in global memory
-  constexpr int A_ROWS = A_KMAJOR ? BM : BK, A_COLS = A_KMAJOR ? BK : BM;
-  constexpr int B_ROWS = B_KMAJOR ? BN : BK, B_COLS = B_KMAJOR ? BK : BN;
+  constexpr int A_COLS = A_KMAJOR ? BK : BM;  // tile shapes as stored: [rows][cols]
+  constexpr int B_COLS = B_KMAJOR ? BK : BN;
   constexpr int A_ELEMS = BM * BK, B_ELEMS = BN * BK;
 
   T* sA = reinterpret_cast<T*>(smem);
   T* sB = sA + STAGES * A_ELEMS;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / WN, warp_n = warp % WN;
-  const int b = blockIdx.z;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  const T* gA = A + (long long)b * a_bstride;
-  const T* gB = B + (long long)b * b_bstride;
 
-  auto load_stage = [&](int slot, int kt) {
-    long long ld;
-    int r0, c0, rl, cl;
-    tile_origin<A_KMAJOR>(m0, kt * BK, M, K, ld, r0, c0, rl, cl);
-    load_tile<T, A_ROWS, A_COLS, VEC_A, THREADS>(sA + slot * A_ELEMS, gA, ld, r0, c0, rl, cl, tid);
-    tile_origin<B_KMAJOR>(n0, kt * BK, N, K, ld, r0, c0, rl, cl);
-    load_tile<T, B_ROWS, B_COLS, VEC_B, THREADS>(sB + slot * B_ELEMS, gB, ld, r0, c0, rl, cl, tid);
-  };
-
-  float acc[MI][NI][4];
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -276,14 +282,23 @@ __device__ __forceinline__ void gemm_sm80(const T* __restrict__ A, const T* __re
   // prologue: STAGES-1 tiles in flight (TokLoad s for s < STAGES-1); empty groups keep the count uniform
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < KT) load_stage(s, s);
+    if (s < KT) {
+      pa.fetch(sA + s * A_ELEMS, s, tid);
+      pb.fetch(sB + s * B_ELEMS, s, tid);
+      pa.land(sA + s * A_ELEMS, tid);
+      pb.land(sB + s * B_ELEMS, tid);
+    }
     cp_async_commit();
   }
   for (int kt = 0; kt < KT; ++kt) {
     cp_async_wait<STAGES - 2>();  // Wait(TokLoad kt)
     __syncthreads();              // ... for every thread's copies; slot (kt-1)%STAGES is free again
     const int pre = kt + STAGES - 1;
-    if (pre < KT) load_stage(pre % STAGES, pre);  // TokLoad pre, overlapping the MMAs below
+    const bool more = pre < KT;
+    if (more) {  // TokLoad pre, overlapping the MMAs below
+      pa.fetch(sA + (pre % STAGES) * A_ELEMS, pre, tid);
+      pb.fetch(sB + (pre % STAGES) * B_ELEMS, pre, tid);
+    }
     cp_async_commit();
     const T* tA = sA + (kt % STAGES) * A_ELEMS;
     const T* tB = sB + (kt % STAGES) * B_ELEMS;
@@ -303,19 +318,51 @@ __device__ __forceinline__ void gemm_sm80(const T* __restrict__ A, const T* __re
           mma_16816<T>(acc[i][j], af[i], b0, b1);
         }
     }
+    if (more) {  // register-staged producers store the prefetched tile (read at iteration pre > kt)
+      pa.land(sA + (pre % STAGES) * A_ELEMS, tid);
+      pb.land(sB + (pre % STAGES) * B_ELEMS, tid);
+    }
   }
   cp_async_wait<0>();
+}
 
-  // epilogue on the accumulators (TokCompute -> TokEpilogue), predicated paired stores
+// The accumulators of one CTA tile through the epilogue: Epi::store2(b, m, n, v0, v1) applies it to
+// the pair (m, n), (m, n+1) and stores what lies inside the output (TokCompute -> TokEpilogue).
+template <int BM, int BN, int WM, int WN, class Epi>
+__device__ __forceinline__ void store_acc_sm80(const Epi& epi, const float (&acc)[BM / WM / 16][BN / WN / 8][4], int b,
+                                               int m0, int n0) {
+  constexpr int WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warp_m = warp / WN, warp_n = warp % WN;
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
       int m, n;
       acc_coord<WTM, WTN>(warp_m, warp_n, i, j, lane, m, n);
-      store_pair(epi, b, m0 + m, n0 + n, acc[i][j][0], acc[i][j][1]);
-      store_pair(epi, b, m0 + m + 8, n0 + n, acc[i][j][2], acc[i][j][3]);
+      epi.store2(b, m0 + m, n0 + n, acc[i][j][0], acc[i][j][1]);
+      epi.store2(b, m0 + m + 8, n0 + n, acc[i][j][2], acc[i][j][3]);
     }
+}
+
+// One CTA computes the BM x BN tile (tile_m, tile_n) of batch b: plain operands through TileProducer,
+// epilogue on the accumulators with predicated paired stores.
+template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool A_KMAJOR, bool B_KMAJOR,
+          int VEC_A, int VEC_B, class Epi>
+__device__ __forceinline__ void gemm_sm80(const T* __restrict__ A, const T* __restrict__ B, const Epi& epi,
+                                          int M, int N, int K, long long a_bstride, long long b_bstride,
+                                          unsigned char* smem) {
+  constexpr int THREADS = WM * WN * 32;
+  // tile shapes as stored: [rows][cols], cols contiguous in global memory
+  constexpr int A_ROWS = A_KMAJOR ? BM : BK, A_COLS = A_KMAJOR ? BK : BM;
+  constexpr int B_ROWS = B_KMAJOR ? BN : BK, B_COLS = B_KMAJOR ? BK : BN;
+  const int b = blockIdx.z;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  TileProducer<T, A_KMAJOR, A_ROWS, A_COLS, VEC_A, THREADS, BK> pa{A + (long long)b * a_bstride, m0, M, K};
+  TileProducer<T, B_KMAJOR, B_ROWS, B_COLS, VEC_B, THREADS, BK> pb{B + (long long)b * b_bstride, n0, N, K};
+  float acc[BM / WM / 16][BN / WN / 8][4];
+  mainloop_sm80<T, BM, BN, BK, WM, WN, STAGES, A_KMAJOR, B_KMAJOR>(pa, pb, K, smem, acc);
+  store_acc_sm80<BM, BN, WM, WN>(epi, acc, b, m0, n0);
 }
 
 // =============================================================================================
@@ -383,32 +430,88 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], u64 da, u64 db) {
   else { static_assert(BN == 256, "wgmma N must be 64, 128 or 256"); if constexpr (F16) wgmma_m64n256k16_f16<TA, TB>(d, da, db); else wgmma_m64n256k16_bf16<TA, TB>(d, da, db); }
 }
 
-// Persistent warp-specialized kernel body. Tiles are numbered (m fastest, then n, then batch).
-// Ring slot s: full[s] completes when the TMA bytes landed (TokLoad), empty[s] when every consumer
-// warp finished reading it (its wgmma group completed).
+// generic-proxy shared-memory writes made visible to the async proxy (wgmma operands, TMA stores)
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// named barrier `id` (1..15; 0 is __syncthreads) over `count` threads, a multiple of 32
+__device__ __forceinline__ void named_bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// ---- operand producers of the sm90 skeleton (run by the producer warpgroup) ------------------------
+// A TMA operand is issued by one thread and completes on the stage's full barrier with kTmaBytes bytes;
+// a gathered operand (kGather) is written by all 128 producer threads with generic stores, then
+// fence.proxy.async + one mbarrier arrive per thread (the barrier counts 1 + 128 arrivals).
 //
-// LA / LB describe each operand's smem tile (backend/layouts.py decides them; the host encodes the
-// tensor maps from the same boxes): bytes, boxes, box_stride, lbo, sbo, kstep, mn64. Each stage holds
-// the A tile then the B tile, both 1024-byte aligned (the 128-byte swizzle pattern repeats there).
+// TmaOperand: LA / LB describe the smem tile (backend/layouts.py decides them; the host encodes the
+// tensor maps from the same boxes). Tile `tmn` of ROWS rows along M (or N):
 //   K-major X: one TMA box {64 K, rows}, coordinates (k0, mn0).
 //   MN-major X: `boxes` boxes {64 MN, 64 K}, coordinates (mn0 + 64 j, k0).
-template <class T, int BM, int BN, int STAGES, int NC, bool A_KMAJOR, bool B_KMAJOR, bool A_RANK3, bool B_RANK3,
-          class LA, class LB, class Epi>
-__device__ __forceinline__ void gemm_sm90(const void* tmA, const void* tmB, const Epi& epi, int M, int N, int K,
-                                          int batch, unsigned char* smem_raw) {
+template <bool KMAJOR, bool RANK3, class L, int ROWS>
+struct TmaOperand {
+  const void* tmap;
+  static constexpr bool kGather = false;
+  static constexpr int kTmaBytes = L::bytes;
+  __device__ __forceinline__ void issue(unsigned char* dst, u64* bar, int tmn, int k0, int b) const {
+    const int mn0 = tmn * ROWS;
+#pragma unroll
+    for (int j = 0; j < L::boxes; ++j) {
+      if constexpr (KMAJOR) tma_load<RANK3>(dst, tmap, bar, k0, mn0, b);
+      else tma_load<RANK3>(dst + j * L::box_stride, tmap, bar, mn0 + 64 * j, k0, b);
+    }
+  }
+  __device__ __forceinline__ void gather(unsigned char*, int, int, int, int) const {}
+};
+
+// Consumer-side output of the plain skeleton: the epilogue on the accumulators, paired stores
+// (Epi::store2). Consumer c's thread (warp wq, lane g*4+t) holds rows 64c + 16wq + g (+8) and columns
+// 8i + 2t (+1) of the BM x BN tile.
+template <class Epi>
+struct StoreOut {
+  Epi epi;
+  static constexpr int kSmemBytes = 0;
+  template <int BM, int BN, int NC>
+  __device__ __forceinline__ void tile(const float (&d)[BN / 2], int tm, int tn, int b, int c, unsigned char*) const {
+    const int tid = threadIdx.x, wq = (tid & 127) >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int mrow = tm * BM + c * 64 + wq * 16 + g;
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) {
+      const int n = tn * BN + i * 8 + 2 * t;
+      epi.store2(b, mrow, n, d[4 * i + 0], d[4 * i + 1]);
+      epi.store2(b, mrow + 8, n, d[4 * i + 2], d[4 * i + 3]);
+    }
+  }
+};
+
+// Persistent warp-specialized kernel body. Tiles are numbered (m fastest, then n, then batch).
+// Ring slot s: full[s] completes when the stage's operands landed (TokLoad: TMA bytes, plus one arrive
+// per producer thread for a gathered operand), empty[s] when every consumer warp finished reading it
+// (its wgmma group completed). Each stage holds the A tile then the B tile, both 1024-byte aligned (the
+// 128-byte swizzle pattern repeats there). PREGS / CREGS: the producer's / consumers' register budget
+// (setmaxnreg, with two or more consumer warpgroups). Out::tile gets each consumer's accumulators and
+// Out::kSmemBytes of scratch smem after the barriers.
+template <class T, int BM, int BN, int STAGES, int NC, bool A_KMAJOR, bool B_KMAJOR, class LA, class LB, int PREGS,
+          int CREGS, class PA, class PB, class Out>
+__device__ __forceinline__ void ws_sm90(PA& pa, PB& pb, const Out& out, int tiles_m, int tiles_n, int batch,
+                                        int K, unsigned char* smem_raw) {
   constexpr int BK = 64;
   static_assert(BM == 64 * NC, "each consumer warpgroup owns 64 rows");
   constexpr int STAGE_BYTES = LA::bytes + LB::bytes;
   static_assert(LA::bytes % 1024 == 0 && LB::bytes % 1024 == 0, "tiles must keep the 1024-byte swizzle alignment");
+  // setmaxnreg only moves registers between the CTA's warps: the budgets must fit what the launch allocated
+  static_assert(NC < 2 || PREGS * 128 + CREGS * NC * 128 <= (65536 / ((NC + 1) * 128)) / 8 * 8 * (NC + 1) * 128,
+                "setmaxnreg budgets exceed the registers the CTA holds");
+  constexpr bool GATHER = PA::kGather || PB::kGather;
+  constexpr u32 TMA_BYTES = (PA::kGather ? 0 : PA::kTmaBytes) + (PB::kGather ? 0 : PB::kTmaBytes);
 
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
   u64* full = reinterpret_cast<u64*>(smem + STAGES * STAGE_BYTES);
   u64* empty = full + STAGES;
+  unsigned char* scratch = reinterpret_cast<unsigned char*>(empty + STAGES);
 
   const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 1);
+      mbar_init(&full[s], GATHER ? 1 + 128 : 1);
       mbar_init(&empty[s], NC * 4);  // one arrive per consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -416,44 +519,40 @@ __device__ __forceinline__ void gemm_sm90(const void* tmA, const void* tmB, cons
   }
   __syncthreads();
 
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n * batch;
   const int KT = (K + BK - 1) / BK;
 
   if (wg == 0) {
-    // ---------------- producer warpgroup: one thread issues every TMA load ----------------
-    if constexpr (NC >= 2) setmaxnreg_dec<40>();
-    if (tid == 0) {
+    // ---------------- producer warpgroup: thread 0 issues the TMA loads, all 128 gather ----------------
+    if constexpr (NC >= 2) setmaxnreg_dec<PREGS>();
+    if (GATHER || tid == 0) {
       int it = 0;
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int tm = tile % tiles_m, tn = (tile / tiles_m) % tiles_n, b = tile / (tiles_m * tiles_n);
-        const int m0 = tm * BM, n0 = tn * BN;
         for (int kt = 0; kt < KT; ++kt, ++it) {
           const int s = it % STAGES;
           if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);  // slot released
-          mbar_expect_tx(&full[s], STAGE_BYTES);
           unsigned char* sa = smem + s * STAGE_BYTES;
           unsigned char* sb = sa + LA::bytes;
           const int k0 = kt * BK;
-#pragma unroll
-          for (int j = 0; j < LA::boxes; ++j) {
-            if constexpr (A_KMAJOR) tma_load<A_RANK3>(sa, tmA, &full[s], k0, m0, b);
-            else tma_load<A_RANK3>(sa + j * LA::box_stride, tmA, &full[s], m0 + 64 * j, k0, b);
+          if (tid == 0) {
+            mbar_expect_tx(&full[s], TMA_BYTES);
+            if constexpr (!PA::kGather) pa.issue(sa, &full[s], tm, k0, b);
+            if constexpr (!PB::kGather) pb.issue(sb, &full[s], tn, k0, b);
           }
-#pragma unroll
-          for (int j = 0; j < LB::boxes; ++j) {
-            if constexpr (B_KMAJOR) tma_load<B_RANK3>(sb, tmB, &full[s], k0, n0, b);
-            else tma_load<B_RANK3>(sb + j * LB::box_stride, tmB, &full[s], n0 + 64 * j, k0, b);
+          if constexpr (GATHER) {
+            if constexpr (PA::kGather) pa.gather(sa, tm, k0, b, tid);
+            if constexpr (PB::kGather) pb.gather(sb, tn, k0, b, tid);
+            fence_proxy_async();  // the generic stores above are read by wgmma (async proxy)
+            mbar_arrive(&full[s]);
           }
         }
       }
     }
   } else {
     // ---------------- consumer warpgroups: wgmma on the ring, epilogue on the accumulators ----------------
-    if constexpr (NC >= 2) setmaxnreg_inc<232>();
-    const int c = wg - 1;                 // consumer index: rows 64c .. 64c+63 of the tile
-    const int wq = (tid & 127) >> 5;      // warp inside the warpgroup: rows 16*wq .. +15
-    const int g = lane >> 2, t = lane & 3;
+    if constexpr (NC >= 2) setmaxnreg_inc<CREGS>();
+    const int c = wg - 1;  // consumer index: rows 64c .. 64c+63 of the tile
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int tm = tile % tiles_m, tn = (tile / tiles_m) % tiles_n, b = tile / (tiles_m * tiles_n);
@@ -485,15 +584,21 @@ __device__ __forceinline__ void gemm_sm90(const void* tmA, const void* tmB, cons
         if (lane == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
       }
       // epilogue (the producer is already fetching the next tile's slots: epilogue_overlap)
-      const int mrow = tm * BM + c * 64 + wq * 16 + g;
-#pragma unroll
-      for (int i = 0; i < BN / 8; ++i) {
-        const int n = tn * BN + i * 8 + 2 * t;
-        store_pair(epi, b, mrow, n, d[4 * i + 0], d[4 * i + 1]);
-        store_pair(epi, b, mrow + 8, n, d[4 * i + 2], d[4 * i + 3]);
-      }
+      out.template tile<BM, BN, NC>(d, tm, tn, b, c, scratch);
     }
   }
+}
+
+// The GEMM: both operands by TMA, the plain epilogue.
+template <class T, int BM, int BN, int STAGES, int NC, bool A_KMAJOR, bool B_KMAJOR, bool A_RANK3, bool B_RANK3,
+          class LA, class LB, class Epi>
+__device__ __forceinline__ void gemm_sm90(const void* tmA, const void* tmB, const Epi& epi, int M, int N, int K,
+                                          int batch, unsigned char* smem_raw) {
+  TmaOperand<A_KMAJOR, A_RANK3, LA, BM> pa{tmA};
+  TmaOperand<B_KMAJOR, B_RANK3, LB, BN> pb{tmB};
+  const StoreOut<Epi> out{epi};
+  ws_sm90<T, BM, BN, STAGES, NC, A_KMAJOR, B_KMAJOR, LA, LB, 40, 232>(pa, pb, out, (M + BM - 1) / BM,
+                                                                     (N + BN - 1) / BN, batch, K, smem_raw);
 }
 
 }  // namespace polysat
