@@ -72,7 +72,8 @@ def cache_dir() -> str:
 
 PTX_PATTERNS = ("mma.sync", "ldmatrix", "cp.async.cg", "cp.async.ca", "cp.async.commit_group", "cp.async.wait_group",
                 "cp.async.bulk.tensor", "wgmma.mma_async", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group",
-                "mbarrier.try_wait", "mbarrier.arrive", "mbarrier.init", "setmaxnreg", "st.global", "cp.async", "mbarrier")
+                "mbarrier.try_wait", "mbarrier.arrive", "mbarrier.init", "setmaxnreg", "st.global", "cp.async", "mbarrier",
+                "fence.proxy.async")
 
 _REGS = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -94,7 +95,7 @@ def compile_check(source: str, arch: str, extra: tuple[str, ...] = ()) -> NvccRe
     if exe is None:
         raise FileNotFoundError("nvcc not found (set POLYSAT_NVCC or put nvcc on PATH)")
     flags = ["-cubin", "-Xptxas", "-v", "-std=c++17", *ARCH_FLAGS[arch], *extra]
-    key = hashlib.sha256(json.dumps([source, flags, nvcc_version()]).encode()).hexdigest()[:32]
+    key = hashlib.sha256(json.dumps([source, flags, nvcc_version(), PTX_PATTERNS]).encode()).hexdigest()[:32]
     cached = os.path.join(cache_dir(), f"{key}.json")
     if os.path.exists(cached):
         with open(cached, encoding="utf-8") as f:

@@ -182,6 +182,7 @@ def test_conv_ptx_holds_the_skeleton_instructions(builds):
         if ks.skeleton == "sm90":
             assert rep.count("wgmma.mma_async") >= 4 and rep.count("cp.async.bulk.tensor") >= 1, label
             assert rep.count("mbarrier.arrive") >= 2, label  # the gathering threads' arrive + the consumers'
+            assert rep.count("fence.proxy.async") >= 1, label  # gathered generic-proxy stores before wgmma reads them
             assert f"m64n{ks.plan.tile[1]}k16" in ks.source
         else:
             assert rep.count("mma.sync") > 0 and rep.count("ldmatrix") > 0 and rep.count("cp.async") > 0, label
