@@ -230,7 +230,7 @@ def attention_binding(region: Region, name: "str | None" = None) -> AttentionBin
     qn, kn, vn = bind(q, "q"), bind(k, "k"), bind(v, "v")
     spec = AttentionSpec(name or r.name, _size(r, m_ax), _size(r, j), d, dv, batch=tuple(_size(r, a) for a in batch),
                          causal=causal, scale=scale, in_dtype=x.dtype, p_dtype=p, out_dtype=y.cast,
-                         q=qn, k=kn, v=vn, o=out.name)
+                         q=qn, k=kn, v=vn, o=out.name, passes=passes)
     return AttentionBinding(spec, tuple(binding), passes)
 
 

@@ -43,6 +43,8 @@ class AttentionSpec:
     k: str = "K"
     v: str = "V"
     o: str = "O"
+    passes: int | None = None       # walks over the keys a region prescribes (1: P rounded at the running
+                                    # max, online; 2: P rounded after normalisation); None: the plan chooses
 
     def __post_init__(self):
         validate(self)
@@ -112,7 +114,7 @@ class AttentionSpec:
         return {"kind": "attention", "name": self.name, "m": self.m, "n": self.n, "d": self.d, "dv": self.dv,
                 "batch": list(self.batch), "causal": self.causal, "scale": self.scale,
                 "in_dtype": self.in_dtype.value, "acc_dtype": "fp32", "p_dtype": self.p_dtype.value,
-                "out_dtype": self.out_dtype.value, "q": self.q, "k": self.k, "v": self.v, "o": self.o}
+                "out_dtype": self.out_dtype.value, "q": self.q, "k": self.k, "v": self.v, "o": self.o, "passes": self.passes}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "AttentionSpec":
@@ -125,7 +127,8 @@ class AttentionSpec:
                                  scale=float(d.get("scale", 1.0)), in_dtype=_dtype(d.get("in_dtype", "fp16"), at),
                                  p_dtype=_dtype(d.get("p_dtype", d.get("in_dtype", "fp16")), at),
                                  out_dtype=_dtype(d.get("out_dtype", "fp16"), at),
-                                 q=d.get("q", "Q"), k=d.get("k", "K"), v=d.get("v", "V"), o=d.get("o", "O"))
+                                 q=d.get("q", "Q"), k=d.get("k", "K"), v=d.get("v", "V"), o=d.get("o", "O"),
+                                 passes=d.get("passes"))
         except (KeyError, TypeError, ValueError) as e:
             fail("MalformedStructure", at, f"attention spec field missing or malformed: {e}")
 
@@ -163,6 +166,8 @@ def validate(s: AttentionSpec) -> None:
         fail("DtypeMismatch", at, f"the output must be fp16, bf16 or fp32, got {s.out_dtype.value}")
     if not isinstance(s.scale, float) or not math.isfinite(s.scale):
         fail("InvalidAttribute", at, f"scale {s.scale!r} is not a finite float")
+    if s.passes not in (None, 1, 2) or isinstance(s.passes, bool):
+        fail("InvalidAttribute", at, f"passes = {s.passes!r}; the softmax walks the keys once (1) or twice (2)")
     names = [s.q, s.k, s.v, s.o]
     if any(not isinstance(x, str) or not x for x in names):
         fail("InvalidAttribute", at, "tensor names are non-empty strings")

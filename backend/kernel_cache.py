@@ -22,9 +22,18 @@ def kernel_cache_dir() -> str:
     return d
 
 
-def _gpu_arch_flag(skeleton: str, dev_arch: str) -> str:
-    """sm_90a on Hopper for both skeletons (the sm80 one is Hopper's tail branch), sm_80 elsewhere."""
-    return "sm_90a" if dev_arch == "sm90" else "sm_80"
+def _gpu_arch_flag(skeleton: str, dev_arch: str, cc: tuple[int, int] | None = None) -> str:
+    """sm_90a on Hopper for both skeletons (the sm80 one is Hopper's tail branch); elsewhere the device's own
+    sm_XY (a cubin only loads on its major version: an sm_80 cubin does not run on sm_100 / sm_120)."""
+    if dev_arch == "sm90":
+        return "sm_90a"
+    return f"sm_{cc[0]}{cc[1]}" if cc is not None else "sm_80"
+
+
+def _nvcc_arch(arch_flag: str) -> list[str]:
+    if arch_flag == "sm_90a":
+        return list(ARCH_FLAGS["sm90"])
+    return [f"-arch={arch_flag}"]
 
 
 def _include_dirs() -> list[str]:
@@ -63,7 +72,7 @@ def _nvrtc_cubin(source: str, arch_flag: str) -> bytes | None:
     return cubin
 
 
-def _nvcc_cubin(source: str, arch: str) -> bytes:
+def _nvcc_cubin(source: str, arch_flag: str) -> bytes:
     exe = nvcc_path()
     if exe is None:
         fail("UnknownTarget", "--target cuda", "neither NVRTC nor nvcc is available to compile kernels",
@@ -72,7 +81,7 @@ def _nvcc_cubin(source: str, arch: str) -> bytes:
         src, out = os.path.join(tmp, "k.cu"), os.path.join(tmp, "k.cubin")
         with open(src, "w", encoding="utf-8") as f:
             f.write(source)
-        p = subprocess.run([exe, "-cubin", "-std=c++17", *ARCH_FLAGS[arch], "-o", out, src],
+        p = subprocess.run([exe, "-cubin", "-std=c++17", *_nvcc_arch(arch_flag), "-o", out, src],
                            capture_output=True, text=True, check=False)
         if p.returncode != 0:
             fail("InternalError", "nvcc", f"generated kernel failed to compile:\n{p.stderr[:4000]}")
@@ -80,15 +89,15 @@ def _nvcc_cubin(source: str, arch: str) -> bytes:
             return f.read()
 
 
-def cubin_for(ks: KernelSource, dev_arch: str) -> bytes:
-    arch_flag = _gpu_arch_flag(ks.skeleton, dev_arch)
+def cubin_for(ks: KernelSource, dev_arch: str, cc: tuple[int, int] | None = None) -> bytes:
+    arch_flag = _gpu_arch_flag(ks.skeleton, dev_arch, cc)
     key = hashlib.sha256(f"{arch_flag}\n{ks.source}".encode()).hexdigest()[:40]
     path = os.path.join(kernel_cache_dir(), f"{key}.cubin")
     if os.path.exists(path):
         with open(path, "rb") as f:
             return f.read()
     # NVRTC needs the CUDA headers (cuda_fp16.h); without them nvcc, which knows its own, compiles
-    cubin = (_nvrtc_cubin(ks.source, arch_flag) if _include_dirs() else None) or _nvcc_cubin(ks.source, dev_arch)
+    cubin = (_nvrtc_cubin(ks.source, arch_flag) if _include_dirs() else None) or _nvcc_cubin(ks.source, arch_flag)
     with open(path + ".tmp", "wb") as f:
         f.write(cubin)
     os.replace(path + ".tmp", path)

@@ -23,7 +23,7 @@ from ..ir.diagnostics import PolysatError, fail
 from ..ir.region import Region
 
 # modules defining ``KIND``, tried in this order (the first that binds a region computes it)
-_MODULES = ("gemm_kind",)
+_MODULES = ("gemm_kind", "attention_kind", "conv_kind", "conv_pool_kind")
 
 
 @dataclass(frozen=True)

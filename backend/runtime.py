@@ -51,9 +51,10 @@ def cuda_available() -> bool:
 @dataclass
 class Device:
     ordinal: int
-    arch: str
+    arch: str       # the skeleton family it runs: sm90 (Hopper) or sm80 (Ampere and every other >= 8.0)
     sms: int
     ctx: Any
+    cc: tuple[int, int] = (8, 0)  # compute capability: the cubin is built for exactly this (sm_90a on 9.0)
 
 
 @lru_cache(maxsize=None)
@@ -70,11 +71,12 @@ def device(ordinal: int = 0) -> Device:
     ck(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     attr = drv.CUdevice_attribute
     major = ck(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")
+    minor = ck(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
     sms = ck(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute")
     if major < 8:
         fail("UnknownTarget", "--target cuda", f"compute capability {major}.x; polysat needs sm80 or newer")
-    arch = "sm90" if major == 9 else "sm80"  # newer families run the portable sm80 skeleton
-    return Device(ordinal, arch, int(sms), ctx)
+    arch = "sm90" if major == 9 else "sm80"  # newer families run the portable sm80 skeleton, built for them
+    return Device(ordinal, arch, int(sms), ctx, (int(major), int(minor)))
 
 
 _FUNCS: dict[tuple[str, str], Any] = {}
@@ -84,7 +86,7 @@ def load_function(ks: KernelSource, dev: Device):
     key = (ks.digest, dev.arch)
     if key not in _FUNCS:
         drv = driver()
-        mod = ck(drv.cuModuleLoadData(cubin_for(ks, dev.arch)), "cuModuleLoadData")
+        mod = ck(drv.cuModuleLoadData(cubin_for(ks, dev.arch, dev.cc)), "cuModuleLoadData")
         fn = ck(drv.cuModuleGetFunction(mod, ks.name.encode()), "cuModuleGetFunction")
         if ks.smem_bytes > 48 * 1024:
             ck(drv.cuFuncSetAttribute(fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -201,8 +203,8 @@ def prepare_gemm(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, i
         addrs.append(ctypes.addressof(c))
     argv = (ctypes.c_void_p * len(addrs))(*addrs)
     grid = ks.grid(sizes, dev.sms)
-    if grid[2] > 65535:
-        fail("UnaddressableShape", "run_gemm", f"batch {grid[2]} exceeds the grid limit 65535")
+    if grid[1] > 65535 or grid[2] > 65535:
+        fail("UnaddressableShape", "run_gemm", f"grid {grid} exceeds the limit 65535 in y (M tiles) or z (batch)")
     return GemmLaunch(ks, load_function(ks, dev), grid, (ks.threads, 1, 1), ks.smem_bytes, storage, argv, keep)
 
 

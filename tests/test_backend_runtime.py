@@ -71,3 +71,14 @@ def test_a_plan_that_assumes_alignment_is_refused_for_an_unaligned_shape():
     assert plan.assumes == ("K % 8 == 0",)
     with pytest.raises(PolysatError, match="vector widths"):
         rt.prepare_gemm(spec, {}, {"M": 4, "K": 12}, plan=plan, dev=rt.Device(0, "sm80", 108, None))
+
+
+def test_cubins_are_built_for_the_device_they_load_on():
+    """A cubin only loads on its own major version: Hopper gets sm_90a, every other device its own sm_XY."""
+    from polysat.backend.kernel_cache import _gpu_arch_flag, _nvcc_arch
+    assert _gpu_arch_flag("sm90", "sm90", (9, 0)) == "sm_90a"
+    assert _gpu_arch_flag("sm80", "sm90", (9, 0)) == "sm_90a"
+    assert _gpu_arch_flag("sm80", "sm80", (8, 6)) == "sm_86"
+    assert _gpu_arch_flag("sm80", "sm80", (12, 0)) == "sm_120"
+    assert _nvcc_arch("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]
+    assert _nvcc_arch("sm_120") == ["-arch=sm_120"]

@@ -170,8 +170,8 @@ __device__ __forceinline__ void cp_async(u32 dst, const void* src, bool pred) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(BYTES), "r"(n));
   }
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // Copy a [ROWS][COLS] tile whose COLS axis is contiguous in global memory (leading dimension ld),
 // starting at (row0, col0); rows >= row_lim and cols >= col_lim read zero. VEC elements per copy
@@ -431,6 +431,13 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], u64 da, u64 db) {
 }
 
 // generic-proxy shared-memory writes made visible to the async proxy (wgmma operands, TMA stores)
+// pin register operands of asynchronous wgmma in place: the compiler may not move their reads or writes
+// across this point (wgmma_fence / wgmma_wait only order memory)
+template <int R>
+__device__ __forceinline__ void fence_operands(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // named barrier `id` (1..15; 0 is __syncthreads) over `count` threads, a multiple of 32
 __device__ __forceinline__ void named_bar_sync(int id, int count) {
@@ -559,9 +566,11 @@ __device__ __forceinline__ void ws_sm90(PA& pa, PB& pb, const Out& out, int tile
       float d[BN / 2];
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+      fence_operands(d);  // the zeroing stays before the first wgmma reads d
       for (int kt = 0; kt < KT; ++kt, ++it) {
         const int s = it % STAGES;
         mbar_wait(&full[s], (it / STAGES) & 1);  // Wait(TokLoad it)
+        __syncwarp();  // wgmma.*.sync.aligned needs the warp converged after the spin loop
         const unsigned char* sa = smem + s * STAGE_BYTES + c * LA::mn64;
         const unsigned char* sb = smem + s * STAGE_BYTES + LA::bytes;
         wgmma_fence();
@@ -579,6 +588,7 @@ __device__ __forceinline__ void ws_sm90(PA& pa, PB& pb, const Out& out, int tile
         }
       }
       wgmma_wait<0>();
+      fence_operands(d);  // no epilogue arithmetic on d is hoisted above the wait
       if (KT > 0) {
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[(it - 1) % STAGES]);

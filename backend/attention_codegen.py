@@ -1,0 +1,101 @@
+"""CUDA text of one flash-attention kernel from the jinja2 template (issue 7; `--dump=cu`).
+
+``render(spec, plan)`` fills ``templates/attention.cu.j2`` with the plan's parameters; the skeleton
+is the hand-written ``polysat_attention.cuh`` (on top of ``polysat_gemm.cuh``'s primitives), inlined
+so that every .cu stands alone and its hash covers everything it compiles. Arch and tail are the
+only branches of the skeleton; head dims, dtypes, causality, tile, ring depth and the softmax
+algorithm are template arguments; the scale is a compile-time constant of the kernel.
+
+Kernel ABI (``AttentionKernelSource.params``, in order):
+  sm80: Q, K, V, O (device pointers), M, N, batch (i32)
+  sm90: tmQ, tmK, tmV (CUtensorMap by value), O, M, N, batch
+Grid: one CTA per (batch entry, BLOCK_M query rows), ``tiles_m * batch`` CTAs along x.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Mapping
+
+from .attention_gpu_ir import build_attention_gpu_ir
+from .attention_plan import AttentionPlan
+from .attention_spec import AttentionSpec
+from .codegen import CTYPE, TEMPLATES, Param, TmaOperand, _env, skeleton_header
+from .gpu_ir import check_tokens
+from .names import c_ident
+
+LOG2E = 1.0 / math.log(2.0)
+
+
+@dataclass(frozen=True)
+class AttentionKernelSource:
+    name: str
+    arch: str
+    skeleton: str
+    source: str
+    threads: int
+    smem_bytes: int
+    params: tuple[Param, ...]
+    tma: tuple[TmaOperand, ...]
+    plan: AttentionPlan
+    spec: AttentionSpec
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
+
+    def grid(self, sizes: Mapping[str, int], sms: int | None = None) -> tuple[int, int, int]:
+        return (-(-sizes["m"] // self.plan.block_m) * sizes["batch"], 1, 1)
+
+
+@lru_cache(maxsize=None)
+def attention_header() -> str:
+    """polysat_gemm.cuh (+ wgmma wrappers) and polysat_attention.cuh as one include-free text."""
+    with open(os.path.join(TEMPLATES, "polysat_attention.cuh"), encoding="utf-8") as f:
+        attn = f.read()
+    return skeleton_header() + "\n" + attn.replace("#pragma once\n", "").replace('#include "polysat_gemm.cuh"\n', "")
+
+
+def scale_constants(scale: float) -> tuple[int, float]:
+    """(sign, c): scores enter exp2 as c * sign * s with c = |scale| * log2(e) (scale 0: sign 0, c = 1)."""
+    if scale == 0.0:
+        return 0, 1.0
+    return (1 if scale > 0 else -1), abs(scale) * LOG2E
+
+
+def kernel_name(spec: AttentionSpec, plan: AttentionPlan) -> str:
+    """Named by every specialisation parameter, not by the sizes (runtime arguments)."""
+    key = {**spec.to_json(), "m": None, "n": None, "batch": len(spec.batch)}
+    h = hashlib.sha256(repr((key, plan.key(), plan.arch)).encode()).hexdigest()[:10]
+    return c_ident(spec.name, "polysat_attn_")[:48] + f"_{plan.skeleton}_{h}"
+
+
+def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:
+    check_tokens(build_attention_gpu_ir(spec, plan))
+    kname = kernel_name(spec, plan)
+    bm, bn, d = plan.tile
+    sign, c = scale_constants(spec.scale)
+    summary = (f"O[{'batch,' if spec.batch else ''}M,Dv] = softmax({'causal ' if spec.causal else ''}"
+               f"{spec.scale:g} * Q K^T) V, D={spec.d} Dv={spec.dv}, {spec.in_dtype.value}->{spec.out_dtype.value}")
+    src = _env().get_template("attention.cu.j2").render(
+        kernel=kname, summary=summary, skeleton=plan.skeleton, plan_key=plan.key(), algo=plan.algo,
+        header=attention_header(), c_literal=f"{c:.9e}f", sign=sign, threads=plan.threads,
+        in_t=CTYPE[spec.in_dtype], out_t=CTYPE[spec.out_dtype], d=spec.d, dv=spec.dv, bm=bm, bn=bn,
+        stages=plan.stages, consumers=plan.warps[0], causal=_b(spec.causal), two_pass=_b(plan.two_pass))
+    if plan.skeleton == "sm90":
+        params = [Param("tmQ", "tmap", "Q"), Param("tmK", "tmap", "K"), Param("tmV", "tmap", "V")]
+        tma = (TmaOperand("Q", ("d", "m", "batch"), (64, bm, 1)), TmaOperand("K", ("d", "n", "batch"), (64, bn, 1)),
+               TmaOperand("V", ("dv", "n", "batch"), (64, bn, 1)))
+    else:
+        params = [Param("Q", "ptr", "Q"), Param("K", "ptr", "K"), Param("V", "ptr", "V")]
+        tma = ()
+    params += [Param("O", "ptr", "O"), Param("M", "i32", "M"), Param("N", "i32", "N"), Param("batch", "i32", "batch")]
+    return AttentionKernelSource(kname, plan.arch, plan.skeleton, src, plan.threads, plan.smem_bytes, tuple(params),
+                                 tma, plan, spec)
+
+
+def _b(x: bool) -> str:
+    return "true" if x else "false"

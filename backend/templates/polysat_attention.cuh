@@ -1,0 +1,725 @@
+// polysat's flash-attention skeleton (issue 7, seed 000 §15.3), hand-written like polysat_gemm.cuh; the
+// jinja2 template (attention.cu.j2) only fills in the parameters. One skeleton, two branches: arch
+// (sm80 / sm90) and tail (row / key predication); head dims, dtypes, causality and the softmax
+// algorithm are template parameters.
+//
+//   O[b, i, :] = sum_j P[b, i, j] V[b, j, :],  P = softmax_j(scale * Q[b, i, :] . K[b, j, :]) over the
+//   visible keys: j < N and, causal, j <= i + (N - M) (bottom-right aligned). Q [B, M, D], K [B, N, D],
+//   V [B, N, DV], O [B, M, DV], packed row-major; the batch dims are flattened into B.
+//
+//   sm80 (FA2-style): CTA = BM query rows, one warp per 16 rows. Q is loaded once (cp.async) and kept
+//     as mma.sync A fragments; K/V tiles of BN keys stream through a cp.async ring of STAGES slots;
+//     S = Q K^T (ldmatrix of K = B operand), the softmax runs on the m16n8 accumulators (quad shuffles),
+//     P is repacked in registers into A fragments and O += P V (ldmatrix.trans of V = B operand).
+//   sm90 (FA3-style): one producer warpgroup (one thread issues every TMA load into an mbarrier ring)
+//     and NC consumer warpgroups of 64 rows: S = wgmma(Q smem, K smem) (SS form), softmax on the wgmma
+//     accumulators, O += P V with the RS form (P from registers, V N-major from smem).
+//
+// Scores live in the log2 domain: c = |scale| * log2(e), p = exp2(c * t - c * m) with t = sign(scale) * s
+// (SIGN = +1, -1, or 0 for scale == 0, where every visible score is 0). Algorithms:
+//   online (TWO_PASS = false): running max m and sum l per row, O rescaled when m grows, O / l at the end;
+//   streaming_softmax_2pass: pass 1 streams K only for m and l; pass 2 recomputes S and accumulates
+//     P = round(exp2(c t - c m) / l) V, with P normalised before its rounding exactly like the reference.
+// Causal CTAs visit only the key blocks below their last row's diagonal; only blocks that hold a masked
+// (row, key) pair (the diagonal and the key tail) evaluate the mask. Rows that see no key produce NaN
+// (0 / 0), as in the reference.
+#pragma once
+#include "polysat_gemm.cuh"
+
+namespace polysat {
+namespace attn {
+
+template <bool B> struct bool_c { static constexpr bool value = B; };
+
+// =============================================================================================
+// index and fragment helpers (__host__ too: tests/test_attention_emulate.py runs them on the CPU)
+// =============================================================================================
+POLYSAT_HD float neg_inf() {  // no compiler builtins: NVRTC has none of them
+  union {
+    u32 u;
+    float f;
+  } x{0xff800000u};
+  return x.f;
+}
+
+POLYSAT_HD int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// Key blocks (BN keys each) a CTA of query rows [m0, m0 + rows) visits: blocks [0, count) hold every
+// key visible to one of its stored rows (rows >= M are never stored); blocks >= first_masked hold a
+// (row, key) pair that is masked (a key >= N, or a key above row m0's diagonal) and evaluate the mask.
+struct KeyRange {
+  int count;
+  int first_masked;
+};
+POLYSAT_HD KeyRange key_range(int m0, int rows, int bn, int M, int N, bool causal) {
+  const int nb = (N + bn - 1) / bn;
+  const int full = N / bn;  // blocks without a key >= N
+  KeyRange r{nb, full};
+  if (causal) {
+    const int last = (m0 + rows < M ? m0 + rows : M) - 1;  // last stored row
+    const int hi = last + N - M;                           // its last visible key
+    const int cnt = hi < 0 ? 0 : hi / bn + 1;
+    r.count = cnt < nb ? cnt : nb;
+    const int fm = floor_div(m0 + N - M + 1, bn);  // first block with a key beyond row m0's diagonal
+    r.first_masked = fm < 0 ? 0 : (fm < full ? fm : full);
+  }
+  if (r.first_masked > r.count) r.first_masked = r.count;
+  return r;
+}
+
+// whether key j is visible to query i
+POLYSAT_HD bool visible(int i, int j, int M, int N, bool causal) { return j < N && (!causal || j <= i + (N - M)); }
+
+// The CTA for block index bid: batch entry b, row tile tm. Consecutive CTAs share one batch entry (its
+// K and V stay in L2); causal grids start each entry with its longest row tile (the last).
+template <bool CAUSAL>
+POLYSAT_HD void tile_of_block(int bid, int tiles_m, int& tm, int& b) {
+  b = bid / tiles_m;
+  const int r = bid % tiles_m;
+  tm = CAUSAL ? tiles_m - 1 - r : r;
+}
+
+// Element e (0..3) of n8-tile j of one warp's 16-row fp32 accumulator: row r (of 16), column c. This
+// is the mma.m16n8k16 C/D layout and, per warp w of a warpgroup (rows 16w..16w+15), the wgmma
+// m64nNk16 D layout, d[4j + e].
+POLYSAT_HD void acc_rc(int lane, int j, int e, int& r, int& c) {
+  r = (lane >> 2) + 8 * (e >> 1);
+  c = 8 * j + 2 * (lane & 3) + (e & 1);
+}
+
+// The A fragment of k16-step kk (keys 16kk..16kk+15) of P = the accumulator pairs it is packed from:
+// register q holds accumulator elements (j, e) (low half) and (j, e + 1) (high half). Same thread, so
+// no data moves between lanes (the mma.m16n8k16 A layout, and the wgmma A-in-registers layout per warp).
+POLYSAT_HD void a_src(int kk, int q, int& j, int& e) {
+  j = 2 * kk + (q >> 1);
+  e = 2 * (q & 1);
+}
+
+// two values rounded to T, packed as one .f16x2 / .bf16x2 register (lo in the low 16 bits)
+template <class T> POLYSAT_HD u32 pack2(float lo, float hi);
+template <> POLYSAT_HD u32 pack2<__half>(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  const __half2 h = __floats2half2_rn(lo, hi);  // one cvt.rn.f16x2.f32
+  return *reinterpret_cast<const u32*>(&h);
+#else
+  return u32(__half_raw(__float2half_rn(lo)).x) | (u32(__half_raw(__float2half_rn(hi)).x) << 16);
+#endif
+}
+template <> POLYSAT_HD u32 pack2<__nv_bfloat16>(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const u32*>(&h);
+#else
+  return u32(__nv_bfloat16_raw(__float2bfloat16_rn(lo)).x) | (u32(__nv_bfloat16_raw(__float2bfloat16_rn(hi)).x) << 16);
+#endif
+}
+
+// =============================================================================================
+// per-thread softmax math on a warp's 16 x (8 NT) score fragment s[NT][4]; index 0/1 of the
+// per-row arrays is row lane/4 / lane/4 + 8. Cross-lane steps (quad_max, quad_sum) come between.
+// =============================================================================================
+POLYSAT_HD float fast_exp2(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+
+// c * m, or 0 for a row that has seen no key yet (m = -inf), so that exp2(c t - c m) stays 0, not NaN
+POLYSAT_HD float row_offset(float m, float c) { return m == neg_inf() ? 0.0f : m * c; }
+
+// signed scores t (masked: -inf) in place, and this thread's share of each row's max of t
+template <int NT, int SIGN, bool MASK, bool CAUSAL>
+POLYSAT_HD void scores(float (&s)[NT][4], float (&mx)[2], int lane, int row0, int col0, int M, int N) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float t = SIGN > 0 ? s[j][e] : (SIGN < 0 ? -s[j][e] : 0.0f);
+      if (MASK) {
+        int r, c;
+        acc_rc(lane, j, e, r, c);
+        if (!visible(row0 + r, col0 + c, M, N, CAUSAL)) t = neg_inf();
+      }
+      s[j][e] = t;
+      mx[e >> 1] = fmaxf(mx[e >> 1], t);
+    }
+}
+
+// online softmax step: fold the block's row max mx into m, alpha = exp2(c m_old - c m_new) rescales l
+// (and O, by the caller); s becomes p = exp2(c t - c m_new) (fp32), whose sum joins l
+template <int NT>
+POLYSAT_HD void online_step(float (&s)[NT][4], const float (&mx)[2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                            float c) {
+  float off[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float mn = fmaxf(m[r], mx[r]);
+    off[r] = row_offset(mn, c);
+    alpha[r] = fast_exp2(m[r] * c - off[r]);
+    m[r] = mn;
+    l[r] *= alpha[r];
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = fast_exp2(fmaf(s[j][e], c, -off[e >> 1]));
+      s[j][e] = p;
+      l[e >> 1] += p;
+    }
+}
+
+// pass 1 of streaming_softmax_2pass: the same running max and sum, no P, no O
+template <int NT>
+POLYSAT_HD void stats_step(const float (&s)[NT][4], const float (&mx)[2], float (&m)[2], float (&l)[2], float c) {
+  float off[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float mn = fmaxf(m[r], mx[r]);
+    off[r] = row_offset(mn, c);
+    l[r] *= fast_exp2(m[r] * c - off[r]);
+    m[r] = mn;
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) l[e >> 1] += fast_exp2(fmaf(s[j][e], c, -off[e >> 1]));
+}
+
+// pass 2 of streaming_softmax_2pass: s becomes the normalised P = exp2(c t - c m) / l (rounded by pack_p)
+template <int NT>
+POLYSAT_HD void normalized_p(float (&s)[NT][4], const float (&m)[2], const float (&inv_l)[2], float c) {
+  const float off[2] = {row_offset(m[0], c), row_offset(m[1], c)};
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = fast_exp2(fmaf(s[j][e], c, -off[e >> 1])) * inv_l[e >> 1];
+}
+
+template <int NO>
+POLYSAT_HD void rescale(float (&o)[NO][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < NO; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j][e] *= alpha[e >> 1];
+}
+
+// P (fp32 accumulator layout) -> the A fragments of the P V MMAs, rounded to T
+template <class T, int NT>
+POLYSAT_HD void pack_p(const float (&s)[NT][4], u32 (&pa)[NT / 2][4]) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      int j, e;
+      a_src(kk, q, j, e);
+      pa[kk][q] = pack2<T>(s[j][e], s[j][e + 1]);
+    }
+}
+
+// 1 / l (the final O / l of the online algorithm, and pass 2's normaliser); l = 0 gives inf, so a row
+// without a visible key ends as 0 * inf = NaN, like the reference's 0 / 0
+POLYSAT_HD void inverse(const float (&l)[2], float (&inv)[2]) {
+  inv[0] = 1.0f / l[0];
+  inv[1] = 1.0f / l[1];
+}
+
+// the 2-pass output scale: 1, or NaN (l * 1/l = 0 * inf) for a row without a visible key, which a CTA
+// past the diagonal (no key block at all) would otherwise store as 0
+POLYSAT_HD void two_pass_scale(const float (&l)[2], const float (&inv)[2], float (&scale)[2]) {
+  scale[0] = l[0] > 0.0f ? 1.0f : l[0] * inv[0];
+  scale[1] = l[1] > 0.0f ? 1.0f : l[1] * inv[1];
+}
+
+// =============================================================================================
+// device-only pieces: quad reductions (the 4 lanes holding one row), predicated stores of O
+// =============================================================================================
+__device__ __forceinline__ void quad_max(float (&x)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    x[r] = fmaxf(x[r], __shfl_xor_sync(0xffffffffu, x[r], 1));
+    x[r] = fmaxf(x[r], __shfl_xor_sync(0xffffffffu, x[r], 2));
+  }
+}
+__device__ __forceinline__ void quad_sum(float (&x)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    x[r] += __shfl_xor_sync(0xffffffffu, x[r], 1);
+    x[r] += __shfl_xor_sync(0xffffffffu, x[r], 2);
+  }
+}
+
+// rows row0 .. row0+15 of O (a warp's accumulator o[NO][4], times scale[r]); rows >= M are not stored
+template <class OutT, int NO>
+__device__ __forceinline__ void store_o(OutT* __restrict__ gO, int M, int row0, const float (&o)[NO][4],
+                                        const float (&scale)[2], int lane) {
+  constexpr int DV = 8 * NO;
+#pragma unroll
+  for (int j = 0; j < NO; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int r, c;
+      acc_rc(lane, j, 2 * h, r, c);
+      const int row = row0 + r;
+      if (row < M) {
+        *reinterpret_cast<typename Pair<OutT>::V*>(gO + (long long)row * DV + c) =
+            Pair<OutT>::make(o[j][2 * h] * scale[h], o[j][2 * h + 1] * scale[h]);
+      }
+    }
+}
+
+// =============================================================================================
+// SM80: cp.async ring + ldmatrix + mma.sync.m16n8k16 (FA2-style)
+// =============================================================================================
+template <class T, class OutT, int D, int DV, int BM, int BN, int STAGES, bool CAUSAL, bool TWO_PASS, int SIGN>
+__device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                                               OutT* __restrict__ O, int M, int N, int batch, float c,
+                                               unsigned char* smem) {
+  constexpr int WARPS = BM / 16, THREADS = 32 * WARPS;
+  constexpr int NT = BN / 8, NO = DV / 8, KQ = D / 16, KP = BN / 16;
+  static_assert(D % 64 == 0 && DV % 64 == 0 && BN % 16 == 0 && BM % 16 == 0 && STAGES >= 2, "attention tile");
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sK = sQ + BM * D;
+  T* sV = sK + STAGES * BN * D;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tiles_m = (M + BM - 1) / BM;
+  int tm, b;
+  tile_of_block<CAUSAL>(blockIdx.x, tiles_m, tm, b);
+  (void)batch;
+  const int m0 = tm * BM;
+  const T* gQ = Q + (long long)b * M * D;
+  const T* gK = K + (long long)b * N * D;
+  const T* gV = V + (long long)b * N * DV;
+  const KeyRange kr = key_range(m0, BM, BN, M, N, CAUSAL);
+  const int row0 = m0 + warp * 16;  // this warp's first query row
+
+  // Q joins cp.async group 0 (with the first K/V tile); rows >= M read zero
+  load_tile<T, BM, D, 8, THREADS>(sQ, gQ, D, m0, 0, M, D, tid);
+
+  u32 qf[KQ][4];
+  float o[NO][4];
+#pragma unroll
+  for (int j = 0; j < NO; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j][e] = 0.0f;
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f}, inv_l[2] = {1.0f, 1.0f};
+
+  // tile jb of K (and V) into ring slot `slot`; keys >= N read zero
+  auto load_kv = [&](int slot, int jb, bool with_v) {
+    load_tile<T, BN, D, 8, THREADS>(sK + slot * BN * D, gK, D, jb * BN, 0, N, D, tid);
+    if (with_v) load_tile<T, BN, DV, 8, THREADS>(sV + slot * BN * DV, gV, DV, jb * BN, 0, N, DV, tid);
+  };
+
+  // S = Q K^T for the tile in `slot`: K is [BN][D] (D contiguous), the K-major B operand
+  auto qk = [&](int slot, float (&s)[NT][4]) {
+    const T* tK = sK + slot * BN * D;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KQ; ++kk)
+#pragma unroll
+      for (int jj = 0; jj < NT / 2; ++jj) {
+        u32 kf[4], b0, b1;
+        load_frag<T, true, D>(kf, tK, jj * 16, kk * 16, lane);
+        b_pick(0, kf, b0, b1);
+        mma_16816<T>(s[2 * jj], qf[kk], b0, b1);
+        b_pick(1, kf, b0, b1);
+        mma_16816<T>(s[2 * jj + 1], qf[kk], b0, b1);
+      }
+  };
+
+  // O += P V for the tile in `slot`: V is [BN][DV] (DV contiguous), the N-major B operand (ldmatrix.trans)
+  auto pv = [&](int slot, const u32 (&pa)[KP][4]) {
+    const T* tV = sV + slot * BN * DV;
+#pragma unroll
+    for (int kk = 0; kk < KP; ++kk)
+#pragma unroll
+      for (int jj = 0; jj < NO / 2; ++jj) {
+        u32 vf[4], b0, b1;
+        load_frag<T, false, DV>(vf, tV, jj * 16, kk * 16, lane);
+        b_pick(0, vf, b0, b1);
+        mma_16816<T>(o[2 * jj], pa[kk], b0, b1);
+        b_pick(1, vf, b0, b1);
+        mma_16816<T>(o[2 * jj + 1], pa[kk], b0, b1);
+      }
+  };
+
+  // one block of keys; `pass` 0 of the 2-pass algorithm only gathers m and l
+  auto block = [&](auto mask_tag, int slot, int jb, int pass) {
+    constexpr bool MASK = decltype(mask_tag)::value;
+    float s[NT][4], mx[2] = {neg_inf(), neg_inf()};
+    qk(slot, s);
+    scores<NT, SIGN, MASK, CAUSAL>(s, mx, lane, row0, jb * BN, M, N);
+    if (TWO_PASS && pass == 0) {
+      quad_max(mx);
+      stats_step<NT>(s, mx, m, l, c);
+      return;
+    }
+    if (TWO_PASS) {
+      normalized_p<NT>(s, m, inv_l, c);
+    } else {
+      quad_max(mx);
+      float alpha[2];
+      online_step<NT>(s, mx, m, l, alpha, c);
+      rescale<NO>(o, alpha);
+    }
+    u32 pa[KP][4];
+    pack_p<T, NT>(s, pa);
+    pv(slot, pa);
+  };
+
+  // the cp.async ring over the visible key blocks (TokLoad jb = commit group jb)
+  auto stream = [&](int pass, bool with_v) {
+    const int count = kr.count;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < count) load_kv(s, s, with_v);
+      cp_async_commit();
+    }
+    if (pass == 0 && count > 0) {  // Q landed with group 0: its A fragments stay in registers
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < KQ; ++kk) load_frag<T, true, D>(qf[kk], sQ, warp * 16, kk * 16, lane);
+    }
+    for (int jb = 0; jb < count; ++jb) {
+      cp_async_wait<STAGES - 2>();  // Wait(TokLoad jb)
+      __syncthreads();              // every thread's copies landed; slot (jb-1) % STAGES is free
+      const int pre = jb + STAGES - 1;
+      if (pre < count) load_kv(pre % STAGES, pre, with_v);
+      cp_async_commit();
+      if (jb >= kr.first_masked) block(bool_c<true>{}, jb % STAGES, jb, pass);
+      else block(bool_c<false>{}, jb % STAGES, jb, pass);
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the ring is free for the next pass
+  };
+
+  if (TWO_PASS) {
+    stream(0, false);
+    quad_sum(l);
+    inverse(l, inv_l);
+    stream(1, true);
+    float sc[2];
+    two_pass_scale(l, inv_l, sc);
+    store_o<OutT, NO>(O + (long long)b * M * DV, M, row0, o, sc, lane);
+  } else {
+    stream(0, true);
+    quad_sum(l);
+    inverse(l, inv_l);
+    store_o<OutT, NO>(O + (long long)b * M * DV, M, row0, o, inv_l, lane);
+  }
+}
+
+// =============================================================================================
+// SM90: TMA + mbarrier ring + wgmma (FA3-style: producer warpgroup, NC consumer warpgroups)
+// =============================================================================================
+// wgmma wrappers: SS (A and B K-major from smem, scale-d a runtime predicate) and RS (A = four f16x2 /
+// bf16x2 registers per thread, B N-major from smem: imm-trans-b = 1). Written out once by a short loop.
+__device__ __forceinline__ void wgmma_ss_m64n64k16_f16(float (&d)[32], u64 da, u64 db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n64k16_f16(float (&d)[32], const u32 (&a)[4], u64 db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_ss_m64n64k16_bf16(float (&d)[32], u64 da, u64 db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n64k16_bf16(float (&d)[32], const u32 (&a)[4], u64 db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_ss_m64n128k16_f16(float (&d)[64], u64 da, u64 db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n128k16_f16(float (&d)[64], const u32 (&a)[4], u64 db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_ss_m64n128k16_bf16(float (&d)[64], u64 da, u64 db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n128k16_bf16(float (&d)[64], const u32 (&a)[4], u64 db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+template <class T, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], u64 da, u64 db, int scale_d) {
+  constexpr bool F16 = same_type<T, __half>::value;
+  float(&f)[N / 2] = *reinterpret_cast<float(*)[N / 2]>(&d[0][0]);
+  if constexpr (N == 64) { if constexpr (F16) wgmma_ss_m64n64k16_f16(f, da, db, scale_d); else wgmma_ss_m64n64k16_bf16(f, da, db, scale_d); }
+  else { static_assert(N == 128, "wgmma N is 64 or 128 here"); if constexpr (F16) wgmma_ss_m64n128k16_f16(f, da, db, scale_d); else wgmma_ss_m64n128k16_bf16(f, da, db, scale_d); }
+}
+template <class T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const u32 (&a)[4], u64 db, int scale_d) {
+  constexpr bool F16 = same_type<T, __half>::value;
+  float(&f)[N / 2] = *reinterpret_cast<float(*)[N / 2]>(&d[0][0]);
+  if constexpr (N == 64) { if constexpr (F16) wgmma_rs_m64n64k16_f16(f, a, db, scale_d); else wgmma_rs_m64n64k16_bf16(f, a, db, scale_d); }
+  else { static_assert(N == 128, "wgmma N is 64 or 128 here"); if constexpr (F16) wgmma_rs_m64n128k16_f16(f, a, db, scale_d); else wgmma_rs_m64n128k16_bf16(f, a, db, scale_d); }
+}
+
+// smem layout of one tile of R rows x W columns (W = D or DV, a multiple of 64; 2-byte elements), as TMA
+// writes it with the 128-byte swizzle: W/64 column chunks of R rows x 128 bytes, chunk ch at ch*R*128.
+// Byte offsets of the wgmma descriptor starts (tile bases are 1024-aligned):
+//   K-major operand (Q as A, K as B of S = Q K^T), k16-step kk of rows [r0, r0 + 64 or BN):
+//     chunk kk/4, +32 bytes per k16 inside a 128-byte row, + r0 * 128; LBO unused (16), SBO = 1024.
+//   N-major operand (V as B of O += P V), k16-step kk = keys [16kk, 16kk + 16):
+//     +16 rows * 128 bytes = 2048 per step; LBO = R * 128 (next 64 columns), SBO = 1024 (next 8 keys).
+POLYSAT_HD int kmajor_start(int rows, int kk, int r0) { return (kk >> 2) * rows * 128 + r0 * 128 + (kk & 3) * 32; }
+POLYSAT_HD int nmajor_start(int kk) { return kk * 2048; }
+POLYSAT_HD int nmajor_lbo(int rows) { return rows * 128; }
+enum : int { SW128_SBO = 1024 };  // descriptor SBO of 128-byte swizzled tiles: next 8 rows
+
+// Ring slot s holds K and V tiles of one key block. full_k[s] / full_v[s] complete when their TMA bytes
+// landed (TokLoad); empty_k[s] when every consumer warp's S = Q K^T that read it completed, empty_v[s]
+// when its O += P V completed (TokCompute), so K of block j+2 can land while P V of block j still reads
+// V. Every barrier completes exactly one phase per use of its slot (pass 1 of the 2-pass algorithm
+// loads no V: the producer arrives on full_v and the consumers on empty_v without it), so the parity
+// of use `it` is (it / STAGES) & 1 everywhere.
+//
+// Consumer schedule of the pass that accumulates O (FA3-style intra-warpgroup overlap, the same
+// arithmetic in the same order as one block at a time):
+//   S_0 = Q K_0^T; softmax_0 -> P_0
+//   for j >= 1: issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}; wait S_j; softmax_j (O and P_{j-1} untouched
+//               while the P V wgmma runs); wait P V; O *= alpha_j; P_j -> A fragments
+//   O += P_{n-1} V_{n-1}
+template <class T, class OutT, int D, int DV, int BN, int NC, int STAGES, bool CAUSAL, bool TWO_PASS, int SIGN>
+__device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK, const void* tmV, OutT* __restrict__ O,
+                                               int M, int N, int batch, float c, unsigned char* smem_raw) {
+  constexpr int BM = 64 * NC, NT = BN / 8, NO = DV / 8, KQ = D / 16, KP = BN / 16;
+  constexpr int Q_BYTES = BM * D * 2, K_BYTES = BN * D * 2, V_BYTES = BN * DV * 2;
+  constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
+  constexpr int PASSES = TWO_PASS ? 2 : 1;
+  static_assert(D % 64 == 0 && DV % 64 == 0 && (BN == 64 || BN == 128) && (DV == 64 || DV == 128), "attention tile");
+  static_assert(Q_BYTES % 1024 == 0 && K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0, "1024-byte swizzle alignment");
+  (void)batch;
+
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+  unsigned char* sQ = smem;
+  unsigned char* ring = smem + Q_BYTES;
+  u64* full_q = reinterpret_cast<u64*>(ring + STAGES * STAGE_BYTES);
+  u64* full_k = full_q + 1;
+  u64* full_v = full_k + STAGES;
+  u64* empty_k = full_v + STAGES;
+  u64* empty_v = empty_k + STAGES;
+
+  const int tid = threadIdx.x, wg = tid / 128, lane = tid & 31;
+  if (tid == 0) {
+    mbar_init(full_q, 1);
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full_k[s], 1);
+      mbar_init(&full_v[s], 1);
+      mbar_init(&empty_k[s], NC * 4);  // one arrive per consumer warp
+      mbar_init(&empty_v[s], NC * 4);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int tiles_m = (M + BM - 1) / BM;
+  int tm, b;
+  tile_of_block<CAUSAL>(blockIdx.x, tiles_m, tm, b);
+  const int m0 = tm * BM;
+  const KeyRange kr = key_range(m0, BM, BN, M, N, CAUSAL);
+
+  if (wg == 0) {
+    // ---------------- producer warpgroup: one thread issues every TMA load ----------------
+    if constexpr (NC >= 2) setmaxnreg_dec<24>();
+    if (tid == 0) {
+      mbar_expect_tx(full_q, Q_BYTES);
+#pragma unroll
+      for (int ch = 0; ch < D / 64; ++ch) tma_load_3d(sQ + ch * BM * 128, tmQ, full_q, 64 * ch, m0, b);
+      int it = 0;
+      for (int pass = 0; pass < PASSES; ++pass)
+        for (int jb = 0; jb < kr.count; ++jb, ++it) {
+          const int s = it % STAGES;
+          const u32 released = ((it / STAGES) + 1) & 1;  // the previous use of slot s
+          unsigned char* sk = ring + s * STAGE_BYTES;
+          if (it >= STAGES) mbar_wait(&empty_k[s], released);
+          mbar_expect_tx(&full_k[s], K_BYTES);
+#pragma unroll
+          for (int ch = 0; ch < D / 64; ++ch) tma_load_3d(sk + ch * BN * 128, tmK, &full_k[s], 64 * ch, jb * BN, b);
+          if (it >= STAGES) mbar_wait(&empty_v[s], released);
+          if (pass == PASSES - 1) {
+            mbar_expect_tx(&full_v[s], V_BYTES);
+#pragma unroll
+            for (int ch = 0; ch < DV / 64; ++ch)
+              tma_load_3d(sk + K_BYTES + ch * BN * 128, tmV, &full_v[s], 64 * ch, jb * BN, b);
+          } else {
+            mbar_arrive(&full_v[s]);
+          }
+        }
+    }
+  } else {
+    // ---------------- consumer warpgroups: 64 query rows each ----------------
+    if constexpr (NC >= 2) setmaxnreg_inc<240>();
+    const int cw = wg - 1, wq = (tid & 127) >> 5;
+    const int row0 = m0 + 64 * cw + 16 * wq;  // this warp's first query row
+    float o[NO][4], s[NT][4];
+#pragma unroll
+    for (int j = 0; j < NO; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j][e] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+    u32 pa[KP][4];
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f}, inv_l[2] = {1.0f, 1.0f}, alpha[2] = {1.0f, 1.0f};
+    mbar_wait(full_q, 0);
+
+    auto arrive = [&](u64* bar) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar);
+    };
+    // S = Q K^T of ring position `it` (issued and committed, not waited for)
+    auto issue_s = [&](int it) {
+      const int st = it % STAGES;
+      mbar_wait(&full_k[st], (it / STAGES) & 1);  // Wait(TokLoad K)
+      const unsigned char* sk = ring + st * STAGE_BYTES;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < KQ; ++kk) {
+        const u64 da = smem_desc(sQ + kmajor_start(BM, kk, 64 * cw), 16, SW128_SBO);
+        const u64 db = smem_desc(sk + kmajor_start(BN, kk, 0), 16, SW128_SBO);
+        wgmma_ss<T, BN>(s, da, db, kk > 0);
+      }
+      wgmma_commit();
+    };
+    // O += P V of ring position `it` (issued and committed)
+    auto issue_pv = [&](int it) {
+      const int st = it % STAGES;
+      mbar_wait(&full_v[st], (it / STAGES) & 1);  // Wait(TokLoad V)
+      const unsigned char* sv = ring + st * STAGE_BYTES + K_BYTES;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < KP; ++kk) {
+        const u64 dv = smem_desc(sv + nmajor_start(kk), nmajor_lbo(BN), SW128_SBO);
+        wgmma_rs<T, DV>(o, pa[kk], dv, 1);
+      }
+      wgmma_commit();
+    };
+    // the softmax of block jb on s (masked scores; pass 1: statistics only; else P in s, alpha for O)
+    auto softmax = [&](int jb, int pass) {
+      float mx[2] = {neg_inf(), neg_inf()};
+      if (jb >= kr.first_masked) scores<NT, SIGN, true, CAUSAL>(s, mx, lane, row0, jb * BN, M, N);
+      else scores<NT, SIGN, false, CAUSAL>(s, mx, lane, row0, jb * BN, M, N);
+      if (TWO_PASS && pass == 0) {
+        quad_max(mx);
+        stats_step<NT>(s, mx, m, l, c);
+      } else if (TWO_PASS) {
+        normalized_p<NT>(s, m, inv_l, c);
+      } else {
+        quad_max(mx);
+        online_step<NT>(s, mx, m, l, alpha, c);
+      }
+    };
+
+    int it = 0;
+    if (TWO_PASS) {  // pass 1: S and the row statistics, block by block
+      for (int jb = 0; jb < kr.count; ++jb, ++it) {
+        issue_s(it);
+        wgmma_wait<0>();  // TokCompute S
+        arrive(&empty_k[it % STAGES]);
+        arrive(&empty_v[it % STAGES]);  // no V in pass 1
+        softmax(jb, 0);
+      }
+      quad_sum(l);
+      inverse(l, inv_l);
+    }
+    const int n = kr.count;
+    if (n > 0) {
+      issue_s(it);
+      wgmma_wait<0>();
+      arrive(&empty_k[it % STAGES]);
+      softmax(0, PASSES - 1);
+      pack_p<T, NT>(s, pa);
+      for (int jb = 1; jb < n; ++jb) {
+        issue_s(it + jb);
+        issue_pv(it + jb - 1);
+        wgmma_wait<1>();  // TokCompute S_jb (P V of jb-1 still running)
+        arrive(&empty_k[(it + jb) % STAGES]);
+        softmax(jb, PASSES - 1);
+        wgmma_wait<0>();  // TokCompute O (block jb-1)
+        arrive(&empty_v[(it + jb - 1) % STAGES]);
+        if (!TWO_PASS) rescale<NO>(o, alpha);
+        pack_p<T, NT>(s, pa);
+      }
+      issue_pv(it + n - 1);
+      wgmma_wait<0>();
+      arrive(&empty_v[(it + n - 1) % STAGES]);
+    }
+    OutT* gO = O + (long long)b * M * DV;
+    float sc[2];
+    if (TWO_PASS) {
+      two_pass_scale(l, inv_l, sc);
+    } else {
+      quad_sum(l);
+      inverse(l, sc);
+    }
+    store_o<OutT, NO>(gO, M, row0, o, sc, lane);
+  }
+}
+
+}  // namespace attn
+}  // namespace polysat

@@ -1,0 +1,128 @@
+"""Benchmark: polysat's flash-attention kernels vs torch scaled_dot_product_attention (flash backend).
+
+    python bench/attention.py [--seqs 512,1024,2048,4096,8192,16384] [--dims 64,128] [--dtypes fp16,bf16]
+                              [--causal both|yes|no] [--algos online_softmax] [--iters 30] [--json out.json]
+
+FlashAttention-paper convention: batch x heads chosen so that batch * seq = 16k tokens and
+heads * head_dim = 2048; forward FLOPs = 4 * batch * heads * seq^2 * head_dim, halved when causal.
+Random data (power draw depends on the data), CUDA events around every call, warm-up excluded,
+medians reported in TFLOP/s; torch runs under ``sdpa_kernel(SDPBackend.FLASH_ATTENTION)`` in the same
+run, and the ratio is polysat / SDPA-flash. Each row also reports the max error against SDPA. Prints a
+table and writes JSON. Exits cleanly with a message where no GPU (or no PyTorch) is present.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+TOKENS = 16384
+HIDDEN = 2048
+
+
+def _time_ms(torch, fn, iters: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--dtypes", default="fp16,bf16")
+    ap.add_argument("--causal", default="both", choices=("both", "yes", "no"))
+    ap.add_argument("--algos", default="online_softmax", help="comma list: online_softmax,streaming_softmax_2pass")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_results.json"))
+    args = ap.parse_args(argv)
+
+    from polysat.backend import runtime as rt
+    if not rt.cuda_available():
+        print("bench/attention.py: no CUDA GPU visible (or cuda-python missing); nothing to measure.")
+        return 0
+    try:
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        print("bench/attention.py: PyTorch (with torch.nn.attention) is needed for the SDPA baseline; nothing to measure.")
+        return 0
+    if not torch.cuda.is_available():
+        print("bench/attention.py: PyTorch sees no CUDA GPU; nothing to measure.")
+        return 0
+
+    from polysat.backend.attention_runtime import prepare_attention
+    from polysat.backend.attention_spec import AttentionSpec
+    from polysat.ir.dtypes import DType
+
+    dev = rt.device()
+    tdt = {"fp16": (DType.fp16, torch.float16), "bf16": (DType.bf16, torch.bfloat16)}
+    causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    algos = [a for a in args.algos.split(",") if a]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    rows = []
+    print(f"{'dtype':>5} {'d':>4} {'seq':>6} {'causal':>6} {'batch':>5} {'heads':>5} | "
+          + " | ".join(f"{a[:14]:>14}" for a in algos) + f" | {'sdpa-flash':>10} | {'ratio':>6} | err")
+    for dname in args.dtypes.split(","):
+        dt, tt = tdt[dname]
+        for d in (int(x) for x in args.dims.split(",") if x):
+            heads = HIDDEN // d
+            for s in (int(x) for x in args.seqs.split(",") if x):
+                batch = max(1, TOKENS // s)
+                q, k, v = (torch.randn(batch, heads, s, d, device="cuda", dtype=tt, generator=gen) for _ in range(3))
+                for causal in causals:
+                    flops = 4.0 * batch * heads * s * s * d / (2 if causal else 1)
+                    spec = AttentionSpec(f"bench_{dname}_d{d}", s, s, d, d, batch=(batch, heads), causal=causal,
+                                         scale=d ** -0.5, in_dtype=dt, p_dtype=dt, out_dtype=dt)
+
+                    def sdpa():
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                        t_ref = _time_ms(torch, sdpa, args.iters, args.warmup)
+                        ref = sdpa().float()
+                    row = {"dtype": dname, "d": d, "seq": s, "causal": causal, "batch": batch, "heads": heads,
+                           "flops": flops, "sdpa_flash_ms": t_ref, "sdpa_flash_tflops": flops / (t_ref * 1e-3) / 1e12}
+                    for algo in algos:
+                        o = torch.empty_like(q)
+                        launch = prepare_attention(spec, {"Q": q, "K": k, "V": v, "O": o}, algo=algo)
+                        t = _time_ms(torch, launch, args.iters, args.warmup)
+                        launch()
+                        torch.cuda.synchronize()
+                        err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
+                        row[f"{algo}_ms"] = t
+                        row[f"{algo}_tflops"] = flops / (t * 1e-3) / 1e12
+                        row[f"{algo}_plan"] = launch.kernel.plan.key()
+                        row[f"{algo}_max_rel_err"] = err
+                    best = max(row[f"{a}_tflops"] for a in algos)
+                    row["ratio_vs_sdpa_flash"] = best / row["sdpa_flash_tflops"]
+                    rows.append(row)
+                    print(f"{dname:>5} {d:>4} {s:>6} {str(causal):>6} {batch:>5} {heads:>5} | "
+                          + " | ".join(f"{row[a + '_tflops']:14.1f}" for a in algos)
+                          + f" | {row['sdpa_flash_tflops']:10.1f} | {row['ratio_vs_sdpa_flash']:6.2f} | "
+                          + " ".join(f"{row[a + '_max_rel_err']:.1e}" for a in algos)
+                          + f"  {row[algos[0] + '_plan']}", flush=True)
+                del q, k, v
+    name = torch.cuda.get_device_name()
+    out = {"device": name, "arch": dev.arch, "sms": dev.sms, "iters": args.iters, "tokens": TOKENS, "hidden": HIDDEN,
+           "rows": rows}
+    with open(args.json, "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=1)
+    print(f"\n{name}: wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
