@@ -13,27 +13,12 @@ table and writes JSON. Exits cleanly with a message where no GPU (or no PyTorch)
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import sys
+
+from polysat.bench.harness import dtypes, open_gpu, parse_args, tflops, timer, write_results
 
 TOKENS = 16384
 HIDDEN = 2048
-
-
-def _time_ms(torch, fn, iters: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,32 +28,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", default="fp16,bf16")
     ap.add_argument("--causal", default="both", choices=("both", "yes", "no"))
     ap.add_argument("--algos", default="online_softmax", help="comma list: online_softmax,streaming_softmax_2pass")
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_results.json"))
-    args = ap.parse_args(argv)
-
-    from polysat.backend import runtime as rt
-    if not rt.cuda_available():
-        print("bench/attention.py: no CUDA GPU visible (or cuda-python missing); nothing to measure.")
+    args = parse_args(ap, argv, "attention_results.json")
+    gpu = open_gpu("bench/attention.py", "PyTorch (with torch.nn.attention) is needed for the SDPA baseline",
+                   "torch.nn.functional", "torch.nn.attention")
+    if gpu is None:
         return 0
-    try:
-        import torch
-        import torch.nn.functional as F
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        print("bench/attention.py: PyTorch (with torch.nn.attention) is needed for the SDPA baseline; nothing to measure.")
-        return 0
-    if not torch.cuda.is_available():
-        print("bench/attention.py: PyTorch sees no CUDA GPU; nothing to measure.")
-        return 0
+    rt, torch = gpu
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from polysat.backend.attention_runtime import prepare_attention
     from polysat.backend.attention_spec import AttentionSpec
-    from polysat.ir.dtypes import DType
 
     dev = rt.device()
-    tdt = {"fp16": (DType.fp16, torch.float16), "bf16": (DType.bf16, torch.bfloat16)}
+    tdt = dtypes(torch)
+    timed = timer(torch, args)
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     algos = [a for a in args.algos.split(",") if a]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -91,19 +65,19 @@ def main(argv: list[str] | None = None) -> int:
                         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
                     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                        t_ref = _time_ms(torch, sdpa, args.iters, args.warmup)
+                        t_ref = timed(sdpa)
                         ref = sdpa().float()
                     row = {"dtype": dname, "d": d, "seq": s, "causal": causal, "batch": batch, "heads": heads,
-                           "flops": flops, "sdpa_flash_ms": t_ref, "sdpa_flash_tflops": flops / (t_ref * 1e-3) / 1e12}
+                           "flops": flops, "sdpa_flash_ms": t_ref, "sdpa_flash_tflops": tflops(flops, t_ref)}
                     for algo in algos:
                         o = torch.empty_like(q)
                         launch = prepare_attention(spec, {"Q": q, "K": k, "V": v, "O": o}, algo=algo)
-                        t = _time_ms(torch, launch, args.iters, args.warmup)
+                        t = timed(launch)
                         launch()
                         torch.cuda.synchronize()
                         err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
                         row[f"{algo}_ms"] = t
-                        row[f"{algo}_tflops"] = flops / (t * 1e-3) / 1e12
+                        row[f"{algo}_tflops"] = tflops(flops, t)
                         row[f"{algo}_plan"] = launch.kernel.plan.key()
                         row[f"{algo}_max_rel_err"] = err
                     best = max(row[f"{a}_tflops"] for a in algos)
@@ -115,12 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                           + " ".join(f"{row[a + '_max_rel_err']:.1e}" for a in algos)
                           + f"  {row[algos[0] + '_plan']}", flush=True)
                 del q, k, v
-    name = torch.cuda.get_device_name()
-    out = {"device": name, "arch": dev.arch, "sms": dev.sms, "iters": args.iters, "tokens": TOKENS, "hidden": HIDDEN,
-           "rows": rows}
-    with open(args.json, "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=1)
-    print(f"\n{name}: wrote {args.json}")
+    write_results(torch, dev, args.json, iters=args.iters, tokens=TOKENS, hidden=HIDDEN, rows=rows)
     return 0
 
 

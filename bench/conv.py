@@ -14,10 +14,9 @@ cleanly with a message where no GPU (or no PyTorch) is present.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import sys
+
+from polysat.bench.harness import dtypes, open_gpu, parse_args, tflops, timer, write_results
 
 # (name, C, H=W, Co, stride): the 3x3 convolutions of ResNet-50 (torchvision v1.5: stride in the 3x3)
 RESNET50_3X3 = [("conv2_x", 64, 56, 64, 1), ("conv3_1", 128, 56, 128, 2), ("conv3_x", 128, 28, 128, 1),
@@ -26,20 +25,6 @@ RESNET50_3X3 = [("conv2_x", 64, 56, 64, 1), ("conv3_1", 128, 56, 128, 2), ("conv
 # (name, C, H=W, Co, kernel, stride, pad, pool kernel, pool stride, pool pad)
 CONV_POOL = [("conv3x3_pool2", 64, 56, 64, 3, 1, 1, 2, 2, 0), ("conv3x3_pool2_c128", 128, 28, 128, 3, 1, 1, 2, 2, 0),
              ("resnet_stem", 3, 224, 64, 7, 2, 3, 3, 2, 1)]
-
-
-def _time_ms(torch, fn, iters: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
 
 
 def _rel_err(torch, got, want) -> float:
@@ -51,34 +36,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--dtypes", default="fp16")
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "conv_results.json"))
-    args = ap.parse_args(argv)
-
-    from polysat.backend import runtime as rt
-    if not rt.cuda_available():
-        print("bench/conv.py: no CUDA GPU visible (or cuda-python missing); nothing to measure.")
+    args = parse_args(ap, argv, "conv_results.json")
+    gpu = open_gpu("bench/conv.py", "PyTorch is needed for the cuDNN baseline", "torch.nn.functional")
+    if gpu is None:
         return 0
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        print("bench/conv.py: PyTorch is needed for the cuDNN baseline; nothing to measure.")
-        return 0
-    if not torch.cuda.is_available():
-        print("bench/conv.py: PyTorch sees no CUDA GPU; nothing to measure.")
-        return 0
+    rt, torch = gpu
+    import torch.nn.functional as F
 
     from polysat.backend.conv_pool_spec import ConvPoolSpec
     from polysat.backend.conv_runtime import prepare_conv
     from polysat.backend.conv_spec import ConvSpec
     from polysat.backend.gemm_spec import EpilogueOp
-    from polysat.ir.dtypes import DType
 
     torch.backends.cudnn.benchmark = True
     dev = rt.device()
-    tdt = {"fp16": (DType.fp16, torch.float16), "bf16": (DType.bf16, torch.bfloat16)}
+    tdt = dtypes(torch)
+    timed = timer(torch, args)
     gen = torch.Generator(device="cuda").manual_seed(0)
     n = args.batch
     rows, pool_rows = [], []
@@ -94,16 +67,15 @@ def main(argv: list[str] | None = None) -> int:
             launch = prepare_conv(spec, {"X": x, "W": w, "Y": y})
             x_cl, w_cl = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
             flops = spec.flops()
-            t = {"polysat": _time_ms(torch, launch, args.iters, args.warmup),
-                 "cudnn_nchw": _time_ms(torch, lambda: F.conv2d(x, w, stride=stride, padding=1), args.iters, args.warmup),
-                 "cudnn_nhwc": _time_ms(torch, lambda: F.conv2d(x_cl, w_cl, stride=stride, padding=1), args.iters,
-                                        args.warmup)}
+            t = {"polysat": timed(launch),
+                 "cudnn_nchw": timed(lambda: F.conv2d(x, w, stride=stride, padding=1)),
+                 "cudnn_nhwc": timed(lambda: F.conv2d(x_cl, w_cl, stride=stride, padding=1))}
             launch()
             torch.cuda.synchronize()
             err = _rel_err(torch, y, F.conv2d(x.float(), w.float(), stride=stride, padding=1))
             row = {"dtype": dname, "layer": name, "n": n, "c": c, "hw": hw, "co": co, "stride": stride,
                    "plan": launch.kernel.plan.key(), **{f"{k}_ms": v for k, v in t.items()},
-                   **{f"{k}_tflops": flops / (v * 1e-3) / 1e12 for k, v in t.items()},
+                   **{f"{k}_tflops": tflops(flops, v) for k, v in t.items()},
                    "vs_cudnn_nchw": t["cudnn_nchw"] / t["polysat"], "vs_cudnn_nhwc": t["cudnn_nhwc"] / t["polysat"],
                    "max_rel_err": err}
             rows.append(row)
@@ -128,25 +100,19 @@ def main(argv: list[str] | None = None) -> int:
 
             def torch_seq():
                 return F.max_pool2d(torch.relu(F.conv2d(x, w, b, stride=s, padding=p)), pk, ps, pp)
-            t = {"polysat_fused": _time_ms(torch, launch, args.iters, args.warmup),
-                 "torch_sequence": _time_ms(torch, torch_seq, args.iters, args.warmup)}
+            t = {"polysat_fused": timed(launch), "torch_sequence": timed(torch_seq)}
             launch()
             torch.cuda.synchronize()
             err = _rel_err(torch, out, F.max_pool2d(torch.relu(F.conv2d(x.float(), w.float(), b.float(), stride=s, padding=p)),
                                                      pk, ps, pp))
             row = {"dtype": dname, "case": name, "n": n, "c": c, "hw": hw, "co": co, "plan": launch.kernel.plan.key(),
                    **{f"{k_}_ms": v for k_, v in t.items()},
-                   **{f"{k_}_tflops": conv.flops() / (v * 1e-3) / 1e12 for k_, v in t.items()},
+                   **{f"{k_}_tflops": tflops(conv.flops(), v) for k_, v in t.items()},
                    "speedup": t["torch_sequence"] / t["polysat_fused"], "max_rel_err": err}
             pool_rows.append(row)
             print(f"{dname} {name:20s} fused {t['polysat_fused']:8.3f} ms  torch conv+relu+pool {t['torch_sequence']:8.3f} ms"
                   f"  ({row['speedup']:5.2f}x)  err {err:.1e}  {row['plan']}", flush=True)
-    gname = torch.cuda.get_device_name()
-    doc = {"device": gname, "arch": dev.arch, "sms": dev.sms, "batch": n, "iters": args.iters, "conv": rows,
-           "conv_relu_maxpool": pool_rows}
-    with open(args.json, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-    print(f"\n{gname}: wrote {args.json}")
+    write_results(torch, dev, args.json, batch=n, iters=args.iters, conv=rows, conv_relu_maxpool=pool_rows)
     return 0
 
 

@@ -9,26 +9,11 @@ and writes JSON. Exits cleanly with a message where no GPU (or no PyTorch) is pr
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import sys
 
+from polysat.bench.harness import dtypes, open_gpu, parse_args, tflops, timer, write_results
+
 ODD_SHAPES = [(4095, 4097, 4096), (1000, 3000, 2000), (8192, 1024, 8192), (127, 8192, 4096), (3333, 2222, 1111)]
-
-
-def _time_ms(torch, fn, iters: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,32 +21,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", default="fp16,bf16")
     ap.add_argument("--sizes", default="1024,2048,4096,8192")
     ap.add_argument("--no-odd", action="store_true", help="skip the odd shapes")
-    ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "gemm_results.json"))
-    args = ap.parse_args(argv)
-
-    from polysat.backend import runtime as rt
-    if not rt.cuda_available():
-        print("bench/gemm.py: no CUDA GPU visible (or cuda-python missing); nothing to measure.")
+    args = parse_args(ap, argv, "gemm_results.json")
+    gpu = open_gpu("bench/gemm.py", "PyTorch is needed for the cuBLAS baseline")
+    if gpu is None:
         return 0
-    try:
-        import torch
-    except ImportError:
-        print("bench/gemm.py: PyTorch is needed for the cuBLAS baseline; nothing to measure.")
-        return 0
-    if not torch.cuda.is_available():
-        print("bench/gemm.py: PyTorch sees no CUDA GPU; nothing to measure.")
-        return 0
+    rt, torch = gpu
 
     from polysat.backend.gemm_spec import EpilogueOp, GemmSpec
-    from polysat.ir.dtypes import DType
 
     dev = rt.device()
     shapes = [(s, s, s) for s in (int(x) for x in args.sizes.split(",") if x)]
     if not args.no_odd:
         shapes += ODD_SHAPES
-    tdt = {"fp16": (DType.fp16, torch.float16), "bf16": (DType.bf16, torch.bfloat16)}
+    tdt = dtypes(torch)
+    timed = timer(torch, args)
     rows = []
     gen = torch.Generator(device="cuda").manual_seed(0)
     for dname in args.dtypes.split(","):
@@ -79,10 +52,10 @@ def main(argv: list[str] | None = None) -> int:
             lf = rt.prepare_gemm(fused, {"A": a, "B": b, "bias": bias, "C": cf})
             flops = 2.0 * m * n * k
             t = {
-                "polysat": _time_ms(torch, lp, args.iters, args.warmup),
-                "cublas": _time_ms(torch, lambda: torch.matmul(a, b), args.iters, args.warmup),
-                "polysat_bias_relu": _time_ms(torch, lf, args.iters, args.warmup),
-                "torch_bias_relu": _time_ms(torch, lambda: torch.relu(torch.addmm(bias, a, b)), args.iters, args.warmup),
+                "polysat": timed(lp),
+                "cublas": timed(lambda: torch.matmul(a, b)),
+                "polysat_bias_relu": timed(lf),
+                "torch_bias_relu": timed(lambda: torch.relu(torch.addmm(bias, a, b))),
             }
             ref = torch.matmul(a.float(), b.float())
             lp()
@@ -92,17 +65,13 @@ def main(argv: list[str] | None = None) -> int:
             err_f = ((cf.float() - torch.relu(ref + bias.float())).abs().max() / ref.abs().max()).item()
             row = {"dtype": dname, "m": m, "n": n, "k": k, "plan": lp.kernel.plan.key(), "plan_fused": lf.kernel.plan.key(),
                    **{f"{key}_ms": v for key, v in t.items()},
-                   **{f"{key}_tflops": flops / (v * 1e-3) / 1e12 for key, v in t.items()},
+                   **{f"{key}_tflops": tflops(flops, v) for key, v in t.items()},
                    "max_rel_err": err, "max_rel_err_fused": err_f}
             rows.append(row)
             print(f"{dname} {m:>5}x{n:>5}x{k:>5}  polysat {row['polysat_tflops']:7.1f}  cuBLAS {row['cublas_tflops']:7.1f}"
                   f"  ({row['polysat_tflops'] / row['cublas_tflops']:5.1%})  | fused {row['polysat_bias_relu_tflops']:7.1f}"
                   f"  torch+bias+relu {row['torch_bias_relu_tflops']:7.1f}  | err {err:.1e}  {row['plan']}", flush=True)
-    name = torch.cuda.get_device_name()
-    out = {"device": name, "arch": dev.arch, "sms": dev.sms, "iters": args.iters, "rows": rows}
-    with open(args.json, "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=1)
-    print(f"\n{name}: wrote {args.json}")
+    write_results(torch, dev, args.json, iters=args.iters, rows=rows)
     return 0
 
 
