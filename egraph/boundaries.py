@@ -72,9 +72,17 @@ def default_cuts(p: Program) -> set:
     return cuts
 
 
-def operand_reads(p: Program, c: UOp) -> list:
+def pad_shift(n: UOp) -> tuple:
+    """The index map of a PAD inside its source: source index i_k - lo_k along each axis. Points in the
+    padding read the pad value, not the source, so this map covers every source element a point can
+    read: enough to classify a read (one-to-one, window, broadcast), not to compute one."""
+    return tuple(Expr.var(f"i{k}") - lo for k, (lo, _) in enumerate(n.arg["pad"]))
+
+
+def operand_reads(p: Program, c: UOp, pads_as_shifts: bool = False) -> list:
     """(edge to cut, producer node, composed map or None, read space) per operand of compute node c:
-    the producer is found through c's chain of movement nodes, the edge is the deepest one."""
+    the producer is found through c's chain of movement nodes, the edge is the deepest one. A PAD on
+    the way makes the map None (not affine), or, with pads_as_shifts, contributes pad_shift."""
     out = []
     for pos, sid in enumerate(c.src):
         space = p[sid].shape if c.op != Ops.REDUCE else p[c.src[0]].shape
@@ -83,12 +91,21 @@ def operand_reads(p: Program, c: UOp) -> list:
         while node.op in GroupOp.Movement:
             edge = (node.id, 0)
             src = p[node.src[0]]
-            kind, a, b = movement_args(node)
-            v = view(kind, E.shape(src.shape), a, b) if kind != "pad" else None
-            m = None if v is None or v[1] is None or m is None else compose(v[1], m)
+            f = movement_map(node, src, pads_as_shifts)
+            m = None if f is None or m is None else compose(f, m)
             node = src
         out.append((edge, node, m, space))
     return out
+
+
+def movement_map(n: UOp, src: UOp, pads_as_shifts: bool = False) -> "tuple | None":
+    """n's index map into src (ixfns.view), None where it is not affine; a PAD is None unless
+    pads_as_shifts (then pad_shift)."""
+    kind, a, b = movement_args(n)
+    if kind == "pad":
+        return pad_shift(n) if pads_as_shifts else None
+    v = view(kind, E.shape(src.shape), a, b)
+    return None if v is None else v[1]
 
 
 def _prefix(m: tuple, q_shape: tuple, order: list, space: tuple) -> bool:

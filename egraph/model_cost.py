@@ -43,11 +43,11 @@ from ..ir.expr import Expr
 from ..ir.tiny import GroupOp, Ops, Program
 from . import encode as E
 from .api import Extraction
-from .boundaries import loop_order, movement_args, operand_reads
+from .boundaries import loop_order, movement_map, operand_reads
 from .cost import CostModel, SizeCost, register
 from .extract import solve
 from .graph import EGraphView, export
-from .ixfns import compose, read_kind, view as view_map
+from .ixfns import compose, read_kind
 from .knobs import price_symbol_size
 from .state import EGraphState
 from .stream import BLOCK, group_of, groups
@@ -135,8 +135,9 @@ def _kind(p: Program, c, m: "tuple | None", space: tuple) -> str:
 
 def fusion_class(p: Program, c, pos: int) -> str:
     """How consumer c reads operand pos: "halo" (one-to-one or a window), "prefix" (at a prefix of
-    c's loop order) or "broadcast" (one-to-many); "opaque" when the view is not affine (a PAD)."""
-    _, _, m, space = _reads(p, c)[pos]
+    c's loop order) or "broadcast" (one-to-many); "opaque" when the view is not affine. A PAD reads
+    its source shifted (boundaries.pad_shift): MaxPool2D's -inf border around a conv is a window."""
+    _, _, m, space = operand_reads(p, c, pads_as_shifts=True)[pos]
     return _kind(p, c, m, space)
 
 
@@ -155,9 +156,8 @@ def _reached_reduces(p: Program, q, m: "tuple | None", inside: frozenset) -> lis
             continue
         if n.op in GroupOp.Movement:
             src = p[n.src[0]]
-            kind, a, b = movement_args(n)
-            v = view_map(kind, E.shape(src.shape), a, b) if kind != "pad" else None
-            stack.append((src, None if v is None or v[1] is None or mp is None else compose(v[1], mp)))
+            f = movement_map(n, src, pads_as_shifts=True)
+            stack.append((src, None if f is None or mp is None else compose(f, mp)))
             continue
         stack.extend((p[s], mp) for s in n.src)
     return out
@@ -180,7 +180,7 @@ def illegal_fusions(p: Program, part) -> list:
             if c.op in GroupOp.Movement or c.op in GroupOp.Leaf:
                 continue
             g = member.get(c.id)
-            for _, q, m, space in _reads(p, c):
+            for _, q, m, space in operand_reads(p, c, pads_as_shifts=True):
                 if g is not None and q.id in g.nodes and g.nodes <= inside:
                     continue  # inside a streamed softmax-weighted sum: its max and sums run along (stream.py)
                 for r, mr in _reached_reduces(p, q, m, inside):

@@ -5,8 +5,10 @@ region (ir/playback.py), rtol = atol = 1e-3:
 * the examples (conv3x3_s2_silu; conv_relu_maxpool, fused into one region by the model cost);
 * generated Conv2D models (stride, dilation, asymmetric pad, groups, depthwise, bias / activation /
   residual epilogues, fp16 / bf16) through the real frontend and extraction;
-* conv + max-pool regions in the extracted form for generated pool geometries, MaxPool2D padding
-  (-inf) and dilation included (the extraction only fuses unpadded pools today).
+* conv + max-pool models through the extraction, MaxPool2D padding (-inf; the ResNet stem's 3x3/2 pad 1)
+  included: one region, bound as the conv_pool kind;
+* conv + max-pool regions in the extracted form for generated pool geometries, padding and dilation
+  included.
 Regions that are not a conv (a GEMM, a softmax, a guard that zeroes too much, W read transposed) are
 E1504 NoKernelTemplate with the reason.
 """
@@ -137,7 +139,9 @@ def test_generated_conv_regions_mean_their_conv_spec(model, seed):
 
 @pytest.mark.parametrize("pool, act", [({"kernel": [2, 2], "stride": [2, 2]}, "relu"),
                                        ({"kernel": [3, 2], "stride": [2, 1]}, "relu"),
-                                       ({"kernel": [2, 2], "stride": [2, 2]}, None)])
+                                       ({"kernel": [2, 2], "stride": [2, 2]}, None),
+                                       ({"kernel": [3, 3], "stride": [2, 2], "pad": [1, 1, 1, 1]}, "relu"),
+                                       ({"kernel": [3, 2], "stride": [1, 2], "pad": [1, 0, 0, 1]}, None)])
 def test_extracted_conv_pool_models_bind_as_one_kernel(pool, act):
     model = conv_model([2, 3, 11, 10], [4, 3, 3, 3], {"stride": [2, 1], "pad": [1, 1, 1, 1]}, bias=True, act=act, pool=pool)
     regions = regions_of(model)
