@@ -3,6 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 EXAMPLE ?= examples/gemm_bias_relu.json
+COST ?= model
 
 .PHONY: demo test bench-compile install clean
 
@@ -15,7 +16,7 @@ $(BIN)/polysat: pyproject.toml
 install: $(BIN)/polysat
 
 demo: install
-	$(BIN)/python -m polysat demo $(EXAMPLE)
+	$(BIN)/python -m polysat demo $(EXAMPLE) --cost $(COST)
 
 test: install
 	$(BIN)/python -m pytest tests
