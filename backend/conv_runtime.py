@@ -1,8 +1,8 @@
 """Run generated conv and conv + pool kernels on a CUDA GPU through cuda-python (seed 000 §12).
 
-The same machinery as the GEMM runtime (backend/runtime.py): kernels compile through ``kernel_cache``,
-the driver API loads and launches them, W's tensor map (sm90) is encoded on the host from the
-kernel's TmaOperand ([Co, K] or, grouped, [G, Cog, K], 128B swizzle).
+The same machinery as the GEMM runtime (backend/runtime.py, backend/launch.py): kernels compile through
+``kernel_cache``, the driver API loads and launches them, W's tensor map (sm90) is encoded on the host
+from the kernel's TmaOperand ([Co, K] or, grouped, [G, Cog, K], 128B swizzle).
 
   ``run_conv(spec, inputs, out=None, plan=None)``: numpy arrays in -> numpy array out; device tensors in
   -> the output device tensor. ``spec`` is a ConvSpec or a ConvPoolSpec.
@@ -14,17 +14,13 @@ import ctypes
 from functools import lru_cache
 from typing import Any, Mapping
 
-import numpy as np
-
 from ..ir.diagnostics import fail
 from .conv_codegen import ConvKernelSource, launch_sizes, render_conv
 from .conv_plan import ConvPlan, conv_search
 from .conv_pool_spec import ConvPoolSpec
 from .conv_spec import ConvSpec, check_conv_inputs
-from .device_tensors import DeviceArray, device_pointer
-from .runtime import Device, GemmLaunch, _tensor_map, device, load_function
-
-INT32_MAX = 2 ** 31 - 1
+from .launch import INT32_MAX, Launch, device_pointers, pack, run_on_gpu
+from .runtime import Device, _tensor_map, device, load_function
 
 
 @lru_cache(maxsize=256)
@@ -43,7 +39,7 @@ def _check_int32(spec) -> None:
 
 
 def prepare_conv(spec: "ConvSpec | ConvPoolSpec", tensors: Mapping[str, Any], plan: ConvPlan | None = None,
-                 dev: Device | None = None) -> GemmLaunch:
+                 dev: Device | None = None) -> Launch:
     """tensors: device tensors for every input and the output (spec.c), by name."""
     dev = dev or device()
     _check_int32(spec)
@@ -51,54 +47,28 @@ def prepare_conv(spec: "ConvSpec | ConvPoolSpec", tensors: Mapping[str, Any], pl
     if ks.skeleton == "sm90" and dev.arch != "sm90":
         fail("UnknownTarget", "--target cuda", "an sm90 plan cannot run on this GPU")
     conv = spec.conv if isinstance(spec, ConvPoolSpec) else spec
-    shapes, dts = spec.shapes(), spec.dtypes()
-    ptrs, keep = {}, []
-    for name in (*spec.inputs, spec.c):
-        if name not in tensors:
-            fail("MissingInput", "run_conv", f"tensor {name!r} is missing")
-        ptrs[name], k = device_pointer(name, tensors[name], shapes[name], dts[name])
-        keep.append(k)
     need = {conv.x: 2, conv.wt: 16 if ks.skeleton == "sm90" else 2 * ks.plan.gemm.vec_b}
-    for name, align in need.items():
-        if ptrs[name] % align:
-            fail("InvalidAttribute", "run_conv", f"tensor {name!r} is not {align}-byte aligned on the device",
-                 "Pass a freshly allocated (or 16-byte aligned) tensor.")
+    ptrs, keep = device_pointers("run_conv", spec, tensors, need)
     sizes = launch_sizes(spec, ks.plan)
-    storage: list = []
-    addrs = []
-    for p in ks.params:
+    roles = {"X": conv.x, "W": conv.wt, "C": spec.c}
+
+    def arg(p):
         if p.kind == "tmap":
-            tm = _tensor_map(ks.tma[0], ptrs[conv.wt], sizes, conv.in_dtype)
-            storage.append(tm)
-            addrs.append(int(tm.getPtr()))
-            continue
-        if p.kind == "ptr":
-            role = {"X": conv.x, "W": conv.wt, "C": spec.c}.get(p.role, p.role)
-            c = ctypes.c_uint64(ptrs[role])
-        else:
-            c = ctypes.c_int32(sizes[p.role])
-        storage.append(c)
-        addrs.append(ctypes.addressof(c))
-    argv = (ctypes.c_void_p * len(addrs))(*addrs)
+            return _tensor_map(ks.tma[0], ptrs[conv.wt], sizes, conv.in_dtype)
+        return ctypes.c_uint64(ptrs[roles.get(p.role, p.role)]) if p.kind == "ptr" else ctypes.c_int32(sizes[p.role])
+
+    storage, argv = pack(ks.params, arg)
     grid = ks.grid(sizes, dev.sms)
     if grid[1] > 65535 or grid[2] > 65535:
         fail("UnaddressableShape", "run_conv", f"grid {grid} exceeds the launch limits (65535 in y and z)",
              "Split the batch.")
-    return GemmLaunch(ks, load_function(ks, dev), grid, (ks.threads, 1, 1), ks.smem_bytes, storage, argv, keep)
+    return Launch(ks, load_function(ks, dev), grid, storage, argv, keep)
 
 
 def run_conv(spec: "ConvSpec | ConvPoolSpec", inputs: Mapping[str, Any], *, out: Any = None,
              plan: ConvPlan | None = None, stream: int = 0):
     """The conv (+ pool) on the GPU. numpy in -> numpy out; device tensors in -> device tensor out."""
     dev = device()
-    host = all(isinstance(inputs.get(n), np.ndarray) for n in spec.inputs)
-    dts = spec.dtypes()
-    if host:
-        check_conv_inputs(spec.conv if isinstance(spec, ConvPoolSpec) else spec, inputs)
-        tensors = {n: DeviceArray.from_numpy(np.asarray(inputs[n]).astype(dts[n].np)) for n in spec.inputs}
-    else:
-        tensors = dict(inputs)
-    y = out if out is not None else DeviceArray(spec.shapes()[spec.c], dts[spec.c].np)
-    tensors[spec.c] = y
-    prepare_conv(spec, tensors, plan, dev)(stream)
-    return y.numpy() if host else y
+    conv = spec.conv if isinstance(spec, ConvPoolSpec) else spec
+    return run_on_gpu(spec, inputs, lambda x: check_conv_inputs(conv, x),
+                      lambda tensors: prepare_conv(spec, tensors, plan, dev), out, stream)

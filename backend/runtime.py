@@ -20,20 +20,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
 
-import numpy as np
-
 from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
 from .codegen import KernelSource, render
 from .cuda_driver import ck, driver
-from .device_tensors import DeviceArray, device_pointer
+from .device_tensors import DeviceArray, device_pointer  # noqa: F401 - re-exported for callers
 from .gemm_spec import GemmSpec
 from .kernel_cache import cubin_for
+from .launch import Launch, device_pointers, pack, run_on_gpu
 from .plan import SchedulePlan
 from .reference import check_inputs
 from .search import choose_plan, fits_runtime
-
-_NP_OF = {DType.fp16: np.dtype(np.float16), DType.bf16: DType.bf16.np, DType.fp32: np.dtype(np.float32)}
 
 
 def cuda_available() -> bool:
@@ -98,15 +95,22 @@ def load_function(ks: KernelSource, dev: Device):
 # ---------------------------------------------------------------------------------------------
 # launch
 # ---------------------------------------------------------------------------------------------
-def concrete_spec(spec: GemmSpec, env: Mapping[str, int] | None) -> GemmSpec:
-    """spec with every symbol replaced by its value (the plan is specialised per concrete shape)."""
+def concrete(spec, env: Mapping[str, int] | None, dims: tuple[str, ...]):
+    """spec with its symbols (fields dims and batch) replaced by their values under env; raises on
+    unbound / bad symbols. Every kind specialises its plan per concrete shape this way."""
     env = env or {}
 
     def bind(d):
         return env[d] if isinstance(d, str) else d
 
-    spec.sizes(env)  # raises on unbound / bad symbols
-    return dataclasses.replace(spec, m=bind(spec.m), n=bind(spec.n), k=bind(spec.k), batch=tuple(bind(d) for d in spec.batch))
+    spec.sizes(env)
+    return dataclasses.replace(spec, **{f: bind(getattr(spec, f)) for f in dims},
+                               batch=tuple(bind(d) for d in spec.batch))
+
+
+def concrete_spec(spec: GemmSpec, env: Mapping[str, int] | None) -> GemmSpec:
+    """spec with every symbol replaced by its value (the plan is specialised per concrete shape)."""
+    return concrete(spec, env, ("m", "n", "k"))
 
 
 @lru_cache(maxsize=256)
@@ -131,26 +135,8 @@ def _tensor_map(op, base: int, sizes: Mapping[str, int], dtype: DType):
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
 
 
-@dataclass
-class GemmLaunch:
-    """A prepared launch: kernel, grid, packed parameters (kept alive here). Call to launch."""
-    kernel: KernelSource
-    fn: Any
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    smem: int
-    storage: list
-    argv: Any
-    keep: list
-
-    def __call__(self, stream: int = 0) -> None:
-        drv = driver()
-        ck(drv.cuLaunchKernel(self.fn, *self.grid, *self.block, self.smem, drv.CUstream(stream),
-                               ctypes.addressof(self.argv), 0), "cuLaunchKernel")
-
-
 def prepare_gemm(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, int] | None = None,
-                 plan: SchedulePlan | None = None, dev: Device | None = None) -> GemmLaunch:
+                 plan: SchedulePlan | None = None, dev: Device | None = None) -> Launch:
     """tensors: device tensors for every input and the output (spec.c), by name."""
     dev = dev or device()
     cspec = concrete_spec(spec, env)
@@ -161,22 +147,11 @@ def prepare_gemm(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, i
         fail("InvalidAttribute", "run_gemm", f"the plan's vector widths do not divide this shape ({', '.join(ks.plan.assumes)})",
              "Let run_gemm choose the plan for the concrete shape (plan=None).")
     sizes = cspec.sizes()
-    shapes, dts = cspec.shapes(), cspec.dtypes()
-    ptrs, keep = {}, []
-    for name in (*cspec.inputs, cspec.c):
-        if name not in tensors:
-            fail("MissingInput", "run_gemm", f"tensor {name!r} is missing")
-        ptrs[name], k = device_pointer(name, tensors[name], shapes[name], dts[name])
-        keep.append(k)
     need = {cspec.a: 2 * ks.plan.vec_a, cspec.b: 2 * ks.plan.vec_b}
     if ks.skeleton == "sm90":
         need = {cspec.a: 16, cspec.b: 16}
     need[cspec.c] = 2 * cspec.out_dtype.itemsize  # paired stores
-    for name, align in need.items():
-        if ptrs[name] % align:
-            fail("InvalidAttribute", "run_gemm", f"tensor {name!r} is not {align}-byte aligned on the device",
-                 "Pass a freshly allocated (or 16-byte aligned) tensor.")
-    storage: list = []
+    ptrs, keep = device_pointers("run_gemm", cspec, tensors, need)
     tmaps = {}
     if ks.skeleton == "sm90":
         for op in ks.tma:
@@ -185,27 +160,20 @@ def prepare_gemm(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, i
     b, m, n, k = sizes["batch"], sizes["m"], sizes["n"], sizes["k"]
     scalars = {"M": m, "N": n, "K": k, "batch": b,
                "a_bstride": 0 if cspec.a_broadcast else m * k, "b_bstride": 0 if cspec.b_broadcast else k * n}
-    addrs = []
-    for p in ks.params:
+    roles = {"A": cspec.a, "B": cspec.b, "C": cspec.c}
+
+    def arg(p):
         if p.kind == "tmap":
-            tm = tmaps[p.role]
-            storage.append(tm)
-            addrs.append(int(tm.getPtr()))
-            continue
+            return tmaps[p.role]
         if p.kind == "ptr":
-            role = {"A": cspec.a, "B": cspec.b, "C": cspec.c}.get(p.role, p.role)
-            c = ctypes.c_uint64(ptrs[role])
-        elif p.kind == "i32":
-            c = ctypes.c_int32(scalars[p.role])
-        else:
-            c = ctypes.c_int64(scalars[p.role])
-        storage.append(c)
-        addrs.append(ctypes.addressof(c))
-    argv = (ctypes.c_void_p * len(addrs))(*addrs)
+            return ctypes.c_uint64(ptrs[roles.get(p.role, p.role)])
+        return ctypes.c_int32(scalars[p.role]) if p.kind == "i32" else ctypes.c_int64(scalars[p.role])
+
+    storage, argv = pack(ks.params, arg)
     grid = ks.grid(sizes, dev.sms)
     if grid[1] > 65535 or grid[2] > 65535:
         fail("UnaddressableShape", "run_gemm", f"grid {grid} exceeds the limit 65535 in y (M tiles) or z (batch)")
-    return GemmLaunch(ks, load_function(ks, dev), grid, (ks.threads, 1, 1), ks.smem_bytes, storage, argv, keep)
+    return Launch(ks, load_function(ks, dev), grid, storage, argv, keep)
 
 
 def run_gemm(spec: GemmSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None, *,
@@ -213,17 +181,5 @@ def run_gemm(spec: GemmSpec, inputs: Mapping[str, Any], env: Mapping[str, int] |
     """Compute the GEMM on the GPU. numpy in -> numpy out; device tensors in -> device tensor out."""
     dev = device()
     cspec = concrete_spec(spec, env)
-    host = all(isinstance(inputs.get(n), np.ndarray) for n in cspec.inputs)
-    if host:
-        check_inputs(cspec, inputs)
-        dts = cspec.dtypes()
-        tensors = {n: DeviceArray.from_numpy(np.asarray(inputs[n]).astype(_NP_OF[dts[n]])) for n in cspec.inputs}
-    else:
-        tensors = dict(inputs)
-    c = out if out is not None else DeviceArray(cspec.shapes()[cspec.c], _NP_OF[cspec.out_dtype])
-    tensors[cspec.c] = c
-    launch = prepare_gemm(cspec, tensors, None, plan, dev)
-    launch(stream)
-    if host:
-        return c.numpy()
-    return c
+    return run_on_gpu(cspec, inputs, lambda x: check_inputs(cspec, x),
+                      lambda tensors: prepare_gemm(cspec, tensors, None, plan, dev), out, stream)
