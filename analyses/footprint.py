@@ -161,13 +161,18 @@ def slices(b: BoundRegion, driver_tile: isl.Set, ranges: Mapping[str, tuple]) ->
             if b.region.tensor(s.stmt.write.tensor).role == "internal":
                 continue  # dead: nothing downstream in the tile reads it
             mine = inst[s.name] = _box(s, ranges)
-        for tensor, read in s.reads:
-            p = b.writer(tensor)
-            if p is None or p.index >= s.index:
-                continue
-            need = mine.apply(read).apply(p.write.reverse()).intersect(p.domain)
-            inst[p.name] = need if p.name not in inst else inst[p.name].union(need).coalesce()
+        _pull_back(b, s, mine, inst)
     return inst
+
+
+def _pull_back(b: BoundRegion, s: BoundStatement, mine: isl.Set, inst: dict) -> None:
+    """Add to inst, per earlier statement, the instances that write what the instances `mine` of s read."""
+    for tensor, read in s.reads:
+        p = b.writer(tensor)
+        if p is None or p.index >= s.index:
+            continue
+        need = mine.apply(read).apply(p.write.reverse()).intersect(p.domain)
+        inst[p.name] = need if p.name not in inst else inst[p.name].union(need).coalesce()
 
 
 def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.Set:
@@ -255,10 +260,5 @@ def stream_tile(b: BoundRegion, t: Tile) -> Tile:
             lo, _ = extents(mine)[k]
             mine = clamp(mine, k, lo, lo + region.stream_block)
         inst[s.name] = mine
-        for tensor, read in s.reads:
-            p = b.writer(tensor)
-            if p is None or p.index >= s.index:
-                continue
-            need = mine.apply(read).apply(p.write.reverse()).intersect(p.domain)
-            inst[p.name] = need if p.name not in inst else inst[p.name].union(need).coalesce()
+        _pull_back(b, s, mine, inst)
     return Tile(t.sizes, t.origin, t.count, inst)

@@ -13,9 +13,7 @@ Grid: one CTA per (batch entry, BLOCK_M query rows), ``tiles_m * batch`` CTAs al
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Mapping
@@ -23,7 +21,8 @@ from typing import Mapping
 from .attention_gpu_ir import build_attention_gpu_ir
 from .attention_plan import AttentionPlan
 from .attention_spec import AttentionSpec
-from .codegen import CTYPE, TEMPLATES, Param, TmaOperand, _env, skeleton_header
+from .codegen import (CTYPE, KernelSource, Param, TmaOperand, _b, _env, skeleton_header, specialisation_hash,
+                      template_text)
 from .gpu_ir import check_tokens
 from .names import c_ident
 
@@ -31,21 +30,10 @@ LOG2E = 1.0 / math.log(2.0)
 
 
 @dataclass(frozen=True)
-class AttentionKernelSource:
-    name: str
-    arch: str
-    skeleton: str
-    source: str
-    threads: int
-    smem_bytes: int
-    params: tuple[Param, ...]
-    tma: tuple[TmaOperand, ...]
+class AttentionKernelSource(KernelSource):
+    """A flash-attention kernel: the grid is one CTA per (batch entry, BLOCK_M query rows)."""
     plan: AttentionPlan
     spec: AttentionSpec
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
 
     def grid(self, sizes: Mapping[str, int], sms: int | None = None) -> tuple[int, int, int]:
         return (-(-sizes["m"] // self.plan.block_m) * sizes["batch"], 1, 1)
@@ -54,9 +42,7 @@ class AttentionKernelSource:
 @lru_cache(maxsize=None)
 def attention_header() -> str:
     """polysat_gemm.cuh (+ wgmma wrappers) and polysat_attention.cuh as one include-free text."""
-    with open(os.path.join(TEMPLATES, "polysat_attention.cuh"), encoding="utf-8") as f:
-        attn = f.read()
-    return skeleton_header() + "\n" + attn.replace("#pragma once\n", "").replace('#include "polysat_gemm.cuh"\n', "")
+    return skeleton_header() + "\n" + template_text("polysat_attention.cuh").replace('#include "polysat_gemm.cuh"\n', "")
 
 
 def scale_constants(scale: float) -> tuple[int, float]:
@@ -69,8 +55,7 @@ def scale_constants(scale: float) -> tuple[int, float]:
 def kernel_name(spec: AttentionSpec, plan: AttentionPlan) -> str:
     """Named by every specialisation parameter, not by the sizes (runtime arguments)."""
     key = {**spec.to_json(), "m": None, "n": None, "batch": len(spec.batch)}
-    h = hashlib.sha256(repr((key, plan.key(), plan.arch)).encode()).hexdigest()[:10]
-    return c_ident(spec.name, "polysat_attn_")[:48] + f"_{plan.skeleton}_{h}"
+    return c_ident(spec.name, "polysat_attn_")[:48] + f"_{plan.skeleton}_{specialisation_hash(key, plan)}"
 
 
 def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:
@@ -95,7 +80,3 @@ def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:
     params += [Param("O", "ptr", "O"), Param("M", "i32", "M"), Param("N", "i32", "N"), Param("batch", "i32", "batch")]
     return AttentionKernelSource(kname, plan.arch, plan.skeleton, src, plan.threads, plan.smem_bytes, tuple(params),
                                  tma, plan, spec)
-
-
-def _b(x: bool) -> str:
-    return "true" if x else "false"

@@ -21,12 +21,9 @@ Anything else fails with E1504 NoKernelTemplate saying exactly what does not fit
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
-
-import numpy as np
+from functools import partial
 
 from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
@@ -34,6 +31,7 @@ from ..ir.expr import Expr
 from ..ir.region import R, Region, RNode
 from .attention_spec import AttentionSpec
 from .gemm_spec import IN_DTYPES, OUT_DTYPES
+from .region_match import Aliases, Lets, RegionBinding, axis_size, axis_var, row_major_input, the_yield
 
 
 def _reject(r: Region, why: str) -> None:
@@ -41,53 +39,13 @@ def _reject(r: Region, why: str) -> None:
 
 
 @dataclass(frozen=True)
-class AttentionBinding:
+class AttentionBinding(RegionBinding):
     """A region's AttentionSpec and, for each tensor the kernel reads, the region tensor behind it."""
     spec: AttentionSpec
-    tensors: tuple  # ((spec tensor name, region tensor name), ...), in spec.inputs order
     passes: int = 1  # walks over the keys the region's online_softmax_sum makes (1: P rounded at the running max)
 
-    def arrays(self, arrays: Mapping[str, Any], env: Mapping[str, int] | None = None, reshape=np.reshape) -> dict:
-        """{spec tensor name: the region tensor's array in the spec's shape} (reshape is numpy's or a
-        device view's)."""
-        shapes = self.spec.shapes(env)
-        out = {}
-        for name, tensor in self.tensors:
-            x = arrays[tensor]
-            out[name] = x if tuple(x.shape) == shapes[name] else reshape(x, shapes[name])
-        return out
 
-
-class _Lets:
-    def __init__(self, r: Region):
-        self.map = r.let_map
-
-    def __call__(self, n: RNode) -> RNode:
-        while n.op == R.REF:
-            n = self.map[n.arg]
-        return n
-
-
-def _var(e: Expr) -> "str | None":
-    vs = e.variables()
-    if len(vs) == 1:
-        v = next(iter(vs))
-        if e == Expr.var(v):
-            return v
-    return None
-
-
-def _size(r: Region, axis: str):
-    d = r.axis_sizes[axis]
-    if isinstance(d, int):
-        return d
-    name = _var(Expr.of(d))
-    if name is None:
-        _reject(r, f"axis {axis} has the composite size {d}; the template takes ints or single symbols")
-    return name
-
-
-def _widened_read(r: Region, lets: _Lets, n: RNode, what: str) -> RNode:
+def _widened_read(r: Region, lets: Lets, n: RNode, what: str) -> RNode:
     """cast(read T, fp32) with T fp16|bf16 -> the read."""
     n = lets(n)
     if n.op == R.UNARY and n.arg == "cast" and n.dtype == DType.fp32:
@@ -102,12 +60,8 @@ def _widened_read(r: Region, lets: _Lets, n: RNode, what: str) -> RNode:
 def _read(r: Region, node: RNode, want: tuple, what: str) -> str:
     """The tensor of a packed, row-major read whose map is exactly the axes `want`, in order."""
     tensor, index = node.arg
-    buf = next((b for b in r.inputs if b.name == tensor), None)
-    if buf is None:
-        _reject(r, f"it reads {tensor!r}, which is not one of its inputs")
-    if buf.memref.layout.kind != "row_major":
-        _reject(r, f"{what} {tensor!r} has layout {buf.memref.layout.kind}; the template reads row-major tensors")
-    axes = tuple(_var(e) for e in index)
+    buf = row_major_input(r, tensor, what, partial(_reject, r))
+    axes = tuple(axis_var(e) for e in index)
     if axes != want:
         _reject(r, f"{what} read {tensor}[{', '.join(map(str, index))}] is not [{', '.join(want)}]: the template "
                    "reads whole, packed [*batch, rows, head dim] tensors")
@@ -122,7 +76,7 @@ def _is_neg_inf(n: RNode) -> bool:
     return n.op == R.CONST and isinstance(n.arg, float) and n.arg == -math.inf
 
 
-def _guard(lets: _Lets, n: RNode) -> "RNode | None":
+def _guard(lets: Lets, n: RNode) -> "RNode | None":
     """The Pred of an index-guard condition: a Pred, select(Pred, true, false), either broadcast."""
     n = lets(n)
     if n.op == R.BROADCAST:
@@ -136,7 +90,7 @@ def _guard(lets: _Lets, n: RNode) -> "RNode | None":
     return None
 
 
-def _scores(r: Region, lets: _Lets, s: RNode, m_ax: str, j: str) -> tuple:
+def _scores(r: Region, lets: Lets, s: RNode, m_ax: str, j: str) -> tuple:
     """(causal, scale, QK^T reduce node) of the scores."""
     s = lets(s)
     causal = False
@@ -178,13 +132,10 @@ def attention_binding(region: Region, name: "str | None" = None) -> AttentionBin
     """The region as an AttentionSpec plus its tensor binding, or E1504 NoKernelTemplate saying why it is
     not one streamed attention."""
     r = region
-    if len(r.yields) != 1 or len(r.outputs) != 1:
-        _reject(r, f"it writes {len(r.outputs)} outputs; the template writes one")
-    y, out = r.yields[0], r.outputs[0]
-    lets = _Lets(r)
-    if y.src not in lets.map:
-        _reject(r, f"it yields {y.src!r}, which no let defines")
-    top = lets(lets.map[y.src])
+    reject = partial(_reject, r)
+    lets = Lets(r)
+    y, out, top = the_yield(r, lets, reject)
+    top = lets(top)
     if top.op != R.ONLINE:
         what = f"{top.op.value} {top.arg}" if top.op in (R.UNARY, R.BINARY) else top.op.value
         _reject(r, f"it yields {what}, not a streamed softmax-weighted sum (online_softmax_sum); epilogues are "
@@ -200,7 +151,7 @@ def attention_binding(region: Region, name: "str | None" = None) -> AttentionBin
     causal, scale, qk = _scores(r, lets, top.src[0], m_ax, j)
     (k_ax,) = qk.arg[1]
     x, w = (_widened_read(r, lets, s, "a Q K^T operand") for s in lets(qk.src[0]).src)
-    if m_ax not in (_var(e) for e in x.arg[1]):
+    if m_ax not in (axis_var(e) for e in x.arg[1]):
         x, w = w, x
     q = _read(r, x, batch + (m_ax, k_ax), "Q")
     k = _read(r, w, batch + (j, k_ax), "K")
@@ -214,24 +165,13 @@ def attention_binding(region: Region, name: "str | None" = None) -> AttentionBin
     d, dv = r.axis_sizes[k_ax], r.axis_sizes[dv_ax]
     if not isinstance(d, int) or not isinstance(dv, int):
         _reject(r, f"the head dims are {d} and {dv}; the template needs static ints")
-    taken = {b.name for b in (*r.inputs, *r.outputs)}
-    used = {out.name}
-    binding: list = []
-
-    def bind(tensor: str, role: str) -> str:
-        """The spec's name for tensor in this role: itself, or an alias when it already has a role
-        (Q and K one tensor): the template binds each parameter once, the runner passes the buffer twice."""
-        names = (tensor if c == 0 else f"{tensor}.{role}" + (str(c) if c > 1 else "") for c in itertools.count())
-        alias = next(x for x in names if x not in used and (x == tensor or x not in taken))
-        used.add(alias)
-        binding.append((alias, tensor))
-        return alias
-
-    qn, kn, vn = bind(q, "q"), bind(k, "k"), bind(v, "v")
-    spec = AttentionSpec(name or r.name, _size(r, m_ax), _size(r, j), d, dv, batch=tuple(_size(r, a) for a in batch),
+    al = Aliases(r)  # Q and K one tensor: bound twice
+    qn, kn, vn = al(q, "q"), al(k, "k"), al(v, "v")
+    size = partial(axis_size, r, reject=reject)
+    spec = AttentionSpec(name or r.name, size(m_ax), size(j), d, dv, batch=tuple(size(a) for a in batch),
                          causal=causal, scale=scale, in_dtype=x.dtype, p_dtype=p, out_dtype=y.cast,
                          q=qn, k=kn, v=vn, o=out.name, passes=passes)
-    return AttentionBinding(spec, tuple(binding), passes)
+    return AttentionBinding(spec, tuple(al.pairs), passes)
 
 
 def attention_spec_from_region(region: Region, name: "str | None" = None) -> AttentionSpec:

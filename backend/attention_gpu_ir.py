@@ -124,21 +124,20 @@ def _sm90(spec: AttentionSpec, plan: AttentionPlan) -> tuple[Stmt, ...]:
             S("Wait", ins=(f"tC[it-{st}]",), lowering="mbarrier.try_wait.parity empty_v[it%S]", skip_first=st),
             *tail))
 
-    def issue_s(it: str) -> tuple[Stmt, ...]:
-        return (S("Wait", ins=(f"tK[{it}]",), lowering="mbarrier.try_wait.parity full_k[it%S]"),
+    def issue(landed: str, full: str, out: str, **wgmma) -> tuple[Stmt, ...]:
+        """Wait for the operand's TMA (token landed, mbarrier full), then one wgmma producing out."""
+        return (S("Wait", ins=(landed,), lowering=f"mbarrier.try_wait.parity {full}[it%S]"),
                 S("WgmmaFence"),
-                S("Wgmma", form="SS", acc="S", a_desc="sQ + 64*wg rows (K-major)", b_desc="sK[it%S] (K-major)",
-                  shape=f"64x{bn}x{d}", instr=f"m64n{bn}k16 x {d // 16}", dtype=dt, swizzle="128B",
-                  out=f"tS[{it}]", kind="TokCompute"),
+                S("Wgmma", **wgmma, dtype=dt, swizzle="128B", out=out, kind="TokCompute"),
                 S("WgmmaCommit"))
 
+    def issue_s(it: str) -> tuple[Stmt, ...]:
+        return issue(f"tK[{it}]", "full_k", f"tS[{it}]", form="SS", acc="S", a_desc="sQ + 64*wg rows (K-major)",
+                     b_desc="sK[it%S] (K-major)", shape=f"64x{bn}x{d}", instr=f"m64n{bn}k16 x {d // 16}")
+
     def issue_pv(it: str) -> tuple[Stmt, ...]:
-        return (S("Wait", ins=(f"tV[{it}]",), lowering="mbarrier.try_wait.parity full_v[it%S]"),
-                S("WgmmaFence"),
-                S("Wgmma", form="RS", acc="O", a="P (registers)", b_desc="sV[it%S] (N-major, imm-trans-b 1)",
-                  shape=f"64x{dv}x{bn}", instr=f"m64n{dv}k16 x {bn // 16}", dtype=dt, swizzle="128B",
-                  out=f"tC[{it}]", kind="TokCompute"),
-                S("WgmmaCommit"))
+        return issue(f"tV[{it}]", "full_v", f"tC[{it}]", form="RS", acc="O", a="P (registers)",
+                     b_desc="sV[it%S] (N-major, imm-trans-b 1)", shape=f"64x{dv}x{bn}", instr=f"m64n{dv}k16 x {bn // 16}")
 
     def stats_loop() -> Stmt:  # pass 1 of the 2-pass algorithm, block by block
         return S("Loop", var="jb", range=rng, role="mainloop (pass 1, it = ring position)", body=(

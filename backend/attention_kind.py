@@ -1,7 +1,7 @@
 """The attention kernel kind: QK^T -> row softmax -> PV in one flash-style kernel (issue 7, seed 000 §15.3).
 
-Regions are recognised by ``attention_from_region.attention_binding`` (imported when a region is bound:
-while that module is absent, every region gets E1504 NoKernelTemplate from this kind, saying so).
+Regions are recognised by ``attention_from_region.attention_binding``; P must be rounded to the inputs'
+type (the PV MMA takes P and V in one type).
 
 A bound region also fixes the softmax algorithm: its ``online_softmax_sum`` makes one walk over the keys
 (P rounded at the running max: ``online_softmax``) or two (P rounded after the division by the row sum:
@@ -16,6 +16,7 @@ from typing import Mapping
 from ..ir.diagnostics import fail
 from ..ir.region import Region
 from .attention_codegen import render
+from .attention_from_region import attention_binding
 from .attention_gpu_ir import build_attention_gpu_ir
 from .attention_plan import ALGOS
 from .attention_search import AttentionSearchResult, search
@@ -26,17 +27,14 @@ ALGO_OF_PASSES = {1: "online_softmax", 2: "streaming_softmax_2pass"}
 
 
 def _bind(region: Region):
-    try:
-        from .attention_from_region import attention_binding
-    except ModuleNotFoundError as e:
-        if e.name != f"{__package__}.attention_from_region":
-            raise
-        fail("NoKernelTemplate", f"region {region.name}",
-             "attention regions are not recognised yet (backend/attention_from_region.py is missing)")
     binding = attention_binding(region)
-    if binding.spec.passes not in ALGO_OF_PASSES:
+    spec = binding.spec
+    if spec.passes not in ALGO_OF_PASSES:
         fail("NoKernelTemplate", f"region {region.name}",
-             f"its streamed softmax walks the keys {binding.spec.passes} times; the template makes 1 or 2 passes")
+             f"its streamed softmax walks the keys {spec.passes} times; the template makes 1 or 2 passes")
+    if spec.p_dtype != spec.in_dtype:
+        fail("NoKernelTemplate", f"region {region.name}",
+             f"it rounds P to {spec.p_dtype.value} but V is {spec.in_dtype.value}; the PV MMA takes both in one type")
     return binding
 
 

@@ -18,18 +18,17 @@ the bytes: Q and O once, K and V once per CTA with a fixed L2 miss fraction for 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from ..ir.diagnostics import fail
 from .attention_plan import ALGOS, AttentionPlan
 from .attention_spec import HEAD_DIMS, AttentionSpec, _causal_pairs
 from .hardware import Target, target
+from .plan_search import SMEM_FRACTION  # noqa: F401  (part of this module's interface)
+from .plan_search import SearchResult, occupancy_reason, prune, rank, ranking_env, skeletons_for, smem_reason
 
 CostFn = Callable[[AttentionSpec, AttentionPlan, Mapping[str, int], Target], "dict[str, float] | float"]
 
-SMEM_FRACTION = 0.8
-HINT_SIZE = 4096       # size assumed for a symbol when ranking (the plan is re-specialised per shape at run time)
 L2_MISS = 0.15         # fraction of K/V re-reads that reach DRAM
 SFU_PER_CLK = 16       # ex2 per clock per SM (sm80 and sm90)
 # fraction of the softmax time hidden behind MMAs of other warps (estimates: FA3 paper Table 2 loses
@@ -38,25 +37,7 @@ SOFTMAX_OVERLAP = {("sm90", 1): 0.2, ("sm90", 2): 0.6, ("sm80", 4): 0.3, ("sm80"
 WGMMA_N_EFF = {64: 0.8, 128: 0.95}
 
 
-@dataclass(frozen=True)
-class Pruned:
-    plan: AttentionPlan
-    reason: str
-
-
-@dataclass(frozen=True)
-class AttentionSearchResult:
-    ranked: tuple[AttentionPlan, ...]   # best first
-    pruned: tuple[Pruned, ...]
-
-    @property
-    def best(self) -> AttentionPlan:
-        return self.ranked[0]
-
-    def to_json(self, spec: AttentionSpec | None = None) -> dict:
-        return {"chosen": self.best.to_json(spec),
-                "ranked": [{"key": p.key(), **dict(p.est)} for p in self.ranked],
-                "pruned": [{"key": p.plan.key(), "why": p.reason} for p in self.pruned]}
+AttentionSearchResult = SearchResult  # ranked AttentionPlans, best first, and the pruned ones
 
 
 def key_blocks(m0: int, rows: int, bn: int, m: int, n: int, causal: bool) -> tuple[int, int]:
@@ -126,8 +107,8 @@ def ctas_per_sm(plan: AttentionPlan, tgt: Target) -> int:
 def stop_reason(spec: AttentionSpec, plan: AttentionPlan, tgt: Target) -> str | None:
     """Why the STOP conditions drop this candidate (None: it survives)."""
     bm, bn, d = plan.tile
-    if plan.smem_bytes > SMEM_FRACTION * tgt.smem_per_block:
-        return f"smem {plan.smem_bytes} B > {int(SMEM_FRACTION * 100)}% of {tgt.smem_per_block} B"
+    if smem := smem_reason(plan, tgt):
+        return smem
     if plan.skeleton == "sm90":
         if tgt.arch != "sm90":
             return "sm90 skeleton needs an sm90 GPU"
@@ -139,9 +120,7 @@ def stop_reason(spec: AttentionSpec, plan: AttentionPlan, tgt: Target) -> str | 
         return None
     if plan.regs_estimate > 255:
         return f"registers ~{plan.regs_estimate} > 255 (spills)"
-    if ctas_per_sm(plan, tgt) < 2:
-        return f"occupancy collapses to {ctas_per_sm(plan, tgt)} CTA/SM"
-    return None
+    return occupancy_reason(ctas_per_sm(plan, tgt))
 
 
 def roofline(spec: AttentionSpec, plan: AttentionPlan, sizes: Mapping[str, int], tgt: Target) -> dict[str, float]:
@@ -202,33 +181,14 @@ def search(spec: AttentionSpec, arch: str = "sm90", env: Mapping[str, int] | Non
         fail("NoKernelTemplate", at, f"head dims D = {spec.d}, Dv = {spec.dv}: the flash template is instantiated for "
              f"{', '.join(map(str, HEAD_DIMS))}")
     tgt = target(arch)
-    env = dict(env or {})
-    for sym in spec.symbols:
-        env.setdefault(sym, HINT_SIZE)
-    sizes = spec.sizes(env)
-    skeletons = skeletons or (("sm90", "sm80") if arch == "sm90" else ("sm80",))
-    cands = candidates(spec, arch, sizes, skeletons, _algos(hints, algos))
-    kept, pruned = [], []
-    for p in cands:
-        why = stop_reason(spec, p, tgt)
-        if why is None:
-            kept.append(p)
-        else:
-            pruned.append(Pruned(p, why))
-    if not kept:  # occupancy is a preference, not a wall
-        kept = [x.plan for x in pruned if x.reason.startswith("occupancy")]
-        pruned = [x for x in pruned if not x.reason.startswith("occupancy")]
+    sizes = spec.sizes(ranking_env(spec.symbols, env))
+    cands = candidates(spec, arch, sizes, skeletons_for(arch, skeletons), _algos(hints, algos))
+    kept, pruned = prune(cands, lambda p: stop_reason(spec, p, tgt))
     if not kept:
         fail("InternalError", at, "no attention schedule candidate survives the STOP conditions",
              "Report the attention spec; the 64x64 tiles should always fit.")
     cost = cost or roofline
-    scored = []
-    for p in kept:
-        c = cost(spec, p, sizes, tgt)
-        est = c if isinstance(c, dict) else {"time_s": float(c)}
-        scored.append(replace(p, est=tuple(sorted(est.items()))))
-    scored.sort(key=lambda p: (dict(p.est)["time_s"], p.key()))
-    return AttentionSearchResult(tuple(scored), tuple(pruned))
+    return AttentionSearchResult(rank(kept, lambda p: cost(spec, p, sizes, tgt)), tuple(pruned))
 
 
 def choose_plan(spec: AttentionSpec, arch: str = "sm90", env: Mapping[str, int] | None = None,

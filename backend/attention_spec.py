@@ -21,7 +21,7 @@ import numpy as np
 
 from ..ir.diagnostics import fail
 from ..ir.dtypes import DType, round_to
-from .gemm_spec import IN_DTYPES, OUT_DTYPES, Size, _check_size, _dtype
+from .gemm_spec import IN_DTYPES, OUT_DTYPES, Size, _dtype, check_sizes, resolve_size, symbols_of
 
 HEAD_DIMS = (64, 128)  # head dims the flash template is instantiated for
 
@@ -60,25 +60,14 @@ class AttentionSpec:
 
     @property
     def symbols(self) -> tuple[str, ...]:
-        seen: list[str] = []
-        for x in (*self.batch, self.m, self.n):
-            if isinstance(x, str) and x not in seen:
-                seen.append(x)
-        return tuple(seen)
+        return symbols_of((*self.batch, self.m, self.n))
 
     def sizes(self, env: Mapping[str, int] | None = None) -> dict[str, int]:
         """Concrete {batch (product), m, n, d, dv} under env."""
-        env = env or {}
+        env, at = env or {}, f"attention {self.name!r}"
 
         def get(x: Size, what: str) -> int:
-            if isinstance(x, int):
-                return x
-            if x not in env:
-                fail("UnboundSymbol", f"attention {self.name!r}", f"{what} is the symbol {x!r}, which has no value")
-            v = env[x]
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                fail("UnaddressableShape", f"attention {self.name!r}", f"symbol {x!r} = {v!r}; sizes are positive ints")
-            return v
+            return resolve_size(x, env, what, at)
 
         return {"batch": math.prod(get(x, "a batch dim") for x in self.batch), "m": get(self.m, "M"),
                 "n": get(self.n, "N"), "d": self.d, "dv": self.dv}
@@ -151,12 +140,7 @@ def validate(s: AttentionSpec) -> None:
     at = f"attention {s.name!r}"
     if not isinstance(s.name, str) or not s.name:
         fail("InvalidAttribute", "attention", "an attention kernel needs a non-empty name")
-    for x, what in ((s.m, "M"), (s.n, "N")):
-        _check_size(x, what, at)
-    if not isinstance(s.batch, tuple):
-        fail("InvalidAttribute", at, "batch is a tuple of sizes")
-    for i, x in enumerate(s.batch):
-        _check_size(x, f"batch dim {i}", at)
+    check_sizes(((s.m, "M"), (s.n, "N")), s.batch, at)
     for x, what in ((s.d, "head dim D"), (s.dv, "value head dim Dv")):
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             fail("UnaddressableShape", at, f"{what} = {x!r}; head dims are static positive ints")

@@ -21,7 +21,7 @@ from typing import Mapping
 import jinja2
 
 from ..ir.dtypes import DType
-from .gemm_spec import GemmSpec
+from .gemm_spec import EpilogueOp, GemmSpec, epilogue_tensors
 from .gpu_ir import build_gpu_ir, check_tokens
 from .layouts import sm90_operand
 from .names import c_ident, unique_idents
@@ -77,32 +77,37 @@ def _env() -> jinja2.Environment:
                               autoescape=False, keep_trailing_newline=True)
 
 
+def template_text(name: str) -> str:
+    """A header of templates/ without its ``#pragma once`` (the headers are inlined into one .cu)."""
+    with open(os.path.join(TEMPLATES, name), encoding="utf-8") as f:
+        return f.read().replace("#pragma once\n", "")
+
+
 @lru_cache(maxsize=None)
 def skeleton_header() -> str:
-    with open(os.path.join(TEMPLATES, "polysat_wgmma.cuh"), encoding="utf-8") as f:
-        wgmma = f.read().replace("#pragma once\n", "")
-    with open(os.path.join(TEMPLATES, "polysat_gemm.cuh"), encoding="utf-8") as f:
-        gemm = f.read()
-    return gemm.replace("#pragma once\n", "").replace('#include "polysat_wgmma.cuh"\n', wgmma)
+    return template_text("polysat_gemm.cuh").replace('#include "polysat_wgmma.cuh"\n', template_text("polysat_wgmma.cuh"))
+
+
+def specialisation_hash(key: Mapping, plan) -> str:
+    """10 hex digits of the specialisation key, the plan and its arch (the tail of a kernel's name)."""
+    return hashlib.sha256(repr((key, plan.key(), plan.arch)).encode()).hexdigest()[:10]
 
 
 def kernel_name(spec: GemmSpec, plan: SchedulePlan) -> str:
     """Named by every specialisation parameter, not by the sizes (runtime arguments): shapes that get
     the same plan share one kernel, and so one compiled cubin."""
     key = {**spec.to_json(), "m": None, "n": None, "k": None, "batch": len(spec.batch)}
-    h = hashlib.sha256(repr((key, plan.key(), plan.arch)).encode()).hexdigest()[:10]
-    return c_ident(spec.name, "polysat_")[:48] + f"_{plan.skeleton}_{h}"
+    return c_ident(spec.name, "polysat_")[:48] + f"_{plan.skeleton}_{specialisation_hash(key, plan)}"
 
 
-def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
-    ir = build_gpu_ir(spec, plan)
-    check_tokens(ir)
-    kname = kernel_name(spec, plan)
-    tensor_names = [op.tensor for op in spec.epilogue if op.tensor is not None]
+def epilogue_args(epilogue: tuple[EpilogueOp, ...]) -> tuple[dict[str, str], list[dict], list[dict]]:
+    """The template arguments of an epilogue (templates/_epilogue.j2): ({tensor name: its C identifier}, the
+    tensor parameters, the op list)."""
+    tensor_names = epilogue_tensors(epilogue)
     idents = dict(zip(tensor_names, unique_idents(tensor_names, "t_"), strict=True))
-    tensors = [{"ident": idents[op.tensor], "ctype": CTYPE[op.dtype]} for op in spec.epilogue if op.tensor is not None]
+    tensors = [{"ident": idents[op.tensor], "ctype": CTYPE[op.dtype]} for op in epilogue if op.tensor is not None]
     ops = []
-    for op in spec.epilogue:
+    for op in epilogue:
         d = {"kind": op.kind}
         if op.kind == "bias":
             d.update(ident=idents[op.tensor], axis=op.axis)
@@ -113,6 +118,14 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
         elif op.kind == "cast":
             d.update(ctype=CTYPE[op.dtype])
         ops.append(d)
+    return idents, tensors, ops
+
+
+def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
+    ir = build_gpu_ir(spec, plan)
+    check_tokens(ir)
+    kname = kernel_name(spec, plan)
+    idents, tensors, ops = epilogue_args(spec.epilogue)
     bm, bn, bk = plan.tile
     wm, wn = plan.warps
     a_rank3 = bool(spec.batch) and not spec.a_broadcast
@@ -134,7 +147,7 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
     else:
         params = [Param("A", "ptr", "A"), Param("B", "ptr", "B")]
     params.append(Param("C", "ptr", "C"))
-    params += [Param(idents[n], "ptr", n) for n in tensor_names]
+    params += [Param(ident, "ptr", n) for n, ident in idents.items()]
     params += [Param(x, "i32", x) for x in ("M", "N", "K", "batch")]
     if plan.skeleton == "sm80":
         params += [Param("a_bstride", "i64", "a_bstride"), Param("b_bstride", "i64", "b_bstride")]

@@ -12,30 +12,27 @@ sm90: tmW (CUtensorMap of W as [Co, K] or [G, Cog, K], by value), X, Y, epilogue
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Mapping
 
-from .codegen import CTYPE, TEMPLATES, KernelSource, Param, TmaOperand, _b, _env, skeleton_header
+from .codegen import (CTYPE, KernelSource, Param, TmaOperand, _b, _env, epilogue_args, skeleton_header,
+                      specialisation_hash, template_text)
 from .conv_gpu_ir import build_conv_gpu_ir
 from .conv_plan import SM90_REGS, ConvPlan
 from .conv_pool_spec import ConvPoolSpec
 from .conv_spec import ConvSpec
 from .gpu_ir import check_tokens
 from .layouts import sm90_operand
-from .names import c_ident, unique_idents
+from .names import c_ident
 
 SIZE_PARAMS = ("N", "C", "H", "W_", "Co", "Ho", "Wo", "groups")
 
 
 @lru_cache(maxsize=None)
 def conv_header() -> str:
-    with open(os.path.join(TEMPLATES, "polysat_conv.cuh"), encoding="utf-8") as f:
-        conv = f.read().replace("#pragma once\n", "")
-    return skeleton_header() + "\n" + conv
+    return skeleton_header() + "\n" + template_text("polysat_conv.cuh")
 
 
 @dataclass(frozen=True)
@@ -70,9 +67,8 @@ def conv_kernel_name(spec, plan: ConvPlan) -> str:
     key = {"window": conv.window(), "grouped": conv.groups > 1, "in": conv.in_dtype.value, "out": conv.out_dtype.value,
            "epilogue": [op.to_json() for op in conv.epilogue],
            "pool": [spec.kernel, spec.stride, spec.pad, spec.dilation] if isinstance(spec, ConvPoolSpec) else None}
-    h = hashlib.sha256(repr((key, plan.key(), plan.arch)).encode()).hexdigest()[:10]
     kind = "convpool" if isinstance(spec, ConvPoolSpec) else "conv"
-    return c_ident(conv.name, "polysat_")[:44] + f"_{kind}_{plan.skeleton}_{h}"
+    return c_ident(conv.name, "polysat_")[:44] + f"_{kind}_{plan.skeleton}_{specialisation_hash(key, plan)}"
 
 
 def render_conv(spec: "ConvSpec | ConvPoolSpec", plan: ConvPlan) -> ConvKernelSource:
@@ -81,19 +77,7 @@ def render_conv(spec: "ConvSpec | ConvPoolSpec", plan: ConvPlan) -> ConvKernelSo
     ir = build_conv_gpu_ir(spec, plan)
     check_tokens(ir)
     kname = conv_kernel_name(spec, plan)
-    tensor_names = [op.tensor for op in conv.epilogue if op.tensor is not None]
-    idents = dict(zip(tensor_names, unique_idents(tensor_names, "t_"), strict=True))
-    tensors = [{"ident": idents[op.tensor], "ctype": CTYPE[op.dtype]} for op in conv.epilogue if op.tensor is not None]
-    ops = []
-    for op in conv.epilogue:
-        d = {"kind": op.kind}
-        if op.kind in ("bias", "residual"):
-            d.update(ident=idents[op.tensor], axis=op.axis)
-        elif op.kind == "scale":
-            d.update(literal=f"{float(op.value):.9e}f")
-        elif op.kind == "cast":
-            d.update(ctype=CTYPE[op.dtype])
-        ops.append(d)
+    idents, tensors, ops = epilogue_args(conv.epilogue)
     bm, bn, bk = plan.tile
     layouts = []
     if plan.skeleton == "sm90":
@@ -115,7 +99,7 @@ def render_conv(spec: "ConvSpec | ConvPoolSpec", plan: ConvPlan) -> ConvKernelSo
     else:
         params = [Param("X", "ptr", "X"), Param("W", "ptr", "W")]
     params.append(Param("Y", "ptr", "C"))
-    params += [Param(idents[n], "ptr", n) for n in tensor_names]
+    params += [Param(ident, "ptr", n) for n, ident in idents.items()]
     params += [Param(x, "i32", x) for x in SIZE_PARAMS + (("Hp", "Wp") if pooled else ())]
     tma: tuple[TmaOperand, ...] = ()
     if plan.skeleton == "sm90":

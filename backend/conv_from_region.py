@@ -13,7 +13,6 @@ probe). Anything else is E1504 NoKernelTemplate saying why.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -25,8 +24,9 @@ from ..ir.dtypes import DType
 from ..ir.expr import Expr
 from ..ir.region import R, Region, RNode
 from .conv_spec import ConvSpec
-from .from_region import _axis_var, _depends, _dominators, _Lets, _probe, _walk, identify
+from .from_region import addend_source, peel_epilogue
 from .gemm_spec import EpilogueOp
+from .region_match import Aliases, Lets, RegionBinding, axis_var, the_yield, walk
 
 _HALF = (DType.fp16, DType.bf16)
 
@@ -64,7 +64,7 @@ class Operand:
     guard: RNode | None   # the Select's Pred, or None when the read is unguarded
 
 
-def operand(r: Region, lets: _Lets, n: RNode, kind: str) -> Operand:
+def operand(r: Region, lets: Lets, n: RNode, kind: str) -> Operand:
     """cast(select(P, read, 0)), select(P, cast(read), 0) or cast(read), with the read fp16|bf16."""
     n = lets(n)
     guard = None
@@ -87,8 +87,8 @@ def operand(r: Region, lets: _Lets, n: RNode, kind: str) -> Operand:
     return Operand(n, guard)
 
 
-def single_reduce(r: Region, lets: _Lets, top: RNode, kind: str, op: str = "sum") -> list[RNode]:
-    return [n for n in _walk(lets, top) if n.op == R.REDUCE and n.arg[0] == op]
+def single_reduce(r: Region, lets: Lets, top: RNode, kind: str, op: str = "sum") -> list[RNode]:
+    return [n for n in walk(lets, top) if n.op == R.REDUCE and n.arg[0] == op]
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class Contraction:
     w_shape: tuple[int, ...]
 
 
-def contractions(r: Region, lets: _Lets, acc: RNode, co_ax: str, kind: str) -> list[Contraction]:
+def contractions(r: Region, lets: Lets, acc: RNode, co_ax: str, kind: str) -> list[Contraction]:
     """The ways to read the reduce body as X times W (one, unless both reads look like W[co, c, r, s]:
     then the caller keeps the assignment whose whole conv checks out)."""
     op, axes, init = acc.arg
@@ -125,7 +125,7 @@ def contractions(r: Region, lets: _Lets, acc: RNode, co_ax: str, kind: str) -> l
         index = o.read.arg[1]
         e0 = index[0] if len(index) == 4 else None
         return o.guard is None and e0 is not None and (
-            _axis_var(e0) == co_ax or (e0.is_const and e0.constant == 0 and sizes[co_ax] == 1))
+            axis_var(e0) == co_ax or (e0.is_const and e0.constant == 0 and sizes[co_ax] == 1))
     ws = [k for k, o in enumerate(ops) if is_w(o)]
     if not ws:
         reject(r, f"no operand reads the weights as W[{co_ax}, c, r, s]", kind)
@@ -138,7 +138,7 @@ def contractions(r: Region, lets: _Lets, acc: RNode, co_ax: str, kind: str) -> l
             reject(r, f"the input {x.read.arg[0]!r} is not a 4-D NCHW tensor", kind)
         roles: list[str | None] = []
         for j, e in enumerate(w.read.arg[1][1:], start=1):
-            v = _axis_var(e)
+            v = axis_var(e)
             if v is None:
                 if not (e.is_const and e.constant == 0 and w_shape[j] == 1):
                     reject(r, f"W's index {j} is {e}; a conv reads W[co, c, r, s] with reduce axes", kind)
@@ -253,7 +253,7 @@ def check_guard(r: Region, cons: list, e: Expr, extent: int, sizes: Mapping[str,
 
 # ---- the epilogue ---------------------------------------------------------------------------------
 
-def _strip_broadcast(r: Region, lets: _Lets, n: RNode, kind: str) -> RNode:
+def _strip_broadcast(r: Region, lets: Lets, n: RNode, kind: str) -> RNode:
     while n.op == R.BROADCAST:
         src = lets(n.src[0])
         added = [a for a in n.axes if a not in src.axes]
@@ -263,12 +263,8 @@ def _strip_broadcast(r: Region, lets: _Lets, n: RNode, kind: str) -> RNode:
     return n
 
 
-def _addend(r: Region, lets: _Lets, n: RNode, co_ax: str, out_map: tuple, kind: str) -> EpilogueOp:
-    n = lets(n)
-    if n.op == R.BROADCAST:
-        n = lets(n.src[0])
-    if n.op == R.UNARY and n.arg == "cast" and n.dtype == DType.fp32:
-        n = lets(n.src[0])
+def _addend(r: Region, lets: Lets, n: RNode, co_ax: str, out_map: tuple, kind: str) -> EpilogueOp:
+    n = addend_source(lets, n)
     if n.op != R.READ or n.dtype not in (*_HALF, DType.fp32):
         reject(r, "the epilogue adds a term that is not a bias along the channels or an NCHW residual", kind)
     tensor, index = n.arg
@@ -288,102 +284,30 @@ def _addend(r: Region, lets: _Lets, n: RNode, co_ax: str, out_map: tuple, kind: 
               "an NCHW residual of the output's shape", kind)
 
 
-def epilogue(r: Region, lets: _Lets, top: RNode, acc: RNode, out_dtype: DType, co_ax: str, out_map: tuple | None,
+def epilogue(r: Region, lets: Lets, top: RNode, acc: RNode, out_dtype: DType, co_ax: str, out_map: tuple | None,
              kind: str) -> tuple[EpilogueOp, ...]:
     """The ops from the accumulator up to top (first applied first); out_map None: no residual allowed."""
-    dep = _depends(lets, acc)
-    ops: list[EpilogueOp] = []
-    t = lets(top)
-    first = True
-    while t is not acc:
-        t2 = _strip_broadcast(r, lets, t, kind)
-        if t2 is not t:
-            t = t2
-            continue
-        kids = lets.children(t)
-        if t.op == R.UNARY and t.arg == "cast":
-            src = kids[0]
-            if t.dtype in _HALF and src.dtype == DType.fp32:
-                if not (first and t.dtype == out_dtype):
-                    ops.append(EpilogueOp("cast", dtype=t.dtype))
-                t, first = src, False
-                continue
-            if t.dtype == DType.fp32 and src.dtype in (*_HALF, DType.fp32):
-                t, first = src, False
-                continue
-            reject(r, f"the epilogue casts {src.dtype.value} to {t.dtype.value}", kind)
-        if t.dtype != DType.fp32:
-            reject(r, f"the epilogue computes {t.op.value} {t.arg} in {t.dtype.value}; the template's epilogue is fp32", kind)
-        if t.op == R.BINARY and t.arg == "add" and sum(map(dep, kids)) == 1:
-            main, other = kids if dep(kids[0]) else kids[::-1]
-            op = _addend(r, lets, other, co_ax, out_map or (), kind)
-            if op.kind == "residual" and out_map is None:
-                reject(r, "a residual over the conv output needs it materialized", kind)
-            ops.append(op)
-            t, first = main, False
-            continue
-        for d in _dominators(lets, t, acc, dep):
-            f = _probe(lets, t, d)
-            found = identify(f) if f is not None else None
-            if found is not None:
-                ops.extend(found)
-                t = d
-                break
-        else:
-            reject(r, f"the epilogue step {t.op.value} {t.arg or ''} is not a bias, residual, cast, scale or "
-                      "activation (relu, gelu_tanh, gelu_erf, silu, sigmoid) of the accumulator", kind)
-        first = False
-    return tuple(reversed(ops))
 
-
-# ---- tensors under aliases ------------------------------------------------------------------------
-
-class Aliases:
-    """The spec's name for each region tensor in each role: itself, or ``T.role`` when T already has a role
-    (conv(x) + x): the template binds each parameter once, the runner passes the buffer twice."""
-
-    def __init__(self, r: Region):
-        self.taken = {b.name for b in (*r.inputs, *r.outputs)}
-        self.used = {r.outputs[0].name}
-        self.pairs: list[tuple[str, str]] = []
-
-    def __call__(self, tensor: str, role: str) -> str:
-        names = (tensor if k == 0 else f"{tensor}.{role}" + (str(k) if k > 1 else "") for k in itertools.count())
-        alias = next(x for x in names if x not in self.used and (x == tensor or x not in self.taken))
-        self.used.add(alias)
-        self.pairs.append((alias, tensor))
-        return alias
-
-    def epilogue(self, ops: tuple[EpilogueOp, ...]) -> tuple[EpilogueOp, ...]:
-        return tuple(EpilogueOp(op.kind, self(op.tensor, op.kind), op.axis, op.dtype, op.value) if op.tensor else op
-                     for op in ops)
+    def addend(n: RNode) -> EpilogueOp:
+        op = _addend(r, lets, n, co_ax, out_map or (), kind)
+        if op.kind == "residual" and out_map is None:
+            reject(r, "a residual over the conv output needs it materialized", kind)
+        return op
+    return peel_epilogue(lets, top, acc, out_dtype, addend, lambda why: reject(r, why, kind),
+                         strip=lambda t: _strip_broadcast(r, lets, t, kind))
 
 
 @dataclass(frozen=True)
-class ConvBinding:
-    """A region's conv (or conv + pool) spec and, for each tensor the kernel reads, the region tensor behind it."""
-    spec: Any
-    tensors: tuple  # ((spec tensor name, region tensor name), ...), in spec.inputs order
-
-    def arrays(self, arrays: Mapping[str, Any], env: Mapping[str, int] | None = None, reshape=np.reshape) -> dict:
-        shapes = self.spec.shapes(env)
-        out = {}
-        for name, tensor in self.tensors:
-            x = arrays[tensor]
-            out[name] = x if tuple(x.shape) == shapes[name] else reshape(x, shapes[name])
-        return out
+class ConvBinding(RegionBinding):
+    """A region's conv (or conv + pool) spec and, for each tensor the kernel reads, the region tensor behind it
+    (tensors in two roles, conv(x) + x, under :class:`Aliases`)."""
 
 
 # ---- the region -----------------------------------------------------------------------------------
 
 def output_axes(r: Region, kind: str) -> tuple[RNode, Any, tuple, tuple[int, ...]]:
     """(top expression, yield, its 4 axes, the output's static shape)."""
-    if len(r.yields) != 1 or len(r.outputs) != 1:
-        reject(r, f"it writes {len(r.outputs)} outputs; the template writes one", kind)
-    y, out = r.yields[0], r.outputs[0]
-    lets = _Lets(r)
-    if y.src not in lets.map:
-        reject(r, f"it yields {y.src!r}, which no let defines", kind)
+    y, out, top = the_yield(r, Lets(r), lambda why: reject(r, why, kind))
     if len(y.axes) != 4:
         reject(r, f"its output has {len(y.axes)} axes; the template writes NCHW", kind)
     shape = int_shape(r, out, "the output", kind)
@@ -391,15 +315,15 @@ def output_axes(r: Region, kind: str) -> tuple[RNode, Any, tuple, tuple[int, ...
         reject(r, f"its output {out.name!r} is not the packed [{', '.join(y.axes)}] tensor", kind)
     if y.cast not in (DType.fp16, DType.bf16, DType.fp32):
         reject(r, f"it writes {y.cast.value}; the template writes fp16, bf16 or fp32", kind)
-    return lets.map[y.src], y, tuple(y.axes), shape
+    return top, y, tuple(y.axes), shape
 
 
 def conv_binding(region: Region, name: str | None = None) -> ConvBinding:
     """The region as a ConvSpec plus its tensor binding, or E1504 NoKernelTemplate saying why it is not a conv."""
     r, kind = region, "conv"
     top, y, (a_n, a_co, a_ho, a_wo), (n, co, ho, wo) = output_axes(r, kind)
-    lets = _Lets(r)
-    reds = [x for x in _walk(lets, top) if x.op == R.REDUCE]
+    lets = Lets(r)
+    reds = [x for x in walk(lets, top) if x.op == R.REDUCE]
     if len(reds) != 1:
         reject(r, f"it has {len(reds)} reductions; a conv has exactly one", kind)
     acc = reds[0]
@@ -407,7 +331,7 @@ def conv_binding(region: Region, name: str | None = None) -> ConvBinding:
                        lambda ct: _conv_binding(r, lets, top, acc, ct, y, (a_n, a_co, a_ho, a_wo), (n, co, ho, wo), name))
 
 
-def _conv_binding(r: Region, lets: _Lets, top: RNode, acc: RNode, ct: Contraction, y, axes, shape,
+def _conv_binding(r: Region, lets: Lets, top: RNode, acc: RNode, ct: Contraction, y, axes, shape,
                   name: str | None) -> ConvBinding:
     kind = "conv"
     a_n, a_co, a_ho, a_wo = axes

@@ -13,7 +13,7 @@ from __future__ import annotations
 from .conv_plan import SM90_CHUNK, SM90_REGS, ConvPlan
 from .conv_pool_spec import ConvPoolSpec
 from .conv_spec import ConvSpec
-from .gpu_ir import S, GpuIR, Stmt
+from .gpu_ir import S, GpuIR, Stmt, epilogue_stmt, sm90_consumer
 
 
 def _conv(spec) -> ConvSpec:
@@ -22,9 +22,7 @@ def _conv(spec) -> ConvSpec:
 
 def _output(spec, plan: ConvPlan, tc: str) -> tuple[Stmt, ...]:
     conv = _conv(spec)
-    ops = [op.to_json() for op in conv.epilogue] + [{"op": "cast", "dtype": conv.out_dtype.value, "final": True}]
-    epi = S("Epilogue", acc="acc", ops=ops, ins=(tc,), out="tE", kind="TokEpilogue", where="registers",
-            **{"async": plan.gemm.async_enable and plan.gemm.epilogue_overlap})
+    epi = epilogue_stmt(conv.epilogue, conv.out_dtype, plan.gemm, tc)
     if not isinstance(spec, ConvPoolSpec):
         return (epi, S("StGlobal", ptr=f"{conv.y} + ((n*Co + g*Cog + co)*Ho + ho)*Wo + wo", regs="acc", width=1,
                        layout="NCHW", pred="m < N*Ho*Wo && co < Cog", ins=("tE",)))
@@ -111,23 +109,7 @@ def _sm90(spec, plan: ConvPlan) -> tuple[Stmt, ...]:
             )),
         )),
     )
-    consumer = (
-        S("Loop", var="tile", range="blockIdx.x..tiles step gridDim.x", role="persistent", body=(
-            S("ZeroAcc", acc="acc", shape=f"64x{bn} per warpgroup"),
-            S("Loop", var="kt", range="0..ceil(K/64)-1", role="mainloop", body=(
-                S("Wait", ins=("tL[it]",), lowering="mbarrier.try_wait.parity full[it%S]"),
-                S("WgmmaFence"),
-                S("Wgmma", acc="acc", a_desc="smA[it%S] + 64*wg rows", b_desc="smB[it%S]", shape=f"64x{bn}x{bk}",
-                  instr=f"m64n{bn}k16 x {bk // 16}", dtype=f"{conv.in_dtype.value}_fp32acc", major="A:M B:K",
-                  swizzle="128B", out="tC[it]", kind="TokCompute"),
-                S("WgmmaCommit"),
-                S("Wait", ins=("tC[it-1]",), lowering="wgmma.wait_group 1"),
-                S("MBarrierArrive", mbarrier="empty[(it-1)%S]", ins=("tC[it-1]",)),
-            )),
-            S("Wait", ins=("tC[it]",), lowering="wgmma.wait_group 0"),
-            *_output(spec, plan, "tC[it]"),
-        )),
-    )
+    consumer = sm90_consumer(bn, bk, conv.in_dtype, "A:M B:K", _output(spec, plan, "tC[it]"))
     return (
         S("AllocShared", name="smA", shape=[st, bk, bm], swizzle="128B", major="M"),
         S("AllocShared", name="smB", shape=[st, bn, bk], swizzle="128B", major="K"),

@@ -25,7 +25,8 @@ from .cost import ctas_per_sm, regs_estimate, roofline
 from .gemm_spec import GemmSpec
 from .hardware import Target, target
 from .plan import SchedulePlan
-from .search import SMEM_FRACTION, Pruned, SearchResult, sm80_candidates, sm90_candidates, widest_vec
+from .plan_search import SearchResult, occupancy_reason, prune, rank, skeletons_for, smem_reason
+from .search import sm80_candidates, sm90_candidates, sm90_tile_reason, widest_vec
 
 GATHER_ELEMS_PER_CLK = 32   # im2col elements an SM gathers per clock (2-byte loads + predicates + paired smem stores)
 SM90_CHUNK = 8              # gather passes the sm90 producer keeps in flight
@@ -191,8 +192,8 @@ def conv_stop_reason(spec, plan: ConvPlan, tgt: Target) -> str | None:
     conv = spec.conv if isinstance(spec, ConvPoolSpec) else spec
     bm, bn, bk = plan.tile
     k = conv.gemm_sizes()["k"]
-    if plan.smem_bytes > SMEM_FRACTION * tgt.smem_per_block:
-        return f"smem {plan.smem_bytes} B > {int(SMEM_FRACTION * 100)}% of {tgt.smem_per_block} B"
+    if smem := smem_reason(plan, tgt):
+        return smem
     threads = 128 if plan.skeleton == "sm90" else plan.threads
     if threads % (bm // 2) or bk % (threads // (bm // 2)):
         return "the im2col gather (two rows per thread) does not divide the A tile among the threads"
@@ -201,10 +202,8 @@ def conv_stop_reason(spec, plan: ConvPlan, tgt: Target) -> str | None:
         if rh * rw > bm:
             return f"the pool tile's conv pre-image ({rh}x{rw}) exceeds the CTA's {bm} rows"
     if plan.skeleton == "sm90":
-        if tgt.arch != "sm90":
-            return "sm90 skeleton needs an sm90 GPU"
-        if bm not in (64, 128) or bn not in (64, 128, 256) or bk != 64:
-            return "sm90: tile outside wgmma m64nNk16 x TMA 128B-swizzle boxes"
+        if sm90 := sm90_tile_reason(plan.gemm, tgt):
+            return sm90
         if k % 8:
             return f"sm90: the TMA of W needs 16-byte rows, K = Cg*Kh*Kw = {k} is not a multiple of 8"
         if regs_estimate(plan.gemm) > SM90_REGS[1]:
@@ -218,9 +217,7 @@ def conv_stop_reason(spec, plan: ConvPlan, tgt: Target) -> str | None:
         return "W tile copies do not divide evenly among the threads"
     if plan.gemm.vec_b < widest_vec(k):
         return f"vector width {plan.gemm.vec_b} of W shrinks below {widest_vec(k)}"
-    if ctas_per_sm(plan.gemm, tgt) < 2:
-        return f"occupancy collapses to {ctas_per_sm(plan.gemm, tgt)} CTA/SM"
-    return None
+    return occupancy_reason(ctas_per_sm(plan.gemm, tgt))
 
 
 def _candidates(spec, arch: str, skeletons) -> list[ConvPlan]:
@@ -253,16 +250,9 @@ def conv_search(spec: "ConvSpec | ConvPoolSpec", arch: str = "sm90", env: Mappin
                 skeletons: tuple[str, ...] | None = None) -> SearchResult:
     """Rank the plans for a conv (or conv + pool) on arch: candidates, STOP pruning, conv_cost."""
     tgt = target(arch)
-    skeletons = skeletons or (("sm90", "sm80") if arch == "sm90" else ("sm80",))
-    kept, pruned = [], []
-    for p in _candidates(spec, arch, skeletons):
-        why = conv_stop_reason(spec, p, tgt)
-        (pruned.append(Pruned(p, why)) if why else kept.append(p))
-    if not kept:  # occupancy is a preference, not a wall
-        kept = [x.plan for x in pruned if x.reason.startswith("occupancy")]
-        pruned = [x for x in pruned if not x.reason.startswith("occupancy")]
+    kept, pruned = prune(_candidates(spec, arch, skeletons_for(arch, skeletons)),
+                         lambda p: conv_stop_reason(spec, p, tgt))
     if not kept:
         fail("NoKernelTemplate", f"conv {spec.name!r}", "no schedule candidate survives the STOP conditions: "
              + "; ".join(sorted({x.reason for x in pruned})[:4]))
-    scored = sorted((p.with_est(conv_cost(spec, p, tgt)) for p in kept), key=lambda p: (dict(p.est)["time_s"], p.key()))
-    return SearchResult(tuple(scored), tuple(pruned))
+    return SearchResult(rank(kept, lambda p: conv_cost(spec, p, tgt), ConvPlan.with_est), tuple(pruned))

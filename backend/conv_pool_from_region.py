@@ -19,11 +19,11 @@ import numpy as np
 
 from ..ir.dtypes import DType
 from ..ir.region import R, Region
-from .from_region import _walk
-from .conv_from_region import (Aliases, ConvBinding, Contraction, _Lets, check_channels, check_guard, contractions,
-                               epilogue, evaluate, first_match, grid, guard_parts, output_axes, reject, spatial)
+from .conv_from_region import (ConvBinding, Contraction, check_channels, check_guard, contractions, epilogue, evaluate,
+                               first_match, grid, guard_parts, output_axes, reject, spatial)
 from .conv_pool_spec import ConvPoolSpec
 from .conv_spec import ConvSpec
+from .region_match import Aliases, Lets, walk
 
 KIND = "conv + max-pool"
 
@@ -59,7 +59,7 @@ def conv_pool_binding(region: Region, name: str | None = None) -> ConvBinding:
     """The region as a ConvPoolSpec plus its binding, or E1504 NoKernelTemplate saying why it is not one."""
     r = region
     top, y, (a_n, a_co, a_ph, a_pw), (n, co, hp, wp) = output_axes(r, KIND)
-    lets = _Lets(r)
+    lets = Lets(r)
     t = lets(top)
     while t.op == R.BROADCAST and all(r.axis_sizes[a] == 1 for a in t.axes if a not in lets(t.src[0]).axes):
         t = lets(t.src[0])
@@ -78,7 +78,7 @@ def conv_pool_binding(region: Region, name: str | None = None) -> ConvBinding:
         if p.op != R.PRED or b.op != R.CONST or not (isinstance(b.arg, float) and math.isinf(b.arg) and b.arg < 0):
             reject(r, "the pool's body is a Select other than 'guard ? value : -inf'", KIND)
         pool_guard, body = p, a
-    sums = [x for x in _walk(lets, body) if x.op == R.REDUCE]
+    sums = [x for x in walk(lets, body) if x.op == R.REDUCE]
     if len(sums) != 1:
         reject(r, f"the pooled value holds {len(sums)} reductions; the conv has exactly one", KIND)
     acc = sums[0]
@@ -87,7 +87,7 @@ def conv_pool_binding(region: Region, name: str | None = None) -> ConvBinding:
                                         (n, co, hp, wp), name))
 
 
-def _bind(r: Region, lets: _Lets, body, acc, ct: Contraction, pool_guard, win_axes, y, axes, shape,
+def _bind(r: Region, lets: Lets, body, acc, ct: Contraction, pool_guard, win_axes, y, axes, shape,
           name: str | None) -> ConvBinding:
     a_n, a_co, a_ph, a_pw = axes
     n, co, hp, wp = shape

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..ir.diagnostics import fail
 from ..ir.dtypes import DType, round_to
-from .gemm_spec import EpilogueOp, GemmSpec, IN_DTYPES, OUT_DTYPES
+from .gemm_spec import EpilogueOp, GemmSpec, IN_DTYPES, OUT_DTYPES, epilogue_dtypes, epilogue_tensors
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class ConvSpec:
     @property
     def inputs(self) -> tuple[str, ...]:
         """Tensor names the kernel reads, in kernel-parameter order."""
-        return (self.x, self.wt) + tuple(op.tensor for op in self.epilogue if op.tensor is not None)
+        return (self.x, self.wt) + epilogue_tensors(self.epilogue)
 
     def shapes(self, env: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
         ho, wo = self.out_hw
@@ -123,11 +123,7 @@ class ConvSpec:
         return out
 
     def dtypes(self) -> dict[str, DType]:
-        out = {self.x: self.in_dtype, self.wt: self.in_dtype, self.y: self.out_dtype}
-        for op in self.epilogue:
-            if op.tensor is not None:
-                out[op.tensor] = op.dtype
-        return out
+        return {self.x: self.in_dtype, self.wt: self.in_dtype, self.y: self.out_dtype, **epilogue_dtypes(self.epilogue)}
 
     def flops(self) -> int:
         s = self.gemm_sizes()

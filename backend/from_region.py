@@ -20,18 +20,18 @@ Anything else fails with E1504 NoKernelTemplate saying exactly what does not fit
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from functools import partial
+from typing import Callable
 
 import numpy as np
 
 from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
-from ..ir.expr import Expr
 from ..ir.region import R, Region, RNode
 from .gemm_spec import EpilogueOp, GemmSpec
+from .region_match import Aliases, Lets, Reject, RegionBinding, axis_size, axis_var, row_major_input, the_yield, walk
 
 _HALF = (DType.fp16, DType.bf16)
 _PROBE = np.concatenate([np.linspace(-9.0, 9.0, 181), np.array([-1e-3, 1e-3, 0.0, 0.37, -2.71, 12.5, -12.5])])
@@ -42,68 +42,14 @@ def _reject(r: Region, why: str) -> None:
     fail("NoKernelTemplate", f"region {r.name}", f"not a GEMM-family region: {why}")
 
 
-class _Lets:
-    """Follows Ref nodes to the let they name, so the matcher sees one expression DAG."""
-
-    def __init__(self, r: Region):
-        self.map = r.let_map
-
-    def __call__(self, n: RNode) -> RNode:
-        while n.op == R.REF:
-            n = self.map[n.arg]
-        return n
-
-    def children(self, n: RNode) -> tuple:
-        return tuple(self(s) for s in n.src)
-
-
-def _walk(lets: _Lets, top: RNode, stop: RNode | None = None) -> list[RNode]:
-    """Every node reachable from top (Refs followed), not descending below stop."""
-    out, seen, stack = [], set(), [top]
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        out.append(n)
-        if n is not stop:
-            stack.extend(lets.children(n))
-    return out
-
-
-def _axis_var(e: Expr) -> str | None:
-    """The axis name when e is a bare variable, else None."""
-    vs = e.variables()
-    if len(vs) == 1:
-        v = next(iter(vs))
-        if e == Expr.of(v):
-            return v
-    return None
-
-
-def _size(r: Region, axis: str):
-    """An axis size as a GemmSpec size: an int or a symbol name."""
-    d = r.axis_sizes[axis]
-    if isinstance(d, int):
-        return d
-    name = _axis_var(d)
-    if name is None:
-        _reject(r, f"axis {axis} has the composite size {d}; the template takes ints or single symbols")
-    return name
-
-
 def _read_axes(r: Region, node: RNode, what: str) -> tuple[str, tuple[str, ...]]:
     """(tensor, the axis variables of its read map in order), checking the map is a packed permutation."""
     tensor, index = node.arg
-    buf = next((b for b in r.inputs if b.name == tensor), None)
-    if buf is None:
-        _reject(r, f"it reads {tensor!r}, which is not one of its inputs")
-    if buf.memref.layout.kind != "row_major":
-        _reject(r, f"{what} {tensor!r} has layout {buf.memref.layout.kind}; the template reads row-major tensors")
+    buf = row_major_input(r, tensor, what, partial(_reject, r))
     sizes = r.axis_sizes
     axes = []
     for k, (e, d) in enumerate(zip(index, buf.memref.shape, strict=True)):
-        v = _axis_var(e)
+        v = axis_var(e)
         if v is None:
             if e.is_const and e.constant == 0 and d == 1:
                 continue  # a size-1 dim: dropped from the operand's shape
@@ -118,7 +64,7 @@ def _read_axes(r: Region, node: RNode, what: str) -> tuple[str, tuple[str, ...]]
     return tensor, tuple(axes)
 
 
-def _operand(r: Region, lets: _Lets, n: RNode) -> tuple[RNode, DType]:
+def _operand(r: Region, lets: Lets, n: RNode) -> tuple[RNode, DType]:
     """A contraction operand: cast(read T, fp32) with T fp16|bf16."""
     n = lets(n)
     if n.op == R.UNARY and n.arg == "cast" and n.dtype == DType.fp32:
@@ -130,8 +76,8 @@ def _operand(r: Region, lets: _Lets, n: RNode) -> tuple[RNode, DType]:
     _reject(r, "the reduce body multiplies something other than two (widened) reads")
 
 
-def _accumulator(r: Region, lets: _Lets, top: RNode) -> RNode:
-    reds = [n for n in _walk(lets, top) if n.op == R.REDUCE]
+def _accumulator(r: Region, lets: Lets, top: RNode) -> RNode:
+    reds = [n for n in walk(lets, top) if n.op == R.REDUCE]
     if len(reds) != 1:
         _reject(r, f"it has {len(reds)} reductions; a GEMM has exactly one")
     acc = reds[0]
@@ -149,7 +95,7 @@ def _accumulator(r: Region, lets: _Lets, top: RNode) -> RNode:
 
 # ---- the epilogue ---------------------------------------------------------------------------------
 
-def _depends(lets: _Lets, acc: RNode):
+def _depends(lets: Lets, acc: RNode):
     memo: dict = {}
 
     def dep(n: RNode) -> bool:
@@ -162,14 +108,14 @@ def _depends(lets: _Lets, acc: RNode):
     return dep
 
 
-def _dominators(lets: _Lets, top: RNode, acc: RNode, dep) -> list[RNode]:
+def _dominators(lets: Lets, top: RNode, acc: RNode, dep) -> list[RNode]:
     """Nodes below top that every path from top to acc passes through, the one nearest acc first."""
-    nodes = [n for n in _walk(lets, top) if n is not top and dep(n)]
+    nodes = [n for n in walk(lets, top) if n is not top and dep(n)]
 
     def reaches_acc_avoiding(block: RNode) -> bool:
-        return any(n is acc for n in _walk(lets, top, stop=block) if n is not block)
+        return any(n is acc for n in walk(lets, top, stop=block) if n is not block)
     doms = [d for d in nodes if d is acc or not reaches_acc_avoiding(d)]
-    below = {id(d): sum(1 for n in _walk(lets, d) if any(n is e for e in doms)) for d in doms}
+    below = {id(d): sum(1 for n in walk(lets, d) if any(n is e for e in doms)) for d in doms}
     return sorted(doms, key=lambda d: below[id(d)])
 
 
@@ -179,7 +125,7 @@ _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divi
            "min": np.minimum, "pow": np.power, "cmplt": np.less, "cmpeq": np.equal, "cmpne": np.not_equal}
 
 
-def _probe(lets: _Lets, top: RNode, x_node: RNode) -> np.ndarray | None:
+def _probe(lets: Lets, top: RNode, x_node: RNode) -> np.ndarray | None:
     """f(_PROBE) for the read-free fp32 expression top(x_node), or None if the block is not such a function."""
     memo: dict = {}
 
@@ -250,13 +196,20 @@ def identify(f: np.ndarray) -> list[EpilogueOp] | None:
     return None
 
 
-def _addend(r: Region, lets: _Lets, n: RNode, m_ax: str, n_ax: str, out_axes: tuple) -> EpilogueOp:
-    """bias / residual from the non-accumulator side of an add: [BroadcastInDim of] [cast fp32 of] a read."""
+def addend_source(lets: Lets, n: RNode) -> RNode:
+    """What the non-accumulator side of an epilogue add is under [BroadcastInDim of] [cast fp32 of] (a read,
+    for a bias or a residual)."""
     n = lets(n)
     if n.op == R.BROADCAST:
         n = lets(n.src[0])
     if n.op == R.UNARY and n.arg == "cast" and n.dtype == DType.fp32:
         n = lets(n.src[0])
+    return n
+
+
+def _addend(r: Region, lets: Lets, n: RNode, m_ax: str, n_ax: str, out_axes: tuple) -> EpilogueOp:
+    """bias / residual from the non-accumulator side of an add: [BroadcastInDim of] [cast fp32 of] a read."""
+    n = addend_source(lets, n)
     if n.op != R.READ:
         _reject(r, "the epilogue adds a term that is not a tensor read (bias along n or m, or a residual)")
     if n.dtype not in (*_HALF, DType.fp32):
@@ -272,13 +225,21 @@ def _addend(r: Region, lets: _Lets, n: RNode, m_ax: str, n_ax: str, out_axes: tu
                f"{n_ax} or {m_ax} nor a residual over [{', '.join(out_axes)}]")
 
 
-def _epilogue(r: Region, lets: _Lets, top: RNode, acc: RNode, out_dtype: DType, m_ax: str, n_ax: str,
-              out_axes: tuple) -> tuple[EpilogueOp, ...]:
+def peel_epilogue(lets: Lets, top: RNode, acc: RNode, out_dtype: DType, addend: Callable[[RNode], EpilogueOp],
+                  reject: Reject, strip: Callable[[RNode], RNode] | None = None) -> tuple[EpilogueOp, ...]:
+    """The elementwise ops from the accumulator up to top, first applied first: casts, adds of addend(the
+    other side) (bias, residual), and read-free f(x) recognised by their values on the probe (scale,
+    activations). strip(t) skips nodes the kind sees through (a new t) or returns t."""
     dep = _depends(lets, acc)
     ops: list[EpilogueOp] = []  # outermost first
     t = lets(top)
     first = True
     while t is not acc:
+        if strip is not None:
+            t2 = strip(t)
+            if t2 is not t:
+                t = t2
+                continue
         kids = lets.children(t)
         if t.op == R.UNARY and t.arg == "cast":
             src = kids[0]
@@ -290,12 +251,12 @@ def _epilogue(r: Region, lets: _Lets, top: RNode, acc: RNode, out_dtype: DType, 
             if t.dtype == DType.fp32 and src.dtype in (*_HALF, DType.fp32):
                 t, first = src, False
                 continue
-            _reject(r, f"the epilogue casts {src.dtype.value} to {t.dtype.value}")
+            reject(f"the epilogue casts {src.dtype.value} to {t.dtype.value}")
         if t.dtype != DType.fp32:
-            _reject(r, f"the epilogue computes {t.op.value} {t.arg} in {t.dtype.value}; the template's epilogue is fp32")
+            reject(f"the epilogue computes {t.op.value} {t.arg} in {t.dtype.value}; the template's epilogue is fp32")
         if t.op == R.BINARY and t.arg == "add" and sum(map(dep, kids)) == 1:
             main, other = kids if dep(kids[0]) else kids[::-1]
-            ops.append(_addend(r, lets, other, m_ax, n_ax, out_axes))
+            ops.append(addend(other))
             t, first = main, False
             continue
         for d in _dominators(lets, t, acc, dep):
@@ -306,8 +267,8 @@ def _epilogue(r: Region, lets: _Lets, top: RNode, acc: RNode, out_dtype: DType, 
                 t = d
                 break
         else:
-            _reject(r, f"the epilogue step {t.op.value} {t.arg or ''} is not a bias, residual, cast, scale or "
-                       "activation (relu, gelu_tanh, gelu_erf, silu, sigmoid) of the accumulator")
+            reject(f"the epilogue step {t.op.value} {t.arg or ''} is not a bias, residual, cast, scale or "
+                   "activation (relu, gelu_tanh, gelu_erf, silu, sigmoid) of the accumulator")
         first = False
     return tuple(reversed(ops))
 
@@ -318,14 +279,9 @@ def gemm_binding(region: Region, name: str | None = None) -> "GemmBinding":
     """The region as a GemmSpec plus its tensor binding, or E1504 NoKernelTemplate saying why it is not
     GEMM-family."""
     r = region
-    if len(r.yields) != 1 or len(r.outputs) != 1:
-        _reject(r, f"it writes {len(r.outputs)} outputs; the template writes one")
-    y = r.yields[0]
-    out = r.outputs[0]
-    lets = _Lets(r)
-    if y.src not in lets.map:
-        _reject(r, f"it yields {y.src!r}, which no let defines")
-    top = lets.map[y.src]
+    reject = partial(_reject, r)
+    lets = Lets(r)
+    y, out, top = the_yield(r, lets, reject)
     if len(y.axes) < 2:
         _reject(r, "its output has fewer than two axes (a GEMM writes [*batch, m, n])")
     if set(lets(top).axes) != set(y.axes):
@@ -362,47 +318,23 @@ def gemm_binding(region: Region, name: str | None = None) -> "GemmBinding":
     b_layout, b_bcast = layout(b_axes, (k_ax, n_ax), repr(b_name))
     if a_bcast and b_bcast:
         _reject(r, "neither operand reads the batch axes (the batch would only repeat one product)")
-    epilogue = _epilogue(r, lets, top, acc, y.cast, m_ax, n_ax, tuple(y.axes))
+    epilogue = peel_epilogue(lets, top, acc, y.cast, lambda n: _addend(r, lets, n, m_ax, n_ax, tuple(y.axes)), reject)
     if y.cast not in (DType.fp16, DType.bf16, DType.fp32):
         _reject(r, f"it writes {y.cast.value}; the template writes fp16, bf16 or fp32")
-    taken = {b.name for b in (*r.inputs, *r.outputs)}
-    used = {out.name}
-    binding: list[tuple[str, str]] = []
-
-    def bind(tensor: str, role: str) -> str:
-        """The spec's name for tensor in this role: itself, or an alias when the tensor already has a role
-        (x @ x^T, x @ W + x): the template binds each parameter once, the runner passes the buffer twice."""
-        names = (tensor if k == 0 else f"{tensor}.{role}" + (str(k) if k > 1 else "") for k in itertools.count())
-        alias = next(x for x in names if x not in used and (x == tensor or x not in taken))
-        used.add(alias)
-        binding.append((alias, tensor))
-        return alias
-
-    a_spec, b_spec = bind(a_name, "a"), bind(b_name, "b")
-    epilogue = tuple(EpilogueOp(op.kind, bind(op.tensor, op.kind), op.axis, op.dtype, op.value) if op.tensor else op
-                     for op in epilogue)
-    spec = GemmSpec(name or r.name, _size(r, m_ax), _size(r, n_ax), _size(r, k_ax),
-                    batch=tuple(_size(r, a) for a in batch_axes), in_dtype=xdt, out_dtype=y.cast,
+    al = Aliases(r)  # x @ x^T, x @ W + x: one tensor in two roles
+    a_spec, b_spec = al(a_name, "a"), al(b_name, "b")
+    size = partial(axis_size, r, reject=reject)
+    spec = GemmSpec(name or r.name, size(m_ax), size(n_ax), size(k_ax),
+                    batch=tuple(size(a) for a in batch_axes), in_dtype=xdt, out_dtype=y.cast,
                     a_layout=a_layout, b_layout=b_layout, a_broadcast=a_bcast, b_broadcast=b_bcast,
-                    epilogue=epilogue, a=a_spec, b=b_spec, c=out.name)
-    return GemmBinding(spec, tuple(binding))
+                    epilogue=al.epilogue(epilogue), a=a_spec, b=b_spec, c=out.name)
+    return GemmBinding(spec, tuple(al.pairs))
 
 
 @dataclass(frozen=True)
-class GemmBinding:
+class GemmBinding(RegionBinding):
     """A region's GemmSpec and, for each tensor the kernel reads, the region tensor behind it."""
     spec: GemmSpec
-    tensors: tuple  # ((spec tensor name, region tensor name), ...), in spec.inputs order
-
-    def arrays(self, arrays: Mapping[str, Any], env: Mapping[str, int] | None = None, reshape=np.reshape) -> dict:
-        """{spec tensor name: the region tensor's array in the spec's shape} (size-1 dims a read fixes at 0
-        dropped; reshape is numpy's or a device view's)."""
-        shapes = self.spec.shapes(env)
-        out = {}
-        for name, tensor in self.tensors:
-            x = arrays[tensor]
-            out[name] = x if tuple(x.shape) == shapes[name] else reshape(x, shapes[name])
-        return out
 
 
 def gemm_spec_from_region(region: Region, name: str | None = None) -> GemmSpec:

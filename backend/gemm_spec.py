@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Union
+from typing import Any, Iterable, Mapping, Union
 
 from ..ir.diagnostics import fail
 from ..ir.dtypes import DType, parse_dtype
@@ -55,6 +55,33 @@ class EpilogueOp:
         return d
 
 
+def epilogue_tensors(epilogue: Iterable[EpilogueOp]) -> tuple[str, ...]:
+    """The tensors an epilogue reads, in kernel-parameter order."""
+    return tuple(op.tensor for op in epilogue if op.tensor is not None)
+
+
+def epilogue_dtypes(epilogue: Iterable[EpilogueOp]) -> dict[str, DType]:
+    """The element type of each tensor an epilogue reads."""
+    return {op.tensor: op.dtype for op in epilogue if op.tensor is not None}
+
+
+def symbols_of(sizes: Iterable[Size]) -> tuple[str, ...]:
+    """The symbol names among sizes, in first-use order."""
+    return tuple(dict.fromkeys(d for d in sizes if isinstance(d, str)))
+
+
+def resolve_size(d: Size, env: Mapping[str, int], what: str, at: str) -> int:
+    """A size under env; E UnboundSymbol / UnaddressableShape when a symbol has no positive int value."""
+    if isinstance(d, int):
+        return d
+    if d not in env:
+        fail("UnboundSymbol", at, f"{what} is the symbol {d!r}, which has no value")
+    v = env[d]
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        fail("UnaddressableShape", at, f"symbol {d!r} = {v!r}; sizes are positive ints")
+    return v
+
+
 @dataclass(frozen=True)
 class GemmSpec:
     name: str
@@ -80,11 +107,7 @@ class GemmSpec:
     # ---- sizes ---------------------------------------------------------------------------------
     @property
     def symbols(self) -> tuple[str, ...]:
-        seen: list[str] = []
-        for d in (*self.batch, self.m, self.n, self.k):
-            if isinstance(d, str) and d not in seen:
-                seen.append(d)
-        return tuple(seen)
+        return symbols_of((*self.batch, self.m, self.n, self.k))
 
     @property
     def is_static(self) -> bool:
@@ -92,17 +115,10 @@ class GemmSpec:
 
     def sizes(self, env: Mapping[str, int] | None = None) -> dict[str, int]:
         """Concrete {batch, m, n, k} (batch = product of the batch dims) under env."""
-        env = env or {}
+        env, at = env or {}, f"gemm {self.name!r}"
 
         def get(d: Size, what: str) -> int:
-            if isinstance(d, int):
-                return d
-            if d not in env:
-                fail("UnboundSymbol", f"gemm {self.name!r}", f"{what} is the symbol {d!r}, which has no value")
-            v = env[d]
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                fail("UnaddressableShape", f"gemm {self.name!r}", f"symbol {d!r} = {v!r}; sizes are positive ints")
-            return v
+            return resolve_size(d, env, what, at)
 
         return {"batch": math.prod(get(d, "a batch dim") for d in self.batch),
                 "m": get(self.m, "M"), "n": get(self.n, "N"), "k": get(self.k, "K")}
@@ -124,16 +140,12 @@ class GemmSpec:
         return out
 
     def dtypes(self) -> dict[str, DType]:
-        out = {self.a: self.in_dtype, self.b: self.in_dtype, self.c: self.out_dtype}
-        for op in self.epilogue:
-            if op.tensor is not None:
-                out[op.tensor] = op.dtype
-        return out
+        return {self.a: self.in_dtype, self.b: self.in_dtype, self.c: self.out_dtype, **epilogue_dtypes(self.epilogue)}
 
     @property
     def inputs(self) -> tuple[str, ...]:
         """Tensor names the kernel reads, in kernel-parameter order."""
-        return (self.a, self.b) + tuple(op.tensor for op in self.epilogue if op.tensor is not None)
+        return (self.a, self.b) + epilogue_tensors(self.epilogue)
 
     def flops(self, env: Mapping[str, int] | None = None) -> int:
         s = self.sizes(env)
@@ -181,16 +193,21 @@ def _check_size(d: Any, what: str, at: str) -> None:
         fail("InvalidAttribute", at, f"{what} = {d!r} is not a symbol name (letters, digits, _)")
 
 
+def check_sizes(named: Iterable[tuple[Any, str]], batch: Any, at: str) -> None:
+    """Each (size, what) and each batch dim (batch: a tuple) is a positive int or a symbol name."""
+    for d, what in named:
+        _check_size(d, what, at)
+    if not isinstance(batch, tuple):
+        fail("InvalidAttribute", at, "batch is a tuple of sizes")
+    for i, d in enumerate(batch):
+        _check_size(d, f"batch dim {i}", at)
+
+
 def validate(s: GemmSpec) -> None:
     at = f"gemm {s.name!r}"
     if not isinstance(s.name, str) or not s.name:
         fail("InvalidAttribute", "gemm", "a GEMM needs a non-empty name")
-    for d, what in ((s.m, "M"), (s.n, "N"), (s.k, "K")):
-        _check_size(d, what, at)
-    if not isinstance(s.batch, tuple):
-        fail("InvalidAttribute", at, "batch is a tuple of sizes")
-    for i, d in enumerate(s.batch):
-        _check_size(d, f"batch dim {i}", at)
+    check_sizes(((s.m, "M"), (s.n, "N"), (s.k, "K")), s.batch, at)
     if s.in_dtype not in IN_DTYPES:
         fail("DtypeMismatch", at, f"inputs must be fp16 or bf16, got {s.in_dtype.value}",
              "Cast the operands to fp16 or bf16 before the contraction.")

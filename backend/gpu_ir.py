@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ir.diagnostics import fail
-from .gemm_spec import GemmSpec
+from ..ir.dtypes import DType
+from .gemm_spec import EpilogueOp, GemmSpec
 from .plan import SchedulePlan
 
 TOKEN_KINDS = ("TokLoad", "TokCompute", "TokEpilogue")
@@ -66,11 +67,16 @@ def S(op: str, *, ins: tuple[str, ...] = (), out: str | None = None, kind: str |
     return Stmt(op, tuple(args.items()), tuple(ins), out, kind, tuple(body))
 
 
+def epilogue_stmt(epilogue: tuple[EpilogueOp, ...], out_dtype: DType, plan: SchedulePlan, tc: str) -> Stmt:
+    """The fused epilogue on the fp32 accumulators after TokCompute tc: its ops, then the final cast."""
+    ops = [op.to_json() for op in epilogue] + [{"op": "cast", "dtype": out_dtype.value, "final": True}]
+    return S("Epilogue", acc="acc", ops=ops, ins=(tc,), out="tE", kind="TokEpilogue", where="registers",
+             **{"async": plan.async_enable and plan.epilogue_overlap})
+
+
 def _epilogue(spec: GemmSpec, plan: SchedulePlan, tc: str) -> tuple[Stmt, ...]:
-    ops = [op.to_json() for op in spec.epilogue] + [{"op": "cast", "dtype": spec.out_dtype.value, "final": True}]
     return (
-        S("Epilogue", acc="acc", ops=ops, ins=(tc,), out="tE", kind="TokEpilogue", where="registers",
-          **{"async": plan.async_enable and plan.epilogue_overlap}),
+        epilogue_stmt(spec.epilogue, spec.out_dtype, plan, tc),
         S("StGlobalVec", ptr=f"{spec.c} + (b*M + m)*N + n", regs="acc_pair", width=2, pred="m < M && n < N",
           ins=("tE",)),
     )
@@ -125,24 +131,8 @@ def _sm90(spec: GemmSpec, plan: SchedulePlan) -> tuple[Stmt, ...]:
             )),
         )),
     )
-    consumer = (
-        S("Loop", var="tile", range="blockIdx.x..tiles step gridDim.x", role="persistent", body=(
-            S("ZeroAcc", acc="acc", shape=f"64x{bn} per warpgroup"),
-            S("Loop", var="kt", range="0..ceil(K/64)-1", role="mainloop", body=(
-                S("Wait", ins=("tL[it]",), lowering="mbarrier.try_wait.parity full[it%S]"),
-                S("WgmmaFence"),
-                S("Wgmma", acc="acc", a_desc="smA[it%S] + 64*wg rows", b_desc="smB[it%S]", shape=f"64x{bn}x{bk}",
-                  instr=f"m64n{bn}k16 x {bk // 16}", dtype=f"{spec.in_dtype.value}_fp32acc",
-                  major=f"A:{'K' if plan.a_kmajor else 'M'} B:{'K' if plan.b_kmajor else 'N'}", swizzle="128B",
-                  out="tC[it]", kind="TokCompute"),
-                S("WgmmaCommit"),
-                S("Wait", ins=("tC[it-1]",), lowering="wgmma.wait_group 1"),
-                S("MBarrierArrive", mbarrier="empty[(it-1)%S]", ins=("tC[it-1]",)),
-            )),
-            S("Wait", ins=("tC[it]",), lowering="wgmma.wait_group 0"),
-            *_epilogue(spec, plan, "tC[it]"),
-        )),
-    )
+    major = f"A:{'K' if plan.a_kmajor else 'M'} B:{'K' if plan.b_kmajor else 'N'}"
+    consumer = sm90_consumer(bn, bk, spec.in_dtype, major, _epilogue(spec, plan, "tC[it]"))
     return (
         S("AllocShared", name="smA", shape=[st, bm, bk], swizzle="128B"),
         S("AllocShared", name="smB", shape=[st, bk, bn], swizzle="128B"),
@@ -150,6 +140,28 @@ def _sm90(spec: GemmSpec, plan: SchedulePlan) -> tuple[Stmt, ...]:
         S("MBarrierInit", name="empty", count=4 * nc, depth=st),
         S("Role", name="producer", warpgroups="0", setmaxnreg=40 if nc >= 2 else None, body=producer),
         S("Role", name="consumer", warpgroups=f"1..{nc}", setmaxnreg=232 if nc >= 2 else None, body=consumer),
+    )
+
+
+def sm90_consumer(bn: int, bk: int, in_dtype: DType, major: str, output: tuple[Stmt, ...]) -> tuple[Stmt, ...]:
+    """The consumer warpgroups of the sm90 GEMM skeleton, persistent over tiles: wgmma on each landed ring
+    slot (wait full, release the previous slot once its wgmma retired), then output (epilogue and stores)."""
+    return (
+        S("Loop", var="tile", range="blockIdx.x..tiles step gridDim.x", role="persistent", body=(
+            S("ZeroAcc", acc="acc", shape=f"64x{bn} per warpgroup"),
+            S("Loop", var="kt", range="0..ceil(K/64)-1", role="mainloop", body=(
+                S("Wait", ins=("tL[it]",), lowering="mbarrier.try_wait.parity full[it%S]"),
+                S("WgmmaFence"),
+                S("Wgmma", acc="acc", a_desc="smA[it%S] + 64*wg rows", b_desc="smB[it%S]", shape=f"64x{bn}x{bk}",
+                  instr=f"m64n{bn}k16 x {bk // 16}", dtype=f"{in_dtype.value}_fp32acc", major=major, swizzle="128B",
+                  out="tC[it]", kind="TokCompute"),
+                S("WgmmaCommit"),
+                S("Wait", ins=("tC[it-1]",), lowering="wgmma.wait_group 1"),
+                S("MBarrierArrive", mbarrier="empty[(it-1)%S]", ins=("tC[it-1]",)),
+            )),
+            S("Wait", ins=("tC[it]",), lowering="wgmma.wait_group 0"),
+            *output,
+        )),
     )
 
 

@@ -9,7 +9,6 @@ The survivors are ranked by ``cost`` (default :func:`roofline`); a Poly Core mod
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from ..ir.diagnostics import fail
@@ -17,32 +16,10 @@ from .cost import ctas_per_sm, regs_estimate, roofline
 from .gemm_spec import GemmSpec
 from .hardware import Target, target
 from .plan import SchedulePlan
+from .plan_search import SMEM_FRACTION  # noqa: F401  (part of this module's interface)
+from .plan_search import SearchResult, occupancy_reason, prune, rank, ranking_env, skeletons_for, smem_reason
 
 CostFn = Callable[[GemmSpec, SchedulePlan, Mapping[str, int], Target], "dict[str, float] | float"]
-
-SMEM_FRACTION = 0.8
-HINT_SIZE = 4096          # size assumed for a symbol when ranking (the plan is re-specialised at run time)
-
-
-@dataclass(frozen=True)
-class Pruned:
-    plan: SchedulePlan
-    reason: str
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    ranked: tuple[SchedulePlan, ...]   # best first
-    pruned: tuple[Pruned, ...]
-
-    @property
-    def best(self) -> SchedulePlan:
-        return self.ranked[0]
-
-    def to_json(self, spec: GemmSpec | None = None) -> dict:
-        return {"chosen": self.best.to_json(spec),
-                "ranked": [{"key": p.key(), **dict(p.est)} for p in self.ranked],
-                "pruned": [{"key": p.plan.key(), "why": p.reason} for p in self.pruned]}
 
 
 def contiguous_extents(spec: GemmSpec) -> tuple["int | str", "int | str"]:
@@ -122,13 +99,11 @@ def sm90_candidates(spec: GemmSpec, sizes: Mapping[str, int], hints) -> list[Sch
 def stop_reason(spec: GemmSpec, plan: SchedulePlan, tgt: Target, best_vec: tuple[int, int]) -> str | None:
     """Why the STOP conditions drop this candidate (None: it survives)."""
     bm, bn, bk = plan.tile
-    if plan.smem_bytes > SMEM_FRACTION * tgt.smem_per_block:
-        return f"smem {plan.smem_bytes} B > {int(SMEM_FRACTION * 100)}% of {tgt.smem_per_block} B"
+    if smem := smem_reason(plan, tgt):
+        return smem
     if plan.skeleton == "sm90":
-        if tgt.arch != "sm90":
-            return "sm90 skeleton needs an sm90 GPU"
-        if bm not in (64, 128) or bn not in (64, 128, 256) or bk != 64:
-            return "sm90: tile outside wgmma m64nNk16 x TMA 128B-swizzle boxes"
+        if sm90 := sm90_tile_reason(plan, tgt):
+            return sm90
         for ext in contiguous_extents(spec):
             if isinstance(ext, int) and ext % 8:
                 return f"sm90: TMA needs 16-byte strides, contiguous extent {ext} is not a multiple of 8"
@@ -143,8 +118,16 @@ def stop_reason(spec: GemmSpec, plan: SchedulePlan, tgt: Target, best_vec: tuple
         return "tile copies do not divide evenly among the threads"
     if (plan.vec_a, plan.vec_b) < best_vec:
         return f"vector width {plan.vec_a}/{plan.vec_b} shrinks below {best_vec[0]}/{best_vec[1]}"
-    if ctas_per_sm(plan, tgt) < 2:
-        return f"occupancy collapses to {ctas_per_sm(plan, tgt)} CTA/SM"
+    return occupancy_reason(ctas_per_sm(plan, tgt))
+
+
+def sm90_tile_reason(plan: SchedulePlan, tgt: Target) -> str | None:
+    """The sm90 GEMM skeleton's STOP conditions on the target and the tile (wgmma x TMA boxes)."""
+    bm, bn, bk = plan.tile
+    if tgt.arch != "sm90":
+        return "sm90 skeleton needs an sm90 GPU"
+    if bm not in (64, 128) or bn not in (64, 128, 256) or bk != 64:
+        return "sm90: tile outside wgmma m64nNk16 x TMA 128B-swizzle boxes"
     return None
 
 
@@ -152,38 +135,20 @@ def search(spec: GemmSpec, arch: str = "sm90", env: Mapping[str, int] | None = N
            cost: CostFn | None = None, skeletons: tuple[str, ...] | None = None) -> SearchResult:
     """Rank the plans for spec on arch; env binds symbols (unbound ones rank at HINT_SIZE)."""
     tgt = target(arch)
-    env = dict(env or {})
-    for sym in spec.symbols:
-        env.setdefault(sym, HINT_SIZE)
-    sizes = spec.sizes(env)
-    skeletons = skeletons or (("sm90", "sm80") if arch == "sm90" else ("sm80",))
+    sizes = spec.sizes(ranking_env(spec.symbols, env))
+    skeletons = skeletons_for(arch, skeletons)
     cands: list[SchedulePlan] = []
     if "sm90" in skeletons and arch == "sm90":
         cands += sm90_candidates(spec, sizes, hints)
     if "sm80" in skeletons:
         cands += sm80_candidates(spec, arch, sizes, hints)
     best_vec = tuple(widest_vec(e) for e in contiguous_extents(spec))
-    kept, pruned = [], []
-    for p in cands:
-        why = stop_reason(spec, p, tgt, best_vec)
-        if why is None:
-            kept.append(p)
-        else:
-            pruned.append(Pruned(p, why))
-    if not kept:  # occupancy is a preference, not a wall: retry without it before giving up
-        kept = [x.plan for x in pruned if x.reason.startswith("occupancy")]
-        pruned = [x for x in pruned if not x.reason.startswith("occupancy")]
+    kept, pruned = prune(cands, lambda p: stop_reason(spec, p, tgt, best_vec))
     if not kept:
         fail("InternalError", f"gemm {spec.name!r}", "no schedule candidate survives the STOP conditions",
              "Report the GEMM spec; smaller tiles should always fit.")
     cost = cost or roofline
-    scored = []
-    for p in kept:
-        c = cost(spec, p, sizes, tgt)
-        est = c if isinstance(c, dict) else {"time_s": float(c)}
-        scored.append(replace(p, est=tuple(sorted(est.items()))))
-    scored.sort(key=lambda p: (dict(p.est)["time_s"], p.key()))
-    return SearchResult(tuple(scored), tuple(pruned))
+    return SearchResult(rank(kept, lambda p: cost(spec, p, sizes, tgt)), tuple(pruned))
 
 
 def choose_plan(spec: GemmSpec, arch: str = "sm90", env: Mapping[str, int] | None = None, hints: Mapping | None = None,

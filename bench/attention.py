@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                     spec = AttentionSpec(f"bench_{dname}_d{d}", s, s, d, d, batch=(batch, heads), causal=causal,
                                          scale=d ** -0.5, in_dtype=dt, p_dtype=dt, out_dtype=dt)
 
-                    def sdpa():
+                    def sdpa(q=q, k=k, v=v, causal=causal):
                         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
                     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):

@@ -235,6 +235,58 @@ def node(op: str, inputs: Sequence[str], output: str, /, name: str | None = None
     return d
 
 
+def conv_model(x, w, attrs, dt="fp16", bias=False, act=None, residual=False, pool=None) -> dict:
+    """A Frontend IR Conv2D model: X of shape x, W of shape w (OIHW), Conv2D attrs (fp32 accumulation),
+    then optionally + b (bias), an Elementwise activation, + R (residual, of the conv's output shape)
+    and a MaxPool2D (attrs pool)."""
+    t = {"X": {"dtype": dt, "shape": x}, "W": {"dtype": dt, "shape": w}}
+    ins, cin = [{"tensor": "X"}, {"tensor": "W", "role": "param"}], ["X", "W"]
+    if bias:
+        t["b"] = {"dtype": dt, "shape": [w[0]]}
+        ins.append({"tensor": "b", "role": "param"})
+        cin.append("b")
+    g = [{"op": "Conv2D", "name": "conv", "inputs": cin, "outputs": ["Y0"], "attrs": {**attrs, "acc_dtype": "fp32"}}]
+    cur = "Y0"
+    if act:
+        g.append({"op": "Elementwise", "name": "act", "fn": act, "inputs": [cur], "outputs": ["Y1"]})
+        cur = "Y1"
+    if residual:
+        def two(v):
+            return [v, v] if isinstance(v, int) else list(v)
+        st_, dil = two(attrs.get("stride", 1)), two(attrs.get("dilation", 1))
+        pad = attrs.get("pad", 0)
+        pad = [pad] * 4 if isinstance(pad, int) else list(pad)
+        ho = (x[2] + pad[0] + pad[1] - dil[0] * (w[2] - 1) - 1) // st_[0] + 1
+        wo = (x[3] + pad[2] + pad[3] - dil[1] * (w[3] - 1) - 1) // st_[1] + 1
+        t["R"] = {"dtype": dt, "shape": [x[0], w[0], ho, wo]}
+        ins.append({"tensor": "R"})
+        g.append({"op": "Elementwise", "name": "res", "fn": "add", "inputs": [cur, "R"], "outputs": ["Y2"]})
+        cur = "Y2"
+    if pool:
+        g.append({"op": "MaxPool2D", "name": "pool", "inputs": [cur], "outputs": ["P"], "attrs": pool})
+        cur = "P"
+    t[cur] = {"dtype": dt}
+    return {"signature": {"inputs": ins, "outputs": [{"tensor": cur}]}, "tensors": t, "graph": g}
+
+
+def nvcc_builds(index: list, what: str) -> list:
+    """Build each (label, arch, kernel source) with nvcc (2 workers, cached by source hash) and return
+    (label, arch, kernel source, report); fails the test when nvcc is missing, prints the build time."""
+    import time
+
+    import pytest
+
+    from polysat.backend.nvcc import check_many, nvcc_path
+    if nvcc_path() is None:
+        pytest.fail("nvcc is required for the compile checks (set POLYSAT_NVCC or put it on PATH)")
+    t0 = time.perf_counter()
+    reports = check_many([(ks.source, arch) for _, arch, ks in index], workers=2)
+    fresh = [r for r in reports if not r.cached]
+    print(f"\nnvcc: {len(index)} {what} ({len(fresh)} uncached, {sum(r.seconds for r in fresh):.1f}s) "
+          f"in {time.perf_counter() - t0:.1f}s wall")
+    return [(label, arch, ks, rep) for (label, arch, ks), rep in zip(index, reports, strict=True)]
+
+
 def cli(argv: Sequence[str]) -> tuple:
     """polysat.cli.main in-process: (exit status, stdout, stderr)."""
     from polysat.cli import main

@@ -89,7 +89,7 @@ def test_ptx_holds_the_skeleton_instructions(builds):
             assert rep.count("wgmma.mma_async") >= 2 * (d // 16 + bn // 16), (label, rep.ptx_counts)
             assert rep.count("setmaxnreg") == (2 if ks.plan.warps[0] >= 2 else 0), label
             assert rep.count("cp.async.bulk.tensor") >= 3, label  # Q, K and V tiles
-            assert "C7510" not in rep.log and "C7508" not in rep.log, rep.log  # wgmma serialized / setmaxnreg ignored
+            assert "serialized" not in rep.log and "C7508" not in rep.log, rep.log  # wgmma serialized (C7510, C7515, ...) / setmaxnreg ignored
         else:
             nt, no = bn // 8, ks.plan.dv // 8
             assert rep.count("mma.sync") >= 2 * (d // 16 * nt + bn // 16 * no), (label, rep.ptx_counts)
@@ -150,10 +150,7 @@ def test_nvrtc_compiles_the_kernels_the_runtime_loads():
     """The runtime compiles with NVRTC where it and the CUDA headers are installed (no C++ library, no
     compiler builtins): every skeleton / algorithm / dtype must build there too."""
     from polysat.backend.kernel_cache import _include_dirs, _nvrtc_cubin
-    try:
-        from cuda.bindings import nvrtc  # noqa: F401
-    except ImportError:
-        pytest.skip("cuda-python's NVRTC is not installed: the runtime compiles with nvcc (checked above)")
+    from cuda.bindings import nvrtc  # noqa: F401 - part of polysat[test]: its absence is a failure
     if not _include_dirs():
         pytest.skip("no CUDA headers for NVRTC: the runtime compiles with nvcc (checked above)")
     for arch, flag in (("sm80", "sm_80"), ("sm90", "sm_90a")):

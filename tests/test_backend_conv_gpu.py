@@ -4,6 +4,9 @@ Marked ``gpu``: skipped only when no CUDA GPU is visible. Every shape has tails 
 (M = N*Ho*Wo, Co per group and K = Cg*Kh*Kw are multiples of no tile), pads and strides; on an sm90
 device each kernel also runs with the sm80 skeleton forced (Hopper's tail branch).
 """
+import importlib.util
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -22,23 +25,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not rt.cuda_available(), reaso
 F16, BF16, F32 = DType.fp16, DType.bf16, DType.fp32
 
 
-def conv_model(x, w, attrs, dt="fp16", bias=False, act=None, pool=None):
-    t = {"X": {"dtype": dt, "shape": x}, "W": {"dtype": dt, "shape": w}}
-    ins, cin = [{"tensor": "X"}, {"tensor": "W", "role": "param"}], ["X", "W"]
-    if bias:
-        t["b"] = {"dtype": dt, "shape": [w[0]]}
-        ins.append({"tensor": "b", "role": "param"})
-        cin.append("b")
-    g = [{"op": "Conv2D", "name": "conv", "inputs": cin, "outputs": ["Y0"], "attrs": {**attrs, "acc_dtype": "fp32"}}]
-    cur = "Y0"
-    if act:
-        g.append({"op": "Elementwise", "name": "act", "fn": act, "inputs": [cur], "outputs": ["Y1"]})
-        cur = "Y1"
-    if pool:
-        g.append({"op": "MaxPool2D", "name": "pool", "inputs": [cur], "outputs": ["P"], "attrs": pool})
-        cur = "P"
-    t[cur] = {"dtype": dt}
-    return {"signature": {"inputs": ins, "outputs": [{"tensor": cur}]}, "tensors": t, "graph": g}
+_oracle_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
+oracle = importlib.util.module_from_spec(_oracle_spec)
+_oracle_spec.loader.exec_module(oracle)
+conv_model = oracle.conv_model
 
 
 MODELS = {

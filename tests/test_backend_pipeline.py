@@ -6,10 +6,11 @@ Compile checks need nvcc only (no GPU): each region's kernel builds with -arch=s
 -gencode=arch=compute_90a,code=sm_90a, ptxas reports 0 spill bytes and the PTX holds the skeleton's
 instructions. GPU tests are marked ``gpu`` and skipped only when no CUDA GPU is visible.
 """
+import importlib.util
 import json
 import os
+import pathlib
 import re
-import time
 
 import numpy as np
 import pytest
@@ -17,11 +18,15 @@ import pytest
 from polysat import cli
 from polysat.backend import stages
 from polysat.backend.from_region import gemm_spec_from_region
-from polysat.backend.nvcc import REQUIRED_PTX, check_many, missing_instructions, nvcc_path
+from polysat.backend.nvcc import REQUIRED_PTX, missing_instructions
 from polysat.backend.runtime import cuda_available
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.playback import playback
 from polysat.pipeline import Compilation
+
+_oracle_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
+oracle = importlib.util.module_from_spec(_oracle_spec)
+_oracle_spec.loader.exec_module(oracle)
 
 
 def gemm_model(a_shape, b_shape, dt="fp16", bias=None, trans_b=False):
@@ -123,20 +128,9 @@ def test_a_region_without_template_is_a_coded_diagnostic(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def builds():
-    if nvcc_path() is None:
-        pytest.fail("nvcc is required for the compile checks (set POLYSAT_NVCC or put it on PATH)")
-    jobs, index = [], []
-    for key in MODELS:
-        for arch in ("sm80", "sm90"):
-            for r, ks in zip(regions(key), stages.kernel_sources(regions(key), arch)):
-                jobs.append((ks.source, arch))
-                index.append((f"{key}/{r.name}", arch, ks))
-    t0 = time.perf_counter()
-    reports = check_many(jobs, workers=2)
-    fresh = [r for r in reports if not r.cached]
-    print(f"\nnvcc: {len(jobs)} region kernels ({len(fresh)} uncached, {sum(r.seconds for r in fresh):.1f}s) "
-          f"in {time.perf_counter() - t0:.1f}s wall")
-    return [(label, arch, ks, rep) for (label, arch, ks), rep in zip(index, reports, strict=True)]
+    index = [(f"{key}/{r.name}", arch, ks) for key in MODELS for arch in ("sm80", "sm90")
+             for r, ks in zip(regions(key), stages.kernel_sources(regions(key), arch))]
+    return oracle.nvcc_builds(index, "region kernels")
 
 
 def test_every_region_kernel_builds_for_sm80_and_sm90a_without_spills(builds):

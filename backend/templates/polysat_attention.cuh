@@ -34,14 +34,6 @@ template <bool B> struct bool_c { static constexpr bool value = B; };
 // =============================================================================================
 // index and fragment helpers (__host__ too: tests/test_attention_emulate.py runs them on the CPU)
 // =============================================================================================
-POLYSAT_HD float neg_inf() {  // no compiler builtins: NVRTC has none of them
-  union {
-    u32 u;
-    float f;
-  } x{0xff800000u};
-  return x.f;
-}
-
 POLYSAT_HD int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 // Key blocks (BN keys each) a CTA of query rows [m0, m0 + rows) visits: blocks [0, count) hold every
@@ -626,6 +618,8 @@ __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK,
       for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
     u32 pa[KP][4];
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f}, inv_l[2] = {1.0f, 1.0f}, alpha[2] = {1.0f, 1.0f};
+    fence_operands(o);  // the zeroing stays before the first wgmma reads O and S
+    fence_operands(s);
     mbar_wait(full_q, 0);
 
     auto arrive = [&](u64* bar) {
@@ -636,6 +630,7 @@ __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK,
     auto issue_s = [&](int it) {
       const int st = it % STAGES;
       mbar_wait(&full_k[st], (it / STAGES) & 1);  // Wait(TokLoad K)
+      __syncwarp();  // wgmma.*.sync.aligned needs the warp converged after the spin loop
       const unsigned char* sk = ring + st * STAGE_BYTES;
       wgmma_fence();
 #pragma unroll
@@ -650,6 +645,7 @@ __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK,
     auto issue_pv = [&](int it) {
       const int st = it % STAGES;
       mbar_wait(&full_v[st], (it / STAGES) & 1);  // Wait(TokLoad V)
+      __syncwarp();
       const unsigned char* sv = ring + st * STAGE_BYTES + K_BYTES;
       wgmma_fence();
 #pragma unroll
@@ -680,8 +676,9 @@ __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK,
       for (int jb = 0; jb < kr.count; ++jb, ++it) {
         issue_s(it);
         wgmma_wait<0>();  // TokCompute S
+        fence_operands(s);  // no softmax arithmetic on S is hoisted above the wait
+        arrive(&empty_v[it % STAGES]);  // no V in pass 1 (released after S's wait, as in pass 2)
         arrive(&empty_k[it % STAGES]);
-        arrive(&empty_v[it % STAGES]);  // no V in pass 1
         softmax(jb, 0);
       }
       quad_sum(l);
@@ -691,6 +688,7 @@ __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK,
     if (n > 0) {
       issue_s(it);
       wgmma_wait<0>();
+      fence_operands(s);
       arrive(&empty_k[it % STAGES]);
       softmax(0, PASSES - 1);
       pack_p<T, NT>(s, pa);
@@ -698,15 +696,19 @@ __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK,
         issue_s(it + jb);
         issue_pv(it + jb - 1);
         wgmma_wait<1>();  // TokCompute S_jb (P V of jb-1 still running)
+        fence_operands(s);
         arrive(&empty_k[(it + jb) % STAGES]);
         softmax(jb, PASSES - 1);
         wgmma_wait<0>();  // TokCompute O (block jb-1)
+        fence_operands(o);  // O's rescale and P's repacking stay after the P V that reads them
+        fence_operands(pa);
         arrive(&empty_v[(it + jb - 1) % STAGES]);
         if (!TWO_PASS) rescale<NO>(o, alpha);
         pack_p<T, NT>(s, pa);
       }
       issue_pv(it + n - 1);
       wgmma_wait<0>();
+      fence_operands(o);
       arrive(&empty_v[(it + n - 1) % STAGES]);
     }
     OutT* gO = O + (long long)b * M * DV;

@@ -269,7 +269,7 @@ struct PoolOut {
       const int pw = idx % PW::TPW, t = idx / PW::TPW, ph = t % PW::TPH, nl = t / PW::TPH;
       const int co = tn * BN + nl;
       if (co >= Cog || ph0 + ph >= Hp || pw0 + pw >= Wp) continue;
-      float v = -__builtin_huge_valf();  // the pool padding value
+      float v = neg_inf();  // the pool padding value
 #pragma unroll
       for (int i = 0; i < PW::PKH; ++i)
 #pragma unroll

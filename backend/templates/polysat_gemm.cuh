@@ -90,6 +90,14 @@ __device__ __forceinline__ u32 smem_u32(const void* p) { return static_cast<u32>
 // ---- index helpers: __host__ too, so tests/test_backend_emulate.py runs them against a CPU model ----
 #define POLYSAT_HD __host__ __device__ __forceinline__
 
+POLYSAT_HD float neg_inf() {  // no compiler builtins: NVRTC has none of them
+  union {
+    u32 u;
+    float f;
+  } x{0xff800000u};
+  return x.f;
+}
+
 // XOR swizzle of 16-byte chunks inside a [ROWS][COLS] tile (COLS contiguous, in elements of 2 bytes):
 // the 8 rows one ldmatrix phase reads land in 8 distinct bank groups.
 template <int COLS>
@@ -437,6 +445,18 @@ template <int R>
 __device__ __forceinline__ void fence_operands(float (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int R, int C>
+__device__ __forceinline__ void fence_operands(float (&d)[R][C]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) fence_operands(d[i]);
+}
+template <int R, int C>
+__device__ __forceinline__ void fence_operands(u32 (&d)[R][C]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int j = 0; j < C; ++j) asm volatile("" : "+r"(d[i][j])::"memory");
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // named barrier `id` (1..15; 0 is __syncthreads) over `count` threads, a multiple of 32
