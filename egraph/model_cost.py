@@ -105,16 +105,9 @@ def _widens(p: Program, n) -> bool:
         p[n.src[0]].dtype.itemsize < n.dtype.itemsize
 
 
-def _narrows(p: Program, c) -> bool:
-    return c.op == Ops.CAST and c.dtype.is_float and p[c.src[0]].dtype.is_float and \
-        c.dtype.itemsize < p[c.src[0]].dtype.itemsize
-
-
 def all_cuts(p: Program) -> set:
     """Every edge from a compute producer to a compute consumer, except inside a contraction (its
-    MUL, and the widening casts of its operands, stay with the REDUCE) and into a narrowing cast (it
-    stays with its producer: the narrow value is what a boundary there materializes, as default_cuts
-    does, never the wide one rounded on read): one kernel per op."""
+    MUL, and the widening casts of its operands, stay with the REDUCE): one kernel per op."""
     cuts, muls = set(), _contraction_muls(p)
     for c in p.nodes:
         if c.op in GroupOp.Movement or c.op in GroupOp.Leaf:
@@ -122,7 +115,7 @@ def all_cuts(p: Program) -> set:
         for edge, node, _, _ in _reads(p, c):
             if node.op in GroupOp.Leaf or node.op in GroupOp.Movement:
                 continue
-            if node.id in muls and c.op == Ops.REDUCE or c.id in muls and _widens(p, node) or _narrows(p, c):
+            if node.id in muls and c.op == Ops.REDUCE or c.id in muls and _widens(p, node):
                 continue
             cuts.add(edge)
     return cuts
