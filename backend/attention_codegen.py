@@ -52,24 +52,32 @@ def scale_constants(scale: float) -> tuple[int, float]:
     return (1 if scale > 0 else -1), abs(scale) * LOG2E
 
 
-def kernel_name(spec: AttentionSpec, plan: AttentionPlan) -> str:
+def kernel_name(spec: AttentionSpec, plan: AttentionPlan, prefix: str = "polysat_attn_") -> str:
     """Named by every specialisation parameter, not by the sizes (runtime arguments)."""
     key = {**spec.to_json(), "m": None, "n": None, "batch": len(spec.batch)}
-    return c_ident(spec.name, "polysat_attn_")[:48] + f"_{plan.skeleton}_{specialisation_hash(key, plan)}"
+    return c_ident(spec.name, prefix)[:48] + f"_{plan.skeleton}_{specialisation_hash(key, plan)}"
+
+
+def render_text(spec, plan: AttentionPlan, kname: str, summary: str, out_dtype, *, dv: int, two_pass: bool,
+                store_p: bool) -> str:
+    """templates/attention.cu.j2 filled for spec (an AttentionSpec or a scores_spec.ScoresSpec) and plan,
+    after the plan's GPU IR passed check_tokens."""
+    check_tokens(build_attention_gpu_ir(spec, plan))
+    bm, bn, d = plan.tile
+    sign, c = scale_constants(spec.scale)
+    return _env().get_template("attention.cu.j2").render(
+        kernel=kname, summary=summary, skeleton=plan.skeleton, plan_key=plan.key(), algo=plan.algo,
+        header=attention_header(), c_literal=f"{c:.9e}f", sign=sign, threads=plan.threads,
+        in_t=CTYPE[spec.in_dtype], out_t=CTYPE[out_dtype], d=spec.d, dv=dv, bm=bm, bn=bn,
+        stages=plan.stages, consumers=plan.warps[0], causal=_b(spec.causal), two_pass=_b(two_pass), store_p=store_p)
 
 
 def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:
-    check_tokens(build_attention_gpu_ir(spec, plan))
     kname = kernel_name(spec, plan)
     bm, bn, d = plan.tile
-    sign, c = scale_constants(spec.scale)
     summary = (f"O[{'batch,' if spec.batch else ''}M,Dv] = softmax({'causal ' if spec.causal else ''}"
                f"{spec.scale:g} * Q K^T) V, D={spec.d} Dv={spec.dv}, {spec.in_dtype.value}->{spec.out_dtype.value}")
-    src = _env().get_template("attention.cu.j2").render(
-        kernel=kname, summary=summary, skeleton=plan.skeleton, plan_key=plan.key(), algo=plan.algo,
-        header=attention_header(), c_literal=f"{c:.9e}f", sign=sign, threads=plan.threads,
-        in_t=CTYPE[spec.in_dtype], out_t=CTYPE[spec.out_dtype], d=spec.d, dv=spec.dv, bm=bm, bn=bn,
-        stages=plan.stages, consumers=plan.warps[0], causal=_b(spec.causal), two_pass=_b(plan.two_pass))
+    src = render_text(spec, plan, kname, summary, spec.out_dtype, dv=spec.dv, two_pass=plan.two_pass, store_p=False)
     if plan.skeleton == "sm90":
         params = [Param("tmQ", "tmap", "Q"), Param("tmK", "tmap", "K"), Param("tmV", "tmap", "V")]
         tma = (TmaOperand("Q", ("d", "m", "batch"), (64, bm, 1)), TmaOperand("K", ("d", "n", "batch"), (64, bn, 1)),

@@ -8,7 +8,8 @@ sm90: producer warpgroup: TMA Q once, TMA K/V into the mbarrier ring; consumer w
 
 Tokens are gpu_ir's (``TokLoad``, ``TokCompute``, ``TokEpilogue``) and :func:`gpu_ir.check_tokens`
 checks them; ``streaming_softmax_2pass`` has two key loops (pass 1: K only, row max and sum; pass 2:
-K and V, normalised P V).
+K and V, normalised P V). A ScoresPlan (softmax_scores, sm80 only) has no V at all: pass 2 stores the
+normalised P, and a last loop stores the key blocks past the CTA's diagonal.
 """
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ def _softmax(spec: AttentionSpec, plan: AttentionPlan, tok: str, pass_: int, whe
     if plan.two_pass and pass_ == 0:
         return (mask, S("RowStats", ins=(tok,), m="max", l="sum exp2(c t - c m)", reduce="quad shfl.xor 1,2",
                         where=where))
+    if plan.store_p:  # softmax_scores: the normalised P leaves the registers for device memory
+        return (mask, S("NormalizedP", ins=(tok,), p="exp2(c t - c m) / l", where=where),
+                S("Epilogue", acc="S", ops=[{"op": "cast", "dtype": spec.p_dtype.value, "final": True}], ins=(tok,),
+                  out="tE[jb]", kind="TokEpilogue", where=where, **{"async": False}),
+                _store_p(spec, plan, "tE[jb]", "jb"))
     if plan.two_pass:
         body = S("NormalizedP", ins=(tok,), p="exp2(c t - c m) / l", round=spec.p_dtype.value, where=where)
     else:
@@ -38,6 +44,11 @@ def _softmax(spec: AttentionSpec, plan: AttentionPlan, tok: str, pass_: int, whe
                  rescale="O *= exp2(c m_old - c m_new), l likewise", round=spec.p_dtype.value, where=where)
     return (mask, body, S("PackP", src="S accumulators (m16n8 C layout)", dst="A fragments (m16k16)", where=where,
                           smem_round_trip=False))
+
+
+def _store_p(spec, plan: AttentionPlan, tok: str, jb: str) -> Stmt:
+    return S("StGlobalVec", ptr=f"{spec.c} + (b*M + m)*N + {jb}*{plan.block_n} + n", regs="P pair (S accumulator layout)",
+             width=2, pred="m < M && n < N (pairs when N is even)", ins=(tok,))
 
 
 def _sm80(spec: AttentionSpec, plan: AttentionPlan) -> tuple[Stmt, ...]:
@@ -79,6 +90,8 @@ def _sm80(spec: AttentionSpec, plan: AttentionPlan) -> tuple[Stmt, ...]:
             S("Wait", ins=(f"{tl}[jb]",), lowering="cp.async.wait_group 0"),
         )
 
+    if plan.store_p:
+        return _sm80_store_p(spec, plan, key_loop)
     stmts: tuple[Stmt, ...] = (
         S("AllocShared", name="sQ", shape=[bm, d], swizzle="xor16B"),
         S("AllocShared", name="sK", shape=[st, bn, d], swizzle="xor16B"),
@@ -101,6 +114,28 @@ def _sm80(spec: AttentionSpec, plan: AttentionPlan) -> tuple[Stmt, ...]:
         S("StGlobalVec", ptr=f"{spec.o} + (b*M + m)*{dv} + n", regs="O pair", width=2, pred="m < M", ins=("tE",)),
     )
     return stmts
+
+
+def _sm80_store_p(spec, plan: AttentionPlan, key_loop) -> tuple[Stmt, ...]:
+    """softmax_scores (STORE_P): K streamed twice, no V and no O; pass 2 stores P block by block, then the
+    blocks past the CTA's diagonal are stored as 0 (NaN for rows without a visible key)."""
+    bm, bn, d = plan.tile
+    fill = S("Loop", var="jb", range=f"count..ceil(N/{bn})-1 (blocks no stored row sees)", role="fill", body=(
+        S("Epilogue", acc="zeros", ops=[{"op": "mul", "by": "1, or NaN for a row without a visible key"},
+                                        {"op": "cast", "dtype": spec.p_dtype.value, "final": True}],
+          ins=("tS1[count-1]",), out="tF[jb]", kind="TokEpilogue", where="registers", **{"async": False}),
+        _store_p(spec, plan, "tF[jb]", "jb")))
+    return (
+        S("AllocShared", name="sQ", shape=[bm, d], swizzle="xor16B"),
+        S("AllocShared", name="sK", shape=[plan.stages, bn, d], swizzle="xor16B"),
+        S("ZeroAcc", acc="S", warp_tile=f"16x{bn}", mma="m16n8k16", m="-inf", l="0"),
+        S("CpAsync", tensor=spec.q, dst="sQ", coords="(m0, 0)", bytes=16, pred="row < M (zero-fill)",
+          group="with tL0[0]"),
+        *key_loop(0, False),
+        S("RowReduce", what="l", reduce="quad shfl.xor 1,2", then="1 / l"),
+        *key_loop(1, False),
+        fill,
+    )
 
 
 def _sm90(spec: AttentionSpec, plan: AttentionPlan) -> tuple[Stmt, ...]:
@@ -211,6 +246,7 @@ def _sm90(spec: AttentionSpec, plan: AttentionPlan) -> tuple[Stmt, ...]:
 
 def build_attention_gpu_ir(spec: AttentionSpec, plan: AttentionPlan) -> GpuIR:
     stmts = _sm90(spec, plan) if plan.skeleton == "sm90" else _sm80(spec, plan)
-    meta = (("kind", "attention"), ("tile", list(plan.tile)), ("dv", plan.dv), ("threads", plan.threads),
+    meta = (("kind", "softmax_scores" if plan.store_p else "attention"), ("tile", list(plan.tile)), ("dv", plan.dv),
+            ("threads", plan.threads),
             ("stages", plan.stages), ("algo", plan.algo), ("causal", spec.causal))
     return GpuIR(plan.arch, plan.skeleton, plan.barrier_model, stmts, meta)

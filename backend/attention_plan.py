@@ -15,11 +15,13 @@ conditions of :mod:`.attention_search` use live here so the search and the code 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from .attention_spec import AttentionSpec
 
 ALGOS = ("online_softmax", "streaming_softmax_2pass")
+SM80_BIND = {"m.o": "block.x (per batch entry, longest causal tile first)", "batch": "block.x / tiles_m",
+             "m.i.o": "warp (16 rows)", "n.i": "mma.m16n8k16 n-tiles"}  # the sm80 skeleton's loop binding
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class AttentionPlan:
     causal: bool = False
     predicate_tail: tuple[str, ...] = ()
     est: tuple[tuple[str, float], ...] = field(default=(), compare=False)  # cost-model numbers
+    store_p: ClassVar[bool] = False  # scores_plan.ScoresPlan: pass 2 stores P instead of O += P V
 
     @property
     def block_m(self) -> int:
@@ -100,8 +103,7 @@ class AttentionPlan:
                     "m.i.o": "warpgroup (consumer, 64 rows)", "m.i.i": "warp (16 rows)", "n.i": "wgmma.n",
                     "producer": "warpgroup 0 (one thread issues TMA)"}
         else:
-            bind = {"m.o": "block.x (per batch entry, longest causal tile first)", "batch": "block.x / tiles_m",
-                    "m.i.o": "warp (16 rows)", "n.i": "mma.m16n8k16 n-tiles"}
+            bind = dict(SM80_BIND)
         swz = "128B" if sm90 else "xor16B"
         return {
             "tile": [bm, bn, d],
@@ -129,8 +131,14 @@ class AttentionPlan:
             "layout_hints": {"Q_swizzle": True, "K_swizzle": True, "V_swizzle": True, "O_stride": "row"},
             "algo_choice": {"attention": self.algo,
                             "mma": "tma_wgmma_ss_rs_ws" if sm90 else "mma_sync_cp_async"},
-            "local_edges": [{"from": "qk_matmul", "to": "row_softmax", "buffer": "reg"},
-                            {"from": "row_softmax", "to": "pv_matmul", "buffer": "reg", "what": "P as A fragments"},
+            **self.json_tail({"from": "row_softmax", "to": "pv_matmul", "buffer": "reg", "what": "P as A fragments"}),
+        }
+
+    def json_tail(self, p_edge: dict[str, Any]) -> dict[str, Any]:
+        """The last §8.1 fields (local edges around p_edge, where P goes; async, barriers, smem, registers,
+        estimate), shared with scores_plan.ScoresPlan."""
+        return {
+            "local_edges": [{"from": "qk_matmul", "to": "row_softmax", "buffer": "reg"}, p_edge,
                             {"from": "load", "to": "mma", "buffer": "smem_ring", "depth": self.stages}],
             "async": {"enable": True, "prefetch_depth": self.stages - 1, "epilogue_overlap": False},
             "barrier_model": self.barrier_model,

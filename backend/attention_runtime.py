@@ -48,18 +48,24 @@ def prepare_attention(spec: AttentionSpec, tensors: Mapping[str, Any], env: Mapp
     ks = render(cspec, plan) if plan is not None else _plan_and_source(cspec, dev.arch, algo)
     if ks.skeleton == "sm90" and dev.arch != "sm90":
         fail("UnknownTarget", "--target cuda", "an sm90 attention plan cannot run on this GPU")
+    need = {cspec.q: 16, cspec.k: 16, cspec.v: 16, cspec.o: 2 * cspec.out_dtype.itemsize}  # cp.async / TMA; paired stores
+    return launch("run_attention", ks, cspec, tensors, need, {"Q": cspec.q, "K": cspec.k, "V": cspec.v, "O": cspec.o}, dev)
+
+
+def launch(what: str, ks: AttentionKernelSource, cspec, tensors: Mapping[str, Any], need: Mapping[str, int],
+           roles: Mapping[str, str], dev: Device) -> Launch:
+    """The Launch of ks (an attention or softmax_scores kernel) for the concrete spec cspec: device pointers of
+    tensors (aligned as need says), tensor maps of the sm90 TMA operands, the kernel's parameters by role
+    (roles: parameter role -> tensor name; M, N, batch from the sizes), the grid."""
     sizes = cspec.sizes()
     if sizes["batch"] == 0:
-        fail("UnaddressableShape", "run_attention", "a batch dim is 0")
-    need = {cspec.q: 16, cspec.k: 16, cspec.v: 16, cspec.o: 2 * cspec.out_dtype.itemsize}  # cp.async / TMA; paired stores
-    ptrs, keep = device_pointers("run_attention", cspec, tensors, need)
+        fail("UnaddressableShape", what, "a batch dim is 0")
+    ptrs, keep = device_pointers(what, cspec, tensors, need)
     tmaps = {}
     if ks.skeleton == "sm90":
-        names = {"Q": cspec.q, "K": cspec.k, "V": cspec.v}
         for op in ks.tma:
-            tmaps[op.role] = _tensor_map(op, ptrs[names[op.role]], sizes, cspec.in_dtype)
+            tmaps[op.role] = _tensor_map(op, ptrs[roles[op.role]], sizes, cspec.in_dtype)
     scalars = {"M": sizes["m"], "N": sizes["n"], "batch": sizes["batch"]}
-    roles = {"Q": cspec.q, "K": cspec.k, "V": cspec.v, "O": cspec.o}
 
     def arg(p):
         if p.kind == "tmap":
@@ -69,7 +75,7 @@ def prepare_attention(spec: AttentionSpec, tensors: Mapping[str, Any], env: Mapp
     storage, argv = pack(ks.params, arg)
     grid = ks.grid(sizes, dev.sms)
     if grid[0] > INT32_MAX:
-        fail("UnaddressableShape", "run_attention", f"{grid[0]} CTAs exceed the grid limit {INT32_MAX}")
+        fail("UnaddressableShape", what, f"{grid[0]} CTAs exceed the grid limit {INT32_MAX}")
     return Launch(ks, load_function(ks, dev), grid, storage, argv, keep)
 
 

@@ -123,16 +123,10 @@ def stop_reason(spec: AttentionSpec, plan: AttentionPlan, tgt: Target) -> str | 
     return occupancy_reason(ctas_per_sm(plan, tgt))
 
 
-def roofline(spec: AttentionSpec, plan: AttentionPlan, sizes: Mapping[str, int], tgt: Target) -> dict[str, float]:
-    b, m, n = sizes["batch"], sizes["m"], sizes["n"]
-    bm, bn, d = plan.tile
-    dv = plan.dv
-    tiles_m = -(-m // bm)
-    ctas = tiles_m * b
-    blocks = b * visited_blocks(spec, sizes, bm, bn)  # one pass, all CTAs
-    passes = 2 if plan.two_pass else 1
-    flops = 2.0 * blocks * bm * bn * (d * passes + dv)
-    exps = float(blocks * bm * bn * passes)
+def core_time(plan: AttentionPlan, tgt: Target, ctas: int, flops: float, exps: float):
+    """The compute side of the flash skeleton's roofline: (CTAs per SM, waves, wave efficiency, MMA time,
+    exp2 time, MMA + the exp2 time the softmax does not overlap, over the wave efficiency)."""
+    bn = plan.block_n
     occ = max(ctas_per_sm(plan, tgt), 1)
     slots = tgt.sms * occ
     waves = math.ceil(ctas / slots)
@@ -146,6 +140,20 @@ def roofline(spec: AttentionSpec, plan: AttentionPlan, sizes: Mapping[str, int],
     t_mma = flops / (tgt.peak_tflops * 1e12 * eff)
     t_exp = exps / (SFU_PER_CLK * tgt.sms * tgt.clock_ghz * 1e9)
     t_core = (t_mma + (1.0 - overlap) * t_exp) / wave_eff
+    return occ, waves, wave_eff, t_mma, t_exp, t_core
+
+
+def roofline(spec: AttentionSpec, plan: AttentionPlan, sizes: Mapping[str, int], tgt: Target) -> dict[str, float]:
+    b, m, n = sizes["batch"], sizes["m"], sizes["n"]
+    bm, bn, d = plan.tile
+    dv = plan.dv
+    tiles_m = -(-m // bm)
+    ctas = tiles_m * b
+    blocks = b * visited_blocks(spec, sizes, bm, bn)  # one pass, all CTAs
+    passes = 2 if plan.two_pass else 1
+    flops = 2.0 * blocks * bm * bn * (d * passes + dv)
+    exps = float(blocks * bm * bn * passes)
+    occ, waves, wave_eff, t_mma, t_exp, t_core = core_time(plan, tgt, ctas, flops, exps)
     isz = spec.in_dtype.itemsize
     q_bytes = b * m * d * isz
     o_bytes = b * m * dv * spec.out_dtype.itemsize

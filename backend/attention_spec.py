@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
@@ -26,8 +26,70 @@ from .gemm_spec import IN_DTYPES, OUT_DTYPES, Size, _dtype, check_sizes, resolve
 HEAD_DIMS = (64, 128)  # head dims the flash template is instantiated for
 
 
+class QKSoftmaxSpec:
+    """What attention and softmax_scores specs share (both are frozen dataclasses with name, m, n, d, batch,
+    causal, scale, in_dtype, p_dtype, q and k): the symbols and concrete sizes, the visible pairs of the
+    mask, the common half of the JSON form and of ``from_json``. ``KIND`` names the kind in diagnostics."""
+    KIND: ClassVar[str]
+    ARTICLE: ClassVar[str]
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        return symbols_of((*self.batch, self.m, self.n))
+
+    def head_dims(self) -> dict[str, int]:
+        return {"d": self.d}
+
+    def sizes(self, env: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Concrete {batch (product), m, n} and the head dims under env."""
+        env, at = env or {}, f"{self.KIND} {self.name!r}"
+
+        def get(x: Size, what: str) -> int:
+            return resolve_size(x, env, what, at)
+
+        return {"batch": math.prod(get(x, "a batch dim") for x in self.batch), "m": get(self.m, "M"),
+                "n": get(self.n, "N"), **self.head_dims()}
+
+    def batch_dims(self, env: Mapping[str, int] | None = None) -> tuple[int, ...]:
+        env = env or {}
+        self.sizes(env)
+        return tuple(x if isinstance(x, int) else env[x] for x in self.batch)
+
+    def visible_pairs(self, env: Mapping[str, int] | None = None) -> int:
+        """(query, key) pairs the mask keeps, per batch entry."""
+        s = self.sizes(env)
+        m, n = s["m"], s["n"]
+        if not self.causal:
+            return m * n
+        # row i sees keys 0 .. min(n-1, i + n - m)
+        return _causal_pairs(m, n)
+
+    def _json(self, dtypes: Mapping[str, DType], tensors: Mapping[str, str], **rest: Any) -> dict[str, Any]:
+        return {"kind": self.KIND, "name": self.name, "m": self.m, "n": self.n, **self.head_dims(),
+                "batch": list(self.batch), "causal": self.causal, "scale": self.scale,
+                "in_dtype": self.in_dtype.value, "acc_dtype": "fp32", **{k: t.value for k, t in dtypes.items()},
+                **tensors, **rest}
+
+    @classmethod
+    def _from_json(cls, d: Mapping[str, Any], extra: Callable[[Mapping[str, Any], str], dict[str, Any]]):
+        """cls from its JSON form; extra(d, at) reads the kind's own fields."""
+        at = f"{cls.KIND} {d.get('name', '?')!r}" if isinstance(d, Mapping) else cls.KIND
+        if not isinstance(d, Mapping):
+            fail("MalformedStructure", at, f"{cls.ARTICLE} {cls.KIND} spec is a JSON object")
+        try:
+            return cls(name=d["name"], m=d["m"], n=d["n"], d=d["d"], batch=tuple(d.get("batch", ())),
+                       causal=bool(d.get("causal", False)), scale=float(d.get("scale", 1.0)),
+                       in_dtype=_dtype(d.get("in_dtype", "fp16"), at),
+                       p_dtype=_dtype(d.get("p_dtype", d.get("in_dtype", "fp16")), at),
+                       q=d.get("q", "Q"), k=d.get("k", "K"), **extra(d, at))
+        except (KeyError, TypeError, ValueError) as e:
+            fail("MalformedStructure", at, f"{cls.KIND} spec field missing or malformed: {e}")
+
+
 @dataclass(frozen=True)
-class AttentionSpec:
+class AttentionSpec(QKSoftmaxSpec):
+    KIND: ClassVar[str] = "attention"
+    ARTICLE: ClassVar[str] = "an"
     name: str
     m: Size                         # queries
     n: Size                         # keys
@@ -58,24 +120,8 @@ class AttentionSpec:
     def inputs(self) -> tuple[str, ...]:
         return (self.q, self.k, self.v)
 
-    @property
-    def symbols(self) -> tuple[str, ...]:
-        return symbols_of((*self.batch, self.m, self.n))
-
-    def sizes(self, env: Mapping[str, int] | None = None) -> dict[str, int]:
-        """Concrete {batch (product), m, n, d, dv} under env."""
-        env, at = env or {}, f"attention {self.name!r}"
-
-        def get(x: Size, what: str) -> int:
-            return resolve_size(x, env, what, at)
-
-        return {"batch": math.prod(get(x, "a batch dim") for x in self.batch), "m": get(self.m, "M"),
-                "n": get(self.n, "N"), "d": self.d, "dv": self.dv}
-
-    def batch_dims(self, env: Mapping[str, int] | None = None) -> tuple[int, ...]:
-        env = env or {}
-        self.sizes(env)
-        return tuple(x if isinstance(x, int) else env[x] for x in self.batch)
+    def head_dims(self) -> dict[str, int]:
+        return {"d": self.d, "dv": self.dv}
 
     def shapes(self, env: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
         s, bd = self.sizes(env), self.batch_dims(env)
@@ -85,41 +131,20 @@ class AttentionSpec:
     def dtypes(self) -> dict[str, DType]:
         return {self.q: self.in_dtype, self.k: self.in_dtype, self.v: self.in_dtype, self.o: self.out_dtype}
 
-    def visible_pairs(self, env: Mapping[str, int] | None = None) -> int:
-        """(query, key) pairs the mask keeps, per batch entry."""
-        s = self.sizes(env)
-        m, n = s["m"], s["n"]
-        if not self.causal:
-            return m * n
-        # row i sees keys 0 .. min(n-1, i + n - m)
-        return _causal_pairs(m, n)
-
     def flops(self, env: Mapping[str, int] | None = None) -> int:
         """Useful MMA FLOPs (2 per multiply-add of QK^T and of PV) over the visible pairs."""
         s = self.sizes(env)
         return 2 * s["batch"] * self.visible_pairs(env) * (self.d + self.dv)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "attention", "name": self.name, "m": self.m, "n": self.n, "d": self.d, "dv": self.dv,
-                "batch": list(self.batch), "causal": self.causal, "scale": self.scale,
-                "in_dtype": self.in_dtype.value, "acc_dtype": "fp32", "p_dtype": self.p_dtype.value,
-                "out_dtype": self.out_dtype.value, "q": self.q, "k": self.k, "v": self.v, "o": self.o, "passes": self.passes}
+        return self._json({"p_dtype": self.p_dtype, "out_dtype": self.out_dtype},
+                          {"q": self.q, "k": self.k, "v": self.v, "o": self.o}, passes=self.passes)
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "AttentionSpec":
-        at = f"attention {d.get('name', '?')!r}" if isinstance(d, Mapping) else "attention"
-        if not isinstance(d, Mapping):
-            fail("MalformedStructure", at, "an attention spec is a JSON object")
-        try:
-            return AttentionSpec(name=d["name"], m=d["m"], n=d["n"], d=d["d"], dv=d.get("dv", d["d"]),
-                                 batch=tuple(d.get("batch", ())), causal=bool(d.get("causal", False)),
-                                 scale=float(d.get("scale", 1.0)), in_dtype=_dtype(d.get("in_dtype", "fp16"), at),
-                                 p_dtype=_dtype(d.get("p_dtype", d.get("in_dtype", "fp16")), at),
-                                 out_dtype=_dtype(d.get("out_dtype", "fp16"), at),
-                                 q=d.get("q", "Q"), k=d.get("k", "K"), v=d.get("v", "V"), o=d.get("o", "O"),
-                                 passes=d.get("passes"))
-        except (KeyError, TypeError, ValueError) as e:
-            fail("MalformedStructure", at, f"attention spec field missing or malformed: {e}")
+        return AttentionSpec._from_json(d, lambda d, at: {
+            "dv": d.get("dv", d["d"]), "out_dtype": _dtype(d.get("out_dtype", "fp16"), at),
+            "v": d.get("v", "V"), "o": d.get("o", "O"), "passes": d.get("passes")})
 
 
 def _causal_pairs(m: int, n: int) -> int:
@@ -136,46 +161,73 @@ def _causal_pairs(m: int, n: int) -> int:
     return total
 
 
-def validate(s: AttentionSpec) -> None:
-    at = f"attention {s.name!r}"
+def check_common(s: QKSoftmaxSpec, heads: tuple[tuple[int, str], ...]) -> str:
+    """The name, the sizes and the head dims of s (the first checks of every kind's validate); returns ``at``."""
+    at = f"{s.KIND} {s.name!r}"
     if not isinstance(s.name, str) or not s.name:
-        fail("InvalidAttribute", "attention", "an attention kernel needs a non-empty name")
+        fail("InvalidAttribute", s.KIND, f"{s.ARTICLE} {s.KIND} kernel needs a non-empty name")
     check_sizes(((s.m, "M"), (s.n, "N")), s.batch, at)
-    for x, what in ((s.d, "head dim D"), (s.dv, "value head dim Dv")):
+    for x, what in heads:
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             fail("UnaddressableShape", at, f"{what} = {x!r}; head dims are static positive ints")
+    return at
+
+
+def check_scale(s: QKSoftmaxSpec, at: str) -> None:
+    if not isinstance(s.scale, float) or not math.isfinite(s.scale):
+        fail("InvalidAttribute", at, f"scale {s.scale!r} is not a finite float")
+
+
+def check_names(names: list, at: str) -> None:
+    """The tensor names of a spec: non-empty strings, all distinct."""
+    if any(not isinstance(x, str) or not x for x in names):
+        fail("InvalidAttribute", at, "tensor names are non-empty strings")
+    if len(set(names)) != len(names):
+        fail("DuplicateDefinition", at, f"tensor names {names} must be distinct")
+
+
+def validate(s: AttentionSpec) -> None:
+    at = check_common(s, ((s.d, "head dim D"), (s.dv, "value head dim Dv")))
     if s.in_dtype not in IN_DTYPES or s.p_dtype not in IN_DTYPES:
         fail("DtypeMismatch", at, f"Q, K, V and P must be fp16 or bf16, got {s.in_dtype.value} / {s.p_dtype.value}")
     if s.out_dtype not in OUT_DTYPES:
         fail("DtypeMismatch", at, f"the output must be fp16, bf16 or fp32, got {s.out_dtype.value}")
-    if not isinstance(s.scale, float) or not math.isfinite(s.scale):
-        fail("InvalidAttribute", at, f"scale {s.scale!r} is not a finite float")
+    check_scale(s, at)
     if s.passes not in (None, 1, 2) or isinstance(s.passes, bool):
         fail("InvalidAttribute", at, f"passes = {s.passes!r}; the softmax walks the keys once (1) or twice (2)")
-    names = [s.q, s.k, s.v, s.o]
-    if any(not isinstance(x, str) or not x for x in names):
-        fail("InvalidAttribute", at, "tensor names are non-empty strings")
-    if len(set(names)) != 4:
-        fail("DuplicateDefinition", at, f"tensor names {names} must be distinct")
+    check_names([s.q, s.k, s.v, s.o], at)
 
 
-def check_attention_inputs(spec: AttentionSpec, inputs: Mapping[str, object], env: Mapping[str, int] | None = None):
+def check_inputs(spec: QKSoftmaxSpec, inputs: Mapping[str, object], env: Mapping[str, int] | None = None):
+    """Every input of spec present with its shape under env; returns the shapes."""
     shapes = spec.shapes(env)
+    at = f"{spec.KIND} {spec.name!r}"
     for name in spec.inputs:
         if name not in inputs:
-            fail("MissingInput", f"attention {spec.name!r}", f"input {name!r} is missing")
+            fail("MissingInput", at, f"input {name!r} is missing")
         got = tuple(getattr(inputs[name], "shape", ()))
         if got != shapes[name]:
-            fail("AxisSizeMismatch", f"attention {spec.name!r}", f"input {name!r} has shape {got}, expected {shapes[name]}")
+            fail("AxisSizeMismatch", at, f"input {name!r} has shape {got}, expected {shapes[name]}")
     return shapes
+
+
+check_attention_inputs = check_inputs
 
 
 def attention_reference(spec: AttentionSpec, inputs: Mapping[str, np.ndarray],
                         env: Mapping[str, int] | None = None) -> np.ndarray:
     """The numpy meaning (what CPU playback of the region and every generated kernel are compared with)."""
     check_attention_inputs(spec, inputs, env)
-    q, k, v = (np.asarray(round_to(np.asarray(inputs[x]), spec.in_dtype)).astype(np.float32)
-               for x in (spec.q, spec.k, spec.v))
+    p = softmax_probs(spec, inputs)
+    v = np.asarray(round_to(np.asarray(inputs[spec.v]), spec.in_dtype)).astype(np.float32)
+    o = np.matmul(p, v).astype(np.float32)
+    return np.asarray(round_to(o, spec.out_dtype)).astype(spec.out_dtype.np)
+
+
+def softmax_probs(spec, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+    """P = softmax_j(scale * Q K^T, masked) rounded to spec.p_dtype, as fp32 [*batch, m, n] (spec: any spec with
+    q, k, scale, causal, in_dtype and p_dtype; the inputs are checked by the caller)."""
+    q, k = (np.asarray(round_to(np.asarray(inputs[x]), spec.in_dtype)).astype(np.float32) for x in (spec.q, spec.k))
     s = np.matmul(q, np.swapaxes(k, -1, -2)).astype(np.float32) * np.float32(spec.scale)
     if spec.causal:
         m, n = s.shape[-2], s.shape[-1]
@@ -186,6 +238,4 @@ def attention_reference(spec: AttentionSpec, inputs: Mapping[str, np.ndarray],
         mx = s.max(axis=-1, keepdims=True)
         p = np.exp(s - mx).astype(np.float32)
         p = p / p.sum(axis=-1, keepdims=True, dtype=np.float32)
-    p = np.asarray(round_to(p, spec.p_dtype)).astype(np.float32)
-    o = np.matmul(p, v).astype(np.float32)
-    return np.asarray(round_to(o, spec.out_dtype)).astype(spec.out_dtype.np)
+    return np.asarray(round_to(p, spec.p_dtype)).astype(np.float32)

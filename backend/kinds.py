@@ -1,8 +1,8 @@
 """Kernel kinds: which template family computes an extracted region (seed 000 §10 step 6).
 
 One region = one kernel. Each kind (GEMM family, implicit-GEMM conv, conv + pool by compute-at,
-attention) knows how to recognize a region (``bind``: a Binding, or E1504 NoKernelTemplate saying why
-not), plan it (``search``), render its CUDA text (``render``), show its GPU IR (``gpu_ir``) and launch
+attention, softmax scores) knows how to recognize a region (``bind``: a Binding, or E1504 NoKernelTemplate
+saying why not), plan it (``search``), render its CUDA text (``render``), show its GPU IR (``gpu_ir``) and launch
 it on a GPU (``launch``); ``reference`` is the spec's numpy meaning that kernels are checked against. The backend stages (:mod:`.stages`) only talk to this table.
 
 Protocols the kinds share:
@@ -23,7 +23,7 @@ from ..ir.diagnostics import PolysatError, fail
 from ..ir.region import Region
 
 # modules defining ``KIND``, tried in this order (the first that binds a region computes it)
-_MODULES = ("gemm_kind", "attention_kind", "conv_kind", "conv_pool_kind")
+_MODULES = ("gemm_kind", "attention_kind", "scores_kind", "conv_kind", "conv_pool_kind")
 
 
 @dataclass(frozen=True)

@@ -37,15 +37,21 @@ UNIT_ROUNDOFF = {DType.fp16: 2.0 ** -11, DType.bf16: 2.0 ** -8}
 OUT_ULP = {DType.fp16: 2.0 ** -10, DType.bf16: 2.0 ** -7, DType.fp32: 0.0}
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory) -> str:
+def build_emulator(source: str, folder) -> str:
+    """source (a host emulator .cu, with tests/flash_emulator_host.cuh) built with nvcc into folder; warnings
+    are left on (-w would hide them)."""
     exe = nvcc_path()
     assert exe, "nvcc is needed to build the host emulator"
-    binary = str(tmp_path_factory.mktemp("attn_emu") / "emulate")
-    build = subprocess.run([exe, "-std=c++17", "-O2", "-I", TEMPLATES, "-o", binary, EMULATOR],
+    binary = str(folder / "emulate")
+    build = subprocess.run([exe, "-std=c++17", "-O2", "-I", TEMPLATES, "-o", binary, source],
                            capture_output=True, text=True, check=False)
     assert build.returncode == 0, build.stderr[-4000:]
     return binary
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory) -> str:
+    return build_emulator(EMULATOR, tmp_path_factory.mktemp("attn_emu"))
 
 
 def _run(emulator: str, *args: str) -> str:

@@ -13,141 +13,12 @@
 //   ranges                  key_range over a grid of shapes (checked against brute force in Python)
 //   run <in> <out>          emulate one problem: <in> = int32 {config, B, M, N} + float32 c + Q, K, V
 //                           (values already rounded to the input type); <out> = float32 O
-#include "polysat_attention.cuh"
-
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
-
-using namespace polysat;
-using namespace polysat::attn;
-
-static void die(const char* what) {
-  std::printf("FAIL %s\n", what);
-  std::exit(1);
-}
-
-// ---- element types on the host ----------------------------------------------------------------
-template <class T> static float round_t(float x);
-template <> float round_t<__half>(float x) { return __half2float(__float2half_rn(x)); }
-template <> float round_t<__nv_bfloat16>(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-template <> float round_t<float>(float x) { return x; }
-
-template <class T> static float half_of(u32 reg, int h);  // element h (0 = low 16 bits) of a packed pair
-template <> float half_of<__half>(u32 reg, int h) {
-  const unsigned short bits = (unsigned short)(h ? reg >> 16 : reg & 0xffffu);
-  __half x;
-  std::memcpy(&x, &bits, 2);
-  return __half2float(x);
-}
-template <> float half_of<__nv_bfloat16>(u32 reg, int h) {
-  const unsigned short bits = (unsigned short)(h ? reg >> 16 : reg & 0xffffu);
-  __nv_bfloat16 x;
-  std::memcpy(&x, &bits, 2);
-  return __bfloat162float(x);
-}
-
-static void quad_max_host(float (&x)[32][2]) {
-  for (int q = 0; q < 8; ++q)
-    for (int r = 0; r < 2; ++r) {
-      float v = x[4 * q][r];
-      for (int i = 1; i < 4; ++i) v = std::fmax(v, x[4 * q + i][r]);
-      for (int i = 0; i < 4; ++i) x[4 * q + i][r] = v;
-    }
-}
-static void quad_sum_host(float (&x)[32][2]) {  // shfl.xor 1 then 2: (a + b) + (c + d) in every lane
-  for (int q = 0; q < 8; ++q)
-    for (int r = 0; r < 2; ++r) {
-      const float a = x[4 * q][r], b = x[4 * q + 1][r], c = x[4 * q + 2][r], d = x[4 * q + 3][r];
-      for (int i = 0; i < 4; ++i) x[4 * q + i][r] = (i < 2) ? (a + b) + (c + d) : (c + d) + (a + b);
-    }
-}
-
-// ---- sm80 hardware models ---------------------------------------------------------------------------
-// cp.async copies of a [ROWS][COLS] tile (COLS contiguous, leading dimension ld) as load_tile issues them
-template <int ROWS, int COLS, int THREADS>
-static void cp_async_tile(std::vector<float>& tile, const float* g, int row0, int row_lim) {
-  tile.assign(ROWS * COLS, -999.0f);
-  for (int tid = 0; tid < THREADS; ++tid)
-    for (int i = 0; i < ROWS * (COLS / 8) / THREADS; ++i) {
-      int r, c;
-      copy_coord<COLS, 8>(tid + i * THREADS, r, c);
-      const int gr = row0 + r;
-      const bool ok = gr < row_lim && c < COLS;
-      const int dst = swz_offset<COLS>(r, c);
-      for (int e = 0; e < 8; ++e) tile[dst + e] = ok ? g[(long long)gr * COLS + c + e] : 0.0f;
-    }
-  for (float v : tile)
-    if (v == -999.0f) die("tile element never written");
-}
-
-// ldmatrix.x4 (.trans): matrix j's row r is the 16 bytes at lane 8j + r's address; lane t receives
-// (row t/4, cols 2(t%4), +1) of each matrix, transposed: (rows 2(t%4), +1, col t/4)
-template <int COLS, bool KMAJOR>
-static void ldmatrix_x4(const std::vector<float>& tile, int mn0, int k0, float (&out)[32][4][2]) {
-  int addr[32];
-  for (int l = 0; l < 32; ++l) {
-    int r, c;
-    frag_coord<KMAJOR>(l, mn0, k0, r, c);
-    addr[l] = swz_offset<COLS>(r, c);
-  }
-  for (int j = 0; j < 4; ++j) {
-    int seen = 0;
-    for (int r = 0; r < 8; ++r) seen |= 1 << ((addr[8 * j + r] * 2 / 16) % 8);
-    if (seen != 0xff) die("ldmatrix bank conflict");
-    for (int r = 0; r < 8; ++r)
-      if (addr[8 * j + r] % 8) die("unaligned ldmatrix row");
-  }
-  for (int t = 0; t < 32; ++t)
-    for (int j = 0; j < 4; ++j)
-      for (int e = 0; e < 2; ++e) {
-        int row, col;
-        if (!KMAJOR) { row = 2 * (t % 4) + e; col = t / 4; } else { row = t / 4; col = 2 * (t % 4) + e; }
-        out[t][j][e] = tile[addr[8 * j + row] + col];
-      }
-}
-
-// mma.m16n8k16.row.col f32 (PTX ISA 9.7.14.5.8): a[t][reg][half], b[t][reg][half], d[t][4]
-static void mma16816(float (&d)[32][4], const float (&a)[32][4][2], const float (&b)[32][2][2]) {
-  float A[16][16], B[16][8], D[16][8];
-  for (int t = 0; t < 32; ++t) {
-    const int g = t / 4, q = t % 4;
-    for (int e = 0; e < 2; ++e) {
-      A[g][2 * q + e] = a[t][0][e];
-      A[g + 8][2 * q + e] = a[t][1][e];
-      A[g][2 * q + 8 + e] = a[t][2][e];
-      A[g + 8][2 * q + 8 + e] = a[t][3][e];
-      B[2 * q + e][g] = b[t][0][e];
-      B[2 * q + 8 + e][g] = b[t][1][e];
-    }
-    D[g][2 * q] = d[t][0]; D[g][2 * q + 1] = d[t][1]; D[g + 8][2 * q] = d[t][2]; D[g + 8][2 * q + 1] = d[t][3];
-  }
-  for (int i = 0; i < 16; ++i)
-    for (int j = 0; j < 8; ++j) {
-      float s = D[i][j];
-      for (int k = 0; k < 16; ++k) s += A[i][k] * B[k][j];
-      D[i][j] = s;
-    }
-  for (int t = 0; t < 32; ++t) {
-    const int g = t / 4, q = t % 4;
-    d[t][0] = D[g][2 * q]; d[t][1] = D[g][2 * q + 1]; d[t][2] = D[g + 8][2 * q]; d[t][3] = D[g + 8][2 * q + 1];
-  }
-}
-
-struct Problem {
-  int B, M, N, D, DV;
-  float c;
-  std::vector<float> q, k, v;
-  std::vector<float> o;
-};
+#include "flash_emulator_host.cuh"  // the sm80 hardware models, Problem, RowStats, the run harness
 
 // per-lane state of one warp (16 query rows)
 template <int NT, int NO>
-struct Warp {
+struct Warp : RowStats {
   float o[32][NO][4];
-  float m[32][2], l[32][2], inv_l[32][2];
 };
 
 template <class T, class OutT, int D, int DV, int BM, int BN, bool CAUSAL, bool TWO_PASS, int SIGN>
@@ -163,19 +34,15 @@ static void emulate_sm80(Problem& p) {
     const int m0 = tm * BM;
     const KeyRange kr = key_range(m0, BM, BN, M, N, CAUSAL);
     cp_async_tile<BM, D, THREADS>(sQ, &p.q[(long long)b * M * D], m0, M);
+    q_fragments<D, WARPS>(sQ, qf);
     for (int w = 0; w < WARPS; ++w) {
-      for (int kk = 0; kk < KQ; ++kk) ldmatrix_x4<D, true>(sQ, w * 16, kk * 16, qf[w][kk]);
-      for (int t = 0; t < 32; ++t) {
+      wst[w].reset();
+      for (int t = 0; t < 32; ++t)
         for (int j = 0; j < NO; ++j) for (int e = 0; e < 4; ++e) wst[w].o[t][j][e] = 0.0f;
-        for (int r = 0; r < 2; ++r) { wst[w].m[t][r] = neg_inf(); wst[w].l[t][r] = 0.0f; wst[w].inv_l[t][r] = 1.0f; }
-      }
     }
     for (int pass = 0; pass < (TWO_PASS ? 2 : 1); ++pass) {
       if (TWO_PASS && pass == 1)
-        for (int w = 0; w < WARPS; ++w) {
-          quad_sum_host(wst[w].l);
-          for (int t = 0; t < 32; ++t) inverse(wst[w].l[t], wst[w].inv_l[t]);
-        }
+        for (int w = 0; w < WARPS; ++w) wst[w].finish();
       const bool with_v = !TWO_PASS || pass == 1;
       for (int jb = 0; jb < kr.count; ++jb) {
         cp_async_tile<BN, D, THREADS>(sK, &p.k[(long long)b * N * D], jb * BN, N);
@@ -185,33 +52,11 @@ static void emulate_sm80(Problem& p) {
           Warp<NT, NO>& W = wst[w];
           const int row0 = m0 + w * 16;
           static float s[32][NT][4];
-          for (auto& x : s) for (auto& y : x) for (float& z : y) z = 0.0f;
-          for (int kk = 0; kk < KQ; ++kk)
-            for (int jj = 0; jj < NT / 2; ++jj) {
-              float kf[32][4][2];
-              ldmatrix_x4<D, true>(sK, jj * 16, kk * 16, kf);
-              for (int h = 0; h < 2; ++h) {
-                float bb[32][2][2], acc[32][4];
-                for (int t = 0; t < 32; ++t) {
-                  const float* q4[4] = {kf[t][0], kf[t][1], kf[t][2], kf[t][3]};
-                  const float *b0, *b1;
-                  b_pick(h, q4, b0, b1);
-                  for (int e = 0; e < 2; ++e) { bb[t][0][e] = b0[e]; bb[t][1][e] = b1[e]; }
-                  for (int e = 0; e < 4; ++e) acc[t][e] = s[t][2 * jj + h][e];
-                }
-                mma16816(acc, qf[w][kk], bb);
-                for (int t = 0; t < 32; ++t) for (int e = 0; e < 4; ++e) s[t][2 * jj + h][e] = acc[t][e];
-              }
-            }
+          qk_sm80<D, NT>(sK, qf[w], s);
           float mx[32][2];
-          for (int t = 0; t < 32; ++t) {
-            mx[t][0] = mx[t][1] = neg_inf();
-            if (mask) scores<NT, SIGN, true, CAUSAL>(s[t], mx[t], t, row0, jb * BN, M, N);
-            else scores<NT, SIGN, false, CAUSAL>(s[t], mx[t], t, row0, jb * BN, M, N);
-          }
+          for (int t = 0; t < 32; ++t) lane_scores<NT, SIGN, CAUSAL>(mask, s[t], mx[t], t, row0, jb * BN, M, N);
           if (TWO_PASS && pass == 0) {
-            quad_max_host(mx);
-            for (int t = 0; t < 32; ++t) stats_step<NT>(s[t], mx[t], W.m[t], W.l[t], p.c);
+            W.stats(s, mx, p.c);
             continue;
           }
           if (TWO_PASS) {
@@ -253,10 +98,7 @@ static void emulate_sm80(Problem& p) {
     }
     for (int w = 0; w < WARPS; ++w) {
       Warp<NT, NO>& W = wst[w];
-      if (!TWO_PASS) {
-        quad_sum_host(W.l);
-        for (int t = 0; t < 32; ++t) inverse(W.l[t], W.inv_l[t]);
-      }
+      if (!TWO_PASS) W.finish();
       for (int t = 0; t < 32; ++t)
         for (int j = 0; j < NO; ++j)
           for (int e = 0; e < 4; ++e) {
@@ -314,18 +156,15 @@ static void emulate_sm90(Problem& p) {
     const KeyRange kr = key_range(m0, BM, BN, M, N, CAUSAL);
     tma_tile(smem, qb, &p.q[(long long)b * M * D], D, m0, BM, M);
     for (int cw = 0; cw < NC; ++cw)
-      for (int w = 0; w < 4; ++w)
-        for (int t = 0; t < 32; ++t) {
+      for (int w = 0; w < 4; ++w) {
+        wst[cw][w].reset();
+        for (int t = 0; t < 32; ++t)
           for (int j = 0; j < NO; ++j) for (int e = 0; e < 4; ++e) wst[cw][w].o[t][j][e] = 0.0f;
-          for (int r = 0; r < 2; ++r) { wst[cw][w].m[t][r] = neg_inf(); wst[cw][w].l[t][r] = 0.0f; wst[cw][w].inv_l[t][r] = 1.0f; }
-        }
+      }
     for (int pass = 0; pass < (TWO_PASS ? 2 : 1); ++pass) {
       if (TWO_PASS && pass == 1)
         for (int cw = 0; cw < NC; ++cw)
-          for (int w = 0; w < 4; ++w) {
-            quad_sum_host(wst[cw][w].l);
-            for (int t = 0; t < 32; ++t) inverse(wst[cw][w].l[t], wst[cw][w].inv_l[t]);
-          }
+          for (int w = 0; w < 4; ++w) wst[cw][w].finish();
       const bool with_v = !TWO_PASS || pass == 1;
       for (int jb = 0; jb < kr.count; ++jb) {
         tma_tile(smem, kb, &p.k[(long long)b * N * D], D, jb * BN, BN, N);
@@ -355,13 +194,10 @@ static void emulate_sm90(Problem& p) {
                 const int row = 16 * w + (t >> 2) + 8 * ((i >> 1) & 1), col = (i >> 2) * 8 + 2 * (t & 3) + (i & 1);
                 s[t][j][e] = S[row][col];
               }
-              mx[t][0] = mx[t][1] = neg_inf();
-              if (mask) scores<NT, SIGN, true, CAUSAL>(s[t], mx[t], t, row0, jb * BN, M, N);
-              else scores<NT, SIGN, false, CAUSAL>(s[t], mx[t], t, row0, jb * BN, M, N);
+              lane_scores<NT, SIGN, CAUSAL>(mask, s[t], mx[t], t, row0, jb * BN, M, N);
             }
             if (TWO_PASS && pass == 0) {
-              quad_max_host(mx);
-              for (int t = 0; t < 32; ++t) stats_step<NT>(s[t], mx[t], W.m[t], W.l[t], p.c);
+              W.stats(s, mx, p.c);
               continue;
             }
             if (TWO_PASS) {
@@ -408,10 +244,7 @@ static void emulate_sm90(Problem& p) {
     for (int cw = 0; cw < NC; ++cw)
       for (int w = 0; w < 4; ++w) {
         Warp<NT, NO>& W = wst[cw][w];
-        if (!TWO_PASS) {
-          quad_sum_host(W.l);
-          for (int t = 0; t < 32; ++t) inverse(W.l[t], W.inv_l[t]);
-        }
+        if (!TWO_PASS) W.finish();
         for (int t = 0; t < 32; ++t)
           for (int j = 0; j < NO; ++j)
             for (int e = 0; e < 4; ++e) {
@@ -420,8 +253,8 @@ static void emulate_sm90(Problem& p) {
               const int row = m0 + 64 * cw + 16 * w + r;
               if (row >= M) continue;
               float tp[2];
-            two_pass_scale(W.l[t], W.inv_l[t], tp);
-            const float sc = TWO_PASS ? tp[e >> 1] : W.inv_l[t][e >> 1];
+              two_pass_scale(W.l[t], W.inv_l[t], tp);
+              const float sc = TWO_PASS ? tp[e >> 1] : W.inv_l[t][e >> 1];
               float& dst = p.o[((long long)b * M + row) * DV + c];
               if (dst != -777.0f) die("O element written twice");
               dst = round_t<OutT>(W.o[t][j][e] * sc);
@@ -431,13 +264,7 @@ static void emulate_sm90(Problem& p) {
 }
 
 // ---- the instantiated configurations ------------------------------------------------------------------
-struct Config {
-  const char* text;  // skeleton dtype out D DV BM BN causal algo sign
-  void (*run)(Problem&);
-};
-using H = __half;
-using BF = __nv_bfloat16;
-static const Config CONFIGS[] = {
+static const Config CONFIGS[] = {  // skeleton dtype out D DV BM BN causal algo sign
     {"sm80 fp16 fp16 64 64 64 64 1 online 1", emulate_sm80<H, H, 64, 64, 64, 64, true, false, 1>},
     {"sm80 fp16 fp32 64 64 128 128 0 2pass 1", emulate_sm80<H, float, 64, 64, 128, 128, false, true, 1>},
     {"sm80 bf16 bf16 128 128 64 64 1 2pass 1", emulate_sm80<BF, BF, 128, 128, 64, 64, true, true, 1>},
@@ -454,10 +281,7 @@ static const int NCONFIGS = sizeof(CONFIGS) / sizeof(CONFIGS[0]);
 int main(int argc, char** argv) {
   if (argc < 2) die("usage");
   const char* mode = argv[1];
-  if (!std::strcmp(mode, "configs")) {
-    for (int i = 0; i < NCONFIGS; ++i) std::printf("%d %s\n", i, CONFIGS[i].text);
-    return 0;
-  }
+  if (!std::strcmp(mode, "configs")) return print_configs(CONFIGS, NCONFIGS);
   if (!std::strcmp(mode, "maps")) {
     for (int t = 0; t < 32; ++t)
       for (int j = 0; j < 8; ++j)
@@ -490,31 +314,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!std::strcmp(mode, "run") && argc == 4) {
-    FILE* f = std::fopen(argv[2], "rb");
-    if (!f) die("cannot open input");
-    int hdr[4];
-    Problem p;
-    if (std::fread(hdr, 4, 4, f) != 4 || std::fread(&p.c, 4, 1, f) != 1) die("short header");
-    const int cfg = hdr[0];
-    if (cfg < 0 || cfg >= NCONFIGS) die("bad config");
-    int D, DV;
-    char sk[8], dt[8], ot[8];
-    std::sscanf(CONFIGS[cfg].text, "%7s %7s %7s %d %d", sk, dt, ot, &D, &DV);
-    p.B = hdr[1]; p.M = hdr[2]; p.N = hdr[3]; p.D = D; p.DV = DV;
-    p.q.resize((size_t)p.B * p.M * D); p.k.resize((size_t)p.B * p.N * D); p.v.resize((size_t)p.B * p.N * DV);
-    if (std::fread(p.q.data(), 4, p.q.size(), f) != p.q.size() || std::fread(p.k.data(), 4, p.k.size(), f) != p.k.size() ||
-        std::fread(p.v.data(), 4, p.v.size(), f) != p.v.size())
-      die("short input");
-    std::fclose(f);
-    p.o.assign((size_t)p.B * p.M * DV, -777.0f);
-    CONFIGS[cfg].run(p);
-    for (float x : p.o)
-      if (x == -777.0f) die("O element never written");
-    FILE* g = std::fopen(argv[3], "wb");
-    std::fwrite(p.o.data(), 4, p.o.size(), g);
-    std::fclose(g);
-    std::printf("OK\n");
-    return 0;
+    auto dims = [](const char* text, int& D, int& DV) {
+      char sk[8], dt[8], ot[8];
+      std::sscanf(text, "%7s %7s %7s %d %d", sk, dt, ot, &D, &DV);
+    };
+    return run_problem(argv[2], argv[3], CONFIGS, NCONFIGS, dims, "O element never written");
   }
   die("unknown mode");
 }

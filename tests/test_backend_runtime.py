@@ -84,10 +84,12 @@ def test_cubins_are_built_for_the_device_they_load_on():
     assert _nvcc_arch("sm_120") == ["-arch=sm_120"]
 
 
-@pytest.mark.parametrize("example", ["gemm_bias_relu", "mlp", "conv3x3_s2_silu", "conv_relu_maxpool", "attention"])
-def test_nvrtc_compiles_every_kinds_example_kernels(example):
+@pytest.mark.parametrize("example, cost", [("gemm_bias_relu", "model"), ("mlp", "size"), ("conv3x3_s2_silu", "model"),
+                                           ("conv_relu_maxpool", "model"), ("attention", "model"), ("attention", "size")])
+def test_nvrtc_compiles_every_kinds_example_kernels(example, cost):
     """The runtime compiles with NVRTC (cuda-python, a test dependency; no GPU needed): each example's
-    region kernels (GEMM family, conv, conv + pool, flash attention under --cost=model) build there for
+    region kernels (GEMM family, conv, conv + pool, flash attention under --cost=model, the two-region
+    attention of --cost=size: softmax scores + batched GEMM) build there for
     sm_80 and sm_90a, not only with nvcc, and come out as cubins."""
     import os
 
@@ -98,7 +100,7 @@ def test_nvrtc_compiles_every_kinds_example_kernels(example):
     if not _include_dirs():
         pytest.skip("no CUDA headers (cuda_fp16.h) for NVRTC on this machine")
     path = os.path.join(os.path.dirname(__file__), "..", "examples", f"{example}.json")
-    regions = Compilation(path, cost="model").regions
+    regions = Compilation(path, cost=cost).regions
     for arch, flag in (("sm80", "sm_80"), ("sm90", "sm_90a")):
         sources = stages.kernel_sources(regions, arch)
         assert sources, example

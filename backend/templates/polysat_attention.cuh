@@ -23,6 +23,10 @@
 // Causal CTAs visit only the key blocks below their last row's diagonal; only blocks that hold a masked
 // (row, key) pair (the diagonal and the key tail) evaluate the mask. Rows that see no key produce NaN
 // (0 / 0), as in the reference.
+//   STORE_P (softmax_scores, the two-region form of attention: P written to device memory, P V left to a
+//     GEMM kernel): the sm80 skeleton with TWO_PASS, V never loaded; pass 2 stores each normalised P tile
+//     (fragment -> P[b, i, j], predicated on the M and N tails, pairs when N is even) instead of the P V
+//     MMA, and the key blocks no stored row sees are written as 0 (NaN for a row without a visible key).
 #pragma once
 #include "polysat_gemm.cuh"
 
@@ -227,6 +231,28 @@ POLYSAT_HD void two_pass_scale(const float (&l)[2], const float (&inv)[2], float
   scale[1] = l[1] > 0.0f ? 1.0f : l[1] * inv[1];
 }
 
+// STORE_P: where pair h (elements 2h, 2h + 1) of n8-tile j of a warp's 16-row fragment lands in P [M][N]
+// (the warp's rows start at row0, the block's keys at col0): row and col of its first element, and how
+// many of the two lie inside P (0: row >= M or col >= N; 1: only col < N; 2: both)
+POLYSAT_HD int p_pair(int lane, int j, int h, int row0, int col0, int M, int N, int& row, int& col) {
+  int r, c;
+  acc_rc(lane, j, 2 * h, r, c);
+  row = row0 + r;
+  col = col0 + c;
+  if (row >= M || col >= N) return 0;
+  return col + 1 < N ? 2 : 1;
+}
+
+// STORE_P: the values of a key block no stored row of the CTA sees: 0, or NaN (0 * NaN) for a row
+// without any visible key (sc from two_pass_scale)
+template <int NT>
+POLYSAT_HD void unseen_p(float (&s)[NT][4], const float (&sc)[2]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f * sc[e >> 1];
+}
+
 // =============================================================================================
 // device-only pieces: quad reductions (the 4 lanes holding one row), predicated stores of O
 // =============================================================================================
@@ -264,16 +290,41 @@ __device__ __forceinline__ void store_o(OutT* __restrict__ gO, int M, int row0, 
     }
 }
 
+// STORE_P: a warp's 16-row fragment s[NT][4] of P (keys col0 ..) rounded to PT into P [M][N] (one batch
+// entry); a pair is one 4- or 8-byte store when both elements are inside and N is even (col is even, so
+// the pair is aligned exactly when N is), else element by element
+template <class PT, int NT>
+__device__ __forceinline__ void store_p(PT* __restrict__ gP, int M, int N, int row0, int col0, const float (&s)[NT][4],
+                                        int lane) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int row, col;
+      const int k = p_pair(lane, j, h, row0, col0, M, N, row, col);
+      PT* dst = gP + (long long)row * N + col;
+      if (k == 2 && (N & 1) == 0) {
+        *reinterpret_cast<typename Pair<PT>::V*>(dst) = Pair<PT>::make(s[j][2 * h], s[j][2 * h + 1]);
+      } else if (k > 0) {
+        dst[0] = from_f32<PT>(s[j][2 * h]);
+        if (k == 2) dst[1] = from_f32<PT>(s[j][2 * h + 1]);
+      }
+    }
+}
+
 // =============================================================================================
 // SM80: cp.async ring + ldmatrix + mma.sync.m16n8k16 (FA2-style)
 // =============================================================================================
-template <class T, class OutT, int D, int DV, int BM, int BN, int STAGES, bool CAUSAL, bool TWO_PASS, int SIGN>
+// STORE_P: O is P [batch, M, N] (OutT its type), V is not read (DV only sizes unused registers)
+template <class T, class OutT, int D, int DV, int BM, int BN, int STAGES, bool CAUSAL, bool TWO_PASS, int SIGN,
+          bool STORE_P = false>
 __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                                OutT* __restrict__ O, int M, int N, int batch, float c,
                                                unsigned char* smem) {
   constexpr int WARPS = BM / 16, THREADS = 32 * WARPS;
   constexpr int NT = BN / 8, NO = DV / 8, KQ = D / 16, KP = BN / 16;
   static_assert(D % 64 == 0 && DV % 64 == 0 && BN % 16 == 0 && BM % 16 == 0 && STAGES >= 2, "attention tile");
+  static_assert(!STORE_P || TWO_PASS, "P is stored normalised: two passes");
   T* sQ = reinterpret_cast<T*>(smem);
   T* sK = sQ + BM * D;
   T* sV = sK + STAGES * BN * D;
@@ -285,7 +336,7 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
   const int m0 = tm * BM;
   const T* gQ = Q + (long long)b * M * D;
   const T* gK = K + (long long)b * N * D;
-  const T* gV = V + (long long)b * N * DV;
+  const T* gV = STORE_P ? V : V + (long long)b * N * DV;
   const KeyRange kr = key_range(m0, BM, BN, M, N, CAUSAL);
   const int row0 = m0 + warp * 16;  // this warp's first query row
 
@@ -361,6 +412,10 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
       online_step<NT>(s, mx, m, l, alpha, c);
       rescale<NO>(o, alpha);
     }
+    if constexpr (STORE_P) {
+      store_p<OutT, NT>(O + (long long)b * M * N, M, N, row0, jb * BN, s, lane);
+      return;
+    }
     u32 pa[KP][4];
     pack_p<T, NT>(s, pa);
     pv(slot, pa);
@@ -397,16 +452,30 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
     stream(0, false);
     quad_sum(l);
     inverse(l, inv_l);
-    stream(1, true);
+    stream(1, !STORE_P);
     float sc[2];
     two_pass_scale(l, inv_l, sc);
-    store_o<OutT, NO>(O + (long long)b * M * DV, M, row0, o, sc, lane);
+    if constexpr (STORE_P) {  // key blocks past the CTA's diagonal: no stored row sees them
+      float s[NT][4];
+      unseen_p<NT>(s, sc);
+      for (int jb = kr.count; jb < (N + BN - 1) / BN; ++jb)
+        store_p<OutT, NT>(O + (long long)b * M * N, M, N, row0, jb * BN, s, lane);
+    } else {
+      store_o<OutT, NO>(O + (long long)b * M * DV, M, row0, o, sc, lane);
+    }
   } else {
     stream(0, true);
     quad_sum(l);
     inverse(l, inv_l);
     store_o<OutT, NO>(O + (long long)b * M * DV, M, row0, o, inv_l, lane);
   }
+}
+
+// softmax_scores: P [batch, M, N] = softmax_j(scale * Q K^T, masked) rounded to PT, two passes over the keys
+template <class T, class PT, int D, int BM, int BN, int STAGES, bool CAUSAL, int SIGN>
+__device__ __forceinline__ void scores_sm80(const T* __restrict__ Q, const T* __restrict__ K, PT* __restrict__ P, int M,
+                                            int N, int batch, float c, unsigned char* smem) {
+  attention_sm80<T, PT, D, 64, BM, BN, STAGES, CAUSAL, true, SIGN, true>(Q, K, nullptr, P, M, N, batch, c, smem);
 }
 
 // =============================================================================================
