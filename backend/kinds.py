@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 
 from ..ir.diagnostics import PolysatError, fail
 from ..ir.region import Region
+from ..ir.region_squeeze import squeeze_units
 
 # modules defining ``KIND``, tried in this order (the first that binds a region computes it)
 _MODULES = ("gemm_kind", "attention_kind", "scores_kind", "conv_kind", "conv_pool_kind")
@@ -50,14 +51,20 @@ def kind_named(name: str) -> KernelKind:
 
 
 def bind(region: Region) -> tuple[KernelKind, Any]:
-    """The kind that computes the region and its binding; E1504 NoKernelTemplate with every kind's reason."""
+    """The kind that computes the region and its binding; E1504 NoKernelTemplate with every kind's reason.
+    A region with size-1 axes (a batch of one) is bound without them (ir/region_squeeze.py) when it does
+    not bind as it is: the buffers are the same bytes, the binding reads them reshaped."""
     reasons = []
-    for k in kinds():
-        try:
-            return k, k.bind(region)
-        except PolysatError as e:
-            d = e.diagnostics[0]
-            if d.kind != "NoKernelTemplate":
-                raise
-            reasons.append(d.why)
+    for r in (region, squeeze_units(region)):
+        if r is None:
+            continue
+        for k in kinds():
+            try:
+                return k, k.bind(r)
+            except PolysatError as e:
+                d = e.diagnostics[0]
+                if d.kind != "NoKernelTemplate":
+                    raise
+                if r is region:
+                    reasons.append(d.why)
     fail("NoKernelTemplate", f"region {region.name}", "; ".join(reasons) or "no kernel kind is registered")

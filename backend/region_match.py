@@ -49,6 +49,39 @@ def walk(lets: Lets, top: RNode, stop: RNode | None = None) -> list[RNode]:
     return out
 
 
+def same_value(lets: Lets, a: RNode, b: RNode, rename: Mapping[str, str] | None = None) -> bool:
+    """a, with its axes renamed (rename), computes the same value as b at every point: equal expressions
+    once Refs are followed and broadcasts dropped (RB-SSA axes are named, so a broadcast only says where a
+    value is read, not what it is). A reduction over a fresh key axis that recomputes the scores it reduces
+    is then the same reduction as one over the scores themselves."""
+    ren = {k: Expr.var(v) for k, v in (rename or {}).items()}
+    names = dict(rename or {})
+
+    def key(n: RNode, memo: dict, subs: dict, nm: dict) -> tuple:
+        n = lets(n)
+        if id(n) in memo:
+            return memo[id(n)]
+        while n.op == R.BROADCAST:
+            n = lets(n.src[0])
+        kids = tuple(key(c, memo, subs, nm) for c in n.src)
+        if n.op == R.READ:
+            out = ("read", n.arg[0], tuple(str(e.subs(subs)) for e in n.arg[1]), n.dtype)
+        elif n.op == R.PRED:
+            out = ("pred", tuple(sorted(str(g.subs(subs)) for g in n.arg)))
+        elif n.op == R.REDUCE:
+            op, axes, init = n.arg
+            out = ("reduce", op, tuple(nm.get(x, x) for x in axes), init, n.dtype, kids)
+        elif n.op == R.ONLINE:
+            axes, *rest = n.arg
+            out = ("online", tuple(nm.get(x, x) for x in axes), tuple(rest), kids)
+        else:
+            out = (n.op.value, n.arg, n.dtype, kids)
+        memo[id(n)] = out
+        return out
+
+    return key(a, {}, ren, names) == key(b, {}, {}, {})
+
+
 def axis_var(e: Expr) -> str | None:
     """The axis name when e is a bare variable, else None."""
     vs = e.variables()

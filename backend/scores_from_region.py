@@ -6,9 +6,11 @@ The region must yield, with a cast to P's type, over the packed output ``P[*batc
     div(e, bcast(reduce_sum<j>(e)))   with   e = exp2(mul(sub(S, bcast(reduce_max<j>(S))), log2(e)))
 
 * S is the score part ``scale * Q K^T`` (masked causally or not), read by ``score_match.score_part``;
-* both row reductions run over the key axis j only, in fp32, from their neutral elements (max from -inf,
-  sum from 0), and are broadcast back along j; the max is taken of the same S that is subtracted from,
-  the sum of the same e that is divided;
+* both row reductions run over one key axis, in fp32, from their neutral elements (max from -inf, sum
+  from 0), and are broadcast back along j; the max is taken of the same S that is subtracted from, the
+  sum of the same e that is divided: either over j itself, or over a fresh reduce axis of j's size on
+  which the reduced expression recomputes S or e (region_match.same_value; the extraction picks that form
+  for some shapes, e.g. a batch of one);
 * the exp2 argument is multiplied by fp32 log2(e) (either operand order), so e = exp(S - max).
 
 Anything else fails with E1504 NoKernelTemplate saying exactly what does not fit.
@@ -23,7 +25,7 @@ from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
 from ..ir.region import R, Region, RNode
 from .gemm_spec import OUT_DTYPES
-from .region_match import Aliases, Lets, RegionBinding, axis_size, the_yield
+from .region_match import Aliases, Lets, RegionBinding, axis_size, same_value, the_yield
 from .score_match import score_part
 from .scores_spec import ScoresSpec
 
@@ -56,8 +58,9 @@ def _binary(lets: Lets, n: RNode, fn: str, what: str, reject) -> tuple[RNode, RN
     return lets(a), lets(b)
 
 
-def _row_reduce(lets: Lets, n: RNode, op: str, j: str, axes: tuple, what: str, reject) -> RNode:
-    """bcast(reduce_op<j>(x)) back over axes -> x."""
+def _row_reduce(r: Region, lets: Lets, n: RNode, op: str, j: str, axes: tuple, what: str, reject) -> tuple:
+    """bcast(reduce_op<k>(x)) back over axes -> (x, k): k is the key axis j, or a reduce axis of j's size
+    over which x recomputes what it reduces (same_value with k renamed j decides)."""
     n = lets(n)
     if n.op != R.BROADCAST:
         reject(f"{what} is {_what(n)}, not a row {op} broadcast back over the keys")
@@ -66,7 +69,8 @@ def _row_reduce(lets: Lets, n: RNode, op: str, j: str, axes: tuple, what: str, r
     if red.op != R.REDUCE or red.arg[0] != op:
         reject(f"{what} broadcasts {_what(red)}, not a row {op}")
     _op, raxes, init = red.arg
-    if tuple(raxes) != (j,):
+    if len(raxes) != 1 or not (raxes[0] == j or raxes[0] in dict(r.reduce_axes)
+                               and r.axis_sizes[raxes[0]] == r.axis_sizes[j]):
         reject(f"the row {op} reduces over [{', '.join(raxes)}], not over the keys [{j}] alone")
     neutral = -math.inf if op == "max" else 0.0
     if red.dtype != DType.fp32 or init != neutral:
@@ -74,7 +78,7 @@ def _row_reduce(lets: Lets, n: RNode, op: str, j: str, axes: tuple, what: str, r
     if tuple(result_axes) != axes or tuple(result_axes[d] for d in bdims) != tuple(red.axes) \
             or tuple(red.axes) != tuple(a for a in axes if a != j):
         reject(f"the row {op} is not broadcast back along the keys onto [{', '.join(axes)}]")
-    return lets(red.src[0])
+    return lets(red.src[0]), raxes[0]
 
 
 def _log2e_product(lets: Lets, n: RNode, reject) -> RNode:
@@ -103,12 +107,14 @@ def scores_binding(region: Region, name: "str | None" = None) -> ScoresBinding:
         reject(f"it writes {y.cast.value}; the template writes P as fp16, bf16 or fp32")
     batch, (m_ax, j) = axes[:-2], axes[-2:]
     e, den = _binary(lets, top, "div", "the yielded value", reject)
-    if _row_reduce(lets, den, "sum", j, axes, "the divisor", reject) != e:
+    summed, k = _row_reduce(r, lets, den, "sum", j, axes, "the divisor", reject)
+    if not same_value(lets, summed, e, {k: j}):
         reject("the divisor is not the row sum of the dividend")
     if e.op != R.UNARY or e.arg != "exp2" or e.dtype != DType.fp32:
         reject(f"the dividend is {_what(e)}, not an fp32 exp2")
     s, mx = _binary(lets, _log2e_product(lets, e.src[0], reject), "sub", "the shifted scores", reject)
-    if _row_reduce(lets, mx, "max", j, axes, "the subtracted row statistic", reject) != s:
+    maxed, k = _row_reduce(r, lets, mx, "max", j, axes, "the subtracted row statistic", reject)
+    if not same_value(lets, maxed, s, {k: j}):
         reject("the subtracted row max is not the max of the scores it is subtracted from")
     sp = score_part(r, lets, s, batch, m_ax, j, reject)
     d = r.axis_sizes[sp.k_axis]

@@ -287,6 +287,21 @@ def nvcc_builds(index: list, what: str) -> list:
     return [(label, arch, ks, rep) for (label, arch, ks), rep in zip(index, reports, strict=True)]
 
 
+def numpy_device() -> tuple:
+    """(hooks, launched): backend.stages.run_regions's device hooks on numpy, each kernel computed by its
+    kind's numpy meaning of the spec (checked to receive its operands in the spec's shapes); launched
+    lists the specs run."""
+    launched = []
+
+    def launch(kind, spec, tensors, env, out):
+        assert all(tuple(tensors[n].shape) == s for n, s in spec.shapes(env).items() if n != spec.c)
+        launched.append(spec.name)
+        out[...] = kind.reference(spec, tensors, env)
+
+    hooks = dict(upload=np.array, alloc=np.empty, reshape=np.reshape, launch=launch, download=np.array)
+    return hooks, launched
+
+
 def cli(argv: Sequence[str]) -> tuple:
     """polysat.cli.main in-process: (exit status, stdout, stderr)."""
     from polysat.cli import main

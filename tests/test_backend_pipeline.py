@@ -164,25 +164,12 @@ def _inputs(comp_regions, env, seed=0):
     return out
 
 
-def _numpy_device():
-    """The runner's device hooks on numpy, each kernel computed by its kind's numpy meaning of the spec."""
-    launched = []
-
-    def launch(kind, spec, tensors, env, out):
-        assert all(tuple(tensors[n].shape) == s for n, s in spec.shapes(env).items() if n != spec.c)
-        launched.append(spec.name)
-        out[...] = kind.reference(spec, tensors, env)
-
-    hooks = dict(upload=np.array, alloc=np.empty, reshape=np.reshape, launch=launch, download=np.array)
-    return hooks, launched
-
-
 @pytest.mark.parametrize("key,env", [("mlp", {"T": 19}), ("gemm_bias_relu", {"M": 37, "N": 45, "K": 29}),
                                      ("self_residual", {})])
 def test_region_runner_chains_regions_and_equals_playback(key, env):
     rs = regions(key)
     ins = _inputs(rs, env)
-    hooks, launched = _numpy_device()
+    hooks, launched = oracle.numpy_device()
     got = stages.run_regions(rs, ins, **hooks)
     want = playback(rs, ins)
     assert launched == [r.name for r in rs] and set(got) == set(want)
@@ -196,7 +183,7 @@ def test_region_runner_reshapes_size_one_dims_between_shapes():
     rs = Compilation(m).regions
     assert gemm_spec_from_region(rs[0]).epilogue[0].axis == "m"
     ins = _inputs(rs, {})
-    hooks, _ = _numpy_device()
+    hooks, _ = oracle.numpy_device()
     got = stages.run_regions(rs, ins, **hooks)
     want = playback(rs, ins)
     for k in want:
