@@ -70,13 +70,15 @@ class Compilation:
 
     @property
     def regions(self):
-        """RB-SSA regions (one per kernel) synthesized from the extraction, validated (§6.10)."""
+        """RB-SSA regions (one per kernel) synthesized from the extraction, each intermediate that all its
+        readers round stored rounded (ir/region_narrow.py), validated (§6.10)."""
         def make():
             from .ir.diagnostics import PolysatError
+            from .ir.region_narrow import narrow_boundaries
             from .ir.region_synth import synthesize
             from .ir.region_validate import validate_regions
             x = self.extraction
-            regions = synthesize(x.program, x.partition)
+            regions = narrow_boundaries(synthesize(x.program, x.partition))
             errors = [d for d in validate_regions(regions) if d.is_error]
             if errors:
                 raise PolysatError(errors)

@@ -84,8 +84,9 @@ def test_cubins_are_built_for_the_device_they_load_on():
     assert _nvcc_arch("sm_120") == ["-arch=sm_120"]
 
 
-@pytest.mark.parametrize("example, cost", [("gemm_bias_relu", "model"), ("mlp", "size"), ("conv3x3_s2_silu", "model"),
-                                           ("conv_relu_maxpool", "model"), ("attention", "model"), ("attention", "size")])
+@pytest.mark.parametrize("example, cost", [("gemm_bias_relu", "model"), ("mlp", "size"), ("mlp", "model"),
+                                           ("conv3x3_s2_silu", "model"), ("conv_relu_maxpool", "model"),
+                                           ("attention", "model"), ("attention", "size")])
 def test_nvrtc_compiles_every_kinds_example_kernels(example, cost):
     """The runtime compiles with NVRTC (cuda-python, a test dependency; no GPU needed): each example's
     region kernels (GEMM family, conv, conv + pool, flash attention under --cost=model, the two-region
