@@ -19,6 +19,26 @@
 template <int NT, int NO>
 struct Warp : RowStats {
   float o[32][NO][4];
+  // the softmax of one key block on this warp's masked scores s (row maxima mx): pass 1 of the two-pass
+  // algorithm keeps statistics only (false: nothing to multiply by V); otherwise P in s, O rescaled
+  template <bool TWO_PASS>
+  bool softmax(float (&s)[32][NT][4], float (&mx)[32][2], int pass, float c) {
+    if (TWO_PASS && pass == 0) {
+      stats(s, mx, c);
+      return false;
+    }
+    if (TWO_PASS) {
+      for (int t = 0; t < 32; ++t) normalized_p<NT>(s[t], m[t], inv_l[t], c);
+    } else {
+      quad_max_host(mx);
+      for (int t = 0; t < 32; ++t) {
+        float alpha[2];
+        online_step<NT>(s[t], mx[t], m[t], l[t], alpha, c);
+        rescale<NO>(o[t], alpha);
+      }
+    }
+    return true;
+  }
 };
 
 template <class T, class OutT, int D, int DV, int BM, int BN, bool CAUSAL, bool TWO_PASS, int SIGN>
@@ -55,20 +75,7 @@ static void emulate_sm80(Problem& p) {
           qk_sm80<D, NT>(sK, qf[w], s);
           float mx[32][2];
           for (int t = 0; t < 32; ++t) lane_scores<NT, SIGN, CAUSAL>(mask, s[t], mx[t], t, row0, jb * BN, M, N);
-          if (TWO_PASS && pass == 0) {
-            W.stats(s, mx, p.c);
-            continue;
-          }
-          if (TWO_PASS) {
-            for (int t = 0; t < 32; ++t) normalized_p<NT>(s[t], W.m[t], W.inv_l[t], p.c);
-          } else {
-            quad_max_host(mx);
-            for (int t = 0; t < 32; ++t) {
-              float alpha[2];
-              online_step<NT>(s[t], mx[t], W.m[t], W.l[t], alpha, p.c);
-              rescale<NO>(W.o[t], alpha);
-            }
-          }
+          if (!W.template softmax<TWO_PASS>(s, mx, pass, p.c)) continue;
           static u32 pa[32][KP][4];
           for (int t = 0; t < 32; ++t) pack_p<T, NT>(s[t], pa[t]);
           for (int kk = 0; kk < KP; ++kk) {
@@ -196,20 +203,7 @@ static void emulate_sm90(Problem& p) {
               }
               lane_scores<NT, SIGN, CAUSAL>(mask, s[t], mx[t], t, row0, jb * BN, M, N);
             }
-            if (TWO_PASS && pass == 0) {
-              W.stats(s, mx, p.c);
-              continue;
-            }
-            if (TWO_PASS) {
-              for (int t = 0; t < 32; ++t) normalized_p<NT>(s[t], W.m[t], W.inv_l[t], p.c);
-            } else {
-              quad_max_host(mx);
-              for (int t = 0; t < 32; ++t) {
-                float alpha[2];
-                online_step<NT>(s[t], mx[t], W.m[t], W.l[t], alpha, p.c);
-                rescale<NO>(W.o[t], alpha);
-              }
-            }
+            if (!W.template softmax<TWO_PASS>(s, mx, pass, p.c)) continue;
             for (int t = 0; t < 32; ++t) pack_p<T, NT>(s[t], pa[w][t]);
           }
           if (TWO_PASS && pass == 0) continue;

@@ -15,6 +15,7 @@ from polysat.backend.nvcc import nvcc_path
 
 EMULATOR = r"""
 #include "polysat_gemm.cuh"
+#include "mma_host_model.cuh"
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -41,29 +42,6 @@ static void ldmatrix_x4(const std::vector<float>& smem, const int (&addr)[32], R
       }
 }
 
-// mma.m16n8k16.row.col: A 16x16, B 16x8 (k x n), D 16x8, fragments per PTX ISA 9.7.14.5.8
-static void mma(float (&d)[32][4], const float (&a)[32][4][2], const float (&b)[32][2][2]) {
-  float A[16][16], B[16][8], D[16][8];
-  for (int t = 0; t < 32; ++t) {
-    const int g = t / 4, q = t % 4;
-    for (int e = 0; e < 2; ++e) {
-      A[g][2 * q + e] = a[t][0][e]; A[g + 8][2 * q + e] = a[t][1][e];
-      A[g][2 * q + 8 + e] = a[t][2][e]; A[g + 8][2 * q + 8 + e] = a[t][3][e];
-      B[2 * q + e][g] = b[t][0][e]; B[2 * q + 8 + e][g] = b[t][1][e];
-    }
-    D[g][2 * q] = d[t][0]; D[g][2 * q + 1] = d[t][1]; D[g + 8][2 * q] = d[t][2]; D[g + 8][2 * q + 1] = d[t][3];
-  }
-  for (int i = 0; i < 16; ++i)
-    for (int j = 0; j < 8; ++j) {
-      float s = D[i][j];
-      for (int k = 0; k < 16; ++k) s += A[i][k] * B[k][j];
-      D[i][j] = s;
-    }
-  for (int t = 0; t < 32; ++t) {
-    const int g = t / 4, q = t % 4;
-    d[t][0] = D[g][2 * q]; d[t][1] = D[g][2 * q + 1]; d[t][2] = D[g + 8][2 * q]; d[t][3] = D[g + 8][2 * q + 1];
-  }
-}
 
 // the kernel's cp.async / plain copies of one [ROWS][COLS] tile, thread by thread
 template <int ROWS, int COLS, int VEC, int THREADS, bool KMAJOR>
@@ -123,7 +101,7 @@ static void run(int M, int N, int K) {
                   b_pick(j, q, b0, b1);
                   for (int e = 0; e < 2; ++e) { b[t][0][e] = b0[e]; b[t][1][e] = b1[e]; }
                 }
-                mma(acc[w][i][j], a, b);
+                mma16816(acc[w][i][j], a, b);
               }
           }
         }
@@ -176,7 +154,8 @@ def test_sm80_index_logic_matches_hardware_model(tmp_path):
     src = tmp_path / "emulate.cu"
     src.write_text(EMULATOR)
     binary = tmp_path / "emulate"
-    build = subprocess.run([exe, "-std=c++17", "-O1", "-I", TEMPLATES, "-o", str(binary), str(src)],
+    build = subprocess.run([exe, "-std=c++17", "-O1", "-I", TEMPLATES, "-I", os.path.dirname(__file__),
+                            "-o", str(binary), str(src)],
                            capture_output=True, text=True, check=False)
     assert build.returncode == 0, build.stderr[-4000:]
     run = subprocess.run([str(binary)], capture_output=True, text=True, check=False, timeout=300,

@@ -93,7 +93,8 @@ def _two_regions(unrounded_read: bool):
     if unrounded_read:
         c = binary("add", c, read("B", idx, f32, names), f32)
     k1 = Region("k1", iters, (), (Buffer("B", MemRef((4, 8), f32)),),
-                (Buffer("C", MemRef((4, 8), f16), "gmem", program_output=True),), (Let("c", c),), (Yield("c", "C", f16, ax),))
+                (Buffer("C", MemRef((4, 8), f16), "gmem", program_output=True),), (Let("c", c),),
+                (Yield("c", "C", f16, ax),))
     return [k0, k1]
 
 

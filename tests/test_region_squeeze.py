@@ -70,7 +70,8 @@ def unit_models(draw):
     if kind == "attention":
         b, h = draw(st.sampled_from([(1, 1), (1, 2), (2, 1)]))
         m, n = draw(st.integers(1, 20)), draw(st.integers(1, 20))
-        return attention(b, h, m, n, draw(st.sampled_from([8, 16])), draw(st.booleans())), draw(st.sampled_from(["size", "model"]))
+        doc = attention(b, h, m, n, draw(st.sampled_from([8, 16])), draw(st.booleans()))
+        return doc, draw(st.sampled_from(["size", "model"]))
     lead = draw(st.sampled_from([[1], [1, 3], [2, 1], [1, 1]]))
     m, k, n = draw(st.integers(1, 12)), draw(st.integers(1, 12)), draw(st.integers(1, 12))
     b_lead = draw(st.sampled_from([lead, [1] * len(lead), []]))
@@ -153,7 +154,8 @@ def test_recomputed_row_statistics_must_recompute_the_same_scores():
     k0 = squeeze_units(Compilation(attention(1, 2, 40, 56, 64, True), cost="size").regions[0])
     assert scores_binding(k0).spec.causal
     doc = region_json(k0)
-    maxed = next(let for let in doc["region"]["lets"] if "reduce" in let["expr"] and let["expr"]["reduce"]["op"] == "max")
+    maxed = next(let for let in doc["region"]["lets"]
+                 if "reduce" in let["expr"] and let["expr"]["reduce"]["op"] == "max")
     text = json.dumps(maxed["expr"])
     assert text.count("0.125") == 1
     maxed["expr"] = json.loads(text.replace("0.125", "0.25"))
