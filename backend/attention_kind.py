@@ -19,7 +19,7 @@ from .attention_codegen import render
 from .attention_from_region import attention_binding
 from .attention_gpu_ir import build_attention_gpu_ir
 from .attention_plan import ALGOS
-from .attention_search import AttentionSearchResult, search
+from .attention_search import AttentionSearchResult, check_p_dtype, search
 from .attention_spec import AttentionSpec, attention_reference
 from .kinds import KernelKind
 
@@ -32,9 +32,7 @@ def _bind(region: Region):
     if spec.passes not in ALGO_OF_PASSES:
         fail("NoKernelTemplate", f"region {region.name}",
              f"its streamed softmax walks the keys {spec.passes} times; the template makes 1 or 2 passes")
-    if spec.p_dtype != spec.in_dtype:
-        fail("NoKernelTemplate", f"region {region.name}",
-             f"it rounds P to {spec.p_dtype.value} but V is {spec.in_dtype.value}; the PV MMA takes both in one type")
+    check_p_dtype(spec, f"region {region.name}")
     return binding
 
 

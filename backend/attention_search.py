@@ -180,11 +180,19 @@ def _algos(hints: Mapping | None, algos: tuple[str, ...] | None) -> tuple[str, .
     return want
 
 
+def check_p_dtype(spec: AttentionSpec, at: str) -> None:
+    """E1504 unless P is rounded to the inputs' type: the PV MMA takes P and V in one type."""
+    if spec.p_dtype != spec.in_dtype:
+        fail("NoKernelTemplate", at, f"it rounds P to {spec.p_dtype.value} but V is {spec.in_dtype.value}; "
+             "the PV MMA takes both in one type")
+
+
 def search(spec: AttentionSpec, arch: str = "sm90", env: Mapping[str, int] | None = None, hints: Mapping | None = None,
            cost: CostFn | None = None, skeletons: tuple[str, ...] | None = None,
            algos: tuple[str, ...] | None = None) -> AttentionSearchResult:
     """Rank the plans for spec on arch; env binds symbols (unbound ones rank at HINT_SIZE)."""
     at = f"attention {spec.name!r}"
+    check_p_dtype(spec, at)
     if spec.d not in HEAD_DIMS or spec.dv not in HEAD_DIMS:
         fail("NoKernelTemplate", at, f"head dims D = {spec.d}, Dv = {spec.dv}: the flash template is instantiated for "
              f"{', '.join(map(str, HEAD_DIMS))}")

@@ -96,6 +96,8 @@ def test_bad_requests_are_coded_diagnostics():
     assert _code(lambda: search(SPEC, "sm90", ENV, algos=("magic",))) == ("E1008", "InvalidAttribute")
     assert _code(lambda: search(dataclasses.replace(SPEC, d=96), "sm90", ENV))[1] == "NoKernelTemplate"
     assert _code(lambda: search(SPEC, "sm70", ENV))[1] == "UnknownTarget"
+    other_p = DType.bf16 if SPEC.in_dtype == DType.fp16 else DType.fp16  # P V takes P and V in one type
+    assert _code(lambda: search(dataclasses.replace(SPEC, p_dtype=other_p), "sm90", ENV))[1] == "NoKernelTemplate"
 
 
 def test_causal_blocks_above_the_diagonal_are_not_issued():
