@@ -60,6 +60,8 @@ def launch(what: str, ks: AttentionKernelSource, cspec, tensors: Mapping[str, An
     sizes = cspec.sizes()
     if sizes["batch"] == 0:
         fail("UnaddressableShape", what, "a batch dim is 0")
+    if max(sizes["m"], sizes["n"]) > INT32_MAX - 256:  # the kernel rounds M and N up to its blocks in int32
+        fail("UnaddressableShape", what, f"M = {sizes['m']}, N = {sizes['n']}: the kernel indexes rows in int32")
     ptrs, keep = device_pointers(what, cspec, tensors, need)
     tmaps = {}
     if ks.skeleton == "sm90":

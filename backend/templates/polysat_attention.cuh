@@ -414,11 +414,11 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
     }
     if constexpr (STORE_P) {
       store_p<OutT, NT>(O + (long long)b * M * N, M, N, row0, jb * BN, s, lane);
-      return;
+    } else {  // not instantiated in the P-store mode: it has no V tile
+      u32 pa[KP][4];
+      pack_p<T, NT>(s, pa);
+      pv(slot, pa);
     }
-    u32 pa[KP][4];
-    pack_p<T, NT>(s, pa);
-    pv(slot, pa);
   };
 
   // the cp.async ring over the visible key blocks (TokLoad jb = commit group jb)
