@@ -9,10 +9,11 @@ on sm_90a) and a hostile kernel name. Builds are cached by source hash (POLYSAT_
 """
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import pathlib
 import re
 import subprocess
-import time
 
 import pytest
 
@@ -20,8 +21,12 @@ from polysat.backend.attention_codegen import render
 from polysat.backend.attention_plan import AttentionPlan
 from polysat.backend.attention_search import search
 from polysat.backend.attention_spec import AttentionSpec
-from polysat.backend.nvcc import ARCH_FLAGS, check_many, missing_instructions, nvcc_path
+from polysat.backend.nvcc import ARCH_FLAGS, missing_instructions, nvcc_path
 from polysat.ir.dtypes import DType
+
+_oracle_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
+oracle = importlib.util.module_from_spec(_oracle_spec)
+_oracle_spec.loader.exec_module(oracle)
 
 F16, BF16, F32 = DType.fp16, DType.bf16, DType.fp32
 ALGOS = ("online_softmax", "streaming_softmax_2pass")
@@ -62,13 +67,9 @@ def _kernels():
 
 @pytest.fixture(scope="module")
 def builds():
-    kernels = _kernels()
-    t0 = time.perf_counter()
-    reports = check_many([(ks.source, arch) for _, ks, arch in kernels], workers=2)
-    fresh = [r for r in reports if not r.cached]
-    print(f"\nnvcc: {len(kernels)} attention builds ({len(fresh)} uncached, {sum(r.seconds for r in fresh):.1f}s of nvcc) "
-          f"in {time.perf_counter() - t0:.1f}s wall")
-    return [(label, ks, arch, rep) for (label, ks, arch), rep in zip(kernels, reports, strict=True)]
+    """(label, kernel, build arch, nvcc report) for every kernel of the matrix."""
+    built = oracle.nvcc_builds([(label, arch, ks) for label, ks, arch in _kernels()], "attention builds")
+    return [(label, ks, arch, rep) for label, arch, ks, rep in built]
 
 
 def test_every_kernel_builds_without_spills(builds):
