@@ -2,8 +2,9 @@
 // polysat_attention.cuh), built with nvcc as host code by tests/test_scores_emulate.py. It shares the
 // hardware models and the harness of the attention emulator (flash_emulator_host.cuh: cp.async zero-fill,
 // ldmatrix.x4, mma.m16n8k16, quad shuffles, S = Q K^T of one warp, the row statistics) and calls the kernel's own __host__ __device__ helpers: key_range, tile_of_block, scores,
-// stats_step, inverse, normalized_p, two_pass_scale, unseen_p, and p_pair (fragment (lane, register
-// pair) -> (row, col) of P with the M / N tail predication).
+// stats_step, inverse, normalized_p, two_pass_scale, unseen_p, p_pair (fragment (lane, register
+// pair) -> (row, col) of P with the M / N tail predication) and p_pair_vector (which pairs are one
+// vector store: those must start on an even element).
 // Modes (argv[1]):
 //   configs            the instantiated configurations, one per line
 //   run <in> <out>     <in> = int32 {config, B, M, N} + float32 c + Q, K (values already rounded to the input
@@ -26,7 +27,7 @@ static void emulate_scores(Problem& p) {
         for (int h = 0; h < 2; ++h) {
           int row, col;
           const int k = p_pair(t, j, h, row0, col0, M, N, row, col);
-          if (k == 2 && (N & 1) == 0 && (((long long)b * M + row) * N + col) % 2) die("misaligned pair store");
+          if (p_pair_vector(k, N) && (((long long)b * M + row) * N + col) % 2) die("misaligned pair store");
           for (int e = 0; e < k; ++e) {
             float& dst = p.o[((long long)b * M + row) * N + col + e];
             if (dst != -777.0f) die("P element written twice");

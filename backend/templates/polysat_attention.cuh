@@ -242,6 +242,9 @@ POLYSAT_HD int p_pair(int lane, int j, int h, int row0, int col0, int M, int N, 
   if (row >= M || col >= N) return 0;
   return col + 1 < N ? 2 : 1;
 }
+// a pair of k = 2 elements goes out as one vector store only where every row starts on an even element
+// (col is even): N even; otherwise as two scalar stores
+POLYSAT_HD bool p_pair_vector(int k, int N) { return k == 2 && (N & 1) == 0; }
 
 // STORE_P: the values of a key block no stored row of the CTA sees: 0, or NaN (0 * NaN) for a row
 // without any visible key (sc from two_pass_scale)
@@ -303,7 +306,7 @@ __device__ __forceinline__ void store_p(PT* __restrict__ gP, int M, int N, int r
       int row, col;
       const int k = p_pair(lane, j, h, row0, col0, M, N, row, col);
       PT* dst = gP + (long long)row * N + col;
-      if (k == 2 && (N & 1) == 0) {
+      if (p_pair_vector(k, N)) {
         *reinterpret_cast<typename Pair<PT>::V*>(dst) = Pair<PT>::make(s[j][2 * h], s[j][2 * h + 1]);
       } else if (k > 0) {
         dst[0] = from_f32<PT>(s[j][2 * h]);
