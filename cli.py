@@ -215,7 +215,9 @@ def _parser() -> argparse.ArgumentParser:
     common(r)
     r.add_argument("--inputs", required=True, help="input .npz")
     r.add_argument("--out", required=True, help="output .npz")
-    r.add_argument("--target", default="reference", help=f"where to run: {', '.join(TARGETS)} (default reference)")
+    r.add_argument("--target", default="reference",
+                   help=f"where to run: {', '.join(TARGETS)} (default reference); cuda runs each region as a kernel "
+                   "of its kind (GEMM family, conv, conv + max-pool, flash attention, softmax scores) and needs a GPU")
     r.set_defaults(fn=cmd_run)
 
     d = sub.add_parser("demo", help="compile an example, dump every stage, run and verify every target",

@@ -302,6 +302,18 @@ def numpy_device() -> tuple:
     return hooks, launched
 
 
+def nvrtc_cubin(source: str, arch_flag: str) -> bytes:
+    """The cubin the runtime's NVRTC path makes of source (cuda-python is part of polysat[test]; the CUDA
+    headers come with the toolkit the nvcc compile checks already require): anything else fails."""
+    from cuda.bindings import nvrtc  # noqa: F401 - its absence is a failure
+
+    from polysat.backend.kernel_cache import _include_dirs, _nvrtc_cubin
+    assert _include_dirs(), "no CUDA headers (cuda_fp16.h) for NVRTC: set CUDA_HOME to the toolkit nvcc comes from"
+    cubin = _nvrtc_cubin(source, arch_flag)
+    assert cubin is not None and cubin[:4] == b"\x7fELF", "NVRTC made no cubin"
+    return cubin
+
+
 def cli(argv: Sequence[str]) -> tuple:
     """polysat.cli.main in-process: (exit status, stdout, stderr)."""
     from polysat.cli import main

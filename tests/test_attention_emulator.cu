@@ -39,6 +39,24 @@ struct Warp : RowStats {
     }
     return true;
   }
+  // the epilogue: O / l (or the two-pass scale) of the warp's rows from row0, rounded, each element once
+  template <class OutT, bool TWO_PASS, int DV>
+  void store_o(Problem& p, int b, int row0) const {
+    for (int t = 0; t < 32; ++t)
+      for (int j = 0; j < NO; ++j)
+        for (int e = 0; e < 4; ++e) {
+          int r, c;
+          acc_rc(t, j, e, r, c);
+          const int row = row0 + r;
+          if (row >= p.M) continue;
+          float tp[2];
+          two_pass_scale(l[t], inv_l[t], tp);
+          const float sc = TWO_PASS ? tp[e >> 1] : inv_l[t][e >> 1];
+          float& dst = p.o[((long long)b * p.M + row) * DV + c];
+          if (dst != -777.0f) die("O element written twice");
+          dst = round_t<OutT>(o[t][j][e] * sc);
+        }
+  }
 };
 
 template <class T, class OutT, int D, int DV, int BM, int BN, bool CAUSAL, bool TWO_PASS, int SIGN>
@@ -106,20 +124,7 @@ static void emulate_sm80(Problem& p) {
     for (int w = 0; w < WARPS; ++w) {
       Warp<NT, NO>& W = wst[w];
       if (!TWO_PASS) W.finish();
-      for (int t = 0; t < 32; ++t)
-        for (int j = 0; j < NO; ++j)
-          for (int e = 0; e < 4; ++e) {
-            int r, c;
-            acc_rc(t, j, e, r, c);
-            const int row = m0 + w * 16 + r;
-            if (row >= M) continue;
-            float tp[2];
-            two_pass_scale(W.l[t], W.inv_l[t], tp);
-            const float sc = TWO_PASS ? tp[e >> 1] : W.inv_l[t][e >> 1];
-            float& dst = p.o[((long long)b * M + row) * DV + c];
-            if (dst != -777.0f) die("O element written twice");
-            dst = round_t<OutT>(W.o[t][j][e] * sc);
-          }
+      W.template store_o<OutT, TWO_PASS, DV>(p, b, m0 + w * 16);
     }
   }
 }
@@ -239,20 +244,7 @@ static void emulate_sm90(Problem& p) {
       for (int w = 0; w < 4; ++w) {
         Warp<NT, NO>& W = wst[cw][w];
         if (!TWO_PASS) W.finish();
-        for (int t = 0; t < 32; ++t)
-          for (int j = 0; j < NO; ++j)
-            for (int e = 0; e < 4; ++e) {
-              int r, c;
-              acc_rc(t, j, e, r, c);
-              const int row = m0 + 64 * cw + 16 * w + r;
-              if (row >= M) continue;
-              float tp[2];
-              two_pass_scale(W.l[t], W.inv_l[t], tp);
-              const float sc = TWO_PASS ? tp[e >> 1] : W.inv_l[t][e >> 1];
-              float& dst = p.o[((long long)b * M + row) * DV + c];
-              if (dst != -777.0f) die("O element written twice");
-              dst = round_t<OutT>(W.o[t][j][e] * sc);
-            }
+        W.template store_o<OutT, TWO_PASS, DV>(p, b, m0 + 64 * cw + 16 * w);
       }
   }
 }

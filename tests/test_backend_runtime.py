@@ -1,5 +1,8 @@
 """The CUDA runtime's host-side checks, which need no GPU: foreign tensors are validated with coded
 diagnostics, symbols are specialised per call, and a missing GPU is reported, never a traceback."""
+import importlib.util
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -7,6 +10,10 @@ from polysat.backend import runtime as rt
 from polysat.backend.gemm_spec import GemmSpec
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType
+
+_oracle_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
+oracle = importlib.util.module_from_spec(_oracle_spec)
+_oracle_spec.loader.exec_module(oracle)
 
 
 class FakeCuda:
@@ -95,16 +102,11 @@ def test_nvrtc_compiles_every_kinds_example_kernels(example, cost):
     import os
 
     from polysat.backend import stages
-    from polysat.backend.kernel_cache import _include_dirs, _nvrtc_cubin
     from polysat.pipeline import Compilation
-    from cuda.bindings import nvrtc  # noqa: F401 - part of polysat[test]: its absence is a failure
-    if not _include_dirs():
-        pytest.skip("no CUDA headers (cuda_fp16.h) for NVRTC on this machine")
     path = os.path.join(os.path.dirname(__file__), "..", "examples", f"{example}.json")
     regions = Compilation(path, cost=cost).regions
     for arch, flag in (("sm80", "sm_80"), ("sm90", "sm_90a")):
         sources = stages.kernel_sources(regions, arch)
         assert sources, example
         for ks in sources:
-            cubin = _nvrtc_cubin(ks.source, flag)
-            assert cubin is not None and cubin[:4] == b"\x7fELF", (example, arch, ks.name)
+            oracle.nvrtc_cubin(ks.source, flag)

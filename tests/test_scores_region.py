@@ -154,13 +154,8 @@ def test_other_regions_are_rejected_with_a_reason():
 def test_a_plain_softmax_and_a_gemm_are_not_softmax_scores():
     softmax = oracle.model({"X": ("fp16", ["M", "N"])}, [oracle.node("Softmax", ["X"], "Y", axis=-1)], ["Y"],
                            {"Y": {"dtype": "fp16"}})
-    try:
-        regions = Compilation(softmax, cost="size").regions
-    except PolysatError:
-        pytest.skip("the frontend has no Softmax op")
-    for r in regions:
-        why = _why(r)
-        assert "Q K^T" in why or "scores" in why or "div" in why, why
+    (r,) = Compilation(softmax, cost="size").regions  # softmax(X): the right shape, but X is no Q K^T
+    assert "not a scaled Q K^T contraction" in _why(r)
     gemm = oracle.model({"A": ("fp16", ["M", 64]), "W": ("fp16", [64, "N"])}, [oracle.node("GEMM", ["A", "W"], "Y")],
                         ["Y"], {"Y": {"dtype": "fp16"}})
     (r,) = Compilation(gemm, cost="size").regions
