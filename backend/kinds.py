@@ -23,8 +23,9 @@ from ..ir.diagnostics import PolysatError, fail
 from ..ir.region import Region
 from ..ir.region_squeeze import squeeze_units
 
-# modules defining ``KIND``, tried in this order (the first that binds a region computes it)
-_MODULES = ("gemm_kind", "attention_kind", "scores_kind", "conv_kind", "conv_pool_kind")
+# modules defining ``KIND``, tried in this order (the first that binds a region computes it); the SIMT kind
+# (no tensor cores) comes last
+_MODULES = ("gemm_kind", "attention_kind", "scores_kind", "conv_kind", "conv_pool_kind", "simt")
 
 
 @dataclass(frozen=True)

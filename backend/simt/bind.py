@@ -1,0 +1,84 @@
+"""Recognise a region as a SIMT kernel: Region -> SimtBinding, or E1504 NoKernelTemplate saying why not.
+
+The SIMT kind takes any region the tensor-core kinds leave, as long as it is one yield into one packed
+row-major output, reads row-major inputs through affine maps, and uses no streaming softmax (the
+attention kind's). It chooses the row split (spec.py): the outer axes are the axes every row statistic
+keeps, else every yielded axis but the last.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.diagnostics import fail
+from ...ir.dtypes import DType
+from ...ir.expr import Expr
+from ...ir.region import R, Region
+# shared pieces, at their current homes
+from ..region_match import RegionBinding
+from .spec import SimtSpec, reachable, symbols_of
+
+DTYPES = (DType.fp16, DType.bf16, DType.fp32, DType.i32, DType.bool)
+
+
+def _reject(r: Region, why: str):
+    fail("NoKernelTemplate", f"region {r.name}", f"not a SIMT region: {why}")
+
+
+@dataclass(frozen=True)
+class SimtBinding(RegionBinding):
+    spec: SimtSpec
+
+
+def _unit(d) -> bool:
+    return isinstance(d, int) and d == 1
+
+
+def split_rows(r: Region, yaxes: tuple, top) -> tuple[tuple, tuple, tuple]:
+    """(outer, loop, units) of the yielded axes (module docstring of spec.py)."""
+    sizes = r.axis_sizes
+    units = tuple(a for a in yaxes if _unit(sizes[a]))
+    live = tuple(a for a in yaxes if a not in units)
+    stats = [set(n.axes) for n in reachable(r, top)
+             if n.op == R.REDUCE and set(n.axes) <= set(live) and set(n.axes) != set(live)]
+    if stats:
+        keep = set.intersection(*stats)
+        outer = tuple(a for a in live if a in keep)
+    else:
+        outer = live[:-1]
+    return outer, tuple(a for a in live if a not in outer), units
+
+
+def simt_binding(region: Region, name: "str | None" = None) -> SimtBinding:
+    r = region
+    if len(r.yields) != 1 or len(r.outputs) != 1:
+        _reject(r, f"it writes {len(r.outputs)} outputs with {len(r.yields)} yields; the kernel writes one")
+    y, out = r.yields[0], r.outputs[0]
+    if y.src not in r.let_map:
+        _reject(r, f"it yields {y.src!r}, which no let defines")
+    if y.dst != out.name:
+        _reject(r, f"it yields to {y.dst!r}, not to its output {out.name!r}")
+    sizes = r.axis_sizes
+    if len(set(y.axes)) != len(y.axes) or any(a not in sizes for a in y.axes):
+        _reject(r, f"its yield axes [{', '.join(y.axes)}] are not distinct region axes")
+    if out.memref.layout.kind != "row_major" or tuple(out.memref.shape) != tuple(sizes[a] for a in y.axes):
+        _reject(r, f"its output {out.name!r} is not the packed row-major [{', '.join(y.axes)}] tensor")
+    for b in (*r.inputs, out):
+        if b.memref.layout.kind != "row_major":
+            _reject(r, f"{b.name!r} has layout {b.memref.layout.kind}; the kernel reads and writes row-major tensors")
+        if b.memref.dtype not in DTYPES:
+            _reject(r, f"{b.name!r} is {b.memref.dtype.value}")
+    top = r.let_map[y.src]
+    for n in reachable(r, top):
+        if n.op == R.ONLINE:
+            _reject(r, "it streams an online_softmax_sum (the attention kind's)")
+        if n.op == R.READ and not all(Expr.of(e).is_affine for e in n.arg[1]):
+            _reject(r, f"it reads {n.arg[0]} through a non-affine map")
+        if n.op == R.REDUCE and n.dtype is None:
+            _reject(r, "a Reduce has no accumulation dtype")
+        if n.op == R.REDUCE and n.arg[0] not in ("sum", "max", "min"):
+            _reject(r, f"reduce op {n.arg[0]!r}")
+    if set(top.axes) - set(y.axes):
+        _reject(r, f"it yields a value over [{', '.join(top.axes)}] to [{', '.join(y.axes)}]")
+    outer, loop, units = split_rows(r, tuple(y.axes), top)
+    spec = SimtSpec(name or r.name, r, outer, loop, units, symbols_of(r))
+    return SimtBinding(spec, tuple((b.name, b.name) for b in r.inputs))

@@ -1,0 +1,309 @@
+"""RB-SSA expressions -> C statements of the SIMT kernel (the compute stage of the skeleton).
+
+An :class:`Emitter` turns a region's expression DAG, evaluated at one point (each axis bound to a C
+variable), into straight-line C: one ``const`` per node, common subexpressions once per scope, Reduces
+as loops over their bound axes accumulating in fp32 (i32 / bool for those types), Selects on an index
+guard as branches (so a masked read is never issued). Every float value is held as fp32 and rounded to
+its dtype after each op, as the reference evaluator rounds, so kernel and playback agree.
+
+Reads are bounds-checked unless the index is a bare axis of the tensor dim's size or a constant inside
+it (then provably in range); a read the pass preloaded as a vector (``vec_reads``) is taken from the
+lane's register buffer instead.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ...ir.dtypes import DType
+from ...ir.expr import Expr, FloorDiv
+from ...ir.region import R, RNode
+
+CTYPE = {DType.fp16: "float", DType.bf16: "float", DType.fp32: "float", DType.i32: "int", DType.bool: "bool"}
+STORE_T = {DType.fp16: "__half", DType.bf16: "__nv_bfloat16", DType.fp32: "float", DType.i32: "int",
+           DType.bool: "unsigned char"}
+READ_FN = {DType.fp16: "polysat_simt::to_f", DType.bf16: "polysat_simt::to_f", DType.fp32: "polysat_simt::to_f",
+           DType.i32: "polysat_simt::to_i", DType.bool: "polysat_simt::to_b"}
+ROUND = {DType.fp16: "polysat_simt::rnd_fp16", DType.bf16: "polysat_simt::rnd_bf16"}
+REDUCE_OP = {"sum": "polysat_simt::SUM", "max": "polysat_simt::MAX", "min": "polysat_simt::MIN"}
+
+
+def is_float(dt: DType | None) -> bool:
+    return dt in (DType.fp16, DType.bf16, DType.fp32)
+
+
+def literal(value: Any, dt: DType) -> str:
+    """A C literal of value rounded to dt (as the reference evaluator stores a constant)."""
+    if dt == DType.bool:
+        return "true" if value else "false"
+    if dt == DType.i32:
+        return f"({int(value)})"
+    v = float(np.asarray(value, dtype=dt.np).astype(np.float32))
+    if math.isnan(v):
+        return "NAN"
+    if math.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    return f"{v:.9e}f"
+
+
+def rounded(x: str, dt: DType) -> str:
+    return f"{ROUND[dt]}({x})" if dt in ROUND else x
+
+
+def convert(x: str, src: DType | None, dst: DType) -> str:
+    """x (held as CTYPE[src]) as a value of dst (a cast: rounding, truncation toward zero, != 0)."""
+    if src == dst:
+        return x
+    if dst == DType.bool:
+        return f"(({x}) != 0)"
+    if dst == DType.i32:
+        return f"polysat_simt::f2i({x})" if is_float(src) else f"(int)({x})"
+    if is_float(src):
+        return rounded(x, dst)
+    return rounded(f"(float)({x})", dst)
+
+
+def neutral_literal(op: str, dt: DType) -> str:
+    if dt == DType.bool:
+        return "true" if op == "min" else "false"
+    if dt == DType.i32:
+        return {"sum": "0", "max": "(-2147483647 - 1)", "min": "2147483647"}[op]
+    return {"sum": "0.0f", "max": "(-INFINITY)", "min": "INFINITY"}[op]
+
+
+class Emitter:
+    """C statements of expressions at a point. ``tensors``: region tensor -> C expression of its pointer;
+    ``dims``: size symbol -> C expression; ``axis_sizes``: region axis -> Dim."""
+
+    def __init__(self, region, tensors: dict, dims: dict, indent: int = 1):
+        self.r, self.tensors, self.dims = region, tensors, dims
+        self.lets = region.let_map
+        self.buffers = {b.name: b.memref for b in region.inputs}
+        self.lines: list[str] = []
+        self.ind = indent
+        self.memo: list[dict] = [{}]
+        self.bound: dict[str, tuple[str, int]] = {}  # axis -> (C variable, binding version)
+        self.version = 0
+        self.count = 0
+        self.vec_reads: dict[int, tuple[str, str, int]] = {}  # id(read) -> (buffer, axis, version)
+
+    # ---- plumbing -------------------------------------------------------------------------------------
+    def line(self, s: str) -> None:
+        self.lines.append("  " * self.ind + s)
+
+    def fresh(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def open(self, head: str) -> None:
+        self.line(head + " {")
+        self.ind += 1
+        self.memo.append({})
+
+    def close(self, tail: str = "}") -> None:
+        self.memo.pop()
+        self.ind -= 1
+        self.line(tail)
+
+    def bind(self, axis: str, cvar: str) -> int:
+        self.version += 1
+        self.bound[axis] = (cvar, self.version)
+        return self.version
+
+    def unbind(self, axis: str, prev: "tuple[str, int] | None") -> None:
+        if prev is None:
+            self.bound.pop(axis, None)
+        else:
+            self.bound[axis] = prev
+
+    def key(self, n: RNode) -> tuple:
+        return (id(n), tuple(self.bound[a][1] if a in self.bound else -1 for a in n.axes))
+
+    def remember(self, n: RNode, value: str) -> None:
+        self.memo[-1][self.key(n)] = value
+
+    def follow(self, n: RNode) -> RNode:
+        while n.op == R.REF:
+            n = self.lets[n.arg]
+        return n
+
+    # ---- integer expressions ------------------------------------------------------------------------------
+    def idx(self, e: Expr) -> str:
+        """An index or size expression in C (long long): axes as bound, symbols as parameters."""
+        e = Expr.of(e)
+        if e.is_const:
+            return f"{e.constant}LL"
+        parts = []
+        for mono, c in e.terms:
+            atoms = [self.atom(a) for a in mono]
+            parts.append("*".join([f"{c}LL"] + atoms) if c != 1 or not atoms else "*".join(atoms))
+        return "(" + " + ".join(parts) + ")"
+
+    def atom(self, a) -> str:
+        if isinstance(a, FloorDiv):
+            return f"polysat_simt::floordiv({self.idx(a.num)}, {a.q}LL)"
+        if a in self.bound:
+            return self.bound[a][0]
+        if a in self.dims:
+            return self.dims[a]
+        raise KeyError(f"unbound variable {a!r}")
+
+    def size(self, d) -> str:
+        return self.idx(Expr.of(d))
+
+    def offset(self, index: tuple, shape: tuple) -> str:
+        """Row-major flat offset of index into a tensor of shape."""
+        off = None
+        for e, d in zip(index, shape, strict=True):
+            i = self.idx(e)
+            off = i if off is None else f"({off} * {self.size(d)} + {i})"
+        return off or "0LL"
+
+    def in_range(self, e: Expr, d) -> bool:
+        """Is index e provably inside [0, d)? (a bare axis of size d, or a constant inside an int d)"""
+        e = Expr.of(e)
+        if e.is_const:
+            return isinstance(d, int) and 0 <= e.constant < d
+        vs = e.variables()
+        if len(vs) == 1:
+            (v,) = vs
+            if e == Expr.var(v) and v in self.r.axis_sizes and Expr.of(self.r.axis_sizes[v]) == Expr.of(d):
+                return True
+        return False
+
+    # ---- values -----------------------------------------------------------------------------------------
+    def value(self, n: RNode) -> str:
+        n = self.follow(n)
+        if n.op == R.CONST:
+            return literal(n.arg, n.dtype)
+        k = self.key(n)
+        for scope in reversed(self.memo):
+            if k in scope:
+                return scope[k]
+        v = self._emit(n)
+        self.memo[-1][k] = v
+        return v
+
+    def let(self, ctype: str, expr: str, prefix: str = "v") -> str:
+        name = self.fresh(prefix)
+        self.line(f"const {ctype} {name} = {expr};")
+        return name
+
+    def _emit(self, n: RNode) -> str:
+        op = n.op
+        if op in (R.BROADCAST, R.TRANSPOSE):
+            return self.value(n.src[0])
+        if op == R.READ:
+            return self.read(n)
+        if op == R.PRED:
+            conds = [f"({self.idx(g)} >= 0)" for g in n.arg]
+            return self.let("bool", " && ".join(conds) or "true", "p")
+        if op == R.UNARY:
+            return self.unary(n)
+        if op == R.BINARY:
+            return self.binary(n)
+        if op == R.SELECT:
+            return self.select(n)
+        if op == R.REDUCE:
+            return self.reduce_inline(n)
+        raise NotImplementedError(f"{op} in a SIMT kernel")
+
+    def read(self, n: RNode) -> str:
+        tensor, index = n.arg
+        hit = self.vec_reads.get(id(n))
+        if hit is not None and self.bound.get(hit[1], (None, -1))[1] == hit[2]:
+            return f"{READ_FN[n.dtype]}({hit[0]}[v])"
+        shape = self.buffers[tensor].shape
+        ptr = self.tensors[tensor]
+        load = f"{READ_FN[n.dtype]}({ptr}[{self.offset(index, shape)}])"
+        checks = [f"{self.idx(e)} >= 0 && {self.idx(e)} < {self.size(d)}" for e, d in zip(index, shape, strict=True)
+                  if not self.in_range(e, d)]
+        if checks:
+            zero = {DType.bool: "false", DType.i32: "0"}.get(n.dtype, "0.0f")
+            load = f"({' && '.join(checks)}) ? {load} : {zero}"
+        return self.let(CTYPE[n.dtype], load, "x")
+
+    def unary(self, n: RNode) -> str:
+        src = self.follow(n.src[0])
+        x = self.value(src)
+        fn, dt = n.arg, n.dtype
+        if fn == "cast":
+            return self.let(CTYPE[dt], convert(x, src.dtype, dt))
+        if not is_float(dt):
+            expr = {"neg": f"-({x})", "relu": f"polysat_simt::relu({x})"}.get(fn)
+            if expr is None:  # a float function of an int: computed in fp32, then converted
+                return self.let(CTYPE[dt], convert(self._float_unary(fn, f"(float)({x})"), DType.fp32, dt))
+            return self.let(CTYPE[dt], expr)
+        if not is_float(src.dtype):
+            x = f"(float)({x})"
+        return self.let("float", rounded(self._float_unary(fn, x), dt))
+
+    @staticmethod
+    def _float_unary(fn: str, x: str) -> str:
+        return {"neg": f"-({x})", "relu": f"polysat_simt::relu({x})", "exp2": f"exp2f({x})", "log2": f"log2f({x})",
+                "sqrt": f"sqrtf({x})", "rsqrt": f"(1.0f / sqrtf({x}))", "reciprocal": f"(1.0f / ({x}))"}[fn]
+
+    def binary(self, n: RNode) -> str:
+        a_n, b_n = (self.follow(s) for s in n.src)
+        a, b = self.value(a_n), self.value(b_n)
+        fn, dt = n.arg, n.dtype
+        floats = is_float(a_n.dtype) or is_float(b_n.dtype) or (is_float(dt) and fn in ("div", "pow"))
+        if floats:
+            a = a if is_float(a_n.dtype) else f"(float)({a})"
+            b = b if is_float(b_n.dtype) else f"(float)({b})"
+        if fn in ("cmplt", "cmpeq", "cmpne"):
+            return self.let("bool", f"(({a}) {dict(cmplt='<', cmpeq='==', cmpne='!=')[fn]} ({b}))")
+        if dt == DType.bool:
+            expr = {"add": "||", "max": "||", "mul": "&&", "min": "&&"}.get(fn)
+            if expr is None:
+                raise NotImplementedError(f"bool {fn}")
+            return self.let("bool", f"(({a}) {expr} ({b}))")
+        expr = {"add": f"({a}) + ({b})", "sub": f"({a}) - ({b})", "mul": f"({a}) * ({b})", "div": f"({a}) / ({b})",
+                "max": f"polysat_simt::nmax({a}, {b})", "min": f"polysat_simt::nmin({a}, {b})",
+                "pow": f"powf({a}, {b})"}[fn]
+        if is_float(dt):
+            return self.let("float", rounded(expr, dt))
+        return self.let(CTYPE[dt], convert(expr, DType.fp32 if floats else DType.i32, dt))
+
+    def select(self, n: RNode) -> str:
+        p, a_n, b_n = (self.follow(s) for s in n.src)
+        c = self.value(p)
+        out = self.fresh("s")
+        self.line(f"{CTYPE[n.dtype]} {out};")
+        for head, branch in ((f"if ({c})", a_n), ("else", b_n)):
+            self.open(head)
+            self.line(f"{out} = {convert(self.value(branch), branch.dtype, n.dtype)};")
+            self.close()
+        return out
+
+    # ---- reductions ------------------------------------------------------------------------------------
+    def accumulate(self, n: RNode, acc: str) -> None:
+        """acc = combine(acc, body rounded to the accumulation dtype), at the current point."""
+        op, _axes, _init = n.arg
+        body = self.follow(n.src[0])
+        x = convert(self.value(body), body.dtype, n.dtype)
+        self.line(f"{acc} = polysat_simt::combine<{REDUCE_OP[op]}>({acc}, ({CTYPE[n.dtype]})({x}));")
+
+    def finish(self, n: RNode, total: str) -> str:
+        """The Reduce's value from the combined partials: combined with its init, rounded to its dtype."""
+        op, _axes, init = n.arg
+        expr = f"polysat_simt::combine<{REDUCE_OP[op]}>(({CTYPE[n.dtype]}){literal(init, n.dtype)}, {total})"
+        return rounded(expr, n.dtype) if is_float(n.dtype) else expr
+
+    def reduce_inline(self, n: RNode) -> str:
+        op, axes, _init = n.arg
+        acc = self.fresh("acc")
+        self.line(f"{CTYPE[n.dtype]} {acc} = {neutral_literal(op, n.dtype)};")
+        saved = []
+        for a in axes:
+            var = self.fresh("r")
+            self.open(f"for (long long {var} = 0; {var} < {self.size(self.r.axis_sizes[a])}; ++{var})")
+            saved.append((a, self.bound.get(a)))
+            self.bind(a, var)
+        self.accumulate(n, acc)
+        for a, prev in reversed(saved):
+            self.close()
+            self.unbind(a, prev)
+        return self.let(CTYPE[n.dtype], self.finish(n, acc), "red")

@@ -1,0 +1,38 @@
+"""GPU IR of a SIMT kernel (`--dump=gpu`): the skeleton's statements for one row group.
+
+Per row: a pass per row statistic (``LdGlobalVec`` of the vectorizable reads, the element ops, the lane
+partial, then ``GroupReduce``: warp shuffle, plus shared memory for a group wider than a warp), then the
+final pass (element ops, ``StGlobalVec`` or ``StGlobal``). No tensor cores, no async copies: the tokens
+are the reductions' results, each consumed by the passes after it.
+"""
+from __future__ import annotations
+
+# shared pieces, at their current homes
+from ..gpu_ir import GpuIR, S
+from .access import passes, vector_reads, vector_store
+from .plan import SimtPlan
+from .spec import SimtSpec
+
+
+def build_simt_gpu_ir(spec: SimtSpec, plan: SimtPlan) -> GpuIR:
+    stmts, toks = [], []
+    for k, p in enumerate(passes(spec)):
+        v = plan.vec if len(p.axes) == 1 else 1
+        body = [S("LdGlobalVec", tensor=n.arg[0], width=v, pred="e < L (scalar tail)")
+                for n in (vector_reads(spec, p) if v > 1 else [])]
+        body.append(S("Compute", ops="region RB-SSA ops at the element", accumulate="fp32"))
+        if p.stat is None:
+            store = "StGlobalVec" if v > 1 and vector_store(spec) else "StGlobal"
+            body.append(S(store, tensor=spec.c, width=v if store == "StGlobalVec" else 1, pred="active && e < L"))
+            stmts.append(S("ForLaneStep", walks=list(p.axes), step=f"{plan.group}*{v}", ins=tuple(toks), body=tuple(body)))
+        else:
+            op = p.stat.arg[0]
+            stmts.append(S("ForLaneStep", walks=list(p.axes), step=f"{plan.group}*{v}", ins=tuple(toks),
+                           body=tuple(body + [S("Combine", op=op, into="part")])))
+            tok = f"tR[{k}]"
+            stmts.append(S("GroupReduce", op=op, lanes=plan.group,
+                           via="shfl.xor" + ("+smem" if plan.group > 32 else ""), out=tok, kind="TokCompute"))
+            toks.append(tok)
+    return GpuIR(plan.arch, "simt", "none", (S("ForRow", per="group", rows_per_block=plan.rows_per_block,
+                                                 outer=list(spec.outer), body=tuple(stmts)),),
+                 (("threads", plan.threads), ("plan", plan.key())))

@@ -1,0 +1,84 @@
+"""Run generated SIMT kernels on a CUDA GPU through cuda-python (the same path `--target cuda` takes).
+
+``prepare_simt(spec, tensors, env)`` resolves pointers (16-byte aligned: the vector path's widest access),
+packs the ABI (pointers, then the size symbols as i64) and the grid; ``run_simt`` is the numpy-or-device
+front door. The plan is chosen for the concrete shape of each call and cached per (spec, arch, shape).
+"""
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+from typing import Any, Mapping
+
+from ...ir.diagnostics import fail
+# shared pieces, at their current homes
+from ..launch import INT32_MAX, Launch, device_pointers, pack, run_on_gpu
+from ..runtime import Device, device, load_function
+from .plan import SimtPlan, choose_plan
+from .render import SimtKernelSource, render_simt
+from .spec import SimtSpec
+
+ALIGN = 16
+
+
+@lru_cache(maxsize=256)
+def _source(spec: SimtSpec, arch: str, env_key: tuple) -> SimtKernelSource:
+    return render_simt(spec, choose_plan(spec, arch, dict(env_key)))
+
+
+def _env(spec: SimtSpec, env: Mapping[str, int] | None) -> dict[str, int]:
+    env = dict(env or {})
+    missing = [s for s in spec.symbols if s not in env]
+    if missing:
+        fail("UnboundSymbol", f"simt {spec.name!r}", f"sizes {', '.join(missing)} are not bound")
+    return {s: int(env[s]) for s in spec.symbols}
+
+
+def prepare_simt(spec: SimtSpec, tensors: Mapping[str, Any], env: Mapping[str, int] | None = None,
+                 plan: SimtPlan | None = None, dev: Device | None = None) -> Launch:
+    dev = dev or device()
+    env = _env(spec, env)
+    ks = render_simt(spec, plan) if plan is not None else _source(spec, dev.arch, tuple(sorted(env.items())))
+    shapes_ok = spec.shapes(env)
+
+    class _Concrete:  # the spec at this shape, for the pointer checks
+        inputs, c = spec.inputs, spec.c
+
+        @staticmethod
+        def shapes():
+            return shapes_ok
+
+        @staticmethod
+        def dtypes():
+            return spec.dtypes()
+
+    ptrs, keep = device_pointers("run_simt", _Concrete, tensors, {n: ALIGN for n in (*spec.inputs, spec.c)})
+
+    def arg(p):
+        return ctypes.c_uint64(ptrs[p.role]) if p.kind == "ptr" else ctypes.c_int64(env[p.role])
+
+    storage, argv = pack(ks.params, arg)
+    grid = ks.grid(env)
+    if grid[0] > INT32_MAX:
+        fail("UnaddressableShape", "run_simt", f"{grid[0]} CTAs exceed the grid limit {INT32_MAX}")
+    return Launch(ks, load_function(ks, dev), grid, storage, argv, keep)
+
+
+def run_simt(spec: SimtSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None, *,
+             out: Any = None, plan: SimtPlan | None = None, stream: int = 0):
+    """The region's output on the GPU. numpy in -> numpy out; device tensors in -> device tensor out."""
+    dev = device()
+    env = _env(spec, env)
+
+    class _Concrete:
+        inputs, c = spec.inputs, spec.c
+
+        @staticmethod
+        def shapes():
+            return spec.shapes(env)
+
+        @staticmethod
+        def dtypes():
+            return spec.dtypes()
+
+    return run_on_gpu(_Concrete, inputs, lambda x: None, lambda t: prepare_simt(spec, t, env, plan, dev), out, stream)

@@ -1,0 +1,185 @@
+"""Schedule Plan of a SIMT kernel and its search: block size, threads per row, elements per lane step
+(the vector width), rows per block; candidates pruned by the STOP conditions and ranked by a roofline.
+
+A CTA of ``block`` threads holds ``block / group`` row groups (``group`` <= 32: a row is reduced with warp
+shuffles alone) or one row (``group == block`` > 32: warp shuffles, then shared memory across the warps).
+A lane takes ``vec`` consecutive elements per step (one vector load of each vectorizable read, one vector
+store of the output when the offset is aligned; predicated scalar accesses on the tail).
+
+Roofline (the cost model's shape: ``max(compute, memory, latency) + launch``):
+  memory  = (unique bytes / coalescing efficiency + re-read bytes * L2 miss rate) / (DRAM bandwidth * the
+            fraction of it the bytes in flight sustain), where the passes after the first re-read the row
+            (mostly from L2), a read whose lanes stride apart wastes the rest of each 32-byte sector, and
+            an SM must keep bandwidth x latency bytes in flight (vector loads keep V times more);
+  compute = element ops / (SMs * 128 fp32 lanes * clock * lane utilisation), utilisation counting the
+            lanes a row's tail leaves idle;
+  latency = waves of resident row groups * the steps each group walks in sequence (a dependent global
+            load per step) plus the shuffle / barrier steps of each reduction tree.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+# shared pieces, at their current homes
+from ..cost import L2_MISS
+from ..hardware import Target, target
+from ..plan_search import Pruned, SearchResult, prune, rank
+from .access import passes, stride, vector_reads, vector_store, work
+from .spec import SimtSpec
+
+SKELETON = "simt"
+STEP_NS = 40.0          # one lane step of a pass: a dependent global load (L2 hit) and its combine
+SHUFFLE_NS = 15.0       # one butterfly step of a warp reduction
+BARRIER_NS = 60.0       # a shared-memory round (two __syncthreads) of a group wider than a warp
+DRAM_LATENCY_NS = 600.0  # a global load's round trip: bytes in flight per SM must cover bandwidth x latency
+SECTOR = 32             # bytes a global memory transaction moves
+VEC_BYTES = 16          # widest per-thread global access (ld.global.v4.b32)
+GROUPS = (1, 2, 4, 8, 16, 32)
+WIDE = (64, 128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class SimtPlan:
+    arch: str
+    block: int              # threads per CTA
+    group: int              # threads per row
+    vec: int                # elements per lane step
+    est: tuple = field(default=(), compare=False)
+    skeleton: str = SKELETON
+
+    @property
+    def threads(self) -> int:
+        return self.block
+
+    @property
+    def rows_per_block(self) -> int:
+        return self.block // self.group
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory (none: the reduction scratch is a static 32-entry array per type)."""
+        return 0
+
+    @property
+    def static_smem(self) -> int:
+        return 32 * 4 * 3 if self.group > 32 else 0
+
+    def key(self) -> str:
+        return f"simt_b{self.block}_g{self.group}_v{self.vec}"
+
+    def to_json(self, spec: SimtSpec | None = None) -> dict[str, Any]:
+        d: dict[str, Any] = {"skeleton": SKELETON, "arch": self.arch, "block": self.block, "threads_per_row": self.group,
+                             "rows_per_block": self.rows_per_block, "elements_per_step": self.vec,
+                             "reduction": ("warp_shuffle" if self.group <= 32 else "warp_shuffle+smem"),
+                             "accumulate": "fp32", "est": dict(self.est)}
+        if spec is not None:
+            ps = passes(spec)
+            d["passes"] = [{"walks": list(p.axes), "reduces": p.stat.arg[0] if p.stat is not None else None,
+                            "vector_reads": sorted({n.arg[0] for n in vector_reads(spec, p)}) if self.vec > 1 else [],
+                            "vector_store": p.stat is None and self.vec > 1 and vector_store(spec)} for p in ps]
+            d["outer"], d["loop"] = list(spec.outer), list(spec.loop)
+        return d
+
+
+def candidates(arch: str) -> list[SimtPlan]:
+    out = []
+    for v in (1, 2, 4, 8):
+        for block in (128, 256):
+            out += [SimtPlan(arch, block, g, v) for g in GROUPS]
+        out += [SimtPlan(arch, g, g, v) for g in WIDE]
+    return out
+
+
+def stop_reason(spec: SimtSpec, plan: SimtPlan) -> str | None:
+    if plan.vec > 1:
+        ps = passes(spec)
+        vr = [n for p in ps for n in vector_reads(spec, p)]
+        if not vr and not vector_store(spec):
+            return "no read or store is contiguous along a walked axis: nothing moves as a vector"
+        widest = max([n.dtype.itemsize for n in vr] + ([spec.out.memref.dtype.itemsize] if vector_store(spec) else []))
+        if plan.vec * widest > VEC_BYTES:
+            return f"{plan.vec} x {widest} B > {VEC_BYTES} B per thread access"
+    return None
+
+
+def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Target) -> dict[str, float]:
+    env = spec.env(env)
+    rows = max(spec.rows(env), 1)
+    g, v = plan.group, plan.vec
+    stats = {id(s) for s in spec.stats()}
+    touched = flops = 0.0
+    steps = 0.0
+    eff_bytes = []
+    inflight: list = []  # bytes one lane has in flight per step (the final pass, or the first)
+    tail_util = []
+    inner = spec.outer[-1] if spec.outer else None
+    for p in passes(spec):
+        length = 1
+        for a in p.axes:
+            length *= spec.axis_size(a, env)
+        top = p.body if p.stat is not None else spec.top
+        ops, reads = work(spec, top, env, stats - ({id(p.stat)} if p.stat is not None else set()))
+        vec_ids = {id(n) for n in vector_reads(spec, p)} if v > 1 else set()
+        for n, mult in reads:
+            tensor, index = n.arg
+            shape = next(b.memref.shape for b in spec.region.inputs if b.name == tensor)
+            isz = n.dtype.itemsize
+            lane_axis = p.axes[-1] if (g > 1 and p.axes) else inner
+            s = abs(stride(spec, index, shape, lane_axis, env)) * (v if lane_axis in p.axes else 1) if lane_axis else 0
+            lane_bytes = isz * (v if id(n) in vec_ids else 1)
+            eff = 1.0 if s == 0 else min(1.0, lane_bytes / min(SECTOR, s * isz))
+            b = rows * length * mult * isz
+            touched += b
+            eff_bytes.append((b, eff))
+            if p.stat is None or not inflight:
+                inflight.append(lane_bytes if id(n) in vec_ids else isz * min(v, 2))
+        flops += rows * length * ops
+        per_step = g * v
+        n_steps = math.ceil(length / per_step)
+        tail_util.append((length, length / (n_steps * per_step)))
+        steps += n_steps * (STEP_NS + ops * v / tgt.clock_ghz) * 1e-9
+        if p.stat is not None:
+            steps += (math.log2(min(g, 32)) * SHUFFLE_NS + (BARRIER_NS if g > 32 else 0.0)) * 1e-9
+    unique = sum(b.memref.dtype.itemsize * math.prod(spec.shapes(env)[b.name]) for b in spec.region.inputs)
+    out_bytes = spec.out.memref.dtype.itemsize * math.prod(spec.shapes(env)[spec.c])
+    total_b = sum(b for b, _ in eff_bytes) or 1.0
+    eff = sum(b * e for b, e in eff_bytes) / total_b if eff_bytes else 1.0
+    if v > 1 and vector_store(spec) and plan.group > 1:
+        out_eff = 1.0
+    else:
+        out_eff = 1.0 if (g > 1 or not spec.outer) else 1.0 / max(1, min(SECTOR // spec.out.memref.dtype.itemsize,
+                                                                           spec.row_len(env)))
+    dram = min(unique, touched) / max(eff, 1e-3) + max(0.0, touched - unique) * L2_MISS + out_bytes / out_eff
+    ctas = math.ceil(rows / plan.rows_per_block)
+    per_sm = min(tgt.max_threads_per_sm, max(plan.block, (tgt.max_threads_per_sm // plan.block) * plan.block),
+                 ctas * plan.block / tgt.sms)  # a grid too small to fill the GPU keeps less in flight
+    need = tgt.bw_tbs * 1e12 * DRAM_LATENCY_NS * 1e-9 / tgt.sms
+    active = min(1.0, spec.row_len(env) / (g * v))  # lanes a short row leaves idle keep nothing in flight
+    mem_eff = min(1.0, per_sm * active * max(sum(inflight), 1) / need)
+    t_mem = dram / (tgt.bw_tbs * 1e12 * mem_eff)
+    util = sum(l * u for l, u in tail_util) / max(sum(l for l, _ in tail_util), 1)
+    t_comp = flops / (tgt.sms * 128 * tgt.clock_ghz * 1e9 * max(util, 1e-3))
+    resident = tgt.sms * (tgt.max_threads_per_sm // g) if g <= 32 else tgt.sms * (tgt.max_threads_per_sm // plan.block)
+    waves = math.ceil(rows / max(resident, 1))
+    t_lat = waves * steps
+    time = max(t_comp, t_mem, t_lat) + tgt.launch_us * 1e-6
+    return {"time_s": time, "t_compute_s": t_comp, "t_mem_s": t_mem, "t_latency_s": t_lat, "bytes": float(dram),
+            "flops": float(flops), "coalescing": eff, "mem_eff": mem_eff, "lane_util": util, "ctas": float(ctas), "waves": float(waves)}
+
+
+def search(spec: SimtSpec, arch: str = "sm90", env: Mapping[str, int] | None = None, hints: Mapping | None = None,
+           cost=None) -> SearchResult:
+    """Rank the plans for spec on arch; env binds symbols (unbound ones rank at the hint size)."""
+    tgt = target(arch)
+    kept, pruned = prune(candidates(arch), lambda p: stop_reason(spec, p))
+    cost = cost or roofline
+    return SearchResult(rank(kept, lambda p: cost(spec, p, env or {}, tgt)), tuple(pruned))
+
+
+def choose_plan(spec: SimtSpec, arch: str = "sm90", env: Mapping[str, int] | None = None) -> SimtPlan:
+    return search(spec, arch, env).best
+
+
+__all__ = ["Pruned", "SimtPlan", "candidates", "choose_plan", "roofline", "search", "stop_reason"]

@@ -1,0 +1,218 @@
+"""CUDA text of one SIMT kernel (`--dump=cu`): ``templates/simt.cu.j2`` around code generated from the
+region's RB-SSA ops (emit.py), with the helpers of ``templates/polysat_simt.cuh`` inlined.
+
+Per row (one point of the outer axes) the kernel runs, in order, one pass per row statistic (each lane
+folds its strided elements into a partial, ``group_reduce`` combines the group's partials: warp shuffles,
+then shared memory for a group wider than a warp) and the final pass (each element computed once, written
+once, through a vector store when aligned). Every pass is a ``__host__ __device__`` function of (row,
+lane, earlier statistics), so the host emulator (``-DPOLYSAT_SIMT_HOST``: ``emulate(args)``) runs the
+same code; only the exchange between lanes differs, and ``host_group_reduce`` replays its order.
+
+Kernel ABI (``SimtKernelSource.params``): the region's inputs (const pointers, in region order), the
+output pointer, then every size symbol as an i64, sorted by name. Grid: ceil(rows / rows_per_block) CTAs.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Mapping
+
+from ...ir.diagnostics import fail
+from ...ir.expr import Expr
+# shared pieces, at their current homes
+from ..codegen import Param, _env, specialisation_hash, template_text
+from ..names import c_ident, unique_idents
+from .access import Pass, flat_offset, passes, vector_reads, vector_store
+from .emit import CTYPE, REDUCE_OP, STORE_T, Emitter, convert, neutral_literal
+from .plan import SimtPlan
+from .spec import SimtSpec, size_of
+
+
+@dataclass(frozen=True)
+class SimtKernelSource:
+    name: str
+    arch: str
+    skeleton: str
+    source: str
+    threads: int
+    smem_bytes: int
+    params: tuple[Param, ...]
+    plan: SimtPlan
+    spec: SimtSpec
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
+
+    def grid(self, env: Mapping[str, int] | None = None) -> tuple[int, int, int]:
+        return (max(1, math.ceil(self.spec.rows(env) / self.plan.rows_per_block)), 1, 1)
+
+
+@lru_cache(maxsize=None)
+def header() -> str:
+    return template_text("polysat_simt.cuh")
+
+
+def kernel_name(spec: SimtSpec, plan: SimtPlan) -> str:
+    key = {"region": repr(spec.region), "outer": spec.outer}
+    return c_ident(spec.name, "polysat_simt_")[:48] + f"_{specialisation_hash(key, plan)}"
+
+
+class _Gen:
+    def __init__(self, spec: SimtSpec, plan: SimtPlan):
+        self.spec, self.plan = spec, plan
+        r = spec.region
+        idents = unique_idents([b.name for b in r.inputs] + [spec.c], "t_")
+        self.ptr = dict(zip([b.name for b in r.inputs] + [spec.c], idents, strict=True))
+        self.sym = {s: c_ident(s, "s_") for s in spec.symbols}
+        self.stats = spec.stats()
+
+    def emitter(self) -> Emitter:
+        return Emitter(self.spec.region, {t: f"a.{i}" for t, i in self.ptr.items()},
+                       {s: f"a.{i}" for s, i in self.sym.items()})
+
+    def prologue(self, em: Emitter, known: int) -> None:
+        """Bind the outer axes (from row), the unit axes (0), and the first `known` statistics."""
+        spec = self.spec
+        if not spec.outer:
+            em.line("(void)row;")
+        else:
+            em.line("long long rest = row;")
+            for a in reversed(spec.outer):
+                var = em.fresh("o")
+                size = em.size(spec.region.axis_sizes[a])
+                em.line(f"const long long {var} = rest % {size};")
+                em.line(f"rest /= {size};")
+                em.bind(a, var)
+            em.line("(void)rest;")
+        for a in spec.units:
+            em.bind(a, "0LL")
+        for j, s in enumerate(self.stats[:known]):
+            em.remember(s, f"s{j}")
+
+    def walk(self, em: Emitter, p: Pass, each, vec_store: bool) -> None:
+        """for each lane step: preload the vector reads, then each element (bound axes) -> each(em)."""
+        spec, r = self.spec, self.spec.region
+        v = self.plan.vec if len(p.axes) == 1 else 1
+        length = " * ".join(em.size(r.axis_sizes[a]) for a in p.axes) or "1LL"
+        L = em.let("long long", length, "L")
+        em.open(f"for (long long e0 = polysat_simt::first_elem<G, V>(lane); e0 < {L}; e0 += polysat_simt::elem_stride<G, {v}>())"
+                if v == self.plan.vec else
+                f"for (long long e0 = (long long)lane; e0 < {L}; e0 += (long long)G)")
+        vreads = vector_reads(spec, p) if v > 1 else []
+        bufs = {}
+        if vreads:
+            (a,) = p.axes
+            prev = em.bound.get(a)
+            em.bind(a, "e0")
+            for n in vreads:
+                buf = em.fresh("vb")
+                tensor, index = n.arg
+                shape = next(b.memref.shape for b in r.inputs if b.name == tensor)
+                em.line(f"{STORE_T[n.dtype]} {buf}[{v}];")
+                em.line(f"polysat_simt::load_vec<{STORE_T[n.dtype]}, {v}>({buf}, a.{self.ptr[tensor]}, "
+                        f"{em.idx(flat_offset(index, shape))}, e0, {L});")
+                bufs[id(n)] = buf
+            em.unbind(a, prev)
+        out_buf = None
+        if vec_store and v > 1:
+            out_buf = em.fresh("ob")
+            em.line(f"{STORE_T[spec.out.memref.dtype]} {out_buf}[{v}];")
+        em.line("#pragma unroll")
+        em.open(f"for (int v = 0; v < {v}; ++v)")
+        em.line("const long long e = e0 + v;")
+        em.open(f"if (e < {L})")
+        saved = [(a, em.bound.get(a)) for a in p.axes]
+        rest = "e"
+        for k, a in enumerate(reversed(p.axes)):
+            if k == len(p.axes) - 1:
+                var = em.let("long long", rest, "i")
+            else:
+                size = em.size(r.axis_sizes[a])
+                var = em.let("long long", f"{rest} % {size}", "i")
+                rest = em.let("long long", f"{rest} / {size}", "q")
+            ver = em.bind(a, var)
+            for n_id, buf in bufs.items():
+                em.vec_reads[n_id] = (buf, a, ver)
+        each(em, out_buf)
+        em.close()
+        em.close()
+        if out_buf is not None:
+            (a,) = p.axes
+            prev = em.bound.get(a)
+            em.bind(a, "e0")
+            em.line(f"if (active) polysat_simt::store_vec<{STORE_T[spec.out.memref.dtype]}, {v}>(a.{self.ptr[spec.c]}, "
+                    f"{self.out_offset(em)}, e0, {L}, {out_buf});")
+            em.unbind(a, prev)
+        for a, prev in saved:
+            em.unbind(a, prev)
+        em.vec_reads.clear()
+        em.close()
+
+    def out_offset(self, em: Emitter) -> str:
+        y = self.spec.yield_
+        return em.idx(flat_offset(tuple(Expr.var(a) for a in y.axes), self.spec.out.memref.shape))
+
+    def phase(self, k: int) -> dict:
+        s = self.stats[k]
+        op, axes, _init = s.arg
+        em = self.emitter()
+        self.prologue(em, k)
+        ct = CTYPE[s.dtype]
+        em.line(f"{ct} part = {neutral_literal(op, s.dtype)};")
+        self.walk(em, Pass(s, tuple(axes)), lambda e, _ob: e.accumulate(s, "part"), False)
+        em.line("return part;")
+        return {"what": f"reduce_{op} over [{', '.join(axes)}] keeping [{', '.join(s.axes)}]", "ctype": ct,
+                "body": "\n".join(em.lines), "finish": self.emitter().finish(s, "total"), "op": REDUCE_OP[op],
+                "prev": [{"ctype": CTYPE[t.dtype], "name": f"s{j}"} for j, t in enumerate(self.stats[:k])]}
+
+    def store(self) -> str:
+        spec = self.spec
+        em = self.emitter()
+        self.prologue(em, len(self.stats))
+        top, y, out_dt = spec.top, spec.yield_, spec.out.memref.dtype
+        vs = vector_store(spec) and self.plan.vec > 1
+
+        def each(e: Emitter, out_buf):
+            val = convert(e.value(top), e.follow(top).dtype, y.cast)
+            if out_buf is not None:
+                e.line(f"polysat_simt::put(&{out_buf}[v], {val});")
+            else:
+                e.line(f"if (active) polysat_simt::put(&a.{self.ptr[spec.c]}[{self.out_offset(e)}], {val});")
+
+        em.line("(void)active;")
+        self.walk(em, Pass(None, spec.loop), each, vs)
+        del out_dt
+        return "\n".join(em.lines)
+
+
+def render_simt(spec: SimtSpec, plan: SimtPlan) -> SimtKernelSource:
+    if plan.skeleton != "simt":
+        fail("InternalError", f"simt {spec.name!r}", f"plan {plan.key()} is not a SIMT plan")
+    gen = _Gen(spec, plan)
+    kname = kernel_name(spec, plan)
+    r = spec.region
+    ptrs = [{"ctype": f"const {STORE_T[b.memref.dtype]}", "ident": gen.ptr[b.name]} for b in r.inputs]
+    ptrs.append({"ctype": STORE_T[spec.out.memref.dtype], "ident": gen.ptr[spec.c]})
+    syms = [gen.sym[s] for s in spec.symbols]
+    em = gen.emitter()
+    n_rows = " * ".join(em.size(r.axis_sizes[a]) for a in spec.outer) or "1LL"
+    phases = [gen.phase(k) for k in range(len(gen.stats))]
+    stats = [{"ctype": CTYPE[s.dtype], "name": f"s{j}"} for j, s in enumerate(gen.stats)]
+    red_types = sorted({ph["ctype"] for ph in phases})
+    kparams = ",\n    ".join([f"{p['ctype']}* __restrict__ {p['ident']}" for p in ptrs] + [f"long long {s}" for s in syms])
+    summary = (f"{spec.c}[{', '.join(spec.yield_.axes)}] of region {r.name}: rows over [{', '.join(spec.outer)}], "
+               f"{len(phases)} row statistic(s), walking [{', '.join(spec.loop)}]")
+    src = _env().get_template("simt.cu.j2").render(
+        kernel=kname, summary=summary, plan_key=plan.key(), header=header(), ns=f"ns_{kname}", group=plan.group,
+        vec=plan.vec, rows=plan.rows_per_block, threads=plan.threads, ptrs=ptrs, syms=syms, n_rows=n_rows,
+        phases=phases, stats=stats, store=gen.store(), red_types=red_types, kparams=kparams)
+    params = tuple([Param(gen.ptr[b.name], "ptr", b.name) for b in r.inputs] + [Param(gen.ptr[spec.c], "ptr", spec.c)]
+                   + [Param(gen.sym[s], "i64", s) for s in spec.symbols])
+    return SimtKernelSource(kname, plan.arch, "simt", src, plan.threads, plan.smem_bytes, params, plan, spec)
+
+
+def row_count(spec: SimtSpec, env: Mapping[str, int]) -> int:
+    return math.prod(size_of(spec.region.axis_sizes[a], env) for a in spec.outer)
