@@ -41,7 +41,8 @@ def emulate_many(jobs: list, workdir: str | None = None) -> list[np.ndarray]:
     parts, calls = [], []
     for k, (ks, arrays, env) in enumerate(jobs):
         spec = ks.spec
-        parts.append(ks.source)
+        if ks.source not in parts:  # the same kernel on another shape: built once
+            parts.append(ks.source)
         shapes, dts = spec.shapes(env), spec.dtypes()
         args = []
         for p in ks.params:
