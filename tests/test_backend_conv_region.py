@@ -246,6 +246,5 @@ def test_regions_that_are_not_convs_are_e1504_with_the_reason():
     assert "NCHW" in _why(conv_binding, gemm)
     assert "max-reduce" in _why(conv_pool_binding, conv)
     soft = regions_of("examples/softmax.json")
-    with pytest.raises(PolysatError) as e:
-        kinds.bind(soft[0])
-    assert e.value.diagnostics[0].code == "E1504" and "conv" in e.value.diagnostics[0].why
+    assert "conv" in _why(conv_binding, soft[0])
+    assert kinds.bind(soft[0])[0].name == "simt"  # the kind without tensor cores takes it

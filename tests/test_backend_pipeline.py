@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 
 from polysat import cli
-from polysat.backend import stages
+from polysat.backend import kinds, stages
 from polysat.backend.from_region import gemm_spec_from_region
 from polysat.backend.nvcc import REQUIRED_PTX, missing_instructions
 from polysat.backend.runtime import cuda_available
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.playback import playback
+from polysat.ir.region import region_from_json, region_json
 from polysat.pipeline import Compilation
 
 _oracle_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
@@ -114,14 +115,21 @@ def test_cli_compile_dumps_plan_gpu_and_cu(tmp_path):
 
 
 def test_a_region_without_template_is_a_coded_diagnostic(tmp_path, capsys):
+    """softmax is a SIMT kernel now; a region no kind takes (here its output in a column-major layout) is
+    E1504 from every stage, --target cuda included, before anything runs."""
     soft = Compilation("examples/softmax.json").regions
-    for fn in (lambda: stages.plan_json(soft), lambda: stages.gpu_json(soft), lambda: stages.write_cu(soft, "sm90", str(tmp_path)),
-               lambda: stages.run_cuda(soft, {"X": np.zeros((4, 8), np.float32)})):
+    assert [kinds.bind(r)[0].name for r in soft] == ["simt"]
+    doc = json.loads(json.dumps(region_json(soft[0])))
+    doc["region"]["outputs"][0]["memref"]["layout"] = {"kind": "col_major"}
+    odd = [region_from_json(doc)]
+    for fn in (lambda: stages.plan_json(odd), lambda: stages.gpu_json(odd), lambda: stages.write_cu(odd, "sm90", str(tmp_path)),
+               lambda: stages.run_cuda(odd, {"X": np.zeros((4, 8), np.float32)})):
         with pytest.raises(PolysatError) as e:
             fn()
-        assert e.value.diagnostics[0].code == "E1504"
-    assert cli.main(["compile", "examples/softmax.json", "--dump=cu", "--out", str(tmp_path)]) == 1
-    assert "E1504" in capsys.readouterr().err
+        d = e.value.diagnostics[0]
+        assert d.code == "E1504" and "not a SIMT region" in d.why and "row-major" in d.why
+    assert cli.main(["compile", "examples/softmax.json", "--dump=cu", "--out", str(tmp_path)]) == 0
+    assert [os.path.basename(f).startswith("polysat_simt_") for f in json.load(open(tmp_path / "cu.json"))["files"]] == [True]
 
 
 # ---- compile checks through the pipeline ---------------------------------------------------------------

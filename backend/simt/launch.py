@@ -1,7 +1,7 @@
 """Run generated SIMT kernels on a CUDA GPU through cuda-python (the same path `--target cuda` takes).
 
-``prepare_simt(spec, tensors, env)`` resolves pointers (16-byte aligned: the vector path's widest access),
-packs the ABI (pointers, then the size symbols as i64) and the grid; ``run_simt`` is the numpy-or-device
+``prepare_simt(spec, tensors, env)`` resolves pointers (any alignment: the kernel tests each vector
+access's address and falls back to scalar accesses), packs the ABI (pointers, then the size symbols as i64) and the grid; ``run_simt`` is the numpy-or-device
 front door. The plan is chosen for the concrete shape of each call and cached per (spec, arch, shape).
 """
 from __future__ import annotations
@@ -18,8 +18,6 @@ from .plan import SimtPlan, choose_plan
 from .render import SimtKernelSource, render_simt
 from .spec import SimtSpec
 
-ALIGN = 16
-
 
 @lru_cache(maxsize=256)
 def _source(spec: SimtSpec, arch: str, env_key: tuple) -> SimtKernelSource:
@@ -34,25 +32,26 @@ def _env(spec: SimtSpec, env: Mapping[str, int] | None) -> dict[str, int]:
     return {s: int(env[s]) for s in spec.symbols}
 
 
+class _AtShape:
+    """The spec at one shape, as the shared launch helpers read a spec (shapes() without arguments)."""
+
+    def __init__(self, spec: SimtSpec, env: Mapping[str, int]):
+        self.spec, self.env = spec, env
+        self.inputs, self.c = spec.inputs, spec.c
+
+    def shapes(self, env: Mapping[str, int] | None = None) -> dict:
+        return self.spec.shapes(self.env)
+
+    def dtypes(self) -> dict:
+        return self.spec.dtypes()
+
+
 def prepare_simt(spec: SimtSpec, tensors: Mapping[str, Any], env: Mapping[str, int] | None = None,
                  plan: SimtPlan | None = None, dev: Device | None = None) -> Launch:
     dev = dev or device()
     env = _env(spec, env)
     ks = render_simt(spec, plan) if plan is not None else _source(spec, dev.arch, tuple(sorted(env.items())))
-    shapes_ok = spec.shapes(env)
-
-    class _Concrete:  # the spec at this shape, for the pointer checks
-        inputs, c = spec.inputs, spec.c
-
-        @staticmethod
-        def shapes():
-            return shapes_ok
-
-        @staticmethod
-        def dtypes():
-            return spec.dtypes()
-
-    ptrs, keep = device_pointers("run_simt", _Concrete, tensors, {n: ALIGN for n in (*spec.inputs, spec.c)})
+    ptrs, keep = device_pointers("run_simt", _AtShape(spec, env), tensors, {})
 
     def arg(p):
         return ctypes.c_uint64(ptrs[p.role]) if p.kind == "ptr" else ctypes.c_int64(env[p.role])
@@ -69,16 +68,4 @@ def run_simt(spec: SimtSpec, inputs: Mapping[str, Any], env: Mapping[str, int] |
     """The region's output on the GPU. numpy in -> numpy out; device tensors in -> device tensor out."""
     dev = device()
     env = _env(spec, env)
-
-    class _Concrete:
-        inputs, c = spec.inputs, spec.c
-
-        @staticmethod
-        def shapes():
-            return spec.shapes(env)
-
-        @staticmethod
-        def dtypes():
-            return spec.dtypes()
-
-    return run_on_gpu(_Concrete, inputs, lambda x: None, lambda t: prepare_simt(spec, t, env, plan, dev), out, stream)
+    return run_on_gpu(_AtShape(spec, env), inputs, lambda x: None, lambda t: prepare_simt(spec, t, env, plan, dev), out, stream)

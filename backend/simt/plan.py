@@ -25,7 +25,7 @@ from typing import Any, Mapping
 # shared pieces, at their current homes
 from ..cost import L2_MISS
 from ..hardware import Target, target
-from ..plan_search import Pruned, SearchResult, prune, rank
+from ..plan_search import SearchResult, prune, rank
 from .access import passes, stride, vector_reads, vector_store, work
 from .spec import SimtSpec
 
@@ -182,4 +182,4 @@ def choose_plan(spec: SimtSpec, arch: str = "sm90", env: Mapping[str, int] | Non
     return search(spec, arch, env).best
 
 
-__all__ = ["Pruned", "SimtPlan", "candidates", "choose_plan", "roofline", "search", "stop_reason"]
+__all__ = ["SimtPlan", "candidates", "choose_plan", "roofline", "search", "stop_reason"]

@@ -6,11 +6,17 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ...ir.playback import playback
+from ...ir.dtypes import round_to
+from ...ir.playback import _RegionRun, bind_region_symbols
 from .spec import SimtSpec
 
 
 def simt_reference(spec: SimtSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None) -> np.ndarray:
-    """The output of spec's region on inputs (by region tensor name); symbols come from the input shapes."""
-    out = playback([spec.region], {k: np.asarray(v) for k, v in inputs.items()}, keep_all=True)
+    """The output of spec's region on inputs (by region tensor name). Symbols come from env and the input
+    shapes (a region may size an axis by a symbol none of its inputs carries: a broadcast)."""
+    r = spec.region
+    tensors = {b.name: round_to(np.asarray(inputs[b.name]), b.memref.dtype) for b in r.inputs}
+    env = {**bind_region_symbols([r], tensors), **dict(env or {})}
+    with np.errstate(all="ignore"):  # overflow to inf and nan propagate as in the reference evaluator
+        out = _RegionRun(r, tensors, env).run()
     return np.asarray(out[spec.c]).reshape(spec.shapes(env)[spec.c])

@@ -24,10 +24,10 @@ from ...ir.expr import Expr
 # shared pieces, at their current homes
 from ..codegen import Param, _env, specialisation_hash, template_text
 from ..names import c_ident, unique_idents
-from .access import Pass, flat_offset, passes, vector_reads, vector_store
+from .access import Pass, flat_offset, vector_reads, vector_store
 from .emit import CTYPE, REDUCE_OP, STORE_T, Emitter, convert, neutral_literal
 from .plan import SimtPlan
-from .spec import SimtSpec, size_of
+from .spec import SimtSpec
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ class _Gen:
         spec = self.spec
         em = self.emitter()
         self.prologue(em, len(self.stats))
-        top, y, out_dt = spec.top, spec.yield_, spec.out.memref.dtype
+        top, y = spec.top, spec.yield_
         vs = vector_store(spec) and self.plan.vec > 1
 
         def each(e: Emitter, out_buf):
@@ -184,7 +184,6 @@ class _Gen:
 
         em.line("(void)active;")
         self.walk(em, Pass(None, spec.loop), each, vs)
-        del out_dt
         return "\n".join(em.lines)
 
 
@@ -212,7 +211,3 @@ def render_simt(spec: SimtSpec, plan: SimtPlan) -> SimtKernelSource:
     params = tuple([Param(gen.ptr[b.name], "ptr", b.name) for b in r.inputs] + [Param(gen.ptr[spec.c], "ptr", spec.c)]
                    + [Param(gen.sym[s], "i64", s) for s in spec.symbols])
     return SimtKernelSource(kname, plan.arch, "simt", src, plan.threads, plan.smem_bytes, params, plan, spec)
-
-
-def row_count(spec: SimtSpec, env: Mapping[str, int]) -> int:
-    return math.prod(size_of(spec.region.axis_sizes[a], env) for a in spec.outer)

@@ -62,21 +62,22 @@ template <int G, int V>
 __host__ __device__ __forceinline__ long long first_elem(int lane) { return (long long)lane * V; }
 template <int G, int V>
 __host__ __device__ __forceinline__ long long elem_stride() { return (long long)G * V; }
-// may V elements starting at flat offset off (of an element index e0 < L) move as one vector?
-template <int V>
-__host__ __device__ __forceinline__ bool vec_ok(long long off, long long e0, long long L) {
-  return V > 1 && e0 + V <= L && off % V == 0;
+// may the V elements at p (element e0 of a row of L) move as one vector? all inside the row, and p aligned
+// to the vector's size (the address itself is tested: no alignment is asked of the caller's buffers)
+template <typename T, int V>
+__host__ __device__ __forceinline__ bool vec_ok(const T* p, long long e0, long long L) {
+  return V > 1 && e0 + V <= L && reinterpret_cast<uintptr_t>(p) % (sizeof(T) * V) == 0;
 }
 
 // ---- vector loads and stores: V consecutive elements, one ld/st.global.vN when aligned -----------------
 template <typename T, int V>
 struct alignas(sizeof(T) * V) Pack { T v[V]; };
 
-// dst[k] = src[off + k] for e0 + k < L (others: zero); src + off must be V-aligned for the vector path
+// dst[k] = src[off + k] for e0 + k < L (others: zero); one vector load when vec_ok
 template <typename T, int V>
 __host__ __device__ __forceinline__ void load_vec(T (&dst)[V], const T* __restrict__ src, long long off, long long e0,
                                                   long long L) {
-  if (vec_ok<V>(off, e0, L)) {
+  if (vec_ok<T, V>(src + off, e0, L)) {
     const Pack<T, V> p = *reinterpret_cast<const Pack<T, V>*>(src + off);
 #pragma unroll
     for (int k = 0; k < V; ++k) dst[k] = p.v[k];
@@ -88,7 +89,7 @@ __host__ __device__ __forceinline__ void load_vec(T (&dst)[V], const T* __restri
 template <typename T, int V>
 __host__ __device__ __forceinline__ void store_vec(T* __restrict__ dst, long long off, long long e0, long long L,
                                                    const T (&src)[V]) {
-  if (vec_ok<V>(off, e0, L)) {
+  if (vec_ok<T, V>(dst + off, e0, L)) {
     Pack<T, V> p;
 #pragma unroll
     for (int k = 0; k < V; ++k) p.v[k] = src[k];
