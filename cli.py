@@ -217,7 +217,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="output .npz")
     r.add_argument("--target", default="reference",
                    help=f"where to run: {', '.join(TARGETS)} (default reference); cuda runs each region as a kernel "
-                   "of its kind (GEMM family, conv, conv + max-pool, flash attention, softmax scores) and needs a GPU")
+                   "of its kind (GEMM family, conv, conv + max-pool, flash attention, softmax scores, SIMT for the rest) and "
+                   "needs a GPU")
     r.set_defaults(fn=cmd_run)
 
     d = sub.add_parser("demo", help="compile an example, dump every stage, run and verify every target",

@@ -204,12 +204,16 @@ def test_the_kind_is_in_the_table():
 
 def test_a_region_no_kind_computes_names_every_kind():
     from polysat.pipeline import Compilation
+    from polysat.ir.region import region_from_json, region_json
     soft = Compilation("examples/softmax.json").regions
+    doc = region_json(soft[0])  # softmax with a column-major output: no kind writes that layout
+    doc["region"]["outputs"][0]["memref"]["layout"] = {"kind": "col_major"}
     with pytest.raises(PolysatError) as e:
-        kinds_mod.bind(soft[0])
+        kinds_mod.bind(region_from_json(doc))
     d = e.value.diagnostics[0]
     assert (d.code, d.kind) == ("E1504", "NoKernelTemplate")
-    assert len(d.why.split("; ")) >= 2  # the GEMM kind's reason and the attention kind's
+    assert len(d.why.split("; ")) >= len(kinds_mod.kinds())  # every kind's reason, the SIMT kind's too
+    assert "not a SIMT region" in d.why
 
 
 def test_running_without_a_gpu_is_a_coded_diagnostic():
