@@ -114,22 +114,46 @@ def test_cli_compile_dumps_plan_gpu_and_cu(tmp_path):
     assert len(json.load(open(tmp_path / "gpu.json"))["kernels"]) == 2
 
 
+def _col_major_output(region):
+    """The region with its output declared column-major: no kernel kind writes that layout."""
+    doc = json.loads(json.dumps(region_json(region)))
+    doc["region"]["outputs"][0]["memref"]["layout"] = {"kind": "col_major"}
+    return region_from_json(doc)
+
+
 def test_a_region_without_template_is_a_coded_diagnostic(tmp_path, capsys):
-    """softmax is a SIMT kernel now; a region no kind takes (here its output in a column-major layout) is
-    E1504 from every stage, --target cuda included, before anything runs."""
+    """softmax is a SIMT kernel now; a region no kind takes is E1504 from every dump stage."""
     soft = Compilation("examples/softmax.json").regions
     assert [kinds.bind(r)[0].name for r in soft] == ["simt"]
-    doc = json.loads(json.dumps(region_json(soft[0])))
-    doc["region"]["outputs"][0]["memref"]["layout"] = {"kind": "col_major"}
-    odd = [region_from_json(doc)]
-    for fn in (lambda: stages.plan_json(odd), lambda: stages.gpu_json(odd), lambda: stages.write_cu(odd, "sm90", str(tmp_path)),
-               lambda: stages.run_cuda(odd, {"X": np.zeros((4, 8), np.float32)})):
+    odd = [_col_major_output(soft[0])]
+    for fn in (lambda: stages.plan_json(odd), lambda: stages.gpu_json(odd), lambda: stages.write_cu(odd, "sm90", str(tmp_path))):
         with pytest.raises(PolysatError) as e:
             fn()
         d = e.value.diagnostics[0]
         assert d.code == "E1504" and "not a SIMT region" in d.why and "row-major" in d.why
     assert cli.main(["compile", "examples/softmax.json", "--dump=cu", "--out", str(tmp_path)]) == 0
     assert [os.path.basename(f).startswith("polysat_simt_") for f in json.load(open(tmp_path / "cu.json"))["files"]] == [True]
+
+
+def test_running_a_region_without_template_plays_it_back_and_says_so(capsys):
+    """--target cuda's path with a region no kind takes in the middle: that region runs on the CPU (with a
+    message naming it and the E1504 reason), the others as kernels, the model's outputs as playback's."""
+    regions = Compilation("examples/conv_relu_maxpool.json").regions
+    assert [kinds.bind(r)[0].name for r in regions] == ["conv", "simt"]
+    odd = [regions[0], _col_major_output(regions[1])]
+    rng = np.random.default_rng(0)
+    x = {"X": rng.uniform(-1, 1, (1, 16, 34, 34)).astype(np.float16), "W": rng.uniform(-1, 1, (32, 16, 3, 3)).astype(np.float16)}
+    hooks, launched = oracle.numpy_device()
+    got = stages.run_regions(odd, x, **hooks)
+    err = capsys.readouterr().err
+    assert launched == [regions[0].name] and f"region {regions[1].name} has no CUDA kernel (E1504" in err and "playback" in err
+    want = playback(regions, x)
+    assert set(got) == set(want) == {"P"}
+    oracle.assert_close(got["P"], want["P"].astype(np.float64), "fp16", "conv + pool with the pool on the CPU")
+    if not cuda_available():  # no GPU: still E1502, not E1504
+        with pytest.raises(PolysatError) as e:
+            stages.run_cuda(odd, x)
+        assert e.value.diagnostics[0].code == "E1502"
 
 
 # ---- compile checks through the pipeline ---------------------------------------------------------------
