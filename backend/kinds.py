@@ -25,7 +25,7 @@ from ..ir.region_squeeze import squeeze_units
 
 # modules defining ``KIND``, tried in this order (the first that binds a region computes it); the SIMT kind
 # (no tensor cores) comes last
-_MODULES = ("gemm_kind", "attention_kind", "scores_kind", "conv_kind", "conv_pool_kind", "simt")
+_MODULES = ("gemm_kind", "attention_kind", "scores_kind", "conv_kind", "conv_pool_kind", "simt.kind")
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ import pytest
 from polysat.backend import stages
 from polysat.backend.kinds import bind
 from polysat.backend.nvcc import ARCH_FLAGS, nvcc_path
-from polysat.backend.simt.bind import simt_binding
+from polysat.backend.simt.bind import bind as simt_bind
 from polysat.backend.simt.plan import SimtPlan
-from polysat.backend.simt.render import render_simt
+from polysat.backend.simt.render import render
 from polysat.bench.models import mlp_stack, transformer
 from polysat.pipeline import Compilation
 
@@ -63,13 +63,13 @@ def test_ptx_holds_vector_accesses_and_shuffles(tmp_path):
     exe = nvcc_path()
     assert exe, "nvcc is required for the compile checks"
     (region,) = Compilation(str(HERE.parent / "examples" / "softmax.json")).regions
-    spec = simt_binding(region).spec
+    spec = simt_bind(region).spec
     # fp16 X and Y: 8 elements move as 4 x 32 bits, 4 elements as 4 x 16 bits (one 64-bit access)
     for plan, want in ((SimtPlan("sm80", 256, 32, 8), ("ld.global.v4.u32", "st.global.v4.u32", "shfl.sync.bfly")),
                        (SimtPlan("sm80", 256, 256, 4), ("ld.global.v4.u16", "st.global.v4.u16", "shfl.sync.bfly",
                                                         "bar.sync"))):
         src = tmp_path / f"{plan.key()}.cu"
-        src.write_text(render_simt(spec, plan).source)
+        src.write_text(render(spec, plan).source)
         ptx = tmp_path / f"{plan.key()}.ptx"
         p = subprocess.run([exe, "-ptx", "-std=c++17", *ARCH_FLAGS["sm80"], "-o", str(ptx), str(src)],
                            capture_output=True, text=True, check=False)

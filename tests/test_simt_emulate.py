@@ -16,10 +16,10 @@ import pathlib
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from polysat.backend.simt.bind import simt_binding
+from polysat.backend.simt.bind import bind as simt_bind
 from polysat.backend.simt.plan import SimtPlan, candidates, search, stop_reason
-from polysat.backend.simt.reference import simt_reference
-from polysat.backend.simt.render import render_simt
+from polysat.backend.simt.reference import reference
+from polysat.backend.simt.render import render
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import round_to
 from polysat.ir.evaluate import evaluate
@@ -75,11 +75,11 @@ def _check(cases: list) -> None:
     jobs, meta = [], []
     for label, spec, env, inputs, want in cases:
         for p in _plans(spec):
-            jobs.append((render_simt(spec, p), inputs, env))
+            jobs.append((render(spec, p), inputs, env))
             meta.append((f"{label} {p.key()}", spec, env, inputs, want))
     for got, (label, spec, env, inputs, want) in zip(host.emulate_many(jobs), meta, strict=True):
         dt = spec.dtypes()[spec.c].value
-        oracle.assert_close(got, simt_reference(spec, inputs, env).astype(np.float64), dt, f"{label} vs playback")
+        oracle.assert_close(got, reference(spec, inputs, env).astype(np.float64), dt, f"{label} vs playback")
         if want is not None:
             oracle.assert_close(got, want, dt, f"{label} vs numpy")
 
@@ -88,19 +88,19 @@ def test_row_statistics_examples_match_numpy():
     cases = []
     (sm,) = _simt_regions("softmax.json")
     for r, c in ((5, 37), (3, 256), (2, 1)):
-        spec = simt_binding(sm).spec
+        spec = simt_bind(sm).spec
         env = {"R": r, "C": c}
         x = _inputs(spec, env, r * c)
         cases.append((f"softmax {r}x{c}", spec, env, x, oracle.softmax(x["X"].astype(np.float64), -1)))
     (ln,) = _simt_regions("layernorm.json")
-    spec = simt_binding(ln).spec
+    spec = simt_bind(ln).spec
     env = {"T": 3}
     x = _inputs(spec, env, 7)
     want = oracle.layernorm(x["X"].astype(np.float64), -1, 1e-5, x["gamma"].astype(np.float64),
                             x["beta"].astype(np.float64))
     cases.append(("layernorm 3x768", spec, env, x, want))
     (ars,) = _simt_regions("attention_row_softmax.json")
-    spec = simt_binding(ars).spec
+    spec = simt_bind(ars).spec
     env = {"B": 1, "H": 2, "M": 3, "N": 19, "D": 8}
     x = _inputs(spec, env, 3)
     s = np.einsum("bhmd,bhnd->bhmn", x["Q"].astype(np.float64), x["K"].astype(np.float64))
@@ -110,7 +110,7 @@ def test_row_statistics_examples_match_numpy():
 
 def test_max_pool_window_matches_numpy():
     (pool,) = [r for r in _simt_regions("conv_relu_maxpool.json") if "n12" in {b.name for b in r.inputs}]
-    spec = simt_binding(pool).spec
+    spec = simt_bind(pool).spec
     x = _inputs(spec, {}, 11)
     (name,) = spec.inputs
     want = oracle.maxpool2d(x[name].astype(np.float64), (2, 2), (2, 2))
@@ -134,7 +134,7 @@ def test_generated_regions_bind_and_match_the_reference(program, seed, whole):
     cases = []
     for r in regions:
         try:
-            spec = simt_binding(r).spec
+            spec = simt_bind(r).spec
         except PolysatError as e:
             assert len(r.outputs) > 1, f"region {r.name} does not bind: {e}"  # several outputs: not one kernel
             continue

@@ -69,7 +69,7 @@ def test_models_run_on_cuda_like_playback_and_the_reference(name):
 
 @pytest.mark.parametrize("name", sorted(set(MODELS) - {"mlp", "bench_mlp2"}))  # those are GEMM regions only
 def test_every_simt_region_under_every_plan_shape(name):
-    from polysat.backend.simt.launch import run_simt
+    from polysat.backend.simt.launch import run
     c = Compilation(MODELS[name])
     regions = c.regions
     x = _inputs(c, 3)
@@ -85,7 +85,7 @@ def test_every_simt_region_under_every_plan_shape(name):
                for n in spec.inputs}
         want = kind.reference(spec, ins, env)
         for plan in [p for p in PLANS if stop_reason(spec, p) is None]:
-            got = run_simt(spec, ins, env, plan=plan)
+            got = run(spec, ins, env, plan=plan)
             oracle.assert_close(got, want.astype(np.float64), spec.dtypes()[spec.c].value, f"{name}/{r.name} {plan.key()}")
             checked += 1
     assert checked

@@ -48,7 +48,7 @@ def split_rows(r: Region, yaxes: tuple, top) -> tuple[tuple, tuple, tuple]:
     return outer, tuple(a for a in live if a not in outer), units
 
 
-def simt_binding(region: Region, name: "str | None" = None) -> SimtBinding:
+def bind(region: Region, name: "str | None" = None) -> SimtBinding:
     r = region
     if len(r.yields) != 1 or len(r.outputs) != 1:
         _reject(r, f"it writes {len(r.outputs)} outputs with {len(r.yields)} yields; the kernel writes one")

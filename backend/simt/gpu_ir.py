@@ -14,7 +14,7 @@ from .plan import SimtPlan
 from .spec import SimtSpec
 
 
-def build_simt_gpu_ir(spec: SimtSpec, plan: SimtPlan) -> GpuIR:
+def build_gpu_ir(spec: SimtSpec, plan: SimtPlan) -> GpuIR:
     stmts, toks = [], []
     for k, p in enumerate(passes(spec)):
         v = plan.vec if len(p.axes) == 1 else 1

@@ -1,7 +1,7 @@
 """Run generated SIMT kernels on a CUDA GPU through cuda-python (the same path `--target cuda` takes).
 
-``prepare_simt(spec, tensors, env)`` resolves pointers (any alignment: the kernel tests each vector
-access's address and falls back to scalar accesses), packs the ABI (pointers, then the size symbols as i64) and the grid; ``run_simt`` is the numpy-or-device
+``prepare(spec, tensors, env)`` resolves pointers (any alignment: the kernel tests each vector
+access's address and falls back to scalar accesses), packs the ABI (pointers, then the size symbols as i64) and the grid; ``run`` is the numpy-or-device
 front door. The plan is chosen for the concrete shape of each call and cached per (spec, arch, shape).
 """
 from __future__ import annotations
@@ -15,13 +15,13 @@ from ...ir.diagnostics import fail
 from ..launch import INT32_MAX, Launch, device_pointers, pack, run_on_gpu
 from ..runtime import Device, device, load_function
 from .plan import SimtPlan, choose_plan
-from .render import SimtKernelSource, render_simt
+from .render import SimtKernelSource, render
 from .spec import SimtSpec
 
 
 @lru_cache(maxsize=256)
 def _source(spec: SimtSpec, arch: str, env_key: tuple) -> SimtKernelSource:
-    return render_simt(spec, choose_plan(spec, arch, dict(env_key)))
+    return render(spec, choose_plan(spec, arch, dict(env_key)))
 
 
 def _env(spec: SimtSpec, env: Mapping[str, int] | None) -> dict[str, int]:
@@ -46,12 +46,12 @@ class _AtShape:
         return self.spec.dtypes()
 
 
-def prepare_simt(spec: SimtSpec, tensors: Mapping[str, Any], env: Mapping[str, int] | None = None,
+def prepare(spec: SimtSpec, tensors: Mapping[str, Any], env: Mapping[str, int] | None = None,
                  plan: SimtPlan | None = None, dev: Device | None = None) -> Launch:
     dev = dev or device()
     env = _env(spec, env)
-    ks = render_simt(spec, plan) if plan is not None else _source(spec, dev.arch, tuple(sorted(env.items())))
-    ptrs, keep = device_pointers("run_simt", _AtShape(spec, env), tensors, {})
+    ks = render(spec, plan) if plan is not None else _source(spec, dev.arch, tuple(sorted(env.items())))
+    ptrs, keep = device_pointers("run", _AtShape(spec, env), tensors, {})
 
     def arg(p):
         return ctypes.c_uint64(ptrs[p.role]) if p.kind == "ptr" else ctypes.c_int64(env[p.role])
@@ -59,13 +59,13 @@ def prepare_simt(spec: SimtSpec, tensors: Mapping[str, Any], env: Mapping[str, i
     storage, argv = pack(ks.params, arg)
     grid = ks.grid(env)
     if grid[0] > INT32_MAX:
-        fail("UnaddressableShape", "run_simt", f"{grid[0]} CTAs exceed the grid limit {INT32_MAX}")
+        fail("UnaddressableShape", "run", f"{grid[0]} CTAs exceed the grid limit {INT32_MAX}")
     return Launch(ks, load_function(ks, dev), grid, storage, argv, keep)
 
 
-def run_simt(spec: SimtSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None, *,
+def run(spec: SimtSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None, *,
              out: Any = None, plan: SimtPlan | None = None, stream: int = 0):
     """The region's output on the GPU. numpy in -> numpy out; device tensors in -> device tensor out."""
     dev = device()
     env = _env(spec, env)
-    return run_on_gpu(_AtShape(spec, env), inputs, lambda x: None, lambda t: prepare_simt(spec, t, env, plan, dev), out, stream)
+    return run_on_gpu(_AtShape(spec, env), inputs, lambda x: None, lambda t: prepare(spec, t, env, plan, dev), out, stream)

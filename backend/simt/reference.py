@@ -11,7 +11,7 @@ from ...ir.playback import _RegionRun, bind_region_symbols
 from .spec import SimtSpec
 
 
-def simt_reference(spec: SimtSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None) -> np.ndarray:
+def reference(spec: SimtSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None) -> np.ndarray:
     """The output of spec's region on inputs (by region tensor name). Symbols come from env and the input
     shapes (a region may size an axis by a symbol none of its inputs carries: a broadcast)."""
     r = spec.region

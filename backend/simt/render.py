@@ -187,7 +187,7 @@ class _Gen:
         return "\n".join(em.lines)
 
 
-def render_simt(spec: SimtSpec, plan: SimtPlan) -> SimtKernelSource:
+def render(spec: SimtSpec, plan: SimtPlan) -> SimtKernelSource:
     if plan.skeleton != "simt":
         fail("InternalError", f"simt {spec.name!r}", f"plan {plan.key()} is not a SIMT plan")
     gen = _Gen(spec, plan)

@@ -1,0 +1,19 @@
+"""The SIMT kind's entry in the kernel-kind table (:mod:`..kinds`), tried last: the MMA kinds win the
+regions they take."""
+from __future__ import annotations
+
+from ..kinds import KernelKind
+from .bind import bind
+from .gpu_ir import build_gpu_ir
+from .plan import search
+from .reference import reference
+from .render import render
+
+
+def _launch(spec, tensors, env, out) -> None:
+    from .launch import run
+    run(spec, tensors, env, out=out)
+
+
+KIND = KernelKind("simt", bind=bind, search=search, render=render, gpu_ir=build_gpu_ir, launch=_launch,
+                  reference=reference)
