@@ -1,8 +1,8 @@
 """Which kernel kind computes each region of a model, and what its kernels cost to build (no GPU needed).
 
 For each model: the regions (``--cost`` size or model), the kind each binds to, the chosen plan, and per
-(kind, arch) the nvcc / ptxas figures of the generated ``.cu``: registers, static + dynamic shared memory,
-spill bytes. Prints a table and writes ``bench/kinds_build_results.json``.
+(kind, arch) the nvcc / ptxas figures of the generated ``.cu``: registers, shared memory (ptxas' static smem
+plus the plan's dynamic smem), spill bytes. Prints a table and writes ``bench/kinds_build_results.json``.
 
     python -m polysat.bench.kinds_build [--models transformer1,mlp2,examples] [--archs sm80,sm90] [--cost size]
 
@@ -46,11 +46,12 @@ def measure(name: str, model, archs: list[str], cost: str) -> dict:
         for arch in archs:
             plan = _search(kind, b.spec, arch, ()).best
             ks = kind.render(b.spec, plan)
-            rows.append({"region": r.name, "kind": kind.name, "arch": arch, "plan": plan.key()})
+            rows.append({"region": r.name, "kind": kind.name, "arch": arch, "plan": plan.key(),
+                         "dyn_smem_bytes": int(ks.smem_bytes)})
             jobs.append((ks.source, arch))
     for row, rep in zip(rows, check_many(jobs, workers=2), strict=True):
         smem = max((int(x) for x in _SMEM.findall(rep.log)), default=0)
-        row.update(ok=rep.ok, registers=rep.registers, spill_bytes=rep.spills, smem_bytes=smem)
+        row.update(ok=rep.ok, registers=rep.registers, spill_bytes=rep.spills, smem_bytes=smem + row["dyn_smem_bytes"])
     return {"model": name, "cost": cost, "regions": rows}
 
 

@@ -117,6 +117,19 @@ def test_max_pool_window_matches_numpy():
     _check([("max-pool 2x2/2", spec, {}, x, want)])
 
 
+def test_streamed_attention_region_matches_numpy():
+    """A streamed softmax-weighted sum (the attention kind's region), bound by the SIMT kind directly: each
+    output element walks its keys three times (max, sum, weighted sum)."""
+    doc = oracle.model({"Q": ("fp16", [1, 2, "M", 16]), "K": ("fp16", [1, 2, "N", 16]), "V": ("fp16", [1, 2, "N", 8])},
+                       [oracle.node("Attention", ["Q", "K", "V"], "O", causal=True)], ["O"], {"O": {"dtype": "fp16"}})
+    (region,) = Compilation(doc, cost="model").regions
+    spec = simt_bind(region).spec
+    env = {"M": 5, "N": 11}
+    x = _inputs(spec, env, 5)
+    want = oracle.attention(*(x[n].astype(np.float64) for n in ("Q", "K", "V")), causal=True)
+    _check([("streamed causal attention", spec, env, x, want)])
+
+
 def test_plans_cover_lane_and_row_shapes():
     """Every candidate shape is a legal launch: rows per CTA * threads per row = CTA size <= 1024."""
     for p in candidates("sm80"):

@@ -126,6 +126,9 @@ def work(spec: SimtSpec, top: RNode, env: Mapping[str, int], skip: set) -> tuple
             for a in n.arg[1]:
                 trip *= size_of(spec.region.axis_sizes[a], env)
             return go(n.src[0], mult * trip) + mult * trip
+        if n.op == R.ONLINE:  # three walks over the keys
+            trip = 3 * size_of(spec.region.axis_sizes[n.arg[0][0]], env)
+            return sum(go(s, mult * trip) for s in n.src) + 4 * mult * trip
         own = mult if n.op in (R.UNARY, R.BINARY, R.SELECT) else 0.0
         return own + sum(go(s, mult) for s in n.src)
 

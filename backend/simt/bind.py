@@ -1,9 +1,10 @@
 """Recognise a region as a SIMT kernel: Region -> SimtBinding, or E1504 NoKernelTemplate saying why not.
 
 The SIMT kind takes any region the tensor-core kinds leave, as long as it is one yield into one packed
-row-major output, reads row-major inputs through affine maps, and uses no streaming softmax (the
-attention kind's). It chooses the row split (spec.py): the outer axes are the axes every row statistic
-keeps, else every yielded axis but the last.
+row-major output and reads row-major inputs through affine maps (a streamed softmax-weighted sum the
+attention kind leaves is evaluated per output element, in three walks over its keys). It chooses the row split (spec.py) the cost model prices faster: the outer axes every row
+statistic keeps (else every yielded axis but the last), or one row per output element when a Reduce keeps
+every yielded axis (then reduced by the row's lanes together: a matvec, a skinny contraction).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ...ir.expr import Expr
 from ...ir.region import R, Region
 # shared pieces, at their current homes
 from ..region_match import RegionBinding
+from .plan import search
 from .spec import SimtSpec, reachable, symbols_of
 
 DTYPES = (DType.fp16, DType.bf16, DType.fp32, DType.i32, DType.bool)
@@ -33,19 +35,24 @@ def _unit(d) -> bool:
     return isinstance(d, int) and d == 1
 
 
-def split_rows(r: Region, yaxes: tuple, top) -> tuple[tuple, tuple, tuple]:
-    """(outer, loop, units) of the yielded axes (module docstring of spec.py)."""
+def split_rows(r: Region, yaxes: tuple, top) -> list[tuple[tuple, tuple, tuple]]:
+    """The (outer, loop, units) splits of the yielded axes worth pricing (spec.py): the axes every row statistic
+    keeps (else all but the last); and, when a Reduce keeps every yielded axis (a contraction, a pooling
+    window, a matvec), one row per output element, that Reduce then a row statistic of G lanes."""
     sizes = r.axis_sizes
     units = tuple(a for a in yaxes if _unit(sizes[a]))
     live = tuple(a for a in yaxes if a not in units)
-    stats = [set(n.axes) for n in reachable(r, top)
-             if n.op == R.REDUCE and set(n.axes) <= set(live) and set(n.axes) != set(live)]
+    nodes = reachable(r, top)
+    stats = [set(n.axes) for n in nodes if n.op == R.REDUCE and set(n.axes) <= set(live) and set(n.axes) != set(live)]
     if stats:
         keep = set.intersection(*stats)
         outer = tuple(a for a in live if a in keep)
     else:
         outer = live[:-1]
-    return outer, tuple(a for a in live if a not in outer), units
+    out = [(outer, tuple(a for a in live if a not in outer), units)]
+    if live and outer != live and any(n.op == R.REDUCE and set(n.axes) == set(live) for n in nodes):
+        out.append((live, (), units))
+    return out
 
 
 def bind(region: Region, name: "str | None" = None) -> SimtBinding:
@@ -69,8 +76,6 @@ def bind(region: Region, name: "str | None" = None) -> SimtBinding:
             _reject(r, f"{b.name!r} is {b.memref.dtype.value}")
     top = r.let_map[y.src]
     for n in reachable(r, top):
-        if n.op == R.ONLINE:
-            _reject(r, "it streams an online_softmax_sum (the attention kind's)")
         if n.op == R.READ and not all(Expr.of(e).is_affine for e in n.arg[1]):
             _reject(r, f"it reads {n.arg[0]} through a non-affine map")
         if n.op == R.REDUCE and n.dtype is None:
@@ -79,6 +84,7 @@ def bind(region: Region, name: "str | None" = None) -> SimtBinding:
             _reject(r, f"reduce op {n.arg[0]!r}")
     if set(top.axes) - set(y.axes):
         _reject(r, f"it yields a value over [{', '.join(top.axes)}] to [{', '.join(y.axes)}]")
-    outer, loop, units = split_rows(r, tuple(y.axes), top)
-    spec = SimtSpec(name or r.name, r, outer, loop, units, symbols_of(r))
+    specs = [SimtSpec(name or r.name, r, outer, loop, units, symbols_of(r))
+             for outer, loop, units in split_rows(r, tuple(y.axes), top)]
+    spec = min(specs, key=lambda s: dict(search(s, "sm90").best.est)["time_s"]) if len(specs) > 1 else specs[0]
     return SimtBinding(spec, tuple((b.name, b.name) for b in r.inputs))

@@ -208,6 +208,8 @@ class Emitter:
             return self.select(n)
         if op == R.REDUCE:
             return self.reduce_inline(n)
+        if op == R.ONLINE:
+            return self.online_inline(n)
         raise NotImplementedError(f"{op} in a SIMT kernel")
 
     def read(self, n: RNode) -> str:
@@ -307,3 +309,40 @@ class Emitter:
             self.close()
             self.unbind(a, prev)
         return self.let(CTYPE[n.dtype], self.finish(n, acc), "red")
+
+    def key_loop(self, axis: str, body) -> None:
+        """for each value of the key axis (a fresh variable bound to it): body()."""
+        var = self.fresh("j")
+        self.open(f"for (long long {var} = 0; {var} < {self.size(self.r.axis_sizes[axis])}; ++{var})")
+        prev = self.bound.get(axis)
+        self.bind(axis, var)
+        body()
+        self.close()
+        self.unbind(axis, prev)
+
+    def online_inline(self, n: RNode) -> str:
+        """online_softmax_sum at the point, in three walks over the key axis: the max, the sum of
+        e = exp2((s - max) log2 e), then sum of round_p(e) v / sum (passes 1) or round_p(e / sum) v (passes 2);
+        a row whose scores are all -inf uses max 0 and ends 0/0 (NaN), as the reference evaluator's softmax."""
+        (axis,), p_dtype, _block, passes = n.arg
+        s_n, v_n = (self.follow(x) for x in n.src)
+        mx, l, acc = self.fresh("om"), self.fresh("ol"), self.fresh("oa")
+        self.line(f"float {mx} = -INFINITY, {l} = 0.0f, {acc} = 0.0f;")
+        self.key_loop(axis, lambda: self.line(f"{mx} = polysat_simt::nmax({mx}, {self._f(s_n)});"))
+        self.line(f"if ({mx} == -INFINITY) {mx} = 0.0f;")
+
+        def e() -> str:
+            return f"exp2f(({self._f(s_n)} - {mx}) * 1.442695041e+00f)"
+
+        self.key_loop(axis, lambda: self.line(f"{l} += {e()};"))
+
+        def weigh() -> None:
+            w = e() if passes == 1 else f"({e()}) / {l}"
+            self.line(f"{acc} += {rounded(w, p_dtype)} * {self._f(v_n)};")
+
+        self.key_loop(axis, weigh)
+        return self.let("float", f"{acc} / {l}" if passes == 1 else acc, "on")
+
+    def _f(self, n: RNode) -> str:
+        """n's value at the point as fp32."""
+        return convert(self.value(n), n.dtype, DType.fp32)
