@@ -28,9 +28,9 @@ def build_gpu_ir(spec: SimtSpec, plan: SimtPlan) -> GpuIR:
         else:
             op = p.stat.arg[0]
             stmts.append(S("ForLaneStep", walks=list(p.axes), step=f"{plan.group}*{v}", ins=tuple(toks),
-                           body=tuple(body + [S("Combine", op=op, into="part")])))
+                           body=tuple(body + [S("Combine", reduce=op, into="part")])))
             tok = f"tR[{k}]"
-            stmts.append(S("GroupReduce", op=op, lanes=plan.group,
+            stmts.append(S("GroupReduce", reduce=op, lanes=plan.group,
                            via="shfl.xor" + ("+smem" if plan.group > 32 else ""), out=tok, kind="TokCompute"))
             toks.append(tok)
     return GpuIR(plan.arch, "simt", "none", (S("ForRow", per="group", rows_per_block=plan.rows_per_block,

@@ -33,7 +33,7 @@ SKELETON = "simt"
 STEP_NS = 40.0          # one lane step of a pass: a dependent global load (L2 hit) and its combine
 SHUFFLE_NS = 15.0       # one butterfly step of a warp reduction
 BARRIER_NS = 60.0       # a shared-memory round (two __syncthreads) of a group wider than a warp
-DRAM_LATENCY_NS = 600.0  # a global load's round trip: bytes in flight per SM must cover bandwidth x latency
+DRAM_LATENCY_NS = 1000.0  # a global load's round trip under load: bytes in flight per SM must cover BW x latency
 SECTOR = 32             # bytes a global memory transaction moves
 VEC_BYTES = 16          # widest per-thread global access (ld.global.v4.b32)
 GROUPS = (1, 2, 4, 8, 16, 32)
@@ -112,7 +112,7 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Target
     touched = flops = 0.0
     steps = 0.0
     eff_bytes = []
-    inflight: list = []  # bytes one lane has in flight per step (the final pass, or the first)
+    inflight: list = []  # bytes one lane has in flight per step of the final pass
     tail_util = []
     inner = spec.outer[-1] if spec.outer else None
     for p in passes(spec):
@@ -133,7 +133,7 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Target
             b = rows * length * mult * isz
             touched += b
             eff_bytes.append((b, eff))
-            if p.stat is None or not inflight:
+            if p.stat is None:
                 inflight.append(lane_bytes if id(n) in vec_ids else isz * min(v, 2))
         flops += rows * length * ops
         per_step = g * v
