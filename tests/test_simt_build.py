@@ -77,3 +77,23 @@ def test_ptx_holds_vector_accesses_and_shuffles(tmp_path):
         text = ptx.read_text()
         for instr in want:
             assert instr in text.replace(".nc", ""), (plan.key(), instr)
+
+
+def test_plan_and_gpu_dumps_of_a_simt_region(tmp_path):
+    """layernorm: two row statistics (mean, then the variance of the centred row), each a pass and a
+    group reduction in the GPU IR, then the final pass; the plan lists the ranked candidates."""
+    import json
+
+    from polysat import cli
+    assert cli.main(["compile", str(HERE.parent / "examples" / "layernorm.json"), "--dump=plan,gpu,cu",
+                     "--out", str(tmp_path)]) == 0
+    (plan,) = json.load(open(tmp_path / "plan.json"))["plans"]
+    assert plan["kind"] == "simt" and plan["spec"]["outer"] == ["t"]
+    assert [s["op"] for s in plan["spec"]["row_statistics"]] == ["sum", "sum"]
+    chosen = plan["chosen"]
+    assert chosen["rows_per_block"] * chosen["threads_per_row"] == chosen["block"]
+    assert len(plan["ranked"]) > 10 and plan["ranked"][0]["time_s"] <= plan["ranked"][-1]["time_s"]
+    (kernel,) = json.load(open(tmp_path / "gpu.json"))["kernels"]
+    (row,) = kernel["gpu_ir"]["stmts"]
+    ops = [next(iter(s)) for s in row["ForRow"]["body"]]
+    assert ops == ["ForLaneStep", "GroupReduce", "ForLaneStep", "GroupReduce", "ForLaneStep"]
