@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from polysat.backend import conv_runtime as crt
-from polysat.backend import runtime as rt
-from polysat.backend.conv_codegen import render_conv
-from polysat.backend.conv_plan import conv_search
-from polysat.backend.conv_pool_spec import ConvPoolSpec
-from polysat.backend.conv_spec import ConvSpec
-from polysat.backend.gemm_spec import EpilogueOp
+from polysat.backend.conv import launch as crt
+from polysat.backend.common.gpu import cuda_available, Device, device
+from polysat.backend.conv.render import render as render_conv
+from polysat.backend.conv.plan import search as conv_search
+from polysat.backend.conv_pool.spec import ConvPoolSpec
+from polysat.backend.conv.spec import ConvSpec
+from polysat.backend.common.spec import EpilogueOp
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType
 
@@ -23,7 +23,7 @@ class FakeCuda:
                                          "strides": None}
 
 
-SM80 = rt.Device(0, "sm80", 108, None)
+SM80 = Device(0, "sm80", 108, None)
 
 
 def _tensors(spec, ptrs=None):
@@ -93,8 +93,8 @@ def test_sm90_plans_are_refused_on_older_gpus(no_driver):
 
 
 def test_running_without_a_gpu_is_reported():
-    if rt.cuda_available():
-        assert rt.device().arch in ("sm80", "sm90")  # test_backend_conv_gpu.py runs the kernels there
+    if cuda_available():
+        assert device().arch in ("sm80", "sm90")  # test_backend_conv_gpu.py runs the kernels there
     else:
         with pytest.raises(PolysatError) as e:
             crt.run_conv(ConvSpec("c", 1, 4, 5, 5, 4, 3, 3), {})
