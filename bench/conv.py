@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.nn.functional as F
 
     from polysat.backend.common.spec import EpilogueOp
-    from polysat.backend.conv.launch import prepare_conv
+    from polysat.backend.conv.launch import prepare as prepare_conv
     from polysat.backend.conv.spec import ConvSpec
     from polysat.backend.conv_pool.spec import ConvPoolSpec
 

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     rt, torch = gpu
 
     from polysat.backend.common.spec import EpilogueOp
-    from polysat.backend.gemm.launch import prepare_gemm
+    from polysat.backend.gemm.launch import prepare as prepare_gemm
     from polysat.backend.gemm.spec import GemmSpec
 
     dev = rt.device()

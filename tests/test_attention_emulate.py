@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from polysat.backend.attention.render import scale_constants
 from polysat.backend.attention.plan import key_blocks
-from polysat.backend.attention.reference import attention_reference
+from polysat.backend.attention.reference import reference as attention_reference
 from polysat.backend.attention.spec import AttentionSpec
 from polysat.backend.common.render import TEMPLATES
 from polysat.backend.common.nvcc import nvcc_path

@@ -16,7 +16,7 @@ import pytest
 from polysat.backend.common.device_tensors import DeviceArray
 
 from polysat.backend.common.gpu import cuda_available, device
-from polysat.backend.attention.reference import attention_reference
+from polysat.backend.attention.reference import reference as attention_reference
 from polysat.backend.attention.spec import AttentionSpec
 from polysat.ir.dtypes import DType, round_to
 
@@ -71,7 +71,7 @@ def _plans(spec, env, algo):
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_attention_matches_numpy(case, algo):
-    from polysat.backend.attention.launch import run_attention
+    from polysat.backend.attention.launch import run as run_attention
     spec, env = CASES[case]
     x = random_inputs(spec, env, seed=sorted(CASES).index(case))
     want = attention_reference(spec, x, env)
@@ -82,7 +82,7 @@ def test_attention_matches_numpy(case, algo):
 
 
 def test_device_tensors_and_relaunch():
-    from polysat.backend.attention.launch import prepare_attention, run_attention
+    from polysat.backend.attention.launch import prepare as prepare_attention, run as run_attention
     spec = AttentionSpec("dev", 300, 300, 64, 64, batch=(2, 2), causal=True, scale=0.125)
     x = random_inputs(spec, seed=3)
     want = attention_reference(spec, x)
@@ -103,7 +103,7 @@ def test_torch_tensors_match_sdpa():
     """bf16 torch tensors through DLPack; the kernel agrees with torch's own scaled_dot_product_attention."""
     import torch
     import torch.nn.functional as F
-    from polysat.backend.attention.launch import run_attention
+    from polysat.backend.attention.launch import run as run_attention
 
     b, h, s, d = 2, 4, 777, 128
     spec = AttentionSpec("t", s, s, d, d, batch=(b, h), causal=True, scale=d ** -0.5, in_dtype=BF16, p_dtype=BF16,

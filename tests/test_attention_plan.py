@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from polysat.backend import kinds as kinds_mod
 from polysat.backend.attention.render import LOG2E, render, scale_constants
-from polysat.backend.attention.gpu_ir import build_attention_gpu_ir
+from polysat.backend.attention.gpu_ir import build_gpu_ir as build_attention_gpu_ir
 from polysat.backend.attention.plan import AttentionPlan
 from polysat.backend.attention.plan import key_blocks, search
 from polysat.backend.common.plan_search import SMEM_FRACTION
-from polysat.backend.attention.reference import attention_reference
+from polysat.backend.attention.reference import reference as attention_reference
 from polysat.backend.attention.spec import AttentionSpec
 from polysat.backend.common.gpu_ir import check_tokens, GpuIR
 from polysat.analyses.devices import device
@@ -221,7 +221,7 @@ def test_running_without_a_gpu_is_a_coded_diagnostic():
         pytest.skip("a GPU is visible: tests/test_attention_gpu.py runs the kernels")
     spec = AttentionSpec("k", 8, 8, 64, 64)
     x = {n: np.zeros(s, np.float16) for n, s in spec.shapes().items() if n != "O"}
-    assert _code(lambda: art.run_attention(spec, x))[1] == "UnknownTarget"
+    assert _code(lambda: art.run(spec, x))[1] == "UnknownTarget"
 
 
 @settings(max_examples=30)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from polysat.backend.common.render import TEMPLATES
-from polysat.backend.conv.reference import conv_reference, im2col
+from polysat.backend.conv.reference import reference as conv_reference, im2col
 from polysat.backend.conv.spec import ConvSpec
 from polysat.backend.common.spec import EpilogueOp
 from polysat.backend.common.nvcc import nvcc_path

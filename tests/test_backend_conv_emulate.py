@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from polysat.backend.common.render import TEMPLATES
-from polysat.backend.conv_pool.reference import conv_pool_reference
+from polysat.backend.conv_pool.reference import reference as conv_pool_reference
 from polysat.backend.conv_pool.spec import ConvPoolSpec
 from polysat.backend.conv.reference import im2col
 from polysat.backend.conv.spec import ConvSpec

@@ -15,9 +15,9 @@ from polysat.backend.common.device_tensors import DeviceArray
 from polysat.backend.common.gpu import cuda_available, device
 from polysat.backend import stages
 from polysat.backend.conv.plan import search as conv_search
-from polysat.backend.conv_pool.reference import conv_pool_reference, random_conv_pool_inputs
+from polysat.backend.conv_pool.reference import reference as conv_pool_reference, random_inputs as random_conv_pool_inputs
 from polysat.backend.conv_pool.spec import ConvPoolSpec
-from polysat.backend.conv.reference import conv_reference, random_conv_inputs
+from polysat.backend.conv.reference import reference as conv_reference, random_inputs as random_conv_inputs
 from polysat.backend.conv.spec import ConvSpec
 from polysat.backend.common.spec import EpilogueOp
 from polysat.ir.dtypes import DType, round_to
@@ -90,7 +90,7 @@ def test_spec_kernels_match_their_numpy_meaning_on_every_skeleton(case):
     pooled = isinstance(spec, ConvPoolSpec)
     ins = (random_conv_pool_inputs if pooled else random_conv_inputs)(spec, 7)
     want = (conv_pool_reference if pooled else conv_reference)(spec, ins)
-    from polysat.backend.conv.launch import run_conv
+    from polysat.backend.conv.launch import run as run_conv
     arch = device().arch
     plans = [None] + ([conv_search(spec, "sm90", skeletons=("sm80",)).best] if arch == "sm90" else [])
     for plan in plans:
@@ -100,7 +100,7 @@ def test_spec_kernels_match_their_numpy_meaning_on_every_skeleton(case):
 
 
 def test_prepared_launch_relaunches_on_device_tensors():
-    from polysat.backend.conv.launch import prepare_conv
+    from polysat.backend.conv.launch import prepare as prepare_conv
     spec = SPECS["residual_f32"]
     ins = random_conv_inputs(spec, 9)
     want = conv_reference(spec, ins)

@@ -28,9 +28,9 @@ from polysat.backend.common.region_match import NoBind
 from polysat.backend import kinds
 from polysat.backend.conv.bind import bind as conv_binding
 from polysat.backend.conv_pool.bind import bind as conv_pool_binding
-from polysat.backend.conv_pool.reference import conv_pool_reference, random_conv_pool_inputs
+from polysat.backend.conv_pool.reference import reference as conv_pool_reference, random_inputs as random_conv_pool_inputs
 from polysat.backend.conv_pool.spec import ConvPoolSpec
-from polysat.backend.conv.reference import conv_reference, random_conv_inputs
+from polysat.backend.conv.reference import reference as conv_reference, random_inputs as random_conv_inputs
 from polysat.backend.conv.spec import ConvSpec
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.playback import playback

@@ -17,7 +17,7 @@ from polysat.backend.common.epilogue import identify
 from polysat.backend.common.region_match import NoBind
 from polysat.backend.gemm.bind import bind as gemm_binding
 from polysat.backend.common.spec import EpilogueOp
-from polysat.backend.gemm.reference import gemm_reference
+from polysat.backend.gemm.reference import reference as gemm_reference
 from polysat.ir import region as rg
 from polysat.ir.dtypes import DType, round_to
 from polysat.ir.expr import Expr

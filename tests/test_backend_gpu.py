@@ -10,14 +10,14 @@ import pytest
 from polysat.backend.common.spec import EpilogueOp
 
 from polysat.backend.gemm.spec import GemmSpec
-from polysat.backend.gemm.reference import gemm_reference, random_inputs
+from polysat.backend.gemm.reference import reference as gemm_reference, random_inputs
 from polysat.ir.dtypes import DType
 
 from polysat.backend.common.device_tensors import DeviceArray
 
 from polysat.backend.common.gpu import cuda_available, device
 
-from polysat.backend.gemm.launch import concrete_spec, prepare_gemm, run_gemm
+from polysat.backend.gemm.launch import concrete_spec, prepare as prepare_gemm, run as run_gemm
 from polysat.backend.gemm.plan import search
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")]

@@ -12,7 +12,7 @@ from polysat.backend.common.gpu import cuda_available, Device, device
 
 from polysat.backend.common.kernel_cache import cubin_for
 
-from polysat.backend.gemm.launch import concrete_spec, prepare_gemm
+from polysat.backend.gemm.launch import concrete_spec, prepare as prepare_gemm
 from polysat.backend.gemm.spec import GemmSpec
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType

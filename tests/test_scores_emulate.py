@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from polysat.backend.attention.render import scale_constants
-from polysat.backend.scores.reference import scores_reference
+from polysat.backend.scores.reference import reference as scores_reference
 from polysat.backend.scores.spec import ScoresSpec
 from polysat.ir.dtypes import DType, round_to
 

@@ -12,7 +12,7 @@ import pytest
 
 from polysat.backend import kinds, stages
 from polysat.backend.common.gpu import cuda_available, device
-from polysat.backend.scores.reference import scores_reference
+from polysat.backend.scores.reference import reference as scores_reference
 from polysat.backend.scores.spec import ScoresSpec
 from polysat.ir.dtypes import DType, round_to
 from polysat.ir.playback import playback
@@ -55,7 +55,7 @@ def test_both_regions_run_on_cuda_like_playback(dt, causal, d, m, n):
     _close(got["O"], want["O"], dt)
     # P itself, through the kind's Python API
     p_name = regions[0].outputs[0].name
-    from polysat.backend.scores.launch import run_scores
+    from polysat.backend.scores.launch import run as run_scores
     spec = kinds.bind(regions[0])[1].spec
     p = run_scores(spec, {"Q": x["Q"], "K": x["K"]}, {"B": 2, "H": 3, "M": m, "N": n})
     _close(p, want[p_name], dt)
@@ -63,7 +63,7 @@ def test_both_regions_run_on_cuda_like_playback(dt, causal, d, m, n):
 
 @pytest.mark.parametrize("arch_plan", ["best", "bn128"])
 def test_run_scores_matches_the_reference_with_tails(arch_plan):
-    from polysat.backend.scores.launch import run_scores
+    from polysat.backend.scores.launch import run as run_scores
     from polysat.backend.scores.plan import search
     spec = ScoresSpec("s", 201, 133, 64, batch=(2,), causal=True, scale=0.2, in_dtype=DType.fp16, p_dtype=DType.fp16)
     plan = None

@@ -15,7 +15,7 @@ import pytest
 from polysat.backend.common.region_match import NoBind
 from polysat.backend import kinds, stages
 from polysat.backend.scores.bind import bind as scores_binding
-from polysat.backend.scores.reference import scores_reference
+from polysat.backend.scores.reference import reference as scores_reference
 from polysat.backend.scores.spec import ScoresSpec
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType, round_to

@@ -17,7 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from polysat.backend.common.region_match import NoBind
 from polysat.backend.attention.bind import bind as attention_binding
-from polysat.backend.attention.reference import attention_reference
+from polysat.backend.attention.reference import reference as attention_reference
 from polysat.backend.gemm.bind import bind as gemm_binding
 from polysat.egraph.extract_command import run_extract
 from polysat.egraph.stream import BLOCK, groups

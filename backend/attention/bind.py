@@ -10,7 +10,7 @@ the yield writes with a cast, over the packed output ``O[*batch, m, dv]``:
 * V is of Q's and K's type, read whole and packed like them, widened to fp32;
 * P's type is the type the streaming rounds P to (V's type as the frontend lowers attention).
 
-The spec's meaning (``reference.attention_reference``) rounds P after the division by the row sum;
+The spec's meaning (``reference.reference``) rounds P after the division by the row sum;
 a ``passes=1`` region rounds it at the running max instead (fp16 only: within 1e-3), a ``passes=2``
 region where the spec does. ``AttentionBinding.passes`` says which.
 Anything else is a NoBind saying exactly what does not fit.

@@ -244,7 +244,7 @@ def _sm90(spec: AttentionSpec, plan: AttentionPlan) -> tuple[Stmt, ...]:
     )
 
 
-def build_attention_gpu_ir(spec: AttentionSpec, plan: AttentionPlan) -> GpuIR:
+def build_gpu_ir(spec: AttentionSpec, plan: AttentionPlan) -> GpuIR:
     stmts = _sm90(spec, plan) if plan.skeleton == "sm90" else _sm80(spec, plan)
     meta = (("kind", "softmax_scores" if plan.store_p else "attention"), ("tile", list(plan.tile)), ("dv", plan.dv),
             ("threads", plan.threads),

@@ -7,10 +7,10 @@ from ...ir.region import Region
 from ..common.region_match import NoBind
 from ..kinds import KernelKind
 from .bind import bind as match
-from .gpu_ir import build_attention_gpu_ir
+from .gpu_ir import build_gpu_ir
 from .plan import ALGOS, AttentionSearchResult, p_dtype_reason, search
 from .render import render
-from .reference import attention_reference
+from .reference import reference
 from .spec import AttentionSpec
 
 ALGO_OF_PASSES = {1: "online_softmax", 2: "streaming_softmax_2pass"}
@@ -43,11 +43,11 @@ def _search(spec: AttentionSpec, arch: str = "sm90", env: Mapping[str, int] | No
 
 
 def _launch(spec, tensors, env, out) -> None:
-    from .launch import run_attention
-    run_attention(spec, tensors, env, out=out, algo=region_algo(spec))
+    from .launch import run
+    run(spec, tensors, env, out=out, algo=region_algo(spec))
 
 
 assert set(ALGO_OF_PASSES.values()) == set(ALGOS)
 
-KIND = KernelKind("attention", bind=bind, search=_search, render=render, gpu_ir=build_attention_gpu_ir,
-                  launch=_launch, reference=attention_reference)
+KIND = KernelKind("attention", bind=bind, search=_search, render=render, gpu_ir=build_gpu_ir,
+                  launch=_launch, reference=reference)

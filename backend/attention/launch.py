@@ -6,10 +6,10 @@ through the kernel cache, load, opt in to large dynamic smem), the TMA descripto
 (device pointers, parameter packing, :class:`Launch`).
 
 Python API:
-  ``run_attention(spec, inputs, env=None)``: numpy arrays in -> numpy array out; device tensors
+  ``run(spec, inputs, env=None)``: numpy arrays in -> numpy array out; device tensors
   (``__cuda_array_interface__`` or DLPack, e.g. torch CUDA tensors) in -> a :class:`DeviceArray` (or the
   ``out=`` tensor) out.
-  ``prepare_attention(spec, tensors, env)``: everything resolved once; calling the result launches again
+  ``prepare(spec, tensors, env)``: everything resolved once; calling the result launches again
   (benchmarks, CUDA-graph capture).
 The plan is specialised to the concrete shape of each call and cached per shape; ``algo``
 forces ``algo_choice.attention`` (default: the search's choice).
@@ -39,7 +39,7 @@ def _plan_and_source(spec: AttentionSpec, arch: str, algo: str | None) -> Attent
     return render(spec, choose_plan(spec, arch, algos=(algo,) if algo else None))
 
 
-def prepare_attention(spec: AttentionSpec, tensors: Mapping[str, Any], env: Mapping[str, int] | None = None,
+def prepare(spec: AttentionSpec, tensors: Mapping[str, Any], env: Mapping[str, int] | None = None,
                       plan: AttentionPlan | None = None, dev: Device | None = None,
                       algo: str | None = None) -> Launch:
     """tensors: device tensors for Q, K, V and the output O, by the spec's names."""
@@ -49,7 +49,7 @@ def prepare_attention(spec: AttentionSpec, tensors: Mapping[str, Any], env: Mapp
     if ks.skeleton == "sm90" and dev.arch != "sm90":
         fail("UnknownTarget", "--target cuda", "an sm90 attention plan cannot run on this GPU")
     need = {cspec.q: 16, cspec.k: 16, cspec.v: 16, cspec.o: 2 * cspec.out_dtype.itemsize}  # cp.async / TMA; paired stores
-    return launch("run_attention", ks, cspec, tensors, need, {"Q": cspec.q, "K": cspec.k, "V": cspec.v, "O": cspec.o}, dev)
+    return launch("attention launch", ks, cspec, tensors, need, {"Q": cspec.q, "K": cspec.k, "V": cspec.v, "O": cspec.o}, dev)
 
 
 def launch(what: str, ks: AttentionKernelSource, cspec, tensors: Mapping[str, Any], need: Mapping[str, int],
@@ -81,10 +81,10 @@ def launch(what: str, ks: AttentionKernelSource, cspec, tensors: Mapping[str, An
     return Launch(ks, load_function(ks, dev), grid, storage, argv, keep)
 
 
-def run_attention(spec: AttentionSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None, *,
+def run(spec: AttentionSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None, *,
                   out: Any = None, plan: AttentionPlan | None = None, algo: str | None = None, stream: int = 0):
     """Compute the attention on the GPU. numpy in -> numpy out; device tensors in -> device tensor out."""
     dev = device()
     cspec = concrete_spec(spec, env)
     return run_on_gpu(cspec, inputs, lambda x: check_inputs(cspec, x),
-                      lambda tensors: prepare_attention(cspec, tensors, None, plan, dev, algo), out, stream)
+                      lambda tensors: prepare(cspec, tensors, None, plan, dev, algo), out, stream)

@@ -26,7 +26,7 @@ def check_inputs(spec: QKSoftmaxSpec, inputs: Mapping[str, object], env: Mapping
 
 
 
-def attention_reference(spec: AttentionSpec, inputs: Mapping[str, np.ndarray],
+def reference(spec: AttentionSpec, inputs: Mapping[str, np.ndarray],
                         env: Mapping[str, int] | None = None) -> np.ndarray:
     """The numpy meaning (what CPU playback of the region and every generated kernel are compared with)."""
     check_inputs(spec, inputs, env)

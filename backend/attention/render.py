@@ -22,7 +22,7 @@ from ..common.gpu_ir import check_tokens
 from ..common.names import c_ident
 from ..common.render import (CTYPE, KernelSource, Param, TmaOperand, cbool, jinja_env, skeleton_header,
                              specialisation_hash, template_text)
-from .gpu_ir import build_attention_gpu_ir
+from .gpu_ir import build_gpu_ir
 from .plan import AttentionPlan
 from .spec import AttentionSpec
 
@@ -62,7 +62,7 @@ def render_text(spec, plan: AttentionPlan, kname: str, summary: str, out_dtype, 
                 store_p: bool) -> str:
     """templates/attention.cu.j2 filled for spec (an AttentionSpec or a scores_spec.ScoresSpec) and plan,
     after the plan's GPU IR passed check_tokens."""
-    check_tokens(build_attention_gpu_ir(spec, plan))
+    check_tokens(build_gpu_ir(spec, plan))
     bm, bn, d = plan.tile
     sign, c = scale_constants(spec.scale)
     return jinja_env().get_template("attention.cu.j2").render(

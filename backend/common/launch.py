@@ -2,7 +2,7 @@
 
 ``device_pointers`` resolves a spec's tensors (inputs and output ``spec.c``) to checked, aligned device
 pointers; ``pack`` lays the kernel's parameters out in its ABI order; :class:`Launch` holds it all alive
-and launches on call; ``run_on_gpu`` is the numpy-or-device-tensors front door of every ``run_*``.
+and launches on call; ``run_on_gpu`` is the numpy-or-device-tensors front door of every kind's ``run``.
 """
 from __future__ import annotations
 

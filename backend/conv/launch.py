@@ -4,9 +4,9 @@ The same machinery as the GEMM runtime (backend/runtime.py, backend/launch.py): 
 ``kernel_cache``, the driver API loads and launches them, W's tensor map (sm90) is encoded on the host
 from the kernel's TmaOperand ([Co, K] or, grouped, [G, Cog, K], 128B swizzle).
 
-  ``run_conv(spec, inputs, out=None, plan=None)``: numpy arrays in -> numpy array out; device tensors in
+  ``run(spec, inputs, out=None, plan=None)``: numpy arrays in -> numpy array out; device tensors in
   -> the output device tensor. ``spec`` is a ConvSpec or a ConvPoolSpec.
-  ``prepare_conv(spec, tensors, plan=None)``: everything resolved once; calling the result launches again.
+  ``prepare(spec, tensors, plan=None)``: everything resolved once; calling the result launches again.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..common.gpu import Device, device, load_function, tensor_map
 from ..common.launch import INT32_MAX, Launch, device_pointers, pack, run_on_gpu
 from ..conv_pool.spec import ConvPoolSpec
 from .plan import ConvPlan, search
-from .reference import check_conv_inputs
+from .reference import check_inputs
 from .render import ConvKernelSource, launch_sizes, render
 from .spec import ConvSpec
 
@@ -39,7 +39,7 @@ def _check_int32(spec) -> None:
                  "Split the batch.")
 
 
-def prepare_conv(spec: "ConvSpec | ConvPoolSpec", tensors: Mapping[str, Any], plan: ConvPlan | None = None,
+def prepare(spec: "ConvSpec | ConvPoolSpec", tensors: Mapping[str, Any], plan: ConvPlan | None = None,
                  dev: Device | None = None) -> Launch:
     """tensors: device tensors for every input and the output (spec.c), by name."""
     dev = dev or device()
@@ -49,7 +49,7 @@ def prepare_conv(spec: "ConvSpec | ConvPoolSpec", tensors: Mapping[str, Any], pl
         fail("UnknownTarget", "--target cuda", "an sm90 plan cannot run on this GPU")
     conv = spec.conv if isinstance(spec, ConvPoolSpec) else spec
     need = {conv.x: 2, conv.wt: 16 if ks.skeleton == "sm90" else 2 * ks.plan.gemm.vec_b}
-    ptrs, keep = device_pointers("run_conv", spec, tensors, need)
+    ptrs, keep = device_pointers("conv launch", spec, tensors, need)
     sizes = launch_sizes(spec, ks.plan)
     roles = {"X": conv.x, "W": conv.wt, "C": spec.c}
 
@@ -61,15 +61,15 @@ def prepare_conv(spec: "ConvSpec | ConvPoolSpec", tensors: Mapping[str, Any], pl
     storage, argv = pack(ks.params, arg)
     grid = ks.grid(sizes, dev.sms)
     if grid[1] > 65535 or grid[2] > 65535:
-        fail("UnaddressableShape", "run_conv", f"grid {grid} exceeds the launch limits (65535 in y and z)",
+        fail("UnaddressableShape", "conv launch", f"grid {grid} exceeds the launch limits (65535 in y and z)",
              "Split the batch.")
     return Launch(ks, load_function(ks, dev), grid, storage, argv, keep)
 
 
-def run_conv(spec: "ConvSpec | ConvPoolSpec", inputs: Mapping[str, Any], *, out: Any = None,
+def run(spec: "ConvSpec | ConvPoolSpec", inputs: Mapping[str, Any], *, out: Any = None,
              plan: ConvPlan | None = None, stream: int = 0):
     """The conv (+ pool) on the GPU. numpy in -> numpy out; device tensors in -> device tensor out."""
     dev = device()
     conv = spec.conv if isinstance(spec, ConvPoolSpec) else spec
-    return run_on_gpu(spec, inputs, lambda x: check_conv_inputs(conv, x),
-                      lambda tensors: prepare_conv(spec, tensors, plan, dev), out, stream)
+    return run_on_gpu(spec, inputs, lambda x: check_inputs(conv, x),
+                      lambda tensors: prepare(spec, tensors, plan, dev), out, stream)

@@ -8,7 +8,7 @@ import numpy as np
 
 from ...ir.diagnostics import fail
 from ...ir.dtypes import round_to
-from ..gemm.reference import gemm_reference
+from ..gemm.reference import reference as gemm_reference
 from ..gemm.spec import GemmSpec
 from .spec import ConvSpec
 
@@ -31,7 +31,7 @@ def im2col(spec: ConvSpec, x: np.ndarray) -> np.ndarray:
     return cols.reshape(spec.n * ho * wo, nc * spec.kh * spec.kw)
 
 
-def check_conv_inputs(spec: ConvSpec, inputs: Mapping[str, Any]) -> None:
+def check_inputs(spec: ConvSpec, inputs: Mapping[str, Any]) -> None:
     """E1111 / E1002 on a missing or misshapen input."""
     shapes = spec.shapes()
     for name in spec.inputs:
@@ -42,9 +42,9 @@ def check_conv_inputs(spec: ConvSpec, inputs: Mapping[str, Any]) -> None:
                  f"input {name!r} has shape {np.shape(inputs[name])}, expected {shapes[name]}")
 
 
-def conv_reference(spec: ConvSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str, int] | None = None) -> np.ndarray:
+def reference(spec: ConvSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str, int] | None = None) -> np.ndarray:
     """NCHW result of the conv + epilogue: each group's implicit GEMM, via gemm_reference."""
-    check_conv_inputs(spec, inputs)
+    check_inputs(spec, inputs)
     ho, wo = spec.out_hw
     s = spec.gemm_sizes()
     cg, cog = spec.cg, spec.cog
@@ -66,7 +66,7 @@ def conv_reference(spec: ConvSpec, inputs: Mapping[str, np.ndarray], env: Mappin
     return out
 
 
-def random_conv_inputs(spec: ConvSpec, seed: int = 0) -> dict[str, np.ndarray]:
+def random_inputs(spec: ConvSpec, seed: int = 0) -> dict[str, np.ndarray]:
     """Uniform [-1, 1) inputs of the right shapes and dtypes, X and W scaled by K^-1/4 (sums stay O(1))."""
     rng = np.random.default_rng(seed)
     shapes, dts = spec.shapes(), spec.dtypes()

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..conv.kind import KIND as CONV
 from ..kinds import KernelKind
 from .bind import bind
-from .reference import conv_pool_reference
+from .reference import reference
 
 KIND = KernelKind("conv_pool", bind=bind, search=CONV.search, render=CONV.render, gpu_ir=CONV.gpu_ir,
-                  launch=CONV.launch, reference=conv_pool_reference)
+                  launch=CONV.launch, reference=reference)

@@ -7,11 +7,13 @@ from typing import Mapping
 import numpy as np
 
 from ...ir.dtypes import round_to
-from ..conv.reference import check_conv_inputs, conv_reference, random_conv_inputs
+from ..conv.reference import check_inputs as check_conv_inputs
+from ..conv.reference import random_inputs as random_conv_inputs
+from ..conv.reference import reference as conv_reference
 from .spec import ConvPoolSpec
 
 
-def conv_pool_reference(spec: ConvPoolSpec, inputs: Mapping[str, np.ndarray],
+def reference(spec: ConvPoolSpec, inputs: Mapping[str, np.ndarray],
                         env: Mapping[str, int] | None = None) -> np.ndarray:
     """NCHW pooled output: the conv's meaning (conv_reference) cropped to conv_hw, max-pooled with -inf padding."""
     check_conv_inputs(spec.conv, inputs)
@@ -29,5 +31,5 @@ def conv_pool_reference(spec: ConvPoolSpec, inputs: Mapping[str, np.ndarray],
     return round_to(out, spec.conv.out_dtype)
 
 
-def random_conv_pool_inputs(spec: ConvPoolSpec, seed: int = 0) -> dict[str, np.ndarray]:
+def random_inputs(spec: ConvPoolSpec, seed: int = 0) -> dict[str, np.ndarray]:
     return random_conv_inputs(spec.conv, seed)

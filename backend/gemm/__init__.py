@@ -2,5 +2,5 @@
 on the MMA skeleton (templates/polysat_gemm.cuh).
 
 spec (GemmSpec) -> bind (Region -> GemmBinding | NoBind) -> plan (search over the MMA tiles of
-:mod:`..common.mma_search`) -> gpu_ir -> render (CUDA text) -> launch (run_gemm); reference: the numpy meaning.
+:mod:`..common.mma_search`) -> gpu_ir -> render (CUDA text) -> launch (run, prepare); reference: the numpy meaning.
 """

@@ -5,14 +5,14 @@ from ..kinds import KernelKind
 from .bind import bind
 from .gpu_ir import build_gpu_ir
 from .plan import search
-from .reference import gemm_reference
+from .reference import reference
 from .render import render
 
 
 def _launch(spec, tensors, env, out) -> None:
-    from .launch import run_gemm
-    run_gemm(spec, tensors, env, out=out)
+    from .launch import run
+    run(spec, tensors, env, out=out)
 
 
 KIND = KernelKind("gemm", bind=bind, search=search, render=render, gpu_ir=build_gpu_ir, launch=_launch,
-                  reference=gemm_reference)
+                  reference=reference)

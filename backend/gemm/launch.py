@@ -5,10 +5,10 @@ driver API loads and launches them, and TMA descriptors are encoded on the host
 (cuTensorMapEncodeTiled). Device tensors are ``device_tensors``'s.
 
 Python API:
-  ``run_gemm(spec, inputs, env=None)``: numpy arrays in -> numpy array out; device tensors
+  ``run(spec, inputs, env=None)``: numpy arrays in -> numpy array out; device tensors
   (``__cuda_array_interface__`` or DLPack, e.g. torch CUDA tensors) in -> a :class:`DeviceArray`
   (or the ``out=`` tensor) out.
-  ``prepare_gemm(spec, tensors, env)``: everything resolved once; calling the result launches again
+  ``prepare(spec, tensors, env)``: everything resolved once; calling the result launches again
   (for benchmarks and CUDA-graph capture).
 The plan is specialised to the concrete shape of each call, and cached per shape.
 """
@@ -39,7 +39,7 @@ def _plan_and_source(spec: GemmSpec, arch: str) -> KernelSource:
     return render(spec, choose_plan(spec, arch))
 
 
-def prepare_gemm(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, int] | None = None,
+def prepare(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, int] | None = None,
                  plan: SchedulePlan | None = None, dev: Device | None = None) -> Launch:
     """tensors: device tensors for every input and the output (spec.c), by name."""
     dev = dev or device()
@@ -48,14 +48,14 @@ def prepare_gemm(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, i
     if ks.skeleton == "sm90" and dev.arch != "sm90":
         fail("UnknownTarget", "--target cuda", "an sm90 plan cannot run on this GPU")
     if not fits_runtime(ks.plan, cspec, None):
-        fail("InvalidAttribute", "run_gemm", f"the plan's vector widths do not divide this shape ({', '.join(ks.plan.assumes)})",
-             "Let run_gemm choose the plan for the concrete shape (plan=None).")
+        fail("InvalidAttribute", "gemm launch", f"the plan's vector widths do not divide this shape ({', '.join(ks.plan.assumes)})",
+             "Let run() choose the plan for the concrete shape (plan=None).")
     sizes = cspec.sizes()
     need = {cspec.a: 2 * ks.plan.vec_a, cspec.b: 2 * ks.plan.vec_b}
     if ks.skeleton == "sm90":
         need = {cspec.a: 16, cspec.b: 16}
     need[cspec.c] = 2 * cspec.out_dtype.itemsize  # paired stores
-    ptrs, keep = device_pointers("run_gemm", cspec, tensors, need)
+    ptrs, keep = device_pointers("gemm launch", cspec, tensors, need)
     tmaps = {}
     if ks.skeleton == "sm90":
         for op in ks.tma:
@@ -76,14 +76,14 @@ def prepare_gemm(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, i
     storage, argv = pack(ks.params, arg)
     grid = ks.grid(sizes, dev.sms)
     if grid[1] > 65535 or grid[2] > 65535:
-        fail("UnaddressableShape", "run_gemm", f"grid {grid} exceeds the limit 65535 in y (M tiles) or z (batch)")
+        fail("UnaddressableShape", "gemm launch", f"grid {grid} exceeds the limit 65535 in y (M tiles) or z (batch)")
     return Launch(ks, load_function(ks, dev), grid, storage, argv, keep)
 
 
-def run_gemm(spec: GemmSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None, *,
+def run(spec: GemmSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None, *,
              out: Any = None, plan: SchedulePlan | None = None, stream: int = 0):
     """Compute the GEMM on the GPU. numpy in -> numpy out; device tensors in -> device tensor out."""
     dev = device()
     cspec = concrete_spec(spec, env)
     return run_on_gpu(cspec, inputs, lambda x: check_inputs(cspec, x),
-                      lambda tensors: prepare_gemm(cspec, tensors, None, plan, dev), out, stream)
+                      lambda tensors: prepare(cspec, tensors, None, plan, dev), out, stream)

@@ -52,7 +52,7 @@ def check_inputs(spec: GemmSpec, inputs: Mapping[str, object], env: Mapping[str,
     return shapes
 
 
-def gemm_reference(spec: GemmSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str, int] | None = None) -> np.ndarray:
+def reference(spec: GemmSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str, int] | None = None) -> np.ndarray:
     check_inputs(spec, inputs, env)
     dts = spec.dtypes()
     a = _f32(round_to(inputs[spec.a], dts[spec.a]))

@@ -1,8 +1,8 @@
 """Run generated softmax_scores kernels on a CUDA GPU through cuda-python (`polysat[cuda]`).
 
 The attention runtime's pieces, without V or tensor maps (the kernel is the sm80 skeleton on every
-target): ``run_scores(spec, inputs, env=None)``: numpy arrays in -> numpy P out; device tensors in -> a
-device tensor (or the ``out=`` tensor) out. ``prepare_scores`` resolves everything once; calling the
+target): ``run(spec, inputs, env=None)``: numpy arrays in -> numpy P out; device tensors in -> a
+device tensor (or the ``out=`` tensor) out. ``prepare`` resolves everything once; calling the
 result launches again. The plan is specialised to the concrete shape of each call and cached per shape.
 """
 from __future__ import annotations
@@ -25,20 +25,20 @@ def _plan_and_source(spec: ScoresSpec, arch: str) -> AttentionKernelSource:
     return render(spec, choose_plan(spec, arch))
 
 
-def prepare_scores(spec: ScoresSpec, tensors: Mapping[str, Any], env: Mapping[str, int] | None = None,
+def prepare(spec: ScoresSpec, tensors: Mapping[str, Any], env: Mapping[str, int] | None = None,
                    plan: ScoresPlan | None = None, dev: Device | None = None) -> Launch:
     """tensors: device tensors for Q, K and the output P, by the spec's names."""
     dev = dev or device()
     cspec = concrete_spec(spec, env)
     ks = render(cspec, plan) if plan is not None else _plan_and_source(cspec, dev.arch)
     need = {cspec.q: 16, cspec.k: 16, cspec.p: 2 * cspec.p_dtype.itemsize}  # cp.async 16 B; paired stores
-    return launch("run_scores", ks, cspec, tensors, need, {"Q": cspec.q, "K": cspec.k, "P": cspec.p}, dev)
+    return launch("softmax_scores launch", ks, cspec, tensors, need, {"Q": cspec.q, "K": cspec.k, "P": cspec.p}, dev)
 
 
-def run_scores(spec: ScoresSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None, *,
+def run(spec: ScoresSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None, *,
                out: Any = None, plan: ScoresPlan | None = None, stream: int = 0):
     """Compute P on the GPU. numpy in -> numpy out; device tensors in -> device tensor out."""
     dev = device()
     cspec = concrete_spec(spec, env)
     return run_on_gpu(cspec, inputs, lambda x: check_inputs(cspec, x),
-                      lambda tensors: prepare_scores(cspec, tensors, None, plan, dev), out, stream)
+                      lambda tensors: prepare(cspec, tensors, None, plan, dev), out, stream)

@@ -9,7 +9,7 @@ from ..attention.reference import check_inputs, softmax_probs
 from .spec import ScoresSpec
 
 
-def scores_reference(spec: ScoresSpec, inputs: Mapping[str, np.ndarray],
+def reference(spec: ScoresSpec, inputs: Mapping[str, np.ndarray],
                      env: Mapping[str, int] | None = None) -> np.ndarray:
     """The numpy meaning (what CPU playback of the region and every generated kernel are compared with)."""
     check_inputs(spec, inputs, env)
