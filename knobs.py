@@ -56,5 +56,6 @@ def kernel_cache_dir() -> str:
 
 
 def cuda_roots() -> list[str]:
-    """CUDA_HOME, then CUDA_PATH, then /usr/local/cuda: the CUDA toolkits whose include/ NVRTC compiles against."""
+    """CUDA_HOME, then CUDA_PATH: the CUDA toolkits whose include/ NVRTC compiles against (default /usr/local/cuda,
+    always tried last)."""
     return [d for d in (os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda") if d]
