@@ -36,7 +36,7 @@ def _models(names: list[str]) -> list:
 
 def measure(name: str, model, archs: list[str], cost: str) -> dict:
     from ..backend.kinds import bind
-    from ..backend.nvcc import check_many
+    from ..backend.common.nvcc import check_many
     from ..backend.stages import _search
     from ..pipeline import Compilation
     regions = Compilation(model, cost=cost).regions

@@ -13,7 +13,7 @@ import tempfile
 
 import numpy as np
 
-from polysat.backend.nvcc import nvcc_path
+from polysat.backend.common.nvcc import nvcc_path
 
 MAIN = r"""
 #include <cstdio>

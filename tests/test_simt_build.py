@@ -13,7 +13,7 @@ import pytest
 
 from polysat.backend import stages
 from polysat.backend.kinds import bind
-from polysat.backend.nvcc import ARCH_FLAGS, nvcc_path
+from polysat.backend.common.nvcc import ARCH_FLAGS, nvcc_path
 from polysat.backend.simt.bind import bind as simt_bind
 from polysat.backend.simt.plan import SimtPlan
 from polysat.backend.simt.render import render

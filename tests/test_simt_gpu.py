@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from polysat.backend import kinds, stages
-from polysat.backend import runtime as rt
+from polysat.backend.common.gpu import cuda_available
 from polysat.backend.simt.plan import SimtPlan, stop_reason
 from polysat.bench.models import mlp_stack, transformer
 from polysat.ir.dtypes import round_to
@@ -24,7 +24,7 @@ from polysat.ir.expr import Expr
 from polysat.ir.playback import playback
 from polysat.pipeline import Compilation
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not rt.cuda_available(), reason="no CUDA GPU visible")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")]
 
 HERE = pathlib.Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("polysat_test_oracle", HERE / "oracle.py")

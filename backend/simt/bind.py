@@ -1,4 +1,4 @@
-"""Recognise a region as a SIMT kernel: Region -> SimtBinding, or E1504 NoKernelTemplate saying why not.
+"""Recognise a region as a SIMT kernel: Region -> SimtBinding, or NoBind saying why not.
 
 The SIMT kind takes any region the tensor-core kinds leave, as long as it is one yield into one packed
 row-major output and reads row-major inputs through affine maps (a streamed softmax-weighted sum the
@@ -9,21 +9,21 @@ every yielded axis (then reduced by the row's lanes together: a matvec, a skinny
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NoReturn
 
-from ...ir.diagnostics import fail
 from ...ir.dtypes import DType
 from ...ir.expr import Expr
 from ...ir.region import R, Region
 # shared pieces, at their current homes
-from ..region_match import RegionBinding
+from ..common.region_match import Mismatch, RegionBinding, recogniser
 from .plan import search
 from .spec import SimtSpec, reachable, symbols_of
 
 DTYPES = (DType.fp16, DType.bf16, DType.fp32, DType.i32, DType.bool)
 
 
-def _reject(r: Region, why: str):
-    fail("NoKernelTemplate", f"region {r.name}", f"not a SIMT region: {why}")
+def _reject(r: Region, why: str) -> NoReturn:
+    raise Mismatch(f"not a SIMT region: {why}")
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ def split_rows(r: Region, yaxes: tuple, top) -> list[tuple[tuple, tuple, tuple]]
     return out
 
 
+@recogniser
 def bind(region: Region, name: "str | None" = None) -> SimtBinding:
     r = region
     if len(r.yields) != 1 or len(r.outputs) != 1:

@@ -8,7 +8,7 @@ are the reductions' results, each consumed by the passes after it.
 from __future__ import annotations
 
 # shared pieces, at their current homes
-from ..gpu_ir import GpuIR, S
+from ..common.gpu_ir import GpuIR, S
 from .access import passes, vector_reads, vector_store
 from .plan import SimtPlan
 from .spec import SimtSpec

@@ -12,8 +12,8 @@ from typing import Any, Mapping
 
 from ...ir.diagnostics import fail
 # shared pieces, at their current homes
-from ..launch import INT32_MAX, Launch, device_pointers, pack, run_on_gpu
-from ..runtime import Device, device, load_function
+from ..common.gpu import Device, device, load_function
+from ..common.launch import INT32_MAX, Launch, device_pointers, pack, run_on_gpu
 from .plan import SimtPlan, choose_plan
 from .render import SimtKernelSource, render
 from .spec import SimtSpec

@@ -6,7 +6,8 @@ shuffles alone) or one row (``group == block`` > 32: warp shuffles, then shared 
 A lane takes ``vec`` consecutive elements per step (one vector load of each vectorizable read, one vector
 store of the output when the offset is aligned; predicated scalar accesses on the tail).
 
-Roofline (the cost model's shape: ``max(compute, memory, latency) + launch``):
+Roofline (composed by analyses/roofline.py on the device table of analyses/devices.py, as every kind's:
+``max(compute, memory, latency) + launch``):
   memory  = (unique bytes / coalescing efficiency + re-read bytes * L2 miss rate) / (DRAM bandwidth * the
             fraction of it the bytes in flight sustain), where the passes after the first re-read the row
             (mostly from L2), a read whose lanes stride apart wastes the rest of each 32-byte sector, and
@@ -23,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 # shared pieces, at their current homes
-from ..cost import L2_MISS
-from ..hardware import Target, target
-from ..plan_search import SearchResult, prune, rank
+from ...analyses.devices import Device, device
+from ...analyses.roofline import clock_time, dram_time, roofline as compose
+from ..common.mma_search import L2_MISS
+from ..common.plan_search import SearchResult, prune, rank
 from .access import passes, stride, vector_reads, vector_store, work
 from .spec import SimtSpec
 
@@ -36,6 +38,7 @@ BARRIER_NS = 60.0       # a shared-memory round (two __syncthreads) of a group w
 DRAM_LATENCY_NS = 1000.0  # a global load's round trip under load: bytes in flight per SM must cover BW x latency
 SECTOR = 32             # bytes a global memory transaction moves
 VEC_BYTES = 16          # widest per-thread global access (ld.global.v4.b32)
+FP32_LANES = 128        # fp32 ops per clock per SM
 GROUPS = (1, 2, 4, 8, 16, 32)
 WIDE = (64, 128, 256, 512, 1024)
 
@@ -104,7 +107,7 @@ def stop_reason(spec: SimtSpec, plan: SimtPlan) -> str | None:
     return None
 
 
-def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Target) -> dict[str, float]:
+def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device) -> dict[str, float]:
     env = spec.env(env)
     rows = max(spec.rows(env), 1)
     g, v = plan.group, plan.vec
@@ -155,16 +158,16 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Target
     ctas = math.ceil(rows / plan.rows_per_block)
     per_sm = min(tgt.max_threads_per_sm, max(plan.block, (tgt.max_threads_per_sm // plan.block) * plan.block),
                  ctas * plan.block / tgt.sms)  # a grid too small to fill the GPU keeps less in flight
-    need = tgt.bw_tbs * 1e12 * DRAM_LATENCY_NS * 1e-9 / tgt.sms
+    need = tgt.dram_tbps * 1e12 * DRAM_LATENCY_NS * 1e-9 / tgt.sms
     active = min(1.0, spec.row_len(env) / (g * v))  # lanes a short row leaves idle keep nothing in flight
     mem_eff = min(1.0, per_sm * active * max(sum(inflight), 1) / need)
-    t_mem = dram / (tgt.bw_tbs * 1e12 * mem_eff)
+    t_mem = dram_time(dram, tgt, mem_eff)
     util = sum(l * u for l, u in tail_util) / max(sum(l for l, _ in tail_util), 1)
-    t_comp = flops / (tgt.sms * 128 * tgt.clock_ghz * 1e9 * max(util, 1e-3))
+    t_comp = clock_time(flops, FP32_LANES, tgt, max(util, 1e-3))
     resident = tgt.sms * (tgt.max_threads_per_sm // g) if g <= 32 else tgt.sms * (tgt.max_threads_per_sm // plan.block)
     waves = math.ceil(rows / max(resident, 1))
     t_lat = waves * steps
-    time = max(t_comp, t_mem, t_lat) + tgt.launch_us * 1e-6
+    time = compose(tgt, [t_comp, t_mem, t_lat])
     return {"time_s": time, "t_compute_s": t_comp, "t_mem_s": t_mem, "t_latency_s": t_lat, "bytes": float(dram),
             "flops": float(flops), "coalescing": eff, "mem_eff": mem_eff, "lane_util": util, "ctas": float(ctas), "waves": float(waves)}
 
@@ -172,7 +175,7 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Target
 def search(spec: SimtSpec, arch: str = "sm90", env: Mapping[str, int] | None = None, hints: Mapping | None = None,
            cost=None) -> SearchResult:
     """Rank the plans for spec on arch; env binds symbols (unbound ones rank at the hint size)."""
-    tgt = target(arch)
+    tgt = device(arch)
     kept, pruned = prune(candidates(arch), lambda p: stop_reason(spec, p))
     cost = cost or roofline
     return SearchResult(rank(kept, lambda p: cost(spec, p, env or {}, tgt)), tuple(pruned))

@@ -20,3 +20,15 @@ def reference(spec: SimtSpec, inputs: Mapping[str, Any], env: Mapping[str, int] 
     with np.errstate(all="ignore"):  # overflow to inf and nan propagate as in the reference evaluator
         out = _RegionRun(r, tensors, env).run()
     return np.asarray(out[spec.c]).reshape(spec.shapes(env)[spec.c])
+
+
+def random_inputs(spec: SimtSpec, env: Mapping[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of the region's shapes and dtypes: uniform in [-2, 2), rounded to each dtype (0/1 for
+    bool, small integers for i32)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for b in spec.region.inputs:
+        shape, dt = spec.shapes(env)[b.name], b.memref.dtype
+        x = rng.uniform(-2.0, 2.0, size=shape).astype(np.float32)
+        out[b.name] = np.asarray(round_to(np.round(x) if not dt.is_float else x, dt)).astype(dt.np)
+    return out

@@ -22,8 +22,8 @@ from typing import Mapping
 from ...ir.diagnostics import fail
 from ...ir.expr import Expr
 # shared pieces, at their current homes
-from ..codegen import Param, _env, specialisation_hash, template_text
-from ..names import c_ident, unique_idents
+from ..common.names import c_ident, unique_idents
+from ..common.render import Param, jinja_env, specialisation_hash, template_text
 from .access import Pass, flat_offset, vector_reads, vector_store
 from .emit import CTYPE, REDUCE_OP, STORE_T, Emitter, convert, neutral_literal
 from .plan import SimtPlan
@@ -204,7 +204,7 @@ def render(spec: SimtSpec, plan: SimtPlan) -> SimtKernelSource:
     kparams = ",\n    ".join([f"{p['ctype']}* __restrict__ {p['ident']}" for p in ptrs] + [f"long long {s}" for s in syms])
     summary = (f"{spec.c}[{', '.join(spec.yield_.axes)}] of region {r.name}: rows over [{', '.join(spec.outer)}], "
                f"{len(phases)} row statistic(s), walking [{', '.join(spec.loop)}]")
-    src = _env().get_template("simt.cu.j2").render(
+    src = jinja_env().get_template("simt.cu.j2").render(
         kernel=kname, summary=summary, plan_key=plan.key(), header=header(), ns=f"ns_{kname}", group=plan.group,
         vec=plan.vec, rows=plan.rows_per_block, threads=plan.threads, ptrs=ptrs, syms=syms, n_rows=n_rows,
         phases=phases, stats=stats, store=gen.store(), red_types=red_types, kparams=kparams)

@@ -111,7 +111,7 @@ class SimtSpec:
         return {b.name: b.memref.dtype for b in (*self.region.inputs, self.out)}
 
     def env(self, env: Mapping[str, int] | None) -> dict[str, int]:
-        from ..plan_search import ranking_env
+        from ..common.plan_search import ranking_env
         return ranking_env(self.symbols, env)
 
     def axis_size(self, axis: str, env: Mapping[str, int] | None = None) -> int:
