@@ -64,11 +64,14 @@ def test_bind_changes_the_plan():
 
 
 def test_a_region_no_kind_binds_is_e1504_with_every_kinds_reason():
+    from polysat.ir.region import region_from_json, region_json
     (soft,) = Compilation("examples/softmax.json", cost="size").regions
     assert isinstance(gemm_bind(soft), NoBind)
+    doc = region_json(soft)  # the SIMT kind takes softmax; with a column-major output no kind does
+    doc["region"]["outputs"][0]["memref"]["layout"] = {"kind": "col_major"}
     with pytest.raises(PolysatError) as e:
-        stages.plan_json([soft], "sm80")
+        stages.plan_json([region_from_json(doc)], "sm80")
     d = e.value.diagnostics[0]
     assert (d.code, d.kind) == ("E1504", "NoKernelTemplate")
-    for kind in ("GEMM-family", "attention", "softmax_scores", "conv"):
+    for kind in ("GEMM-family", "attention", "softmax_scores", "conv", "SIMT"):
         assert f"not a {kind} region" in d.why or f"not an {kind} region" in d.why
