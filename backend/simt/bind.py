@@ -87,5 +87,6 @@ def bind(region: Region, name: "str | None" = None) -> SimtBinding:
         _reject(r, f"it yields a value over [{', '.join(top.axes)}] to [{', '.join(y.axes)}]")
     specs = [SimtSpec(name or r.name, r, outer, loop, units, symbols_of(r))
              for outer, loop, units in split_rows(r, tuple(y.axes), top)]
+    # the split is a property of the binding, shared by both archs: priced on sm90 at the hint sizes
     spec = min(specs, key=lambda s: dict(search(s, "sm90").best.est)["time_s"]) if len(specs) > 1 else specs[0]
     return SimtBinding(spec, tuple((b.name, b.name) for b in r.inputs))

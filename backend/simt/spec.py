@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from ...ir.dtypes import DType
 from ...ir.expr import Expr
 from ...ir.region import R, Region, RNode
+from ..common.plan_search import ranking_env
 
 
 def follow(r: Region, n: RNode) -> RNode:
@@ -111,7 +112,7 @@ class SimtSpec:
         return {b.name: b.memref.dtype for b in (*self.region.inputs, self.out)}
 
     def env(self, env: Mapping[str, int] | None) -> dict[str, int]:
-        from ..common.plan_search import ranking_env
+        """env with every unbound symbol at the plan search's hint size."""
         return ranking_env(self.symbols, env)
 
     def axis_size(self, axis: str, env: Mapping[str, int] | None = None) -> int:
