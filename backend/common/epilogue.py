@@ -138,8 +138,8 @@ def addend_source(lets: Lets, n: RNode) -> RNode:
 def peel_epilogue(lets: Lets, top: RNode, acc: RNode, out_dtype: DType, addend: Callable[[RNode], EpilogueOp],
                   reject: Reject, strip: Callable[[RNode], RNode] | None = None) -> tuple[EpilogueOp, ...]:
     """The elementwise ops from the accumulator up to top, first applied first: casts, adds of addend(the
-    other side) (bias, residual), and read-free f(x) recognised by their values on the probe (scale,
-    activations). strip(t) skips nodes the kind sees through (a new t) or returns t."""
+    other side) (bias, residual; in fp32, or in fp16 / bf16 as the fp32 add and a cast), and read-free f(x)
+    recognised by their values on the probe (scale, activations). strip(t) skips nodes the kind sees through (a new t) or returns t."""
     dep = _depends(lets, acc)
     ops: list[EpilogueOp] = []  # outermost first
     t = lets(top)
@@ -162,6 +162,15 @@ def peel_epilogue(lets: Lets, top: RNode, acc: RNode, out_dtype: DType, addend: 
                 t, first = src, False
                 continue
             reject(f"the epilogue casts {src.dtype.value} to {t.dtype.value}")
+        if t.op == R.BINARY and t.arg == "add" and t.dtype in HALF and sum(map(dep, kids)) == 1 \
+                and all(k.dtype == t.dtype for k in kids):
+            # a 16-bit add of two 16-bit values is the fp32 add rounded: the addend, then a cast
+            main, other = kids if dep(kids[0]) else kids[::-1]
+            if not (first and t.dtype == out_dtype):
+                ops.append(EpilogueOp("cast", dtype=t.dtype))
+            ops.append(addend(other))
+            t, first = main, False
+            continue
         if t.dtype != DType.fp32:
             reject(f"the epilogue computes {t.op.value} {t.arg} in {t.dtype.value}; the template's epilogue is fp32")
         if t.op == R.BINARY and t.arg == "add" and sum(map(dep, kids)) == 1:
