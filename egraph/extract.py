@@ -13,7 +13,7 @@ import heapq
 from dataclasses import dataclass
 
 from ..ir.diagnostics import fail
-from .cost import CostModel, Region, get
+from .cost import CostModel, Region, make
 from .graph import ENode, EGraphView
 
 
@@ -81,7 +81,7 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
 
 def extract_classes(view: EGraphView, roots: list, cost: "str | CostModel" = "size") -> tuple:
     """({class: ENode} for every class the roots need, total cost)."""
-    model = get(cost)
+    model = make(cost)
     best, own = solve(view, model)
     for r in roots:
         if r not in best:

@@ -44,7 +44,7 @@ from ..ir.tiny import GroupOp, Ops, Program
 from . import encode as E
 from .api import Extraction
 from .boundaries import loop_order, movement_map, operand_reads
-from .cost import CostModel, SizeCost, register
+from .cost import Needs, SearchingCost, SizeCost, register
 from .extract import solve
 from .graph import EGraphView, export
 from .ixfns import compose, read_kind
@@ -131,14 +131,6 @@ def _kind(p: Program, c, m: "tuple | None", space: tuple) -> str:
     shape = tuple(space[k] for k in order)
     mm = tuple(e.subs({f"i{k}": Expr.var(f"i{perm[k]}") for k in range(len(space))}) for e in m)
     return read_kind(E.shape(shape), E.tup(mm)) or "opaque"
-
-
-def fusion_class(p: Program, c, pos: int) -> str:
-    """How consumer c reads operand pos: "halo" (one-to-one or a window), "prefix" (at a prefix of
-    c's loop order) or "broadcast" (one-to-many); "opaque" when the view is not affine. A PAD reads
-    its source shifted (boundaries.pad_shift): MaxPool2D's -inf border around a conv is a window."""
-    _, _, m, space = operand_reads(p, c, pads_as_shifts=True)[pos]
-    return _kind(p, c, m, space)
 
 
 def _reached_reduces(p: Program, q, m: "tuple | None", inside: frozenset) -> list:
@@ -353,10 +345,12 @@ class Search:
     streamed: list = field(default_factory=list)  # Streamed: the stream decisions taken, with both prices
 
 
-class ModelCost(CostModel):
+class ModelCost(SearchingCost):
     """Poly Core priced extraction (see the module docstring). ``params`` binds symbols (missing ones
-    get default_symbol_size()), ``arch`` picks the device table."""
+    get default_symbol_size()), ``arch`` picks the device table; both come from the pipeline's --bind
+    and --arch (``needs``)."""
     name = "model"
+    needs = Needs(arch=True, params=True, search=True)
 
     def __init__(self, params: "dict | None" = None, arch: str = "sm90", max_rounds: int = MAX_ROUNDS,
                  exact_sites: int = EXACT_SITES):
@@ -364,9 +358,6 @@ class ModelCost(CostModel):
 
     def enode_cost(self, node, view) -> float:
         return SizeCost().enode_cost(node, view)
-
-    def extract_full(self, state: EGraphState) -> Extraction:
-        return self.search(state).best.extraction
 
     # the search proper
     def search(self, state: EGraphState, stream: bool = True) -> Search:
@@ -567,7 +558,7 @@ def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate
                 holders.setdefault(i, set()).add(c)
 
 
-register(ModelCost())
+register(ModelCost)
 
 
 def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:
@@ -581,12 +572,3 @@ def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bo
     opt_in = tuple(r for r in OPT_IN if r != "streaming" or streaming())
     return st, run(st, default_schedule(st.rulesets, opt_in), limits)
 
-
-def saturate_for(program: Program, cost: "str | CostModel" = "size", rules_dirs=None, limits=None) -> tuple:
-    """The saturation a cost model needs: ``model`` searches from one kernel per op with the opt-in
-    fusion-search rules (saturate_unfused); every other model keeps the loaded default partition."""
-    from .cost import get
-    from .saturate import saturate
-    if isinstance(get(cost), ModelCost):
-        return saturate_unfused(program, rules_dirs, limits)
-    return saturate(program, rules_dirs, limits)

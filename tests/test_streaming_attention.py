@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 from polysat.backend.attention_from_region import attention_binding
 from polysat.backend.attention_spec import attention_reference
 from polysat.backend.from_region import gemm_binding
-from polysat.egraph.extract_command import run_extract
+from polysat.commands.extract import run_extract
 from polysat.egraph.stream import BLOCK, groups
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.evaluate import evaluate

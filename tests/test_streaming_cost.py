@@ -11,7 +11,7 @@ import pytest
 
 from polysat.analyses.cost_model import price, stream_tile
 from polysat.analyses.footprint import card, extents, make_tile
-from polysat.egraph.extract_command import run_extract
+from polysat.commands.extract import run_extract
 from polysat.egraph.model_cost import ModelCost, saturate_unfused
 from polysat.frontend import load_model
 

@@ -12,8 +12,8 @@ from ..analyses.cost_model import price
 from ..analyses.indexbook import checked_indexbook
 from ..analyses.poly_from_view import region_from_polyview
 from ..analyses.polyview import build_polyview
-from .model_cost import ModelCost, canonical, illegal_fusions
-from .partition import Kernel, Partition
+from ..egraph.model_cost import canonical, illegal_fusions
+from ..egraph.partition import Kernel, Partition
 
 
 def _names(result: dict) -> dict:
@@ -43,7 +43,7 @@ def explain_model(result: dict) -> list:
                     "kernels": [r.kernels_before, r.kernels_after],
                     "scope": "the two kernels around the boundary" if r.local else "the whole partition"})
     if search.streamed:  # price the best partition that streams nothing: what streaming replaced
-        two = ModelCost(result["_params"], result["total"]["arch"]).search(result["_state"], stream=False).best
+        two = result["_model"].search(result["_state"], stream=False).best
         for s in search.streamed:
             out.append({"value": names.get(s.value, f"e-class {s.value}"), "verdict": "streamed", "passes": s.passes,
                         "why": "illegal" if two.illegal else ("priced higher" if two.total > s.total_us else "cheaper"),
