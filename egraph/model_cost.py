@@ -48,7 +48,7 @@ from .cost import Needs, SearchingCost, SizeCost, register
 from .extract import solve
 from .graph import EGraphView, export
 from .ixfns import compose, read_kind
-from .knobs import price_symbol_size
+from ..knobs import price_symbol_size
 from .state import EGraphState
 from .stream import BLOCK, group_of, groups
 from .totiny import to_tiny
@@ -565,7 +565,7 @@ def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bo
     """(EGraphState, RunReport) with program loaded one kernel per op (every compute edge cut) and
     the rules run: the fused alternatives come from rules/fusion.egg, the streamed softmax-weighted sums
     from rules/streaming.egg (unless POLYSAT_STREAMING=0)."""
-    from .knobs import streaming
+    from ..knobs import streaming
     from .saturate import OPT_IN, default_schedule, rule_files, run
     from .state import new_state
     st = new_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program))

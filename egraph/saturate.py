@@ -14,11 +14,26 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from .. import knobs
 from ..ir.diagnostics import fail
 from ..ir.tiny import Program
-from .knobs import Limits, limits as default_limits
 from .rulefiles import discover, parse_file
 from .state import EGraphState, new_state
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on one saturation, enforced between iterations (egglog has none built in)."""
+    nodes: int  # stop (and roll back the last iteration) past this many e-nodes
+    iterations: int  # iterations over all phases together
+    seconds: float  # wall-clock budget of the whole saturation
+
+
+def default_limits(**override) -> Limits:
+    """The knobs' limits (POLYSAT_EGRAPH_NODES, _ITERS, _SECONDS), with ``override``'s non-None values."""
+    base = dict(nodes=knobs.egraph_nodes(), iterations=knobs.egraph_iters(), seconds=knobs.egraph_seconds())
+    base.update({k: v for k, v in override.items() if v is not None})
+    return Limits(**base)
 
 
 class StopReason(str, enum.Enum):

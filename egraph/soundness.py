@@ -21,7 +21,7 @@ from ..ir.diagnostics import PolysatError
 from ..ir.evaluate import evaluate
 from ..ir.printer import format_program
 from ..ir.tiny import Arg, Ops, Program, UOp
-from . import knobs
+from .. import knobs
 from .boundaries import default_cuts
 from .cost import SizeCost
 from .extract import solve

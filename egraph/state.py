@@ -14,7 +14,7 @@ from ..ir.tiny import GroupOp, Ops, Program, UOp
 from . import encode as E
 from .boundaries import default_cuts, movement_args
 from .ixfns import prelude
-from .knobs import load_chunk
+from ..knobs import load_chunk
 from .rulefiles import egg_error
 from .schema import declare_all
 
