@@ -112,8 +112,8 @@ class Compilation:
         def make():
             from .ir.diagnostics import PolysatError
             from .ir.region_narrow import narrow_boundaries
-            from .ir.region_synth import synthesize
-            from .ir.region_validate import validate_regions
+            from .egraph.region_synth import synthesize
+            from .analyses.region_validate import validate_regions
             x = self.extraction
             regions = narrow_boundaries(synthesize(x.program, x.partition))
             errors = [d for d in validate_regions(regions) if d.is_error]

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from ..ir.diagnostics import Diagnostic, PolysatError, diag, fail
 from ..ir.expr import Expr, FloorDiv
+from ..ir.movement import LocalMap, NonAffine, local_map, reshape_exprs, var  # noqa: F401  (re-exported)
 from ..ir.shapes import Dim, dim_json
 from ..ir.tiny import GroupOp, Ops, Program, UOp
 from . import isl_util as iu
@@ -32,123 +33,6 @@ from ..knobs import max_pieces
 
 ITER, REDUCE, BROADCAST = "iter", "reduce", "broadcast"
 MAX_PIECES = max_pieces()  # more padding tests than this on one access is W2101 ExcessivePiecewise (knob)
-
-
-# ---- local AxisMaps of the movement ops (seed 000 §4.4, 001 §1.3) ------------------------------------
-
-class NonAffine(Exception):
-    """The movement needs a non-affine index map (the reason is the message)."""
-
-
-@dataclass(frozen=True)
-class LocalMap:
-    exprs: tuple  # Expr per input axis, over the output axes i0..
-    guard: tuple = ()  # Expr, each >= 0 on the in-bounds piece
-    pad_value: Any = None  # PAD only: the value outside the guard
-
-
-def var(k: int) -> Expr:
-    return Expr.var(f"i{k}")
-
-
-def local_map(node: UOp, src: UOp) -> LocalMap:
-    fn = _LOCAL.get(node.op)
-    if fn is None:
-        raise KeyError(f"{node.op.name} is not a movement op")
-    lm = fn(node, src)
-    for e in lm.exprs + lm.guard:
-        if not e.is_affine:
-            raise NonAffine(f"{node.op.name} index {e} multiplies symbols with indices (not affine)")
-    return lm
-
-
-def _permute(node: UOp, src: UOp) -> LocalMap:
-    exprs = [Expr.const(0)] * src.ndim
-    for j, p in enumerate(node.arg["perm"]):
-        exprs[p] = var(j)
-    return LocalMap(tuple(exprs))
-
-
-def _expand(node: UOp, src: UOp) -> LocalMap:
-    return LocalMap(tuple(Expr.const(0) if d == 1 else var(k) for k, d in enumerate(src.shape)))
-
-
-def _pad(node: UOp, src: UOp) -> LocalMap:
-    exprs, guard = [], []
-    for k, ((lo, hi), d) in enumerate(zip(node.arg["pad"], src.shape, strict=True)):
-        e = var(k) - lo
-        exprs.append(e)
-        if lo != 0:
-            guard.append(e)
-        if hi != 0:
-            guard.append(Expr.of(d) - 1 - e)
-    return LocalMap(tuple(exprs), tuple(guard), node.arg["value"])
-
-
-def _shrink(node: UOp, src: UOp) -> LocalMap:
-    return LocalMap(tuple(Expr.of(lo) + var(k) * st for k, (lo, st) in
-                          enumerate(zip(node.arg["lo"], node.arg["step"], strict=True))))
-
-
-def _flip(node: UOp, src: UOp) -> LocalMap:
-    axes = set(node.arg["axes"])
-    return LocalMap(tuple(Expr.of(d) - 1 - var(k) if k in axes else var(k) for k, d in enumerate(src.shape)))
-
-
-def _view(node: UOp, src: UOp) -> LocalMap:
-    return LocalMap(tuple(node.arg["index_map"]))
-
-
-def _reshape(node: UOp, src: UOp) -> LocalMap:
-    return LocalMap(reshape_exprs(src.shape, node.shape))
-
-
-def reshape_exprs(old: tuple, new: tuple) -> tuple:
-    """Input index per old axis over the new axes i0.. (linearize -> delinearize, group by group)."""
-    old_nz = [k for k, d in enumerate(old) if d != 1]
-    new_nz = [k for k, d in enumerate(new) if d != 1]
-    po, pn = [Expr.const(1)], [Expr.const(1)]
-    for k in old_nz:
-        po.append(po[-1] * Expr.of(old[k]))
-    for k in new_nz:
-        pn.append(pn[-1] * Expr.of(new[k]))
-    where_new = {p: b for b, p in enumerate(pn)}
-    cuts = [(a, where_new[p]) for a, p in enumerate(po) if p in where_new]
-    if cuts[-1] != (len(old_nz), len(new_nz)):
-        raise NonAffine(f"reshape {list(map(str, old))} -> {list(map(str, new))}: element counts do not align")
-    exprs = [Expr.const(0)] * len(old)
-    for (a0, b0), (a1, b1) in zip(cuts, cuts[1:]):
-        olds, news = old_nz[a0:a1], new_nz[b0:b1]
-        if len(olds) == 1 and len(news) == 1:
-            exprs[olds[0]] = var(news[0])
-            continue
-        lin, stride = Expr.const(0), Expr.const(1)
-        for j in reversed(news):
-            lin = lin + var(j) * stride
-            stride = stride * Expr.of(new[j])
-        ostride: Expr = Expr.const(1)
-        for pos in range(len(olds) - 1, -1, -1):
-            k = olds[pos]
-            if not ostride.is_const:
-                raise NonAffine(f"reshape {list(map(str, old))} -> {list(map(str, new))} divides by the symbolic "
-                                f"stride {ostride}")
-            e = lin.floordiv(ostride.constant)
-            if pos > 0:
-                if not Expr.of(old[k]).is_const:
-                    raise NonAffine(f"reshape {list(map(str, old))} -> {list(map(str, new))} takes an index modulo "
-                                    f"the symbolic size {old[k]}")
-                e = e.mod(Expr.of(old[k]).constant)
-            exprs[k] = e
-            ostride = ostride * Expr.of(old[k])
-        if not lin.is_affine:
-            raise NonAffine(f"reshape {list(map(str, old))} -> {list(map(str, new))} linearizes with symbolic strides")
-    return tuple(exprs)
-
-
-_LOCAL = {Ops.PERMUTE: _permute, Ops.EXPAND: _expand, Ops.PAD: _pad, Ops.SHRINK: _shrink, Ops.FLIP: _flip,
-          Ops.VIEW: _view, Ops.RESHAPE: _reshape}
-
-
 
 
 # ---- the book ---------------------------------------------------------------------------------------

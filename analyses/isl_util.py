@@ -80,11 +80,6 @@ def is_isl_identifier(name: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)) and name not in _KEYWORDS
 
 
-def simplify_set(s: isl.Set) -> isl.Set:
-    """coalesce + remove_redundancies (seed 000 §4.3 rule 7)."""
-    return s.coalesce().remove_redundancies()
-
-
 def simplify_map(m: isl.Map) -> isl.Map:
     """coalesce + remove_redundancies: the same relation, fewer pieces and constraints."""
     return m.coalesce().remove_redundancies()

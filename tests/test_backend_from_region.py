@@ -20,7 +20,7 @@ from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType, round_to
 from polysat.ir.expr import Expr
 from polysat.ir.playback import playback
-from polysat.ir.region_validate import validate_regions
+from polysat.analyses.region_validate import validate_regions
 from polysat.pipeline import Compilation
 
 F16, BF16, F32 = DType.fp16, DType.bf16, DType.fp32

@@ -11,7 +11,7 @@ from polysat.egraph.cost import make
 from polysat.egraph.numeric import bind_env, random_inputs, same_outputs
 from polysat.frontend import load_model
 from polysat.ir.playback import playback
-from polysat.ir.region_synth import synthesize
+from polysat.egraph.region_synth import synthesize
 
 EX = pathlib.Path(__file__).resolve().parent.parent / "examples"
 

@@ -15,7 +15,7 @@ from polysat.ir.diagnostics import PolysatError
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
 from polysat.pipeline import Compilation
-from polysat.ir.region_synth import synthesize
+from polysat.egraph.region_synth import synthesize
 
 EX = pathlib.Path(__file__).resolve().parent.parent / "examples"
 BIND = {"attention": {"B": 1, "H": 8, "M": 512, "N": 512}, "gemm_bias_relu": {"M": 1024, "N": 1024, "K": 1024}}

@@ -19,8 +19,8 @@ from polysat.frontend import load_model
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
-from polysat.ir.region_synth import default_partition, synthesize
-from polysat.ir.region_validate import validate_regions
+from polysat.egraph.region_synth import default_partition, synthesize
+from polysat.analyses.region_validate import validate_regions
 from polysat.ir.tiny import Ops
 
 _spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))

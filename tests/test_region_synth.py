@@ -20,7 +20,7 @@ from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType
 from polysat.ir.expr import Expr
 from polysat.ir.region import R, Region, format_region, walk
-from polysat.ir.region_synth import default_partition, synthesize
+from polysat.egraph.region_synth import default_partition, synthesize
 from polysat.ir.tiny import Ops
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"

@@ -19,8 +19,8 @@ from polysat.ir.expr import Expr
 from polysat.ir import region as rg
 from polysat.ir.playback import playback
 from polysat.ir.region import Buffer, Let, MemRef, Region, Yield, regions_from_json, regions_json
-from polysat.ir.region_synth import default_partition, synthesize
-from polysat.ir.region_validate import validate_regions
+from polysat.egraph.region_synth import default_partition, synthesize
+from polysat.analyses.region_validate import validate_regions
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 

@@ -24,8 +24,8 @@ from polysat.ir.diagnostics import PolysatError
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
 from polysat.ir.region import R, walk
-from polysat.ir.region_synth import partition_from_materialized, synthesize
-from polysat.ir.region_validate import validate_regions
+from polysat.egraph.region_synth import partition_from_materialized, synthesize
+from polysat.analyses.region_validate import validate_regions
 from polysat.pipeline import Compilation
 
 _spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))

@@ -24,11 +24,11 @@ import math
 
 import islpy as isl
 
-from ..analyses.indexbook import MAX_PIECES
-from ..analyses.isl_util import parse_set, set_text
-from .diagnostics import Diagnostic, PolysatError, diag
-from .expr import Expr
-from .region import REDUCE_OPS, R, Region, RNode, neutral, walk
+from ..ir.diagnostics import Diagnostic, PolysatError, diag
+from ..ir.expr import Expr
+from ..ir.region import REDUCE_OPS, R, Region, RNode, neutral, walk
+from .indexbook import MAX_PIECES
+from .isl_util import parse_set, set_text
 
 
 def validate_regions(regions: list[Region]) -> list[Diagnostic]:

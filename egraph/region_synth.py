@@ -32,17 +32,17 @@ import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from ..analyses.indexbook import NonAffine, local_map
 from ..analyses.isl_util import always_true, simplify
-from ..egraph.partition import FREE_OPS, Kernel, Partition
-from ..egraph.stream import BLOCK, Group, groups
-from . import region as rg
-from .diagnostics import fail
-from .dtypes import DType
-from .expr import Expr
-from .region import R, Buffer, Let, MemRef, Region, RNode, Yield
-from .shapes import Dim
-from .tiny import GroupOp, Ops, Program, UOp
+from ..ir import region as rg
+from ..ir.diagnostics import fail
+from ..ir.dtypes import DType
+from ..ir.expr import Expr
+from ..ir.movement import NonAffine, local_map
+from ..ir.region import R, Buffer, Let, MemRef, Region, RNode, Yield
+from ..ir.shapes import Dim
+from ..ir.tiny import GroupOp, Ops, Program, UOp
+from .partition import FREE_OPS, Kernel, Partition
+from .stream import BLOCK, Group, groups
 
 _UNARY_FN = {Ops.NEG: "neg", Ops.RELU: "relu", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SQRT: "sqrt",
              Ops.RSQRT: "rsqrt", Ops.RECIPROCAL: "reciprocal", Ops.CAST: "cast"}
