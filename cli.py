@@ -35,7 +35,7 @@ def _run_reference(c, inputs: dict) -> dict:
 
 @target("playback")
 def _run_playback(c, inputs: dict) -> dict:
-    """CPU playback of the extracted RB-SSA regions (not the Tiny IR), seed 000 §6.11."""
+    """CPU playback of the extracted RB-SSA regions (not the Tiny IR), docs/DESIGN.md §Verification."""
     from .ir.playback import playback
     return playback(c.regions, inputs)
 

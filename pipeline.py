@@ -108,7 +108,7 @@ class Compilation:
     @property
     def regions(self):
         """RB-SSA regions (one per kernel) synthesized from the extraction, each intermediate that all its
-        readers round stored rounded (ir/region_narrow.py), validated (§6.10)."""
+        readers round stored rounded (ir/region_narrow.py), validated (docs/DESIGN.md §RB-SSA)."""
         def make():
             from .ir.diagnostics import PolysatError
             from .ir.region_narrow import narrow_boundaries

@@ -1,19 +1,19 @@
-"""IndexBook: per value its axes, domain, AxisMaps and reduce axes, built from Tiny IR (seed 000 §4, §10 step 2).
+"""IndexBook: per value its axes, domain, AxisMaps and reduce axes, built from Tiny IR (docs/DESIGN.md §IndexBook).
 
-One entry per Tiny IR node id, built deterministically in program order (seed 000 §4.4):
+One entry per Tiny IR node id, built deterministically in program order (docs/DESIGN.md §IndexBook update rules):
 
 * axes ``i0, i1, ..`` with stable ids (a unary op inherits its input's ids), size Int or symbol and kind
   ``iter`` | ``broadcast`` (size 1); a REDUCE deletes its axes, names them ``r0, r1, ..`` in its
   iteration space and records their ids before deletion in ``reduce_axes``;
 * a movement node's ``inputs`` is its one source with its local AxisMap; a compute node's ``inputs``
-  are composed through movement-only chains down to non-movement values (§4.3 rule 7), each with
+  are composed through movement-only chains down to non-movement values (invariant 7), each with
   the guard of its in-bounds piece and the padding tests met on the way;
-* the domain is the box ``0 <= ik < size_k`` split into pieces where padding is read (§4.5 Conv);
+* the domain is the box ``0 <= ik < size_k`` split into pieces where padding is read (a padded conv input);
 * a node whose sizes or maps are not affine (products of symbols, division by a symbol) is
-  ``non_scop``: composition stops there and it becomes a region boundary (§4.3 rule 5).
+  ``non_scop``: composition stops there and it becomes a region boundary (invariant 5).
 
 AxisExprs are affine + floordiv only: ``%`` is written ``E - q*floor(E/q)`` whose div isl defines by
-the guard ``q*f <= E < q*f + q`` (§4.3 rule 1). :func:`validate` checks the invariants of §4.3,
+the guard ``q*f <= E < q*f + q`` (invariant 1). :func:`validate` checks the invariants,
 :func:`align_params` aligns the symbols to the signature (E1304).
 """
 from __future__ import annotations
@@ -284,7 +284,7 @@ def _pieces(acc: Access) -> tuple:
     return (Piece("in", acc.guard), Piece("pad", acc.guard, acc.fill))
 
 
-# ---- invariants (seed 000 §4.3) and signature alignment -------------------------------------------
+# ---- invariants (docs/DESIGN.md §IndexBook) and signature alignment ---------------------------------------
 
 def book_symbols(book: IndexBook) -> dict:
     """symbol -> the first place (value id) that uses it."""
@@ -327,7 +327,7 @@ def align_params(book: IndexBook, symbols: Sequence[str]) -> IndexBook:
 
 
 def validate(book: IndexBook) -> None:
-    """Check the invariants of seed 000 §4.3 (and bounds of every read); raise the diagnostics."""
+    """Check the invariants of docs/DESIGN.md §IndexBook (and bounds of every read); raise the diagnostics."""
     errs: list[Diagnostic] = []
     for info in book:
         node = book.program[info.value_id]
@@ -415,7 +415,7 @@ def access_map(book: IndexBook, info: ValueInfo, acc: Access, stmt: str, tensor:
     return iu.parse_map(iu.map_text(book.params, stmt, names, tensor, acc.map, cons))
 
 
-# ---- JSON (seed 000 §4.5) ------------------------------------------------------------------------
+# ---- JSON (--dump=indexbook) --------------------------------------------------------------------
 
 def _geq(e: Expr) -> str:
     return f"0 <= {e}"
@@ -458,7 +458,7 @@ def entry_json(info: ValueInfo) -> dict:
 
 
 def book_to_json(book: IndexBook) -> dict:
-    """``{"index_book": {value id: entry}, "params", "diagnostics"}`` (seed 000 §4.5)."""
+    """``{"index_book": {value id: entry}, "params", "diagnostics"}`` (``--dump=indexbook``)."""
     return {"index_book": {vid: entry_json(info) for vid, info in book.entries.items()},
             "params": list(book.params),
             "diagnostics": [d.to_json() for d in book.diagnostics]}

@@ -1,7 +1,7 @@
-"""``polysat extract --explain``: the fusions the extraction rejected and why (seed 000 §11 "fusion
-delta"; issue 5): illegal (no rule fuses the read, or the fused kernel breaks a legality class), or
-priced higher by Poly Core, with both prices; and the softmax-weighted sums it streamed (issue 7:
-one pass over the keys, rules/streaming.egg) with the price of the two-pass spelling they replaced.
+"""``polysat extract --explain``: the fusions the extraction rejected and why (docs/DESIGN.md
+§Cost model, §Fusion): illegal (no rule fuses the read, or the fused kernel breaks a legality class), or
+priced higher by Poly Core, with both prices; and the softmax-weighted sums it streamed (docs/DESIGN.md
+§Streaming: one pass over the keys, rules/streaming.egg) with the price of the two-pass spelling they replaced.
 """
 from __future__ import annotations
 

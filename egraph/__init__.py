@@ -1,4 +1,4 @@
-"""The e-graph stage (seed 000 §3.3, §6; seed 001 §3): Tiny IR and RB-SSA terms in egglog, rewrite
+"""The e-graph stage (docs/DESIGN.md §E-graph): Tiny IR and RB-SSA terms in egglog, rewrite
 rules kept as files in ``rules/``, bounded saturation, extraction with named cost models, and the
 rule soundness checker.
 

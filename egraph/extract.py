@@ -1,5 +1,5 @@
-"""DAG-aware extraction over the exported e-graph (probe §2, §4b: no Python cost callback inside
-egglog's extractor, which is quadratic on deep graphs).
+"""DAG-aware extraction over the exported e-graph (docs/DESIGN.md §E-graph: egglog's
+extractor takes no Python cost callback and is quadratic on deep graphs).
 
 Greedy-DAG worklist: an e-node is evaluated once all its child classes have a solution; a solution is
 the set of e-classes its term uses (priced by the e-node chosen for each), so a shared subterm is

@@ -291,7 +291,7 @@ def unit_reduce_shape(in_shape: str, axes: str) -> "str | None":
 
 @helper("read-kind")
 def read_kind(s: str, m: str) -> str:
-    """The fusion class of a read ``Read(Mat(x), s, m)`` (seed 003; DESIGN.md fusion legality):
+    """The fusion class of a read ``Read(Mat(x), s, m)`` (docs/DESIGN.md §Fusion):
     "halo" when every axis of s longer than 1 moves the index (each element of x is read by a
     bounded number of consumer points: one-to-one, or a window: many-to-one by compute-at with halo);
     "prefix" when the axes m uses are a leading prefix of s, each read plainly in order (x is

@@ -1,5 +1,5 @@
 """The ``model`` cost: extraction that picks kernel boundaries by Poly Core's modelled time
-(seed 000 §7, §11; seed 003 fusion legality and profitability; issue 5).
+(docs/DESIGN.md §Cost model, §Fusion).
 
 Kernel boundaries are terms: a *site* is a materialized value, ``Mat(x)``, some read
 ``Read(Mat(x), s, m)`` of which has a fused alternative from ``rules/fusion.egg`` (``View(x, s, m)``
@@ -14,14 +14,14 @@ The search starts from every site cut (``saturate_unfused`` loads the program wi
 edge cut: one kernel per op). With at most EXACT_SITES sites it is exact-greedy: each round prices
 fusing every site still cut, takes the best, then the other improving ones while they still improve,
 until none improves. With more (a deep stack), a merge phase first fuses producer kernels into
-their single consumer kernel on the Tiny partition (fusion deltas of two kernels, seed 000 §11),
+their single consumer kernel on the Tiny partition (fusion deltas of two kernels, docs/DESIGN.md §Cost model),
 then the decisions are realized in the e-graph and priced whole.
 Every candidate is checked against the legality classes on its chosen terms (the rules' class-level
 facts over-approximate): a reduction may be read inside its consumer's kernel only one-to-one, by a
 window (compute-at with halo) or at a prefix of the consumer's loop order; a broadcast of it
 (many-to-many, GEMM -> GEMM) makes the candidate illegal.
 
-Streaming (issue 7, rules/streaming.egg) adds a second kind of decision: a value whose class holds a
+Streaming (docs/DESIGN.md §Streaming, rules/streaming.egg) adds a second kind of decision: a value whose class holds a
 ``SoftmaxSum`` is either streamed (one kernel walks the keys: its other spellings are ruled out) or
 not (the SoftmaxSum is ruled out, the two-kernel softmax -> P V stays). The search prices both like
 any fusion; streamed kernels are priced per key block (``mark_streams``, analyses/cost_model.py), and
@@ -90,7 +90,7 @@ _reads = operand_reads
 
 def _contraction_muls(p: Program) -> set:
     """MUL nodes that a REDUCE(SUM) reads: with the REDUCE (and widening casts of their operands)
-    they are one contraction (CONTRACT = MUL -> REDUCE(SUM), seed 000 §3; one Poly-View block)."""
+    they are one contraction (CONTRACT = MUL -> REDUCE(SUM), docs/DESIGN.md §Tiny IR; one Poly-View block)."""
     out = set()
     for c in p.nodes:
         if c.op == Ops.REDUCE and str(c.arg["op"]).upper() == "SUM":
@@ -469,7 +469,7 @@ class Streamed:
 
 def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate, params: dict, arch: str) -> tuple:
     """Greedy producer-into-consumer merging on the one-kernel-per-op Tiny partition (the fusion
-    delta of seed 000 §11, priced on regions of one Poly-View): repeatedly fuse the kernel whose
+    delta of docs/DESIGN.md §Cost model, priced on regions of one Poly-View): repeatedly fuse the kernel whose
     value only one other kernel reads into that kernel, taking the merge that lowers the modelled
     time most, if legal (a partition computes each value in one kernel, so a value read by several
     kernels stays materialized here; the exact search may still fuse it).

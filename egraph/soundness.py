@@ -1,4 +1,4 @@
-"""Rule soundness, tested not assumed (DESIGN.md; STYLE.md habit 4): ``polysat rules --check``.
+"""Rule soundness, tested not assumed (docs/DESIGN.md §E-graph): ``polysat rules --check``.
 
 For every rule: random programs (``randprog``) are loaded into one e-graph per program in which each
 rule sits alone in its own ruleset; the rule runs alone (a few bounded iterations, then the

@@ -1,4 +1,4 @@
-"""`polysat extract --cost=model` end to end (issue 5 acceptance): region counts per example, halo on
+"""`polysat extract --cost=model` end to end (docs/DESIGN.md §Cost model): region counts per example, halo on
 conv+relu+maxpool, fused cheaper than one kernel per op, the values kept, --explain and --json."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from polysat.egraph.region_synth import synthesize
 
 EX = pathlib.Path(__file__).resolve().parent.parent / "examples"
 BIND = {"attention": {"B": 1, "H": 8, "M": 512, "N": 512}, "gemm_bias_relu": {"M": 1024, "N": 1024, "K": 1024}}
-# issue 5 acceptance: regions per example under --cost=model (issue 7: attention streams as one region)
+# regions per example under --cost=model (attention streams as one region, docs/DESIGN.md §Streaming)
 EXPECTED = {"gemm_bias_relu": 1, "conv_relu_maxpool": 1, "softmax": 1, "layernorm": 1, "mlp": 2,
             "attention": 1, "conv3x3_s2_silu": 1, "attention_row_softmax": 1}
 _CACHE: dict = {}

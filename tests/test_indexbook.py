@@ -26,7 +26,7 @@ def codes(exc: PolysatError) -> list:
 
 
 def gemm_tinygrad(M="M", K="K", N="N"):
-    """X·W in tinygrad's dot order (seed 001 §0): T = MUL over [M, N, K], C0 = SUM over K."""
+    """X·W in tinygrad's dot order: T = MUL over [M, N, K], C0 = SUM over K."""
     b = Builder()
     A = b.input("A", DType.fp16, (M, K), at="A")
     B = b.input("B", DType.fp16, (K, N), at="B")
@@ -37,7 +37,7 @@ def gemm_tinygrad(M="M", K="K", N="N"):
     return b.program([("C0", c0)]), t, c0
 
 
-# ---- seed 000 §4.5 dumps ------------------------------------------------------------------------------
+# ---- the --dump=indexbook documents --------------------------------------------------------------------------
 
 def test_gemm_dump_matches_seed_section_4_5():
     prog, t, c0 = gemm_tinygrad()
@@ -84,7 +84,7 @@ def test_build_is_deterministic():
     assert json.dumps(indexbook_json(prog)) == json.dumps(indexbook_json(prog))
 
 
-# ---- update rules (seed 000 §4.4) ---------------------------------------------------------------------
+# ---- update rules (docs/DESIGN.md §IndexBook) -----------------------------------------------------------------
 
 def test_unary_inherits_axis_ids_and_binary_gets_new_ones():
     b = Builder()
@@ -139,7 +139,7 @@ def test_reshape_map_agrees_with_numpy(shape, data):
     assert (src[idx] == src.reshape(new).reshape(-1)).all()
 
 
-# ---- invariants and diagnostics (seed 000 §4.3, §14) --------------------------------------------------
+# ---- invariants and diagnostics (docs/DESIGN.md §IndexBook) ----------------------------------------------
 
 def test_align_params_rejects_symbols_outside_the_signature():
     prog, _, _ = gemm_tinygrad()

@@ -1,6 +1,6 @@
-"""CPU playback of synthesized regions equals the reference evaluator (seed 000 §6.11).
+"""CPU playback of synthesized regions equals the reference evaluator (docs/DESIGN.md §Verification).
 
-Acceptance of issue 4: on every example and every Frontend IR op, the regions of the default
+On every example and every Frontend IR op, the regions of the default
 partition and of the whole program as one region play back to the reference evaluator's outputs
 (rtol = atol = 1e-3, plus half an ulp of a 16-bit output), in the output's dtype. Symbols get odd
 sizes so tails are exercised; bf16 inputs round through ml_dtypes as in the evaluator.

@@ -1,6 +1,6 @@
 """Random Tiny IR programs: playback of their synthesized regions equals the reference evaluator.
 
-Acceptance of issue 4 (seed 000 §6.11): for generated programs (elementwise, casts, WHERE, every
+docs/DESIGN.md §Verification: for generated programs (elementwise, casts, WHERE, every
 movement op, SUM/MAX/MIN reductions, fan-out), the regions of three partitions — the default one,
 the whole program as one kernel, and one kernel per compute node — play back to the reference
 evaluator's outputs (rtol = atol = 1e-3, plus half an ulp of a 16-bit output); the regions validate

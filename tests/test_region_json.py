@@ -1,4 +1,4 @@
-"""The --dump=region JSON (seed 000 §6.8): its shape, exact round-trips, and coded load errors."""
+"""The --dump=region JSON (docs/DESIGN.md §RB-SSA): its shape, exact round-trips, and coded load errors."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""The RB-SSA validators report each diagnostic of seed 000 §6.10, and only when it applies.
+"""The RB-SSA validators report each diagnostic of docs/DESIGN.md §RB-SSA, and only when it applies.
 
 Synthesized regions of every example validate clean; each check is then shown to fire on a region
 broken in exactly one way (edited through its --dump=region JSON, which also exercises loading).

@@ -1,4 +1,5 @@
-"""Attention as ONE streamed region (issue 7): under ``--cost=model`` the streaming rules turn softmax ->
+"""Attention as ONE streamed region (docs/DESIGN.md §Streaming):
+under ``--cost=model`` the streaming rules turn softmax ->
 P V into one ``online_softmax_sum`` region (one pass for fp16 P, two passes for bf16 P), chosen because
 Poly Core prices it cheaper; CPU playback of it equals the reference evaluator (rtol = atol = 1e-3, plus
 half an ulp of the 16-bit output) causal and not, M == N, M < N, M > N (rows that see no key are NaN in

@@ -1,4 +1,4 @@
-"""The RB-SSA streaming construct ``online_softmax_sum`` (issue 7) on its own: JSON round trip, the
+"""The RB-SSA streaming construct ``online_softmax_sum`` (docs/DESIGN.md §Streaming) on its own: JSON round trip, the
 validators' diagnostics, and CPU playback running it key block by key block, checked against the
 two-kernel softmax written out in numpy (rows fully masked included) for random shapes and blocks."""
 from __future__ import annotations
