@@ -1,7 +1,7 @@
-"""Poly Core prices the streamed attention region honestly (docs/DESIGN.md §Streaming):
-device bytes are Q, K, V and O once (no P round trip), FLOPs cover both contractions,
-the exponentials and the recurrence's rescaling, the on-chip values are one key block of the tile (so a long key axis never spills), a second
-walk over the keys (two passes) costs more, and the search picks the stream because it is cheaper."""
+"""Poly Core prices the streamed attention region honestly (docs/DESIGN.md §Streaming): device bytes are Q, K,
+V and O once (no P round trip), FLOPs cover both contractions, the exponentials and the recurrence's
+rescaling, the on-chip values are one key block of the tile (so a long key axis never spills), a second walk
+over the keys (two passes) costs more, and the search picks the stream because it is cheaper."""
 from __future__ import annotations
 
 import dataclasses
