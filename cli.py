@@ -190,13 +190,14 @@ def cmd_extract(a) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .pipeline import ARCHS, DUMPS
     p = argparse.ArgumentParser(prog="polysat", description="polysat: fusion as an e-graph search priced by "
                                 "polyhedral analyses; CUDA for sm80/sm90 from one MMA template.")
     sub = p.add_subparsers(dest="verb", required=True)
 
     def common(sp):
         sp.add_argument("model", help="model file: Frontend IR JSON ({signature, tensors, graph}) or Tiny IR JSON ({uops})")
-        sp.add_argument("--arch", choices=("sm80", "sm90"), default="sm90", help="target architecture (default sm90)")
+        sp.add_argument("--arch", choices=ARCHS, default="sm90", help="target architecture (default sm90)")
         sp.add_argument("--json", action="store_true", help="machine-readable output (diagnostics as JSON too)")
         sp.add_argument("--rules", action="append", metavar="DIR",
                         help="extra rule directory (.egg files), in addition to the shipped rules/; repeatable")
@@ -205,7 +206,6 @@ def _parser() -> argparse.ArgumentParser:
                         "demo's random inputs) at these sizes (unbound symbols: POLYSAT_PRICE_SYMBOL_SIZE=256 for "
                         "prices, POLYSAT_SYMBOL_SIZE=37 for the demo's inputs)")
 
-    from .pipeline import DUMPS
     c = sub.add_parser("compile", help="lower a model and write stage dumps",
                        description="Lower MODEL through the pipeline and write the requested stage dumps "
                        f"as DIR/<stage>.json. Stages: {', '.join(DUMPS)}.")

@@ -62,6 +62,11 @@ class Compilation:
         return self.stage("indexbook", lambda: checked_indexbook(self.program))
 
     @property
+    def poly_view(self):
+        from .analyses.polyview import build_polyview
+        return self.stage("poly_view", lambda: build_polyview(self.indexbook))
+
+    @property
     def params(self) -> dict:
         """Every symbol of the model bound to a size: from ``bind``, else POLYSAT_PRICE_SYMBOL_SIZE."""
         from .egraph.model_cost import bind_params
@@ -110,10 +115,10 @@ class Compilation:
         """RB-SSA regions (one per kernel) synthesized from the extraction, each intermediate that all its
         readers round stored rounded (ir/region_narrow.py), validated (docs/DESIGN.md §RB-SSA)."""
         def make():
+            from .analyses.region_validate import validate_regions
+            from .egraph.region_synth import synthesize
             from .ir.diagnostics import PolysatError
             from .ir.region_narrow import narrow_boundaries
-            from .egraph.region_synth import synthesize
-            from .analyses.region_validate import validate_regions
             x = self.extraction
             regions = narrow_boundaries(synthesize(x.program, x.partition))
             errors = [d for d in validate_regions(regions) if d.is_error]
@@ -121,11 +126,6 @@ class Compilation:
                 raise PolysatError(errors)
             return regions
         return self.stage("region", make)
-
-    @property
-    def poly_view(self):
-        from .analyses.polyview import build_polyview
-        return self.stage("poly_view", lambda: build_polyview(self.indexbook))
 
 
 @dataclass(frozen=True)
