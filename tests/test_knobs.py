@@ -19,13 +19,16 @@ def _sources():
             yield rel, p.read_text(encoding="utf-8")
 
 
-def test_every_knob_function_names_its_variable_and_default():
+def test_every_knob_function_names_its_variables_and_default():
     fns = [f for n, f in inspect.getmembers(knobs, inspect.isfunction)
            if not n.startswith("_") and f.__module__ == knobs.__name__]
     assert len(fns) >= 13
     for f in fns:
+        read = set(re.findall(r"(?:_num|environ\.get)\(\"([A-Z][A-Z0-9_]*)\"", inspect.getsource(f)))
         doc = inspect.getdoc(f) or ""
-        assert NAME.search(doc) and "default" in doc, f"{f.__name__}: the doc line must name the variable and its default"
+        assert read, f"{f.__name__} reads no environment variable"
+        assert all(v in doc for v in read) and "default" in doc, \
+            f"{f.__name__}: its doc line must name {sorted(read)} and the default"
 
 
 def test_every_variable_the_package_names_is_in_the_readme_table():
