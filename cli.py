@@ -52,7 +52,10 @@ def _run_cuda(c, inputs: dict) -> dict:
 def compilation(a):
     """The one pipeline every verb runs, with the options every stage may need (pipeline.py)."""
     from .pipeline import Compilation
-    return Compilation(a.model, arch=a.arch, rules_dirs=tuple(a.rules or ()), cost=a.cost, bind=_parse_bind(a.bind) or None)
+    c = Compilation(a.model, arch=a.arch, rules_dirs=tuple(a.rules or ()), cost=a.cost, bind=_parse_bind(a.bind) or None)
+    if c.bind:
+        c.params  # a --bind naming a symbol the model lacks is an error whichever stages run
+    return c
 
 
 def cmd_compile(a) -> int:

@@ -88,3 +88,4 @@ def test_binding_a_symbol_the_model_lacks_is_a_coded_diagnostic(tmp_path, capsys
     assert main(["compile", GEMM, "--bind", "Q=3", "--dump=analysis", "--out", str(tmp_path), "--json"]) == 1
     (dg,) = json.loads(capsys.readouterr().out)["diagnostics"]
     assert dg["code"].startswith("E") and "Q" in dg["why"]
+    assert main(["compile", GEMM, "--bind", "Q=3", "--cost", "size", "--dump=tiny", "--out", str(tmp_path)]) == 1
