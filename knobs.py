@@ -90,3 +90,28 @@ def streaming() -> bool:
     """POLYSAT_STREAMING: 0 keeps `--cost=model` from running rules/streaming.egg (attention's softmax and
     P V stay two kernels, as under `--cost=size`); default 1."""
     return _num("POLYSAT_STREAMING", 1) != 0
+
+
+# ---- backend: the CUDA toolchain and the kernel caches ---------------------------------------------
+
+def nvcc() -> str | None:
+    """POLYSAT_NVCC: the nvcc the backend runs (default: the first nvcc on PATH; None when there is none)."""
+    import shutil
+    return os.environ.get("POLYSAT_NVCC") or shutil.which("nvcc")
+
+
+def nvcc_cache_dir() -> str:
+    """POLYSAT_NVCC_CACHE: where nvcc compile checks (ptxas reports) are cached (default <tmp>/polysat-nvcc)."""
+    import tempfile
+    return os.environ.get("POLYSAT_NVCC_CACHE") or os.path.join(tempfile.gettempdir(), "polysat-nvcc")
+
+
+def kernel_cache_dir() -> str:
+    """POLYSAT_KERNEL_CACHE: where compiled cubins are cached by source hash and arch (default ~/.cache/polysat/kernels)."""
+    return os.environ.get("POLYSAT_KERNEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "polysat", "kernels")
+
+
+def cuda_roots() -> list[str]:
+    """CUDA_HOME, then CUDA_PATH: the CUDA toolkits whose include/ NVRTC compiles against (default /usr/local/cuda,
+    always tried last)."""
+    return [d for d in (os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda") if d]

@@ -155,7 +155,7 @@ DUMPS: dict[str, Callable[[Compilation, str], dict]] = {
 
 def backend(c: Compilation, stage: str, *args):
     """A backend stage (backend/stages.py) over the compilation's regions for its arch and binding."""
-    return _lazy("backend.stages", stage)(c.regions, c.arch, *args, env=c.bind)
+    return _lazy("backend.stages", stage)(c.regions, c.arch, *args, bind=c.bind)
 
 
 def _analysis_dump(c: Compilation) -> dict:
