@@ -1,4 +1,4 @@
-"""Extracted RB-SSA regions -> GemmSpec (backend/from_region.py, seed 000 §6.8.1, §10 step 6).
+"""Extracted RB-SSA regions -> GemmSpec (backend/gemm/bind.py, docs/DESIGN.md §Backend).
 
 Every recognised region is checked numerically: the spec's numpy meaning (backend/reference.py) equals CPU
 playback of the region (ir/playback.py) on random inputs, rtol = atol = 1e-3. Regions come from the real

@@ -44,12 +44,8 @@ def test_the_contents_line_links_every_section():
 
 
 def test_no_citation_of_documents_outside_the_repository():
-    # the backend restructure rewrites backend/ and its tests;
-    # drop these exclusions once it has landed and cites docs/DESIGN.md there too
-    owned = ("backend",)
-    owned_tests = ("test_backend", "test_attention", "test_scores")
-    bad = [f"{rel}: {line.strip()[:80]}" for rel, text in _files()
-           if rel.parts[0] not in owned
-           and not (rel.parts[0] == "tests" and rel.name.startswith(owned_tests))
+    # backend/templates/ still cite the seeds in the header comment every generated .cu carries: rewriting
+    # it changes the text of every kernel, so it waits for a change that means to change the kernels
+    bad = [f"{rel}: {line.strip()[:80]}" for rel, text in _files() if rel.parts[:2] != ("backend", "templates")
            for line in text.splitlines() if OUTSIDE.search(line)]
     assert not bad, bad
