@@ -53,7 +53,8 @@ def test_every_simt_kernel_builds_without_spills(compiled):
             for r, ks in zip(regions, stages.kernel_sources(regions, arch), strict=True):
                 if ks.skeleton == "simt":
                     index.append((f"{name}/{r.name}", arch, ks))
-    assert len(index) > 40
+    assert {label.split("/")[0] for label, _, _ in index} >= {"softmax", "layernorm", "attention_row_softmax",
+                                                               "conv_relu_maxpool", "bench_transformer1"}
     bad = [(label, arch, rep.log[-1500:]) for label, arch, _ks, rep in oracle.nvcc_builds(index, "SIMT kernels")
            if not rep.ok or rep.spills]
     assert not bad, bad

@@ -24,7 +24,7 @@ from polysat.backend.simt.render import render
 from polysat.ir.dtypes import round_to
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
-from polysat.ir.region_synth import synthesize
+from polysat.egraph.region_synth import synthesize
 from polysat.pipeline import Compilation
 
 HERE = pathlib.Path(__file__).parent
