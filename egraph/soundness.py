@@ -32,7 +32,7 @@ from .soundness_diff import StepResult, check_step
 from .soundness_explain import counterexample, consistent
 from .soundness_instance import instantiate
 from .soundness_numerics import tricky
-from .soundness_pattern import read_query
+from .soundness_pattern import head, parse_sexp, read_query
 from .soundness_report import CheckReport, RuleVerdict
 from .soundness_values import Valuer
 from .state import EGraphState, add_rule_files, base_egraph, load_program, validate
@@ -80,8 +80,10 @@ class Checker:
         add_rule_files(self.eg, [RuleFile("<isolated rules>", text, (), ())])
         self.rng, self.cases = rng, cases
         self.facts = [k for k, r in self.by_set.items() if _facts_only(r.text)]
+        self.fact_relations = {head(a) for k in self.facts for a in parse_sexp(self.by_set[k].text)[2]}
         self.pool: list = []
         self.programs = 0
+        self.unsound: set = set()  # rulesets found unsound: never context for another rule's pool programs
 
     def _st(self, prog: "Program | None" = None) -> EGraphState:
         return EGraphState(self.eg, prog or Program((), ()), ())
@@ -89,29 +91,32 @@ class Checker:
     def _run(self, text: str):
         return self._st().run(text)
 
-    def _settle(self, skip: str = "") -> None:
-        sets = " ".join(f"(run {k})" for k in self.facts if k != skip)
-        self._run(f"(run-schedule (saturate (seq (saturate (run analysis)) {sets})))")
+    def _settle(self, skip: str = "") -> str:
+        """The schedule that derives the facts the rule reads: the analyses, and the bookkeeping rules
+        (other than skip) when its query uses a relation they assert."""
+        q = self.by_set[skip].text if skip in self.by_set else ""
+        used = {m.group(1) for m in re.finditer(r"\(([a-z][\w-]*)\s", q)} & self.fact_relations
+        sets = " ".join(f"(run {k})" for k in self.facts if k != skip) if used else ""
+        return f"(run-schedule (saturate (seq (saturate (run analysis)) {sets})))"
 
-    def _apply(self, name: str, rule) -> int:
-        (out,) = self._run(f"(run-schedule (run {name}))")
-        per = out.report.num_matches_per_rule
+    def _apply(self, name: str, rule) -> tuple:
+        """Run the rule once, then the analyses: (matches, e-graph sizes). One egglog program."""
+        outs = self._run(f"(run-schedule (run {name}))\n(run-schedule (saturate (run analysis)))\n(print-size)")
+        per = outs[0].report.num_matches_per_rule
         hits = sum(per.get(rule.name + tail, 0) for tail in ("", "=>", "<="))  # a birewrite is two rules
-        self._run("(run-schedule (saturate (run analysis)))")
-        return hits
+        return hits, dict(outs[-1].sizes)
 
     # ---- one test program ----------------------------------------------------------------------------
     def run_instance(self, name: str, rule, inst, inputs: dict) -> "tuple | None":
         """(StepResult, v0, val0) of the rule applied once to the instance, or None when it did not match
         (or the instance could not be valued)."""
-        self._run("(push)")
+        cmds = ["(push)"]
+        for t in inst.tensors:
+            cmds.append(f'(has-shape (Tensor "{t.args[0]}") "[{", ".join(str(d) for d in t.shape)}]")')
+            cmds.append(f'(has-dtype (Tensor "{t.args[0]}") "{t.dtype}")')
+        cmds += [f"(union (N {k}) {r.sexp()})" for k, r in enumerate(inst.roots)]
+        self._run("\n".join(cmds) + "\n" + self._settle(name))
         try:
-            cmds = []
-            for t in inst.tensors:
-                cmds.append(f'(has-shape (Tensor "{t.args[0]}") "[{", ".join(str(d) for d in t.shape)}]")')
-                cmds.append(f'(has-dtype (Tensor "{t.args[0]}") "{t.dtype}")')
-            cmds += [f"(union (N {k}) {r.sexp()})" for k, r in enumerate(inst.roots)]
-            self._run("\n".join(cmds))
             return self._step(name, rule, inputs)
         finally:
             self._run("(pop)")
@@ -121,27 +126,27 @@ class Checker:
         try:
             st = self._st(prog)
             load_program(st, cuts)
-            others = " ".join(f"(run {k})" for k in self.by_set if k != name)
+            others = " ".join(f"(run {k})" for k in self.by_set if k != name and k not in self.unsound)
             for _ in range(3):
-                self._settle(name)
-                self._run(f"(run-schedule (seq {others}))")
+                self._run(self._settle(name) + f"\n(run-schedule (seq {others}))")
                 if st.enodes() > POOL_NODES:
                     break
+            self._run(self._settle(name))
             return self._step(name, rule, inputs, pool=True)
         finally:
             self._run("(pop)")
 
     def _step(self, name: str, rule, inputs: dict, pool: bool = False) -> "tuple | None":
-        self._settle(name)
+        """Value the settled e-graph, run the rule once and compare what it changed."""
         st = self._st()
         v0 = export(st)
         val0 = Valuer(v0, inputs)
         val0.value_all()
         if not pool and len(val0.vals) < len(v0.classes):
             return None  # an ill-typed draw: the instance itself has no value
-        if not self._apply(name, rule):
+        hits, sizes = self._apply(name, rule)
+        if not hits:
             return None
-        sizes = st.sizes()
         v1 = export(st)
         res = check_step(v0, val0, v1, inputs)
         if sizes.get("shape-conflict") or sizes.get("dtype-conflict"):
@@ -152,18 +157,18 @@ class Checker:
         return res, v0, val0
 
     # ---- one rule ------------------------------------------------------------------------------------
-    def check(self, name: str, v: RuleVerdict, budget: int) -> None:
+    def check_patterns(self, name: str, v: RuleVerdict, budget: int) -> None:
+        """Source 1: budget random instances of the rule's left-hand side (both sides of a birewrite)."""
         rule = v.rule
         queries = [read_query(rule.text, rule.line, rule.name)]
         if rule.text.lstrip("( \n").startswith("birewrite"):
             queries.append(read_query(rule.text, rule.line, rule.name, side=1))
-        misses = 0
+        v.queries = queries
         for k in range(budget):
-            if v.unsound:
+            if v.unsound or v.error:
                 break
             inst = instantiate(queries[k % len(queries)], self.rng)
             if inst is None:
-                misses += 1
                 continue
             v.built += 1
             inputs = {t.args[0]: tricky(t.shape, t.dtype, self.rng) for t in inst.tensors}
@@ -171,25 +176,34 @@ class Checker:
             got = self.run_instance(name, rule, inst, inputs)
             if got is None:
                 continue
-            if self._record(v, got[0], True):
+            if self._record(name, v, got[0], True):
                 v.counterexample = self._shrink(name, rule, queries[k % len(queries)], inst, inputs, got)
-        if v.fired < self.cases and not v.unsound:
+
+    def check_pool(self, name: str, v: RuleVerdict) -> None:
+        """Source 2, for a rule its own instances did not exercise enough: the random pool."""
+        if v.fired < self.cases and not (v.unsound or v.error):
             self._pool_check(name, v)
-        if v.fired < self.cases and not v.unsound:
-            v.why_not = ("no instance of its left-hand side could be built (" + _unbuildable(queries[0]) + ")"
+        if v.fired < self.cases and not (v.unsound or v.error):
+            q = v.queries[0]
+            v.why_not = ("no instance of its left-hand side could be built (" + _unbuildable(q) + ")"
                          if not v.built else
                          f"{v.built} instance(s) of its left-hand side were built but the rule matched "
                          f"{v.from_pattern} (a relation or helper condition egglog decides failed)") + \
                         f"; {len(self.pool)} random-pool program(s) tried"
 
-    def _record(self, v: RuleVerdict, res: StepResult, from_pattern: bool) -> bool:
+    def _record(self, name: str, v: RuleVerdict, res: StepResult, from_pattern: bool) -> bool:
+        """Count one exercised program; True when it found the rule wrong (or unevaluable)."""
         v.fired += 1
         v.from_pattern += from_pattern
         v.checked_pairs += res.compared
-        if res.findings:
+        if not res.findings:
+            return False
+        if all(f.kind == "checker" for f in res.findings):
+            v.error = "a rewrite could not be evaluated: " + res.findings[0].why
+        else:
             v.unsound = True
-            return True
-        return False
+            self.unsound.add(name)
+        return True
 
     def _shrink(self, name, rule, q, inst, inputs, got) -> str:
         """The smallest failing instance among redraws at smaller sizes."""
@@ -208,7 +222,7 @@ class Checker:
 
     def _pool_check(self, name: str, v: RuleVerdict) -> None:
         if not self.pool:
-            self.pool.extend(attention_programs(self.rng, 6))
+            self.pool.extend(attention_programs(self.rng, 10))
             for _ in range(2):
                 self.pool.extend(motif_programs(self.rng))
             self.pool.extend(random_program(self.rng, int(self.rng.integers(4, 12))) for _ in range(6))
@@ -222,7 +236,7 @@ class Checker:
                 got = self.run_pool(name, v.rule, prog, cuts, inputs)
                 if got is None:
                     continue
-                if self._record(v, got[0], False):
+                if self._record(name, v, got[0], False):
                     res, v0, val0 = got
                     v.counterexample = counterexample(res, v0, val0, inputs, roots=len(prog.outputs),
                                                       source="a random-pool program rewritten by the other rules first")
@@ -262,17 +276,18 @@ def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, see
     if rep.errors and not files:
         return rep
     ck = Checker(files, rng, cases)
-    for name, rule in ck.by_set.items():
-        if only and not _selected(rule, list(only)):
-            continue
-        v = RuleVerdict(rule)
-        rep.verdicts.append(v)
-        try:
-            ck.check(name, v, max(budget, 3 * cases))
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except Exception as e:  # noqa: BLE001 — a checker failure is reported, never a pass
-            v.error = f"the checker failed on this rule: {type(e).__name__}: {e}"
+    todo = [(name, RuleVerdict(rule)) for name, rule in ck.by_set.items() if not only or _selected(rule, list(only))]
+    rep.verdicts = [v for _, v in todo]
+    for phase in (lambda n, v: ck.check_patterns(n, v, max(budget, 3 * cases)), ck.check_pool):
+        for name, v in todo:  # every rule's own instances first: the pool's context then omits unsound rules
+            if v.error:
+                continue
+            try:
+                phase(name, v)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:  # noqa: BLE001 — a checker failure is reported, never a pass
+                v.error = f"the checker failed on this rule: {type(e).__name__}: {e}"
     rep.programs = ck.programs
     rep.seconds = time.perf_counter() - t0
     return rep

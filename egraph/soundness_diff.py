@@ -7,7 +7,9 @@ children) no v0 node has is new: the rule made it. Every new e-node is evaluated
 values (``soundness_values``) and compared with its class's value: the value the class had before
 the rule ran, or for a class the rule created, the value of its first evaluable e-node. Classes of v0
 that the rule merged are compared with each other. A new e-node that cannot be evaluated is a
-finding too, never skipped.
+finding too, never skipped. Rewrites are checked as refinements: where the value before is NaN (an
+invalid operation such as inf - inf or 0 * inf on overflowed intermediates), the value after may be
+anything, the latitude every reassociating compiler takes; a finite or infinite value must be kept.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from .soundness_values import Unevaluable, Val, Valuer
 
 @dataclass
 class Finding:
-    kind: str  # "mismatch" | "merge" | "unevaluable" | "conflict"
+    kind: str  # "mismatch" | "merge" | "unevaluable" (the rule's term) | "checker" (the checker cannot value it) | "conflict"
     cls: int  # the v1 class
     node: "ENode | None"  # the new e-node (or, for a merge, a term of the other merged class)
     want: "Val | None" = None
@@ -72,6 +74,8 @@ def compare(want: Val, got: Val) -> "tuple | None":
         ok = agree(want.v, got.v, np.maximum(want.mag, got.mag), unit)
     if want.mask is not None:
         ok = ok | ~want.mask
+    if want.v.dtype != np.bool_:
+        ok = ok | np.isnan(want.v.astype(np.float64))  # a NaN before (inf - inf, 0 * inf): any value refines it
     if ok.all():
         return None
     bad = tuple(int(k) for k in np.argwhere(~ok)[0]) if ok.ndim else ()
@@ -91,7 +95,7 @@ def check_step(v0: EGraphView, val0: Valuer, v1: EGraphView, inputs: dict) -> St
     f = class_map(v0, v1)
     missing = [c for c in v0.classes if c not in f]
     if missing:
-        return StepResult([Finding("unevaluable", -1, None, why=f"{len(missing)} class(es) of the e-graph before the "
+        return StepResult([Finding("checker", -1, None, why=f"{len(missing)} class(es) of the e-graph before the "
                                    "rule could not be found after it")], 0, 0)
     pre: dict = {}
     for c in v0.classes:
@@ -121,7 +125,7 @@ def check_step(v0: EGraphView, val0: Valuer, v1: EGraphView, inputs: dict) -> St
         if n.op in ("Tensor", "Mat") and c not in seed:
             continue  # new memory: compared through the reads of it
         if not all(ch in val1.vals for ch in n.children):
-            out.append(Finding("unevaluable", c, n, why="a child class has no finite term"))
+            out.append(Finding("checker", c, n, why="a child class of the new e-node has no evaluable term"))
             continue
         try:
             got = val1.node(n)
@@ -129,7 +133,7 @@ def check_step(v0: EGraphView, val0: Valuer, v1: EGraphView, inputs: dict) -> St
             out.append(Finding("unevaluable", c, n, why=str(e)))
             continue
         if c not in val1.vals:
-            out.append(Finding("unevaluable", c, n, why="its class has no value"))
+            out.append(Finding("checker", c, n, why="its class has no evaluable term"))
             continue
         if val1.via.get(c) == n:
             continue  # the class's value is this node's (a class the rule created)

@@ -13,6 +13,7 @@ reports whether the rule matched.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -20,6 +21,9 @@ import numpy as np
 
 from ..ir.infer import expr_bounds
 from . import encode as E
+
+_parse_shape = functools.lru_cache(maxsize=8192)(E.parse_shape)  # attributes are immutable strings
+_parse_map = functools.lru_cache(maxsize=8192)(E.parse_map)
 from .ixfns import HELPERS, pad_guard, pad_map, shape_after
 from .schema import CHILDREN
 from .soundness_pattern import Atom, Pattern, Query
@@ -157,7 +161,7 @@ class Builder:
 
     def leaf(self, var: str, shape=None, dtype=None, memory: bool = False) -> T:
         want_s, want_d = self._wanted(var, "has-shape"), self._wanted(var, "has-dtype")
-        shape = shape or (_ints(E.parse_shape(want_s)) if want_s else self.shape())
+        shape = shape or (_ints(_parse_shape(want_s)) if want_s else self.shape())
         dtype = dtype or want_d or self.dtype()
         computed = any(r in ("computed",) and args and isinstance(args[0], Atom) and args[0].text == var
                        for r, args in self.q.facts)
@@ -223,8 +227,8 @@ class Builder:
         return T("Cast", (to,), (x,), x.shape, to)
 
     def _const(self, p, shape, dtype):
-        shape = shape or _ints(E.parse_shape(self.slot(p.args[2], lambda: E.shape(self.shape()))))
-        s = self.slot(p.args[2], lambda: E.shape(shape), lambda v: _ints(E.parse_shape(v)) == shape)
+        shape = shape or _ints(_parse_shape(self.slot(p.args[2], lambda: E.shape(self.shape()))))
+        s = self.slot(p.args[2], lambda: E.shape(shape), lambda v: _ints(_parse_shape(v)) == shape)
         dt = self.slot(p.args[1], lambda: dtype or self.dtype())
         v = self.slot(p.args[0], lambda: str(self.rng.choice(("0.0", "1.0", "0.5", "-1.5", "2.0"))))
         return T("Const", (v, dt, s), (), shape, dt)
@@ -245,8 +249,8 @@ class Builder:
     def _reshape(self, p, shape, dtype):
         x = self.term(p.args[0], None, dtype)
         s = self.slot(p.args[1], lambda: E.shape(self._reshaped(x.shape)),
-                      lambda v: int(np.prod(_ints(E.parse_shape(v)))) == int(np.prod(x.shape)))
-        return T("Reshape", (s,), (x,), _ints(E.parse_shape(s)), x.dtype)
+                      lambda v: int(np.prod(_ints(_parse_shape(v)))) == int(np.prod(x.shape)))
+        return T("Reshape", (s,), (x,), _ints(_parse_shape(s)), x.dtype)
 
     def _reshaped(self, s: tuple) -> tuple:
         k = int(self.rng.integers(4))
@@ -278,16 +282,16 @@ class Builder:
         x = self.term(p.args[0], None, dtype)
         s = self.slot(p.args[1], lambda: E.shape(d if d != 1 or self.rng.random() < 0.3 else int(self.rng.integers(2, 4))
                                                  for d in x.shape),
-                      lambda v: len(E.parse_shape(v)) == len(x.shape)
-                      and all(a == b or a == 1 for a, b in zip(x.shape, _ints(E.parse_shape(v)))))
-        return T("Expand", (s,), (x,), _ints(E.parse_shape(s)), x.dtype)
+                      lambda v: len(_parse_shape(v)) == len(x.shape)
+                      and all(a == b or a == 1 for a, b in zip(x.shape, _ints(_parse_shape(v)))))
+        return T("Expand", (s,), (x,), _ints(_parse_shape(s)), x.dtype)
 
     def _pad(self, p, shape, dtype):
         x = self.term(p.args[0], None, dtype)
         pd = self.slot(p.args[1], lambda: E.pads(self._pads(len(x.shape))), lambda v: len(E.parse_pads(v)) == len(x.shape))
         v = self.slot(p.args[2], lambda: str(self.rng.choice(("0.0", "-inf", "1.0"))))
         return T("Pad", (pd, v), (x,),
-                 _ints(E.parse_shape(shape_after("pad", E.shape(x.shape), pd, ""))), x.dtype)
+                 _ints(_parse_shape(shape_after("pad", E.shape(x.shape), pd, ""))), x.dtype)
 
     def _pads(self, r: int) -> list:
         pads = [(int(self.rng.integers(0, 3)), int(self.rng.integers(0, 3))) for _ in range(r)]
@@ -301,7 +305,7 @@ class Builder:
         hi = [int(self.rng.integers(a + 1, d + 1)) for a, d in zip(lo, x.shape)]
         sp = self.slot(p.args[1], lambda: E.shrink(lo, hi, [int(self.rng.integers(1, 3)) for _ in x.shape]),
                        lambda v: len(E.parse_shrink(v)[0]) == len(x.shape))
-        return T("Shrink", (sp,), (x,), _ints(E.parse_shape(shape_after("shrink", E.shape(x.shape), sp, ""))), x.dtype)
+        return T("Shrink", (sp,), (x,), _ints(_parse_shape(shape_after("shrink", E.shape(x.shape), sp, ""))), x.dtype)
 
     def _flip(self, p, shape, dtype):
         x = self.term(p.args[0], shape, dtype)
@@ -313,7 +317,7 @@ class Builder:
     def _view(self, p, shape, dtype):
         x = self.term(p.args[0], None, dtype)
         s, m = self._shape_and_map(p, x.shape, self._imap(x.shape))
-        return T("View", (s, m), (x,), _ints(E.parse_shape(s)), x.dtype)
+        return T("View", (s, m), (x,), _ints(_parse_shape(s)), x.dtype)
 
     def _shape_and_map(self, p, src: tuple, drawn: tuple) -> tuple:
         """The (shape, map) slots 1 and 2 of a View or Read of a buffer of shape src; a shape fixed by the
@@ -324,7 +328,7 @@ class Builder:
                 raise Reject("a read shape the pattern fixes to another shape than its buffer's")
             drawn = self._same_shape_map(src) if self.rng.random() < 0.6 else (s, E.identity_map(len(src)))
         m = self.slot(p.args[2], lambda: drawn[1])
-        if not _in_bounds(_ints(E.parse_shape(s)), E.parse_map(m), src):
+        if not _in_bounds(_ints(_parse_shape(s)), _parse_map(m), src):
             raise Reject("a read outside its buffer")
         return s, m
 
@@ -353,7 +357,7 @@ class Builder:
         if self.rng.random() < 0.3 or not out:
             out.insert(0, int(self.rng.integers(2, 4)))
             m = [_shift(e) for e in m]
-        return E.shape(out), E.tup(E.parse_map(E.tup(m)))
+        return E.shape(out), E.tup(_parse_map(E.tup(m)))
 
     def _same_shape_map(self, src: tuple) -> tuple:
         """(shape, map) of a read that keeps the buffer's shape: axes reversed, equal-size axes swapped."""
@@ -362,7 +366,7 @@ class Builder:
         if len(same) >= 2:
             a, b = same[0], next(k for k in same[1:] if src[k] == src[same[0]])
             m[a], m[b] = m[b].replace(f"i{b}", f"i{a}"), m[a].replace(f"i{a}", f"i{b}")
-        return E.shape(src), E.tup(E.parse_map(E.tup(m)))
+        return E.shape(src), E.tup(_parse_map(E.tup(m)))
 
     def _broadcastindim(self, p, shape, dtype):
         x = self.term(p.args[0], None, dtype)
@@ -373,7 +377,7 @@ class Builder:
             out[k] = d if d != 1 or self.rng.random() < 0.5 else int(self.rng.integers(2, 4))
         s = self.slot(p.args[1], lambda: E.shape(out))
         d = self.slot(p.args[2], lambda: E.tup(dims), lambda v: len(E.parse_ints(v)) == len(x.shape))
-        return T("BroadcastInDim", (s, d), (x,), _ints(E.parse_shape(s)), x.dtype)
+        return T("BroadcastInDim", (s, d), (x,), _ints(_parse_shape(s)), x.dtype)
 
     def _tensor(self, p, shape, dtype):
         return self.tensor(shape or self.shape(), dtype or self.dtype())
@@ -393,7 +397,7 @@ class Builder:
         else:
             s, m = self._shape_and_map(p, mem.shape, self._imap(mem.shape) if r < 0.55 else self._same_shape_map(mem.shape)
                                        if r < 0.9 else (E.shape(mem.shape), E.identity_map(len(mem.shape))))
-        return T("Read", (s, m), (mem,), _ints(E.parse_shape(s)), mem.dtype)
+        return T("Read", (s, m), (mem,), _ints(_parse_shape(s)), mem.dtype)
 
     def _select(self, p, shape, dtype):
         rd, other = p.args[1], p.args[2]

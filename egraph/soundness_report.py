@@ -22,6 +22,7 @@ class RuleVerdict:
     error: str = ""  # a rewrite the checker could not evaluate
     counterexample: str = ""
     why_not: str = ""  # why the rule was not exercised enough
+    queries: list = field(default_factory=list)  # the rule's left-hand side(s), read for instantiation
 
     def status(self, cases: int) -> str:
         if self.unsound:

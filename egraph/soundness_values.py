@@ -12,6 +12,7 @@ unit in the term, which set the tolerance (``soundness_numerics``).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,9 @@ from ..ir.evaluate import evaluate
 from ..ir.expr import Expr
 from ..ir.tiny import Arg, Ops, Program, UOp
 from . import encode as E
+
+_parse_shape = functools.lru_cache(maxsize=8192)(E.parse_shape)  # attributes are immutable strings
+_parse_map = functools.lru_cache(maxsize=8192)(E.parse_map)
 from .graph import ENode, EGraphView
 from .soundness_numerics import eps
 from .totiny import TermBuilder
@@ -78,8 +82,8 @@ def tiny_eval(node: ENode, kids: list) -> np.ndarray:
 
 def _gather(mem: np.ndarray, shape: str, imap: str) -> tuple:
     """(values, in-bounds mask or None) of mem read at imap(i) for i over shape."""
-    s = tuple(int(d) for d in E.parse_shape(shape))
-    m = E.parse_map(imap)
+    s = tuple(int(d) for d in _parse_shape(shape))
+    m = _parse_map(imap)
     if len(m) != mem.ndim:
         raise Unevaluable(f"a read map of rank {len(m)} on memory of rank {mem.ndim}")
     grid = np.indices(s, dtype=np.int64, sparse=True) if s else []
@@ -96,8 +100,8 @@ def _gather(mem: np.ndarray, shape: str, imap: str) -> tuple:
 
 
 def _guard_ok(guard: str, shape: str, imap: str, mem_shape: tuple) -> np.ndarray:
-    s = tuple(int(d) for d in E.parse_shape(shape))
-    m = E.parse_map(imap)
+    s = tuple(int(d) for d in _parse_shape(shape))
+    m = _parse_map(imap)
     env = {f"i{k}": g for k, g in enumerate(np.indices(s, dtype=np.int64, sparse=True))} if s else {}
     ok = np.ones(s, dtype=bool)
     for j in E.parse_guard(guard):
