@@ -146,3 +146,34 @@ def test_the_rules_command_lists_and_checks_with_an_exit_status(capsys):
     out = capsys.readouterr().out
     assert "UNSOUND rule 'bad-sub-swap'" in out and "exit status 1" in out
     assert rules_command(check=True, rules_dirs=[str(HERE / "sound_rules")], cases=2, only=["max_self.egg"]) == 0
+
+
+# The term language users write rule files against: it may grow, but none of this may disappear or change
+# meaning (a user's rule file keeps loading and checking across versions).
+TODAY = {
+    "constructors": {"Tensor": (), "Mat": (0,), "Read": (0,), "Const": (), "Reshape": (0,), "Permute": (0,),
+                     "Expand": (0,), "Pad": (0,), "Shrink": (0,), "Flip": (0,), "View": (0,), "Transpose": (0,),
+                     "BroadcastInDim": (0,), "Select": (1, 2), "Unary": (1,), "Binary": (1, 2), "Where": (0, 1, 2),
+                     "Cast": (1,), "Reduce": (4,), "SoftmaxSum": (2, 3)},
+    "unary": {"NEG", "RELU", "EXP2", "LOG2", "SQRT", "RSQRT", "RECIPROCAL"},
+    "binary": {"ADD", "SUB", "MUL", "FDIV", "MAX", "MIN", "POW", "CMPLT", "CMPEQ", "CMPNE"},
+    "helpers": {"fold-map", "shape-after", "pad-guard", "pad-map", "reduce-shape", "unit-dims", "iota", "merge-axes",
+                "hoist-shape", "hoist-dims", "is-identity", "compose-perm", "compose-maps", "identity-map",
+                "unit-reduce-shape", "read-kind"},
+    "relations": {"has-shape", "has-dtype", "computed", "reduce-free", "sees"},
+}
+
+
+def test_the_term_language_of_todays_rule_files_is_still_there():
+    from polysat.egraph.ixfns import HELPERS
+    from polysat.egraph.schema import CHILDREN
+    from polysat.egraph.soundness_lint import BINARY_OPS, RELATIONS, UNARY_OPS
+    for name, kids in TODAY["constructors"].items():
+        assert CHILDREN.get(name) == kids, name
+    assert TODAY["unary"] <= UNARY_OPS and TODAY["binary"] <= BINARY_OPS
+    assert TODAY["helpers"] <= set(HELPERS) and TODAY["relations"] <= RELATIONS
+
+
+def test_a_user_rule_file_written_against_todays_helpers_loads_and_checks():
+    rep = check_rules([str(HERE / "sound_rules")], cases=2, only=["transpose_compose.egg"], seed=5, budget=6)
+    assert rep.exit_status == 0 and rep.verdicts[0].from_pattern >= 2, rep.format()
