@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from ..ir.diagnostics import PolysatError
+from ..ir.diagnostics import PolysatError, diag
 from ..ir.tiny import Program
 from . import knobs
 from .boundaries import default_cuts
@@ -278,6 +278,10 @@ def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, see
     ck = Checker(files, rng, cases)
     todo = [(name, RuleVerdict(rule)) for name, rule in ck.by_set.items() if not only or _selected(rule, list(only))]
     rep.verdicts = [v for _, v in todo]
+    for o in only or ():
+        if not any(_selected(v.rule, [o]) for _, v in todo):
+            rep.errors.append(diag("FileNotFound", o, f"--only {o}: no loaded rule, rule file or rules folder has this "
+                                   "name", "Name a rule (`polysat rules` lists them), a .egg file or a --rules folder."))
     for phase in (lambda n, v: ck.check_patterns(n, v, max(budget, 3 * cases)), ck.check_pool):
         for name, v in todo:  # every rule's own instances first: the pool's context then omits unsound rules
             if v.error:

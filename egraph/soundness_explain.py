@@ -69,8 +69,9 @@ def counterexample(res: StepResult, v0: EGraphView, val0: Valuer, inputs: dict, 
     else:
         lines.append("  the rule rewrote:" if f.kind == "mismatch" else f"  the rule made a term the checker cannot "
                      f"evaluate ({f.why}):")
-    lines.append(f"    before: {before}")
-    lines.append(f"    after:  {after}")
+    one, two = ("one:  ", "other:") if f.kind == "merge" else ("before:", "after: ")
+    lines.append(f"    {one} {before}")
+    lines.append(f"    {two} {after}")
     if f.want is not None and f.got is not None:
         if f.first is not None and f.want.v.shape == f.got.v.shape:
             i = f.first

@@ -44,7 +44,7 @@ def test_every_known_bad_rule_is_caught_and_named_with_a_counterexample():
     missed = [n for n, v in names.items() if not v.unsound]
     assert not missed, rep.format()
     for v in names.values():
-        assert "counterexample" in v.counterexample and ("before" in v.counterexample or "equated" in v.counterexample)
+        assert "counterexample" in v.counterexample and ("before:" in v.counterexample or "other:" in v.counterexample)
     text = rep.format()
     assert "UNSOUND rule 'bad-pad-off-by-one'" in text and "pad_off_by_one.egg" in text
     # the shipped rules were context only: none of them is blamed
@@ -73,6 +73,8 @@ def test_only_checks_the_named_rules_with_the_shipped_ones_as_context():
     names = [v.rule.name for v in rep.verdicts]
     assert "neg-neg" in names and "srnf-merge-sum" in names and "read-pad" not in names
     assert rep.exit_status == 0, rep.format()
+    rep = check_rules(cases=1, only=["no-such-rule"])
+    assert rep.exit_status == 1 and rep.errors[0].code == "E1112" and not rep.verdicts
 
 
 @pytest.mark.parametrize("text,code,line", [
