@@ -83,6 +83,7 @@ class Checker:
         self.fact_relations = {head(a) for k in self.facts for a in parse_sexp(self.by_set[k].text)[2]}
         self.pool: list = []
         self.programs = 0
+        self.pool_size: "int | None" = None
         self.unsound: set = set()  # rulesets found unsound: never context for another rule's pool programs
 
     def _st(self, prog: "Program | None" = None) -> EGraphState:
@@ -226,6 +227,9 @@ class Checker:
             for _ in range(2):
                 self.pool.extend(motif_programs(self.rng))
             self.pool.extend(random_program(self.rng, int(self.rng.integers(4, 12))) for _ in range(6))
+            while self.pool_size and len(self.pool) < self.pool_size:
+                self.pool.extend(motif_programs(self.rng) if len(self.pool) % 2 else attention_programs(self.rng, 4))
+            self.pool = self.pool[:self.pool_size] if self.pool_size else self.pool
         for prog in self.pool:
             if v.fired >= self.cases or v.unsound:
                 break
@@ -257,10 +261,11 @@ def _unbuildable(q) -> str:
 
 
 def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, seed: "int | None" = None,
-                only=None, budget: int = 12) -> CheckReport:
+                only=None, budget: int = 12, max_programs: "int | None" = None) -> CheckReport:
     """Check the rules of rules/ (unless builtin=False) and of dirs, or only those named by ``only``
     (rule names, file names or paths; every file stays loaded as context). Never raises for a bad
-    rule file: its diagnostics are in the report."""
+    rule file: its diagnostics are in the report. budget: instances of each rule's left-hand side;
+    max_programs: size of the random pool (default 28: attention, motif and random programs)."""
     t0 = time.perf_counter()
     cases = knobs.check_cases() if cases is None else cases
     rep = CheckReport(cases=cases)
@@ -276,6 +281,7 @@ def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, see
     if rep.errors and not files:
         return rep
     ck = Checker(files, rng, cases)
+    ck.pool_size = max_programs
     todo = [(name, RuleVerdict(rule)) for name, rule in ck.by_set.items() if not only or _selected(rule, list(only))]
     rep.verdicts = [v for _, v in todo]
     for o in only or ():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .graph import ENode, EGraphView
-from .soundness_numerics import agree, eps
+from .soundness_numerics import MOVED_ROUNDING, agree, eps
 from .soundness_values import Unevaluable, Val, Valuer
 
 
@@ -69,7 +69,7 @@ def compare(want: Val, got: Val) -> "tuple | None":
         return f"shape {list(want.v.shape)} became {list(got.v.shape)}", None
     if (want.mask is None) != (got.mask is None) or (want.mask is not None and not np.array_equal(want.mask, got.mask)):
         return "the two reads are defined on different elements", None
-    unit = max(dtype_eps, min(want.unit, got.unit))
+    unit = max(dtype_eps, min(want.unit, got.unit, MOVED_ROUNDING))
     with np.errstate(invalid="ignore"):
         ok = agree(want.v, got.v, np.maximum(want.mag, got.mag), unit)
     if want.mask is not None:
