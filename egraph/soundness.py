@@ -242,8 +242,9 @@ class Checker:
                     continue
                 if self._record(name, v, got[0], False):
                     res, v0, val0 = got
-                    v.counterexample = counterexample(res, v0, val0, inputs, roots=len(prog.outputs),
-                                                      source="a random-pool program rewritten by the other rules first")
+                    v.counterexample = counterexample(res, v0, val0, inputs, roots=0,  # the cone: 'before' below
+                                                      source="a random-pool program rewritten by the other rules "
+                                                             "first, cut down to the rewritten value's cone")
                 break
 
 
