@@ -286,7 +286,7 @@ def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, see
     todo = [(name, RuleVerdict(rule)) for name, rule in ck.by_set.items() if not only or _selected(rule, list(only))]
     rep.verdicts = [v for _, v in todo]
     for o in only or ():
-        if not any(_selected(v.rule, [o]) for _, v in todo):
+        if not any(_selected(v.rule, [o]) for _, v in todo) and not any(o in d.at for d in rep.errors):
             rep.errors.append(diag("FileNotFound", o, f"--only {o}: no loaded rule, rule file or rules folder has this "
                                    "name", "Name a rule (`polysat rules` lists them), a .egg file or a --rules folder."))
     for phase in (lambda n, v: ck.check_patterns(n, v, max(budget, 3 * cases)), ck.check_pool):
