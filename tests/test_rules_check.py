@@ -179,3 +179,12 @@ def test_the_term_language_of_todays_rule_files_is_still_there():
 def test_a_user_rule_file_written_against_todays_helpers_loads_and_checks():
     rep = check_rules([str(HERE / "sound_rules")], cases=2, only=["transpose_compose.egg"], seed=5, budget=6)
     assert rep.exit_status == 0 and rep.verdicts[0].from_pattern >= 2, rep.format()
+
+
+def test_with_unsound_rules_loaded_the_sound_rules_they_touch_are_not_blamed():
+    shipped = ["broadcast-sink-unary", "srnf-hoist-max-add", "read-flip", "split-reduce-before-broadcast", "fuse-halo"]
+    bad = ["bad-read-flip-dropped", "bad-max-div-hoist", "bad-fuse-map-dropped"]
+    rep = check_rules([str(HERE / "bad_rules")], cases=2, only=shipped + bad, seed=6, budget=6)
+    status = {v.rule.name: v.status(2) for v in rep.verdicts}
+    assert {n: status[n] for n in shipped} == {n: "ok" for n in shipped}, rep.format()
+    assert {n: status[n] for n in bad} == {n: "UNSOUND" for n in bad}, rep.format()
