@@ -166,8 +166,8 @@ class Checker:
             queries.append(read_query(rule.text, rule.line, rule.name, side=1))
         v.queries = queries
         for k in range(budget):
-            if v.unsound or v.error:
-                break
+            if v.unsound or v.error or (v.built >= 6 and not v.fired):
+                break  # found wrong, or six instances never matched: a rule for the pool's programs
             inst = instantiate(queries[k % len(queries)], self.rng)
             if inst is None:
                 continue
