@@ -1,4 +1,4 @@
-"""Rule soundness, tested not assumed (DESIGN.md; STYLE.md habit 4): ``polysat rules --check``.
+"""Rule soundness, tested not assumed (docs/DESIGN.md §E-graph): ``polysat rules --check``.
 
 Every rule sits alone in its own ruleset of one e-graph that holds all the rule files (the shipped
 ones are context for a user's). For each checked rule, test programs come from two sources:
@@ -21,9 +21,9 @@ import time
 
 import numpy as np
 
+from .. import knobs
 from ..ir.diagnostics import PolysatError, diag
 from ..ir.tiny import Program
-from . import knobs
 from .boundaries import default_cuts
 from .graph import export
 from .randprog import attention_programs, motif_programs, random_program

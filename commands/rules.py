@@ -1,10 +1,10 @@
-"""``polysat rules [--check] [--rules DIR] [--cases N] [--json]`` as one function the CLI calls."""
+"""``polysat rules [--check [--cases N] [--only FILE|NAME]] [--rules DIR] [--json]`` as one function the CLI calls."""
 from __future__ import annotations
 
 import json
 
-from .rulefiles import list_rules
-from .soundness import check_rules
+from ..egraph.rulefiles import list_rules
+from ..egraph.soundness import check_rules
 
 
 def rules_command(check: bool = False, rules_dirs=None, cases: "int | None" = None, as_json: bool = False,
