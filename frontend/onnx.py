@@ -32,6 +32,8 @@ from .lower import LOWERINGS, Ctx
 from .model import Node, _freeze
 
 MIN_OPSET = 13
+# Ops taken only by folding at import (they make constants: shapes, ranges, filled tensors).
+FOLD_ONLY = frozenset({"Constant", "ConstantOfShape", "Range", "Shape", "Size", "EyeLike", "OneHot"})
 
 # ONNX TensorProto element types polysat computes in (int64 only where a constant folds or narrows).
 _ONNX_DTYPES = {1: DType.fp32, 10: DType.fp16, 16: DType.bf16, 6: DType.i32, 9: DType.bool}
@@ -294,6 +296,9 @@ def translate_node(imp: Importer, proto, k: int) -> None:
                                                                           and given[0] in imp.alias):
         _fold_shape(imp, node)
         return
+    if node.op in FOLD_ONLY:
+        node.unsupported("it is taken only where it folds at import (all inputs constant, or the shape of a "
+                         "statically shaped tensor); here an input is computed at run time")
     if node.op not in HANDLERS:
         fail("UnsupportedOp", name, f"ONNX op {node.op} (node {name!r}) has no polysat lowering",
              "Supported ONNX ops: " + ", ".join(sorted(HANDLERS)) + ".")

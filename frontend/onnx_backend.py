@@ -94,3 +94,49 @@ def prepare(model, device: str = "CPU", **kwargs: Any) -> PolysatRep:
 
 def run_model(model, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple:
     return ReferenceBackend.run_model(model, inputs, device, **kwargs)
+
+
+# ---- the ONNX node tests, as a conformance run -------------------------------------------------
+
+def node_cases() -> list:
+    """onnx's node test cases whose ops polysat takes (a handler, or folding at import)."""
+    import warnings
+    from onnx.backend.test.loader import load_model_tests
+    from .onnx import FOLD_ONLY
+    from .onnx_ops import HANDLERS
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the case generators' own numpy overflow warnings
+        cases = load_model_tests(kind="node")
+    out = []
+    for t in cases:
+        ops = {n.op_type for n in t.model.graph.node} - FOLD_ONLY
+        if ops and ops <= set(HANDLERS):
+            out.append(t)
+    return out
+
+
+def case_key(t) -> str:
+    """The op a case tests: its one node's op, or "expanded" for a function body's decomposition."""
+    nodes = [n for n in t.model.graph.node]
+    return nodes[0].op_type if len(nodes) == 1 else "expanded"
+
+
+def run_case(backend: type, t) -> tuple:
+    """("pass" | "fail" | "declined", detail) of one node test case on a backend class."""
+    from onnx import numpy_helper
+    from onnx.backend.test.runner import Runner
+
+    def arr(x):
+        return numpy_helper.to_array(x) if hasattr(x, "data_type") else np.asarray(x)
+    if not backend.is_compatible(t.model):
+        d = backend.declined[t.model.graph.name]
+        return "declined", f"{d.code} {d.kind}: {d.why}"
+    try:
+        rep = backend.prepare(t.model)
+        for ins, outs in t.data_sets:
+            got = rep.run([arr(x) for x in ins])
+            with np.errstate(all="ignore"):
+                Runner.assert_similar_outputs([arr(o) for o in outs], list(got), rtol=t.rtol, atol=t.atol)
+    except (AssertionError, PolysatError) as e:
+        return "fail", f"{type(e).__name__}: {str(e).strip()[:300]}"
+    return "pass", ""

@@ -1,5 +1,5 @@
-"""ONNX op handlers, part 2: contractions (MatMul, Gemm, Einsum), Conv, pooling, normalizations,
-Softmax/LogSoftmax and the Reduce family, onto GEMM / Conv2D / MaxPool2D / AvgPool2D / Reduce /
+"""ONNX op handlers, part 2: contractions (MatMul, Gemm, Einsum), Conv, pooling, BatchNormalization,
+Softmax/LogSoftmax, the Reduce family and Attention, onto GEMM / Conv2D / MaxPool2D / AvgPool2D / Reduce /
 Softmax / LayerNorm / Einsum Frontend IR nodes. 1-D convolutions and pools run as 2-D ones with H = 1.
 """
 from __future__ import annotations
@@ -216,30 +216,6 @@ def softmax(imp: Importer, node: OnnxNode) -> list:
     d = e.ew("sub", xf, mx)
     lse = e.ew("log", e.op("Reduce", [e.ew("exp", d)], {"op": "sum", "axes": [axis], "keepdim": True}))
     return [e.cast(e.ew("sub", d, lse), e.dtype(x))]
-
-
-@handler("LayerNormalization")
-def layernorm(imp: Importer, node: OnnxNode) -> list:
-    e = Emit(imp, node)
-    if any(node.outputs[1:]):
-        node.unsupported("the Mean / InvStdDev outputs are not supported")
-    if node.attr("stash_type", 1) != 1:
-        node.unsupported("stash_type other than float32", "stash_type")
-    x = e.input(0)
-    rank = len(e.shape(x))
-    axis = node.attr("axis", -1)
-    axis = axis + rank if axis < 0 else axis
-    norm = list(e.shape(x)[axis:])
-    params = []
-    for k in (1, 2):
-        if node.has(k):
-            p = e.input(k)
-            if list(e.shape(p)) != norm:
-                p = e.op("Expand", [p], {"shape": [str(d) for d in norm]})
-            params.append(p)
-    if len(params) == 1 and not node.has(1):
-        node.unsupported("a bias without a scale")
-    return [e.op("LayerNorm", [x] + params, {"axis": axis, "eps": node.attr("epsilon", 1e-5)})]
 
 
 _REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
