@@ -156,7 +156,7 @@ def gpt2_block(seed: int = 2, s: int = 16, d: int = 64, h: int = 4):
     return g.model([_io("hidden_in", [1, s, d])], [_io("hidden_out", [1, s, d])], "gpt2_block")
 
 
-def mlp_mixer(seed: int = 3, patch: int = 8, c: int = 32, depth: int = 2):
+def mlp_mixer(seed: int = 3, patch: int = 8, c: int = 32, depth: int = 1):
     """Patch embedding (a strided conv), `depth` mixer layers (token MLP across patches, channel MLP),
     mean over patches and a linear head. Input (1, 3, 32, 32) -> logits (1, 10)."""
     g = G(seed)

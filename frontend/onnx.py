@@ -87,9 +87,8 @@ class OnnxNode:
 class Importer:
     """The translation state: constants, the shadow builder, emitted Frontend IR nodes, parameters."""
 
-    def __init__(self, model):
-        self.model = model
-        self.opset = _default_opset(model)
+    def __init__(self, names: set, opset: int):
+        self.opset = opset
         self.consts: dict[str, np.ndarray] = {}
         self.env: dict[str, UOp] = {}  # Frontend tensor -> shadow UOp
         self.alias: dict[str, str] = {}  # ONNX tensor -> Frontend tensor (materialized constants, identities)
@@ -98,13 +97,8 @@ class Importer:
         self.inputs: list[dict] = []
         self.tensors: dict[str, dict] = {}
         self.params: dict[str, np.ndarray] = {}
-        self._names: set = set()
+        self._names: set = set(names)  # the source model's tensor names, reserved
         self._count = 0
-        g = model.graph
-        for n in g.node:
-            self._names.update(x for x in n.output)
-        self._names.update(i.name for i in g.input)
-        self._names.update(i.name for i in g.initializer)
 
     # ---- names ------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -162,6 +156,32 @@ class Importer:
             return DType.i32  # an exact narrowing: every value fits
         fail("UnsupportedDtype", at, f"constant {hint!r} of dtype {arr.dtype} reaches a computed op; polysat "
              "computes in fp16, bf16, fp32, i32 and bool" + (" (its values do not fit int32)" if arr.dtype.kind in "iu" else ""))
+
+    def add_input(self, name: str, dt: DType, shape: tuple) -> None:
+        """A data input of the signature."""
+        self.inputs.append({"tensor": name})
+        self.tensors[name] = {"dtype": dt.value, "shape": [d if isinstance(d, int) else str(d) for d in shape]}
+        self.env[name] = self.b.input(name, dt, shape, at=name, nid=name)
+
+    def call(self, op: str, name: str, inputs: list, attrs: dict | None = None, n_out: int = 1) -> list:
+        """Translate one ONNX-style node given in Python terms (another importer's op mapped onto the ONNX
+        handlers): an input is a tensor name, an array (a constant) or None (absent). Returns the
+        output names (a constant output stays in ``consts``)."""
+        from onnx import helper
+        names = []
+        for k, x in enumerate(inputs):
+            if x is None:
+                names.append("")
+            elif isinstance(x, str):
+                names.append(x)
+            else:
+                c = self.fresh(f"{name}/in{k}")
+                self.consts[c] = np.asarray(x)
+                names.append(c)
+        outs = [self.fresh(name if n_out == 1 else f"{name}/{k}") for k in range(n_out)]
+        proto = helper.make_node(op, names, outs, name=name, **(attrs or {}))
+        translate_node(self, proto, 0)
+        return outs
 
     def uop(self, t: str) -> UOp:
         return self.env[t]
@@ -236,7 +256,9 @@ def import_onnx(model, origin: str = "model.onnx") -> dict:
     from . import lower_elementwise, lower_linear, lower_movement, lower_gather  # noqa: F401
     if 0 < _default_opset(model) < MIN_OPSET:
         model = _upgrade(model, origin)
-    imp = Importer(model)
+    g = model.graph
+    imp = Importer({x for n in g.node for x in n.output} | {i.name for i in g.input} | {i.name for i in g.initializer},
+                   _default_opset(model))
     if imp.opset < MIN_OPSET:
         fail("UnsupportedOp", origin, f"the model imports ONNX opset {imp.opset}; polysat takes opset {MIN_OPSET} "
              "onward", "Convert it with onnx.version_converter.convert_version(model, 17).")
@@ -246,7 +268,6 @@ def import_onnx(model, origin: str = "model.onnx") -> dict:
             if used:
                 fail("UnsupportedOp", used[0].name or used[0].op_type, f"op {used[0].op_type} of domain "
                      f"{dom.domain!r}: polysat imports only the default ONNX domain")
-    g = model.graph
     for init in g.initializer:
         imp.consts[init.name] = numpy_helper.to_array(init)
     for vi in g.input:
@@ -255,9 +276,7 @@ def import_onnx(model, origin: str = "model.onnx") -> dict:
         elem = vi.type.tensor_type.elem_type
         dt = dtype_of_onnx(elem, vi.name, f"graph input {vi.name!r}")
         shape = _input_shape(vi, vi.name)
-        imp.inputs.append({"tensor": vi.name})
-        imp.tensors[vi.name] = {"dtype": dt.value, "shape": [d if isinstance(d, int) else str(d) for d in shape]}
-        imp.env[vi.name] = imp.b.input(vi.name, dt, shape, at=vi.name, nid=vi.name)
+        imp.add_input(vi.name, dt, shape)
     for k, proto in enumerate(g.node):
         translate_node(imp, proto, k)
     outputs = []

@@ -16,7 +16,7 @@ from polysat.bench.onnx_node import run, summary
 from polysat.frontend.onnx_backend import ReferenceBackend, node_cases
 
 MIN_RATE = 0.95
-PLAYBACK_PER_OP = 2
+PLAYBACK_PER_OP = 1
 DECLINE_CODES = ("E1011", "E1102", "E1007")
 
 
@@ -46,16 +46,20 @@ def test_node_tests_reference(cases):
 def test_node_tests_playback_sample(cases):
     res = run("playback", cases, PLAYBACK_PER_OP)
     _check(res)
-    assert len(res["per_op"]) >= 60, summary(res)
+    assert len(res["per_op"]) >= 60, summary(res)  # every op, one case each
 
 
 def test_backend_test_api_runs_polysat():
     """onnx.backend.test.BackendTest drives the backend: selected ops run and pass, none skipped."""
     from onnx.backend.test import BackendTest
+    import re
     bt = BackendTest(ReferenceBackend, __name__)
-    bt.include(r"^test_(relu|gemm_default_matrix_bias|conv_with_strides_padding|softmax_axis_1|"
-               r"layer_normalization_4d_axis1|transpose_default|maxpool_2d_pads)_cpu$")
+    chosen = re.compile(r"^test_(relu|gemm_default_matrix_bias|conv_with_strides_padding|softmax_axis_1|"
+                        r"layer_normalization_4d_axis1|transpose_default|maxpool_2d_pads)_cpu$")
+    bt.include(chosen.pattern)  # the others are loaded as skipped by BackendTest itself
     suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromTestCase(c)
                                for c in bt.test_cases.values())
     result = unittest.TextTestRunner(verbosity=0).run(suite)
-    assert result.testsRun >= 7 and not result.failures and not result.errors and not result.skipped, result
+    ran = result.testsRun - len(result.skipped)
+    assert ran == 7 and not result.failures and not result.errors, result
+    assert not [t for t, _ in result.skipped if chosen.match(t._testMethodName)]
