@@ -1,10 +1,8 @@
 """ONNX op handlers, part 2: contractions (MatMul, Gemm, Einsum), Conv, pooling, BatchNormalization,
-Softmax/LogSoftmax, the Reduce family and Attention, onto GEMM / Conv2D / MaxPool2D / AvgPool2D / Reduce /
+Softmax/LogSoftmax and the Reduce family, onto GEMM / Conv2D / MaxPool2D / AvgPool2D / Reduce /
 Softmax / LayerNorm / Einsum Frontend IR nodes. 1-D convolutions and pools run as 2-D ones with H = 1.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -265,35 +263,3 @@ def reduce(imp: Importer, node: OnnxNode) -> list:
     elif op == "ReduceLogSum":
         y = e.ew("log", y)
     return [e.cast(y, dt)]
-
-
-@handler("Attention")
-def attention(imp: Importer, node: OnnxNode) -> list:
-    """ONNX Attention (opset 23) on 4-D Q, K, V of one head count, no mask, cache or softcap."""
-    e = Emit(imp, node)
-    if len(node.inputs) > 3 and any(node.inputs[3:]):
-        node.unsupported("attn_mask / past_key / past_value inputs are not supported")
-    if any(node.outputs[1:]):
-        node.unsupported("present_key / present_value / qk_matmul_output outputs are not supported")
-    for key, default in (("softcap", 0.0), ("qk_matmul_output_mode", 0), ("softmax_precision", None)):
-        v = node.attr(key, default)
-        if v not in (default, 1) or (key == "softcap" and v != 0.0):
-            node.unsupported(f"{key} = {v!r}", key)
-    q, k, v = e.input(0), e.input(1), e.input(2)
-    if not (len(e.shape(q)) == len(e.shape(k)) == len(e.shape(v)) == 4):
-        node.unsupported("3-D (packed-head) Q, K, V: polysat takes (B, H, S, D)")
-    if e.shape(q)[1] != e.shape(k)[1] or e.shape(k)[1] != e.shape(v)[1]:
-        node.unsupported("grouped-query heads (Q and K/V head counts differ)")
-    for key in ("q_num_heads", "kv_num_heads"):
-        node.attr(key)
-    d = e.shape(q)[3]
-    scale = node.attr("scale", None)
-    if scale is None:
-        if not isinstance(d, int):
-            node.unsupported("the default scale needs a static head size", "scale")
-        scale = 1.0 / math.sqrt(d)
-    causal = bool(node.attr("is_causal", 0))
-    if causal and e.shape(q)[2] != e.shape(k)[2]:
-        node.unsupported("is_causal with query and key lengths that differ (ONNX aligns the mask top-left, "
-                         "polysat bottom-right)", "is_causal")
-    return [e.cast(e.op("Attention", [q, k, v], {"scale": float(scale), "causal": causal}), e.dtype(q))]
