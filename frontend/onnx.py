@@ -248,8 +248,9 @@ def _input_shape(vi, at: str) -> tuple:
     return shape_of(dims)
 
 
-def import_onnx(model, origin: str = "model.onnx") -> dict:
-    """An ``onnx.ModelProto`` -> Frontend IR document with ``"parameters"`` (name -> ndarray)."""
+def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None) -> dict:
+    """An ``onnx.ModelProto`` -> Frontend IR document with ``"parameters"`` (name -> ndarray).
+    ``bindings`` gives graph inputs a value to take as constants (a backend specializing on shapes)."""
     from onnx import numpy_helper
     from . import onnx_ops  # noqa: F401  (fill HANDLERS)
     from .lower import lower  # noqa: F401  (fill LOWERINGS)
@@ -270,6 +271,8 @@ def import_onnx(model, origin: str = "model.onnx") -> dict:
                      f"{dom.domain!r}: polysat imports only the default ONNX domain")
     for init in g.initializer:
         imp.consts[init.name] = numpy_helper.to_array(init)
+    for name, v in (bindings or {}).items():
+        imp.consts[name] = np.asarray(v)
     for vi in g.input:
         if vi.name in imp.consts:
             continue  # an initializer listed as input (IR < 4 style): a constant

@@ -232,8 +232,9 @@ def reduce(imp: Importer, node: OnnxNode) -> list:
         axes = node.attr("axes")
         axes = list(axes) if axes is not None else []
     keep = bool(node.attr("keepdims", 1))
+    noop = node.attr("noop_with_empty_axes", 0)
     if not axes:
-        if node.attr("noop_with_empty_axes", 0):
+        if noop:
             return [e.op("Reshape", [x], {"shape": [str(d) for d in e.shape(x)]})]
         axes = list(range(rank))
     dt = e.dtype(x)
@@ -254,9 +255,11 @@ def reduce(imp: Importer, node: OnnxNode) -> list:
         src = e.ew("mul", x, x)
     elif op == "ReduceL1":
         src = e.ew("max", x, e.ew("neg", x))
-    acc = "fp32" if dt.is_float else dt.value
+    acc = "fp32" if dt.is_float else "i32"
     if dt == DType.bool:
-        node.unsupported("reductions of bool tensors")
+        if op not in ("ReduceMax", "ReduceMin"):
+            node.unsupported(f"{op} of a bool tensor")
+        src = e.cast(src, DType.i32)  # any / all as max / min over 0 and 1
     y = e.op("Reduce", [src], {"op": _REDUCE[op], "axes": axes, "keepdim": keep, "acc_dtype": acc})
     if op == "ReduceL2":
         y = e.ew("sqrt", y)
