@@ -197,6 +197,8 @@ class Importer:
         out = out or self.fresh(f"{name}/out")
         nname = self.fresh(name)
         attrs = dict(attrs or {})
+        if isinstance(attrs.get("shape"), list):  # sizes written as text by handlers: static ones as ints
+            attrs["shape"] = [int(d) if isinstance(d, str) and d.lstrip("-").isdigit() else d for d in attrs["shape"]]
         node = Node(op, nname, tuple(inputs), (out,), _freeze(attrs))
         fn, (lo, hi) = LOWERINGS[op]
         if not lo <= len(inputs) <= hi:
