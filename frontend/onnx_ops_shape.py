@@ -1,5 +1,5 @@
 """ONNX op handlers, part 3: movement (Transpose, Reshape, Flatten, Squeeze, Unsqueeze, Expand,
-Concat, Split, Slice, Pad, Tile, Gather with constant indices, DepthToSpace, SpaceToDepth).
+Concat, Split, Slice, Pad (constant, reflect, edge, wrap), Tile, Gather with constant indices, DepthToSpace, SpaceToDepth).
 
 Shape operands (Reshape's shape, Slice's starts, Pad's pads, ...) must fold to constants at import;
 the resulting sizes are resolved here, so the Frontend IR nodes carry explicit shapes.
@@ -213,21 +213,52 @@ def split(imp: Importer, node: OnnxNode) -> list:
     return outs
 
 
+def _edge_pieces(e: Emit, y: str, a: int, lo: int, hi: int, mode: str) -> str:
+    """y padded on axis a by lo/hi elements in mode reflect, edge or wrap (a concatenation of slices)."""
+    n = e.shape(y)[a]
+    if not isinstance(n, int) or (mode == "reflect" and max(lo, hi) >= n) or (mode == "wrap" and max(lo, hi) > n):
+        e.node.unsupported(f"{mode} padding of {lo}/{hi} on axis {a} of size {n}")
+    pieces = []
+    if lo:
+        if mode == "reflect":
+            pieces.append(e.op("Flip", [_slice_axis(e, y, a, 1, lo + 1, 1)], {"axes": [a]}))
+        elif mode == "edge":
+            one = _slice_axis(e, y, a, 0, 1, 1)
+            pieces.append(e.op("Expand", [one], {"shape": _s([lo if k == a else d for k, d in enumerate(e.shape(one))])}))
+        else:
+            pieces.append(_slice_axis(e, y, a, n - lo, n, 1))
+    pieces.append(y)
+    if hi:
+        if mode == "reflect":
+            pieces.append(e.op("Flip", [_slice_axis(e, y, a, n - 1 - hi, n - 1, 1)], {"axes": [a]}))
+        elif mode == "edge":
+            one = _slice_axis(e, y, a, n - 1, n, 1)
+            pieces.append(e.op("Expand", [one], {"shape": _s([hi if k == a else d for k, d in enumerate(e.shape(one))])}))
+        else:
+            pieces.append(_slice_axis(e, y, a, 0, hi, 1))
+    return e.op("Concat", pieces, {"axis": a})
+
+
 @handler("Pad")
 def pad(imp: Importer, node: OnnxNode) -> list:
+    """Constant (a constant value, or one given at run time: pad with 0 and select by a padded mask),
+    reflect, edge and wrap modes; negative pads crop."""
     e = Emit(imp, node)
     x = e.input(0)
     rank = len(e.shape(x))
     mode = node.attr("mode", "constant")
-    if mode != "constant":
-        node.unsupported(f"mode {mode!r}: polysat pads with a constant only", "mode")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        node.unsupported(f"mode {mode!r}", "mode")
     pads = _ints(e, 1, "pads")
     axes = [_axis(node, a, rank) for a in _ints(e, 3, "axes")] if node.has(3) else list(range(rank))
     if len(pads) != 2 * len(axes):
         node.unsupported(f"pads {pads} needs {2 * len(axes)} entries")
-    value = 0.0
-    if node.has(2):
-        value = np.asarray(e.const(2, "constant_value")).reshape(-1)[0].item()
+    value, runtime_value = 0.0, None
+    if node.has(2) and mode == "constant":
+        if imp.is_const(node.inputs[2]):
+            value = np.asarray(imp.const(node.inputs[2])).reshape(-1)[0].item()
+        else:
+            runtime_value = e.input(2)
     per = [[0, 0] for _ in range(rank)]
     for k, a in enumerate(axes):
         per[a] = [pads[k], pads[k + len(axes)]]
@@ -237,10 +268,19 @@ def pad(imp: Importer, node: OnnxNode) -> list:
             size = e.shape(y)[a]
             y = _slice_axis(e, y, a, max(0, -lo), (size if isinstance(size, int) else 2**63) - max(0, -hi), 1)
     pos = [[max(0, lo), max(0, hi)] for lo, hi in per]
-    if any(lo or hi for lo, hi in pos):
+    if mode != "constant":
+        for a, (lo, hi) in enumerate(pos):
+            if lo or hi:
+                y = _edge_pieces(e, y, a, lo, hi, mode)
+    elif any(lo or hi for lo, hi in pos):
         if isinstance(value, float) and not np.isfinite(value):
             value = "nan" if np.isnan(value) else ("inf" if value > 0 else "-inf")
-        y = e.op("Pad", [y], {"pads": pos, "value": value})
+        inner = y
+        y = e.op("Pad", [inner], {"pads": pos, "value": value})
+        if runtime_value is not None:
+            inside = e.op("Constant", [], {"value": True, "dtype": "bool", "shape": _s(e.shape(inner))})
+            inside = e.op("Pad", [inside], {"pads": pos, "value": False})
+            y = e.ew("where", inside, y, e.cast(runtime_value, e.dtype(y)))
     if y == x:
         y = _reshape(e, x, e.shape(x))
     return [y]
@@ -308,6 +348,9 @@ def space_to_depth(imp: Importer, node: OnnxNode) -> list:
     x = e.input(0)
     n, c, h, w = _blocks(e, x, "SpaceToDepth")
     b = node.attr("blocksize")
+    mode = node.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        node.unsupported(f"mode {mode!r}", "mode")
     y = _reshape(e, x, [n, c, h // b, b, w // b, b])
-    y = e.op("Transpose", [y], {"perm": [0, 3, 5, 1, 2, 4]})
+    y = e.op("Transpose", [y], {"perm": [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]})
     return [_reshape(e, y, [n, c * b * b, h // b, w // b])]
