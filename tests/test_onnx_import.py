@@ -79,10 +79,20 @@ def test_unsupported_op_names_node_and_op():
 
 
 def test_unsupported_attribute_value_names_attribute():
-    m = _model([helper.make_node("Pad", ["x", "p"], ["y"], name="reflect", mode="reflect")], [_vi("x", [4])],
-               [_vi("y", [6])], [("p", np.asarray([1, 1], np.int64))])
+    m = _model([helper.make_node("LayerNormalization", ["x", "g"], ["y"], name="ln16", stash_type=10)],
+               [_vi("x", [2, 4])], [_vi("y", [2, 4])], [("g", np.arange(4, dtype=np.float32))])
     d = _diag(m)
-    assert d.code == "E1102" and d.at == "reflect" and "'mode'" in d.why and "Pad" in d.why
+    assert d.code == "E1102" and d.at == "ln16" and "'stash_type'" in d.why and "LayerNormalization" in d.why
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap", "constant"])
+def test_pad_modes_match_onnxruntime(mode):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    m = _model([helper.make_node("Pad", ["x", "p", "v"], ["y"], mode=mode)], [_vi("x", [3, 4]), _vi("v", [])],
+               [_vi("y", None)], [("p", np.asarray([1, 2, 2, -1], np.int64))])
+    feeds = {"x": x, "v": np.asarray(-7.5, np.float32)}  # a run-time constant_value
+    got, _ = _polysat(m, feeds)
+    np.testing.assert_array_equal(got[0], _ort(m, feeds)[0])
 
 
 def test_unread_attribute_is_never_ignored():

@@ -47,7 +47,7 @@ def test_torch_compile_backend_runs_through_polysat(caplog, monkeypatch):
     torch._dynamo.reset()
     with torch.no_grad():
         want = m(*args)
-        compiled = torch.compile(m, backend=polysat_backend, options={"target": "playback"})
+        compiled = torch.compile(m, backend=polysat_backend, options={"target": "playback", "cost": "model"})
         with caplog.at_level(logging.WARNING, logger="polysat.torch"):
             got = compiled(*args)
     assert compiled_graphs == ["playback"]
