@@ -17,7 +17,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def run(target: str, cases: list, per_op: int | None = None) -> dict:
-    from ..frontend.onnx_backend import PlaybackBackend, ReferenceBackend, case_key, run_case
+    from ..commands.onnx_backend import PlaybackBackend, ReferenceBackend, case_key, run_case
     backend = {"reference": ReferenceBackend, "playback": PlaybackBackend}[target]
     per: dict = collections.defaultdict(lambda: {"pass": 0, "fail": 0, "declined": 0})
     details = []
@@ -45,7 +45,7 @@ def summary(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from ..frontend.onnx_backend import node_cases
+    from ..commands.onnx_backend import node_cases
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--targets", default="reference,playback")
     ap.add_argument("--per-op", type=int, default=None)

@@ -1,5 +1,5 @@
 """The ``model`` cost: extraction that picks kernel boundaries by Poly Core's modelled time
-(seed 000 §7, §11; seed 003 fusion legality and profitability; issue 5).
+(docs/DESIGN.md §Cost model, §Fusion).
 
 Kernel boundaries are terms: a *site* is a materialized value, ``Mat(x)``, some read
 ``Read(Mat(x), s, m)`` of which has a fused alternative from ``rules/fusion.egg`` (``View(x, s, m)``
@@ -14,14 +14,14 @@ The search starts from every site cut (``saturate_unfused`` loads the program wi
 edge cut: one kernel per op). With at most EXACT_SITES sites it is exact-greedy: each round prices
 fusing every site still cut, takes the best, then the other improving ones while they still improve,
 until none improves. With more (a deep stack), a merge phase first fuses producer kernels into
-their single consumer kernel on the Tiny partition (fusion deltas of two kernels, seed 000 §11),
+their single consumer kernel on the Tiny partition (fusion deltas of two kernels, docs/DESIGN.md §Cost model),
 then the decisions are realized in the e-graph and priced whole.
 Every candidate is checked against the legality classes on its chosen terms (the rules' class-level
 facts over-approximate): a reduction may be read inside its consumer's kernel only one-to-one, by a
 window (compute-at with halo) or at a prefix of the consumer's loop order; a broadcast of it
 (many-to-many, GEMM -> GEMM) makes the candidate illegal.
 
-Streaming (issue 7, rules/streaming.egg) adds a second kind of decision: a value whose class holds a
+Streaming (docs/DESIGN.md §Streaming, rules/streaming.egg) adds a second kind of decision: a value whose class holds a
 ``SoftmaxSum`` is either streamed (one kernel walks the keys: its other spellings are ruled out) or
 not (the SoftmaxSum is ruled out, the two-kernel softmax -> P V stays). The search prices both like
 any fusion; streamed kernels are priced per key block (``mark_streams``, analyses/cost_model.py), and
@@ -44,11 +44,11 @@ from ..ir.tiny import GroupOp, Ops, Program
 from . import encode as E
 from .api import Extraction
 from .boundaries import loop_order, movement_map, operand_reads
-from .cost import CostModel, SizeCost, register
+from .cost import Needs, SearchingCost, SizeCost, register
 from .extract import solve
 from .graph import EGraphView, export
 from .ixfns import compose, read_kind
-from .knobs import price_symbol_size
+from ..knobs import price_symbol_size
 from .state import EGraphState
 from .stream import BLOCK, group_of, groups
 from .totiny import to_tiny
@@ -90,7 +90,7 @@ _reads = operand_reads
 
 def _contraction_muls(p: Program) -> set:
     """MUL nodes that a REDUCE(SUM) reads: with the REDUCE (and widening casts of their operands)
-    they are one contraction (CONTRACT = MUL -> REDUCE(SUM), seed 000 §3; one Poly-View block)."""
+    they are one contraction (CONTRACT = MUL -> REDUCE(SUM), docs/DESIGN.md §Tiny IR; one Poly-View block)."""
     out = set()
     for c in p.nodes:
         if c.op == Ops.REDUCE and str(c.arg["op"]).upper() == "SUM":
@@ -131,14 +131,6 @@ def _kind(p: Program, c, m: "tuple | None", space: tuple) -> str:
     shape = tuple(space[k] for k in order)
     mm = tuple(e.subs({f"i{k}": Expr.var(f"i{perm[k]}") for k in range(len(space))}) for e in m)
     return read_kind(E.shape(shape), E.tup(mm)) or "opaque"
-
-
-def fusion_class(p: Program, c, pos: int) -> str:
-    """How consumer c reads operand pos: "halo" (one-to-one or a window), "prefix" (at a prefix of
-    c's loop order) or "broadcast" (one-to-many); "opaque" when the view is not affine. A PAD reads
-    its source shifted (boundaries.pad_shift): MaxPool2D's -inf border around a conv is a window."""
-    _, _, m, space = operand_reads(p, c, pads_as_shifts=True)[pos]
-    return _kind(p, c, m, space)
 
 
 def _reached_reduces(p: Program, q, m: "tuple | None", inside: frozenset) -> list:
@@ -353,10 +345,12 @@ class Search:
     streamed: list = field(default_factory=list)  # Streamed: the stream decisions taken, with both prices
 
 
-class ModelCost(CostModel):
+class ModelCost(SearchingCost):
     """Poly Core priced extraction (see the module docstring). ``params`` binds symbols (missing ones
-    get default_symbol_size()), ``arch`` picks the device table."""
+    get default_symbol_size()), ``arch`` picks the device table; both come from the pipeline's --bind
+    and --arch (``needs``)."""
     name = "model"
+    needs = Needs(arch=True, params=True, search=True)
 
     def __init__(self, params: "dict | None" = None, arch: str = "sm90", max_rounds: int = MAX_ROUNDS,
                  exact_sites: int = EXACT_SITES):
@@ -364,9 +358,6 @@ class ModelCost(CostModel):
 
     def enode_cost(self, node, view) -> float:
         return SizeCost().enode_cost(node, view)
-
-    def extract_full(self, state: EGraphState) -> Extraction:
-        return self.search(state).best.extraction
 
     # the search proper
     def search(self, state: EGraphState, stream: bool = True) -> Search:
@@ -478,7 +469,7 @@ class Streamed:
 
 def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate, params: dict, arch: str) -> tuple:
     """Greedy producer-into-consumer merging on the one-kernel-per-op Tiny partition (the fusion
-    delta of seed 000 §11, priced on regions of one Poly-View): repeatedly fuse the kernel whose
+    delta of docs/DESIGN.md §Cost model, priced on regions of one Poly-View): repeatedly fuse the kernel whose
     value only one other kernel reads into that kernel, taking the merge that lowers the modelled
     time most, if legal (a partition computes each value in one kernel, so a value read by several
     kernels stays materialized here; the exact search may still fuse it).
@@ -567,26 +558,17 @@ def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate
                 holders.setdefault(i, set()).add(c)
 
 
-register(ModelCost())
+register(ModelCost)
 
 
 def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:
     """(EGraphState, RunReport) with program loaded one kernel per op (every compute edge cut) and
     the rules run: the fused alternatives come from rules/fusion.egg, the streamed softmax-weighted sums
     from rules/streaming.egg (unless POLYSAT_STREAMING=0)."""
-    from .knobs import streaming
+    from ..knobs import streaming
     from .saturate import OPT_IN, default_schedule, rule_files, run
     from .state import new_state
     st = new_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program))
     opt_in = tuple(r for r in OPT_IN if r != "streaming" or streaming())
     return st, run(st, default_schedule(st.rulesets, opt_in), limits)
 
-
-def saturate_for(program: Program, cost: "str | CostModel" = "size", rules_dirs=None, limits=None) -> tuple:
-    """The saturation a cost model needs: ``model`` searches from one kernel per op with the opt-in
-    fusion-search rules (saturate_unfused); every other model keeps the loaded default partition."""
-    from .cost import get
-    from .saturate import saturate
-    if isinstance(get(cost), ModelCost):
-        return saturate_unfused(program, rules_dirs, limits)
-    return saturate(program, rules_dirs, limits)

@@ -1,5 +1,5 @@
 """Random inputs and output comparison, shared by the soundness checker and the tests
-(rtol = atol = 1e-3, seed 000 §6.11)."""
+(rtol = atol = 1e-3, docs/DESIGN.md §Verification)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
-"""Rule files: discovery, the catalogue of named rules and their laws, and validation (seed 000 §14).
+"""Rule files: discovery, the catalogue of named rules and their laws, and validation
+(docs/DESIGN.md §E-graph).
 
 A rule file is egglog text (``*.egg``) in ``rules/`` or a folder given with ``--rules DIR``. Every
 ``rule``/``rewrite``/``birewrite`` carries ``:name "..."`` and ``:ruleset r``, and the comment lines

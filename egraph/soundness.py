@@ -1,4 +1,4 @@
-"""Rule soundness, tested not assumed (DESIGN.md; STYLE.md habit 4): ``polysat rules --check``.
+"""Rule soundness, tested not assumed (docs/DESIGN.md §E-graph): ``polysat rules --check``.
 
 For every rule: random programs (``randprog``) are loaded into one e-graph per program in which each
 rule sits alone in its own ruleset; the rule runs alone (a few bounded iterations, then the
@@ -21,7 +21,7 @@ from ..ir.diagnostics import PolysatError
 from ..ir.evaluate import evaluate
 from ..ir.printer import format_program
 from ..ir.tiny import Arg, Ops, Program, UOp
-from . import knobs
+from .. import knobs
 from .boundaries import default_cuts
 from .cost import SizeCost
 from .extract import solve

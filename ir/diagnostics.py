@@ -1,4 +1,4 @@
-"""Every diagnostic polysat reports, defined once (seed 000 §14, seed 002 §4).
+"""Every diagnostic polysat reports, defined once (docs/DESIGN.md §Diagnostics).
 
 A diagnostic is a value: ``code`` (``E1001``: E = error, W = warning), ``kind`` (its name),
 ``at`` (the user's node or tensor, or the stage), ``why`` and ``suggestion``. Code ranges:

@@ -1,4 +1,4 @@
-"""The ONNX backend node tests through polysat's ``onnx.backend`` Backend (frontend/onnx_backend.py).
+"""The ONNX backend node tests through polysat's ``onnx.backend`` Backend (commands/onnx_backend.py).
 
 Every node test case whose ops polysat takes runs on the reference evaluator; playback (the e-graph
 pipeline down to RB-SSA regions, about a second a case) runs a sample of PLAYBACK_PER_OP cases per op
@@ -13,7 +13,7 @@ import unittest
 import pytest
 
 from polysat.bench.onnx_node import run, summary
-from polysat.frontend.onnx_backend import ReferenceBackend, node_cases
+from polysat.commands.onnx_backend import ReferenceBackend, node_cases
 
 MIN_RATE = 0.95
 PLAYBACK_PER_OP = 1

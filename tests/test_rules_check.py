@@ -84,7 +84,7 @@ def test_a_user_rules_folder_adds_rules_to_a_run(tmp_path):
 
 
 def test_the_rules_command_lists_and_checks_with_an_exit_status(capsys):
-    from polysat.egraph.commands import rules_command
+    from polysat.commands.rules import rules_command
     assert rules_command() == 0
     assert "read-pad" in capsys.readouterr().out
     assert rules_command(check=True, rules_dirs=[str(HERE / "bad_rules")], cases=1) == 1

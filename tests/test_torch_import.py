@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="the polysat[torch] extra is not ins
 from polysat.cli import TARGETS  # noqa: E402
 from polysat.examples.torch_models import MODELS, build  # noqa: E402
 from polysat.frontend import with_parameters  # noqa: E402
-from polysat.frontend.torch_compile import polysat_backend  # noqa: E402
+from polysat.commands.torch_compile import polysat_backend  # noqa: E402
 from polysat.frontend.torch_export import import_exported  # noqa: E402
 from polysat.ir.diagnostics import PolysatError  # noqa: E402
 from polysat.pipeline import Compilation  # noqa: E402
@@ -36,7 +36,7 @@ def test_torch_export_model_matches_eager(name):
 
 
 def test_torch_compile_backend_runs_through_polysat(caplog, monkeypatch):
-    import polysat.frontend.torch_compile as tc
+    import polysat.commands.torch_compile as tc
     compiled_graphs, real = [], tc.compile_graph
 
     def counting(gm, inputs, target, cost):

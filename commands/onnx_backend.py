@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 from onnx.backend.base import Backend, BackendRep
 
-from ..ir.diagnostics import PolysatError
-from .onnx import import_onnx
+from ..frontend.onnx import FOLD_ONLY, _default_opset, dtype_of_onnx, import_onnx
+from ..ir.diagnostics import PolysatError, fail
 
 
 def _np_of_onnx(elem: int) -> np.dtype:
@@ -78,7 +78,7 @@ class PolysatRep(BackendRep):
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple:
         from ..cli import TARGETS
-        from . import with_parameters
+        from ..frontend import with_parameters
         if isinstance(inputs, dict):
             feeds = dict(inputs)
         else:
@@ -101,8 +101,7 @@ class PolysatBackend(Backend):
     def is_compatible(cls, model, device: str = "CPU", **kwargs: Any) -> bool:
         """Whether polysat imports the model; with shape inputs (bound only at run time), whether it has
         a translation for every op (attribute values are then checked when the values arrive)."""
-        from .onnx import FOLD_ONLY, _default_opset
-        from .onnx_ops import HANDLERS
+        from ..frontend.onnx_ops import HANDLERS
         try:
             if not shape_inputs(model):
                 import_onnx(model, model.graph.name or "model")
@@ -111,11 +110,9 @@ class PolysatBackend(Backend):
                 import_onnx(model, model.graph.name or "model")  # the version converter's verdict
             for n in model.graph.node:
                 if n.op_type not in HANDLERS and n.op_type not in FOLD_ONLY:
-                    from ..ir.diagnostics import fail
                     fail("UnsupportedOp", n.name or n.op_type, f"ONNX op {n.op_type} has no polysat lowering")
             for vi in model.graph.input:
                 if vi.name not in shape_inputs(model) and vi.name not in {i.name for i in model.graph.initializer}:
-                    from .onnx import dtype_of_onnx
                     dtype_of_onnx(vi.type.tensor_type.elem_type, vi.name, f"graph input {vi.name!r}")
         except PolysatError as e:
             cls.declined[model.graph.name] = e.diagnostics[0]
@@ -160,8 +157,7 @@ def node_cases() -> list:
     """onnx's node test cases whose ops polysat takes (a handler, or folding at import)."""
     import warnings
     from onnx.backend.test.loader import load_model_tests
-    from .onnx import FOLD_ONLY
-    from .onnx_ops import HANDLERS
+    from ..frontend.onnx_ops import HANDLERS
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the case generators' own numpy overflow warnings
         cases = load_model_tests(kind="node")

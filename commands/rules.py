@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from .rulefiles import list_rules
-from .soundness import check_rules
+from ..egraph.rulefiles import list_rules
+from ..egraph.soundness import check_rules
 
 
 def rules_command(check: bool = False, rules_dirs=None, cases: "int | None" = None, as_json: bool = False) -> int:

@@ -23,7 +23,7 @@ def compile_graph(gm, example_inputs, target: str = "reference", cost: str = "si
     import torch
     from ..cli import TARGETS
     from ..pipeline import Compilation
-    from .torch_export import import_graph
+    from ..frontend.torch_export import import_graph
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = list(out_node.args[0]) if isinstance(out_node.args[0], (list, tuple)) else [out_node.args[0]]
