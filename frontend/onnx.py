@@ -313,12 +313,11 @@ def translate_node(imp: Importer, proto, k: int) -> None:
     node = OnnxNode(proto.op_type, name, list(proto.input), list(proto.output),
                     {a.name: helper.get_attribute_value(a) for a in proto.attribute}, proto, imp.opset)
     given = [x for x in node.inputs if x]
-    if node.op not in NO_FOLD and all(imp.is_const(x) for x in given) and (given or node.op in ("Constant", "ConstantOfShape")):
+    if node.op not in NO_FOLD and all(imp.is_const(x) for x in given) and (given or node.op == "Constant"):
         _fold(imp, node)
         return
-    if node.op in ("Shape", "Size") and given and given[0] in imp.env or (node.op in ("Shape", "Size") and given
-                                                                          and given[0] in imp.alias):
-        _fold_shape(imp, node)
+    if node.op in ("Shape", "Size") and given and (given[0] in imp.env or given[0] in imp.alias):
+        _fold_shape(imp, node)  # the shape of a computed tensor: a constant when static
         return
     if node.op in FOLD_ONLY:
         node.unsupported("it is taken only where it folds at import (all inputs constant, or the shape of a "
