@@ -57,6 +57,8 @@ def validate(files: list) -> None:
     key = tuple((rf.path, rf.text) for rf in files)
     if key in _VALID:
         return
+    from .soundness_lint import lint_files, raise_if_any
+    raise_if_any(lint_files(files))
     add_rule_files(base_egraph(), files)
     _VALID.add(key)
 
