@@ -109,7 +109,8 @@ def cmd_run(a) -> int:
         fail("UnknownTarget", "--target", f"unknown target {a.target!r}; targets: {', '.join(TARGETS)}")
     c = compilation(a)
     c.program  # compile first: model errors before input errors
-    inputs = load_npz(a.inputs)
+    from .frontend import with_parameters
+    inputs = with_parameters(c.doc, load_npz(a.inputs))
     outs = TARGETS[a.target](c, inputs)
     save_npz(a.out, outs)
     if a.json:
@@ -155,8 +156,12 @@ def cmd_demo(a) -> int:
     out_dir = a.out or os.path.join("out", os.path.splitext(os.path.basename(a.model))[0])
     for w in write_dumps(c, list(DUMPS), out_dir, tolerant=True):
         print(f"  dump {w}")
-    inputs = random_inputs(prog, c.bind or {}, knobs.seed())
-    print("== inputs: " + ", ".join(f"{k}{list(v.shape)}" for k, v in inputs.items()))
+    from .frontend import with_parameters
+    params = (c.doc.get("parameters") or {}) if isinstance(c.doc, dict) else {}
+    inputs = {k: v for k, v in random_inputs(prog, c.bind or {}, knobs.seed()).items() if k not in params}
+    print("== inputs: " + ", ".join(f"{k}{list(v.shape)}" for k, v in inputs.items())
+          + (f" (+ {len(params)} parameters of the model)" if params else ""))
+    inputs = with_parameters(c.doc, inputs)
     ref = TARGETS["reference"](c, inputs)
     for k, v in ref.items():
         f = v.astype(np.float64)
@@ -199,7 +204,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="verb", required=True)
 
     def common(sp):
-        sp.add_argument("model", help="model file: Frontend IR JSON ({signature, tensors, graph}) or Tiny IR JSON ({uops})")
+        sp.add_argument("model", help="model file: Frontend IR JSON ({signature, tensors, graph}), Tiny IR JSON ({uops}) "
+                        "or an ONNX file (.onnx, opset 13 onward; its initializers are the parameters)")
         sp.add_argument("--arch", choices=ARCHS, default="sm90", help="target architecture (default sm90)")
         sp.add_argument("--json", action="store_true", help="machine-readable output (diagnostics as JSON too)")
         sp.add_argument("--rules", action="append", metavar="DIR",

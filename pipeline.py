@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .frontend import frontend_from_doc, program_from_doc, read_json
+from .frontend import frontend_from_doc, program_from_doc, read_model
 from .ir.diagnostics import fail
 from .ir.tiny import Program
 from .ir.tiny_json import dump_tiny
@@ -33,7 +33,7 @@ class Compilation:
 
     def __post_init__(self):
         if isinstance(self.model, str):
-            self.model = _Loaded(self.model, read_json(self.model))
+            self.model = _Loaded(self.model, read_model(self.model))
 
     @property
     def doc(self) -> dict:

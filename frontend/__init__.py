@@ -1,4 +1,6 @@
-"""Model formats in: Frontend IR JSON (and Tiny IR JSON), lowered to Tiny IR."""
+"""Model formats in: Frontend IR JSON, Tiny IR JSON and ONNX files (imported to Frontend IR), lowered to
+Tiny IR. An imported model's document carries its weights under ``"parameters"`` (name -> array):
+:func:`with_parameters` adds them to the inputs a target runs on."""
 from __future__ import annotations
 
 import json
@@ -22,10 +24,25 @@ def read_json(path: str) -> Any:
         fail("MalformedJSON", f"{path}:{e.lineno}:{e.colno}", e.msg)
 
 
+def read_model(path: str) -> Any:
+    """A model file's document: JSON as parsed, an ``.onnx`` file imported to Frontend IR."""
+    if path.lower().endswith(".onnx"):
+        from .onnx import load_onnx
+        return load_onnx(path)
+    return read_json(path)
+
+
+def with_parameters(doc: Any, inputs: dict) -> dict:
+    """The inputs a target runs on: the document's parameter arrays (an imported model's weights)
+    plus the user's inputs."""
+    params = doc.get("parameters") if isinstance(doc, dict) else None
+    return {**(params or {}), **inputs}
+
+
 def load_model(model: "str | dict") -> Program:
     """A model file's path, or its parsed document, -> Program (see :func:`program_from_doc`)."""
     if isinstance(model, str):
-        return program_from_doc(read_json(model), model)
+        return program_from_doc(read_model(model), model)
     return program_from_doc(model, "model")
 
 

@@ -89,7 +89,7 @@ def lowering(op: str, inputs: tuple = (1, 1)):
 
 
 def lower(g: FrontendGraph) -> Program:
-    from . import lower_elementwise, lower_linear, lower_movement  # noqa: F401  (fill the table)
+    from . import lower_elementwise, lower_gather, lower_linear, lower_movement  # noqa: F401  (fill the table)
     b = Builder()
     b.reserve({t.name for t in g.tensors} | {e.tensor for e in g.inputs})
     env: dict[str, UOp] = {}

@@ -1,7 +1,7 @@
 """Lowerings of Elementwise, Reduce, Softmax and LayerNorm to Tiny IR (docs/DESIGN.md §Frontend IR).
 
 Transcendentals are written with EXP2/LOG2 (exp(x) = 2^(x*log2 e), as tinygrad does). Composite
-functions (exp, log, sigmoid, silu, tanh, gelu, softmax, layernorm) compute in fp32 and cast back to
+functions (exp, log, sigmoid, silu, tanh, gelu, erf, softmax, layernorm) compute in fp32 and cast back to
 the input's dtype, so 16-bit inputs lose precision only once, at the end.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ _BINARY = {"add": Ops.ADD, "sub": Ops.SUB, "mul": Ops.MUL, "div": Ops.FDIV, "max
 _SIMPLE_UNARY = {"neg": Ops.NEG, "relu": Ops.RELU, "exp2": Ops.EXP2, "log2": Ops.LOG2, "sqrt": Ops.SQRT,
                  "rsqrt": Ops.RSQRT, "recip": Ops.RECIPROCAL}
 _COMPARE = ("gt", "ge", "lt", "le", "eq", "ne")
-_COMPOSITE = ("exp", "log", "sigmoid", "silu", "tanh", "gelu")
+_COMPOSITE = ("exp", "log", "sigmoid", "silu", "tanh", "gelu", "erf")
 FNS = tuple(_BINARY) + tuple(_SIMPLE_UNARY) + _COMPARE + _COMPOSITE + ("where", "cast")
 
 
@@ -139,6 +139,8 @@ def elementwise(ctx: Ctx, ins: list) -> list:
         y = m.op(Ops.MUL, xf, m.sigmoid(xf))
     elif fn == "tanh":
         y = m.tanh(xf)
+    elif fn == "erf":
+        y = m.erf(xf)
     else:
         approx = ctx.attr("approximate", "none")
         if approx not in ("none", "tanh"):

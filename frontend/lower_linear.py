@@ -199,3 +199,79 @@ def attention(ctx: Ctx, ins: list) -> list:
     if v.dtype in (DType.fp16, DType.bf16):
         p = b.cast(p, v.dtype, at=at)
     return [dot(ctx, p, v, DType.fp32)]
+
+
+@lowering("AvgPool2D")
+def avgpool2d(ctx: Ctx, ins: list) -> list:
+    """Window sums of the zero-padded input divided by the window's element count. ``pad`` pads
+    [top, bottom, left, right] count as elements when ``count_include_pad``; ``extra`` [bottom, right]
+    (ceil-mode tails) never do. The counts are the same window sums over a padded tensor of ones."""
+    (x,) = ins
+    _need_rank(ctx, x, 4, "X (N, C, H, W)")
+    k = ctx.ints_attr("kernel", 2)
+    s = ctx.ints_attr("stride", 2, k)
+    d = ctx.ints_attr("dilation", 2, 1)
+    pads = _pads4(ctx, "pad")
+    extra = ctx.ints_attr("extra", 2, 0)
+    include = ctx.bool_attr("count_include_pad", False)
+    b, at = ctx.b, ctx.at
+    allp = (pads[0], pads[1] + extra[0], pads[2], pads[3] + extra[1])
+    xf = b.cast(x, DType.fp32, at=at)
+    total = b.reduce(sliding_window(ctx, xf, k, s, d, allp, 0.0), "SUM", (4, 5), DType.fp32, at=at)
+    ones = b.const(1.0, DType.fp32, (1, 1) + x.shape[2:], at=at)
+    if include:
+        ones = b.pad(ones, ((0, 0), (0, 0), (pads[0], pads[1]), (pads[2], pads[3])), 1.0, at=at)
+        cnt_pads = (0, extra[0], 0, extra[1])
+    else:
+        cnt_pads = allp
+    cnt = b.reduce(sliding_window(ctx, ones, k, s, d, cnt_pads, 0.0), "SUM", (4, 5), DType.fp32, at=at)
+    y = b.alu(Ops.FDIV, total, cnt, at=at)
+    return [b.cast(y, x.dtype if x.dtype.is_float else DType.fp32, at=at)]
+
+
+def _einsum_terms(ctx: Ctx, eq: str, n: int) -> tuple:
+    if not isinstance(eq, str) or "..." in eq:
+        fail("InvalidAttribute", ctx.at, f"equation {eq!r}: polysat's Einsum takes explicit letters (no ellipsis)")
+    eq = eq.replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != n or not all(t.isalpha() for t in terms) or (arrow and not (out.isalpha() or out == "")):
+        fail("InvalidAttribute", ctx.at, f"equation {eq!r} does not name {n} operand(s) with letters")
+    if not arrow:  # implicit output: the letters used once, alphabetically
+        letters = "".join(terms)
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    if any(len(set(t)) != len(t) for t in terms) or len(set(out)) != len(out) or set(out) - set("".join(terms)):
+        fail("InvalidAttribute", ctx.at, f"equation {eq!r}: a repeated letter within one operand (a diagonal) "
+             "or an output letter no operand has is not supported")
+    return terms, out
+
+
+@lowering("Einsum", inputs=(1, 2))
+def einsum(ctx: Ctx, ins: list) -> list:
+    """Operands permuted to (output letters, summed letters), broadcast, multiplied, summed (fp32)."""
+    terms, out = _einsum_terms(ctx, ctx.attr("equation"), len(ins))
+    b, at = ctx.b, ctx.at
+    acc = ctx.dtype_attr("acc_dtype", "fp32" if ins[0].dtype.is_float else "i32")
+    ins = list(widen(ctx, ins[0], ins[1], acc)) if len(ins) == 2 else [b.cast(ins[0], acc, at=at)]
+    summed = "".join(c for c in dict.fromkeys("".join(terms)) if c not in out)
+    order = out + summed
+    sizes: dict = {}
+    for t, x in zip(terms, ins, strict=True):
+        if len(t) != x.ndim:
+            fail("AxisSizeMismatch", at, f"operand {t!r} of the equation has {len(t)} letters, the tensor is {fmt_shape(x.shape)}")
+        for c, s in zip(t, x.shape, strict=True):
+            if s != 1 and sizes.get(c, 1) not in (1, s):
+                fail("AxisSizeMismatch", at, f"letter {c!r} names sizes {sizes[c]} and {s}")
+            if s != 1 or c not in sizes:
+                sizes[c] = s
+    full = tuple(sizes[c] for c in order)
+    xs = []
+    for t, x in zip(terms, ins, strict=True):
+        mine = [c for c in order if c in t]
+        x = b.permute(x, [t.index(c) for c in mine], at=at)
+        x = b.reshape(x, tuple(x.shape[mine.index(c)] if c in t else 1 for c in order), at=at)
+        xs.append(b.expand(x, full, at=at))
+    y = xs[0] if len(xs) == 1 else b.alu(Ops.MUL, *xs, at=at)
+    if summed:
+        y = b.reduce(y, "SUM", tuple(range(len(out), len(order))), acc, at=at)
+    return [y]

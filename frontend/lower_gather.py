@@ -1,0 +1,110 @@
+"""Lowerings of Constant, Concat and Gather (constant indices) to movement ops and adds.
+
+A concatenation is tinygrad's: each piece is PADded with zeros to the full extent of the axis and the
+pieces are added (MAX for bool, where adding is not defined), so it stays a sum of affine views. A
+gather by constant indices is a concatenation of strided slices, one per arithmetic run of the
+indices, reshaped to the indices' shape.
+"""
+from __future__ import annotations
+
+from ..ir.diagnostics import fail
+from ..ir.dtypes import DType
+from ..ir.expr import Expr
+from ..ir.infer import as_dtype, as_shape
+from ..ir.shapes import dim, fmt_shape
+from ..ir.tiny import Ops, UOp
+from .lower import Ctx, lowering
+
+
+@lowering("Constant", inputs=(0, 0))
+def constant(ctx: Ctx, ins: list) -> list:
+    """A tensor of one repeated value: {"value": v, "dtype": "fp32", "shape": [...]}."""
+    dt = as_dtype(ctx.at, ctx.attr("dtype", "fp32"))
+    return [ctx.b.const(ctx.attr("value"), dt, as_shape(ctx.at, ctx.attr("shape", []), "shape"), at=ctx.at)]
+
+
+def concat(ctx: Ctx, xs: list, axis: int) -> UOp:
+    b, at = ctx.b, ctx.at
+    x0 = xs[0]
+    for x in xs[1:]:
+        if x.ndim != x0.ndim or any(i != axis and d != e for i, (d, e) in enumerate(zip(x.shape, x0.shape))):
+            fail("AxisSizeMismatch", at, f"Concat on axis {axis}: {fmt_shape(x.shape)} and {fmt_shape(x0.shape)} differ "
+                 "off that axis")
+    xs = b.promote(list(xs), at=at)
+    if len(xs) == 1:
+        return xs[0]
+    total = Expr.const(0)
+    for x in xs:
+        total = total + Expr.of(x.shape[axis])
+    out, before = None, Expr.const(0)
+    for x in xs:
+        after = total - before - Expr.of(x.shape[axis])
+        pads = tuple((dim(before), dim(after)) if i == axis else (0, 0) for i in range(x.ndim))
+        piece = b.pad(x, pads, False if x.dtype == DType.bool else 0, at=at)
+        out = piece if out is None else b.alu(Ops.MAX if x.dtype == DType.bool else Ops.ADD, out, piece, at=at)
+        before = before + Expr.of(x.shape[axis])
+    return out
+
+
+@lowering("Concat", inputs=(1, 1 << 16))
+def concat_op(ctx: Ctx, ins: list) -> list:
+    return [concat(ctx, ins, ctx.axis(ctx.attr("axis"), ins[0].ndim))]
+
+
+def _runs(idx: list) -> list:
+    """Split indices into maximal arithmetic runs with a positive step: [(start, step, count)]."""
+    runs, k = [], 0
+    while k < len(idx):
+        if k + 1 < len(idx) and idx[k + 1] > idx[k]:
+            step, n = idx[k + 1] - idx[k], 2
+            while k + n < len(idx) and idx[k + n] - idx[k + n - 1] == step:
+                n += 1
+            runs.append((idx[k], step, n))
+            k += n
+        else:
+            runs.append((idx[k], 1, 1))
+            k += 1
+    return runs
+
+
+def _flat(v) -> tuple:
+    """A nested list of ints -> (flat list, shape)."""
+    if isinstance(v, (list, tuple)):
+        parts = [_flat(x) for x in v]
+        if not parts:
+            return [], (0,)
+        if any(p[1] != parts[0][1] for p in parts):
+            fail("InvalidAttribute", "Gather", "indices are a rectangular nested list of ints")
+        return [i for p in parts for i in p[0]], (len(parts),) + parts[0][1]
+    if not isinstance(v, int) or isinstance(v, bool):
+        fail("InvalidAttribute", "Gather", f"an index must be an integer, got {v!r}")
+    return [v], ()
+
+
+@lowering("Gather")
+def gather(ctx: Ctx, ins: list) -> list:
+    """x.take(indices, axis) for constant indices (ONNX Gather, numpy take): affine pieces only."""
+    (x,) = ins
+    axis = ctx.axis(ctx.attr("axis", 0), x.ndim)
+    flat, ishape = _flat(ctx.attr("indices"))
+    size = x.shape[axis]
+    if not flat:
+        fail("UnaddressableShape", ctx.at, "Gather with no indices has an empty result")
+    if not isinstance(size, int) and any(i < 0 for i in flat):
+        fail("UnaddressableShape", ctx.at, f"negative indices need a static axis {axis}, got size {size}")
+    norm = []
+    for i in flat:
+        j = i + size if i < 0 else i
+        if j < 0 or (isinstance(size, int) and j >= size):
+            fail("OutOfBoundsView", ctx.at, f"index {i} is outside axis {axis} of size {size}")
+        norm.append(j)
+    b, at = ctx.b, ctx.at
+    pieces = []
+    for start, step, n in _runs(norm):
+        lo = [0] * x.ndim
+        hi = list(x.shape)
+        st = [1] * x.ndim
+        lo[axis], hi[axis], st[axis] = start, start + step * (n - 1) + 1, step
+        pieces.append(b.shrink(x, lo, hi, st, at=at))
+    y = concat(ctx, pieces, axis)
+    return [b.reshape(y, x.shape[:axis] + tuple(ishape) + x.shape[axis + 1:], at=at)]

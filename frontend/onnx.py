@@ -1,0 +1,389 @@
+"""ONNX models in: an ONNX file (opset 13 onward) -> a Frontend IR document plus its parameter arrays.
+
+Graph inputs become the signature's data inputs (``dim_param`` names become symbols); initializers
+and ``Constant`` nodes are constants. A node whose inputs are all constants, and a ``Shape``/``Size``
+of a statically shaped tensor, is folded at import (by onnx's reference evaluator), so shape
+computations (``Shape -> Gather -> Concat -> Reshape``) never reach the compiler. Every other node is
+translated by a handler of :mod:`.onnx_ops` into Frontend IR nodes; each emitted node is lowered at
+once into a shadow :class:`~polysat.ir.builder.Builder`, which gives the handlers the shapes and
+dtypes of what they have emitted. A constant a translated node reads becomes a ``Constant`` node when
+all its elements are equal, else a parameter: a signature input with role ``param`` whose array is
+carried in the document's ``"parameters"`` (the targets bind it; it is never written to JSON).
+
+An op without a handler, an attribute a handler did not read, and a tensor type polysat cannot
+compute in (int64 and float64 that do not fold, 8-bit integers, ...) are coded diagnostics naming
+the ONNX node, op and attribute.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..ir.builder import Builder
+from ..ir.diagnostics import PolysatError, fail
+from ..ir.dtypes import DType
+from ..ir.shapes import is_static, shape_of
+from ..ir.tiny import UOp
+from .lower import LOWERINGS, Ctx
+from .model import Node, _freeze
+
+MIN_OPSET = 13
+# Ops taken only by folding at import (they make constants: shapes, ranges, filled tensors).
+FOLD_ONLY = frozenset({"Constant", "ConstantOfShape", "Range", "Shape", "Size", "EyeLike", "OneHot"})
+
+# ONNX TensorProto element types polysat computes in (int64 only where a constant folds or narrows).
+_ONNX_DTYPES = {1: DType.fp32, 10: DType.fp16, 16: DType.bf16, 6: DType.i32, 9: DType.bool}
+_ONNX_NAMES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "string",
+               9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
+_NP_DTYPES = {np.dtype(np.float32): DType.fp32, np.dtype(np.float16): DType.fp16, np.dtype(np.int32): DType.i32,
+              np.dtype(np.bool_): DType.bool}
+ONNX_OF_DTYPE = {DType.fp32: 1, DType.fp16: 10, DType.bf16: 16, DType.i32: 6, DType.bool: 9}
+
+
+def onnx_dtype_name(elem: int) -> str:
+    return _ONNX_NAMES.get(elem, f"element type {elem}")
+
+
+def dtype_of_onnx(elem: int, at: str, what: str) -> DType:
+    if elem not in _ONNX_DTYPES:
+        fail("UnsupportedDtype", at, f"{what} has ONNX type {onnx_dtype_name(elem)}, which polysat does not compute in")
+    return _ONNX_DTYPES[elem]
+
+
+@dataclass
+class OnnxNode:
+    """One ONNX node as a handler sees it; attributes are read through :meth:`attr`, which marks them
+    honoured (an attribute no handler read is E1102 after the handler returns)."""
+
+    op: str
+    name: str
+    inputs: list
+    outputs: list
+    attrs: dict
+    proto: Any
+    opset: int
+    read: set = field(default_factory=set)
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        v = self.attrs.get(key, default)
+        if isinstance(v, bytes):
+            v = v.decode()
+        return v
+
+    def has(self, k: int) -> bool:
+        """Whether optional input k is given (ONNX leaves a missing optional input as "")."""
+        return k < len(self.inputs) and self.inputs[k] != ""
+
+    def unsupported(self, why: str, attr: str | None = None):
+        where = f"attribute {attr!r} of " if attr else ""
+        fail("UnsupportedOp", self.name, f"{where}ONNX {self.op} node {self.name!r}: {why}")
+
+
+class Importer:
+    """The translation state: constants, the shadow builder, emitted Frontend IR nodes, parameters."""
+
+    def __init__(self, names: set, opset: int):
+        self.opset = opset
+        self.consts: dict[str, np.ndarray] = {}
+        self.env: dict[str, UOp] = {}  # Frontend tensor -> shadow UOp
+        self.alias: dict[str, str] = {}  # ONNX tensor -> Frontend tensor (materialized constants, identities)
+        self.b = Builder()
+        self.nodes: list[dict] = []
+        self.inputs: list[dict] = []
+        self.tensors: dict[str, dict] = {}
+        self.params: dict[str, np.ndarray] = {}
+        self._names: set = set(names)  # the source model's tensor names, reserved
+        self._count = 0
+
+    # ---- names ------------------------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_./:-]", "_", hint) or "t"
+        name = base
+        while name in self._names:
+            self._count += 1
+            name = f"{base}_{self._count}"
+        self._names.add(name)
+        return name
+
+    # ---- values -----------------------------------------------------------------------------
+    def const(self, name: str) -> np.ndarray | None:
+        return self.consts.get(name)
+
+    def is_const(self, name: str) -> bool:
+        return name in self.consts
+
+    def value(self, name: str, at: str) -> str:
+        """The Frontend tensor carrying ONNX tensor `name` (a constant is materialized on first use)."""
+        if name in self.alias:
+            return self.alias[name]
+        if name in self.env:
+            return name
+        if name in self.consts:
+            t = self.materialize(self.consts[name], name, at, exact=True)
+            self.alias[name] = t
+            return t
+        fail("UnknownTensor", at, f"tensor {name!r} is neither a graph input, an initializer nor a node output")
+
+    def materialize(self, arr: np.ndarray, hint: str, at: str, exact: bool = False) -> str:
+        """A constant as a Frontend tensor (named `hint` itself when `exact`: an ONNX tensor's name)."""
+        arr = np.asarray(arr)
+        dt = self._const_dtype(arr, hint, at)
+        if arr.size == 0:
+            fail("UnaddressableShape", at, f"constant {hint!r} has shape {list(arr.shape)} with no elements")
+        flat = arr.reshape(-1)
+        if np.all(flat == flat[0]) or (dt.is_float and np.all(np.isnan(flat))):
+            v = flat[0].item()
+            return self.emit("Constant", [], {"value": _json_scalar(v), "dtype": dt.value, "shape": list(arr.shape)},
+                             name=f"{hint}/const", out=hint if exact else self.fresh(hint))
+        name = hint if exact else self.fresh(hint)
+        self.params[name] = arr.astype(dt.np) if dt != DType.bf16 else arr
+        self.inputs.append({"tensor": name, "role": "param"})
+        self.tensors[name] = {"dtype": dt.value, "shape": list(arr.shape)}
+        self.env[name] = self.b.input(name, dt, shape_of(arr.shape), at=name, nid=name)
+        return name
+
+    def _const_dtype(self, arr: np.ndarray, hint: str, at: str) -> DType:
+        if arr.dtype in _NP_DTYPES:
+            return _NP_DTYPES[arr.dtype]
+        if arr.dtype.name == "bfloat16":
+            return DType.bf16
+        if arr.dtype.kind in "iu" and (arr.size == 0 or (arr.min() >= -2**31 and arr.max() < 2**31)):
+            return DType.i32  # an exact narrowing: every value fits
+        fail("UnsupportedDtype", at, f"constant {hint!r} of dtype {arr.dtype} reaches a computed op; polysat "
+             "computes in fp16, bf16, fp32, i32 and bool" + (" (its values do not fit int32)" if arr.dtype.kind in "iu" else ""))
+
+    def add_input(self, name: str, dt: DType, shape: tuple) -> None:
+        """A data input of the signature."""
+        self.inputs.append({"tensor": name})
+        self.tensors[name] = {"dtype": dt.value, "shape": [d if isinstance(d, int) else str(d) for d in shape]}
+        self.env[name] = self.b.input(name, dt, shape, at=name, nid=name)
+
+    def call(self, op: str, name: str, inputs: list, attrs: dict | None = None, n_out: int = 1) -> list:
+        """Translate one ONNX-style node given in Python terms (another importer's op mapped onto the ONNX
+        handlers): an input is a tensor name, an array (a constant) or None (absent). Returns the
+        output names (a constant output stays in ``consts``)."""
+        from onnx import helper
+        names = []
+        for k, x in enumerate(inputs):
+            if x is None:
+                names.append("")
+            elif isinstance(x, str):
+                names.append(x)
+            else:
+                c = self.fresh(f"{name}/in{k}")
+                self.consts[c] = np.asarray(x)
+                names.append(c)
+        outs = [self.fresh(name if n_out == 1 else f"{name}/{k}") for k in range(n_out)]
+        proto = helper.make_node(op, names, outs, name=name, **(attrs or {}))
+        translate_node(self, proto, 0)
+        return outs
+
+    def uop(self, t: str) -> UOp:
+        return self.env[t]
+
+    def shape(self, t: str) -> tuple:
+        return self.env[t].shape
+
+    def dtype(self, t: str) -> DType:
+        return self.env[t].dtype
+
+    def emit(self, op: str, inputs: list, attrs: dict | None = None, *, name: str, out: str | None = None) -> str:
+        """Append one Frontend IR node and lower it into the shadow builder; returns its output tensor."""
+        out = out or self.fresh(f"{name}/out")
+        nname = self.fresh(name)
+        attrs = dict(attrs or {})
+        if isinstance(attrs.get("shape"), list):  # sizes written as text by handlers: static ones as ints
+            attrs["shape"] = [int(d) if isinstance(d, str) and d.lstrip("-").isdigit() else d for d in attrs["shape"]]
+        node = Node(op, nname, tuple(inputs), (out,), _freeze(attrs))
+        fn, (lo, hi) = LOWERINGS[op]
+        if not lo <= len(inputs) <= hi:
+            fail("WrongArity", nname, f"{op} takes {lo} to {hi} inputs, got {len(inputs)}")
+        (u,) = fn(Ctx(self.b, node), [self.env[t] for t in inputs])
+        self.env[out] = u
+        self.nodes.append({"op": op, "name": nname, "inputs": list(inputs), "outputs": [out], "attrs": attrs})
+        return out
+
+    def bind(self, onnx_name: str, t: str) -> None:
+        """ONNX tensor `onnx_name` is Frontend tensor `t`."""
+        if t != onnx_name:
+            self.alias[onnx_name] = t
+
+
+def _json_scalar(v: Any) -> Any:
+    if isinstance(v, float) and (np.isinf(v) or np.isnan(v)):
+        return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def _default_opset(model) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return int(o.version)
+    return 0
+
+
+def _sym(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return s if s and not s[0].isdigit() else f"d_{s}"
+
+
+def _input_shape(vi, at: str) -> tuple:
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        fail("UnsupportedOp", at, f"graph input {vi.name!r} has no shape; polysat needs its rank and sizes "
+             "(a size may be a dim_param symbol)")
+    dims = []
+    for k, d in enumerate(tt.shape.dim):
+        if d.HasField("dim_value"):
+            if d.dim_value <= 0:
+                fail("UnaddressableShape", at, f"graph input {vi.name!r} axis {k} has size {d.dim_value}")
+            dims.append(int(d.dim_value))
+        elif d.dim_param:
+            dims.append(_sym(d.dim_param))
+        else:
+            dims.append(_sym(f"{vi.name}_{k}"))
+    return shape_of(dims)
+
+
+def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None) -> dict:
+    """An ``onnx.ModelProto`` -> Frontend IR document with ``"parameters"`` (name -> ndarray).
+    ``bindings`` gives graph inputs a value to take as constants (a backend specializing on shapes)."""
+    from onnx import numpy_helper
+    from . import onnx_ops  # noqa: F401  (fill HANDLERS)
+    from .lower import lower  # noqa: F401  (fill LOWERINGS)
+    from . import lower_elementwise, lower_linear, lower_movement, lower_gather  # noqa: F401
+    if 0 < _default_opset(model) < MIN_OPSET:
+        model = _upgrade(model, origin)
+    g = model.graph
+    imp = Importer({x for n in g.node for x in n.output} | {i.name for i in g.input} | {i.name for i in g.initializer},
+                   _default_opset(model))
+    if imp.opset < MIN_OPSET:
+        fail("UnsupportedOp", origin, f"the model imports ONNX opset {imp.opset}; polysat takes opset {MIN_OPSET} "
+             "onward", "Convert it with onnx.version_converter.convert_version(model, 17).")
+    for dom in model.opset_import:
+        if dom.domain not in ("", "ai.onnx"):
+            used = [n for n in model.graph.node if n.domain == dom.domain]
+            if used:
+                fail("UnsupportedOp", used[0].name or used[0].op_type, f"op {used[0].op_type} of domain "
+                     f"{dom.domain!r}: polysat imports only the default ONNX domain")
+    for init in g.initializer:
+        imp.consts[init.name] = numpy_helper.to_array(init)
+    for name, v in (bindings or {}).items():
+        imp.consts[name] = np.asarray(v)
+    for vi in g.input:
+        if vi.name in imp.consts:
+            continue  # an initializer listed as input (IR < 4 style): a constant
+        elem = vi.type.tensor_type.elem_type
+        dt = dtype_of_onnx(elem, vi.name, f"graph input {vi.name!r}")
+        shape = _input_shape(vi, vi.name)
+        imp.add_input(vi.name, dt, shape)
+    for k, proto in enumerate(g.node):
+        translate_node(imp, proto, k)
+    outputs = []
+    for vi in g.output:
+        t = imp.value(vi.name, vi.name)
+        if t != vi.name and vi.name not in imp.env:  # name the output as ONNX does (an identity reshape)
+            t = imp.emit("Reshape", [t], {"shape": [d if isinstance(d, int) else str(d) for d in imp.shape(t)]},
+                         name=f"{vi.name}/output", out=vi.name)
+        outputs.append({"tensor": t})
+    return {"signature": {"inputs": imp.inputs, "outputs": outputs}, "tensors": imp.tensors, "graph": imp.nodes,
+            "parameters": imp.params, "onnx_outputs": [vi.name for vi in g.output]}
+
+
+def _upgrade(model, origin: str):
+    """An older-opset model converted to opset 13 by onnx's version converter (its semantics kept)."""
+    from onnx import version_converter
+    try:
+        return version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:  # noqa: BLE001 — a model the converter cannot lift is refused with its reason
+        fail("UnsupportedOp", origin, f"the model imports ONNX opset {_default_opset(model)} and onnx's version "
+             f"converter cannot lift it to {MIN_OPSET}: {type(e).__name__}: {str(e)[:200]}",
+             "Re-export the model at opset 13 or later.")
+
+
+def translate_node(imp: Importer, proto, k: int) -> None:
+    from onnx import helper
+    from .onnx_ops import HANDLERS, NO_FOLD
+    name = proto.name or f"{proto.op_type}_{k}"
+    node = OnnxNode(proto.op_type, name, list(proto.input), list(proto.output),
+                    {a.name: helper.get_attribute_value(a) for a in proto.attribute}, proto, imp.opset)
+    given = [x for x in node.inputs if x]
+    if node.op not in NO_FOLD and all(imp.is_const(x) for x in given) and (given or node.op == "Constant"):
+        _fold(imp, node)
+        return
+    if node.op in ("Shape", "Size") and given and (given[0] in imp.env or given[0] in imp.alias):
+        _fold_shape(imp, node)  # the shape of a computed tensor: a constant when static
+        return
+    if node.op in FOLD_ONLY:
+        node.unsupported("it is taken only where it folds at import (all inputs constant, or the shape of a "
+                         "statically shaped tensor); here an input is computed at run time")
+    if node.op not in HANDLERS:
+        fail("UnsupportedOp", name, f"ONNX op {node.op} (node {name!r}) has no polysat lowering",
+             "Supported ONNX ops: " + ", ".join(sorted(HANDLERS)) + ".")
+    before = len(imp.nodes)
+    outs = HANDLERS[node.op](imp, node)
+    extra = sorted(set(node.attrs) - node.read)
+    if extra:
+        node.unsupported(f"attribute {extra[0]} = {node.attrs[extra[0]]!r} is not supported by polysat's {node.op}",
+                         extra[0])
+    if len(outs) == 1 and node.outputs[0] and len(imp.nodes) > before and imp.nodes[-1]["outputs"] == [outs[0]] \
+            and outs[0] not in imp.alias.values():
+        imp.nodes[-1]["outputs"] = [node.outputs[0]]  # the node's last emitted tensor takes the ONNX name
+        imp.env[node.outputs[0]] = imp.env.pop(outs[0])
+        return
+    for o, t in zip(node.outputs, outs):
+        if o:
+            if t in imp.consts and t not in imp.env:
+                imp.consts[o] = imp.consts[t]
+            else:
+                imp.bind(o, t)
+
+
+def _fold(imp: Importer, node: OnnxNode) -> None:
+    """Evaluate a node of constants with onnx's reference evaluator (exact ONNX semantics)."""
+    from onnx.reference import ReferenceEvaluator
+    try:
+        ref = ReferenceEvaluator(node.proto)
+        feeds = {x: imp.consts[x] for x in node.inputs if x}
+        outs = ref.run(None, feeds)
+    except PolysatError:
+        raise
+    except Exception as e:  # noqa: BLE001 — a constant the reference evaluator rejects is the model's error
+        fail("InvalidAttribute", node.name, f"ONNX {node.op} on constants cannot be evaluated: {type(e).__name__}: {e}")
+    for o, v in zip(node.outputs, outs):
+        if o:
+            imp.consts[o] = np.asarray(v)
+
+
+def _fold_shape(imp: Importer, node: OnnxNode) -> None:
+    t = imp.value(node.inputs[0], node.name)
+    shape = imp.shape(t)
+    if not is_static(shape):
+        node.unsupported(f"the input's shape {[str(d) for d in shape]} is symbolic; polysat folds shape "
+                         "computations only on static sizes")
+    if node.op == "Size":
+        imp.consts[node.outputs[0]] = np.asarray(int(np.prod(shape)), dtype=np.int64)
+        return
+    r = len(shape)
+    start, end = node.attr("start", 0), node.attr("end", r)
+    imp.consts[node.outputs[0]] = np.asarray(shape, dtype=np.int64)[slice(start, end)]
+
+
+def load_onnx(path: str) -> dict:
+    """An .onnx file -> Frontend IR document (see :func:`import_onnx`); unreadable files are diagnostics."""
+    if not os.path.isfile(path):
+        fail("FileNotFound", path, f"no such file: {path}")
+    try:
+        import onnx
+    except ImportError:
+        fail("UnsupportedOp", path, "reading .onnx files needs the onnx package", "pip install onnx")
+    try:
+        model = onnx.load(path)
+    except Exception as e:  # noqa: BLE001 — any unreadable file is the user's input problem
+        fail("MalformedStructure", path, f"not a readable ONNX model: {type(e).__name__}: {e}")
+    return import_onnx(model, path)

@@ -1,0 +1,412 @@
+"""torch.export programs in: core ATen (after ``run_decompositions()``) -> a Frontend IR document.
+
+Each ATen op is mapped onto the ONNX op handlers (:mod:`.onnx_ops`) through ``Importer.call``, so both
+importers share one translation of every op (its attributes, dtype rules and diagnostics). User inputs
+become the signature; parameters, buffers and lifted constants are constants (materialized as
+parameters, exactly as ONNX initializers are). An ATen op without a mapping, or an argument value a
+mapping cannot honour, is E1102 naming the FX node and the op.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import numpy as np
+
+from ..ir.diagnostics import fail
+from ..ir.dtypes import DType
+from .onnx import Importer
+
+ATEN: dict[str, Callable] = {}
+
+
+def aten(*names: str):
+    def deco(fn):
+        for n in names:
+            ATEN[n] = fn
+        return fn
+    return deco
+
+
+class Call:
+    """What an ATen mapping sees: the importer, the FX node's name, and ONNX-node emission."""
+
+    def __init__(self, imp: Importer, node, op: str):
+        self.imp, self.node, self.name, self.op = imp, node, node.name, op
+
+    def onnx(self, op: str, inputs: list, n_out: int = 1, **attrs) -> Any:
+        outs = self.imp.call(op, self.name, inputs, attrs, n_out)
+        return outs[0] if n_out == 1 else outs
+
+    def like(self, v: Any, t: str) -> Any:
+        """A Python scalar as a rank-0 constant of tensor t's dtype (a tensor name passes through)."""
+        if isinstance(v, str) or v is None:
+            return v
+        if t in self.imp.consts:
+            return np.asarray(v, dtype=self.imp.consts[t].dtype)
+        return np.asarray(v, dtype=self.imp.uop(self.imp.value(t, self.name)).dtype.np)
+
+    def shape(self, t: str) -> tuple:
+        if t in self.imp.consts:
+            return tuple(self.imp.consts[t].shape)
+        return self.imp.uop(self.imp.value(t, self.name)).shape
+
+    def used_outputs(self) -> set:
+        """Which items of this node's tuple result the graph reads."""
+        return {u.args[1] for u in self.node.users if u.target is operator.getitem}
+
+    def unsupported(self, why: str):
+        fail("UnsupportedOp", self.name, f"ATen op {self.op} (FX node {self.name!r}): {why}")
+
+
+def _i64(v) -> np.ndarray:
+    return np.asarray(list(v), dtype=np.int64)
+
+
+def _binary(onnx_op: str):
+    def fn(c: Call, a, b, alpha=1):
+        if isinstance(a, str) and not isinstance(b, str):
+            b = c.like(b, a)
+        elif isinstance(b, str) and not isinstance(a, str):
+            a = c.like(a, b)
+        if alpha != 1:
+            b = c.onnx("Mul", [b, c.like(alpha, b if isinstance(b, str) else a)])
+        return c.onnx(onnx_op, [a, b])
+    return fn
+
+
+for _n, _o in (("add", "Add"), ("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("maximum", "Max"), ("minimum", "Min"),
+               ("eq", "Equal"), ("ne", None), ("lt", "Less"), ("le", "LessOrEqual"), ("gt", "Greater"),
+               ("ge", "GreaterOrEqual"), ("pow", "Pow"), ("logical_and", "And"), ("logical_or", "Or")):
+    if _o:
+        aten(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar", f"aten.{_n}.Tensor_Scalar", f"aten.{_n}.default")(_binary(_o))
+
+
+@aten("aten.ne.Tensor", "aten.ne.Scalar")
+def ne(c: Call, a, b):
+    return c.onnx("Not", [_binary("Equal")(c, a, b)])
+
+
+_UNARY = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "log": "Log", "sqrt": "Sqrt",
+          "reciprocal": "Reciprocal", "neg": "Neg", "abs": "Abs", "erf": "Erf", "logical_not": "Not", "sign": "Sign",
+          "isnan": "IsNaN"}
+for _n, _o in _UNARY.items():
+    aten(f"aten.{_n}.default")(lambda c, x, _o=_o: c.onnx(_o, [x]))
+
+
+@aten("aten.bitwise_not.default", "aten.bitwise_and.Tensor", "aten.bitwise_or.Tensor", "aten.bitwise_xor.Tensor")
+def bitwise(c: Call, x, y=None):
+    if c.imp.uop(c.imp.value(x, c.name)).dtype != DType.bool:
+        c.unsupported("bitwise ops on integers (polysat takes them on bool only)")
+    if y is None:
+        return c.onnx("Not", [x])
+    return c.onnx({"and": "And", "or": "Or", "xor": "Xor"}[c.op.split("_")[1].split(".")[0]], [x, y])
+
+
+@aten("aten.rsqrt.default")
+def rsqrt(c: Call, x):
+    return c.onnx("Reciprocal", [c.onnx("Sqrt", [x])])
+
+
+@aten("aten.gelu.default")
+def gelu(c: Call, x, approximate="none"):
+    return c.onnx("Gelu", [x], approximate=approximate)
+
+
+@aten("aten.silu.default")
+def silu(c: Call, x):
+    return c.onnx("Mul", [x, c.onnx("Sigmoid", [x])])
+
+
+@aten("aten.clamp.default", "aten.clamp.Tensor")
+def clamp(c: Call, x, min=None, max=None):  # noqa: A002 — ATen's argument names
+    return c.onnx("Clip", [x, None if min is None else c.like(min, x), None if max is None else c.like(max, x)])
+
+
+@aten("aten.where.self")
+def where(c: Call, cond, a, b):
+    ref = a if isinstance(a, str) else b
+    return c.onnx("Where", [cond, c.like(a, ref), c.like(b, ref)])
+
+
+@aten("aten._to_copy.default")
+def to_copy(c: Call, x, dtype=None, **kw):
+    if dtype is None:
+        return c.onnx("Identity", [x])
+    return c.onnx("Cast", [x], to=_onnx_dtype(c, dtype))
+
+
+@aten("aten.clone.default", "aten.alias.default", "aten.detach.default", "aten.lift_fresh_copy.default")
+def identity(c: Call, x, **kw):
+    return c.onnx("Identity", [x])
+
+
+@aten("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+def mm(c: Call, a, b):
+    return c.onnx("MatMul", [a, b])
+
+
+@aten("aten.addmm.default")
+def addmm(c: Call, bias, a, b, beta=1, alpha=1):
+    return c.onnx("Gemm", [a, b, bias], alpha=float(alpha), beta=float(beta))
+
+
+@aten("aten.convolution.default")
+def convolution(c: Call, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        c.unsupported("transposed convolution")
+    return c.onnx("Conv", [x, w, b], strides=list(stride), pads=list(padding) * 2, dilations=list(dilation),
+                  group=int(groups))
+
+
+@aten("aten._native_batch_norm_legit_no_training.default")
+def batch_norm(c: Call, x, w, b, mean, var, momentum, eps):
+    y = c.onnx("BatchNormalization", [x, w, b, mean, var], epsilon=float(eps))
+    return (y, None, None)
+
+
+@aten("aten.native_layer_norm.default")
+def layer_norm(c: Call, x, shape, w, b, eps):
+    axis = -len(shape)
+    if w is None:
+        c.unsupported("layer_norm without a weight")
+    if c.used_outputs() <= {0}:
+        return (c.onnx("LayerNormalization", [x, w, b], axis=axis, epsilon=float(eps)), None, None)
+    return tuple(c.onnx("LayerNormalization", [x, w, b], n_out=3, axis=axis, epsilon=float(eps)))
+
+
+@aten("aten._softmax.default", "aten._log_softmax.default")
+def softmax(c: Call, x, dim, half_to_float=False):
+    return c.onnx("LogSoftmax" if "log" in c.op else "Softmax", [x], axis=int(dim))
+
+
+def _reduce(onnx_op: str):
+    def fn(c: Call, x, dims=None, keepdim=False, dtype=None):
+        axes = list(range(len(c.shape(x)))) if not dims else list(dims if isinstance(dims, (list, tuple)) else [dims])
+        return c.onnx(onnx_op, [x, _i64(axes)], keepdims=int(bool(keepdim)))
+    return fn
+
+
+aten("aten.sum.dim_IntList", "aten.sum.default")(_reduce("ReduceSum"))
+aten("aten.mean.dim", "aten.mean.default")(_reduce("ReduceMean"))
+aten("aten.amax.default")(_reduce("ReduceMax"))
+aten("aten.amin.default")(_reduce("ReduceMin"))
+
+
+@aten("aten.max_pool2d_with_indices.default")
+def max_pool(c: Call, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
+    stride = list(stride) or list(kernel)
+    y = c.onnx("MaxPool", [x], kernel_shape=list(kernel), strides=stride, pads=list(padding) * 2,
+               dilations=list(dilation), ceil_mode=int(ceil_mode))
+    return (y, None)
+
+
+@aten("aten.avg_pool2d.default")
+def avg_pool(c: Call, x, kernel, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True,
+             divisor_override=None):
+    if divisor_override is not None:
+        c.unsupported("divisor_override")
+    return c.onnx("AveragePool", [x], kernel_shape=list(kernel), strides=list(stride) or list(kernel),
+                  pads=list(padding) * 2, ceil_mode=int(ceil_mode), count_include_pad=int(count_include_pad))
+
+
+@aten("aten._adaptive_avg_pool2d.default")
+def adaptive_avg_pool(c: Call, x, size):
+    if list(size) != [1, 1]:
+        c.unsupported(f"output size {list(size)} (polysat takes (1, 1), a global average)")
+    return c.onnx("GlobalAveragePool", [x])
+
+
+@aten("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+def view(c: Call, x, shape):
+    return c.onnx("Reshape", [x, _i64(shape)])
+
+
+@aten("aten.permute.default")
+def permute(c: Call, x, dims):
+    return c.onnx("Transpose", [x], perm=list(dims))
+
+
+@aten("aten.expand.default")
+def expand(c: Call, x, shape, implicit=False):
+    xs = c.shape(x)
+    full = [xs[k - (len(shape) - len(xs))] if d == -1 else d for k, d in enumerate(shape)]
+    return c.onnx("Expand", [x, _i64(full)])
+
+
+@aten("aten.unsqueeze.default")
+def unsqueeze(c: Call, x, dim):
+    return c.onnx("Unsqueeze", [x, _i64([dim])])
+
+
+@aten("aten.squeeze.dims", "aten.squeeze.dim", "aten.squeeze.default")
+def squeeze(c: Call, x, dims=None):
+    if dims is None:
+        return c.onnx("Squeeze", [x])
+    xs = c.shape(x)
+    dims = [d for d in (dims if isinstance(dims, (list, tuple)) else [dims]) if xs[d] == 1]
+    return c.onnx("Squeeze", [x, _i64(dims)]) if dims else c.onnx("Identity", [x])
+
+
+@aten("aten.slice.Tensor")
+def slice_(c: Call, x, dim=0, start=None, end=None, step=1):
+    return c.onnx("Slice", [x, _i64([start or 0]), _i64([2**62 if end is None else end]), _i64([dim]),
+                            _i64([step])])
+
+
+@aten("aten.select.int")
+def select(c: Call, x, dim, index):
+    return c.onnx("Gather", [x, np.asarray(index, dtype=np.int64)], axis=int(dim))
+
+
+@aten("aten.cat.default")
+def cat(c: Call, xs, dim=0):
+    return c.onnx("Concat", list(xs), axis=int(dim))
+
+
+@aten("aten.split_with_sizes.default")
+def split(c: Call, x, sizes, dim=0):
+    return tuple(c.onnx("Split", [x, _i64(sizes)], n_out=len(sizes), axis=int(dim)))
+
+
+@aten("aten.constant_pad_nd.default")
+def pad(c: Call, x, pads, value=0.0):
+    rank = len(c.shape(x))
+    begins, ends = [0] * rank, [0] * rank
+    for k in range(len(pads) // 2):  # torch lists (last-axis lo, hi), then the axis before, ...
+        begins[rank - 1 - k], ends[rank - 1 - k] = pads[2 * k], pads[2 * k + 1]
+    return c.onnx("Pad", [x, _i64(begins + ends), c.like(value, x)])
+
+
+@aten("aten.full.default")
+def full(c: Call, size, value, dtype=None, **kw):
+    name = c.imp.fresh(c.name)
+    c.imp.consts[name] = np.full(list(size), value, dtype=_np_dtype(dtype, value))
+    return name
+
+
+@aten("aten.scalar_tensor.default")
+def scalar_tensor(c: Call, value, dtype=None, **kw):
+    return full(c, [], value, dtype)
+
+
+def _np_dtype(dtype, value) -> Any:
+    import torch
+    if dtype is None:
+        return np.float32 if isinstance(value, float) else (np.bool_ if isinstance(value, bool) else np.int64)
+    return {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32, torch.int64: np.int64,
+            torch.bool: np.bool_, torch.float64: np.float64}.get(dtype, np.float32)
+
+
+@aten("aten.index_select.default")
+def index_select(c: Call, x, dim, index):
+    return c.onnx("Gather", [x, index], axis=int(dim))
+
+
+def _onnx_dtype(c: Call, dtype) -> int:
+    import torch
+    table = {torch.float32: 1, torch.float16: 10, torch.bfloat16: 16, torch.int32: 6, torch.bool: 9,
+             torch.int64: 7, torch.float64: 11}
+    if dtype not in table:
+        fail("UnsupportedDtype", c.name, f"torch dtype {dtype} is not computed by polysat")
+    return table[dtype]
+
+
+def _dtype_of_torch(t, at: str) -> DType:
+    import torch
+    table = {torch.float32: DType.fp32, torch.float16: DType.fp16, torch.bfloat16: DType.bf16,
+             torch.int32: DType.i32, torch.bool: DType.bool}
+    if t.dtype not in table:
+        fail("UnsupportedDtype", at, f"input of torch dtype {t.dtype}; polysat computes in fp16, bf16, fp32, "
+             "int32 and bool")
+    return table[t.dtype]
+
+
+def _np(t) -> np.ndarray:
+    import torch
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    return t.numpy().copy()
+
+
+def _shape_of(val) -> tuple:
+    from ..ir.shapes import shape_of
+    return shape_of([int(d) if str(d).lstrip("-").isdigit() else str(d).replace(" ", "") for d in val.shape])
+
+
+def import_graph(gm, user_inputs: list, consts: dict, outputs: list, origin: str = "torch") -> dict:
+    """An ATen-level FX graph -> Frontend IR document. ``user_inputs`` are placeholder names that become
+    the signature, ``consts`` maps the other placeholders to tensors, ``outputs`` the output nodes."""
+    from .onnx_ops import HANDLERS  # noqa: F401  (fill the ONNX table the mappings call)
+    from . import lower_elementwise, lower_gather, lower_linear, lower_movement  # noqa: F401
+    names = {n.name for n in gm.graph.nodes}
+    imp = Importer(names, 21)
+    vals: dict = {}
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            if n.name in consts:
+                imp.consts[n.name] = _np(consts[n.name])
+            elif n.name in user_inputs:
+                v = n.meta["val"]
+                imp.add_input(n.name, _dtype_of_torch(v, n.name), _shape_of(v))
+            vals[n] = n.name
+        elif n.op == "call_function":
+            vals[n] = _call(imp, n, vals)
+        elif n.op == "get_attr":
+            imp.consts[n.name] = _np(getattr(gm, n.target))
+            vals[n] = n.name
+        elif n.op == "output":
+            pass
+    outs = []
+    for k, o in enumerate(outputs):
+        t = vals.get(o) if o is not None else None
+        if not isinstance(t, str):
+            fail("UnsupportedOp", origin, f"output {k} is not a tensor polysat computes")
+        outs.append({"tensor": imp.value(t, f"output {k}")})
+    return {"signature": {"inputs": imp.inputs, "outputs": outs}, "tensors": imp.tensors, "graph": imp.nodes,
+            "parameters": imp.params}
+
+
+def _call(imp: Importer, n, vals: dict) -> Any:
+    if n.target is operator.getitem:
+        src, k = n.args
+        got = vals[src][k]
+        if got is None:
+            fail("UnsupportedOp", n.name, f"output {k} of {src.name} (e.g. pool indices, batch statistics) is not "
+                 "computed by polysat")
+        return got
+    op = str(n.target)
+    if op not in ATEN:
+        fail("UnsupportedOp", n.name, f"ATen op {op} (FX node {n.name!r}) has no polysat mapping",
+             "Supported: " + ", ".join(sorted(ATEN)) + ".")
+
+    def arg(a):
+        if hasattr(a, "op") and hasattr(a, "target"):  # an FX node
+            return vals[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(arg(x) for x in a)
+        return a
+    return ATEN[op](Call(imp, n, op), *[arg(a) for a in n.args], **{k: arg(v) for k, v in n.kwargs.items()})
+
+
+def import_exported(ep, origin: str = "torch.export") -> dict:
+    """A ``torch.export.ExportedProgram`` -> Frontend IR document (decomposed to core ATen first)."""
+    from torch.export.graph_signature import InputKind
+    ep = ep.run_decompositions()
+    sig = ep.graph_signature
+    user, consts = [], {}
+    for spec in sig.input_specs:
+        name = spec.arg.name
+        if spec.kind == InputKind.USER_INPUT:
+            user.append(name)
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            consts[name] = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            consts[name] = ep.constants[spec.target]
+        else:
+            fail("UnsupportedOp", origin, f"input {name!r} of kind {spec.kind.name} is not supported")
+    out_node = next(n for n in ep.graph_module.graph.nodes if n.op == "output")
+    outs = list(out_node.args[0])
+    return import_graph(ep.graph_module, user, consts, outs, origin)

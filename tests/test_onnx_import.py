@@ -1,0 +1,200 @@
+"""The ONNX importer (frontend/onnx*.py): folding at import, diagnostics for what polysat cannot take,
+dtypes, symbolic sizes, and the CLI verbs on .onnx files. Oracle: onnxruntime."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from polysat.cli import main
+from polysat.frontend import program_from_doc, with_parameters
+from polysat.frontend.onnx import import_onnx
+from polysat.ir.diagnostics import PolysatError
+from polysat.ir.evaluate import evaluate
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=[numpy_helper.from_array(v, k) for k, v in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _vi(name, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _ort(m, feeds):
+    return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _polysat(m, feeds):
+    doc = import_onnx(m)
+    out = evaluate(program_from_doc(doc), with_parameters(doc, feeds))
+    return [out[e["tensor"]] for e in doc["signature"]["outputs"]], doc
+
+
+def _diag(m) -> object:
+    with pytest.raises(PolysatError) as ei:
+        import_onnx(m)
+    return ei.value.diagnostics[0]
+
+
+def test_shape_subgraph_folds_at_import():
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape (an exporter's flatten) leaves no shape op behind."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+             helper.make_node("Unsqueeze", ["b", "zero1"], ["b1"]),
+             helper.make_node("Concat", ["b1", "minus1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "W"], ["y"])]
+    rng = np.random.default_rng(0)
+    inits = [("zero", np.asarray(0, np.int64)), ("zero1", np.asarray([0], np.int64)),
+             ("minus1", np.asarray([-1], np.int64)), ("W", rng.standard_normal((24, 5)).astype(np.float32))]
+    m = _model(nodes, [_vi("x", [2, 3, 8])], [_vi("y", [2, 5])], inits)
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    got, doc = _polysat(m, {"x": x})
+    assert [n["op"] for n in doc["graph"]] == ["Reshape", "GEMM"]
+    assert doc["graph"][0]["attrs"]["shape"] == [2, 24]
+    np.testing.assert_allclose(got[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_uniform_constants_become_consts_others_parameters():
+    m = _model([helper.make_node("Mul", ["x", "half"], ["a"]), helper.make_node("Add", ["a", "b"], ["y"])],
+               [_vi("x", [4])], [_vi("y", [4])],
+               [("half", np.full(4, 0.5, np.float32)), ("b", np.arange(4, dtype=np.float32))])
+    doc = import_onnx(m)
+    assert [n["op"] for n in doc["graph"]][0] == "Constant"
+    assert set(doc["parameters"]) == {"b"}
+    assert {"tensor": "b", "role": "param"} in doc["signature"]["inputs"]
+
+
+def test_unsupported_op_names_node_and_op():
+    m = _model([helper.make_node("Floor", ["x"], ["y"], name="my_floor")], [_vi("x", [4])], [_vi("y", [4])])
+    d = _diag(m)
+    assert (d.code, d.at) == ("E1102", "my_floor") and "Floor" in d.why
+
+
+def test_unsupported_attribute_value_names_attribute():
+    m = _model([helper.make_node("LayerNormalization", ["x", "g"], ["y"], name="ln16", stash_type=10)],
+               [_vi("x", [2, 4])], [_vi("y", [2, 4])], [("g", np.arange(4, dtype=np.float32))])
+    d = _diag(m)
+    assert d.code == "E1102" and d.at == "ln16" and "'stash_type'" in d.why and "LayerNormalization" in d.why
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap", "constant"])
+def test_pad_modes_match_onnxruntime(mode):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    m = _model([helper.make_node("Pad", ["x", "p", "v"], ["y"], mode=mode)], [_vi("x", [3, 4]), _vi("v", [])],
+               [_vi("y", None)], [("p", np.asarray([1, 2, 2, -1], np.int64))])
+    feeds = {"x": x, "v": np.asarray(-7.5, np.float32)}  # a run-time constant_value
+    got, _ = _polysat(m, feeds)
+    np.testing.assert_array_equal(got[0], _ort(m, feeds)[0])
+
+
+def test_unread_attribute_is_never_ignored():
+    """An attribute no handler honours (here a made-up one) is refused, naming it."""
+    m = _model([helper.make_node("Relu", ["x"], ["y"], name="r", fancy=3)], [_vi("x", [4])], [_vi("y", [4])])
+    d = _diag(m)
+    assert d.code == "E1102" and "'fancy'" in d.why
+
+
+@pytest.mark.parametrize("elem", [TensorProto.INT64, TensorProto.DOUBLE, TensorProto.INT8])
+def test_dtypes_polysat_does_not_compute_in_are_refused(elem):
+    m = _model([helper.make_node("Neg", ["x"], ["y"])], [_vi("x", [4], elem)], [_vi("y", [4], elem)])
+    d = _diag(m)
+    assert d.code == "E1011" and d.at == "x"
+
+
+def test_cast_to_int64_at_run_time_is_refused():
+    m = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT64)], [_vi("x", [4])],
+               [_vi("y", [4], TensorProto.INT64)])
+    assert _diag(m).code == "E1011"
+
+
+def test_int64_constant_out_of_int32_range_is_refused():
+    m = _model([helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT32),
+                helper.make_node("Cast", ["big"], ["bi"], to=TensorProto.INT32),
+                helper.make_node("Add", ["xi", "big32"], ["y"])],
+               [_vi("x", [2])], [_vi("y", [2], TensorProto.INT32)],
+               [("big", np.asarray([2**40, 1], np.int64)), ("big32", np.asarray([7, 1], np.int32))])
+    got, _ = _polysat(m, {"x": np.asarray([1.5, -2.5], np.float32)})  # the int64 constant folds (Cast), fine
+    np.testing.assert_array_equal(got[0], _ort(m, {"x": np.asarray([1.5, -2.5], np.float32)})[0])
+    m2 = _model([helper.make_node("Where", ["c", "big", "small"], ["y"])],
+                [_vi("c", [2], TensorProto.BOOL)], [_vi("y", [2], TensorProto.INT64)],
+                [("big", np.asarray([2**40, 1], np.int64)), ("small", np.asarray([3, 4], np.int64))])
+    d = _diag(m2)
+    assert d.code == "E1011" and "int32" in d.why
+
+
+def test_bool_mask_int32_and_int64_constants_compute_exactly():
+    """A bool mask input, int32 arithmetic with an int64 constant narrowed exactly (values fit)."""
+    nodes = [helper.make_node("Cast", ["idx64"], ["idx32"], to=TensorProto.INT32),  # folds
+             helper.make_node("Mul", ["n", "idx32"], ["p"]),
+             helper.make_node("Where", ["mask", "p", "n"], ["y"])]
+    m = _model(nodes, [_vi("n", [5], TensorProto.INT32), _vi("mask", [5], TensorProto.BOOL)],
+               [_vi("y", [5], TensorProto.INT32)], [("idx64", np.asarray([1, -2, 3, 40000, 5], np.int64))])
+    feeds = {"n": np.asarray([7, 8, -9, 50000, 2**20], np.int32), "mask": np.asarray([1, 0, 1, 1, 0], bool)}
+    got, _ = _polysat(m, feeds)
+    assert got[0].dtype == np.int32
+    np.testing.assert_array_equal(got[0], _ort(m, feeds)[0])
+
+
+def test_dim_param_becomes_a_symbol():
+    m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [_vi("x", ["batch", 6])], [_vi("y", ["batch", 6])])
+    doc = import_onnx(m)
+    assert doc["tensors"]["x"]["shape"] == ["batch", 6]
+    prog = program_from_doc(doc)
+    for b in (1, 5):
+        x = np.random.default_rng(b).standard_normal((b, 6)).astype(np.float32)
+        np.testing.assert_allclose(evaluate(prog, {"x": x})["y"], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_old_opset_is_lifted_by_the_version_converter():
+    m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=1)], [_vi("x", [2, 3, 4])], [_vi("y", [2, 3, 4])],
+               opset=11)
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    got, _ = _polysat(m, {"x": x})
+    np.testing.assert_allclose(got[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def _save(m, tmp_path, name="m.onnx"):
+    p = tmp_path / name
+    p.write_bytes(m.SerializeToString())
+    return str(p)
+
+
+def test_cli_compile_run_extract_on_an_onnx_file(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    m = _model([helper.make_node("Gemm", ["x", "W", "b"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["y"])],
+               [_vi("x", [8, 16])], [_vi("y", [8, 4])],
+               [("W", rng.standard_normal((4, 16)).astype(np.float32)), ("b", rng.standard_normal(4).astype(np.float32))])
+    path = _save(m, tmp_path)
+    assert main(["compile", path, "--dump=frontend,tiny", "--out", str(tmp_path / "d")]) == 0
+    fe = json.loads((tmp_path / "d" / "frontend.json").read_text())
+    assert [n["op"] for n in fe["graph"]] == ["GEMM", "Elementwise", "Elementwise"]  # + bias, relu
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    for target in ("reference", "playback"):
+        assert main(["run", path, "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz"),
+                     "--target", target]) == 0
+        with np.load(tmp_path / "o.npz") as z:
+            np.testing.assert_allclose(z["y"], _ort(m, {"x": x})[0], rtol=1e-3, atol=1e-3)
+    capsys.readouterr()
+    assert main(["extract", path, "--cost=model", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["regions"]) >= 1
+
+
+def test_cli_bad_onnx_file_is_a_diagnostic(tmp_path, capsys):
+    p = tmp_path / "bad.onnx"
+    p.write_bytes(b"\x08\x07garbage-not-protobuf\xff\xff")
+    assert main(["compile", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert "E1109" in err and "Traceback" not in err
+    m = _model([helper.make_node("Floor", ["x"], ["y"], name="fl")], [_vi("x", [4])], [_vi("y", [4])])
+    assert main(["compile", _save(m, tmp_path, "floor.onnx")]) == 1
+    err = capsys.readouterr().err
+    assert "E1102 UnsupportedOp at fl" in err

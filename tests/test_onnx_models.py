@@ -1,0 +1,43 @@
+"""Four small real architectures built as ONNX graphs in code (examples/onnx_models.py), randomly
+initialized: imported, compiled with --cost model, run on the reference evaluator and on playback of
+the extracted kernels, and compared with onnxruntime (rtol = atol = 1e-3)."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from polysat.cli import TARGETS
+from polysat.examples.onnx_models import MODELS, build
+from polysat.frontend import with_parameters
+from polysat.frontend.onnx import import_onnx
+from polysat.ir.diagnostics import PolysatError
+from polysat.pipeline import Compilation
+
+
+def _feeds(m) -> dict:
+    rng = np.random.default_rng(7)
+    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+            for i in m.graph.input}
+
+
+# Conv -> ReLU -> Conv under --cost model hits E1403 in the e-graph on this branch (fixed where the fusion
+# work lands: with it the case passes and this mark goes).
+_E1403 = pytest.mark.xfail(raises=PolysatError, strict=False, reason="E1403 Select(View, Const) on Conv->ReLU->Conv")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_E1403) if n == "resnet_cnn" else n for n in sorted(MODELS)])
+def test_model_matches_onnxruntime(name):
+    m = build(name)
+    feeds = _feeds(m)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    doc = import_onnx(m)
+    c = Compilation(doc, cost="model")
+    inputs = with_parameters(doc, feeds)
+    for target in ("reference", "playback"):
+        got = TARGETS[target](c, inputs)
+        outs = [got[e["tensor"]] for e in doc["signature"]["outputs"]]
+        for g, w in zip(outs, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3, err_msg=f"{name} on {target}")
+    compute = [n for n in m.graph.node if n.op_type not in ("Shape", "Gather", "Concat", "Identity")]
+    assert 1 <= len(c.regions) < len(compute) // 2, (name, len(c.regions), len(compute))  # fused, not op by op

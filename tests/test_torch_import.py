@@ -1,0 +1,90 @@
+"""torch.export importer and the torch.compile backend (frontend/torch_export.py, torch_compile.py) on
+the four small architectures of examples/torch_models.py. Oracle: torch eager. Needs polysat[torch]."""
+from __future__ import annotations
+
+import logging
+import pathlib
+import tomllib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the polysat[torch] extra is not installed")
+
+from polysat.cli import TARGETS  # noqa: E402
+from polysat.examples.torch_models import MODELS, build  # noqa: E402
+from polysat.frontend import with_parameters  # noqa: E402
+from polysat.commands.torch_compile import polysat_backend  # noqa: E402
+from polysat.frontend.torch_export import import_exported  # noqa: E402
+from polysat.ir.diagnostics import PolysatError  # noqa: E402
+from polysat.pipeline import Compilation  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_torch_export_model_matches_eager(name):
+    m, args = build(name)
+    with torch.no_grad():
+        want = m(*args).numpy()
+    ep = torch.export.export(m, args)
+    doc = import_exported(ep)
+    c = Compilation(doc, cost="size")
+    feeds = with_parameters(doc, {e["tensor"]: a.numpy() for e, a in
+                                  zip([i for i in doc["signature"]["inputs"] if i.get("role") != "param"], args)})
+    for target in ("reference", "playback"):
+        got = TARGETS[target](c, feeds)[doc["signature"]["outputs"][0]["tensor"]]
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=f"{name} on {target}")
+
+
+def test_torch_compile_backend_runs_through_polysat(caplog, monkeypatch):
+    import polysat.commands.torch_compile as tc
+    compiled_graphs, real = [], tc.compile_graph
+
+    def counting(gm, inputs, target, cost):
+        compiled_graphs.append(target)
+        return real(gm, inputs, target, cost)
+    monkeypatch.setattr(tc, "compile_graph", counting)
+    m, args = build("gpt2_block")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = m(*args)
+        compiled = torch.compile(m, backend=polysat_backend, options={"target": "playback", "cost": "model"})
+        with caplog.at_level(logging.WARNING, logger="polysat.torch"):
+            got = compiled(*args)
+    assert compiled_graphs == ["playback"]
+    assert not [r for r in caplog.records if "eagerly" in r.getMessage()], caplog.text
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-3, atol=1e-3)
+
+
+def test_torch_compile_falls_back_to_eager_with_a_logged_reason(caplog):
+    class Sorts(torch.nn.Module):
+        def forward(self, x):
+            return torch.sort(x, dim=-1).values * 2.0
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="polysat.torch"):
+        got = torch.compile(Sorts(), backend=polysat_backend)(x)
+    np.testing.assert_allclose(got.numpy(), (torch.sort(x, dim=-1).values * 2.0).numpy())
+    assert any("E1102" in r.getMessage() and "sort" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_unsupported_aten_op_is_a_diagnostic():
+    class Emb(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e = torch.nn.Embedding(10, 4)
+
+        def forward(self, i):
+            return self.e(i).float()
+    ep = torch.export.export(Emb(), (torch.tensor([[1, 2]], dtype=torch.int32),))
+    with pytest.raises(PolysatError) as ei:
+        import_exported(ep)
+    assert ei.value.diagnostics[0].code in ("E1102", "E1011")
+
+
+def test_backend_is_registered_by_entry_point():
+    """pyproject declares the torch_dynamo_backends entry point, and it names this backend."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    eps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["entry-points"]["torch_dynamo_backends"]
+    mod, _, fn = eps["polysat"].partition(":")
+    import importlib
+    assert getattr(importlib.import_module(mod), fn) is polysat_backend
