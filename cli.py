@@ -6,6 +6,7 @@ JSON with ``--json``), and the exit status is 1.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -185,6 +186,7 @@ def cmd_extract(a) -> int:
                            arch=a.arch, bind=_parse_bind(a.bind))
 
 
+@functools.lru_cache(maxsize=1)
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="polysat", description="polysat: fusion as an e-graph search priced by "
                                 "polyhedral analyses; CUDA for sm80/sm90 from one MMA template.")

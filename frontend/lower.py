@@ -23,6 +23,27 @@ from .model import FrontendGraph, Node
 _MISSING = object()
 
 
+@dataclass(frozen=True)
+class Attr:
+    """One attribute of a Frontend IR op, as documented (docs/frontend_ir.md is generated from these):
+    ``kind`` says what values it takes, ``default`` is used when it is absent (``REQUIRED``: it must be
+    given; a string in ``default_text`` describes a default computed from the inputs), ``fns`` limits an
+    Elementwise attribute to the functions that read it."""
+
+    kind: str
+    default: Any = _MISSING
+    doc: str = ""
+    default_text: str = ""
+    fns: tuple = ()
+
+    @property
+    def required(self) -> bool:
+        return self.default is _MISSING and not self.default_text
+
+
+REQUIRED = _MISSING
+
+
 @dataclass
 class Ctx:
     """What a lowering sees: the builder and the node being lowered (for attributes and `at`)."""
@@ -35,8 +56,14 @@ class Ctx:
         return self.node.name
 
     def attr(self, key: str, default: Any = _MISSING) -> Any:
+        """The node's attribute, else the caller's default, else the op table's (an attribute read here
+        must be declared in the op's ``@lowering(..., attrs=...)``)."""
+        spec = LOWERINGS[self.node.op][2].get(key)
+        assert spec is not None, f"{self.node.op} reads undeclared attribute {key!r}"
         if key in self.node.attrs:
             return self.node.attrs[key]
+        if default is _MISSING:
+            default = spec.default
         if default is _MISSING:
             fail("InvalidAttribute", self.at, f"{self.node.op} needs attribute {key!r}")
         return default
@@ -58,13 +85,13 @@ class Ctx:
             fail("InvalidAttribute", self.at, f"attribute {key!r} needs {n} entries, got {list(v)}")
         return tuple(v)
 
-    def bool_attr(self, key: str, default: bool) -> bool:
+    def bool_attr(self, key: str, default: Any = _MISSING) -> bool:
         v = self.attr(key, default)
         if not isinstance(v, bool):
             fail("InvalidAttribute", self.at, f"attribute {key!r} must be true or false, got {v!r}")
         return v
 
-    def dtype_attr(self, key: str, default: str) -> DType:
+    def dtype_attr(self, key: str, default: Any = _MISSING) -> DType:
         v = self.attr(key, default)
         if v is None and key == "acc_dtype":
             fail("AccDtypeMissing", self.at, f"{self.node.op} has acc_dtype null",
@@ -81,15 +108,32 @@ Lowering = Callable[[Ctx, list], list]
 LOWERINGS: dict[str, tuple] = {}
 
 
-def lowering(op: str, inputs: tuple = (1, 1)):
+def lowering(op: str, inputs: tuple = (1, 1), attrs: "dict[str, Attr] | None" = None):
+    """Register fn as the lowering of op, taking inputs=(min, max) tensors and the attributes attrs."""
     def deco(fn: Lowering) -> Lowering:
-        LOWERINGS[op] = (fn, inputs)
+        LOWERINGS[op] = (fn, inputs, dict(attrs or {}))
         return fn
     return deco
 
 
-def lower(g: FrontendGraph) -> Program:
+def op_table() -> dict:
+    """{op: (lowering, (min inputs, max inputs), {attribute: Attr})}, every lowering module loaded."""
     from . import lower_elementwise, lower_linear, lower_movement  # noqa: F401  (fill the table)
+    return LOWERINGS
+
+
+def unknown_attrs(op: str, attrs: dict) -> list:
+    """The attribute names op does not take (for an Elementwise, those its fn does not read)."""
+    table = op_table()
+    if op not in table:
+        return []
+    known = table[op][2]
+    fn = attrs.get("fn")
+    return [k for k in attrs if k not in known or (known[k].fns and fn not in known[k].fns)]
+
+
+def lower(g: FrontendGraph) -> Program:
+    op_table()
     b = Builder()
     b.reserve({t.name for t in g.tensors} | {e.tensor for e in g.inputs})
     env: dict[str, UOp] = {}
@@ -103,7 +147,7 @@ def lower(g: FrontendGraph) -> Program:
         if n.op not in LOWERINGS:
             fail("UnknownOp", n.name, f"unknown op {n.op!r}",
                  "Use one of: " + ", ".join(sorted(LOWERINGS)) + ".")
-        fn, (lo, hi) = LOWERINGS[n.op]
+        fn, (lo, hi), _ = LOWERINGS[n.op]
         if not lo <= len(n.inputs) <= hi:
             fail("WrongArity", n.name, f"{n.op} takes {lo if lo == hi else f'{lo} to {hi}'} inputs, got {len(n.inputs)}")
         if len(n.outputs) != 1:
