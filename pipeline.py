@@ -1,7 +1,8 @@
 """The compiler as one straight line of named stages (seed 000 §10), each dumpable (§13).
 
 ``Compilation`` computes each stage's artifact on first use, so a dump of a late stage runs exactly
-the stages before it. ``DUMPS`` maps a stage name to the JSON it writes as ``<stage>.json``.
+the stages before it. ``DUMPS`` maps a stage name to the JSON it writes as ``<stage>.json`` (or, for
+the pictures, the SVG text it writes as ``<stage>.svg``).
 """
 from __future__ import annotations
 
@@ -113,6 +114,10 @@ DUMPS: dict[str, Callable[[Compilation, str], dict]] = {
     "plan": lambda c, d: _lazy("backend.stages", "plan_json")(c.regions, c.arch),
     "gpu": lambda c, d: _lazy("backend.stages", "gpu_json")(c.regions, c.arch),
     "cu": lambda c, d: {"files": _lazy("backend.stages", "write_cu")(c.regions, c.arch, d)},
+    # pictures (SVG text, written as <stage>.svg)
+    "egraph_svg": lambda c, d: _lazy("viz.dumps", "egraph_picture")(c),
+    "regions_svg": lambda c, d: _lazy("viz.dumps", "regions_picture")(c),
+    "roofline": lambda c, d: _lazy("viz.dumps", "roofline_picture")(c),
 }
 
 
@@ -157,9 +162,12 @@ def write_dumps(c: Compilation, stages: list[str], out_dir: str, tolerant: bool 
             d = e.diagnostics[0]
             written.append(f"{s}: unavailable ({d.code} {d.kind}: {d.why})")
             continue
-        path = os.path.join(out_dir, f"{s}.json")
+        path = os.path.join(out_dir, f"{s}.svg" if isinstance(doc, str) else f"{s}.json")
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, ensure_ascii=False)
-            f.write("\n")
+            if isinstance(doc, str):
+                f.write(doc)
+            else:
+                json.dump(doc, f, indent=1, ensure_ascii=False)
+                f.write("\n")
         written.append(path)
     return written

@@ -17,6 +17,7 @@ from .explain import explain_lines, explain_size, explain_model
 from .graph import export
 from .model_cost import ModelCost, bind_params, price_kernels, saturate_unfused
 from .saturate import format_report, saturate
+from ..ir.user_names import region_names
 
 
 def run_extract(model_path, cost: str = "size", rules_dirs=None, arch: str = "sm90", bind=None) -> dict:
@@ -36,7 +37,8 @@ def run_extract(model_path, cost: str = "size", rules_dirs=None, arch: str = "sm
         x = extract_full(st, model)
         priced = price_kernels(x.program, x.partition, params, arch)
     view = export(st)
-    regions = [_region_json(p, arch) for p in priced]
+    names = region_names(program, x.program)
+    regions = [{**_region_json(p, arch), **names(p.kernel)} for p in priced]
     costs = [p.cost for p in priced if p.cost is not None]
     total = {"kernels": len(priced), "flops": sum(c.flops for c in costs), "bytes": sum(c.bytes for c in costs),
              "time_est_us": round(sum(c.time_est_us for c in costs), 4), "cost_model": model.name, "arch": arch,
@@ -48,7 +50,8 @@ def run_extract(model_path, cost: str = "size", rules_dirs=None, arch: str = "sm
     out = {"model": str(model_path), "regions": regions, "total": total,
            "egraph": {"enodes": rep.nodes, "eclasses": len(view.classes), "iterations": len(rep.iterations),
                       "stop_reason": rep.stop.value, "seconds": round(rep.seconds, 4)},
-           "_report": rep, "_search": search, "_state": st, "_view": view, "_extraction": x, "_params": params, "_priced": priced}
+           "_report": rep, "_search": search, "_state": st, "_view": view, "_extraction": x, "_params": params, "_priced": priced,
+           "_tensor_names": names.tensors}
     return out
 
 
@@ -86,7 +89,8 @@ def format_table(result: dict) -> str:
         c, a = r["cost"], r["analysis"]
         halo = a["compute_at"]["halo"]["bytes"] if a else 0
         lines.append(f"  {r['name']:<8}{r['nodes']:>6}{c['flops']:>22,}{c['bytes']:>18,}{c['time_est_us']:>13.3f}  "
-                     f"{c['bound']:<8}{halo:>8}  {', '.join(r['inputs'])} -> {', '.join(r['outputs'])}")
+                     f"{c['bound']:<8}{halo:>8}  {', '.join(r['reads'])} -> {', '.join(r['writes'])}")
+        lines.append(f"  {'':<8}ops: {', '.join(r['ops'])}")
     lines.append(f"  {'total':<8}{'':>6}{t['flops']:>22,}{t['bytes']:>18,}{t['time_est_us']:>13.3f}")
     if "unfused_time_est_us" in t:
         lines.append(f"  one kernel per op: {t['unfused_kernels']} kernels, {t['unfused_time_est_us']:.3f} µs "
