@@ -94,3 +94,16 @@ def humanize(text: str, names: dict) -> str:
     repeated clauses (``; ``-separated) said once."""
     out = _ID.sub(lambda m: names.get(m.group(0), m.group(0)), text)
     return "; ".join(dict.fromkeys(out.split("; ")))
+
+
+def named_diagnostics(diags: list, kernels: dict, names: dict) -> list:
+    """Diagnostics with the user's names: an ``at`` of ``region k3`` (or ``k3``) becomes ``kernel k3
+    (ops ln1, q_proj)``; internal ids in ``why`` become the user's names. kernels: kernel name -> its
+    ops; names: node id -> the user's name."""
+    from dataclasses import replace
+    out = []
+    for d in diags:
+        k = d.at.removeprefix("region ")
+        at = f"kernel {k} (ops {', '.join(kernels[k])})" if k in kernels else names.get(d.at, d.at)
+        out.append(replace(d, at=at, why=humanize(d.why, names)))
+    return out
