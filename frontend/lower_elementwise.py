@@ -100,6 +100,11 @@ def _to_fp32(ctx: Ctx, x: UOp) -> UOp:
     "approximate": Attr("\"none\" | \"tanh\"", "none", "gelu's form: erf, or the tanh approximation",
                         fns=("gelu",))})
 def elementwise(ctx: Ctx, ins: list) -> list:
+    """Y = fn(inputs): 1 input (unary fns, cast), 2 (binary fns and comparisons, numpy right-aligned
+    broadcasting, dtypes promoted: bool < i32 < fp16/bf16 < fp32, fp16 with bf16 gives fp32) or 3
+    (where(cond, a, b)). Comparisons give bool; composites (exp, log, sigmoid, silu, tanh, gelu)
+    compute in fp32 and return the input's float dtype (fp32 for i32/bool inputs). Arithmetic without
+    a meaning on bool (neg, sub, div, pow, exp2, log2, sqrt, rsqrt, recip) is E1009."""
     fn = ctx.attr("fn")
     if fn not in FNS:
         fail("UnknownOp", ctx.at, f"unknown Elementwise fn {fn!r}", "Use one of: " + ", ".join(FNS) + ".")
@@ -170,6 +175,8 @@ def _axes(ctx: Ctx, x: UOp, key: str = "axes") -> tuple:
     "acc_dtype": Attr("fp16 | bf16 | fp32 | i32 | bool", "fp32", "the accumulation dtype (and the output's)"),
     "keepdim": Attr("bool", False, "keep the reduced axes with size 1")})
 def reduce(ctx: Ctx, ins: list) -> list:
+    """Y = op over axes of X, accumulated in acc_dtype (the output's dtype); mean divides the sum by
+    the number of elements reduced."""
     (x,) = ins
     op = ctx.attr("op")
     if op not in ("sum", "max", "min", "mean"):
@@ -196,6 +203,7 @@ def softmax_fp32(m: Math, x: UOp, axis: int) -> UOp:
 
 @lowering("Softmax", attrs={"axis": Attr("int", -1, "the axis normalized")})
 def softmax(ctx: Ctx, ins: list) -> list:
+    """Y = softmax(X) along axis, computed in fp32 (max-subtracted), returned in X's float dtype."""
     (x,) = ins
     axis = ctx.axis(ctx.attr("axis"), x.ndim)
     out_dt = x.dtype if x.dtype.is_float else DType.fp32

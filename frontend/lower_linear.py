@@ -68,6 +68,8 @@ _DILATION = Attr("int | [dh, dw]", 1, "the spacing of the window's taps")
     "trans_b": Attr("bool", False, "swap B's last two axes first"),
     "acc_dtype": _ACC})
 def gemm(ctx: Ctx, ins: list) -> list:
+    """C = A @ B (numpy matmul: 1-D operands, broadcast batch dims), products exact, summed in
+    acc_dtype; 16-bit operands with fp32 accumulation are widened exactly first."""
     a, w = ins
     if ctx.bool_attr("trans_a"):
         a = _swap_last2(ctx, a)
@@ -121,6 +123,8 @@ def _need_rank(ctx: Ctx, x: UOp, rank: int, what: str) -> None:
     "groups": Attr("int >= 1", 1, "channel groups: C = groups * W.shape[1], groups divides Co"),
     "acc_dtype": _ACC})
 def conv2d(ctx: Ctx, ins: list) -> list:
+    """Y (N, Co, Ho, Wo) = X (N, C, H, W) convolved with W (Co, C/groups, Kh, Kw) [+ bias (Co)], NCHW,
+    summed in acc_dtype."""
     x, wt = ins[0], ins[1]
     _need_rank(ctx, x, 4, "X (N, C, H, W)")
     _need_rank(ctx, wt, 4, "W (Co, C/groups, Kh, Kw)")
@@ -166,6 +170,7 @@ def conv2d(ctx: Ctx, ins: list) -> list:
     "pad": Attr("int | [ph, pw] | [top, bottom, left, right]", 0, "-inf padding of H and W; no window may see only "
                 "padding")})
 def maxpool2d(ctx: Ctx, ins: list) -> list:
+    """Y (N, C, Ho, Wo) = the max of each window of X (N, C, H, W), -inf padding."""
     (x,) = ins
     _need_rank(ctx, x, 4, "X (N, C, H, W)")
     k = ctx.ints_attr("kernel", 2)

@@ -11,6 +11,7 @@ from .lower import REQUIRED, Attr, Ctx, lowering
     "shape": Attr("[int | symbol expression]", REQUIRED, "the new shape, same element count; one -1 is inferred "
                   "from static sizes")})
 def reshape(ctx: Ctx, ins: list) -> list:
+    """Y = X with a new shape of the same element count (row-major)."""
     (x,) = ins
     raw = list(ctx.attr("shape")) if isinstance(ctx.attr("shape"), (list, tuple)) else ctx.attr("shape")
     if isinstance(raw, list) and raw.count(-1) == 1:  # one inferred axis, for static sizes
@@ -25,6 +26,7 @@ def reshape(ctx: Ctx, ins: list) -> list:
 @lowering("Transpose", attrs={
     "perm": Attr("[int]", default_text="the axes reversed", doc="output axis k is input axis perm[k]")})
 def transpose(ctx: Ctx, ins: list) -> list:
+    """Y = X with its axes permuted."""
     (x,) = ins
     perm = ctx.attr("perm", tuple(reversed(range(x.ndim))))
     if not isinstance(perm, (list, tuple)) or sorted(p % x.ndim if isinstance(p, int) and -x.ndim <= p < x.ndim
@@ -49,6 +51,7 @@ def expand(ctx: Ctx, ins: list) -> list:
     "pads": Attr("[[lo, hi]] per axis", REQUIRED, "elements added before and after each axis (>= 0, may be symbols)"),
     "value": Attr("number", 0.0, "the value of the added elements")})
 def pad(ctx: Ctx, ins: list) -> list:
+    """Y = X with value added before and after each axis."""
     (x,) = ins
     pads = ctx.attr("pads")
     if not isinstance(pads, (list, tuple)) or len(pads) != x.ndim or not all(
@@ -98,6 +101,7 @@ def slice_(ctx: Ctx, ins: list) -> list:
 
 @lowering("Flip", attrs={"axes": Attr("[int]", REQUIRED, "the axes reversed")})
 def flip(ctx: Ctx, ins: list) -> list:
+    """Y = X reversed along axes."""
     (x,) = ins
     raw = ctx.attr("axes")
     if not isinstance(raw, (list, tuple)):
