@@ -118,16 +118,32 @@ DUMPS: dict[str, Callable[[Compilation, str], dict]] = {
     "indexbook": lambda c, d: _lazy("analyses.indexbook", "book_to_json")(c.indexbook),
     "poly_view": lambda c, d: _lazy("analyses.polyview", "polyview_to_json")(c.poly_view),
     "egraph": lambda c, d: _lazy("egraph.api", "dump")(*c.saturated, c.extraction),
-    "region": lambda c, d: _lazy("ir.region", "regions_json")(c.regions),
+    "region": lambda c, d: _region_dump(c),
     "analysis": lambda c, d: _analysis_dump(c),
     "plan": lambda c, d: _lazy("backend.stages", "plan_json")(c.regions, c.arch),
     "gpu": lambda c, d: _lazy("backend.stages", "gpu_json")(c.regions, c.arch),
-    "cu": lambda c, d: {"files": _lazy("backend.stages", "write_cu")(c.regions, c.arch, d)},
+    "cu": lambda c, d: {"files": _lazy("backend.cu_header", "add_headers")(
+        _lazy("backend.stages", "write_cu")(c.regions, c.arch, d), _lazy("backend.stages", "kernel_sources")(c.regions, c.arch))},
     # pictures (SVG text, written as <stage>.svg)
     "egraph_svg": lambda c, d: _lazy("viz.dumps", "egraph_picture")(c),
     "regions_svg": lambda c, d: _lazy("viz.dumps", "regions_picture")(c),
     "roofline": lambda c, d: _lazy("viz.dumps", "roofline_picture")(c),
 }
+
+
+def _region_dump(c: Compilation) -> dict:
+    """The regions (``ir/region.py``'s format), each with ``user``: the user's ops it computes and the
+    tensors it reads and writes, by the model's names."""
+    from .ir.region import regions_json
+    from .ir.user_names import region_names
+    x = c.extraction
+    names = region_names(c.program, x.program)
+    kernels = {k.name: names(k) for k in x.partition.kernels}
+    doc = regions_json(c.regions)
+    for r in doc["regions"]:
+        if r["region"]["name"] in kernels:
+            r["user"] = kernels[r["region"]["name"]]
+    return doc
 
 
 def _analysis_dump(c: Compilation) -> dict:
