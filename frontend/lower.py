@@ -8,7 +8,7 @@ there is bound to the inferred size; a symbol bound to two sizes is E1304).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..ir.builder import Builder
@@ -50,6 +50,7 @@ class Ctx:
 
     b: Builder
     node: Node
+    read: set = field(default_factory=set)  # the attributes the lowering asked for
 
     @property
     def at(self) -> str:
@@ -57,12 +58,14 @@ class Ctx:
 
     def attr(self, key: str, default: Any = _MISSING) -> Any:
         """The node's attribute, else the caller's default, else the op table's (an attribute read here
-        must be declared in the op's ``@lowering(..., attrs=...)``)."""
-        spec = LOWERINGS[self.node.op][2].get(key)
-        assert spec is not None, f"{self.node.op} reads undeclared attribute {key!r}"
+        must be declared there when the op declares its attributes)."""
+        table = LOWERINGS[self.node.op][2]
+        spec = None if table is None else table.get(key)
+        assert table is None or spec is not None, f"{self.node.op} reads undeclared attribute {key!r}"
+        self.read.add(key)
         if key in self.node.attrs:
             return self.node.attrs[key]
-        if default is _MISSING:
+        if default is _MISSING and spec is not None:
             default = spec.default
         if default is _MISSING:
             fail("InvalidAttribute", self.at, f"{self.node.op} needs attribute {key!r}")
@@ -109,9 +112,11 @@ LOWERINGS: dict[str, tuple] = {}
 
 
 def lowering(op: str, inputs: tuple = (1, 1), attrs: "dict[str, Attr] | None" = None):
-    """Register fn as the lowering of op, taking inputs=(min, max) tensors and the attributes attrs."""
+    """Register fn as the lowering of op, taking inputs=(min, max) tensors and the attributes attrs
+    (checked before lowering and documented). An op registered without ``attrs`` is checked after its
+    lowering instead: an attribute the lowering never read is an error."""
     def deco(fn: Lowering) -> Lowering:
-        LOWERINGS[op] = (fn, inputs, dict(attrs or {}))
+        LOWERINGS[op] = (fn, inputs, None if attrs is None else dict(attrs))
         return fn
     return deco
 
@@ -128,6 +133,8 @@ def unknown_attrs(op: str, attrs: dict) -> list:
     if op not in table:
         return []
     known = table[op][2]
+    if known is None:  # checked after lowering (see lowering())
+        return []
     fn = attrs.get("fn")
     return [k for k in attrs if k not in known or (known[k].fns and fn not in known[k].fns)]
 
@@ -153,7 +160,12 @@ def lower(g: FrontendGraph) -> Program:
         if len(n.outputs) != 1:
             fail("WrongArity", n.name, f"{n.op} produces exactly one output, got {len(n.outputs)}")
         ins = [env[t] for t in n.inputs]
-        (out,) = fn(Ctx(b, n), ins)
+        ctx = Ctx(b, n)
+        (out,) = fn(ctx, ins)
+        unread = [k for k in n.attrs if k not in ctx.read and k != "fn"]
+        if unread and LOWERINGS[n.op][2] is None:
+            fail("InvalidAttribute", n.name, f"{n.op} has no attribute {', '.join(map(repr, unread))}",
+                 "Remove the attribute or correct its spelling (docs/frontend_ir.md).")
         env[n.outputs[0]] = reconcile(b, n.outputs[0], out, g, symtab, at=n.name)
     prog = b.program([(e.tensor, env[e.tensor]) for e in g.outputs])
     check_bound_symbols(prog)

@@ -94,7 +94,7 @@ def check_fields(r: dict, name: str) -> None:
     attrs = {**(r.get("attrs") or {}), **({"fn": r["fn"]} if "fn" in r else {})}
     unknown = unknown_attrs(r["op"], attrs)
     if unknown:
-        known = op_table()[r["op"]][2]
+        known = op_table()[r["op"]][2] or {}
         fn = attrs.get("fn")
         takes = [k for k, a in known.items() if not a.fns or fn in a.fns]
         what = f"{r['op']} {fn}" if r["op"] == "Elementwise" and isinstance(fn, str) else r["op"]

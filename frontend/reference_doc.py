@@ -74,7 +74,10 @@ def render() -> str:
         doc = inspect.getdoc(fn)
         if doc:
             out.append(doc + "\n")
-        if attrs:
+        if attrs is None:
+            out.append("Attributes: not declared in the lowering table; an attribute its lowering does not read "
+                       "is an error.\n")
+        elif attrs:
             out.append("| attribute | values | default | meaning |")
             out.append("|---|---|---|---|")
             for name, a in attrs.items():

@@ -187,3 +187,23 @@ def test_streamed_attention_on_scaled_inputs_is_as_close_to_float64_as_the_refer
         err = np.abs(got.astype(np.float64) - want)
         allowed = eps * mag + oracle.half_ulp(np.zeros(1), dt) * vsum + 2 * oracle.half_ulp(want, dt)
         assert (err <= allowed).all(), f"{what}: worst error {float((err / allowed).max()):.3g} x the bound"
+
+
+def test_an_op_registered_without_an_attribute_table_rejects_attributes_its_lowering_never_reads(monkeypatch):
+    """Lowerings added without ``attrs=`` (an importer's extra ops) are checked after lowering."""
+    from polysat.frontend import lower as L
+    from polysat.ir.tiny import Ops
+
+    def scale(ctx, ins):
+        (x,) = ins
+        k = ctx.attr("k", 2.0)
+        return [ctx.b.alu(Ops.MUL, x, ctx.b.const_like(float(k), x, at=ctx.at), at=ctx.at)]
+
+    L.op_table()
+    monkeypatch.setitem(L.LOWERINGS, "TestScale", (scale, (1, 1), None))
+    ok = model({"X": f32(3)}, [node("TestScale", ["X"], "Y", k=3.0)], ["Y"])
+    rc, outs, diags, err = oracle.run_model(ok, {"X": np.arange(3, dtype=np.float32)})
+    assert rc == 0 and np.array_equal(outs["Y"], [0.0, 3.0, 6.0]), (diags, err)
+    bad = model({"X": f32(3)}, [node("TestScale", ["X"], "Y", k=3.0, kk=1)], ["Y"])
+    rc, diags, text = oracle.compile_model(bad)
+    assert rc == 1 and diags[0]["code"] == "E1008" and "'kk'" in diags[0]["why"], text[-300:]
