@@ -8,6 +8,9 @@ there is bound to the inferred size; a symbol bound to two sizes is E1304).
 """
 from __future__ import annotations
 
+import importlib
+import pathlib
+import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -122,9 +125,17 @@ def lowering(op: str, inputs: tuple = (1, 1), attrs: "dict[str, Attr] | None" = 
 
 
 def op_table() -> dict:
-    """{op: (lowering, (min inputs, max inputs), {attribute: Attr})}, every lowering module loaded."""
-    from . import lower_elementwise, lower_linear, lower_movement  # noqa: F401  (fill the table)
+    """{op: (lowering, (min inputs, max inputs), {attribute: Attr} or None)}, every ``lower_*.py``
+    module beside this one loaded."""
+    if not _LOADED:
+        for m in pkgutil.iter_modules([str(pathlib.Path(__file__).resolve().parent)]):
+            if m.name.startswith("lower_"):
+                importlib.import_module(f"{__package__}.{m.name}")
+        _LOADED.append(True)
     return LOWERINGS
+
+
+_LOADED: list = []
 
 
 def unknown_attrs(op: str, attrs: dict) -> list:

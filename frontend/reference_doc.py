@@ -3,7 +3,7 @@ its attributes (values, default, meaning) and the dtype rules. Regenerate after 
 
     python -m polysat.frontend.reference_doc > docs/frontend_ir.md
 
-(``tests/test_docs.py`` fails while the file in the repository differs from what this prints).
+(``tests/test_docs_generated.py`` fails while the file in the repository differs from what this prints).
 """
 from __future__ import annotations
 
