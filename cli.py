@@ -78,7 +78,7 @@ def cmd_compile(a) -> int:
         for k in kernels or ():
             print(f"  kernel {k['name']}: {', '.join(k['ops'])}  ({', '.join(k['reads'])} -> {', '.join(k['writes'])})")
         for w in written:
-            print(f"  wrote {w}" if not w.endswith(")") else f"  {w}")
+            print(f"  {w}" if ": failed (" in w else f"  wrote {w}")
     if errors:
         raise PolysatError(errors)
     return 0

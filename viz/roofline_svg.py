@@ -10,7 +10,7 @@ import math
 
 from .svg import Svg
 
-W, H, LEFT, TOP = 720.0, 440.0, 80.0, 50.0
+W, H, LEFT, TOP = 720.0, 440.0, 80.0, 62.0
 COLORS = {"compute": "#c92a2a", "memory": "#1864ab", "latency": "#5f3dc4"}
 
 
