@@ -175,9 +175,11 @@ def check_stages(stages: list[str]) -> None:
 def user_named(c: Compilation, diags: list) -> list:
     """diags naming the user's ops and tensors instead of kernels' and nodes' ids, where the stages
     they need are already computed (naming never compiles more)."""
+    from .ir.user_names import named_diagnostics, region_names, tensor_names
     if not hasattr(c._cache.get("extract"), "partition"):
-        return diags
-    from .ir.user_names import named_diagnostics, region_names
+        if not isinstance(c._cache.get("tiny"), Program):
+            return diags
+        return named_diagnostics(diags, {}, tensor_names(c.program))
     x = c.extraction
     names = region_names(c.program, x.program)
     return named_diagnostics(diags, {k.name: names(k)["ops"] for k in x.partition.kernels}, names.tensors)

@@ -112,3 +112,13 @@ def test_cu_dump_header_states_how_to_build_and_launch_and_its_command_builds(tm
     r = subprocess.run([nvcc_path(), *cmd[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / cmd[-1]).is_file()
+
+
+def test_a_stage_diagnostic_on_an_internal_node_names_the_users_op():
+    from polysat.ir.diagnostics import diag
+    from polysat.pipeline import Compilation, user_named
+    c = Compilation(LN)
+    c.program  # noqa: B018 — lowered, nothing extracted yet
+    n = next(u for u in c.program.nodes if u.tag == "ln" and u.op.name == "REDUCE")
+    (d,) = user_named(c, [diag("NonAffineIndex", n.id, f"the read of {n.id} is not affine")])
+    assert d.at == f"ln\u00b7{n.id}" and d.why == f"the read of ln\u00b7{n.id} is not affine"
