@@ -122,7 +122,7 @@ DUMPS: dict[str, Callable[[Compilation, str], dict]] = {
     "analysis": lambda c, d: _analysis_dump(c),
     "plan": lambda c, d: _lazy("backend.stages", "plan_json")(c.regions, c.arch),
     "gpu": lambda c, d: _lazy("backend.stages", "gpu_json")(c.regions, c.arch),
-    "cu": lambda c, d: {"files": _lazy("backend.cu_header", "add_headers")(
+    "cu": lambda c, d: {"files": _lazy("backend.common.cu_header", "add_headers")(
         _lazy("backend.stages", "write_cu")(c.regions, c.arch, d), _lazy("backend.stages", "kernel_sources")(c.regions, c.arch))},
     # pictures (SVG text, written as <stage>.svg)
     "egraph_svg": lambda c, d: _lazy("viz.dumps", "egraph_picture")(c),

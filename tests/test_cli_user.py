@@ -107,7 +107,7 @@ def test_cu_dump_header_states_how_to_build_and_launch_and_its_command_builds(tm
     assert head["params"].strip().startswith("A (tmap), B (tmap), C (ptr), bias (ptr)")
     cmd = shlex.split(head["build"])
     assert cmd[0] == "nvcc"
-    from polysat.backend.nvcc import nvcc_path
+    from polysat.backend.common.nvcc import nvcc_path
     assert nvcc_path() is not None, "nvcc is needed to check the dumped build command"
     r = subprocess.run([nvcc_path(), *cmd[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
