@@ -6,6 +6,7 @@ JSON with ``--json``), and the exit status is 1.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -60,17 +61,22 @@ def compilation(a):
 
 def cmd_compile(a) -> int:
     from .ir.printer import format_program
-    from .pipeline import check_stages, write_dumps
-    stages = [s for s in (a.dump or "").split(",") if s]
+    from .pipeline import check_stages, expand_stages, write_dumps
+    stages = expand_stages([s for s in (a.dump or "").split(",") if s])
     check_stages(stages)
     c = compilation(a)
     prog = c.program
-    written = write_dumps(c, stages, a.out) if stages else []
+    errors: list = []
+    written = write_dumps(c, stages, a.out, errors=errors) if stages else []
+    kernels = None if stages else _kernels(c)
     if a.json:
-        print(json.dumps({"model": a.model, "arch": a.arch, "nodes": len(prog.nodes),
-                          "outputs": {n: {"dtype": prog[i].dtype.value, "shape": [str(d) for d in prog[i].shape]}
-                                      for n, i in prog.outputs},
-                          "dumps": written}, indent=1))
+        doc = {"model": a.model, "arch": a.arch, "nodes": len(prog.nodes),
+               "outputs": {n: {"dtype": prog[i].dtype.value, "shape": [str(d) for d in prog[i].shape]}
+                           for n, i in prog.outputs}, "dumps": written}
+        if kernels is not None:
+            doc["kernels"] = kernels
+        if not errors:
+            print(json.dumps(doc, indent=1))
     else:
         if a.verbose:
             print(format_program(prog))
@@ -78,9 +84,19 @@ def cmd_compile(a) -> int:
         for name, nid in prog.outputs:
             n = prog[nid]
             print(f"  output {name}: {n.dtype.value}[{', '.join(str(d) for d in n.shape)}]")
+        for k in kernels or ():
+            print(f"  kernel {k['name']}: {', '.join(k['ops'])}  ({', '.join(k['reads'])} -> {', '.join(k['writes'])})")
         for w in written:
-            print(f"  wrote {w}")
+            print(f"  {w}" if ": failed (" in w else f"  wrote {w}")
+    if errors:
+        raise PolysatError(errors)
     return 0
+
+
+def _kernels(c) -> list:
+    """The kernels extraction made (under --cost), named by the user's ops and tensors."""
+    from . import kernels
+    return kernels(c)
 
 
 def load_npz(path: str) -> dict:
@@ -111,7 +127,11 @@ def cmd_run(a) -> int:
     c.program  # compile first: model errors before input errors
     from .frontend import with_parameters
     inputs = with_parameters(c.doc, load_npz(a.inputs))
-    outs = TARGETS[a.target](c, inputs)
+    try:
+        outs = TARGETS[a.target](c, inputs)
+    except PolysatError as e:
+        from .pipeline import user_named
+        raise PolysatError(user_named(c, e.diagnostics)) from None
     save_npz(a.out, outs)
     if a.json:
         print(json.dumps({"target": a.target, "outputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)}
@@ -197,10 +217,13 @@ def cmd_extract(a) -> int:
     return extract_command(compilation(a), as_json=a.json, explain=a.explain)
 
 
+@functools.lru_cache(maxsize=1)
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
     from .pipeline import ARCHS, DUMPS
     p = argparse.ArgumentParser(prog="polysat", description="polysat: fusion as an e-graph search priced by "
                                 "polyhedral analyses; CUDA for sm80/sm90 from one MMA template.")
+    p.add_argument("--version", action="version", version=f"polysat {__version__}")
     sub = p.add_subparsers(dest="verb", required=True)
 
     def common(sp):
@@ -215,11 +238,13 @@ def _parser() -> argparse.ArgumentParser:
                         "demo's random inputs) at these sizes (unbound symbols: POLYSAT_PRICE_SYMBOL_SIZE=256 for "
                         "prices, POLYSAT_SYMBOL_SIZE=37 for the demo's inputs)")
 
-    c = sub.add_parser("compile", help="lower a model and write stage dumps",
-                       description="Lower MODEL through the pipeline and write the requested stage dumps "
-                       f"as DIR/<stage>.json. Stages: {', '.join(DUMPS)}.")
+    c = sub.add_parser("compile", help="lower a model, list the kernels it makes, or write stage dumps",
+                       description="Lower MODEL through the pipeline. Without --dump, extract the kernels "
+                       "(under --cost) and list each with the user's ops it computes; with --dump, write the "
+                       f"requested stage dumps as DIR/<stage>.json (pictures as .svg). Stages: {', '.join(DUMPS)}; "
+                       "all = every stage. A stage that fails does not stop the ones that do not need it.")
     common(c)
-    c.add_argument("--dump", default="", help=f"comma-separated stages to dump ({', '.join(DUMPS)})")
+    c.add_argument("--dump", default="", help=f"comma-separated stages to dump ({', '.join(DUMPS)}), or all")
     c.add_argument("--out", default="out", help="dump directory (default ./out)")
     c.add_argument("-v", "--verbose", action="store_true", help="print the Tiny IR")
     c.set_defaults(fn=cmd_compile)

@@ -5,7 +5,8 @@ the stages before it. Every verb (``compile``, ``run``, ``demo``, ``extract``) a
 bench go through it, so the options reach every stage that needs them: ``arch`` the device table of
 the cost model, Poly Core's report and the backend; ``bind`` (symbol sizes) the prices, the report and
 the plan search; ``cost`` the saturation and the extraction; ``rules_dirs`` the saturation.
-``DUMPS`` maps a stage name to the JSON it writes as ``<stage>.json``.
+``DUMPS`` maps a stage name to the JSON it writes as ``<stage>.json`` (or, for
+the pictures, the SVG text it writes as ``<stage>.svg``).
 """
 from __future__ import annotations
 
@@ -44,9 +45,18 @@ class Compilation:
         return self.model.path if isinstance(self.model, _Loaded) else "model"
 
     def stage(self, name: str, make: Callable[[], Any]) -> Any:
+        """The stage's artifact, made once; a stage that failed with a diagnostic fails again at once
+        (later dumps that need it report it without recomputing)."""
+        from .ir.diagnostics import PolysatError
         if name not in self._cache:
-            self._cache[name] = make()
-        return self._cache[name]
+            try:
+                self._cache[name] = make()
+            except PolysatError as e:
+                self._cache[name] = e
+        got = self._cache[name]
+        if isinstance(got, PolysatError):
+            raise PolysatError(got.diagnostics)
+        return got
 
     @property
     def frontend(self):
@@ -145,17 +155,37 @@ DUMPS: dict[str, Callable[[Compilation, str], dict]] = {
     "indexbook": lambda c, d: _lazy("analyses.indexbook", "book_to_json")(c.indexbook),
     "poly_view": lambda c, d: _lazy("analyses.polyview", "polyview_to_json")(c.poly_view),
     "egraph": lambda c, d: _lazy("egraph.api", "dump")(*c.saturated, c.extraction),
-    "region": lambda c, d: _lazy("ir.region", "regions_json")(c.regions),
+    "region": lambda c, d: _region_dump(c),
     "analysis": lambda c, d: _analysis_dump(c),
     "plan": lambda c, d: backend(c, "plan_json"),
     "gpu": lambda c, d: backend(c, "gpu_json"),
-    "cu": lambda c, d: {"files": backend(c, "write_cu", d)},
+    "cu": lambda c, d: {"files": _lazy("backend.common.cu_header", "add_headers")(
+        backend(c, "write_cu", d), backend(c, "kernel_sources"))},
+    # pictures (SVG text, written as <stage>.svg)
+    "egraph_svg": lambda c, d: _lazy("viz.dumps", "egraph_picture")(c),
+    "regions_svg": lambda c, d: _lazy("viz.dumps", "regions_picture")(c),
+    "roofline": lambda c, d: _lazy("viz.dumps", "roofline_picture")(c),
 }
 
 
 def backend(c: Compilation, stage: str, *args):
     """A backend stage (backend/stages.py) over the compilation's regions for its arch and binding."""
     return _lazy("backend.stages", stage)(c.regions, c.arch, *args, bind=c.bind)
+
+
+def _region_dump(c: Compilation) -> dict:
+    """The regions (``ir/region.py``'s format), each with ``user``: the user's ops it computes and the
+    tensors it reads and writes, by the model's names."""
+    from .ir.region import regions_json
+    from .ir.user_names import region_names
+    x = c.extraction
+    names = region_names(c.program, x.program)
+    kernels = {k.name: names(k) for k in x.partition.kernels}
+    doc = regions_json(c.regions)
+    for r in doc["regions"]:
+        if r["region"]["name"] in kernels:
+            r["user"] = kernels[r["region"]["name"]]
+    return doc
 
 
 def _analysis_dump(c: Compilation) -> dict:
@@ -175,30 +205,65 @@ def _lazy(module: str, name: str):
 
 
 def check_stages(stages: list[str]) -> None:
+    """Every name a dump stage (``all`` is expanded by :func:`expand_stages`)."""
     for s in stages:
         if s not in DUMPS:
             fail("UnknownStage", "--dump", f"unknown stage {s!r}; stages: {', '.join(DUMPS)}")
 
 
-def write_dumps(c: Compilation, stages: list[str], out_dir: str, tolerant: bool = False) -> list[str]:
-    """Write DIR/<stage>.json for each stage. With ``tolerant`` (the demo), a stage that cannot apply to
-    this model (a diagnostic) is reported in the returned list as ``stage: unavailable (...)``."""
+def user_named(c: Compilation, diags: list) -> list:
+    """diags naming the user's ops and tensors instead of kernels' and nodes' ids, where the stages
+    they need are already computed (naming never compiles more)."""
+    from .ir.user_names import named_diagnostics, region_names, tensor_names
+    if not hasattr(c._cache.get("extract"), "partition"):
+        if not isinstance(c._cache.get("tiny"), Program):
+            return diags
+        return named_diagnostics(diags, {}, tensor_names(c.program))
+    x = c.extraction
+    names = region_names(c.program, x.program)
+    return named_diagnostics(diags, {k.name: names(k)["ops"] for k in x.partition.kernels}, names.tensors)
+
+
+def expand_stages(stages: list[str]) -> list[str]:
+    """``all`` -> every stage, in pipeline order; duplicates dropped."""
+    out = [x for s in stages for x in (DUMPS if s == "all" else [s])]
+    return list(dict.fromkeys(out))
+
+
+def write_dumps(c: Compilation, stages: list[str], out_dir: str, tolerant: bool = False,
+                errors: "list | None" = None) -> list[str]:
+    """Write DIR/<stage>.json (or .svg) for each stage. A stage that fails with a diagnostic does not
+    stop the stages after it that do not need it: with ``tolerant`` (the demo) it is reported in the
+    returned list as ``stage: unavailable (...)``; otherwise its diagnostics go to ``errors`` (each
+    once), or are raised at the end when no list is given."""
     from .ir.diagnostics import PolysatError
+    stages = expand_stages(stages)
     check_stages(stages)
     os.makedirs(out_dir, exist_ok=True)
-    written = []
+    written: list = []
+    failed: list = []
     for s in stages:
         try:
             doc = DUMPS[s](c, out_dir)
         except PolysatError as e:
-            if not tolerant:
-                raise
-            d = e.diagnostics[0]
-            written.append(f"{s}: unavailable ({d.code} {d.kind}: {d.why})")
+            diags = user_named(c, e.diagnostics)
+            failed += [d for d in diags if d not in failed]
+            if tolerant:
+                d = diags[0]
+                written.append(f"{s}: unavailable ({d.code} {d.kind}: {d.why})")
+            else:
+                written.append(f"{s}: failed ({diags[0].code} {diags[0].kind})")
             continue
-        path = os.path.join(out_dir, f"{s}.json")
+        path = os.path.join(out_dir, f"{s}.svg" if isinstance(doc, str) else f"{s}.json")
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, ensure_ascii=False)
-            f.write("\n")
+            if isinstance(doc, str):
+                f.write(doc)
+            else:
+                json.dump(doc, f, indent=1, ensure_ascii=False)
+                f.write("\n")
         written.append(path)
+    if failed and not tolerant:
+        if errors is None:
+            raise PolysatError(failed)
+        errors += failed
     return written

@@ -14,16 +14,20 @@ from ..analyses.poly_from_view import region_from_polyview
 from ..analyses.polyview import build_polyview
 from ..egraph.model_cost import canonical, illegal_fusions
 from ..egraph.partition import Kernel, Partition
+from ..ir.user_names import humanize
 
 
 def _names(result: dict) -> dict:
-    """e-class -> original Tiny node id, for the classes that hold one."""
+    """e-class -> the user's name for the value of the original Tiny node it holds (``ln1``, or
+    ``ln1·n8`` for an intermediate of the op ln1)."""
+    from ..ir.user_names import tensor_names
     st, view = result["_state"], result["_view"]
+    users = tensor_names(st.program)
     out: dict = {}
     for nid, i in st.index.items():
         c = view.by_index.get(i)
         if c is not None:
-            out.setdefault(c, nid)
+            out.setdefault(c, users.get(nid, nid))
     return out
 
 
@@ -37,7 +41,8 @@ def explain_model(result: dict) -> list:
     for r in search.rejected:
         tried.add(r.mat)
         x = next((n.children[0] for n in view.classes[r.mat] if n.op == "Mat"), r.mat)
-        out.append({"value": names.get(x, f"e-class {x}"), "verdict": r.why.split(":")[0], "why": r.why,
+        out.append({"value": names.get(x, f"e-class {x}"), "verdict": r.why.split(":")[0],
+                    "why": humanize(r.why, result["_tensor_names"]),
                     "separate_us": round(r.separate_us, 4),
                     "fused_us": None if r.fused_us is None else round(r.fused_us, 4),
                     "kernels": [r.kernels_before, r.kernels_after],
@@ -84,8 +89,8 @@ def explain_size(result: dict, arch: str) -> list:
             region = region_from_polyview(pv, nodes, None, params, merged.name)
             fused = replace(price(canonical(region), arch), region=merged.name).time_est_us
             verdict = "illegal" if bad else ("priced higher" if fused >= sep else "cheaper: --cost=size keeps the loaded boundary, --cost=model fuses it")
-            why = ("illegal: " + "; ".join(r[3] for r in bad)) if bad else verdict
-            out.append({"value": ", ".join(a.outputs), "verdict": verdict, "why": why,
+            why = humanize("illegal: " + "; ".join(r[3] for r in bad), result["_tensor_names"]) if bad else verdict
+            out.append({"value": ", ".join(result["_tensor_names"].get(o, o) for o in a.outputs), "verdict": verdict, "why": why,
                         "separate_us": round(sep, 4), "fused_us": round(fused, 4), "kernels": [2, 1],
                         "scope": "the two kernels"})
     return out

@@ -15,6 +15,7 @@ from ..egraph.graph import export
 from ..egraph.saturate import format_report
 from ..pipeline import Compilation
 from .explain import explain_lines, explain_model, explain_size
+from ..ir.user_names import region_names
 
 
 def run_extract(model, cost: str = "size", rules_dirs=None, arch: str = "sm90", bind=None) -> dict:
@@ -27,7 +28,8 @@ def extract_result(c: Compilation) -> dict:
     st, rep = c.saturated
     search, x, priced, params, arch = c.search, c.extraction, c.priced, c.params, c.arch
     view = export(st)
-    regions = [_region_json(p, arch) for p in priced]
+    names = region_names(c.program, x.program)
+    regions = [{**_region_json(p, arch), **names(p.kernel)} for p in priced]
     costs = [p.cost for p in priced if p.cost is not None]
     total = {"kernels": len(priced), "flops": sum(k.flops for k in costs), "bytes": sum(k.bytes for k in costs),
              "time_est_us": round(sum(k.time_est_us for k in costs), 4), "cost_model": c.cost_model.name, "arch": arch,
@@ -40,7 +42,8 @@ def extract_result(c: Compilation) -> dict:
            "egraph": {"enodes": rep.nodes, "eclasses": len(view.classes), "iterations": len(rep.iterations),
                       "stop_reason": rep.stop.value, "seconds": round(rep.seconds, 4)},
            "_report": rep, "_search": search, "_state": st, "_view": view, "_extraction": x, "_params": params,
-           "_priced": priced, "_model": c.cost_model}
+           "_priced": priced, "_model": c.cost_model,
+           "_tensor_names": names.tensors}
     return out
 
 
@@ -78,7 +81,8 @@ def format_table(result: dict) -> str:
         c, a = r["cost"], r["analysis"]
         halo = a["compute_at"]["halo"]["bytes"] if a else 0
         lines.append(f"  {r['name']:<8}{r['nodes']:>6}{c['flops']:>22,}{c['bytes']:>18,}{c['time_est_us']:>13.3f}  "
-                     f"{c['bound']:<8}{halo:>8}  {', '.join(r['inputs'])} -> {', '.join(r['outputs'])}")
+                     f"{c['bound']:<8}{halo:>8}  {', '.join(r['reads'])} -> {', '.join(r['writes'])}")
+        lines.append(f"  {'':<8}ops: {', '.join(r['ops'])}")
     lines.append(f"  {'total':<8}{'':>6}{t['flops']:>22,}{t['bytes']:>18,}{t['time_est_us']:>13.3f}")
     if "unfused_time_est_us" in t:
         lines.append(f"  one kernel per op: {t['unfused_kernels']} kernels, {t['unfused_time_est_us']:.3f} µs "

@@ -80,7 +80,22 @@ def bind_params(program: Program, bind: "dict | None" = None) -> dict:
         if k not in syms:
             fail("InvalidAttribute", "--bind", f"symbol {k!r} is not used by the model (symbols: {', '.join(syms) or 'none'})",
                  "Bind only the model's symbols.")
-    return {s: int(bind.get(s, default_symbol_size())) for s in syms}
+    params = {s: int(bind.get(s, default_symbol_size())) for s in syms}
+    check_addressable(program, params)
+    return params
+
+
+def check_addressable(program: Program, params: dict) -> None:
+    """Every tensor's size under the binding stays below 2**62 elements (int64 indices; isl takes
+    64-bit values), else E1007 at the user's name for it."""
+    from ..ir.infer import MAX_ELEMENTS
+    from ..ir.shapes import bind as bind_shape, fmt_shape
+    for n in program.nodes:
+        shape = bind_shape(n.shape, params)
+        if math.prod(shape) >= MAX_ELEMENTS:
+            fail("UnaddressableShape", n.tag or n.id, f"shape {fmt_shape(n.shape)} is {list(shape)} with "
+                 f"{', '.join(f'{k}={v}' for k, v in sorted(params.items()))}: beyond 64-bit addressing (< 2**62)",
+                 "Use smaller symbolic coefficients, or bind smaller sizes with --bind.")
 
 
 # ---- cuts and legality on Tiny IR ----------------------------------------------------------------

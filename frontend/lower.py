@@ -8,7 +8,10 @@ there is bound to the inferred size; a symbol bound to two sizes is E1304).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+import pathlib
+import pkgutil
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..ir.builder import Builder
@@ -23,20 +26,50 @@ from .model import FrontendGraph, Node
 _MISSING = object()
 
 
+@dataclass(frozen=True)
+class Attr:
+    """One attribute of a Frontend IR op, as documented (docs/frontend_ir.md is generated from these):
+    ``kind`` says what values it takes, ``default`` is used when it is absent (``REQUIRED``: it must be
+    given; a string in ``default_text`` describes a default computed from the inputs), ``fns`` limits an
+    Elementwise attribute to the functions that read it."""
+
+    kind: str
+    default: Any = _MISSING
+    doc: str = ""
+    default_text: str = ""
+    fns: tuple = ()
+
+    @property
+    def required(self) -> bool:
+        return self.default is _MISSING and not self.default_text
+
+
+REQUIRED = _MISSING
+
+
 @dataclass
 class Ctx:
     """What a lowering sees: the builder and the node being lowered (for attributes and `at`)."""
 
     b: Builder
     node: Node
+    read: set = field(default_factory=set)  # the attributes the lowering asked for
 
     @property
     def at(self) -> str:
         return self.node.name
 
     def attr(self, key: str, default: Any = _MISSING) -> Any:
+        """The node's attribute, else the caller's default, else the op table's (an attribute read here
+        must be declared there when the op declares its attributes)."""
+        table = LOWERINGS[self.node.op][2]
+        spec = None if table is None else table.get(key)
+        assert table is None or spec is not None, f"{self.node.op} reads undeclared attribute {key!r}"
+        self.read.add(key)
         if key in self.node.attrs:
             return self.node.attrs[key]
+        if default is _MISSING and spec is not None:
+            default = spec.default
         if default is _MISSING:
             fail("InvalidAttribute", self.at, f"{self.node.op} needs attribute {key!r}")
         return default
@@ -58,13 +91,13 @@ class Ctx:
             fail("InvalidAttribute", self.at, f"attribute {key!r} needs {n} entries, got {list(v)}")
         return tuple(v)
 
-    def bool_attr(self, key: str, default: bool) -> bool:
+    def bool_attr(self, key: str, default: Any = _MISSING) -> bool:
         v = self.attr(key, default)
         if not isinstance(v, bool):
             fail("InvalidAttribute", self.at, f"attribute {key!r} must be true or false, got {v!r}")
         return v
 
-    def dtype_attr(self, key: str, default: str) -> DType:
+    def dtype_attr(self, key: str, default: Any = _MISSING) -> DType:
         v = self.attr(key, default)
         if v is None and key == "acc_dtype":
             fail("AccDtypeMissing", self.at, f"{self.node.op} has acc_dtype null",
@@ -81,15 +114,44 @@ Lowering = Callable[[Ctx, list], list]
 LOWERINGS: dict[str, tuple] = {}
 
 
-def lowering(op: str, inputs: tuple = (1, 1)):
+def lowering(op: str, inputs: tuple = (1, 1), attrs: "dict[str, Attr] | None" = None):
+    """Register fn as the lowering of op, taking inputs=(min, max) tensors and the attributes attrs
+    (checked before lowering and documented). An op registered without ``attrs`` is checked after its
+    lowering instead: an attribute the lowering never read is an error."""
     def deco(fn: Lowering) -> Lowering:
-        LOWERINGS[op] = (fn, inputs)
+        LOWERINGS[op] = (fn, inputs, None if attrs is None else dict(attrs))
         return fn
     return deco
 
 
+def op_table() -> dict:
+    """{op: (lowering, (min inputs, max inputs), {attribute: Attr} or None)}, every ``lower_*.py``
+    module beside this one loaded."""
+    if not _LOADED:
+        for m in pkgutil.iter_modules([str(pathlib.Path(__file__).resolve().parent)]):
+            if m.name.startswith("lower_"):
+                importlib.import_module(f"{__package__}.{m.name}")
+        _LOADED.append(True)
+    return LOWERINGS
+
+
+_LOADED: list = []
+
+
+def unknown_attrs(op: str, attrs: dict) -> list:
+    """The attribute names op does not take (for an Elementwise, those its fn does not read)."""
+    table = op_table()
+    if op not in table:
+        return []
+    known = table[op][2]
+    if known is None:  # checked after lowering (see lowering())
+        return []
+    fn = attrs.get("fn")
+    return [k for k in attrs if k not in known or (known[k].fns and fn not in known[k].fns)]
+
+
 def lower(g: FrontendGraph) -> Program:
-    from . import lower_elementwise, lower_gather, lower_linear, lower_movement  # noqa: F401  (fill the table)
+    op_table()
     b = Builder()
     b.reserve({t.name for t in g.tensors} | {e.tensor for e in g.inputs})
     env: dict[str, UOp] = {}
@@ -103,13 +165,18 @@ def lower(g: FrontendGraph) -> Program:
         if n.op not in LOWERINGS:
             fail("UnknownOp", n.name, f"unknown op {n.op!r}",
                  "Use one of: " + ", ".join(sorted(LOWERINGS)) + ".")
-        fn, (lo, hi) = LOWERINGS[n.op]
+        fn, (lo, hi), _ = LOWERINGS[n.op]
         if not lo <= len(n.inputs) <= hi:
             fail("WrongArity", n.name, f"{n.op} takes {lo if lo == hi else f'{lo} to {hi}'} inputs, got {len(n.inputs)}")
         if len(n.outputs) != 1:
             fail("WrongArity", n.name, f"{n.op} produces exactly one output, got {len(n.outputs)}")
         ins = [env[t] for t in n.inputs]
-        (out,) = fn(Ctx(b, n), ins)
+        ctx = Ctx(b, n)
+        (out,) = fn(ctx, ins)
+        unread = [k for k in n.attrs if k not in ctx.read and k != "fn"]
+        if unread and LOWERINGS[n.op][2] is None:
+            fail("InvalidAttribute", n.name, f"{n.op} has no attribute {', '.join(map(repr, unread))}",
+                 "Remove the attribute or correct its spelling (docs/frontend_ir.md).")
         env[n.outputs[0]] = reconcile(b, n.outputs[0], out, g, symtab, at=n.name)
     prog = b.program([(e.tensor, env[e.tensor]) for e in g.outputs])
     check_bound_symbols(prog)

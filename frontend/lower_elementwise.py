@@ -13,7 +13,7 @@ from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
 from ..ir.shapes import numel
 from ..ir.tiny import Ops, UOp
-from .lower import Ctx, lowering
+from .lower import REQUIRED, Attr, Ctx, lowering
 
 LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)
@@ -93,8 +93,18 @@ def _to_fp32(ctx: Ctx, x: UOp) -> UOp:
     return ctx.b.cast(x, DType.fp32, at=ctx.at) if x.dtype != DType.fp32 else x
 
 
-@lowering("Elementwise", inputs=(1, 3))
+@lowering("Elementwise", inputs=(1, 3), attrs={
+    "fn": Attr(" | ".join(FNS), REQUIRED, "the function; binary fns broadcast right-aligned and promote dtypes; "
+               "where(cond, a, b) takes three inputs (a non-bool cond means cond != 0)"),
+    "to": Attr("fp16 | bf16 | fp32 | i32 | bool", "fp32", "the dtype cast converts to (float -> i32 truncates)", fns=("cast",)),
+    "approximate": Attr("\"none\" | \"tanh\"", "none", "gelu's form: erf, or the tanh approximation",
+                        fns=("gelu",))})
 def elementwise(ctx: Ctx, ins: list) -> list:
+    """Y = fn(inputs): 1 input (unary fns, cast), 2 (binary fns and comparisons, numpy right-aligned
+    broadcasting, dtypes promoted: bool < i32 < fp16/bf16 < fp32, fp16 with bf16 gives fp32) or 3
+    (where(cond, a, b)). Comparisons give bool; composites (exp, log, sigmoid, silu, tanh, gelu)
+    compute in fp32 and return the input's float dtype (fp32 for i32/bool inputs). Arithmetic without
+    a meaning on bool (neg, sub, div, pow, exp2, log2, sqrt, rsqrt, recip) is E1009."""
     fn = ctx.attr("fn")
     if fn not in FNS:
         fail("UnknownOp", ctx.at, f"unknown Elementwise fn {fn!r}", "Use one of: " + ", ".join(FNS) + ".")
@@ -121,7 +131,7 @@ def elementwise(ctx: Ctx, ins: list) -> list:
         return [b.alu(Ops.WHERE, c, x, y, at=ctx.at)]
     (x,) = ins
     if fn == "cast":
-        return [b.cast(x, ctx.dtype_attr("to", "fp32"), at=ctx.at)]
+        return [b.cast(x, ctx.dtype_attr("to"), at=ctx.at)]
     if fn in _SIMPLE_UNARY:
         if not x.dtype.is_float and fn not in ("neg", "relu"):
             x = _to_fp32(ctx, x)
@@ -142,7 +152,7 @@ def elementwise(ctx: Ctx, ins: list) -> list:
     elif fn == "erf":
         y = m.erf(xf)
     else:
-        approx = ctx.attr("approximate", "none")
+        approx = ctx.attr("approximate")
         if approx not in ("none", "tanh"):
             fail("InvalidAttribute", ctx.at, f"gelu approximate must be \"none\" or \"tanh\", got {approx!r}")
         y = m.gelu(xf, approx)
@@ -161,19 +171,25 @@ def _axes(ctx: Ctx, x: UOp, key: str = "axes") -> tuple:
     return axes
 
 
-@lowering("Reduce")
+@lowering("Reduce", attrs={
+    "op": Attr("sum | max | min | mean", "sum", "the reduction"),
+    "axes": Attr("int | [int]", REQUIRED, "the axes reduced (negative counts from the end), each once"),
+    "acc_dtype": Attr("fp16 | bf16 | fp32 | i32 | bool", "fp32", "the accumulation dtype (and the output's)"),
+    "keepdim": Attr("bool", False, "keep the reduced axes with size 1")})
 def reduce(ctx: Ctx, ins: list) -> list:
+    """Y = op over axes of X, accumulated in acc_dtype (the output's dtype); mean divides the sum by
+    the number of elements reduced."""
     (x,) = ins
-    op = ctx.attr("op", "sum")
+    op = ctx.attr("op")
     if op not in ("sum", "max", "min", "mean"):
         fail("InvalidAttribute", ctx.at, f"Reduce op must be sum, max, min or mean, got {op!r}")
     axes = _axes(ctx, x)
-    acc = ctx.dtype_attr("acc_dtype", "fp32")
+    acc = ctx.dtype_attr("acc_dtype")
     b, m = ctx.b, Math(ctx.b, ctx.at)
     r = b.reduce(x, "SUM" if op == "mean" else op.upper(), axes, acc, at=ctx.at)
     if op == "mean":
         r = b.alu(Ops.FDIV, r, m.count(x, axes, acc), at=ctx.at)
-    if ctx.bool_attr("keepdim", False):
+    if ctx.bool_attr("keepdim"):
         r = b.reshape(r, tuple(1 if i in axes else d for i, d in enumerate(x.shape)), at=ctx.at)
     return [r]
 
@@ -187,20 +203,23 @@ def softmax_fp32(m: Math, x: UOp, axis: int) -> UOp:
     return m.op(Ops.FDIV, e, m.keepdim(e, z, (axis,)))
 
 
-@lowering("Softmax")
+@lowering("Softmax", attrs={"axis": Attr("int", -1, "the axis normalized")})
 def softmax(ctx: Ctx, ins: list) -> list:
+    """Y = softmax(X) along axis, computed in fp32 (max-subtracted), returned in X's float dtype."""
     (x,) = ins
-    axis = ctx.axis(ctx.attr("axis", -1), x.ndim)
+    axis = ctx.axis(ctx.attr("axis"), x.ndim)
     out_dt = x.dtype if x.dtype.is_float else DType.fp32
     return [ctx.b.cast(softmax_fp32(Math(ctx.b, ctx.at), _to_fp32(ctx, x), axis), out_dt, at=ctx.at)]
 
 
-@lowering("LayerNorm", inputs=(1, 3))
+@lowering("LayerNorm", inputs=(1, 3), attrs={
+    "axis": Attr("int", -1, "normalize over axis..rank-1 (inputs 2 and 3, gamma and beta, have that shape)"),
+    "eps": Attr("number >= 0", 1e-5, "added to the variance")})
 def layernorm(ctx: Ctx, ins: list) -> list:
     """y = (x - mean) * rsqrt(var + eps) [* gamma] [+ beta], over axis..rank-1 (ONNX convention)."""
     x = ins[0]
-    axis = ctx.axis(ctx.attr("axis", -1), x.ndim)
-    eps = ctx.attr("eps", 1e-5)
+    axis = ctx.axis(ctx.attr("axis"), x.ndim)
+    eps = ctx.attr("eps")
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps < 0:
         fail("InvalidAttribute", ctx.at, f"eps must be a non-negative number, got {eps!r}")
     axes = tuple(range(axis, x.ndim))

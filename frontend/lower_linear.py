@@ -12,7 +12,7 @@ from ..ir.dtypes import DType, promote
 from ..ir.expr import Expr
 from ..ir.shapes import Dim, dim, fmt_shape
 from ..ir.tiny import Ops, UOp
-from .lower import Ctx, lowering
+from .lower import REQUIRED, Attr, Ctx, lowering
 from .lower_elementwise import Math, softmax_fp32
 
 
@@ -58,18 +58,28 @@ def _swap_last2(ctx: Ctx, x: UOp) -> UOp:
     return ctx.b.permute(x, perm, at=ctx.at)
 
 
-@lowering("GEMM", inputs=(2, 2))
+_ACC = Attr("fp16 | bf16 | fp32 | i32 | bool", "fp32", "the accumulation dtype (and the output's)")
+_PAD = Attr("int | [ph, pw] | [top, bottom, left, right]", 0, "zero padding of H and W (>= 0)")
+_DILATION = Attr("int | [dh, dw]", 1, "the spacing of the window's taps")
+
+
+@lowering("GEMM", inputs=(2, 2), attrs={
+    "trans_a": Attr("bool", False, "swap A's last two axes first"),
+    "trans_b": Attr("bool", False, "swap B's last two axes first"),
+    "acc_dtype": _ACC})
 def gemm(ctx: Ctx, ins: list) -> list:
+    """C = A @ B (numpy matmul: 1-D operands, broadcast batch dims), products exact, summed in
+    acc_dtype; 16-bit operands with fp32 accumulation are widened exactly first."""
     a, w = ins
-    if ctx.bool_attr("trans_a", False):
+    if ctx.bool_attr("trans_a"):
         a = _swap_last2(ctx, a)
-    if ctx.bool_attr("trans_b", False):
+    if ctx.bool_attr("trans_b"):
         w = _swap_last2(ctx, w)
-    return [dot(ctx, a, w, ctx.dtype_attr("acc_dtype", "fp32"))]
+    return [dot(ctx, a, w, ctx.dtype_attr("acc_dtype"))]
 
 
 def _pads4(ctx: Ctx, key: str) -> tuple:
-    v = ctx.attr(key, 0)
+    v = ctx.attr(key)
     if isinstance(v, int) and not isinstance(v, bool):
         v = [v] * 4
     if isinstance(v, (list, tuple)) and len(v) == 2:
@@ -108,13 +118,18 @@ def _need_rank(ctx: Ctx, x: UOp, rank: int, what: str) -> None:
         fail("AxisSizeMismatch", ctx.at, f"{what} must have rank {rank}, got {fmt_shape(x.shape)}")
 
 
-@lowering("Conv2D", inputs=(2, 3))
+@lowering("Conv2D", inputs=(2, 3), attrs={
+    "stride": Attr("int | [sh, sw]", 1, "the window's step"), "dilation": _DILATION, "pad": _PAD,
+    "groups": Attr("int >= 1", 1, "channel groups: C = groups * W.shape[1], groups divides Co"),
+    "acc_dtype": _ACC})
 def conv2d(ctx: Ctx, ins: list) -> list:
+    """Y (N, Co, Ho, Wo) = X (N, C, H, W) convolved with W (Co, C/groups, Kh, Kw) [+ bias (Co)], NCHW,
+    summed in acc_dtype."""
     x, wt = ins[0], ins[1]
     _need_rank(ctx, x, 4, "X (N, C, H, W)")
     _need_rank(ctx, wt, 4, "W (Co, C/groups, Kh, Kw)")
-    g = ctx.int_attr("groups", 1)
-    acc = ctx.dtype_attr("acc_dtype", "fp32")
+    g = ctx.int_attr("groups")
+    acc = ctx.dtype_attr("acc_dtype")
     co, cg, kh, kw = wt.shape
     c = x.shape[1]
     if not (isinstance(kh, int) and isinstance(kw, int)):
@@ -122,8 +137,8 @@ def conv2d(ctx: Ctx, ins: list) -> list:
     if g < 1 or (isinstance(co, int) and co % g) or Expr.of(cg) * g != Expr.of(c):
         fail("ConvChannelMismatch", ctx.at, f"X has {c} channels, W is {fmt_shape(wt.shape)}, groups = {g}: "
              f"need C = groups * W.shape[1] and groups | Co")
-    stride = ctx.ints_attr("stride", 2, 1)
-    dil = ctx.ints_attr("dilation", 2, 1)
+    stride = ctx.ints_attr("stride", 2)
+    dil = ctx.ints_attr("dilation", 2)
     pads = _pads4(ctx, "pad")
     b, at = ctx.b, ctx.at
     x, wt = widen(ctx, x, wt, acc)
@@ -148,18 +163,44 @@ def conv2d(ctx: Ctx, ins: list) -> list:
     return [y]
 
 
-@lowering("MaxPool2D")
+@lowering("MaxPool2D", attrs={
+    "kernel": Attr("int | [kh, kw]", REQUIRED, "the window size"),
+    "stride": Attr("int | [sh, sw]", default_text="the kernel", doc="the window's step"),
+    "dilation": _DILATION,
+    "pad": Attr("int | [ph, pw] | [top, bottom, left, right]", 0, "-inf padding of H and W; no window may see only "
+                "padding")})
 def maxpool2d(ctx: Ctx, ins: list) -> list:
+    """Y (N, C, Ho, Wo) = the max of each window of X (N, C, H, W), -inf padding."""
     (x,) = ins
     _need_rank(ctx, x, 4, "X (N, C, H, W)")
     k = ctx.ints_attr("kernel", 2)
     s = ctx.ints_attr("stride", 2, k)
-    d = ctx.ints_attr("dilation", 2, 1)
+    d = ctx.ints_attr("dilation", 2)
     pads = _pads4(ctx, "pad")
-    if any(p > kk // 2 for p, kk in zip(pads, (k[0], k[0], k[1], k[1]))):
-        fail("UnaddressableShape", ctx.at, f"pad {list(pads)} exceeds half the kernel {list(k)}: a window could see only padding")
     xv = sliding_window(ctx, x, k, s, d, pads, float("-inf"))
+    for ax, (size, lo, hi) in enumerate(((x.shape[2], pads[0], pads[1]), (x.shape[3], pads[2], pads[3]))):
+        w = _padding_only_window(size, lo, hi, k[ax], s[ax], d[ax], xv.shape[2 + ax])
+        if w is not None:
+            fail("UnaddressableShape", ctx.at, f"{'the last window' if w < 0 else f'window {w}'} along {'HW'[ax]} sees only padding (kernel {k[ax]}, "
+                 f"dilation {d[ax]}, pad {lo}+{hi}, size {size}), so its max would be -inf",
+                 "Keep each pad below the window's extent dilation*(kernel-1)+1.")
     return [ctx.b.reduce(xv, "MAX", (4, 5), x.dtype, at=ctx.at)]
+
+
+def _padding_only_window(size: Dim, lo: int, hi: int, k: int, s: int, d: int, out: Dim) -> "int | None":
+    """The first output position whose window's taps (s*w + d*t in padded coordinates) all fall in the
+    padding [0, lo) or [lo + size, ...), or None. Static sizes check every window; a symbolic size
+    checks the windows whose taps are certain: the first, and the last when the stride is 1."""
+    if isinstance(size, int) and isinstance(out, int):
+        for w in range(out):
+            if not any(lo <= s * w + d * t < lo + size for t in range(k)):
+                return w
+        return None
+    if lo > d * (k - 1):
+        return 0
+    if s == 1 and hi > d * (k - 1):
+        return -1
+    return None
 
 
 def causal_mask(ctx: Ctx, m: Dim, n: Dim) -> UOp:
@@ -171,7 +212,9 @@ def causal_mask(ctx: Ctx, m: Dim, n: Dim) -> UOp:
     return b.view(padded, (m, n), (f"i1 - i0 + {Expr.of(m) - 1}",), at=at)
 
 
-@lowering("Attention", inputs=(3, 3))
+@lowering("Attention", inputs=(3, 3), attrs={
+    "scale": Attr("number", default_text="1/sqrt(D)", doc="multiplies Q K^T before the softmax"),
+    "causal": Attr("bool", False, "mask key j > query i + (N - M) (bottom-right aligned)")})
 def attention(ctx: Ctx, ins: list) -> list:
     """softmax(scale * Q K^T [causal mask]) V; P is cast to V's dtype before P V, as flash kernels do."""
     q, k, v = ins
@@ -192,7 +235,7 @@ def attention(ctx: Ctx, ins: list) -> list:
     b, at, mth = ctx.b, ctx.at, Math(ctx.b, ctx.at)
     s = dot(ctx, q, b.permute(k, (0, 1, 3, 2), at=at), DType.fp32)  # (B, H, M, N)
     s = mth.op(Ops.MUL, s, float(scale))
-    if ctx.bool_attr("causal", False):
+    if ctx.bool_attr("causal"):
         mask = b.expand(b.reshape(causal_mask(ctx, m_, n_), (1, 1, m_, n_), at=at), s.shape, at=at)
         s = mth.op(Ops.WHERE, mask, s, float("-inf"))
     p = softmax_fp32(mth, s, 3)

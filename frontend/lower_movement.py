@@ -4,11 +4,14 @@ from __future__ import annotations
 from ..ir.diagnostics import fail
 from ..ir.shapes import fmt_shape, numel
 from ..ir.infer import as_shape
-from .lower import Ctx, lowering
+from .lower import REQUIRED, Attr, Ctx, lowering
 
 
-@lowering("Reshape")
+@lowering("Reshape", attrs={
+    "shape": Attr("[int | symbol expression]", REQUIRED, "the new shape, same element count; one -1 is inferred "
+                  "from static sizes")})
 def reshape(ctx: Ctx, ins: list) -> list:
+    """Y = X with a new shape of the same element count (row-major)."""
     (x,) = ins
     raw = list(ctx.attr("shape")) if isinstance(ctx.attr("shape"), (list, tuple)) else ctx.attr("shape")
     if isinstance(raw, list) and raw.count(-1) == 1:  # one inferred axis, for static sizes
@@ -20,8 +23,10 @@ def reshape(ctx: Ctx, ins: list) -> list:
     return [ctx.b.reshape(x, as_shape(ctx.at, raw, "shape"), at=ctx.at)]
 
 
-@lowering("Transpose")
+@lowering("Transpose", attrs={
+    "perm": Attr("[int]", default_text="the axes reversed", doc="output axis k is input axis perm[k]")})
 def transpose(ctx: Ctx, ins: list) -> list:
+    """Y = X with its axes permuted."""
     (x,) = ins
     perm = ctx.attr("perm", tuple(reversed(range(x.ndim))))
     if not isinstance(perm, (list, tuple)) or sorted(p % x.ndim if isinstance(p, int) and -x.ndim <= p < x.ndim
@@ -30,7 +35,8 @@ def transpose(ctx: Ctx, ins: list) -> list:
     return [ctx.b.permute(x, tuple(p % x.ndim for p in perm), at=ctx.at)]
 
 
-@lowering("Expand")
+@lowering("Expand", attrs={
+    "shape": Attr("[int | symbol expression]", REQUIRED, "numpy broadcast_to: right-aligned, may add leading axes")})
 def expand(ctx: Ctx, ins: list) -> list:
     """numpy broadcast_to: right-aligned, may add leading axes."""
     (x,) = ins
@@ -41,14 +47,17 @@ def expand(ctx: Ctx, ins: list) -> list:
     return [ctx.b.expand(xr, shape, at=ctx.at)]
 
 
-@lowering("Pad")
+@lowering("Pad", attrs={
+    "pads": Attr("[[lo, hi]] per axis", REQUIRED, "elements added before and after each axis (>= 0, may be symbols)"),
+    "value": Attr("number", 0.0, "the value of the added elements")})
 def pad(ctx: Ctx, ins: list) -> list:
+    """Y = X with value added before and after each axis."""
     (x,) = ins
     pads = ctx.attr("pads")
     if not isinstance(pads, (list, tuple)) or len(pads) != x.ndim or not all(
             isinstance(p, (list, tuple)) and len(p) == 2 for p in pads):
         fail("InvalidAttribute", ctx.at, f"pads is [[lo, hi]] for each of the {x.ndim} axes, got {pads!r}")
-    value = ctx.attr("value", 0.0)
+    value = ctx.attr("value")
     return [ctx.b.pad(x, tuple(tuple(p) for p in pads), value, at=ctx.at)]
 
 
@@ -57,7 +66,11 @@ def _clamp(v: int, size: int) -> int:
     return max(0, min(v, size))
 
 
-@lowering("Slice")
+@lowering("Slice", attrs={
+    "starts": Attr("[int | symbol]", REQUIRED, "first index per sliced axis (negative counts from the end)"),
+    "ends": Attr("[int | symbol]", REQUIRED, "end (exclusive) per sliced axis, clamped to the size"),
+    "axes": Attr("[int]", default_text="0, 1, .., len(starts)-1", doc="the sliced axes"),
+    "steps": Attr("[int >= 1]", default_text="1 for each axis", doc="the stride per sliced axis (Flip reverses)")})
 def slice_(ctx: Ctx, ins: list) -> list:
     """x[starts:ends:steps] on the given axes (default: the leading ones); negative indices count
     from the end on static axes; steps >= 1 (FLIP reverses)."""
@@ -86,8 +99,9 @@ def slice_(ctx: Ctx, ins: list) -> list:
     return [ctx.b.shrink(x, lo, hi, st, at=ctx.at)]
 
 
-@lowering("Flip")
+@lowering("Flip", attrs={"axes": Attr("[int]", REQUIRED, "the axes reversed")})
 def flip(ctx: Ctx, ins: list) -> list:
+    """Y = X reversed along axes."""
     (x,) = ins
     raw = ctx.attr("axes")
     if not isinstance(raw, (list, tuple)):

@@ -72,6 +72,36 @@ def _sig_json(e: SignatureEntry) -> dict:
     return d
 
 
+NODE_FIELDS = ("op", "name", "inputs", "outputs", "attrs", "fn")
+
+
+def check_name(name: str, at: str, what: str) -> None:
+    """A name is printable text: it ends up in diagnostics, dumps, kernels' comments and rule files."""
+    bad = [c for c in name if not c.isprintable()]
+    if bad or not name:
+        fail("MalformedStructure", at, f"{what} {name!r} is empty or holds a control character "
+             f"({', '.join(repr(c) for c in dict.fromkeys(bad)) or 'empty'})",
+             "Names are non-empty printable text: no newlines, tabs or NUL bytes.")
+
+
+def check_fields(r: dict, name: str) -> None:
+    """Every field of a graph node and every attribute is one the op takes (never silently ignored)."""
+    extra = [k for k in r if k not in NODE_FIELDS]
+    if extra:
+        fail("MalformedStructure", name, f"unknown node field {', '.join(map(repr, extra))}; a node has "
+             f"{', '.join(NODE_FIELDS)}", "Put the op's parameters under \"attrs\".")
+    from .lower import op_table, unknown_attrs
+    attrs = {**(r.get("attrs") or {}), **({"fn": r["fn"]} if "fn" in r else {})}
+    unknown = unknown_attrs(r["op"], attrs)
+    if unknown:
+        known = op_table()[r["op"]][2] or {}
+        fn = attrs.get("fn")
+        takes = [k for k, a in known.items() if not a.fns or fn in a.fns]
+        what = f"{r['op']} {fn}" if r["op"] == "Elementwise" and isinstance(fn, str) else r["op"]
+        fail("InvalidAttribute", name, f"{what} has no attribute {', '.join(map(repr, unknown))}; it takes "
+             f"{', '.join(takes) or 'none'}", "Remove the attribute or correct its spelling (docs/frontend_ir.md).")
+
+
 def _freeze(v: Any) -> Any:
     if isinstance(v, list):
         return tuple(_freeze(x) for x in v)
@@ -89,6 +119,7 @@ def _sig_entries(raw: Any, where: str) -> tuple:
             e = {"tensor": e}
         if not isinstance(e, dict) or not isinstance(e.get("tensor"), str) or not e["tensor"]:
             fail("MalformedStructure", f"signature.{where}[{k}]", "an entry is {\"tensor\": NAME, ...}")
+        check_name(e["tensor"], f"signature.{where}[{k}]", "tensor name")
         out.append(SignatureEntry(e["tensor"], str(e.get("role", "data")), str(e.get("mutability", "immutable")),
                                   e.get("storage")))
     return tuple(out)
@@ -109,6 +140,7 @@ def parse_frontend(doc: Any, origin: str = "model") -> FrontendGraph:
         fail("MalformedStructure", "tensors", "tensors is an object {NAME: {\"dtype\", \"shape\"}}")
     tensors = []
     for name, t in raw_t.items():
+        check_name(name, "tensors", "tensor name")
         if not isinstance(t, dict):
             fail("MalformedStructure", name, "a tensor entry is {\"dtype\": ..., \"shape\": [...]}")
         dt = None
@@ -141,15 +173,19 @@ def parse_frontend(doc: Any, origin: str = "model") -> FrontendGraph:
         name = r.get("name", f"{r.get('op', 'node')}_{k}")
         if not isinstance(name, str):
             fail("MalformedStructure", at, "a node's name is a string")
+        check_name(name, at, "node name")
         if not isinstance(r.get("op"), str):
             fail("MalformedStructure", name, "a node needs a string \"op\"")
         ins, outs = r.get("inputs", []), r.get("outputs", [])
         if not isinstance(ins, list) or not all(isinstance(x, str) for x in ins) \
                 or not isinstance(outs, list) or not all(isinstance(x, str) for x in outs):
             fail("MalformedStructure", name, "inputs and outputs are lists of tensor names")
+        for t in ins + outs:
+            check_name(t, name, "tensor name")
         attrs = r.get("attrs", {}) or {}
         if not isinstance(attrs, dict):
             fail("MalformedStructure", name, "attrs is an object")
+        check_fields(r, name)
         if "fn" in r:
             attrs = {**attrs, "fn": r["fn"]}
         if name in nodes:

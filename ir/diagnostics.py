@@ -8,6 +8,7 @@ Poly-View), E13xx symbols and alignment, E14xx regions and rewrites, W21xx warni
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +70,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     _k("E1501", "UnknownStage", "Choose dump stages from the list in `polysat compile --help`."),
     _k("E1502", "UnknownTarget", "Choose a target from `polysat run --help`."),
     _k("E1503", "BadInputFile", "Give an .npz file whose keys are the model's input tensor names."),
-    _k("E1504", "NoKernelTemplate", "CUDA templates exist for GEMM-family regions (contraction + elementwise epilogue), implicit-GEMM conv, conv + pool, attention, softmax scores, and (SIMT) any other region with one packed row-major output read through affine maps; run this model with --target playback."),
+    _k("E1504", "NoKernelTemplate", "Run it with --target playback (CUDA templates: GEMM + epilogue, conv, conv + pool, attention, softmax scores, and SIMT for any other region with one packed row-major output read through affine maps)."),
     _k("E1999", "InternalError", "This is a polysat bug: rerun with POLYSAT_DEBUG=1 for the traceback and report it."),
     # warnings
     _k("W2101", "ExcessivePiecewise", "Simplify pad/slice chains (gist/coalesce/remove_redundancies) or cut a region boundary."),
@@ -95,6 +96,10 @@ class Diagnostic:
         return d
 
     def __str__(self) -> str:
+        clauses = re.split(r"; (?=not an? )", self.why)  # E1504: one reason per kernel kind
+        if len(self.why) > 100 and len(clauses) > 1:  # one reason a line
+            why = "".join(f"\n  - {c}" for c in clauses)
+            return f"{self.code} {self.kind} at {self.at}:{why}\n  suggestion: {self.suggestion}"
         return f"{self.code} {self.kind} at {self.at}: {self.why}\n  suggestion: {self.suggestion}"
 
 

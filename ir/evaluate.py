@@ -3,6 +3,14 @@
 Inputs are rounded to their declared dtype (bf16 through ml-dtypes); every elementwise op computes in
 float32 and rounds its result to the node's dtype; REDUCE accumulates in its own dtype. Symbols are
 bound from the input shapes (a conflict is E1304).
+
+Its rounding points are the meaning of a program: a value is rounded exactly where a node's dtype says
+so and nowhere else. For Attention (the lowering in ``frontend/lower_linear.py``) that is: S = Q K^T
+summed in fp32 from exact products, scaled and soft-maxed in fp32, P rounded once to V's dtype, P V
+summed in fp32, the result rounded to the output dtype. A kernel that rounds elsewhere (the streamed
+softmax rounds P at a running max) is correct when it is as close to a float64 evaluation of the same
+formula as this evaluator is: within eps(dtype) * sum_j P|V| plus an ulp of the output
+(``tests/test_user_defects.py``), not within a fixed rtol of this evaluator.
 """
 from __future__ import annotations
 

@@ -35,6 +35,8 @@ def make_uop(node_id: str, op: Ops, src: list, arg: dict | Arg | None, tag: str 
     arity = _ARITY.get(op)
     if arity is not None and len(src) != arity:
         fail("WrongArity", at, f"{op.name} takes {arity} operand(s), got {len(src)}")
+    for x in src:
+        _numeric(at, op, x)
     canon, dtype, shape = _RULES[op](at, list(src), dict(arg or {}))
     for d in shape:
         if isinstance(d, int) and d <= 0:
@@ -272,6 +274,16 @@ def _cast(at, src, arg):
     (x,) = src
     to = as_dtype(at, _req(at, "CAST", arg, "to"))
     return {"to": to}, to, x.shape
+
+
+# Arithmetic without a meaning on bool (numpy refuses -x and x - y; the rest would leave {0, 1}).
+_NOT_ON_BOOL = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RSQRT, Ops.RECIPROCAL, Ops.SUB, Ops.FDIV, Ops.POW}
+
+
+def _numeric(at: str, op: Ops, x) -> None:
+    if x.dtype == DType.bool and op in _NOT_ON_BOOL:
+        fail("DtypeMismatch", at, f"{op.name} of a bool tensor has no meaning",
+             "CAST the bool operand to a numeric dtype first (or use CMPNE / WHERE for logic).")
 
 
 @rule(Ops.NEG, Ops.RELU, Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RSQRT, Ops.RECIPROCAL)

@@ -305,8 +305,7 @@ class _RegionRun:
             v = self.lets[y.src]
             if set(v.axes) - set(y.axes):
                 fail("AxisAlignmentMismatch", self.r.name, f"yield of {y.src!r} over {v.axes} to {y.dst!r} over {y.axes}")
-            # ascontiguousarray makes a rank-0 result 1-D: reshape back to the yield's shape
-            out[y.dst] = np.ascontiguousarray(round_to(self.full(v, y.axes), y.cast)).reshape(self.shape(y.axes))
+            out[y.dst] = np.array(round_to(self.full(v, y.axes), y.cast), order="C")  # rank 0 stays rank 0
         return out
 
 

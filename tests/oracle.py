@@ -42,6 +42,11 @@ def rounded(x: np.ndarray, dtype: str) -> np.ndarray:
 _MANTISSA = {"fp16": (10, -14), "bf16": (7, -126), "fp32": (23, -126)}  # (mantissa bits, min normal exponent)
 
 
+def ulp_at_one(dtype: str) -> float:
+    """The spacing of dtype's numbers at 1.0 (its machine epsilon): 2**-10 for fp16, 2**-7 for bf16."""
+    return 2.0 ** -_MANTISSA[dtype][0]
+
+
 def half_ulp(ref: np.ndarray, dtype: str) -> np.ndarray:
     """Half a unit in the last place of dtype at |ref|: the error of rounding the result to dtype."""
     bits, emin = _MANTISSA[dtype]

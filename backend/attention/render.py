@@ -36,6 +36,7 @@ class AttentionKernelSource(KernelSource):
     spec: AttentionSpec
 
     def grid(self, sizes: Mapping[str, int], sms: int | None = None) -> tuple[int, int, int]:
+        """(ceil(M/BLOCK_M) * batch, 1, 1): one CTA per batch entry and BLOCK_M query rows."""
         return (-(-sizes["m"] // self.plan.block_m) * sizes["batch"], 1, 1)
 
 

@@ -55,6 +55,7 @@ class KernelSource:
         return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
 
     def grid(self, sizes: Mapping[str, int], sms: int) -> tuple[int, int, int]:
+        """sm80 (ceil(N/bn), ceil(M/bm), batch); sm90 (min(ceil(M/bm) * ceil(N/bn) * batch, SMs), 1, 1)."""
         bm, bn, _ = self.plan.tile
         tm, tn = math.ceil(sizes["m"] / bm), math.ceil(sizes["n"] / bn)
         if self.skeleton == "sm90":

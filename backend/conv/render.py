@@ -40,6 +40,7 @@ class ConvKernelSource(KernelSource):
     """A conv kernel: the grid comes from the conv's sizes (tiles of N*Ho*Wo, or of pool tiles, x Cog x groups)."""
 
     def grid(self, sizes: Mapping[str, int], sms: int) -> tuple[int, int, int]:
+        """sm80 (ceil(Cout/groups/bn), ceil(N*Ho*Wo/bm) or pool tiles, groups); sm90 (min(that product, SMs), 1, 1)."""
         bm, bn, _ = self.plan.tile
         tm, tn = math.ceil(sizes["rows"] / bm) if "rows" in sizes else sizes["tiles_m"], math.ceil(sizes["cog"] / bn)
         if self.skeleton == "sm90":

@@ -1,0 +1,109 @@
+"""The user's names for compiler values: which model op (``ln1``, ``q_proj``) or tensor a node of a
+(possibly rewritten) Tiny IR program comes from, so extract, --explain, dumps and pictures never show
+internal ids (``n33``, ``e9``) alone.
+
+The frontend tags every Tiny IR node with the op it was lowered from; extraction keeps the ids of the
+nodes it reuses, and a node it makes fresh takes the name of the node that consumes it (the class's
+final node keeps the original id) or, failing that, of what it reads.
+"""
+from __future__ import annotations
+
+import re
+
+from .tiny import Ops, Program
+
+
+def node_names(original: Program, program: "Program | None" = None) -> dict:
+    """{node id of program (default: original): the user's op or input tensor it computes}."""
+    program = program or original
+    orig = {n.id: n for n in original.nodes}
+    out: dict = {}
+    for n in program.nodes:
+        if n.op == Ops.INPUT:
+            out[n.id] = str(n.arg["tensor_id"])
+        elif n.id in orig and orig[n.id].tag:
+            out[n.id] = orig[n.id].tag
+        elif n.tag:
+            out[n.id] = n.tag
+    consumers = program.consumers()
+    for n in reversed(program.nodes):  # fresh nodes: named after their consumer ...
+        if n.id not in out:
+            named = [c for c in consumers.get(n.id, ()) if c in out]
+            if named:
+                out[n.id] = out[named[0]]
+    for n in program.nodes:  # ... or after what they read
+        if n.id not in out:
+            named = [s for s in n.src if s in out]
+            out[n.id] = out[named[0]] if named else n.id
+    return out
+
+
+def tensor_names(original: Program, program: "Program | None" = None, op_outputs: "dict | None" = None) -> dict:
+    """{node id: the name of the tensor it holds}: a program output's or input's name, the output tensor
+    of the user's op when the node is that op's last node, else ``op·id`` (an op's intermediate)."""
+    program = program or original
+    names = node_names(original, program)
+    last: dict = {}
+    for n in original.nodes:
+        if n.tag:
+            last[n.tag] = n.id
+    out = {nid: name for name, nid in program.outputs}
+    for n in program.nodes:
+        if n.id in out:
+            continue
+        op = names[n.id]
+        if n.op == Ops.INPUT:
+            out[n.id] = op
+        elif last.get(op) == n.id:
+            out[n.id] = (op_outputs or {}).get(op, op)
+        else:
+            out[n.id] = f"{op}\u00b7{n.id}"
+    return out
+
+
+def frontend_outputs(frontend) -> dict:
+    """{user's op name: its output tensor} of a Frontend IR graph (empty for a Tiny IR model)."""
+    return {} if frontend is None else {n.name: n.outputs[0] for n in frontend.nodes if n.outputs}
+
+
+class region_names:  # noqa: N801 — used like a function: region_names(original, program)(kernel)
+    """The user's names of a kernel of program's partition: {"ops", "reads", "writes"}."""
+
+    def __init__(self, original: Program, program: Program, op_outputs: "dict | None" = None):
+        self.program = program
+        self.ops = node_names(original, program)
+        self.tensors = tensor_names(original, program, op_outputs)
+
+    def __call__(self, kernel) -> dict:
+        order = {n.id: k for k, n in enumerate(self.program.nodes)}
+        nodes = sorted(kernel.nodes, key=lambda i: order.get(i, 0))
+        work = [i for i in nodes if self.program[i].op not in _FREE] or nodes
+        return {"ops": list(dict.fromkeys(self.ops.get(i, i) for i in work)),
+                "reads": [self.tensors.get(i, i) for i in kernel.inputs],
+                "writes": [self.tensors.get(i, i) for i in kernel.outputs]}
+
+
+_FREE = {Ops.CONST, Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.VIEW}
+
+
+_ID = re.compile(r"\b[ne]\d+\b")
+
+
+def humanize(text: str, names: dict) -> str:
+    """text with every internal node id (n33, e9) that names knows replaced by the user's name, and
+    repeated clauses (``; ``-separated) said once."""
+    out = _ID.sub(lambda m: names.get(m.group(0), m.group(0)), text)
+    return "; ".join(dict.fromkeys(out.split("; ")))
+
+
+def named_diagnostics(diags: list, kernels: dict, names: dict) -> list:
+    """Diagnostics with the user's names: an ``at`` of ``region k3`` (or ``k3``) becomes ``kernel k3
+    (ops ln1, q_proj)``; internal ids in ``why`` become the user's names. kernels: kernel name -> its
+    ops; names: node id -> the user's name."""
+    from dataclasses import replace
+    out = []
+    for d in diags:
+        k = d.at.removeprefix("region ")
+        at = f"kernel {k} (ops {', '.join(kernels[k])})" if k in kernels else names.get(d.at, d.at)
+        out.append(replace(d, at=at, why=humanize(d.why, names)))
+    return out
