@@ -92,6 +92,14 @@ def streaming() -> bool:
     return _num("POLYSAT_STREAMING", 1) != 0
 
 
+# ---- pictures -----------------------------------------------------------------------------------------
+
+def viz_max_classes() -> int:
+    """POLYSAT_VIZ_MAX_CLASSES: most e-classes `--dump=egraph_svg` draws, nearest the outputs first
+    (default 400; the picture's title says when it is cut)."""
+    return max(1, _num("POLYSAT_VIZ_MAX_CLASSES", 400))
+
+
 # ---- backend: the CUDA toolchain and the kernel caches ---------------------------------------------
 
 def nvcc() -> str | None:

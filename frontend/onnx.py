@@ -200,7 +200,7 @@ class Importer:
         if isinstance(attrs.get("shape"), list):  # sizes written as text by handlers: static ones as ints
             attrs["shape"] = [int(d) if isinstance(d, str) and d.lstrip("-").isdigit() else d for d in attrs["shape"]]
         node = Node(op, nname, tuple(inputs), (out,), _freeze(attrs))
-        fn, (lo, hi) = LOWERINGS[op]
+        fn, (lo, hi), _ = LOWERINGS[op]
         if not lo <= len(inputs) <= hi:
             fail("WrongArity", nname, f"{op} takes {lo} to {hi} inputs, got {len(inputs)}")
         (u,) = fn(Ctx(self.b, node), [self.env[t] for t in inputs])

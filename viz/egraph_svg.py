@@ -3,12 +3,11 @@ its e-nodes side by side, labelled with its shape), an e-node points at the clas
 and the term extraction chose is drawn in orange: its e-nodes filled, their edges thick. Classes are
 laid out in rows from the program's outputs down to the tensors they read; a class's tooltip names
 the user's op it was loaded from. Very large e-graphs are cut to the classes nearest the outputs
-(``POLYSAT_VIZ_MAX_CLASSES``, default 400), which the title says.
+(``knobs.viz_max_classes``, default 400), which the title says.
 """
 from __future__ import annotations
 
-import os
-
+from .. import knobs
 from .svg import Svg, layers, text_width
 
 CHOSEN, CHOSEN_EDGE, PLAIN = "#ffd8a8", "#e8590c", "#f1f3f5"
@@ -36,7 +35,7 @@ def _key(n) -> tuple:
 def egraph_svg(view, chosen: dict, roots: tuple, class_names: "dict | None" = None, title: str = "") -> str:
     """view: egraph.graph.EGraphView; chosen: class -> chosen ENode; roots: the output classes;
     class_names: class -> the user's op (tooltips and cluster captions)."""
-    limit = int(os.environ.get("POLYSAT_VIZ_MAX_CLASSES", "400"))
+    limit = knobs.viz_max_classes()
     class_names = class_names or {}
     keep, frontier = [], list(dict.fromkeys(roots))
     seen = set(frontier)

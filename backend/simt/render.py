@@ -5,7 +5,7 @@ Per row (one point of the outer axes) the kernel runs, in order, one pass per ro
 folds its strided elements into a partial, ``group_reduce`` combines the group's partials: warp shuffles,
 then shared memory for a group wider than a warp) and the final pass (each element computed once, written
 once, through a vector store when aligned). Every pass is a ``__host__ __device__`` function of (row,
-lane, earlier statistics), so the host emulator (``-DPOLYSAT_SIMT_HOST``: ``emulate(args)``) runs the
+lane, earlier statistics), so the host emulator (the template's host-emulation macro: ``emulate(args)``) runs the
 same code; only the exchange between lanes differs, and ``host_group_reduce`` replays its order.
 
 Kernel ABI (``SimtKernelSource.params``): the region's inputs (const pointers, in region order), the
