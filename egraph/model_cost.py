@@ -49,6 +49,7 @@ from .extract import solve
 from .graph import EGraphView, export
 from .ixfns import compose, read_kind
 from .knobs import price_symbol_size
+from .partition_search import apply, default_fused, masks, moves, site_values
 from .state import EGraphState
 from .stream import BLOCK, group_of, groups
 from .totiny import to_tiny
@@ -121,16 +122,44 @@ def all_cuts(p: Program) -> set:
     return cuts
 
 
-def _kind(p: Program, c, m: "tuple | None", space: tuple) -> str:
+def _kind(p: Program, c, m: "tuple | None", space: tuple, reducer=None) -> str:
     """read_kind of map m (over c's iteration space `space`) in c's loop order; "opaque" when the
-    map is not affine (a PAD on the way)."""
+    map is not affine (a PAD on the way). An "owned" read (a projection) stays "owned" when a loop
+    order exists that computes the value once per tile and owns the rest: the axes it uses are all
+    parallel or include every parallel axis of c, or of the REDUCE ``reducer`` that c feeds
+    elementwise in the kernel (its loop order is that reduce's); else it is "broadcast"."""
     if m is None:
         return "opaque"
     order = loop_order(c, p[c.src[0]])
     perm = {k: j for j, k in enumerate(order)}  # rename axes to loop order positions
     shape = tuple(space[k] for k in order)
     mm = tuple(e.subs({f"i{k}": Expr.var(f"i{perm[k]}") for k in range(len(space))}) for e in m)
-    return read_kind(E.shape(shape), E.tup(mm)) or "opaque"
+    kind = read_kind(E.shape(shape), E.tup(mm)) or "opaque"
+    if kind != "owned":
+        return kind
+    r = reducer if reducer is not None else c if c.op == Ops.REDUCE else None
+    red = set(r.arg["axes"]) if r is not None and len(space) == len(p[r.src[0]].shape) else set()
+    used = {int(v[1:]) for e in m for v in e.variables() if re.fullmatch(r"i\d+", v)}
+    par = {k for k in range(len(space)) if k not in red and space[k] != 1}
+    return "owned" if used <= par or par <= used else "broadcast"
+
+
+def _reducers(p: Program, inside: frozenset) -> dict:
+    """node id -> the REDUCE inside the kernel it feeds through same-shape elementwise ops (its loop
+    order is that reduce's)."""
+    out: dict = {}
+    for n in p.nodes:
+        if n.id in inside and n.op == Ops.REDUCE:
+            stack = [n.src[0]]
+            while stack:
+                i = stack.pop()
+                q = p[i]
+                if i in out or i not in inside or q.op in GroupOp.Movement or q.op in GroupOp.Leaf or \
+                        q.op in GroupOp.Reduce or q.shape != p[n.src[0]].shape:
+                    continue
+                out[i] = n
+                stack.extend(q.src)
+    return out
 
 
 def fusion_class(p: Program, c, pos: int) -> str:
@@ -169,13 +198,15 @@ def illegal_fusions(p: Program, part) -> list:
     element feeds many consumer points along an axis the block does not own; together with the
     reduction that is many-to-many, never legal (GEMM -> GEMM). Reads one-to-one, by a window
     (compute-at with halo) or at a prefix of the consumer's loop order (a block owns the reduced
-    extent: softmax, layernorm, attention's row sum) are legal. A streamed softmax-weighted sum
+    extent: softmax, layernorm, attention's row sum) are legal, as are projections on any axis whose
+    consumer's loop order can own the axes they skip ("owned", _kind: a softmax over a middle axis). A streamed softmax-weighted sum
     (egraph/stream.py) whose nodes all sit in the kernel is one consumer of its scores and values: its
     running max and sums are read at each key block as they are updated, not broadcast."""
     bad = []
     member = group_of(p)
     for k in part.kernels:
         inside = frozenset(i for i in k.nodes if i not in k.inputs)
+        feeds = _reducers(p, inside)
         for c in (p[i] for i in sorted(inside)):
             if c.op in GroupOp.Movement or c.op in GroupOp.Leaf:
                 continue
@@ -184,7 +215,7 @@ def illegal_fusions(p: Program, part) -> list:
                 if g is not None and q.id in g.nodes and g.nodes <= inside:
                     continue  # inside a streamed softmax-weighted sum: its max and sums run along (stream.py)
                 for r, mr in _reached_reduces(p, q, m, inside):
-                    kind = _kind(p, c, mr, space)
+                    kind = _kind(p, c, mr, space, feeds.get(c.id))
                     if kind in ("broadcast", "opaque"):
                         bad.append((k.name, c.id, r.id, f"{c.id} reads the reduction {r.id} by {kind} inside one "
                                     f"kernel: many-to-many fusion is never legal"))
@@ -381,10 +412,8 @@ class ModelCost(CostModel):
         def evaluate(fused: frozenset) -> Candidate:
             if fused in memo:
                 return memo[fused]
-            excl, hard = set(), set()
-            for c, (cut, other) in st.items():
-                (hard if c in streams else excl).update(other if c not in fused else cut)
-            best, _ = solve(view, _Masked(frozenset(excl), frozenset(hard)))
+            excl, hard, kept = masks(view, st, streams, fused)
+            best, _ = solve(view, _Masked(excl, hard))
             cand = Candidate(fused, None)
             if all(r in best and best[r].total < math.inf for r in roots):
                 chosen, stack = {}, list(roots)
@@ -393,7 +422,7 @@ class ModelCost(CostModel):
                     if c not in chosen:
                         chosen[c] = best[c].node
                         stack.extend(best[c].node.children)
-                prog, part = to_tiny(state, view, chosen, roots)
+                prog, part = to_tiny(state, view, chosen, roots, kept)
                 cand.extraction = Extraction(prog, part, 0.0, chosen, tuple(roots))
                 cand.illegal = illegal_fusions(prog, part)
                 cand.priced = price_kernels(prog, part, params, self.arch)
@@ -407,7 +436,12 @@ class ModelCost(CostModel):
         if base.extraction is None:
             fail("InternalError", "extraction", "no term with every kernel boundary cut")
         cur, local, deltas = base, (), {}
-        if len([m for m in st if m in base.extraction.chosen]) > self.exact_sites:
+        seed = evaluate(default_fused(state, view, st, streams))  # the loaded default partition
+        if seed.total < cur.total:
+            cur = seed
+        value_of = site_values(view, st)  # Mat site -> the class of the value it materializes
+        if len([m for m in st if m in base.extraction.chosen or value_of.get(m) in base.extraction.chosen]) \
+                > self.exact_sites:
             local, deltas = _local_merge(state, view, st, roots, base, params, self.arch)
         if local:
             cand = evaluate(frozenset(local))
@@ -416,7 +450,8 @@ class ModelCost(CostModel):
 
         def live(cand: Candidate) -> list:  # sites whose cut the extraction actually uses
             ch = cand.extraction.chosen
-            return [m for m in st if m in ch and m not in cand.fused and (stream or m not in streams)]
+            return [m for m in st if (m in ch or value_of.get(m) in ch) and m not in cand.fused
+                    and (stream or m not in streams)]
         exact = not deltas and len(live(cur)) <= self.exact_sites  # after a merge phase, its deltas explain
         if stream and not exact and streams and not streams <= cur.fused:
             # after a merge phase: stream every softmax-weighted sum at once; the boundaries that leaves
@@ -426,13 +461,14 @@ class ModelCost(CostModel):
                 cur = cand
                 exact = len(live(cur)) <= self.exact_sites
         for _ in range(self.max_rounds if exact else 0):
-            tried = sorted((evaluate(cur.fused | {c}) for c in live(cur)), key=lambda k: k.total)
-            gain = [k for k in tried if k.total < cur.total]
+            tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, live(cur), streams)),
+                           key=lambda km: km[0].total)
+            gain = [(k, mv) for k, mv in tried if k.total < cur.total]
             if not gain:
                 break
-            cur = gain[0]
-            for k in gain[1:]:  # apply the other improving fusions too, while each still improves
-                nxt = evaluate(cur.fused | k.fused)
+            cur = gain[0][0]
+            for _, mv in gain[1:]:  # apply the other improving moves too, while each still improves
+                nxt = evaluate(apply(cur.fused, mv))
                 if nxt.total < cur.total:
                     cur = nxt
         streamed = [Streamed(c, cur.total, len(cur.priced), int(cur.extraction.chosen[c].args[1]))

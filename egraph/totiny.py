@@ -2,7 +2,8 @@
 
 Each chosen e-node becomes Tiny IR nodes built through ``make_uop`` (so every result is re-checked):
 Read -> VIEW of an INPUT or of a materialized node (nothing when the map is the identity),
-Select(guard, Read, Const) -> PAD + VIEW (the guard's pads make the read total), Transpose ->
+Select(guard, Read, Const) -> PAD + VIEW (the guard's pads make the read total; a View of a
+value computed in the kernel, a fused boundary, in place of the Read likewise), Transpose ->
 PERMUTE, BroadcastInDim -> RESHAPE + EXPAND, Reduce -> REDUCE, SoftmaxSum -> its meaning, tagged as one
 streaming group (``stream.py``), the rest one to one. A class that
 holds an original node keeps that node's id. Kernels: one per program output and one per chosen
@@ -114,10 +115,12 @@ class TermBuilder:
             return self._view(base, s, m, c)
         if n.op == "Select":
             read, other = self.chosen[n.children[0]], self.chosen[n.children[1]]
-            if read.op != "Read" or other.op != "Const":
+            if read.op not in ("Read", "View") or other.op != "Const":
                 fail("RuleFileError", f"e-class {c}", f"Select must guard a Read with a Const else-branch, got "
                      f"Select({read.op}, {other.op})", "Rules may only build guarded reads: Select(g, Read, Const).")
-            base = self._src(read.children[0])
+            # a fused boundary (rules/fusion.egg) puts View(x, s, m) beside Read(Mat(x), s, m): the same
+            # guarded read, of x computed in this kernel instead of x read back from memory
+            base = self._src(read.children[0]) if read.op == "Read" else self.made[read.children[0]]
             pads = guard_pads(a[0], base.ndim)
             v = E.parse_value(other.args[0], DType(other.args[1]))
             padded = self.add(Ops.PAD, [base], {"pad": pads, "value": v}, False, c)
@@ -173,20 +176,24 @@ class TermBuilder:
         fail("InternalError", f"e-class {c}", f"no Tiny IR for e-node {n.op}")
 
 
-def to_tiny(st: EGraphState, view: EGraphView, chosen: dict, roots: list) -> tuple:
-    """(Program, Partition) of the chosen e-nodes; roots[k] is the class of program output k."""
+def to_tiny(st: EGraphState, view: EGraphView, chosen: dict, roots: list, materialize=frozenset()) -> tuple:
+    """(Program, Partition) of the chosen e-nodes; roots[k] is the class of program output k;
+    the value classes in ``materialize`` (those the term uses) are kernel boundaries too."""
     b = TermBuilder(st, view, chosen)
     for r in roots:
         b.value(r)
     outs = tuple((name, b.made[r].id) for (name, _), r in zip(st.program.outputs, roots, strict=True))
     prog = Program(tuple(st.program.inputs) + tuple(b.nodes), outs)
-    return prog, _partition(b, prog, roots)
+    return prog, _partition(b, prog, roots, materialize)
 
 
-def _partition(b: TermBuilder, prog: Program, roots: list) -> Partition:
-    """Kernels from Mat boundaries and outputs; shared compute nodes become extra boundaries."""
+def _partition(b: TermBuilder, prog: Program, roots: list, materialize=frozenset()) -> Partition:
+    """Kernels from Mat boundaries, outputs and ``materialize``; shared compute nodes become extra
+    boundaries."""
     node_of = b.made
-    mats = {ch for c, n in b.chosen.items() if n.op == "Mat" and c in _reachable(b, roots) for ch in n.children}
+    reach = _reachable(b, roots)
+    mats = {ch for c, n in b.chosen.items() if n.op == "Mat" and c in reach for ch in n.children}
+    mats |= {c for c in materialize if c in reach and c in node_of}
     kroots = {r for r in set(mats) | set(roots) if prog[node_of[r].id].op != Ops.INPUT}
 
     def own(c: int) -> list:  # compute nodes created by class c's conversion
