@@ -178,18 +178,47 @@ class TermBuilder:
 
 def to_tiny(st: EGraphState, view: EGraphView, chosen: dict, roots: list, materialize=frozenset()) -> tuple:
     """(Program, Partition) of the chosen e-nodes; roots[k] is the class of program output k;
-    the value classes in ``materialize`` (those the term uses) are kernel boundaries too."""
+    the value classes in ``materialize`` (those the term uses) are kernel boundaries too. A cheap
+    value several kernels use (no reduction in its cone: views, broadcasts, casts, elementwise
+    chains) is recomputed by each of them, not written to memory: its nodes are built once per kernel."""
     b = TermBuilder(st, view, chosen)
     for r in roots:
         b.value(r)
+    prog = _program(st, b, roots)
+    kroots, members, again = _kernels(b, prog, roots, materialize)
+    if not again:
+        return prog, _partition(b, prog, kroots, members, {r: _ids(b, members[r]) for r in kroots})
+    b = TermBuilder(st, view, chosen)  # again, one kernel at a time, the shared cheap classes anew in each
+    shared = {c for r in kroots for c in members[r] if c not in kroots and sum(c in m for m in members.values()) > 1}
+    ids = {}
+    for r in (c for c in _postorder(b, roots) if c in kroots):
+        for c in shared:
+            b.made.pop(c, None)
+        b.value(r)
+        ids[r] = _ids(b, members[r])
+    for r in roots:  # an output that is a program input (or a view of one) is no kernel's root
+        b.value(r)
+    prog = _program(st, b, roots)
+    return prog, _partition(b, prog, kroots, members, ids)
+
+
+def _program(st: EGraphState, b: TermBuilder, roots: list) -> Program:
     outs = tuple((name, b.made[r].id) for (name, _), r in zip(st.program.outputs, roots, strict=True))
-    prog = Program(tuple(st.program.inputs) + tuple(b.nodes), outs)
-    return prog, _partition(b, prog, roots, materialize)
+    return Program(tuple(st.program.inputs) + tuple(b.nodes), outs)
 
 
-def _partition(b: TermBuilder, prog: Program, roots: list, materialize=frozenset()) -> Partition:
-    """Kernels from Mat boundaries, outputs and ``materialize``; shared compute nodes become extra
-    boundaries."""
+def _ids(b: TermBuilder, classes: set) -> set:
+    return {i for c in classes for i in b.class_nodes.get(c, ())}
+
+
+_REDUCING = ("Reduce", "SoftmaxSum")
+
+
+def _kernels(b: TermBuilder, prog: Program, roots: list, materialize=frozenset()) -> tuple:
+    """(kernel root classes, {root: the classes its kernel evaluates}, the cheap compute classes
+    several kernels evaluate): kernels from Mat boundaries, outputs and ``materialize``; a compute
+    class two kernels would both evaluate becomes a boundary too when its cone in the kernel holds
+    a reduction, else each kernel recomputes it."""
     node_of = b.made
     reach = _reachable(b, roots)
     mats = {ch for c, n in b.chosen.items() if n.op == "Mat" and c in reach for ch in n.children}
@@ -202,21 +231,45 @@ def _partition(b: TermBuilder, prog: Program, roots: list, materialize=frozenset
     while True:
         members: dict = {r: _walk(b, r, kroots) for r in kroots}
         owner: dict = {}
-        shared = set()
+        shared, again = set(), set()
         for r, cs in members.items():
             for c in cs:
                 if own(c) and owner.setdefault(c, r) != r:
-                    shared.add(c)
+                    (again if _cheap(b, c, kroots) else shared).add(c)
         if not shared:
-            break
+            return kroots, members, again
         kroots |= shared
+
+
+def _cheap(b: TermBuilder, c: int, kroots: set) -> bool:
+    """No reduction in c's cone inside its kernel (down to memory and other kernels' roots)."""
+    return not any(b.chosen[k].op in _REDUCING for k in _walk(b, c, kroots - {c}))
+
+
+def _postorder(b: TermBuilder, roots: list) -> list:
+    """The classes the roots use, each after the classes it uses."""
+    out, seen, stack = [], set(), [(r, False) for r in reversed(roots)]
+    while stack:
+        c, ready = stack.pop()
+        if ready:
+            out.append(c)
+            continue
+        if c in seen:
+            continue
+        seen.add(c)
+        stack.append((c, True))
+        stack.extend((k, False) for k in reversed(b.chosen[c].children) if k not in seen)
+    return out
+
+
+def _partition(b: TermBuilder, prog: Program, kroots: set, members: dict, ids_of: dict) -> Partition:
+    """One kernel per root class (in program order), evaluating the nodes ``ids_of`` gives it."""
+    node_of = b.made
     pos = {n.id: k for k, n in enumerate(prog.nodes)}
     order = sorted(kroots, key=lambda r: pos[node_of[r].id])
     kernels, done = [], {n.id for n in prog.inputs}
     for r in order:
-        ids: set = set()
-        for c in members[r]:
-            ids.update(i for i in b.class_nodes.get(c, ()) if i in pos and prog[i].op != Ops.INPUT)
+        ids = {i for i in ids_of[r] if i in pos and prog[i].op != Ops.INPUT}
         out = node_of[r].id
         if out not in ids:
             continue  # the root is another kernel's value read back unchanged

@@ -54,3 +54,12 @@ def test_model_cost_is_never_worse_than_size_by_its_own_prices(path):
     m = run_extract(str(path), cost="model")["total"]["time_est_us"]
     s = run_extract(str(path), cost="size")["total"]["time_est_us"]
     assert m <= s * (1 + 1e-9), (m, s)
+
+
+def test_sibling_gemms_recompute_the_widened_input_instead_of_writing_it():
+    # Ya = X @ Wa; Yb = X @ Wb: the fp32 cast of broadcast X is cheap; each GEMM recomputes it
+    r = extract_and_play(sibling_gemms(width=64), bind={"T": 32})
+    assert r["total"]["kernels"] == 2
+    r = run_extract(sibling_gemms(), cost="model", bind={"T": 256})
+    io = 2 * (256 * 768 + 2 * 768 * 768 + 2 * 256 * 768)  # fp16 X, Wa, Wb, Ya, Yb
+    assert r["total"]["bytes"] <= 1.5 * io, (r["total"]["bytes"], io)
