@@ -33,6 +33,7 @@ from .footprint import (card, stream_tile, extents, footprint, full_footprint, h
                         tile_footprint)
 from .poly_region import BoundRegion, BoundStatement, PolyRegion
 from .polycore import MAX_RECOMPUTE, analyze, bounded_recompute, default_tile, kstep, recompute_factors, stages
+from .roofline import roofline
 
 SECTOR = 32
 SIMT_EFF = 0.6  # estimate: fraction of fp32 peak elementwise/reduction code reaches (not FMA-only)
@@ -328,7 +329,6 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     t_mem = t_load + t_store  # loads and stores share the DRAM bandwidth
     t_l2 = l2 / (dev.l2_tbps * 1e12 * occ) * us
     compute = t_mma + t_simt + t_sfu
-    base = max(compute, t_mem, t_l2) + t_epi
     # async copies (cp.async / TMA) run under the epilogue, unless an on-chip edge is single-buffered
     single = any(e.buffer == "smem_ring" and e.depth == 1 and not e.staged for e in es)
     overlap = 0.0 if single else min(t_mem, t_epi)
@@ -343,7 +343,8 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
         spill = (regs - 255) * 4 * threads * t.count * 2 / (dev.l2_tbps * 1e12 * occ) * us
         stops.append(f"regs {regs} per thread > 255: spills")
     penalties = (("fanout", fanout), ("layout", layout), ("piecewise", piecewise), ("spill", spill))
-    time = base - overlap + fanout + layout + piecewise + spill + dev.launch_us
+    time = roofline(dev, (compute, t_mem, t_l2), serial=(t_epi,), hidden=overlap,
+                    penalties=(fanout, layout, piecewise, spill), unit="us")
 
     # STOP conditions (seed 000 §11)
     if smem > budget:

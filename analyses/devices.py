@@ -1,9 +1,9 @@
-"""The device table of the cost model: sm80 (A100) and sm90 (H100, H200) (seed 000 §11).
+"""The device table: sm80 (A100) and sm90 (H100, H200), the one home of every hardware number the cost
+model, the backend's plan searches and the roofline (:mod:`.roofline`) use (docs/DESIGN.md §Cost model).
 
-Rates are the *measured ceilings* where /work/shared/research/gpu-performance-anchors.md has them
-(what cuBLAS and a device-to-device copy reach), not datasheet peaks; each number cites its source
-section there ("anchors §1" = "Physical limits" and "Practical ceilings"). Numbers the anchors do
-not give are marked "estimate" with the reasoning.
+Rates are *measured ceilings* where public measurements exist (what cuBLAS and a device-to-device copy
+reach), not datasheet peaks; each number says where it comes from. Numbers without a measurement are
+marked "estimate" with the reasoning.
 """
 from __future__ import annotations
 
@@ -30,6 +30,13 @@ class Device:
     max_threads_per_sm: int
     max_ctas_per_sm: int
     launch_us: float  # per kernel launch + tail drain
+    clock_ghz: float  # SM clock under tensor-core load
+    sm80_path_eff: float  # fraction of tensor_tflops the sm80 datapath (cp.async + mma.sync) reaches here
+    smem_bytes_per_clk: int = 128  # shared-memory bandwidth per SM
+
+    def mma_eff_of(self, skeleton: str) -> float:
+        """The fraction of tensor_tflops a skeleton's datapath reaches on this device at best."""
+        return self.mma_eff if skeleton == self.arch else self.sm80_path_eff
 
     @property
     def smem_per_cta(self) -> int:
@@ -44,50 +51,55 @@ class Device:
 
 
 A100 = Device(
-    name="A100-SXM4-80GB", arch="sm80", sms=108,  # anchors §1 table
-    tensor_tflops=312.0,  # anchors §1: 312 TFLOP/s dense fp16/bf16
-    mma_eff=0.83,  # anchors §0: cuBLAS 258 TFLOP/s on randn data = 83% (thonking.ai); MAMF best shape 86.9%
-    fp32_tflops=19.5,  # anchors §1
+    name="A100-SXM4-80GB", arch="sm80", sms=108,  # datasheet
+    tensor_tflops=312.0,  # datasheet: 312 TFLOP/s dense fp16/bf16
+    mma_eff=0.83,  # measured: cuBLAS 258 TFLOP/s on randn data = 83% (thonking.ai); MAMF best shape 86.9%
+    fp32_tflops=19.5,  # datasheet
     sfu_ratio=0.125,  # estimate: 16 SFU vs 128 FP32 lanes per SM (1/8)
-    dram_tbps=1.8,  # estimate: anchors §1 give only the 2.039 TB/s datasheet; ~88% of it, the H100 copy/datasheet ratio (3.0/3.35)
+    dram_tbps=1.8,  # estimate: the datasheet's 2.039 TB/s x 0.9, the measured H100 copy/datasheet ratio (3.0/3.35)
     l2_tbps=7.0,  # estimate: 5120 B/clk x 1.41 GHz L2 read bandwidth (no anchor)
-    l2_mb=40.0,  # anchors §1
-    smem_per_sm_kb=164, smem_per_cta_kb=163,  # anchors §1: up to 164 KB per SM
+    l2_mb=40.0,  # datasheet
+    smem_per_sm_kb=164, smem_per_cta_kb=163,  # datasheet: up to 164 KB per SM
     regs_per_sm=65536, max_threads_per_sm=2048, max_ctas_per_sm=32,
     launch_us=2.5,  # estimate: launch + drain of a small kernel without CUDA graphs
+    clock_ghz=1.41,  # datasheet boost clock
+    sm80_path_eff=0.83,  # the sm80 datapath is A100's own: mma_eff
 )
 
 H100 = Device(
-    name="H100-SXM5", arch="sm90", sms=132,  # anchors §1
-    tensor_tflops=989.4,  # anchors §1: 132 SMs x 1.83 GHz x 4096 FLOP/clk (cudnn-frontend #650)
-    mma_eff=0.80,  # anchors §0/§1: measured cuBLAS 798 TFLOP/s at 8192^3 = 80.7%; SM90 template target 80-90% of cuBLAS (§8)
-    fp32_tflops=66.9,  # anchors §1
+    name="H100-SXM5", arch="sm90", sms=132,  # datasheet
+    tensor_tflops=989.4,  # datasheet: 132 SMs x 1.83 GHz x 4096 FLOP/clk
+    mma_eff=0.80,  # measured: cuBLAS 798 TFLOP/s at 8192^3 = 80.7%
+    fp32_tflops=66.9,  # datasheet
     sfu_ratio=0.125,  # estimate, as A100
-    dram_tbps=3.0,  # anchors §1: measured H100 D2D copy ~3.0 TB/s (datasheet 3.35)
-    l2_tbps=10.0,  # estimate: ~3x the measured copy rate (no anchor); keeps 128x256-tile GEMMs compute-bound as measured (anchors §0)
-    l2_mb=50.0,  # anchors §1
-    smem_per_sm_kb=228, smem_per_cta_kb=227,  # anchors §1
+    dram_tbps=3.0,  # measured: H100 D2D copy ~3.0 TB/s (datasheet 3.35)
+    l2_tbps=10.0,  # estimate: ~3x the measured copy rate; keeps 128x256-tile GEMMs compute-bound as measured
+    l2_mb=50.0,  # datasheet
+    smem_per_sm_kb=228, smem_per_cta_kb=227,  # datasheet
     regs_per_sm=65536, max_threads_per_sm=2048, max_ctas_per_sm=32,
     launch_us=2.0,  # estimate
+    clock_ghz=1.83,  # datasheet boost clock (the tensor_tflops above)
+    sm80_path_eff=0.45,  # measured: CUTLASS 2.x (cp.async + mma.sync) kernels reach 375-495 TFLOP/s = 38-50%
 )
 
 H200 = Device(
-    name="H200-SXM", arch="sm90", sms=132,  # anchors §1: same GH100
-    tensor_tflops=989.0,  # anchors §1/§7: ~989 dense, same GH100
-    mma_eff=0.79,  # anchors §0: measured cuBLAS 769-798 TFLOP/s random data (~78-80%)
-    fp32_tflops=66.9,  # anchors §1
+    name="H200-SXM", arch="sm90", sms=132,  # datasheet: same GH100
+    tensor_tflops=989.0,  # datasheet: ~989 dense, same GH100
+    mma_eff=0.79,  # measured: cuBLAS 769-798 TFLOP/s random data (~78-80%)
+    fp32_tflops=66.9,  # datasheet
     sfu_ratio=0.125,  # estimate
-    dram_tbps=4.3,  # anchors §1/§7: measured copy ~4.3 TB/s (datasheet 4.8)
+    dram_tbps=4.3,  # measured: copy ~4.3 TB/s (datasheet 4.8)
     l2_tbps=10.0,  # estimate, as H100
-    l2_mb=60.0,  # anchors §1 (PyTorch-reported)
+    l2_mb=60.0,  # as PyTorch reports it
     smem_per_sm_kb=228, smem_per_cta_kb=227,
     regs_per_sm=65536, max_threads_per_sm=2048, max_ctas_per_sm=32,
     launch_us=2.0,  # estimate
+    clock_ghz=1.83,  # same GH100 clock
+    sm80_path_eff=0.45,  # as H100
 )
 
-# The SM80 datapath (cp.async -> ldmatrix -> mma.sync) run on an H100 tops out at 38-50% of dense
-# peak (anchors §0 "Key takeaway", §8): the device an sm80 plan targets on Hopper.
-H100_SM80_PATH = Device(**{**H100.__dict__, "name": "H100-SXM5 (sm80 path)", "arch": "sm80", "mma_eff": 0.45})
+# The SM80 datapath (cp.async -> ldmatrix -> mma.sync) run on an H100: the device an sm80 plan targets on Hopper.
+H100_SM80_PATH = Device(**{**H100.__dict__, "name": "H100-SXM5 (sm80 path)", "arch": "sm80", "mma_eff": H100.sm80_path_eff})
 
 DEVICES = {"sm80": A100, "a100": A100, "sm90": H100, "h100": H100, "h200": H200, "h100-sm80": H100_SM80_PATH}
 

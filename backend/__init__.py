@@ -1,53 +1,14 @@
-"""Backend: GEMM-family regions -> Schedule Plan -> GPU IR -> CUDA text (seed 000 §8-§12).
+"""Backend: extracted RB-SSA regions -> Schedule Plan -> GPU IR -> CUDA text, and the CUDA runtime
+(docs/DESIGN.md §Backend).
 
-Entry points for the pipeline and the CLI (none of them needs a GPU):
-  ``plan_gemm(spec, arch, env)``           -> SearchResult (ranked + pruned candidates)
-  ``compile_gemm(spec, arch, env, plan)``  -> KernelSource (CUDA text + launch ABI)
-  ``dump_plan / dump_gpu / write_cu``      -> the `--dump=plan,gpu,cu` artifacts
-  ``match_gemm(program, name)``            -> GemmSpec | None for a whole Tiny IR program that is one
-                                              GEMM-family kernel (until regions come from the e-graph)
-The GPU runtime lives in ``polysat.backend.runtime`` (imports cuda-python lazily).
+Layout, in data-flow order:
+  ``kinds``     the kernel-kind table: which template family computes a region (``kinds.bind``);
+  ``stages``    the pipeline's backend stages: ``plan_json`` / ``gpu_json`` / ``write_cu`` / ``run_cuda``;
+  ``common/``   what every kind shares: spec base, region matching, epilogue peeling, plan search, the MMA
+                skeleton's plan space, GPU IR, rendering (jinja2 over ``templates/``), names, layouts, nvcc
+                checks, the kernel cache, the CUDA driver, device tensors and launches;
+  ``gemm/``, ``attention/``, ``scores/``, ``conv/``, ``conv_pool/``: one package per kind, with the same
+                files: ``spec``, ``bind``, ``plan``, ``gpu_ir``, ``render``, ``launch``, ``reference`` and
+                ``kind`` (its table entry); a kind without one of them says so in its ``__init__``.
+Nothing here needs a GPU except ``launch``, which imports cuda-python lazily.
 """
-from __future__ import annotations
-
-import os
-from typing import Mapping
-
-from .codegen import KernelSource, render
-from .from_tiny import match_gemm
-from .gemm_spec import EpilogueOp, GemmSpec
-from .gpu_ir import GpuIR, build_gpu_ir
-from .plan import SchedulePlan
-from .search import SearchResult, search
-
-__all__ = ["EpilogueOp", "GemmSpec", "GpuIR", "KernelSource", "SchedulePlan", "SearchResult",
-           "build_gpu_ir", "compile_gemm", "dump_gpu", "dump_plan", "match_gemm", "plan_gemm", "render", "search", "write_cu"]
-
-
-def plan_gemm(spec: GemmSpec, arch: str = "sm90", env: Mapping[str, int] | None = None,
-              hints: Mapping | None = None, cost=None) -> SearchResult:
-    return search(spec, arch, env, hints, cost)
-
-
-def compile_gemm(spec: GemmSpec, arch: str = "sm90", env: Mapping[str, int] | None = None,
-                 plan: SchedulePlan | None = None, hints: Mapping | None = None, cost=None) -> KernelSource:
-    return render(spec, plan or search(spec, arch, env, hints, cost).best)
-
-
-def dump_plan(spec: GemmSpec, arch: str = "sm90", env: Mapping[str, int] | None = None, hints: Mapping | None = None) -> dict:
-    """`--dump=plan`: the chosen plan in §8.1 form, with the ranked and pruned candidates."""
-    return {"spec": spec.to_json(), **search(spec, arch, env, hints).to_json(spec)}
-
-
-def dump_gpu(spec: GemmSpec, plan: SchedulePlan) -> dict:
-    """`--dump=gpu`: the §9 statements with async tokens."""
-    return build_gpu_ir(spec, plan).to_json()
-
-
-def write_cu(ks: KernelSource, out_dir: str) -> str:
-    """`--dump=cu`: write the standalone .cu file; returns its path."""
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"{ks.name}.cu")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(ks.source)
-    return path

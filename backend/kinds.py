@@ -1,15 +1,16 @@
-"""Kernel kinds: which template family computes an extracted region (seed 000 §10 step 6).
+"""Kernel kinds: which template family computes an extracted region (docs/DESIGN.md §Backend).
 
-One region = one kernel. Each kind (GEMM family, implicit-GEMM conv, conv + pool by compute-at,
-attention, softmax scores) knows how to recognize a region (``bind``: a Binding, or E1504 NoKernelTemplate
-saying why not), plan it (``search``), render its CUDA text (``render``), show its GPU IR (``gpu_ir``) and launch
-it on a GPU (``launch``); ``reference`` is the spec's numpy meaning that kernels are checked against. The backend stages (:mod:`.stages`) only talk to this table.
+One region = one kernel. Each kind (``gemm``, ``attention``, ``softmax_scores``, ``conv``, ``conv_pool``; one
+package each under ``backend/``, with the same file names) knows how to recognise a region (``bind``: a
+Binding, or :class:`NoBind` saying why not), plan it (``search``), render its CUDA text (``render``), show its
+GPU IR (``gpu_ir``) and launch it on a GPU (``launch``); ``reference`` is the spec's numpy meaning that
+kernels are checked against. The backend stages (:mod:`.stages`) only talk to this table.
 
 Protocols the kinds share:
   Binding: ``.spec`` and ``.arrays(arrays, env, reshape) -> {spec tensor name: array in the spec's shape}``.
   spec:    ``.name``, ``.c`` (output tensor), ``.inputs``, ``.shapes(env)``, ``.dtypes()``, ``.to_json()``;
            hashable (plans are cached per spec, arch and shape).
-  SearchResult: ``.best`` (a plan) and ``.to_json(spec)`` (the §8.1 plan with its ranked and pruned candidates).
+  SearchResult: ``.best`` (a plan) and ``.to_json(spec)`` (the plan with its ranked and pruned candidates).
   KernelSource: ``.name``, ``.source`` (standalone CUDA text), ``.arch``, ``.skeleton``.
 """
 from __future__ import annotations
@@ -19,18 +20,19 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
-from ..ir.diagnostics import PolysatError, fail
+from ..ir.diagnostics import fail
 from ..ir.region import Region
 from ..ir.region_squeeze import squeeze_units
+from .common.region_match import NoBind
 
-# modules defining ``KIND``, tried in this order (the first that binds a region computes it)
-_MODULES = ("gemm_kind", "attention_kind", "scores_kind", "conv_kind", "conv_pool_kind")
+# packages whose ``kind`` module defines ``KIND``, tried in this order (the first that binds a region computes it)
+_PACKAGES = ("gemm", "attention", "scores", "conv", "conv_pool")
 
 
 @dataclass(frozen=True)
 class KernelKind:
     name: str
-    bind: Callable[[Region], Any]
+    bind: Callable[[Region], Any]  # -> Binding | NoBind
     search: Callable[[Any, str, Mapping[str, int] | None], Any]
     render: Callable[[Any, Any], Any]
     gpu_ir: Callable[[Any, Any], Any]
@@ -40,7 +42,7 @@ class KernelKind:
 
 @lru_cache(maxsize=None)
 def kinds() -> tuple[KernelKind, ...]:
-    return tuple(importlib.import_module(f"{__package__}.{m}").KIND for m in _MODULES)
+    return tuple(importlib.import_module(f"{__package__}.{m}.kind").KIND for m in _PACKAGES)
 
 
 def kind_named(name: str) -> KernelKind:
@@ -59,12 +61,9 @@ def bind(region: Region) -> tuple[KernelKind, Any]:
         if r is None:
             continue
         for k in kinds():
-            try:
-                return k, k.bind(r)
-            except PolysatError as e:
-                d = e.diagnostics[0]
-                if d.kind != "NoKernelTemplate":
-                    raise
-                if r is region:
-                    reasons.append(d.why)
+            b = k.bind(r)
+            if not isinstance(b, NoBind):
+                return k, b
+            if r is region:
+                reasons.append(b.reason)
     fail("NoKernelTemplate", f"region {region.name}", "; ".join(reasons) or "no kernel kind is registered")

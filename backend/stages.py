@@ -1,12 +1,14 @@
-"""The backend stages of the pipeline over extracted RB-SSA regions (seed 000 §8-§12, §10 steps 6-7, §13).
+"""The backend stages of the pipeline over extracted RB-SSA regions (docs/DESIGN.md §Backend).
 
-Each region (one kernel) is bound to the kernel kind that computes it (:mod:`.kinds`: GEMM family, conv,
+Each region (one kernel) is bound to the kernel kind that computes it (:mod:`.kinds`: GEMM, conv,
 attention ...) and its spec, then
-  ``plan_json``  -> ``--dump=plan``: one §8.1 Schedule Plan per region, with its ranked / pruned candidates;
-  ``gpu_json``   -> ``--dump=gpu``: the §9 GPU IR (statements with async tokens) of each region's best plan;
+  ``plan_json``  -> ``--dump=plan``: one Schedule Plan per region, with its ranked / pruned candidates;
+  ``gpu_json``   -> ``--dump=gpu``: the GPU IR (statements with async tokens) of each region's best plan;
   ``write_cu``   -> ``--dump=cu``: one standalone ``.cu`` file per region;
   ``run_cuda``   -> ``--target cuda``: the regions run in order on the GPU; tensors passed between regions
                     stay on the device, only program outputs come back.
+``bind`` (symbol -> int, the user's ``--bind``) fixes sizes the regions leave symbolic: plans are searched
+for those sizes (unbound symbols rank at plan_search.HINT_SIZE; kernels stay generic in their symbols).
 A region without a template is E1504 NoKernelTemplate; no visible GPU is E1502 UnknownTarget.
 """
 from __future__ import annotations
@@ -20,12 +22,11 @@ import numpy as np
 from ..ir.diagnostics import fail
 from ..ir.dtypes import round_to
 from ..ir.region import Region
-from . import write_cu as _write_kernel
 from .kinds import KernelKind, bind
 
 
-def _env_key(env: Mapping[str, int] | None) -> tuple:
-    return tuple(sorted((env or {}).items()))
+def _env_key(bind: Mapping[str, int] | None) -> tuple:
+    return tuple(sorted((bind or {}).items()))
 
 
 @lru_cache(maxsize=256)
@@ -42,34 +43,43 @@ def _bound(regions) -> list[tuple[Region, KernelKind, Any]]:
     return out
 
 
-def plan_json(regions, arch: str = "sm90", env: Mapping[str, int] | None = None) -> dict:
-    """`--dump=plan`: {"arch", "plans": [{"region", "kind", "spec", <§8.1 plan>, "candidates", "pruned"...}, ...]}."""
+def plan_json(regions, arch: str = "sm90", bind: Mapping[str, int] | None = None) -> dict:
+    """`--dump=plan`: {"arch", "plans": [{"region", "kind", "spec", <plan>, "ranked", "pruned"...}, ...]}."""
     plans = []
     for r, kind, b in _bound(regions):
-        res = _search(kind, b.spec, arch, _env_key(env))
+        res = _search(kind, b.spec, arch, _env_key(bind))
         plans.append({"region": r.name, "kind": kind.name, "spec": b.spec.to_json(), **res.to_json(b.spec)})
     return {"arch": arch, "plans": plans}
 
 
-def gpu_json(regions, arch: str = "sm90", env: Mapping[str, int] | None = None) -> dict:
-    """`--dump=gpu`: {"arch", "kernels": [{"region", "kind", "spec", <§9 GPU IR of the best plan>}, ...]}."""
+def gpu_json(regions, arch: str = "sm90", bind: Mapping[str, int] | None = None) -> dict:
+    """`--dump=gpu`: {"arch", "kernels": [{"region", "kind", "spec", <GPU IR of the best plan>}, ...]}."""
     kernels = []
     for r, kind, b in _bound(regions):
-        plan = _search(kind, b.spec, arch, _env_key(env)).best
+        plan = _search(kind, b.spec, arch, _env_key(bind)).best
         kernels.append({"region": r.name, "kind": kind.name, "spec": b.spec.to_json(),
                         **kind.gpu_ir(b.spec, plan).to_json()})
     return {"arch": arch, "kernels": kernels}
 
 
-def kernel_sources(regions, arch: str = "sm90", env: Mapping[str, int] | None = None) -> list:
+def kernel_sources(regions, arch: str = "sm90", bind: Mapping[str, int] | None = None) -> list:
     """The CUDA text (KernelSource) of each region's best plan (what `--dump=cu` writes and the compile checks build)."""
-    return [kind.render(b.spec, _search(kind, b.spec, arch, _env_key(env)).best) for _, kind, b in _bound(regions)]
+    return [kind.render(b.spec, _search(kind, b.spec, arch, _env_key(bind)).best) for _, kind, b in _bound(regions)]
 
 
-def write_cu(regions, arch: str = "sm90", out_dir: str = ".", env: Mapping[str, int] | None = None) -> list[str]:
+def write_kernel(ks: Any, out_dir: str) -> str:
+    """One kernel's standalone .cu file under out_dir (named after the kernel); returns its path."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{ks.name}.cu")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(ks.source)
+    return path
+
+
+def write_cu(regions, arch: str = "sm90", out_dir: str = ".", bind: Mapping[str, int] | None = None) -> list[str]:
     """`--dump=cu`: one standalone .cu per region under out_dir; returns the paths."""
     os.makedirs(out_dir, exist_ok=True)
-    return [_write_kernel(ks, out_dir) for ks in kernel_sources(regions, arch, env)]
+    return [write_kernel(ks, out_dir) for ks in kernel_sources(regions, arch, bind)]
 
 
 # ---- running ---------------------------------------------------------------------------------------
@@ -117,14 +127,14 @@ def run_regions(regions, inputs: Mapping[str, np.ndarray], *, upload: Callable, 
 
 
 def run_cuda(regions, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """`--target cuda`: every region as a CUDA kernel from the MMA template, run in order on the GPU."""
-    from .runtime import cuda_available
+    """`--target cuda`: every region as a CUDA kernel of its kind's template, run in order on the GPU."""
+    from .common.gpu import cuda_available
     regions = list(regions)
     _bound(regions)  # E1504 before anything else: it does not depend on the machine
     if not cuda_available():
         fail("UnknownTarget", "--target cuda", "no CUDA GPU is visible (cuda-python, an NVIDIA driver and a device "
              "are needed)", "Run on a machine with an NVIDIA GPU (sm80 or newer), or use --target playback.")
-    from .device_tensors import DeviceArray
+    from .common.device_tensors import DeviceArray
 
     def launch(kind, spec, tensors, env, out):
         kind.launch(spec, tensors, env, out)

@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from polysat.backend.attention_runtime import prepare_attention
-    from polysat.backend.attention_spec import AttentionSpec
+    from polysat.backend.attention.launch import prepare as prepare_attention
+    from polysat.backend.attention.spec import AttentionSpec
 
     dev = rt.device()
     tdt = dtypes(torch)

@@ -43,10 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     rt, torch = gpu
     import torch.nn.functional as F
 
-    from polysat.backend.conv_pool_spec import ConvPoolSpec
-    from polysat.backend.conv_runtime import prepare_conv
-    from polysat.backend.conv_spec import ConvSpec
-    from polysat.backend.gemm_spec import EpilogueOp
+    from polysat.backend.common.spec import EpilogueOp
+    from polysat.backend.conv.launch import prepare as prepare_conv
+    from polysat.backend.conv.spec import ConvSpec
+    from polysat.backend.conv_pool.spec import ConvPoolSpec
 
     torch.backends.cudnn.benchmark = True
     dev = rt.device()

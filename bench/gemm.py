@@ -27,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rt, torch = gpu
 
-    from polysat.backend.gemm_spec import EpilogueOp, GemmSpec
+    from polysat.backend.common.spec import EpilogueOp
+    from polysat.backend.gemm.launch import prepare as prepare_gemm
+    from polysat.backend.gemm.spec import GemmSpec
 
     dev = rt.device()
     shapes = [(s, s, s) for s in (int(x) for x in args.sizes.split(",") if x)]
@@ -48,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
             plain = GemmSpec(f"bench_{dname}", m, n, k, in_dtype=dt, out_dtype=dt)
             fused = GemmSpec(f"bench_{dname}_bias_relu", m, n, k, in_dtype=dt, out_dtype=dt,
                              epilogue=(EpilogueOp("bias", "bias", dtype=dt), EpilogueOp("relu")))
-            lp = rt.prepare_gemm(plain, {"A": a, "B": b, "C": c})
-            lf = rt.prepare_gemm(fused, {"A": a, "B": b, "bias": bias, "C": cf})
+            lp = prepare_gemm(plain, {"A": a, "B": b, "C": c})
+            lf = prepare_gemm(fused, {"A": a, "B": b, "bias": bias, "C": cf})
             flops = 2.0 * m * n * k
             t = {
                 "polysat": timed(lp),

@@ -25,10 +25,10 @@ def parse_args(ap: argparse.ArgumentParser, argv: list[str] | None, results: str
 
 
 def open_gpu(script: str, needs: str, *modules: str):
-    """``(runtime, torch)`` where polysat's CUDA runtime and PyTorch both see a GPU; otherwise print why
+    """``(runtime, torch)`` where polysat's CUDA runtime (backend/common/gpu.py) and PyTorch both see a GPU; otherwise print why
     (prefixed by ``script``; ``needs`` says what PyTorch is for) and return None. ``modules`` are further
     PyTorch modules the bench needs, imported here so that their absence reads as PyTorch's."""
-    from polysat.backend import runtime as rt
+    from polysat.backend.common import gpu as rt
     if not rt.cuda_available():
         print(f"{script}: no CUDA GPU visible (or cuda-python missing); nothing to measure.")
         return None

@@ -276,7 +276,7 @@ def nvcc_builds(index: list, what: str) -> list:
 
     import pytest
 
-    from polysat.backend.nvcc import check_many, nvcc_path
+    from polysat.backend.common.nvcc import check_many, nvcc_path
     if nvcc_path() is None:
         pytest.fail("nvcc is required for the compile checks (set POLYSAT_NVCC or put it on PATH)")
     t0 = time.perf_counter()
@@ -307,7 +307,7 @@ def nvrtc_cubin(source: str, arch_flag: str) -> bytes:
     headers come with the toolkit the nvcc compile checks already require): anything else fails."""
     from cuda.bindings import nvrtc  # noqa: F401 - its absence is a failure
 
-    from polysat.backend.kernel_cache import _include_dirs, _nvrtc_cubin
+    from polysat.backend.common.kernel_cache import _include_dirs, _nvrtc_cubin
     assert _include_dirs(), "no CUDA headers (cuda_fp16.h) for NVRTC: set CUDA_HOME to the toolkit nvcc comes from"
     cubin = _nvrtc_cubin(source, arch_flag)
     assert cubin is not None and cubin[:4] == b"\x7fELF", "NVRTC made no cubin"

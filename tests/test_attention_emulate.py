@@ -24,11 +24,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polysat.backend.attention_codegen import scale_constants
-from polysat.backend.attention_search import key_blocks
-from polysat.backend.attention_spec import AttentionSpec, attention_reference
-from polysat.backend.codegen import TEMPLATES
-from polysat.backend.nvcc import nvcc_path
+from polysat.backend.attention.render import scale_constants
+from polysat.backend.attention.plan import key_blocks
+from polysat.backend.attention.reference import reference as attention_reference
+from polysat.backend.attention.spec import AttentionSpec
+from polysat.backend.common.render import TEMPLATES
+from polysat.backend.common.nvcc import nvcc_path
 from polysat.ir.dtypes import DType, round_to
 
 EMULATOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_attention_emulator.cu")

@@ -13,11 +13,14 @@ of P's type.
 import numpy as np
 import pytest
 
-from polysat.backend import runtime as rt
-from polysat.backend.attention_spec import AttentionSpec, attention_reference
+from polysat.backend.common.device_tensors import DeviceArray
+
+from polysat.backend.common.gpu import cuda_available, device
+from polysat.backend.attention.reference import reference as attention_reference
+from polysat.backend.attention.spec import AttentionSpec
 from polysat.ir.dtypes import DType, round_to
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not rt.cuda_available(), reason="no CUDA GPU visible")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")]
 
 F16, BF16, F32 = DType.fp16, DType.bf16, DType.fp32
 ALGOS = ("online_softmax", "streaming_softmax_2pass")
@@ -57,10 +60,10 @@ def assert_close(got, want, spec, algo, vmax):
 
 def _plans(spec, env, algo):
     """The auto plan, plus the sm80 skeleton forced on an sm90 device."""
-    from polysat.backend.attention_runtime import concrete_spec
-    from polysat.backend.attention_search import search
+    from polysat.backend.attention.launch import concrete_spec
+    from polysat.backend.attention.plan import search
     plans = [None]
-    if rt.device().arch == "sm90":
+    if device().arch == "sm90":
         plans.append(search(concrete_spec(spec, env), "sm90", skeletons=("sm80",), algos=(algo,)).best)
     return plans
 
@@ -68,7 +71,7 @@ def _plans(spec, env, algo):
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_attention_matches_numpy(case, algo):
-    from polysat.backend.attention_runtime import run_attention
+    from polysat.backend.attention.launch import run as run_attention
     spec, env = CASES[case]
     x = random_inputs(spec, env, seed=sorted(CASES).index(case))
     want = attention_reference(spec, x, env)
@@ -79,12 +82,12 @@ def test_attention_matches_numpy(case, algo):
 
 
 def test_device_tensors_and_relaunch():
-    from polysat.backend.attention_runtime import prepare_attention, run_attention
+    from polysat.backend.attention.launch import prepare as prepare_attention, run as run_attention
     spec = AttentionSpec("dev", 300, 300, 64, 64, batch=(2, 2), causal=True, scale=0.125)
     x = random_inputs(spec, seed=3)
     want = attention_reference(spec, x)
-    dev = {k: rt.DeviceArray.from_numpy(v) for k, v in x.items()}
-    out = rt.DeviceArray(spec.shapes()["O"], np.float16)
+    dev = {k: DeviceArray.from_numpy(v) for k, v in x.items()}
+    out = DeviceArray(spec.shapes()["O"], np.float16)
     launch = prepare_attention(spec, {**dev, "O": out})
     launch()
     first = out.numpy()
@@ -92,7 +95,7 @@ def test_device_tensors_and_relaunch():
     assert_close(first, want, spec, launch.kernel.plan.algo, 1.0)
     np.testing.assert_array_equal(out.numpy(), first)
     res = run_attention(spec, dev)
-    assert isinstance(res, rt.DeviceArray)
+    assert isinstance(res, DeviceArray)
     np.testing.assert_array_equal(res.numpy(), first)
 
 
@@ -100,7 +103,7 @@ def test_torch_tensors_match_sdpa():
     """bf16 torch tensors through DLPack; the kernel agrees with torch's own scaled_dot_product_attention."""
     import torch
     import torch.nn.functional as F
-    from polysat.backend.attention_runtime import run_attention
+    from polysat.backend.attention.launch import run as run_attention
 
     b, h, s, d = 2, 4, 777, 128
     spec = AttentionSpec("t", s, s, d, d, batch=(b, h), causal=True, scale=d ** -0.5, in_dtype=BF16, p_dtype=BF16,

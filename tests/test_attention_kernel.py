@@ -17,11 +17,11 @@ import subprocess
 
 import pytest
 
-from polysat.backend.attention_codegen import render
-from polysat.backend.attention_plan import AttentionPlan
-from polysat.backend.attention_search import search
-from polysat.backend.attention_spec import AttentionSpec
-from polysat.backend.nvcc import ARCH_FLAGS, missing_instructions, nvcc_path
+from polysat.backend.attention.render import render
+from polysat.backend.attention.plan import AttentionPlan
+from polysat.backend.attention.plan import search
+from polysat.backend.attention.spec import AttentionSpec
+from polysat.backend.common.nvcc import ARCH_FLAGS, missing_instructions, nvcc_path
 from polysat.ir.dtypes import DType
 
 _oracle_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))

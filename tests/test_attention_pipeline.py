@@ -12,8 +12,8 @@ import pathlib
 import pytest
 
 from polysat.backend import kinds, stages
-from polysat.backend.attention_kind import region_algo
-from polysat.backend.nvcc import check_many, missing_instructions
+from polysat.backend.attention.kind import region_algo
+from polysat.backend.common.nvcc import check_many, missing_instructions
 from polysat.pipeline import Compilation
 
 _spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))

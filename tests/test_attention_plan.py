@@ -19,13 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from polysat.backend import kinds as kinds_mod
-from polysat.backend.attention_codegen import LOG2E, render, scale_constants
-from polysat.backend.attention_gpu_ir import build_attention_gpu_ir
-from polysat.backend.attention_plan import AttentionPlan
-from polysat.backend.attention_search import SMEM_FRACTION, key_blocks, search
-from polysat.backend.attention_spec import AttentionSpec, attention_reference
-from polysat.backend.gpu_ir import GpuIR, check_tokens
-from polysat.backend.hardware import target
+from polysat.backend.attention.render import LOG2E, render, scale_constants
+from polysat.backend.attention.gpu_ir import build_gpu_ir as build_attention_gpu_ir
+from polysat.backend.attention.plan import AttentionPlan
+from polysat.backend.attention.plan import key_blocks, search
+from polysat.backend.common.plan_search import SMEM_FRACTION
+from polysat.backend.attention.reference import reference as attention_reference
+from polysat.backend.attention.spec import AttentionSpec
+from polysat.backend.common.gpu_ir import check_tokens, GpuIR
+from polysat.analyses.devices import device
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType
 
@@ -64,9 +66,9 @@ def test_plan_json_has_the_schedule_plan_fields(arch):
 def test_every_survivor_honours_the_stop_conditions(arch, d, dv):
     spec = dataclasses.replace(SPEC, d=d, dv=dv)
     res = search(spec, arch, ENV)
-    tgt = target(arch)
+    tgt = device(arch)
     for p in res.ranked:
-        assert p.smem_bytes <= SMEM_FRACTION * tgt.smem_per_block
+        assert p.smem_bytes <= SMEM_FRACTION * tgt.smem_per_cta
         assert p.regs_estimate <= (240 if p.skeleton == "sm90" and p.warps[0] >= 2 else 255)
         if p.skeleton == "sm90":
             assert arch == "sm90" and p.block_m in (64, 128) and p.block_n in (64, 128)
@@ -213,13 +215,13 @@ def test_a_region_no_kind_computes_names_every_kind():
 
 
 def test_running_without_a_gpu_is_a_coded_diagnostic():
-    from polysat.backend import attention_runtime as art
-    from polysat.backend.runtime import cuda_available
+    from polysat.backend.attention import launch as art
+    from polysat.backend.common.gpu import cuda_available
     if cuda_available():
         pytest.skip("a GPU is visible: tests/test_attention_gpu.py runs the kernels")
     spec = AttentionSpec("k", 8, 8, 64, 64)
     x = {n: np.zeros(s, np.float16) for n, s in spec.shapes().items() if n != "O"}
-    assert _code(lambda: art.run_attention(spec, x))[1] == "UnknownTarget"
+    assert _code(lambda: art.run(spec, x))[1] == "UnknownTarget"
 
 
 @settings(max_examples=30)
@@ -245,7 +247,7 @@ def test_bench_runs_or_explains_why_not(tmp_path, capsys):
     import importlib.util
     import os
 
-    from polysat.backend.runtime import cuda_available
+    from polysat.backend.common.gpu import cuda_available
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "attention.py")
     spec = importlib.util.spec_from_file_location("bench_attention", path)
     mod = importlib.util.module_from_spec(spec)

@@ -3,10 +3,12 @@ import os
 
 from hypothesis import given, strategies as st
 
-from polysat.backend import compile_gemm, dump_plan, write_cu
-from polysat.backend.codegen import TEMPLATES, render
-from polysat.backend.gemm_spec import EpilogueOp, GemmSpec
-from polysat.backend.search import search
+from polysat.backend.stages import write_kernel
+from polysat.backend.common.render import TEMPLATES
+from polysat.backend.gemm.render import render
+from polysat.backend.common.spec import EpilogueOp
+from polysat.backend.gemm.spec import GemmSpec
+from polysat.backend.gemm.plan import search
 from polysat.ir.dtypes import DType
 
 
@@ -25,24 +27,25 @@ def test_one_template_family_over_the_handwritten_skeleton():
 
 def test_source_is_standalone_and_deterministic():
     spec = GemmSpec("g", 512, 512, 512, epilogue=(EpilogueOp("bias", "bias", dtype=DType.fp16), EpilogueOp("relu")))
-    a, b = compile_gemm(spec, "sm90"), compile_gemm(spec, "sm90")
+    a, b = (render(spec, search(spec, "sm90").best) for _ in range(2))
     assert a.source == b.source and a.digest == b.digest
     assert '#include "' not in a.source  # the skeleton header is inlined
     assert "polysat::gemm_sm90<" in a.source and "__grid_constant__ const CUtensorMap" not in a.source.split("namespace {")[0]
     assert "const __grid_constant__ CUtensorMap tmA" in a.source
     assert [p.ident for p in a.params] == ["tmA", "tmB", "C", "t_bias", "M", "N", "K", "batch"]
-    c = compile_gemm(spec, "sm80")
+    c = render(spec, search(spec, "sm80").best)
     assert [p.kind for p in c.params] == ["ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i32", "i64", "i64"]
     assert "polysat::gemm_sm80<" in c.source and c.digest != a.digest
 
 
 def test_dumps_write_files(tmp_path):
     spec = GemmSpec("my model/layer 1", 100, 64, 32)
-    ks = compile_gemm(spec, "sm80")
-    path = write_cu(ks, str(tmp_path))
+    res = search(spec, "sm80")
+    ks = render(spec, res.best)
+    path = write_kernel(ks, str(tmp_path))
     assert os.path.basename(path).startswith("polysat_my_model_layer_1_")
     assert open(path, encoding="utf-8").read() == ks.source
-    assert dump_plan(spec, "sm80")["spec"]["name"] == "my model/layer 1"
+    assert res.to_json(spec)["chosen"]["cache"][0]["tensor"] == spec.a
 
 
 @given(kinds=st.lists(st.sampled_from(["relu", "gelu_tanh", "gelu_erf", "silu", "sigmoid", "scale", "cast", "bias_m", "bias_n",

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from polysat.backend.codegen import TEMPLATES
-from polysat.backend.conv_spec import ConvSpec, conv_reference, im2col
-from polysat.backend.gemm_spec import EpilogueOp
-from polysat.backend.nvcc import nvcc_path
+from polysat.backend.common.render import TEMPLATES
+from polysat.backend.conv.reference import reference as conv_reference, im2col
+from polysat.backend.conv.spec import ConvSpec
+from polysat.backend.common.spec import EpilogueOp
+from polysat.backend.common.nvcc import nvcc_path
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType, round_to
 

@@ -26,12 +26,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from polysat.backend.codegen import TEMPLATES
-from polysat.backend.conv_pool_spec import ConvPoolSpec, conv_pool_reference
-from polysat.backend.conv_spec import ConvSpec, im2col
-from polysat.backend.gemm_spec import EpilogueOp
-from polysat.backend.layouts import swizzle128
-from polysat.backend.nvcc import nvcc_path
+from polysat.backend.common.render import TEMPLATES
+from polysat.backend.conv_pool.reference import reference as conv_pool_reference
+from polysat.backend.conv_pool.spec import ConvPoolSpec
+from polysat.backend.conv.reference import im2col
+from polysat.backend.conv.spec import ConvSpec
+from polysat.backend.common.spec import EpilogueOp
+from polysat.backend.common.layouts import swizzle128
+from polysat.backend.common.nvcc import nvcc_path
 from polysat.ir.dtypes import DType
 
 HEADER = r"""

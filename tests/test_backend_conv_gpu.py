@@ -10,17 +10,21 @@ import pathlib
 import numpy as np
 import pytest
 
-from polysat.backend import runtime as rt
+from polysat.backend.common.device_tensors import DeviceArray
+
+from polysat.backend.common.gpu import cuda_available, device
 from polysat.backend import stages
-from polysat.backend.conv_plan import conv_search
-from polysat.backend.conv_pool_spec import ConvPoolSpec, conv_pool_reference, random_conv_pool_inputs
-from polysat.backend.conv_spec import ConvSpec, conv_reference, random_conv_inputs
-from polysat.backend.gemm_spec import EpilogueOp
+from polysat.backend.conv.plan import search as conv_search
+from polysat.backend.conv_pool.reference import reference as conv_pool_reference, random_inputs as random_conv_pool_inputs
+from polysat.backend.conv_pool.spec import ConvPoolSpec
+from polysat.backend.conv.reference import reference as conv_reference, random_inputs as random_conv_inputs
+from polysat.backend.conv.spec import ConvSpec
+from polysat.backend.common.spec import EpilogueOp
 from polysat.ir.dtypes import DType, round_to
 from polysat.ir.playback import playback
 from polysat.pipeline import Compilation
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not rt.cuda_available(), reason="no CUDA GPU visible")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")]
 
 F16, BF16, F32 = DType.fp16, DType.bf16, DType.fp32
 
@@ -86,8 +90,8 @@ def test_spec_kernels_match_their_numpy_meaning_on_every_skeleton(case):
     pooled = isinstance(spec, ConvPoolSpec)
     ins = (random_conv_pool_inputs if pooled else random_conv_inputs)(spec, 7)
     want = (conv_pool_reference if pooled else conv_reference)(spec, ins)
-    from polysat.backend.conv_runtime import run_conv
-    arch = rt.device().arch
+    from polysat.backend.conv.launch import run as run_conv
+    arch = device().arch
     plans = [None] + ([conv_search(spec, "sm90", skeletons=("sm80",)).best] if arch == "sm90" else [])
     for plan in plans:
         got = run_conv(spec, ins, plan=plan)
@@ -96,12 +100,12 @@ def test_spec_kernels_match_their_numpy_meaning_on_every_skeleton(case):
 
 
 def test_prepared_launch_relaunches_on_device_tensors():
-    from polysat.backend.conv_runtime import prepare_conv
+    from polysat.backend.conv.launch import prepare as prepare_conv
     spec = SPECS["residual_f32"]
     ins = random_conv_inputs(spec, 9)
     want = conv_reference(spec, ins)
-    dev = {k: rt.DeviceArray.from_numpy(np.asarray(v).astype(spec.dtypes()[k].np)) for k, v in ins.items()}
-    out = rt.DeviceArray(spec.shapes()[spec.c], np.float32)
+    dev = {k: DeviceArray.from_numpy(np.asarray(v).astype(spec.dtypes()[k].np)) for k, v in ins.items()}
+    out = DeviceArray(spec.shapes()[spec.c], np.float32)
     launch = prepare_conv(spec, {**dev, spec.c: out})
     launch()
     first = out.numpy()

@@ -22,12 +22,12 @@ import pytest
 
 from polysat import cli
 from polysat.backend import stages
-from polysat.backend.conv_codegen import render_conv
-from polysat.backend.conv_plan import conv_search
-from polysat.backend.conv_pool_spec import ConvPoolSpec
-from polysat.backend.conv_spec import ConvSpec
-from polysat.backend.gemm_spec import EpilogueOp
-from polysat.backend.nvcc import missing_instructions
+from polysat.backend.conv.render import render as render_conv
+from polysat.backend.conv.plan import search as conv_search
+from polysat.backend.conv_pool.spec import ConvPoolSpec
+from polysat.backend.conv.spec import ConvSpec
+from polysat.backend.common.spec import EpilogueOp
+from polysat.backend.common.nvcc import missing_instructions
 from polysat.ir.dtypes import DType
 from polysat.pipeline import Compilation
 

@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from polysat.backend import conv_runtime as crt
-from polysat.backend import runtime as rt
-from polysat.backend.conv_codegen import render_conv
-from polysat.backend.conv_plan import conv_search
-from polysat.backend.conv_pool_spec import ConvPoolSpec
-from polysat.backend.conv_spec import ConvSpec
-from polysat.backend.gemm_spec import EpilogueOp
+from polysat.backend.conv import launch as crt
+from polysat.backend.common.gpu import cuda_available, Device, device
+from polysat.backend.conv.render import render as render_conv
+from polysat.backend.conv.plan import search as conv_search
+from polysat.backend.conv_pool.spec import ConvPoolSpec
+from polysat.backend.conv.spec import ConvSpec
+from polysat.backend.common.spec import EpilogueOp
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType
 
@@ -23,7 +23,7 @@ class FakeCuda:
                                          "strides": None}
 
 
-SM80 = rt.Device(0, "sm80", 108, None)
+SM80 = Device(0, "sm80", 108, None)
 
 
 def _tensors(spec, ptrs=None):
@@ -48,7 +48,7 @@ def test_conv_launch_packs_the_abi_in_order(no_driver):
                     epilogue=(EpilogueOp("bias", "b", dtype=DType.fp16), EpilogueOp("relu")))
     plan = conv_search(spec, "sm80").best
     tensors = _tensors(spec)
-    launch = crt.prepare_conv(spec, tensors, plan=plan, dev=SM80)
+    launch = crt.prepare(spec, tensors, plan=plan, dev=SM80)
     ks = launch.kernel
     assert [p.ident for p in ks.params] == ["X", "W", "Y", "t_b", "N", "C", "H", "W_", "Co", "Ho", "Wo", "groups"]
     ptr = {n: t.__cuda_array_interface__["data"][0] for n, t in tensors.items()}
@@ -62,7 +62,7 @@ def test_conv_launch_packs_the_abi_in_order(no_driver):
 def test_conv_pool_launch_counts_pool_tiles(no_driver):
     spec = ConvPoolSpec(ConvSpec("cp", 3, 8, 34, 30, 24, 3, 3, pad=(1, 1, 1, 1)), (34, 30), (3, 3), (2, 2), (1, 1))
     plan = conv_search(spec, "sm80").best
-    launch = crt.prepare_conv(spec, _tensors(spec), plan=plan, dev=SM80)
+    launch = crt.prepare(spec, _tensors(spec), plan=plan, dev=SM80)
     hp, wp = spec.out_hw
     tph, tpw = plan.pool_tile
     assert _args(launch)[-10:] == [3, 8, 34, 30, 24, 34, 30, 1, hp, wp]
@@ -73,13 +73,13 @@ def test_bad_tensors_and_sizes_are_coded_diagnostics(no_driver):
     spec = ConvSpec("c", 1, 16, 9, 9, 16, 3, 3)
     plan = conv_search(spec, "sm80").best
     with pytest.raises(PolysatError, match="aligned"):
-        crt.prepare_conv(spec, _tensors(spec, {"W": 4098}), plan=plan, dev=SM80)  # W's cp.async needs 16 B
+        crt.prepare(spec, _tensors(spec, {"W": 4098}), plan=plan, dev=SM80)  # W's cp.async needs 16 B
     with pytest.raises(PolysatError) as e:
-        crt.prepare_conv(spec, {k: v for k, v in _tensors(spec).items() if k != "W"}, plan=plan, dev=SM80)
+        crt.prepare(spec, {k: v for k, v in _tensors(spec).items() if k != "W"}, plan=plan, dev=SM80)
     assert e.value.diagnostics[0].code == "E1111"
     huge = ConvSpec("huge", 1, 4, 32768, 32768, 4, 1, 1)  # Cg*H*W = 2^32: beyond the gather's 32-bit offsets
     with pytest.raises(PolysatError) as e:
-        crt.prepare_conv(huge, {}, plan=conv_search(huge, "sm80").best, dev=SM80)
+        crt.prepare(huge, {}, plan=conv_search(huge, "sm80").best, dev=SM80)
     assert e.value.diagnostics[0].kind == "UnaddressableShape"
 
 
@@ -88,14 +88,14 @@ def test_sm90_plans_are_refused_on_older_gpus(no_driver):
     plan = conv_search(spec, "sm90").best
     assert plan.skeleton == "sm90"
     with pytest.raises(PolysatError, match="sm90 plan"):
-        crt.prepare_conv(spec, _tensors(spec), plan=plan, dev=SM80)
+        crt.prepare(spec, _tensors(spec), plan=plan, dev=SM80)
     assert render_conv(spec, plan).tma[0].dims == ("k", "cog")
 
 
 def test_running_without_a_gpu_is_reported():
-    if rt.cuda_available():
-        assert rt.device().arch in ("sm80", "sm90")  # test_backend_conv_gpu.py runs the kernels there
+    if cuda_available():
+        assert device().arch in ("sm80", "sm90")  # test_backend_conv_gpu.py runs the kernels there
     else:
         with pytest.raises(PolysatError) as e:
-            crt.run_conv(ConvSpec("c", 1, 4, 5, 5, 4, 3, 3), {})
+            crt.run(ConvSpec("c", 1, 4, 5, 5, 4, 3, 3), {})
         assert e.value.diagnostics[0].code == "E1502"

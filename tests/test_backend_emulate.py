@@ -10,8 +10,8 @@ bit for bit, for both operand majors, several tiles and warp grids, every vector
 import os
 import subprocess
 
-from polysat.backend.codegen import TEMPLATES
-from polysat.backend.nvcc import nvcc_path
+from polysat.backend.common.render import TEMPLATES
+from polysat.backend.common.nvcc import nvcc_path
 
 EMULATOR = r"""
 #include "polysat_gemm.cuh"

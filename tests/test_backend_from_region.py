@@ -12,11 +12,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from polysat.backend.from_region import gemm_binding, gemm_spec_from_region, identify
-from polysat.backend.gemm_spec import EpilogueOp
-from polysat.backend.reference import gemm_reference
+from polysat.backend.common.epilogue import identify
+
+from polysat.backend.common.region_match import NoBind
+from polysat.backend.gemm.bind import bind as gemm_binding
+from polysat.backend.common.spec import EpilogueOp
+from polysat.backend.gemm.reference import reference as gemm_reference
 from polysat.ir import region as rg
-from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType, round_to
 from polysat.ir.expr import Expr
 from polysat.ir.playback import playback
@@ -79,12 +81,18 @@ def check_numerics(region, spec, env, seed=0):
     np.testing.assert_allclose(got.astype(np.float64), ref.astype(np.float64), rtol=1e-3, atol=1e-3)
 
 
+def gemm_spec_from_region(region):
+    binding = gemm_binding(region)
+    assert not isinstance(binding, NoBind), binding
+    return binding.spec
+
+
 def reject_why(region) -> str:
-    with pytest.raises(PolysatError) as e:
-        gemm_spec_from_region(region)
-    d = e.value.diagnostics[0]
-    assert (d.code, d.kind) == ("E1504", "NoKernelTemplate")
-    return d.why
+    """The GEMM recogniser's typed no: its reason."""
+    no = gemm_binding(region)
+    assert isinstance(no, NoBind)
+    assert no.reason.startswith("not a GEMM-family region: ")
+    return no.reason
 
 
 # ---- regions from the pipeline -----------------------------------------------------------------------
@@ -387,7 +395,7 @@ def test_partial_batch_broadcast_is_rejected():
 
 
 def test_identify_activations_on_the_probe():
-    from polysat.backend.from_region import _PROBE, _activation
+    from polysat.backend.common.epilogue import activation_on as _activation, PROBE as _PROBE
     for kind in ("relu", "gelu_tanh", "gelu_erf", "silu", "sigmoid"):
         assert [op.kind for op in identify(_activation(kind, _PROBE))] == [kind]
     assert identify(_PROBE) == []

@@ -7,14 +7,20 @@ contiguous extents multiples of 8 (TMA), the odd ones go through the sm80 tail b
 import numpy as np
 import pytest
 
-from polysat.backend.gemm_spec import EpilogueOp, GemmSpec
-from polysat.backend.reference import gemm_reference, random_inputs
+from polysat.backend.common.spec import EpilogueOp
+
+from polysat.backend.gemm.spec import GemmSpec
+from polysat.backend.gemm.reference import reference as gemm_reference, random_inputs
 from polysat.ir.dtypes import DType
 
-from polysat.backend import runtime as rt
-from polysat.backend.search import search
+from polysat.backend.common.device_tensors import DeviceArray
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not rt.cuda_available(), reason="no CUDA GPU visible")]
+from polysat.backend.common.gpu import cuda_available, device
+
+from polysat.backend.gemm.launch import concrete_spec, prepare as prepare_gemm, run as run_gemm
+from polysat.backend.gemm.plan import search
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")]
 
 F16, BF16, F32 = DType.fp16, DType.bf16, DType.fp32
 
@@ -45,9 +51,9 @@ def assert_close(got: np.ndarray, want: np.ndarray, dtype: DType):
 
 def _skeleton_plans(spec, env):
     """The auto plan, plus the sm80 skeleton forced on an sm90 device (Hopper's tail branch)."""
-    cspec = rt.concrete_spec(spec, env)
+    cspec = concrete_spec(spec, env)
     plans = [None]
-    if rt.device().arch == "sm90":
+    if device().arch == "sm90":
         plans.append(search(cspec, "sm90", skeletons=("sm80",)).best)
     return cspec, plans
 
@@ -59,7 +65,7 @@ def test_gemm_matches_numpy(case):
     want = gemm_reference(spec, x, env)
     cspec, plans = _skeleton_plans(spec, env)
     for plan in plans:
-        got = rt.run_gemm(spec, x, env, plan=plan)
+        got = run_gemm(spec, x, env, plan=plan)
         assert got.shape == want.shape
         assert_close(got, want, spec.out_dtype)
 
@@ -68,16 +74,16 @@ def test_device_tensors_and_relaunch():
     spec = GemmSpec("dev", 150, 136, 264, epilogue=(EpilogueOp("bias", "bias", dtype=F16), EpilogueOp("relu")))
     x = random_inputs(spec, seed=11)
     want = gemm_reference(spec, x)
-    dev = {k: rt.DeviceArray.from_numpy(v) for k, v in x.items()}
-    out = rt.DeviceArray(spec.shapes()["C"], np.float16)
-    launch = rt.prepare_gemm(spec, {**dev, "C": out})
+    dev = {k: DeviceArray.from_numpy(v) for k, v in x.items()}
+    out = DeviceArray(spec.shapes()["C"], np.float16)
+    launch = prepare_gemm(spec, {**dev, "C": out})
     launch()
     first = out.numpy()
     launch()
     assert_close(first, want, F16)
     np.testing.assert_array_equal(out.numpy(), first)
-    res = rt.run_gemm(spec, dev)  # device tensors in -> device tensor out
-    assert isinstance(res, rt.DeviceArray)
+    res = run_gemm(spec, dev)  # device tensors in -> device tensor out
+    assert isinstance(res, DeviceArray)
     assert_close(res.numpy(), want, F16)
 
 
@@ -99,11 +105,11 @@ def test_torch_tensors_via_cuda_array_interface_and_dlpack():
     want = gemm_reference(spec, x)
     tx = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)).to("cuda", torch.bfloat16) for k, v in x.items()}
     out = torch.empty((96, 200), device="cuda", dtype=torch.bfloat16)
-    rt.run_gemm(spec, tx, out=out)
+    run_gemm(spec, tx, out=out)
     torch.cuda.synchronize()
     assert_close(out.float().cpu().numpy(), want, BF16)
     out2 = torch.zeros_like(out)
-    rt.run_gemm(spec, {k: _OnlyDLPack(v) for k, v in tx.items()}, out=_OnlyDLPack(out2))
+    run_gemm(spec, {k: _OnlyDLPack(v) for k, v in tx.items()}, out=_OnlyDLPack(out2))
     torch.cuda.synchronize()
     assert torch.equal(out, out2)
 
@@ -119,24 +125,28 @@ def test_mlp_chain_on_device():
     x2 = random_inputs(down, env, seed=2)
     h_ref = gemm_reference(up, x1, env)
     y_ref = gemm_reference(down, {**x2, "H": h_ref, "X": x1["X"]}, env)
-    dev = {k: rt.DeviceArray.from_numpy(v) for k, v in {**x1, "W2": x2["W2"], "b2": x2["b2"]}.items()}
-    h = rt.run_gemm(up, {k: dev[k] for k in ("X", "W1", "b1")}, env)
-    y = rt.run_gemm(down, {"H": h, "W2": dev["W2"], "b2": dev["b2"], "X": dev["X"]}, env)
+    dev = {k: DeviceArray.from_numpy(v) for k, v in {**x1, "W2": x2["W2"], "b2": x2["b2"]}.items()}
+    h = run_gemm(up, {k: dev[k] for k in ("X", "W1", "b1")}, env)
+    y = run_gemm(down, {"H": h, "W2": dev["W2"], "b2": dev["b2"], "X": dev["X"]}, env)
     assert_close(h.numpy(), h_ref, BF16)
     assert_close(y.numpy(), y_ref, BF16)
 
 
 def test_example_model_end_to_end():
-    """examples/gemm_bias_relu.json: frontend -> Tiny IR -> match_gemm -> CUDA, against the reference evaluator."""
+    """examples/gemm_bias_relu.json: frontend -> Tiny IR -> e-graph -> region -> GEMM kind -> CUDA, against the
+    reference evaluator of the Tiny IR program."""
     import os
 
-    from polysat.backend.from_tiny import match_gemm
-    from polysat.frontend import load_model
+    from polysat.backend import kinds
     from polysat.ir.evaluate import evaluate
+    from polysat.pipeline import Compilation
 
-    program = load_model(os.path.join(os.path.dirname(__file__), "..", "examples", "gemm_bias_relu.json"))
-    spec = match_gemm(program, "gemm_bias_relu")
+    c = Compilation(os.path.join(os.path.dirname(__file__), "..", "examples", "gemm_bias_relu.json"))
+    (region,) = c.regions
+    kind, binding = kinds.bind(region)
+    assert kind.name == "gemm"
+    spec = binding.spec
     env = {"M": 257, "N": 136, "K": 200}
     x = random_inputs(spec, env, seed=9)
-    want = evaluate(program, x, env)[spec.c]
-    assert_close(rt.run_gemm(spec, x, env), want, spec.out_dtype)
+    want = evaluate(c.program, {t: x[n] for n, t in binding.tensors}, env)[spec.c]
+    assert_close(run_gemm(spec, binding.arrays({t: x[n] for n, t in binding.tensors}, env), env), want, spec.out_dtype)

@@ -13,7 +13,7 @@ element the GEMM needs.
 """
 import pytest
 
-from polysat.backend.layouts import ATOM_BYTES, BK, sm90_operand, swizzle128
+from polysat.backend.common.layouts import ATOM_BYTES, BK, sm90_operand, swizzle128
 
 
 def tma_fill(lay, value):

@@ -8,10 +8,11 @@ import time
 
 import pytest
 
-from polysat.backend import compile_gemm
-from polysat.backend.gemm_spec import EpilogueOp, GemmSpec
-from polysat.backend.nvcc import check_many, missing_instructions
-from polysat.backend.search import search
+from polysat.backend.common.spec import EpilogueOp
+from polysat.backend.gemm.spec import GemmSpec
+from polysat.backend.common.nvcc import check_many, missing_instructions
+from polysat.backend.gemm.plan import search
+from polysat.backend.gemm.render import render
 from polysat.ir.dtypes import DType
 
 F16, BF16, F32 = DType.fp16, DType.bf16, DType.fp32
@@ -44,10 +45,10 @@ def _kernels():
         p90 = search(spec, "sm90").best
         p80 = search(spec, "sm80").best
         if p90.skeleton == "sm90":
-            out.append((f"{name}/sm90", compile_gemm(spec, plan=p90), ("sm90",)))
+            out.append((f"{name}/sm90", render(spec, p90), ("sm90",)))
         else:
-            out.append((f"{name}/sm80@sm90", compile_gemm(spec, plan=p90), ("sm90",)))
-        out.append((f"{name}/sm80", compile_gemm(spec, plan=p80), ("sm80", "sm90") if name == "gemm" else ("sm80",)))
+            out.append((f"{name}/sm80@sm90", render(spec, p90), ("sm90",)))
+        out.append((f"{name}/sm80", render(spec, p80), ("sm80", "sm90") if name == "gemm" else ("sm80",)))
     return out
 
 

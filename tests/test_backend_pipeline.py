@@ -17,9 +17,9 @@ import pytest
 
 from polysat import cli
 from polysat.backend import stages
-from polysat.backend.from_region import gemm_spec_from_region
-from polysat.backend.nvcc import REQUIRED_PTX, missing_instructions
-from polysat.backend.runtime import cuda_available
+from polysat.backend.gemm.bind import bind as gemm_binding
+from polysat.backend.common.nvcc import missing_instructions, REQUIRED_PTX
+from polysat.backend.common.gpu import cuda_available
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.playback import playback
 from polysat.pipeline import Compilation
@@ -76,7 +76,7 @@ def test_plan_json_has_one_section_8_1_plan_per_region_with_ranked_candidates(ar
     json.dumps(doc)
     assert doc["arch"] == arch and [p["region"] for p in doc["plans"]] == [r.name for r in regions("mlp")]
     for p, r in zip(doc["plans"], regions("mlp")):
-        assert p["spec"] == gemm_spec_from_region(r).to_json()
+        assert p["spec"] == gemm_binding(r).spec.to_json()
         for f in PLAN_FIELDS:
             assert f in p["chosen"], (f, sorted(p["chosen"]))
         assert p["chosen"]["arch"] == arch
@@ -181,7 +181,7 @@ def test_region_runner_chains_regions_and_equals_playback(key, env):
 def test_region_runner_reshapes_size_one_dims_between_shapes():
     m = gemm_model([40, 24], [24, 56], bias=[40, 1])
     rs = Compilation(m).regions
-    assert gemm_spec_from_region(rs[0]).epilogue[0].axis == "m"
+    assert gemm_binding(rs[0]).spec.epilogue[0].axis == "m"
     ins = _inputs(rs, {})
     hooks, _ = oracle.numpy_device()
     got = stages.run_regions(rs, ins, **hooks)

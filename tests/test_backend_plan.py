@@ -5,11 +5,13 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from polysat.backend import dump_gpu, dump_plan
-from polysat.backend.gemm_spec import EpilogueOp, GemmSpec
-from polysat.backend.gpu_ir import S, build_gpu_ir, check_tokens
-from polysat.backend.hardware import TARGETS
-from polysat.backend.search import SMEM_FRACTION, fits_runtime, search
+from polysat.backend.common.spec import EpilogueOp
+from polysat.backend.gemm.spec import GemmSpec
+from polysat.backend.common.gpu_ir import check_tokens, S
+from polysat.backend.gemm.gpu_ir import build_gpu_ir
+from polysat.analyses.devices import device
+from polysat.backend.common.plan_search import SMEM_FRACTION
+from polysat.backend.gemm.plan import fits_runtime, search
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType
 
@@ -21,12 +23,12 @@ BIAS_RELU = (EpilogueOp("bias", "bias", dtype=DType.fp16), EpilogueOp("relu"))
 
 def test_plan_json_has_every_field_of_8_1():
     spec = GemmSpec("gemm_bias_relu", 1024, 1024, 1024, epilogue=BIAS_RELU)
-    d = dump_plan(spec, "sm80")
+    d = search(spec, "sm80").to_json(spec)
     chosen = d["chosen"]
     assert PLAN_FIELDS <= set(chosen)
     assert set(chosen["async"]) == {"enable", "prefetch_depth", "epilogue_overlap"}
     assert chosen["barrier_model"] == "cp_async_group" and chosen["epilogue"] == ["bias", "relu"]
-    assert dump_plan(spec, "sm90")["chosen"]["barrier_model"] == "mbarrier"
+    assert search(spec, "sm90").to_json(spec)["chosen"]["barrier_model"] == "mbarrier"
     json.dumps(d)  # JSON-able
 
 
@@ -38,7 +40,7 @@ def test_candidates_respect_stop_conditions(arch):
     for p in list(r.ranked) + [x.plan for x in r.pruned]:
         per_skeleton[p.skeleton] = per_skeleton.get(p.skeleton, 0) + 1
     assert all(10 <= n <= 20 for n in per_skeleton.values()), per_skeleton
-    limit = SMEM_FRACTION * TARGETS[arch].smem_per_block
+    limit = SMEM_FRACTION * device(arch).smem_per_cta
     assert all(p.smem_bytes <= limit for p in r.ranked)
     assert any("smem" in x.reason for x in r.pruned) or arch == "sm80"
     times = [dict(p.est)["time_s"] for p in r.ranked]
@@ -95,7 +97,7 @@ def test_gpu_ir_tokens_are_consistent(m, n, k, a, b, arch, batch):
     for plan in search(spec, arch).ranked[:3]:
         ir = build_gpu_ir(spec, plan)
         check_tokens(ir)
-        d = dump_gpu(spec, plan)["gpu_ir"]
+        d = ir.to_json()["gpu_ir"]
         text = json.dumps(d)
         if plan.skeleton == "sm90":
             for op in ("TmaLoad", "MBarrierArriveExpectTx", "Wgmma", "Epilogue", "StGlobalVec"):

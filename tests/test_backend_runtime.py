@@ -6,8 +6,14 @@ import pathlib
 import numpy as np
 import pytest
 
-from polysat.backend import runtime as rt
-from polysat.backend.gemm_spec import GemmSpec
+from polysat.backend.common.device_tensors import device_pointer
+
+from polysat.backend.common.gpu import cuda_available, Device, device
+
+from polysat.backend.common.kernel_cache import cubin_for
+
+from polysat.backend.gemm.launch import concrete_spec, prepare as prepare_gemm
+from polysat.backend.gemm.spec import GemmSpec
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType
 
@@ -29,60 +35,62 @@ def _code(fn):
 
 
 def test_foreign_tensors_are_checked():
-    assert rt.device_pointer("A", FakeCuda((4, 8)), (4, 8), DType.fp16)[0] == 4096
-    assert rt.device_pointer("A", FakeCuda((4, 8), strides=(16, 2)), (4, 8), DType.fp16)[0] == 4096
-    assert _code(lambda: rt.device_pointer("A", FakeCuda((4, 9)), (4, 8), DType.fp16)) == "E1002"
-    assert _code(lambda: rt.device_pointer("A", FakeCuda((4, 8), "<f4"), (4, 8), DType.fp16)) == "E1009"
-    assert _code(lambda: rt.device_pointer("A", FakeCuda((4, 8), strides=(2, 8)), (4, 8), DType.fp16)) == "E1008"
-    assert _code(lambda: rt.device_pointer("A", object(), (4, 8), DType.fp16)) == "E1008"
+    assert device_pointer("A", FakeCuda((4, 8)), (4, 8), DType.fp16)[0] == 4096
+    assert device_pointer("A", FakeCuda((4, 8), strides=(16, 2)), (4, 8), DType.fp16)[0] == 4096
+    assert _code(lambda: device_pointer("A", FakeCuda((4, 9)), (4, 8), DType.fp16)) == "E1002"
+    assert _code(lambda: device_pointer("A", FakeCuda((4, 8), "<f4"), (4, 8), DType.fp16)) == "E1009"
+    assert _code(lambda: device_pointer("A", FakeCuda((4, 8), strides=(2, 8)), (4, 8), DType.fp16)) == "E1008"
+    assert _code(lambda: device_pointer("A", object(), (4, 8), DType.fp16)) == "E1008"
 
 
 def test_dlpack_is_parsed_and_cpu_tensors_refused():
     a = np.zeros((3, 5), np.float16)
     with pytest.raises(PolysatError, match="not on a CUDA device"):
-        rt.device_pointer("A", a, (3, 5), DType.fp16)  # numpy exports DLPack (kDLCPU)
+        device_pointer("A", a, (3, 5), DType.fp16)  # numpy exports DLPack (kDLCPU)
 
 
 def test_symbols_are_specialised_per_call():
     spec = GemmSpec("g", "M", 64, "K", batch=("B",))
-    c = rt.concrete_spec(spec, {"M": 3, "K": 16, "B": 2})
+    c = concrete_spec(spec, {"M": 3, "K": 16, "B": 2})
     assert (c.m, c.n, c.k, c.batch) == (3, 64, 16, (2,)) and c.is_static
-    assert _code(lambda: rt.concrete_spec(spec, {"M": 3})) == "E1305"
+    assert _code(lambda: concrete_spec(spec, {"M": 3})) == "E1305"
 
 
 def test_no_gpu_is_reported_not_raised():
-    if rt.cuda_available():
-        assert rt.device().arch in ("sm80", "sm90")
+    if cuda_available():
+        assert device().arch in ("sm80", "sm90")
     else:
-        assert _code(lambda: rt.device()) == "E1502"
+        assert _code(lambda: device()) == "E1502"
 
 
 def test_kernels_compile_to_cached_cubins(tmp_path, monkeypatch):
-    from polysat.backend import compile_gemm
+    from polysat.backend.gemm.plan import search
+    from polysat.backend.gemm.render import render
 
     monkeypatch.setenv("POLYSAT_KERNEL_CACHE", str(tmp_path))
-    ks = compile_gemm(GemmSpec("g", 96, 80, 72, in_dtype=DType.bf16), "sm90")
-    first = rt.cubin_for(ks, "sm90")  # NVRTC when installed, else nvcc
+    spec = GemmSpec("g", 96, 80, 72, in_dtype=DType.bf16)
+    ks = render(spec, search(spec, "sm90").best)
+    first = cubin_for(ks, "sm90")  # NVRTC when installed, else nvcc
     assert first[:4] == b"\x7fELF"
     files = list(tmp_path.iterdir())
     assert len(files) == 1 and files[0].suffix == ".cubin"
     files[0].write_bytes(b"\x7fELF-cached")
-    assert rt.cubin_for(ks, "sm90") == b"\x7fELF-cached"  # keyed by source hash + arch: served from disk
+    assert cubin_for(ks, "sm90") == b"\x7fELF-cached"  # keyed by source hash + arch: served from disk
 
 
 def test_a_plan_that_assumes_alignment_is_refused_for_an_unaligned_shape():
-    from polysat.backend.search import search
+    from polysat.backend.gemm.plan import search
 
     spec = GemmSpec("g", "M", 64, "K")
     plan = search(spec, "sm80").best  # planned for symbols: assumes K % 8 == 0
     assert plan.assumes == ("K % 8 == 0",)
     with pytest.raises(PolysatError, match="vector widths"):
-        rt.prepare_gemm(spec, {}, {"M": 4, "K": 12}, plan=plan, dev=rt.Device(0, "sm80", 108, None))
+        prepare_gemm(spec, {}, {"M": 4, "K": 12}, plan=plan, dev=Device(0, "sm80", 108, None))
 
 
 def test_cubins_are_built_for_the_device_they_load_on():
     """A cubin only loads on its own major version: Hopper gets sm_90a, every other device its own sm_XY."""
-    from polysat.backend.kernel_cache import _gpu_arch_flag, _nvcc_arch
+    from polysat.backend.common.kernel_cache import _gpu_arch_flag, _nvcc_arch
     assert _gpu_arch_flag("sm90", "sm90", (9, 0)) == "sm_90a"
     assert _gpu_arch_flag("sm80", "sm90", (9, 0)) == "sm_90a"
     assert _gpu_arch_flag("sm80", "sm80", (8, 6)) == "sm_86"

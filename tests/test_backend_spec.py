@@ -3,9 +3,11 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from polysat.backend.gemm_spec import EpilogueOp, GemmSpec
-from polysat.backend.names import c_ident, unique_idents
-from polysat.backend.reference import gemm_reference, random_inputs
+from polysat.backend.common.spec import EpilogueOp
+
+from polysat.backend.gemm.spec import GemmSpec
+from polysat.backend.common.names import c_ident, unique_idents
+from polysat.backend.gemm.reference import reference as gemm_reference, random_inputs
 from polysat.ir.builder import Builder
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType

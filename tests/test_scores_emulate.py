@@ -16,8 +16,9 @@ import os
 import numpy as np
 import pytest
 
-from polysat.backend.attention_codegen import scale_constants
-from polysat.backend.scores_spec import ScoresSpec, scores_reference
+from polysat.backend.attention.render import scale_constants
+from polysat.backend.scores.reference import reference as scores_reference
+from polysat.backend.scores.spec import ScoresSpec
 from polysat.ir.dtypes import DType, round_to
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from polysat.backend import kinds, stages
-from polysat.backend import runtime as rt
-from polysat.backend.scores_spec import ScoresSpec, scores_reference
+from polysat.backend.common.gpu import cuda_available, device
+from polysat.backend.scores.reference import reference as scores_reference
+from polysat.backend.scores.spec import ScoresSpec
 from polysat.ir.dtypes import DType, round_to
 from polysat.ir.playback import playback
 from polysat.pipeline import Compilation
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not rt.cuda_available(), reason="no CUDA GPU visible")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")]
 
 _spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
 oracle = importlib.util.module_from_spec(_spec)
@@ -54,7 +55,7 @@ def test_both_regions_run_on_cuda_like_playback(dt, causal, d, m, n):
     _close(got["O"], want["O"], dt)
     # P itself, through the kind's Python API
     p_name = regions[0].outputs[0].name
-    from polysat.backend.scores_runtime import run_scores
+    from polysat.backend.scores.launch import run as run_scores
     spec = kinds.bind(regions[0])[1].spec
     p = run_scores(spec, {"Q": x["Q"], "K": x["K"]}, {"B": 2, "H": 3, "M": m, "N": n})
     _close(p, want[p_name], dt)
@@ -62,12 +63,12 @@ def test_both_regions_run_on_cuda_like_playback(dt, causal, d, m, n):
 
 @pytest.mark.parametrize("arch_plan", ["best", "bn128"])
 def test_run_scores_matches_the_reference_with_tails(arch_plan):
-    from polysat.backend.scores_runtime import run_scores
-    from polysat.backend.scores_search import search
+    from polysat.backend.scores.launch import run as run_scores
+    from polysat.backend.scores.plan import search
     spec = ScoresSpec("s", 201, 133, 64, batch=(2,), causal=True, scale=0.2, in_dtype=DType.fp16, p_dtype=DType.fp16)
     plan = None
     if arch_plan == "bn128":
-        plan = next(p for p in search(spec, rt.device().arch).ranked if p.block_n == 128)
+        plan = next(p for p in search(spec, device().arch).ranked if p.block_n == 128)
     rng = np.random.default_rng(1)
     x = {n: np.asarray(round_to(rng.uniform(-1, 1, size=s).astype(np.float32), DType.fp16)).astype(np.float16)
          for n, s in spec.shapes().items() if n != spec.p}

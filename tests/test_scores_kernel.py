@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
-from polysat.backend.nvcc import check_many, missing_instructions
-from polysat.backend.scores_codegen import render_scores
-from polysat.backend.scores_search import search
-from polysat.backend.scores_spec import ScoresSpec
+from polysat.backend.common.nvcc import check_many, missing_instructions
+from polysat.backend.scores.render import render as render_scores
+from polysat.backend.scores.plan import search
+from polysat.backend.scores.spec import ScoresSpec
 from polysat.ir.dtypes import DType
 
 _oracle_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
@@ -119,7 +119,7 @@ def test_compile_writes_both_kernels_of_the_two_region_form(tmp_path):
 
 def test_run_on_cuda_without_a_gpu_is_a_coded_diagnostic(tmp_path):
     import numpy as np
-    from polysat.backend.runtime import cuda_available
+    from polysat.backend.common.gpu import cuda_available
     if cuda_available():
         pytest.skip("a GPU is visible: tests/test_scores_gpu.py runs the kernels")
     x = {n: np.zeros((1, 2, 40 if n == "Q" else 50, 64), np.float32) for n in ("Q", "K", "V")}

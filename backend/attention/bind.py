@@ -1,0 +1,82 @@
+"""Recognise an extracted RB-SSA region as scaled dot-product attention: Region -> AttentionBinding, or NoBind.
+
+The region must be one streamed softmax-weighted sum (``online_softmax_sum``, rules/streaming.egg) that
+the yield writes with a cast, over the packed output ``O[*batch, m, dv]``:
+
+    online_softmax_sum<j; p>(scores = [select(causal, ] mul(reduce_sum<k>(mul(cast(Q[*b, m, k]), cast(K[*b, j, k]))), scale) [, -inf)],
+                             values = cast(V[*b, j, dv]))
+
+* the scores are read by ``common.score_match.score_part`` (Q, K, scale, causal mask);
+* V is of Q's and K's type, read whole and packed like them, widened to fp32;
+* P's type is the type the streaming rounds P to (V's type as the frontend lowers attention).
+
+The spec's meaning (``reference.reference``) rounds P after the division by the row sum;
+a ``passes=1`` region rounds it at the running max instead (fp16 only: within 1e-3), a ``passes=2``
+region where the spec does. ``AttentionBinding.passes`` says which.
+Anything else is a NoBind saying exactly what does not fit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from typing import NoReturn
+
+from ...ir.region import R, Region
+from ..common.region_match import Aliases, Lets, Mismatch, RegionBinding, axis_size, recogniser, the_yield
+from ..common.score_match import packed_read, score_part, widened_read
+from ..common.spec import IN_DTYPES, OUT_DTYPES
+from .spec import AttentionSpec
+
+
+def _reject(r: Region, why: str) -> NoReturn:
+    raise Mismatch(f"not an attention region: {why}")
+
+
+@dataclass(frozen=True)
+class AttentionBinding(RegionBinding):
+    """A region's AttentionSpec and, for each tensor the kernel reads, the region tensor behind it."""
+    spec: AttentionSpec
+    passes: int = 1  # walks over the keys the region's online_softmax_sum makes (1: P rounded at the running max)
+
+
+@recogniser
+def bind(region: Region, name: "str | None" = None) -> AttentionBinding:
+    """The region as an AttentionSpec plus its tensor binding, or NoBind saying why it is not one streamed
+    attention."""
+    r = region
+    reject = partial(_reject, r)
+    lets = Lets(r)
+    y, out, top = the_yield(r, lets, reject)
+    top = lets(top)
+    if top.op != R.ONLINE:
+        what = f"{top.op.value} {top.arg}" if top.op in (R.UNARY, R.BINARY) else top.op.value
+        _reject(r, f"it yields {what}, not a streamed softmax-weighted sum (online_softmax_sum); epilogues are "
+                   "not part of the template")
+    (j,), p, _block, passes = top.arg
+    if len(y.axes) < 2 or set(top.axes) != set(y.axes):
+        _reject(r, f"it yields a value over [{', '.join(top.axes)}] to [{', '.join(y.axes)}]")
+    if out.memref.layout.kind != "row_major" or tuple(out.memref.shape) != tuple(r.axis_sizes[a] for a in y.axes):
+        _reject(r, f"its output {out.name!r} is not the packed row-major [{', '.join(y.axes)}] tensor")
+    if y.cast not in OUT_DTYPES:
+        _reject(r, f"it writes {y.cast.value}; the template writes fp16, bf16 or fp32")
+    batch, (m_ax, dv_ax) = tuple(y.axes[:-2]), y.axes[-2:]
+    sp = score_part(r, lets, top.src[0], batch, m_ax, j, reject)
+    k_ax, q, k = sp.k_axis, sp.q, sp.k
+    v_read = widened_read(lets, top.src[1], "the values", reject)
+    v = packed_read(r, v_read, batch + (j, dv_ax), "V", reject)
+    if sp.in_dtype != v_read.dtype:
+        _reject(r, f"Q, K and V are {sp.in_dtype.value}, {sp.in_dtype.value} and {v_read.dtype.value}; the template "
+                   "takes one input type")
+    if p not in IN_DTYPES:
+        _reject(r, f"P is rounded to {p.value}; the template's second MMA takes fp16 or bf16")
+    d, dv = r.axis_sizes[k_ax], r.axis_sizes[dv_ax]
+    if not isinstance(d, int) or not isinstance(dv, int):
+        _reject(r, f"the head dims are {d} and {dv}; the template needs static ints")
+    al = Aliases(r)  # Q and K one tensor: bound twice
+    qn, kn, vn = al(q, "q"), al(k, "k"), al(v, "v")
+    size = partial(axis_size, r, reject=reject)
+    spec = AttentionSpec(name or r.name, size(m_ax), size(j), d, dv, batch=tuple(size(a) for a in batch),
+                         causal=sp.causal, scale=sp.scale, in_dtype=sp.in_dtype, p_dtype=p, out_dtype=y.cast,
+                         q=qn, k=kn, v=vn, o=out.name, passes=passes)
+    return AttentionBinding(spec, tuple(al.pairs), passes)

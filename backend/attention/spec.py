@@ -1,0 +1,196 @@
+"""Scaled dot-product attention as one kernel: the problem description (its numpy meaning:
+:mod:`.reference`).
+
+``O[*b, i, :] = cast_out( sum_j P[*b, i, j] * V[*b, j, :] )`` with
+``P[*b, i, :] = cast_p( softmax_j( scale * sum_d Q[*b, i, d] K[*b, j, d]  (masked) ) )``:
+Q [*batch, m, d], K [*batch, n, d], V [*batch, n, dv] and O [*batch, m, dv], all packed row-major;
+fp16|bf16 inputs, scores, max and sum in fp32, P rounded to ``p_dtype`` (V's type: the type the second
+MMA takes) before P V, fp32 accumulation, O rounded to ``out_dtype``. ``causal``: key j is visible to
+query i iff ``j <= i + (n - m)`` (aligned bottom-right, as the frontend lowers it); a query row that
+sees no key (causal with m > n) is NaN, as in the reference evaluator and torch.
+
+Sizes are ints or symbol names (runtime parameters bound by ``env``); head dims are static ints.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Mapping
+
+from ...ir.diagnostics import fail
+from ...ir.dtypes import DType
+from ..common.spec import IN_DTYPES, OUT_DTYPES, Size, check_sizes, parse_spec_dtype, resolve_size, symbols_of
+
+HEAD_DIMS = (64, 128)  # head dims the flash template is instantiated for
+
+
+class QKSoftmaxSpec:
+    """What attention and softmax_scores specs share (both are frozen dataclasses with name, m, n, d, batch,
+    causal, scale, in_dtype, p_dtype, q and k): the symbols and concrete sizes, the visible pairs of the
+    mask, the common half of the JSON form and of ``from_json``. ``KIND`` names the kind in diagnostics."""
+    KIND: ClassVar[str]
+    ARTICLE: ClassVar[str]
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        return symbols_of((*self.batch, self.m, self.n))
+
+    def head_dims(self) -> dict[str, int]:
+        return {"d": self.d}
+
+    def sizes(self, env: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Concrete {batch (product), m, n} and the head dims under env."""
+        env, at = env or {}, f"{self.KIND} {self.name!r}"
+
+        def get(x: Size, what: str) -> int:
+            return resolve_size(x, env, what, at)
+
+        return {"batch": math.prod(get(x, "a batch dim") for x in self.batch), "m": get(self.m, "M"),
+                "n": get(self.n, "N"), **self.head_dims()}
+
+    def batch_dims(self, env: Mapping[str, int] | None = None) -> tuple[int, ...]:
+        env = env or {}
+        self.sizes(env)
+        return tuple(x if isinstance(x, int) else env[x] for x in self.batch)
+
+    def visible_pairs(self, env: Mapping[str, int] | None = None) -> int:
+        """(query, key) pairs the mask keeps, per batch entry."""
+        s = self.sizes(env)
+        m, n = s["m"], s["n"]
+        if not self.causal:
+            return m * n
+        # row i sees keys 0 .. min(n-1, i + n - m)
+        return causal_pairs(m, n)
+
+    def _json(self, dtypes: Mapping[str, DType], tensors: Mapping[str, str], **rest: Any) -> dict[str, Any]:
+        return {"kind": self.KIND, "name": self.name, "m": self.m, "n": self.n, **self.head_dims(),
+                "batch": list(self.batch), "causal": self.causal, "scale": self.scale,
+                "in_dtype": self.in_dtype.value, "acc_dtype": "fp32", **{k: t.value for k, t in dtypes.items()},
+                **tensors, **rest}
+
+    @classmethod
+    def _from_json(cls, d: Mapping[str, Any], extra: Callable[[Mapping[str, Any], str], dict[str, Any]]):
+        """cls from its JSON form; extra(d, at) reads the kind's own fields."""
+        at = f"{cls.KIND} {d.get('name', '?')!r}" if isinstance(d, Mapping) else cls.KIND
+        if not isinstance(d, Mapping):
+            fail("MalformedStructure", at, f"{cls.ARTICLE} {cls.KIND} spec is a JSON object")
+        try:
+            return cls(name=d["name"], m=d["m"], n=d["n"], d=d["d"], batch=tuple(d.get("batch", ())),
+                       causal=bool(d.get("causal", False)), scale=float(d.get("scale", 1.0)),
+                       in_dtype=parse_spec_dtype(d.get("in_dtype", "fp16"), at),
+                       p_dtype=parse_spec_dtype(d.get("p_dtype", d.get("in_dtype", "fp16")), at),
+                       q=d.get("q", "Q"), k=d.get("k", "K"), **extra(d, at))
+        except (KeyError, TypeError, ValueError) as e:
+            fail("MalformedStructure", at, f"{cls.KIND} spec field missing or malformed: {e}")
+
+
+@dataclass(frozen=True)
+class AttentionSpec(QKSoftmaxSpec):
+    KIND: ClassVar[str] = "attention"
+    ARTICLE: ClassVar[str] = "an"
+    name: str
+    m: Size                         # queries
+    n: Size                         # keys
+    d: int                          # head dim of Q and K
+    dv: int                         # head dim of V and O
+    batch: tuple[Size, ...] = ()    # leading dims shared by Q, K, V, O (e.g. B, H)
+    causal: bool = False
+    scale: float = 1.0
+    in_dtype: DType = DType.fp16
+    p_dtype: DType = DType.fp16
+    out_dtype: DType = DType.fp16
+    q: str = "Q"
+    k: str = "K"
+    v: str = "V"
+    o: str = "O"
+    passes: int | None = None       # walks over the keys a region prescribes (1: P rounded at the running
+                                    # max, online; 2: P rounded after normalisation); None: the plan chooses
+
+    def __post_init__(self):
+        validate(self)
+
+    @property
+    def c(self) -> str:
+        """The output tensor (the backend's common name for a kernel's output)."""
+        return self.o
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.q, self.k, self.v)
+
+    def head_dims(self) -> dict[str, int]:
+        return {"d": self.d, "dv": self.dv}
+
+    def shapes(self, env: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
+        s, bd = self.sizes(env), self.batch_dims(env)
+        return {self.q: bd + (s["m"], self.d), self.k: bd + (s["n"], self.d), self.v: bd + (s["n"], self.dv),
+                self.o: bd + (s["m"], self.dv)}
+
+    def dtypes(self) -> dict[str, DType]:
+        return {self.q: self.in_dtype, self.k: self.in_dtype, self.v: self.in_dtype, self.o: self.out_dtype}
+
+    def flops(self, env: Mapping[str, int] | None = None) -> int:
+        """Useful MMA FLOPs (2 per multiply-add of QK^T and of PV) over the visible pairs."""
+        s = self.sizes(env)
+        return 2 * s["batch"] * self.visible_pairs(env) * (self.d + self.dv)
+
+    def to_json(self) -> dict[str, Any]:
+        return self._json({"p_dtype": self.p_dtype, "out_dtype": self.out_dtype},
+                          {"q": self.q, "k": self.k, "v": self.v, "o": self.o}, passes=self.passes)
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> "AttentionSpec":
+        return AttentionSpec._from_json(d, lambda d, at: {
+            "dv": d.get("dv", d["d"]), "out_dtype": parse_spec_dtype(d.get("out_dtype", "fp16"), at),
+            "v": d.get("v", "V"), "o": d.get("o", "O"), "passes": d.get("passes")})
+
+
+def causal_pairs(m: int, n: int) -> int:
+    """Closed form of sum_i max(0, min(n, i + n - m + 1)) for i in [0, m)."""
+    total = 0
+    off = n - m
+    # rows where the count is clipped at n: i + off + 1 >= n  <=>  i >= m - 1
+    lo = max(0, -off)            # first row that sees at least one key: i + off >= 0
+    hi = m - 1                   # rows lo .. hi-1 see i + off + 1 keys; row m-1 sees n
+    if hi > lo:
+        total += (hi - lo) * (off + 1) + (lo + hi - 1) * (hi - lo) // 2
+    if m - 1 >= lo:
+        total += n
+    return total
+
+
+def check_common(s: QKSoftmaxSpec, heads: tuple[tuple[int, str], ...]) -> str:
+    """The name, the sizes and the head dims of s (the first checks of every kind's validate); returns ``at``."""
+    at = f"{s.KIND} {s.name!r}"
+    if not isinstance(s.name, str) or not s.name:
+        fail("InvalidAttribute", s.KIND, f"{s.ARTICLE} {s.KIND} kernel needs a non-empty name")
+    check_sizes(((s.m, "M"), (s.n, "N")), s.batch, at)
+    for x, what in heads:
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            fail("UnaddressableShape", at, f"{what} = {x!r}; head dims are static positive ints")
+    return at
+
+
+def check_scale(s: QKSoftmaxSpec, at: str) -> None:
+    if not isinstance(s.scale, float) or not math.isfinite(s.scale):
+        fail("InvalidAttribute", at, f"scale {s.scale!r} is not a finite float")
+
+
+def check_names(names: list, at: str) -> None:
+    """The tensor names of a spec: non-empty strings, all distinct."""
+    if any(not isinstance(x, str) or not x for x in names):
+        fail("InvalidAttribute", at, "tensor names are non-empty strings")
+    if len(set(names)) != len(names):
+        fail("DuplicateDefinition", at, f"tensor names {names} must be distinct")
+
+
+def validate(s: AttentionSpec) -> None:
+    at = check_common(s, ((s.d, "head dim D"), (s.dv, "value head dim Dv")))
+    if s.in_dtype not in IN_DTYPES or s.p_dtype not in IN_DTYPES:
+        fail("DtypeMismatch", at, f"Q, K, V and P must be fp16 or bf16, got {s.in_dtype.value} / {s.p_dtype.value}")
+    if s.out_dtype not in OUT_DTYPES:
+        fail("DtypeMismatch", at, f"the output must be fp16, bf16 or fp32, got {s.out_dtype.value}")
+    check_scale(s, at)
+    if s.passes not in (None, 1, 2) or isinstance(s.passes, bool):
+        fail("InvalidAttribute", at, f"passes = {s.passes!r}; the softmax walks the keys once (1) or twice (2)")
+    check_names([s.q, s.k, s.v, s.o], at)

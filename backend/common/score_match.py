@@ -1,0 +1,132 @@
+"""Reading the score part of an attention region: ``S = scale * Q K^T``, causally masked or not. Shared by
+the recognisers of the streamed single-region form (attention.bind) and of the two-region form's first
+region (scores.bind):
+
+    [select(causal, ] mul(reduce_sum<k>(mul(cast(Q[*b, m, k]), cast(K[*b, j, k]))), scale) [, -inf)]
+
+* Q and K are fp16|bf16 of one type, read whole and packed (each read map the batch axes in order, then the
+  two axes of its matrix in row-major order), widened to fp32; the reduction sums from 0 in fp32;
+* the scale is a multiplication of the scores by an fp32 constant (either operand order; none = 1.0);
+* the mask, if any, is ``select(j <= m + (N - M), scores, -inf)``: exactly the causal mask aligned
+  bottom-right (the frontend's), written as an index guard (a Pred, or a select of one between true and
+  false, possibly broadcast).
+
+Every helper takes ``reject(why)`` (the caller's, raising Mismatch).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ...ir.dtypes import DType
+from ...ir.expr import Expr
+from ...ir.region import R, Region, RNode
+from .region_match import Lets, Reject, axis_var, row_major_input
+from .spec import IN_DTYPES
+
+
+@dataclass(frozen=True)
+class ScorePart:
+    causal: bool
+    scale: float
+    q: str          # region tensor read as Q
+    k: str          # region tensor read as K
+    k_axis: str     # the head-dim (contraction) axis
+    in_dtype: DType
+
+
+def widened_read(lets: Lets, n: RNode, what: str, reject: Reject) -> RNode:
+    """cast(read T, fp32) with T fp16|bf16 -> the read."""
+    n = lets(n)
+    if n.op == R.UNARY and n.arg == "cast" and n.dtype == DType.fp32:
+        src = lets(n.src[0])
+        if src.op == R.READ:
+            if src.dtype not in IN_DTYPES:
+                reject(f"{what} {src.arg[0]!r} is {src.dtype.value}; the template takes fp16 or bf16")
+            return src
+    reject(f"{what} is not a widened (fp16|bf16 -> fp32) read of a tensor")
+
+
+def packed_read(r: Region, node: RNode, want: tuple, what: str, reject: Reject) -> str:
+    """The tensor of a packed, row-major read whose map is exactly the axes `want`, in order."""
+    tensor, index = node.arg
+    buf = row_major_input(r, tensor, what, reject)
+    axes = tuple(axis_var(e) for e in index)
+    if axes != want:
+        reject(f"{what} read {tensor}[{', '.join(map(str, index))}] is not [{', '.join(want)}]: the template "
+               "reads whole, packed [*batch, rows, head dim] tensors")
+    sizes = r.axis_sizes
+    for k, (a, d) in enumerate(zip(axes, buf.memref.shape, strict=True)):
+        if d != sizes[a]:
+            reject(f"{what} {tensor!r} has size {d} on dim {k}, axis {a} has size {sizes[a]}")
+    return tensor
+
+
+def is_neg_inf(n: RNode) -> bool:
+    return n.op == R.CONST and isinstance(n.arg, float) and n.arg == -math.inf
+
+
+def _guard(lets: Lets, n: RNode) -> "RNode | None":
+    """The Pred of an index-guard condition: a Pred, select(Pred, true, false), either broadcast."""
+    n = lets(n)
+    if n.op == R.BROADCAST:
+        n = lets(n.src[0])
+    if n.op == R.PRED:
+        return n
+    if n.op == R.SELECT:
+        p, a, b = (lets(s) for s in n.src)
+        if p.op == R.PRED and a.op == R.CONST and b.op == R.CONST and a.arg is True and b.arg is False:
+            return p
+    return None
+
+
+def _scores(r: Region, lets: Lets, s: RNode, m_ax: str, j: str, reject: Reject) -> tuple:
+    """(causal, scale, QK^T reduce node) of the scores."""
+    s = lets(s)
+    causal = False
+    if s.op == R.SELECT:
+        p, x, other = s.src
+        g = _guard(lets, p)
+        if g is None or not is_neg_inf(lets(other)):
+            reject("the scores are masked by something other than an index guard with -inf")
+        (e,) = g.arg if len(g.arg) == 1 else (None,)
+        sizes = r.axis_sizes
+        want = Expr.of(sizes[j]) - Expr.of(sizes[m_ax]) + Expr.var(m_ax) - Expr.var(j)
+        if e is None or e != want:
+            reject(f"the mask keeps {' and '.join(f'{x} >= 0' for x in g.arg)}; the template's causal mask keeps "
+                   f"{want} >= 0 (key j <= query i + (n - m), aligned bottom-right)")
+        causal, s = True, lets(x)
+    scale = 1.0
+    if s.op == R.BINARY and s.arg == "mul" and s.dtype == DType.fp32:
+        a, b = (lets(x) for x in s.src)
+        if b.op == R.CONST and b.dtype == DType.fp32:
+            scale, s = float(b.arg), a
+        elif a.op == R.CONST and a.dtype == DType.fp32:
+            scale, s = float(a.arg), b
+    if s.op != R.REDUCE:
+        what = f"a read of {s.arg[0]!r}" if s.op == R.READ else \
+            (f"{s.op.value} {s.arg}" if s.op in (R.UNARY, R.BINARY) else s.op.value)
+        reject(f"the scores are {what}, not a scaled Q K^T contraction")
+    op, axes, init = s.arg
+    if op != "sum" or init != 0 or s.dtype != DType.fp32 or len(axes) != 1:
+        reject("the scores' reduction is not one fp32 sum from 0 over the head dim")
+    body = lets(s.src[0])
+    if not (body.op == R.BINARY and body.arg == "mul"):
+        reject("the scores' reduction body is not a product of Q and K")
+    if not math.isfinite(scale):
+        reject(f"the scale {scale} is not finite")
+    return causal, scale, s
+
+
+def score_part(r: Region, lets: Lets, s: RNode, batch: tuple, m_ax: str, j: str, reject: Reject) -> ScorePart:
+    """The scores s over [*batch, m_ax, j] as a ScorePart, or reject(why)."""
+    causal, scale, qk = _scores(r, lets, s, m_ax, j, reject)
+    (k_ax,) = qk.arg[1]
+    x, w = (widened_read(lets, t, "a Q K^T operand", reject) for t in lets(qk.src[0]).src)
+    if m_ax not in (axis_var(e) for e in x.arg[1]):
+        x, w = w, x
+    q = packed_read(r, x, batch + (m_ax, k_ax), "Q", reject)
+    k = packed_read(r, w, batch + (j, k_ax), "K", reject)
+    if x.dtype != w.dtype:
+        reject(f"Q and K are {x.dtype.value} and {w.dtype.value}; the template takes one input type")
+    return ScorePart(causal, scale, q, k, k_ax, x.dtype)

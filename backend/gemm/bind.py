@@ -1,0 +1,165 @@
+"""Recognise an extracted RB-SSA region as a GEMM kernel: Region -> GemmBinding, or NoBind saying why not.
+
+The region must be one contraction ``let acc = reduce(sum, k){ mul(cast(read A), cast(read B)) }`` over
+fp16|bf16 operands widened to fp32, with one reduce axis, followed by an epilogue applied elementwise to the
+accumulator, and one yield with a cast. Axis roles come from the yield: its last two axes are (m, n), the ones
+before are batch axes; the operand that reads m is A, the one that reads n is B.
+
+* Read maps must be permutations of axis variables (plus constant 0 on size-1 dims): the order of (m, k)
+  gives A's ``row``/``col`` layout, (k, n) B's; an operand that reads no batch axis is ``broadcast``.
+* Epilogue (:mod:`..common.epilogue`), peeled from the yield down to the accumulator: ``add`` of a read of a
+  1-D tensor along n or m (bias) or of a same-shape read (residual); casts; scale and activations.
+
+A tensor in two roles (x @ x^T, x @ W + x) is bound under an alias (``X.b``, ``X.residual``): the
+:class:`GemmBinding` maps each spec tensor back to the region tensor, so the runner passes one buffer twice.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import NoReturn
+
+from ...ir.dtypes import DType
+from ...ir.region import R, Region, RNode
+from ..common.epilogue import HALF, addend_source, peel_epilogue
+from ..common.region_match import (Aliases, Lets, Mismatch, RegionBinding, axis_size, axis_var, recogniser,
+                                   row_major_input, the_yield, walk)
+from ..common.spec import EpilogueOp
+from .spec import GemmSpec
+
+
+def _reject(r: Region, why: str) -> NoReturn:
+    raise Mismatch(f"not a GEMM-family region: {why}")
+
+
+def _read_axes(r: Region, node: RNode, what: str) -> tuple[str, tuple[str, ...]]:
+    """(tensor, the axis variables of its read map in order), checking the map is a packed permutation."""
+    tensor, index = node.arg
+    buf = row_major_input(r, tensor, what, partial(_reject, r))
+    sizes = r.axis_sizes
+    axes = []
+    for k, (e, d) in enumerate(zip(index, buf.memref.shape, strict=True)):
+        v = axis_var(e)
+        if v is None:
+            if e.is_const and e.constant == 0 and d == 1:
+                continue  # a size-1 dim: dropped from the operand's shape
+            _reject(r, f"{what} read {tensor}[{', '.join(map(str, index))}]: index {k} ({e}) is not an axis "
+                       "variable; the template needs reads that are permutations of the axes")
+        if v in axes:
+            _reject(r, f"{what} read {tensor}[{', '.join(map(str, index))}] uses axis {v} twice")
+        if d != sizes[v]:
+            _reject(r, f"{what} {tensor!r} has size {d} on dim {k}, axis {v} has size {sizes[v]}; "
+                       "the template reads whole, packed tensors")
+        axes.append(v)
+    return tensor, tuple(axes)
+
+
+def _operand(r: Region, lets: Lets, n: RNode) -> tuple[RNode, DType]:
+    """A contraction operand: cast(read T, fp32) with T fp16|bf16."""
+    n = lets(n)
+    if n.op == R.UNARY and n.arg == "cast" and n.dtype == DType.fp32:
+        src = lets(n.src[0])
+        if src.op == R.READ and src.dtype in HALF:
+            return src, src.dtype
+    if n.op == R.READ:
+        _reject(r, f"operand {n.arg[0]!r} is {n.dtype.value}; the MMA template takes fp16 or bf16 operands")
+    _reject(r, "the reduce body multiplies something other than two (widened) reads")
+
+
+def _accumulator(r: Region, lets: Lets, top: RNode) -> RNode:
+    reds = [n for n in walk(lets, top) if n.op == R.REDUCE]
+    if len(reds) != 1:
+        _reject(r, f"it has {len(reds)} reductions; a GEMM has exactly one")
+    acc = reds[0]
+    op, axes, init = acc.arg
+    if op != "sum" or init != 0 or acc.dtype != DType.fp32:
+        _reject(r, f"its reduction is {op} (init {init}, {acc.dtype.value if acc.dtype else '?'}); "
+                   "a GEMM sums from 0 in fp32")
+    if len(axes) != 1:
+        _reject(r, f"its reduction binds {len(axes)} axes; the template contracts exactly one")
+    body = lets(acc.src[0])
+    if not (body.op == R.BINARY and body.arg == "mul"):
+        _reject(r, "the reduce body is not a product (C-CON1)")
+    return acc
+
+
+def _addend(r: Region, lets: Lets, n: RNode, m_ax: str, n_ax: str, out_axes: tuple) -> EpilogueOp:
+    """bias / residual from the non-accumulator side of an add: [BroadcastInDim of] [cast fp32 of] a read."""
+    n = addend_source(lets, n)
+    if n.op != R.READ:
+        _reject(r, "the epilogue adds a term that is not a tensor read (bias along n or m, or a residual)")
+    if n.dtype not in (*HALF, DType.fp32):
+        _reject(r, f"the epilogue tensor {n.arg[0]!r} is {n.dtype.value}; bias and residual are fp16, bf16 or fp32")
+    tensor, axes = _read_axes(r, n, "epilogue tensor")
+    if axes == (n_ax,):
+        return EpilogueOp("bias", tensor, "n", n.dtype)
+    if axes == (m_ax,):
+        return EpilogueOp("bias", tensor, "m", n.dtype)
+    if axes == out_axes:
+        return EpilogueOp("residual", tensor, dtype=n.dtype)
+    _reject(r, f"the epilogue adds {tensor}[{', '.join(map(str, n.arg[1]))}], which is neither a bias along "
+               f"{n_ax} or {m_ax} nor a residual over [{', '.join(out_axes)}]")
+
+
+# ---- the region -----------------------------------------------------------------------------------
+
+@recogniser
+def bind(region: Region, name: str | None = None) -> "GemmBinding":
+    """The region as a GemmSpec plus its tensor binding, or NoBind saying why it is not a GEMM."""
+    r = region
+    reject = partial(_reject, r)
+    lets = Lets(r)
+    y, out, top = the_yield(r, lets, reject)
+    if len(y.axes) < 2:
+        _reject(r, "its output has fewer than two axes (a GEMM writes [*batch, m, n])")
+    if set(lets(top).axes) != set(y.axes):
+        _reject(r, f"it yields a value over [{', '.join(lets(top).axes)}] to [{', '.join(y.axes)}]")
+    if out.memref.layout.kind != "row_major":
+        _reject(r, f"its output has layout {out.memref.layout.kind}")
+    if tuple(out.memref.shape) != tuple(r.axis_sizes[a] for a in y.axes):
+        _reject(r, f"its output {out.name!r} is not the packed [{', '.join(y.axes)}] tensor")
+    batch_axes, (m_ax, n_ax) = tuple(y.axes[:-2]), y.axes[-2:]
+    acc = _accumulator(r, lets, top)
+    (k_ax,) = acc.arg[1]
+    if set(acc.axes) != set(y.axes):
+        _reject(r, f"the reduction keeps axes [{', '.join(acc.axes)}], the output has [{', '.join(y.axes)}]")
+    (x, xdt), (w, wdt) = (_operand(r, lets, s) for s in lets(acc.src[0]).src)
+    if xdt != wdt:
+        _reject(r, f"the operands are {xdt.value} and {wdt.value}; the MMA takes one input type")
+    rx, ry = (_read_axes(r, n, "operand") for n in (x, w))
+    if m_ax in ry[1]:
+        rx, ry = ry, rx
+    (a_name, a_axes), (b_name, b_axes) = rx, ry
+
+    def layout(axes: tuple, row: tuple, what: str) -> tuple[str, bool]:
+        core = tuple(a for a in axes if a not in batch_axes)
+        batch = tuple(a for a in axes if a in batch_axes)
+        if sorted(core) != sorted(row):
+            _reject(r, f"operand {what} reads axes [{', '.join(axes)}]; it must read [{', '.join(row)}] "
+                       f"(in some order) plus the batch axes")
+        if batch not in ((), batch_axes) or axes[:len(batch)] != batch:
+            _reject(r, f"operand {what} reads batch axes [{', '.join(batch)}] of [{', '.join(batch_axes)}]; "
+                       "the template needs all of them, leading and in order, or none (broadcast)")
+        return ("row" if core == row else "col"), not batch and bool(batch_axes)
+
+    a_layout, a_bcast = layout(a_axes, (m_ax, k_ax), repr(a_name))
+    b_layout, b_bcast = layout(b_axes, (k_ax, n_ax), repr(b_name))
+    if a_bcast and b_bcast:
+        _reject(r, "neither operand reads the batch axes (the batch would only repeat one product)")
+    epilogue = peel_epilogue(lets, top, acc, y.cast, lambda n: _addend(r, lets, n, m_ax, n_ax, tuple(y.axes)), reject)
+    if y.cast not in (DType.fp16, DType.bf16, DType.fp32):
+        _reject(r, f"it writes {y.cast.value}; the template writes fp16, bf16 or fp32")
+    al = Aliases(r)  # x @ x^T, x @ W + x: one tensor in two roles
+    a_spec, b_spec = al(a_name, "a"), al(b_name, "b")
+    size = partial(axis_size, r, reject=reject)
+    spec = GemmSpec(name or r.name, size(m_ax), size(n_ax), size(k_ax),
+                    batch=tuple(size(a) for a in batch_axes), in_dtype=xdt, out_dtype=y.cast,
+                    a_layout=a_layout, b_layout=b_layout, a_broadcast=a_bcast, b_broadcast=b_bcast,
+                    epilogue=al.epilogue(epilogue), a=a_spec, b=b_spec, c=out.name)
+    return GemmBinding(spec, tuple(al.pairs))
+
+
+@dataclass(frozen=True)
+class GemmBinding(RegionBinding):
+    """A region's GemmSpec and, for each tensor the kernel reads, the region tensor behind it."""
+    spec: GemmSpec

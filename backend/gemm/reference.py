@@ -1,0 +1,98 @@
+"""The numpy meaning of a GemmSpec: what every generated kernel is compared against.
+
+Inputs are rounded to their storage dtypes, products accumulate in fp32, the epilogue runs on fp32
+values in order (``cast`` rounds and continues in fp32), and the result is rounded to the output dtype.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from ...ir.diagnostics import fail
+from ...ir.dtypes import round_to
+from .spec import GemmSpec
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).astype(np.float32)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def activation(kind: str, v: np.ndarray) -> np.ndarray:
+    v64 = v.astype(np.float64)
+    if kind == "relu":
+        r = np.maximum(v64, 0.0)
+    elif kind == "sigmoid":
+        r = 1.0 / (1.0 + np.exp(-v64))
+    elif kind == "silu":
+        r = v64 / (1.0 + np.exp(-v64))
+    elif kind == "gelu_erf":
+        r = 0.5 * v64 * (1.0 + _erf(v64 / math.sqrt(2.0)))
+    elif kind == "gelu_tanh":
+        r = 0.5 * v64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v64 + 0.044715 * v64 ** 3)))
+    else:
+        raise KeyError(kind)
+    return r.astype(np.float32)
+
+
+def check_inputs(spec: GemmSpec, inputs: Mapping[str, object], env: Mapping[str, int] | None = None) -> dict:
+    """The expected shape of every input, failing with E1111/E1002 on a missing or misshapen one."""
+    shapes = spec.shapes(env)
+    for name in spec.inputs:
+        if name not in inputs:
+            fail("MissingInput", f"gemm {spec.name!r}", f"input {name!r} is missing")
+        got = tuple(getattr(inputs[name], "shape", ()))
+        if got != shapes[name]:
+            fail("AxisSizeMismatch", f"gemm {spec.name!r}", f"input {name!r} has shape {got}, expected {shapes[name]}")
+    return shapes
+
+
+def reference(spec: GemmSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str, int] | None = None) -> np.ndarray:
+    check_inputs(spec, inputs, env)
+    dts = spec.dtypes()
+    a = _f32(round_to(inputs[spec.a], dts[spec.a]))
+    b = _f32(round_to(inputs[spec.b], dts[spec.b]))
+    if spec.a_layout == "col":
+        a = np.swapaxes(a, -1, -2)
+    if spec.b_layout == "col":
+        b = np.swapaxes(b, -1, -2)
+    s = spec.sizes(env)
+    bshape = spec.shapes(env)[spec.c][:-2]
+    a = np.broadcast_to(a, bshape + a.shape[-2:])
+    b = np.broadcast_to(b, bshape + b.shape[-2:])
+    v = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.float32)
+    assert v.shape == bshape + (s["m"], s["n"])
+    for op in spec.epilogue:
+        if op.kind == "bias":
+            t = _f32(round_to(inputs[op.tensor], op.dtype))
+            v = v + (t[None, :] if op.axis == "n" else t[:, None])
+        elif op.kind == "residual":
+            v = v + _f32(round_to(inputs[op.tensor], op.dtype))
+        elif op.kind == "scale":
+            v = v * np.float32(op.value)
+        elif op.kind == "cast":
+            v = _f32(round_to(v, op.dtype))
+        else:
+            v = activation(op.kind, v)
+        v = v.astype(np.float32)
+    return round_to(v, spec.out_dtype)
+
+
+def random_inputs(spec: GemmSpec, env: Mapping[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of the right shapes and dtypes: uniform in [-1, 1), the operands scaled by K^-1/4
+    so that every sum of K products stays O(1)."""
+    rng = np.random.default_rng(seed)
+    shapes, dts = spec.shapes(env), spec.dtypes()
+    operand_scale = np.float32(spec.sizes(env)["k"] ** -0.25)
+    out = {}
+    for name in spec.inputs:
+        x = rng.uniform(-1.0, 1.0, size=shapes[name]).astype(np.float32)
+        if name in (spec.a, spec.b):
+            x = x * operand_scale
+        out[name] = round_to(x, dts[name])
+    return out

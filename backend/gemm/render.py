@@ -1,0 +1,71 @@
+"""CUDA text of a GEMM kernel from the jinja2 MMA template (`--dump=cu`).
+
+``render(spec, plan)`` fills ``templates/gemm.cu.j2`` with the plan's parameters and the epilogue op
+list; the skeleton itself is the hand-written ``polysat_gemm.cuh``, inlined. Arch and tail are the
+template's only branches: the skeleton (sm80 / sm90) and the vector widths the operands' alignment allows.
+
+The kernel ABI is ``KernelSource.params``, in order:
+sm80: A, B, C, epilogue tensors..., M, N, K, batch, a_bstride, b_bstride (elements; 0 = broadcast)
+sm90: tmA, tmB (CUtensorMap by value), C, epilogue tensors..., M, N, K, batch
+"""
+from __future__ import annotations
+
+from ..common.gpu_ir import check_tokens
+from ..common.layouts import sm90_operand
+from ..common.mma_plan import SchedulePlan
+from ..common.names import c_ident
+from ..common.render import (CTYPE, KernelSource, Param, TmaOperand, cbool, epilogue_args, jinja_env, skeleton_header,
+                             specialisation_hash)
+from .gpu_ir import build_gpu_ir
+from .spec import GemmSpec
+
+
+def kernel_name(spec: GemmSpec, plan: SchedulePlan) -> str:
+    """Named by every specialisation parameter, not by the sizes (runtime arguments): shapes that get
+    the same plan share one kernel, and so one compiled cubin."""
+    key = {**spec.to_json(), "m": None, "n": None, "k": None, "batch": len(spec.batch)}
+    return c_ident(spec.name, "polysat_")[:48] + f"_{plan.skeleton}_{specialisation_hash(key, plan)}"
+
+
+def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
+    ir = build_gpu_ir(spec, plan)
+    check_tokens(ir)
+    kname = kernel_name(spec, plan)
+    idents, tensors, ops = epilogue_args(spec.epilogue)
+    bm, bn, bk = plan.tile
+    wm, wn = plan.warps
+    a_rank3 = bool(spec.batch) and not spec.a_broadcast
+    b_rank3 = bool(spec.batch) and not spec.b_broadcast
+    summary = (f"C[{'batch,' if spec.batch else ''}M,N] = "
+               f"{'+'.join(o['kind'] for o in ops) or 'id'}(A({spec.a_layout}) @ B({spec.b_layout})), "
+               f"{spec.in_dtype.value}->{spec.out_dtype.value}")
+    layouts = []
+    if plan.skeleton == "sm90":
+        layouts = [("la", sm90_operand(plan.a_kmajor, bm)), ("lb", sm90_operand(plan.b_kmajor, bn))]
+    src = jinja_env().get_template("gemm.cu.j2").render(layouts=layouts,
+        kernel=kname, summary=summary, skeleton=plan.skeleton, plan_key=plan.key(), header=skeleton_header(),
+        in_t=CTYPE[spec.in_dtype], out_t=CTYPE[spec.out_dtype], tensors=tensors, ops=ops, threads=plan.threads,
+        bm=bm, bn=bn, bk=bk, wm=wm, wn=wn, stages=plan.stages, consumers=plan.warps[0],
+        a_kmajor=cbool(plan.a_kmajor), b_kmajor=cbool(plan.b_kmajor), vec_a=plan.vec_a, vec_b=plan.vec_b,
+        a_rank3=cbool(a_rank3), b_rank3=cbool(b_rank3))
+    if plan.skeleton == "sm90":
+        params = [Param("tmA", "tmap", "A"), Param("tmB", "tmap", "B")]
+    else:
+        params = [Param("A", "ptr", "A"), Param("B", "ptr", "B")]
+    params.append(Param("C", "ptr", "C"))
+    params += [Param(ident, "ptr", n) for n, ident in idents.items()]
+    params += [Param(x, "i32", x) for x in ("M", "N", "K", "batch")]
+    if plan.skeleton == "sm80":
+        params += [Param("a_bstride", "i64", "a_bstride"), Param("b_bstride", "i64", "b_bstride")]
+    tma: tuple[TmaOperand, ...] = ()
+    if plan.skeleton == "sm90":
+        tma = (_tma("A", layouts[0][1], "m", a_rank3), _tma("B", layouts[1][1], "n", b_rank3))
+    return KernelSource(kname, plan.arch, plan.skeleton, src, plan.threads, plan.smem_bytes, tuple(params), tma, plan, spec)
+
+
+def _tma(role: str, lay, mn: str, rank3: bool) -> TmaOperand:
+    dims = ("k", mn) if lay.kmajor else (mn, "k")
+    box = lay.box
+    if rank3:
+        dims, box = dims + ("batch",), box + (1,)
+    return TmaOperand(role, dims, box)

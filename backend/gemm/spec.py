@@ -1,0 +1,159 @@
+"""The GEMM problem one region lowers to: a contraction with an elementwise epilogue.
+
+``C[*batch, m, n] = epilogue(sum_k A[*batch, m, k] * B[*batch, k, n])`` with fp16|bf16 inputs, fp32
+accumulation and the epilogue applied to the fp32 accumulator in order. Transposes are absorbed by
+the operand layouts: A is ``row`` ([M, K], K contiguous) or ``col`` (stored [K, M]);
+B is ``row`` ([K, N], N contiguous) or ``col`` (stored [N, K]). Every operand is packed (its leading
+dimension is its contiguous extent). A batched operand advances by one matrix per batch index; a
+``broadcast`` operand has batch stride 0 (one matrix shared by every batch).
+
+Sizes are ints or symbol names (runtime parameters, bound by ``env`` at launch).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ...ir.diagnostics import fail
+from ...ir.dtypes import DType
+from ..common.spec import (EPILOGUE_KINDS, IN_DTYPES, OUT_DTYPES, EpilogueOp, Size, check_sizes, epilogue_dtypes,
+                           epilogue_tensors, parse_spec_dtype, resolve_size, symbols_of)
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    name: str
+    m: Size
+    n: Size
+    k: Size
+    batch: tuple[Size, ...] = ()
+    in_dtype: DType = DType.fp16
+    out_dtype: DType = DType.fp16
+    a_layout: str = "row"
+    b_layout: str = "row"
+    a_broadcast: bool = False
+    b_broadcast: bool = False
+    epilogue: tuple[EpilogueOp, ...] = ()
+    a: str = "A"
+    b: str = "B"
+    c: str = "C"
+    acc_dtype: DType = field(default=DType.fp32)
+
+    def __post_init__(self):
+        validate(self)
+
+    # ---- sizes ---------------------------------------------------------------------------------
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        return symbols_of((*self.batch, self.m, self.n, self.k))
+
+    @property
+    def is_static(self) -> bool:
+        return not self.symbols
+
+    def sizes(self, env: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Concrete {batch, m, n, k} (batch = product of the batch dims) under env."""
+        env, at = env or {}, f"gemm {self.name!r}"
+
+        def get(d: Size, what: str) -> int:
+            return resolve_size(d, env, what, at)
+
+        return {"batch": math.prod(get(d, "a batch dim") for d in self.batch),
+                "m": get(self.m, "M"), "n": get(self.n, "N"), "k": get(self.k, "K")}
+
+    def shapes(self, env: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
+        """The shape of every tensor the kernel reads or writes, by tensor name."""
+        s = self.sizes(env)
+        env = env or {}
+        bdims = tuple(d if isinstance(d, int) else env[d] for d in self.batch)
+        m, n, k = s["m"], s["n"], s["k"]
+        out = {self.a: (() if self.a_broadcast else bdims) + ((m, k) if self.a_layout == "row" else (k, m)),
+               self.b: (() if self.b_broadcast else bdims) + ((k, n) if self.b_layout == "row" else (n, k)),
+               self.c: bdims + (m, n)}
+        for op in self.epilogue:
+            if op.kind == "bias":
+                out[op.tensor] = (n,) if op.axis == "n" else (m,)
+            elif op.kind == "residual":
+                out[op.tensor] = bdims + (m, n)
+        return out
+
+    def dtypes(self) -> dict[str, DType]:
+        return {self.a: self.in_dtype, self.b: self.in_dtype, self.c: self.out_dtype, **epilogue_dtypes(self.epilogue)}
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Tensor names the kernel reads, in kernel-parameter order."""
+        return (self.a, self.b) + epilogue_tensors(self.epilogue)
+
+    def flops(self, env: Mapping[str, int] | None = None) -> int:
+        s = self.sizes(env)
+        return 2 * s["batch"] * s["m"] * s["n"] * s["k"]
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "m": self.m, "n": self.n, "k": self.k, "batch": list(self.batch),
+                "in_dtype": self.in_dtype.value, "acc_dtype": self.acc_dtype.value, "out_dtype": self.out_dtype.value,
+                "a_layout": self.a_layout, "b_layout": self.b_layout,
+                "a_broadcast": self.a_broadcast, "b_broadcast": self.b_broadcast,
+                "epilogue": [op.to_json() for op in self.epilogue], "a": self.a, "b": self.b, "c": self.c}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> "GemmSpec":
+        at = f"gemm {d.get('name', '?')!r}" if isinstance(d, Mapping) else "gemm"
+        if not isinstance(d, Mapping):
+            fail("MalformedStructure", at, "a GEMM spec is a JSON object")
+        try:
+            ops = tuple(EpilogueOp(kind=o["op"], tensor=o.get("tensor"), axis=o.get("axis", "n"),
+                                   dtype=parse_spec_dtype(o.get("dtype"), at) if o.get("dtype") is not None else None,
+                                   value=float(o.get("value", 1.0)))
+                        for o in d.get("epilogue", ()))
+            return GemmSpec(name=d["name"], m=d["m"], n=d["n"], k=d["k"], batch=tuple(d.get("batch", ())),
+                            in_dtype=parse_spec_dtype(d.get("in_dtype", "fp16"), at), out_dtype=parse_spec_dtype(d.get("out_dtype", "fp16"), at),
+                            a_layout=d.get("a_layout", "row"), b_layout=d.get("b_layout", "row"),
+                            a_broadcast=bool(d.get("a_broadcast", False)), b_broadcast=bool(d.get("b_broadcast", False)),
+                            epilogue=ops, a=d.get("a", "A"), b=d.get("b", "B"), c=d.get("c", "C"))
+        except (KeyError, TypeError, ValueError) as e:
+            fail("MalformedStructure", at, f"GEMM spec field missing or malformed: {e}")
+
+
+def validate(s: GemmSpec) -> None:
+    at = f"gemm {s.name!r}"
+    if not isinstance(s.name, str) or not s.name:
+        fail("InvalidAttribute", "gemm", "a GEMM needs a non-empty name")
+    check_sizes(((s.m, "M"), (s.n, "N"), (s.k, "K")), s.batch, at)
+    if s.in_dtype not in IN_DTYPES:
+        fail("DtypeMismatch", at, f"inputs must be fp16 or bf16, got {s.in_dtype.value}",
+             "Cast the operands to fp16 or bf16 before the contraction.")
+    if s.out_dtype not in OUT_DTYPES:
+        fail("DtypeMismatch", at, f"the output must be fp16, bf16 or fp32, got {s.out_dtype.value}")
+    if s.acc_dtype != DType.fp32:
+        fail("DtypeMismatch", at, "accumulation is fp32", "Give the REDUCE \"dtype\": \"fp32\".")
+    for lay, what in ((s.a_layout, "a_layout"), (s.b_layout, "b_layout")):
+        if lay not in ("row", "col"):
+            fail("InvalidAttribute", at, f"{what} = {lay!r}; use \"row\" or \"col\"")
+    if (s.a_broadcast or s.b_broadcast) and not s.batch:
+        fail("InvalidAttribute", at, "a broadcast operand needs batch dims")
+    names = [s.a, s.b, s.c]
+    for op in s.epilogue:
+        if not isinstance(op, EpilogueOp) or op.kind not in EPILOGUE_KINDS:
+            fail("InvalidAttribute", at, f"unknown epilogue op {getattr(op, 'kind', op)!r}; ops: {', '.join(EPILOGUE_KINDS)}")
+        if op.kind in ("bias", "residual"):
+            if not isinstance(op.tensor, str) or not op.tensor:
+                fail("InvalidAttribute", at, f"epilogue {op.kind} needs a tensor name")
+            if op.dtype not in OUT_DTYPES:
+                fail("DtypeMismatch", at, f"epilogue {op.kind} tensor {op.tensor!r} must be fp16, bf16 or fp32")
+            names.append(op.tensor)
+        elif op.tensor is not None:
+            fail("InvalidAttribute", at, f"epilogue {op.kind} takes no tensor")
+        if op.kind == "bias" and op.axis not in ("m", "n"):
+            fail("InvalidAttribute", at, f"bias axis {op.axis!r}; use \"n\" (per column) or \"m\" (per row)")
+        if op.kind == "cast" and op.dtype not in OUT_DTYPES:
+            fail("InvalidAttribute", at, "cast needs a float dtype (fp16, bf16, fp32)")
+        if op.kind == "scale" and not math.isfinite(op.value):
+            fail("InvalidAttribute", at, f"scale {op.value!r} is not finite")
+    for nm in names:
+        if not isinstance(nm, str) or not nm:
+            fail("InvalidAttribute", at, "tensor names are non-empty strings")
+    dup = sorted({x for x in names if names.count(x) > 1})
+    if dup:
+        fail("DuplicateDefinition", at, f"tensor name(s) {', '.join(map(repr, dup))} used twice")
