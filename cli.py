@@ -35,7 +35,7 @@ def _run_reference(c, inputs: dict) -> dict:
 
 @target("playback")
 def _run_playback(c, inputs: dict) -> dict:
-    """CPU playback of the extracted RB-SSA regions (not the Tiny IR), seed 000 §6.11."""
+    """CPU playback of the extracted RB-SSA regions (not the Tiny IR), docs/DESIGN.md §Verification."""
     from .ir.playback import playback
     return playback(c.regions, inputs)
 
@@ -49,12 +49,21 @@ def _run_cuda(c, inputs: dict) -> dict:
 
 # ---- verbs -------------------------------------------------------------------------------------
 
+def compilation(a):
+    """The one pipeline every verb runs, with the options every stage may need (pipeline.py)."""
+    from .pipeline import Compilation
+    c = Compilation(a.model, arch=a.arch, rules_dirs=tuple(a.rules or ()), cost=a.cost, bind=_parse_bind(a.bind) or None)
+    if c.bind:
+        c.params  # a --bind naming a symbol the model lacks is an error whichever stages run
+    return c
+
+
 def cmd_compile(a) -> int:
     from .ir.printer import format_program
-    from .pipeline import Compilation, check_stages, write_dumps
+    from .pipeline import check_stages, write_dumps
     stages = [s for s in (a.dump or "").split(",") if s]
     check_stages(stages)
-    c = Compilation(a.model, arch=a.arch, rules_dirs=tuple(a.rules or ()), cost=a.cost)
+    c = compilation(a)
     prog = c.program
     written = write_dumps(c, stages, a.out) if stages else []
     if a.json:
@@ -96,10 +105,9 @@ def save_npz(path: str, outputs: dict) -> None:
 
 
 def cmd_run(a) -> int:
-    from .pipeline import Compilation
     if a.target not in TARGETS:
         fail("UnknownTarget", "--target", f"unknown target {a.target!r}; targets: {', '.join(TARGETS)}")
-    c = Compilation(a.model, arch=a.arch, rules_dirs=tuple(a.rules or ()), cost=a.cost)
+    c = compilation(a)
     c.program  # compile first: model errors before input errors
     inputs = load_npz(a.inputs)
     outs = TARGETS[a.target](c, inputs)
@@ -139,15 +147,15 @@ def _parse_bind(text: str | None) -> dict:
 def cmd_demo(a) -> int:
     """Compile an example through every stage there is, dump each, run every target, verify."""
     from .ir.printer import format_program
-    from .pipeline import DUMPS, Compilation, write_dumps
-    c = Compilation(a.model, arch=a.arch, rules_dirs=tuple(a.rules or ()), cost=a.cost)
+    from .pipeline import DUMPS, write_dumps
+    c = compilation(a)
     prog = c.program
     print(f"== {a.model}: Tiny IR ({len(prog.nodes)} nodes)")
     print(format_program(prog))
     out_dir = a.out or os.path.join("out", os.path.splitext(os.path.basename(a.model))[0])
     for w in write_dumps(c, list(DUMPS), out_dir, tolerant=True):
         print(f"  dump {w}")
-    inputs = random_inputs(prog, _parse_bind(a.bind), knobs.seed())
+    inputs = random_inputs(prog, c.bind or {}, knobs.seed())
     print("== inputs: " + ", ".join(f"{k}{list(v.shape)}" for k, v in inputs.items()))
     ref = TARGETS["reference"](c, inputs)
     for k, v in ref.items():
@@ -175,30 +183,32 @@ def cmd_demo(a) -> int:
 # ---- argument parsing -----------------------------------------------------------------------------
 
 def cmd_rules(a) -> int:
-    from .egraph.commands import rules_command
-    return rules_command(check=a.check, rules_dirs=a.rules or None, cases=a.cases, as_json=a.json)
+    from .commands.rules import rules_command
+    return rules_command(check=a.check, rules_dirs=a.rules or None, cases=a.cases, as_json=a.json, only=a.only)
 
 
 def cmd_extract(a) -> int:
-    from .egraph.extract_command import extract_command
-    return extract_command(a.model, cost=a.cost, rules_dirs=a.rules or None, as_json=a.json, explain=a.explain,
-                           arch=a.arch, bind=_parse_bind(a.bind))
+    from .commands.extract import extract_command
+    return extract_command(compilation(a), as_json=a.json, explain=a.explain)
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .pipeline import ARCHS, DUMPS
     p = argparse.ArgumentParser(prog="polysat", description="polysat: fusion as an e-graph search priced by "
                                 "polyhedral analyses; CUDA for sm80/sm90 from one MMA template.")
     sub = p.add_subparsers(dest="verb", required=True)
 
     def common(sp):
         sp.add_argument("model", help="model file: Frontend IR JSON ({signature, tensors, graph}) or Tiny IR JSON ({uops})")
-        sp.add_argument("--arch", choices=("sm80", "sm90"), default="sm90", help="target architecture (default sm90)")
+        sp.add_argument("--arch", choices=ARCHS, default="sm90", help="target architecture (default sm90)")
         sp.add_argument("--json", action="store_true", help="machine-readable output (diagnostics as JSON too)")
         sp.add_argument("--rules", action="append", metavar="DIR",
                         help="extra rule directory (.egg files), in addition to the shipped rules/; repeatable")
         sp.add_argument("--cost", default="size", help="extraction cost model: size | model (default size)")
+        sp.add_argument("--bind", default=None, help="sizes of symbols, e.g. M=4096,N=4096: priced, planned (and the "
+                        "demo's random inputs) at these sizes (unbound symbols: POLYSAT_PRICE_SYMBOL_SIZE=256 for "
+                        "prices, POLYSAT_SYMBOL_SIZE=37 for the demo's inputs)")
 
-    from .pipeline import DUMPS
     c = sub.add_parser("compile", help="lower a model and write stage dumps",
                        description="Lower MODEL through the pipeline and write the requested stage dumps "
                        f"as DIR/<stage>.json. Stages: {', '.join(DUMPS)}.")
@@ -226,7 +236,6 @@ def _parser() -> argparse.ArgumentParser:
                        "(rtol = atol = 1e-3).")
     common(d)
     d.add_argument("--out", default=None, help="dump directory (default out/<model name>)")
-    d.add_argument("--bind", default=None, help="sizes of symbols, e.g. M=64,N=48 (default POLYSAT_SYMBOL_SIZE=37)")
     d.set_defaults(fn=cmd_demo)
     e = sub.add_parser("extract", help="saturate the e-graph and print the chosen regions (kernels)",
                        description="Load MODEL into the e-graph, saturate it with the rule files, extract the "
@@ -234,15 +243,18 @@ def _parser() -> argparse.ArgumentParser:
                        "estimated time and bound, plus the saturation report.")
     common(e)
     e.add_argument("--explain", action="store_true", help="list rejected fusions and why (illegal, or priced higher)")
-    e.add_argument("--bind", default=None, help="sizes of symbols for pricing, e.g. M=4096,N=4096")
     e.set_defaults(fn=cmd_extract)
 
     ru = sub.add_parser("rules", help="list the rewrite rules, or check their soundness",
                         description="List every rule (file, name, ruleset, law) of rules/ and --rules DIRs; with "
-                        "--check, test each rule's soundness on random programs (exit 1 on an unsound rule).")
+                        "--check, test each rule's soundness on programs built from its left-hand side and on random programs "
+                        "(exit 0: all sound and exercised, 1: a rule is unsound or a file is broken, 2: a rule never fired).")
     ru.add_argument("--rules", action="append", metavar="DIR", help="extra rule directory; repeatable")
     ru.add_argument("--check", action="store_true", help="check soundness on random programs")
-    ru.add_argument("--cases", type=int, default=None, help="random programs per rule (default POLYSAT_RULE_CASES)")
+    ru.add_argument("--cases", type=int, default=None,
+                    help="test programs each rule must fire on (default POLYSAT_RULE_CASES); exit 2 when one fires on fewer")
+    ru.add_argument("--only", action="append", metavar="FILE|NAME",
+                    help="check only this rule file or rule name (every rule file stays loaded as context); repeatable")
     ru.add_argument("--json", action="store_true", help="JSON output")
     ru.set_defaults(fn=cmd_rules)
     return p

@@ -1,39 +1,95 @@
-"""Every knob of polysat in one place: environment variables with defaults (read at use)."""
+"""Every knob of polysat in one place: environment variables, each read at use by one function here that
+states its default and meaning (the README's knobs table lists them all). A malformed value falls back
+to the default."""
 from __future__ import annotations
 
 import os
 
 
-def _int(name: str, default: int) -> int:
+def _num(name: str, default, cast=int):
     try:
-        return int(os.environ.get(name, default))
+        return cast(os.environ.get(name, default))
     except ValueError:
         return default
 
 
+# ---- the command and the evaluators -------------------------------------------------------------------
+
 def debug() -> int:
-    """POLYSAT_DEBUG=1: show Python tracebacks of internal errors (never for diagnostics)."""
-    return _int("POLYSAT_DEBUG", 0)
+    """POLYSAT_DEBUG=1: show Python tracebacks of internal errors (never for diagnostics); default 0."""
+    return _num("POLYSAT_DEBUG", 0)
 
 
 def default_symbol_size() -> int:
-    """POLYSAT_SYMBOL_SIZE: size given to unbound symbols by `polysat demo` (odd, to exercise tails)."""
-    return _int("POLYSAT_SYMBOL_SIZE", 37)
+    """POLYSAT_SYMBOL_SIZE: size given to unbound symbols by `polysat demo`'s random inputs (default 37,
+    odd, to exercise tails)."""
+    return _num("POLYSAT_SYMBOL_SIZE", 37)
 
 
 def seed() -> int:
-    """POLYSAT_SEED: seed of the random inputs `polysat demo` draws."""
-    return _int("POLYSAT_SEED", 0)
+    """POLYSAT_SEED: seed of the random inputs `polysat demo` draws (default 0)."""
+    return _num("POLYSAT_SEED", 0)
 
 
 def eval_max_elements() -> int:
     """POLYSAT_EVAL_MAX_ELEMENTS: largest tensor the numpy evaluators materialise (default 2**31)."""
-    return _int("POLYSAT_EVAL_MAX_ELEMENTS", 2 ** 31)
+    return _num("POLYSAT_EVAL_MAX_ELEMENTS", 2 ** 31)
 
+
+# ---- analyses ----------------------------------------------------------------------------------------
 
 def max_pieces() -> int:
-    """POLYSAT_MAX_PIECES: most guarded (piecewise) pieces a read may carry before W2101 ExcessivePiecewise."""
-    return _int("POLYSAT_MAX_PIECES", 8)
+    """POLYSAT_MAX_PIECES: most guarded (piecewise) pieces a read may carry before W2101 ExcessivePiecewise
+    (default 8)."""
+    return _num("POLYSAT_MAX_PIECES", 8)
+
+
+# ---- the e-graph -------------------------------------------------------------------------------------
+
+def egraph_nodes() -> int:
+    """POLYSAT_EGRAPH_NODES: a saturation stops (rolling the last iteration back) past this many e-nodes
+    (default 20000)."""
+    return _num("POLYSAT_EGRAPH_NODES", 20000)
+
+
+def egraph_iters() -> int:
+    """POLYSAT_EGRAPH_ITERS: iterations of one saturation, over all its phases together (default 30)."""
+    return _num("POLYSAT_EGRAPH_ITERS", 30)
+
+
+def egraph_seconds() -> float:
+    """POLYSAT_EGRAPH_SECONDS: wall-clock budget of one saturation in seconds (default 20)."""
+    return _num("POLYSAT_EGRAPH_SECONDS", 20.0, float)
+
+
+def load_chunk() -> int:
+    """POLYSAT_EGRAPH_CHUNK: loader commands per egglog program when a model is loaded into the e-graph
+    (flat loading; default 200)."""
+    return max(1, _num("POLYSAT_EGRAPH_CHUNK", 200))
+
+
+def check_cases() -> int:
+    """POLYSAT_RULE_CASES: programs each rule must fire on in ``polysat rules --check`` (default 3)."""
+    return _num("POLYSAT_RULE_CASES", 3)
+
+
+def check_seed() -> int:
+    """POLYSAT_RULE_SEED: seed of the soundness checker's random programs and inputs (default 0)."""
+    return _num("POLYSAT_RULE_SEED", 0)
+
+
+# ---- the cost model and the fusion search ------------------------------------------------------------
+
+def price_symbol_size() -> int:
+    """POLYSAT_PRICE_SYMBOL_SIZE: size the cost model and Poly Core's report (--dump=analysis) give to
+    symbols `--bind` leaves unbound (default 256)."""
+    return max(1, _num("POLYSAT_PRICE_SYMBOL_SIZE", 256))
+
+
+def streaming() -> bool:
+    """POLYSAT_STREAMING: 0 keeps `--cost=model` from running rules/streaming.egg (attention's softmax and
+    P V stay two kernels, as under `--cost=size`); default 1."""
+    return _num("POLYSAT_STREAMING", 1) != 0
 
 
 # ---- backend: the CUDA toolchain and the kernel caches ---------------------------------------------

@@ -1,5 +1,5 @@
 """Producer -> consumer edges inside a region: fusion class, minimal buffer, barrier and bank hints
-(seed 000 §4.6, §6.9, §7.1; seed 003 "fusion judgement by pattern", "Locality").
+(docs/DESIGN.md §Poly Core).
 
 An edge is an internal (deferred) tensor written by one statement and read by a later one. Its
 class comes from two counts on the isl relation consumer-cell -> producer-element: fan-in (elements
@@ -26,7 +26,7 @@ from .devices import Device
 from .footprint import Tile, card, clamp, extents, tile_footprint
 from .poly_region import BoundRegion, BoundStatement
 
-SMEM_BUDGET = 0.8  # seed 000 §11 STOP: smem per CTA above ~80% of the limit
+SMEM_BUDGET = 0.8  # docs/DESIGN.md §Cost model STOP: smem per CTA above ~80% of the limit
 REG_BUDGET = 64 * 1024  # bytes of one edge a tile may keep in registers (64 regs x 256 threads)
 MAX_SUBTILE = 128  # an MMA statement stages operands for at most 128 rows/cols of its output per stage
 
@@ -171,7 +171,7 @@ _RANK = {"reg": 0, "smem_ring": 1, "gmem": 2}
 
 
 def min_buffer(es: list) -> dict:
-    """The region's minimal buffer: the largest class any edge needs (seed 000 §7.1 `min_buffer`);
+    """The region's minimal buffer: the largest class any edge needs (docs/DESIGN.md §Poly Core `min_buffer`);
     load-path values ride in the operand ring like the inputs and do not count."""
     es = [e for e in es if not e.staged]
     if not es:
@@ -228,7 +228,7 @@ def staged_operands(b: BoundRegion, tile: Tile, kstep: int) -> list:
 
 
 def barrier_hints(b: BoundRegion, es: list, staged: list, dev: Device, stages: int) -> list:
-    """Where the kernel must synchronise and with what (seed 000 §7.1, §9.2): sm80 cp.async groups
+    """Where the kernel must synchronise and with what (docs/DESIGN.md §Poly Core, §GPU IR): sm80 cp.async groups
     and bar.sync; sm90 TMA completing on mbarriers, and a proxy fence before tensor cores read smem
     that threads wrote."""
     out = []
@@ -257,7 +257,7 @@ def barrier_hints(b: BoundRegion, es: list, staged: list, dev: Device, stages: i
 
 def bank_hints(b: BoundRegion, es: list, staged: list, tile: Tile, dev: Device) -> list:
     """Shared-memory tiles whose rows are a multiple of 128 bytes put a column walk (ldmatrix,
-    wgmma) on one bank: recommend a swizzle (sm90: the TMA swizzle mode) or padding (seed 000 §7.1)."""
+    wgmma) on one bank: recommend a swizzle (sm90: the TMA swizzle mode) or padding (docs/DESIGN.md §Poly Core)."""
     lp = load_path(b)
     rows = [(s.statement, s.tensor, s.box, lp.get(s.tensor, b.region.tensor(s.tensor).dtype.itemsize)) for s in staged]
     for e in es:

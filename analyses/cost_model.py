@@ -1,5 +1,5 @@
 """The roofline cost model that prices one candidate region (one kernel) from Poly Core facts
-(seed 000 §11; seed 003 profitability).
+(docs/DESIGN.md §Cost model).
 
 ``time_est = max(FLOPs/(peak·occ·eff), Bytes/(BW·occ)) + epilogue − overlap_gain + penalties +
 launch``, where FLOPs are statement instances × FLOPs per instance (isl counts), bytes are the
@@ -8,7 +8,7 @@ once; internal edges that do not fit on chip go through memory twice), L2 -> SM 
 per-tile footprints × tiles (halo and reuse included), smem is the staged operand ring plus on-chip
 edges, and occupancy comes from smem, registers, threads and wave quantization. Penalties:
 fan-out (recomputed producers), layout (wasted sector bytes), piecewise (predicated accesses),
-spills. ``price`` tries a few tiles and keeps the cheapest that hits no STOP condition (§11).
+spills. ``price`` tries a few tiles and keeps the cheapest that hits no STOP condition (docs/DESIGN.md §Cost model).
 
 A streamed region (``PolyRegion.stream``: an online softmax-weighted sum) runs its running
 reductions ``stream_block`` keys at a time: on-chip values, staging, registers and threads are those
@@ -40,7 +40,7 @@ SIMT_EFF = 0.6  # estimate: fraction of fp32 peak elementwise/reduction code rea
 WARPS_TO_SATURATE = 8  # estimate: warps per SM that hide latency with async copies in flight
 PREDICATE_COST = 0.03  # estimate: share of compute time a predicated (guarded) access adds
 BASE_REGS = 32  # registers per thread besides accumulators and on-chip values (addresses, indices)
-MAX_ACC = 128 * 256  # accumulator cells of the largest MMA sub-tile one CTA holds (anchors §8: 128x256 CTA tile)
+MAX_ACC = 128 * 256  # accumulator cells of the largest MMA sub-tile one CTA holds (128x256 CTA tile)
 SEARCH_STEPS = 8  # tiles the local search may price beyond the candidates
 
 
@@ -62,7 +62,7 @@ class Cost:
     terms: tuple = field(compare=False)  # ((name, us), ...) the roofline terms
     penalties: tuple = field(compare=False)  # ((name, us), ...)
     overlap_gain_us: float = field(compare=False)
-    stops: tuple = field(compare=False)  # STOP conditions hit (seed 000 §11)
+    stops: tuple = field(compare=False)  # STOP conditions hit (docs/DESIGN.md §Cost model)
     kernels: int = field(compare=False, default=1)
     region: str = field(compare=False, default="")
 
@@ -346,7 +346,7 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     time = roofline(dev, (compute, t_mem, t_l2), serial=(t_epi,), hidden=overlap,
                     penalties=(fanout, layout, piecewise, spill), unit="us")
 
-    # STOP conditions (seed 000 §11)
+    # STOP conditions (docs/DESIGN.md §Cost model)
     if smem > budget:
         stops.append(f"smem {smem} B per CTA > {SMEM_BUDGET:.0%} of {dev.smem_per_cta} B")
     if by_regs <= 1 < min(by_smem, dev.max_threads_per_sm // threads):
@@ -495,7 +495,7 @@ class FusionDelta:
 
 
 def fusion_delta(a: PolyRegion, b: PolyRegion, fused: PolyRegion, arch: "str | Device" = "sm90") -> FusionDelta:
-    """Price a and b as two kernels and `fused` as one (seed 000 §11 "fusion delta")."""
+    """Price a and b as two kernels and `fused` as one (the fusion delta, docs/DESIGN.md §Cost model)."""
     return FusionDelta(price(a, arch) + price(b, arch), price(fused, arch))
 
 

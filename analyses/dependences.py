@@ -1,5 +1,5 @@
-"""Flow, anti and output dependences of a region and the axes they leave parallel (seed 000 §7.1;
-seed 003 "Preservation of Data Dependencies").
+"""Flow, anti and output dependences of a region and the axes they leave parallel (docs/DESIGN.md
+§Poly Core).
 
 Dependences come from isl's dataflow analysis (``UnionAccessInfo.compute_flow``) over the region's
 schedule (statement sequence, then loop order). A reducing statement also reads the cell it

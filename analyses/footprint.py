@@ -1,9 +1,10 @@
-"""Tiles, compute-at slices, footprints, halos and counts as isl sets (seed 003 "Backward Slicing
-and Embedding", seed 000 §4.6, §7.1).
+"""Tiles, compute-at slices, footprints, halos and counts as isl sets (docs/DESIGN.md
+§Poly Core, §Fusion).
 
 A tile is a box on the driver statement's parallel dims (the consumer drives). Its slice in every
 producer is the dependence pre-image ``tile.apply(read).apply(write⁻¹)`` taken backwards through
-the region (seed 003 rule 1); footprints are the images of the slices under the accesses. All
+the region (the pre-image rule, docs/DESIGN.md §Poly Core); footprints are the images of the slices
+under the accesses. All
 sets are parameter-free (the region is bound to a concrete shape), so cardinalities are exact:
 boxes are counted by their extents, anything else by ``count_val``.
 """
@@ -152,7 +153,7 @@ def _make_tile(region, sizes_key: tuple, shift_key: tuple) -> Tile | None:
 
 def slices(b: BoundRegion, driver_tile: isl.Set, ranges: Mapping[str, tuple]) -> dict:
     """Per statement, the instances one driver tile needs: the backward closure of dependence
-    pre-images (seed 003 rule 1). Statements the driver does not reach (other outputs) take the
+    pre-images (docs/DESIGN.md §Poly Core). Statements the driver does not reach (other outputs) take the
     tile's ranges on dims of the same name."""
     inst = {b.driver.name: driver_tile}
     for s in reversed(b.statements):
@@ -243,7 +244,7 @@ def halo(b: BoundRegion, tile: Tile, tensors) -> Halo:
 
 
 def stream_tile(b: BoundRegion, t: Tile) -> Tile:
-    """t as a streamed region runs it: the backward closure of the driver tile (seed 003 rule 1) with
+    """t as a streamed region runs it: the backward closure of the driver tile (docs/DESIGN.md §Poly Core) with
     each running reduction cut to one block of its key dim, so everything it reads in the tile (the
     scores, their producers) is one key block too. t itself when the region is not streamed."""
     region = b.region

@@ -1,19 +1,19 @@
-"""IndexBook: per value its axes, domain, AxisMaps and reduce axes, built from Tiny IR (seed 000 §4, §10 step 2).
+"""IndexBook: per value its axes, domain, AxisMaps and reduce axes, built from Tiny IR (docs/DESIGN.md §IndexBook).
 
-One entry per Tiny IR node id, built deterministically in program order (seed 000 §4.4):
+One entry per Tiny IR node id, built deterministically in program order (docs/DESIGN.md §IndexBook update rules):
 
 * axes ``i0, i1, ..`` with stable ids (a unary op inherits its input's ids), size Int or symbol and kind
   ``iter`` | ``broadcast`` (size 1); a REDUCE deletes its axes, names them ``r0, r1, ..`` in its
   iteration space and records their ids before deletion in ``reduce_axes``;
 * a movement node's ``inputs`` is its one source with its local AxisMap; a compute node's ``inputs``
-  are composed through movement-only chains down to non-movement values (§4.3 rule 7), each with
+  are composed through movement-only chains down to non-movement values (invariant 7), each with
   the guard of its in-bounds piece and the padding tests met on the way;
-* the domain is the box ``0 <= ik < size_k`` split into pieces where padding is read (§4.5 Conv);
+* the domain is the box ``0 <= ik < size_k`` split into pieces where padding is read (a padded conv input);
 * a node whose sizes or maps are not affine (products of symbols, division by a symbol) is
-  ``non_scop``: composition stops there and it becomes a region boundary (§4.3 rule 5).
+  ``non_scop``: composition stops there and it becomes a region boundary (invariant 5).
 
 AxisExprs are affine + floordiv only: ``%`` is written ``E - q*floor(E/q)`` whose div isl defines by
-the guard ``q*f <= E < q*f + q`` (§4.3 rule 1). :func:`validate` checks the invariants of §4.3,
+the guard ``q*f <= E < q*f + q`` (invariant 1). :func:`validate` checks the invariants,
 :func:`align_params` aligns the symbols to the signature (E1304).
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from ..ir.diagnostics import Diagnostic, PolysatError, diag, fail
 from ..ir.expr import Expr, FloorDiv
+from ..ir.movement import LocalMap, NonAffine, local_map, reshape_exprs, var  # noqa: F401  (re-exported)
 from ..ir.shapes import Dim, dim_json
 from ..ir.tiny import GroupOp, Ops, Program, UOp
 from . import isl_util as iu
@@ -32,123 +33,6 @@ from ..knobs import max_pieces
 
 ITER, REDUCE, BROADCAST = "iter", "reduce", "broadcast"
 MAX_PIECES = max_pieces()  # more padding tests than this on one access is W2101 ExcessivePiecewise (knob)
-
-
-# ---- local AxisMaps of the movement ops (seed 000 §4.4, 001 §1.3) ------------------------------------
-
-class NonAffine(Exception):
-    """The movement needs a non-affine index map (the reason is the message)."""
-
-
-@dataclass(frozen=True)
-class LocalMap:
-    exprs: tuple  # Expr per input axis, over the output axes i0..
-    guard: tuple = ()  # Expr, each >= 0 on the in-bounds piece
-    pad_value: Any = None  # PAD only: the value outside the guard
-
-
-def var(k: int) -> Expr:
-    return Expr.var(f"i{k}")
-
-
-def local_map(node: UOp, src: UOp) -> LocalMap:
-    fn = _LOCAL.get(node.op)
-    if fn is None:
-        raise KeyError(f"{node.op.name} is not a movement op")
-    lm = fn(node, src)
-    for e in lm.exprs + lm.guard:
-        if not e.is_affine:
-            raise NonAffine(f"{node.op.name} index {e} multiplies symbols with indices (not affine)")
-    return lm
-
-
-def _permute(node: UOp, src: UOp) -> LocalMap:
-    exprs = [Expr.const(0)] * src.ndim
-    for j, p in enumerate(node.arg["perm"]):
-        exprs[p] = var(j)
-    return LocalMap(tuple(exprs))
-
-
-def _expand(node: UOp, src: UOp) -> LocalMap:
-    return LocalMap(tuple(Expr.const(0) if d == 1 else var(k) for k, d in enumerate(src.shape)))
-
-
-def _pad(node: UOp, src: UOp) -> LocalMap:
-    exprs, guard = [], []
-    for k, ((lo, hi), d) in enumerate(zip(node.arg["pad"], src.shape, strict=True)):
-        e = var(k) - lo
-        exprs.append(e)
-        if lo != 0:
-            guard.append(e)
-        if hi != 0:
-            guard.append(Expr.of(d) - 1 - e)
-    return LocalMap(tuple(exprs), tuple(guard), node.arg["value"])
-
-
-def _shrink(node: UOp, src: UOp) -> LocalMap:
-    return LocalMap(tuple(Expr.of(lo) + var(k) * st for k, (lo, st) in
-                          enumerate(zip(node.arg["lo"], node.arg["step"], strict=True))))
-
-
-def _flip(node: UOp, src: UOp) -> LocalMap:
-    axes = set(node.arg["axes"])
-    return LocalMap(tuple(Expr.of(d) - 1 - var(k) if k in axes else var(k) for k, d in enumerate(src.shape)))
-
-
-def _view(node: UOp, src: UOp) -> LocalMap:
-    return LocalMap(tuple(node.arg["index_map"]))
-
-
-def _reshape(node: UOp, src: UOp) -> LocalMap:
-    return LocalMap(reshape_exprs(src.shape, node.shape))
-
-
-def reshape_exprs(old: tuple, new: tuple) -> tuple:
-    """Input index per old axis over the new axes i0.. (linearize -> delinearize, group by group)."""
-    old_nz = [k for k, d in enumerate(old) if d != 1]
-    new_nz = [k for k, d in enumerate(new) if d != 1]
-    po, pn = [Expr.const(1)], [Expr.const(1)]
-    for k in old_nz:
-        po.append(po[-1] * Expr.of(old[k]))
-    for k in new_nz:
-        pn.append(pn[-1] * Expr.of(new[k]))
-    where_new = {p: b for b, p in enumerate(pn)}
-    cuts = [(a, where_new[p]) for a, p in enumerate(po) if p in where_new]
-    if cuts[-1] != (len(old_nz), len(new_nz)):
-        raise NonAffine(f"reshape {list(map(str, old))} -> {list(map(str, new))}: element counts do not align")
-    exprs = [Expr.const(0)] * len(old)
-    for (a0, b0), (a1, b1) in zip(cuts, cuts[1:]):
-        olds, news = old_nz[a0:a1], new_nz[b0:b1]
-        if len(olds) == 1 and len(news) == 1:
-            exprs[olds[0]] = var(news[0])
-            continue
-        lin, stride = Expr.const(0), Expr.const(1)
-        for j in reversed(news):
-            lin = lin + var(j) * stride
-            stride = stride * Expr.of(new[j])
-        ostride: Expr = Expr.const(1)
-        for pos in range(len(olds) - 1, -1, -1):
-            k = olds[pos]
-            if not ostride.is_const:
-                raise NonAffine(f"reshape {list(map(str, old))} -> {list(map(str, new))} divides by the symbolic "
-                                f"stride {ostride}")
-            e = lin.floordiv(ostride.constant)
-            if pos > 0:
-                if not Expr.of(old[k]).is_const:
-                    raise NonAffine(f"reshape {list(map(str, old))} -> {list(map(str, new))} takes an index modulo "
-                                    f"the symbolic size {old[k]}")
-                e = e.mod(Expr.of(old[k]).constant)
-            exprs[k] = e
-            ostride = ostride * Expr.of(old[k])
-        if not lin.is_affine:
-            raise NonAffine(f"reshape {list(map(str, old))} -> {list(map(str, new))} linearizes with symbolic strides")
-    return tuple(exprs)
-
-
-_LOCAL = {Ops.PERMUTE: _permute, Ops.EXPAND: _expand, Ops.PAD: _pad, Ops.SHRINK: _shrink, Ops.FLIP: _flip,
-          Ops.VIEW: _view, Ops.RESHAPE: _reshape}
-
-
 
 
 # ---- the book ---------------------------------------------------------------------------------------
@@ -400,7 +284,7 @@ def _pieces(acc: Access) -> tuple:
     return (Piece("in", acc.guard), Piece("pad", acc.guard, acc.fill))
 
 
-# ---- invariants (seed 000 §4.3) and signature alignment -------------------------------------------
+# ---- invariants (docs/DESIGN.md §IndexBook) and signature alignment ---------------------------------------
 
 def book_symbols(book: IndexBook) -> dict:
     """symbol -> the first place (value id) that uses it."""
@@ -443,7 +327,7 @@ def align_params(book: IndexBook, symbols: Sequence[str]) -> IndexBook:
 
 
 def validate(book: IndexBook) -> None:
-    """Check the invariants of seed 000 §4.3 (and bounds of every read); raise the diagnostics."""
+    """Check the invariants of docs/DESIGN.md §IndexBook (and bounds of every read); raise the diagnostics."""
     errs: list[Diagnostic] = []
     for info in book:
         node = book.program[info.value_id]
@@ -531,7 +415,7 @@ def access_map(book: IndexBook, info: ValueInfo, acc: Access, stmt: str, tensor:
     return iu.parse_map(iu.map_text(book.params, stmt, names, tensor, acc.map, cons))
 
 
-# ---- JSON (seed 000 §4.5) ------------------------------------------------------------------------
+# ---- JSON (--dump=indexbook) --------------------------------------------------------------------
 
 def _geq(e: Expr) -> str:
     return f"0 <= {e}"
@@ -574,7 +458,7 @@ def entry_json(info: ValueInfo) -> dict:
 
 
 def book_to_json(book: IndexBook) -> dict:
-    """``{"index_book": {value id: entry}, "params", "diagnostics"}`` (seed 000 §4.5)."""
+    """``{"index_book": {value id: entry}, "params", "diagnostics"}`` (``--dump=indexbook``)."""
     return {"index_book": {vid: entry_json(info) for vid, info in book.entries.items()},
             "params": list(book.params),
             "diagnostics": [d.to_json() for d in book.diagnostics]}

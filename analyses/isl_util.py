@@ -1,10 +1,10 @@
-"""Small helpers between polysat's integer expressions and islpy (seed 000 §5.2).
+"""Small helpers between polysat's integer expressions and islpy (docs/DESIGN.md §Poly-View).
 
 Index maps and constraints live as :class:`~polysat.ir.expr.Expr` (affine + floordiv); this module
 renders them as isl text (``floor(e/q)`` becomes an isl ``div``), parses with a cache (parsing costs
 ~80 µs, so equal texts are parsed once), names tuples safely, and enumerates small sets. Before
 that, :func:`simplify` folds what interval bounds prove (size-1 axes, constant floordivs), so that
-composed movement chains stay small (seed 000 §4.3 rule 7).
+composed movement chains stay small (docs/DESIGN.md §IndexBook invariant 7).
 """
 from __future__ import annotations
 
@@ -80,11 +80,6 @@ def is_isl_identifier(name: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)) and name not in _KEYWORDS
 
 
-def simplify_set(s: isl.Set) -> isl.Set:
-    """coalesce + remove_redundancies (seed 000 §4.3 rule 7)."""
-    return s.coalesce().remove_redundancies()
-
-
 def simplify_map(m: isl.Map) -> isl.Map:
     """coalesce + remove_redundancies: the same relation, fewer pieces and constraints."""
     return m.coalesce().remove_redundancies()
@@ -92,7 +87,7 @@ def simplify_map(m: isl.Map) -> isl.Map:
 
 def in_bounds_gist(m: isl.Map, domain: isl.Set) -> isl.Set:
     """Where in its domain a read is defined, gisted against the domain: just the guard
-    constraints the domain does not imply (the predicate of a padded read, seed 000 §4.3 rule 7)."""
+    constraints the domain does not imply (the predicate of a padded read, docs/DESIGN.md §IndexBook invariant 7)."""
     return m.domain().gist(domain).coalesce()
 
 

@@ -1,6 +1,6 @@
 """Hand-built candidate regions in polyhedral form, and the one-kernel-per-op split of a region.
 
-They are the regions seed 000 §15 and seed 003 §1-§3 work through (GEMM+bias+ReLU, Conv 3×3 with
+They are the regions of docs/DESIGN.md §Examples (GEMM+bias+ReLU, Conv 3×3 with
 padding and stride, Conv+ReLU+MaxPool with compute-at, row softmax, layernorm, attention
 QKᵀ/softmax/PV, GEMM→GELU→GEMM→residual), written with :func:`stmt` so an access reads like the
 math: ``stmt("S", {"m": "M", "k": "K"}, ["A[m, k]"], "C[m]", combine="sum")``. Tests, benchmarks and
@@ -68,7 +68,7 @@ def _conv_params(N, C, K, H, W, stride, pad, R=3) -> dict:
 
 
 def conv(N=1, C=64, K=64, H=32, W=32, stride=1, pad=1) -> PolyRegion:
-    """Conv 3×3 NCHW (seed 003 §1); padding is a guard on the input read (piecewise access)."""
+    """Conv 3×3 NCHW; padding is a guard on the input read (piecewise access)."""
     return PolyRegion(f"conv_s{stride}_p{pad}",
                       [T("I", ("N", "C", "H", "W")), T("Wt", ("K", "C", 3, 3)), T("O", ("N", "K", "Ho", "Wo"), F32, "output")],
                       [_conv_stmt("conv", "I", "O", stride, pad)], _conv_params(N, C, K, H, W, stride, pad))
@@ -84,7 +84,7 @@ def conv_relu(N=1, C=64, K=64, H=32, W=32, stride=1, pad=1) -> PolyRegion:
 
 
 def maxpool(N=1, C=64, H=32, W=32, win=2, stride=2) -> PolyRegion:
-    """MaxPool NCHW (seed 003 §2)."""
+    """MaxPool NCHW."""
     return PolyRegion("maxpool", [T("X", ("N", "C", "H", "W")), T("P", ("N", "C", "Po", "Qo"), F16, "output")],
                       [stmt("pool", {"n": "N", "c": "C", "ph": "Po", "pw": "Qo", "i": win, "j": win},
                             [f"X[n, c, {stride}*ph + i, {stride}*pw + j]"], "P[n, c, ph, pw]", combine="max")],
@@ -92,7 +92,7 @@ def maxpool(N=1, C=64, H=32, W=32, win=2, stride=2) -> PolyRegion:
 
 
 def conv_relu_maxpool(N=1, C=64, K=64, H=32, W=32, stride=1, pad=1, win=2, pstride=2) -> PolyRegion:
-    """Conv(pad)+ReLU+MaxPool in one kernel: a pool tile drives the conv tile (seed 003 compute-at)."""
+    """Conv(pad)+ReLU+MaxPool in one kernel: a pool tile drives the conv tile (compute-at, docs/DESIGN.md §Fusion)."""
     p = _conv_params(N, C, K, H, W, stride, pad)
     p.update(Po=(p["Ho"] - win) // pstride + 1, Qo=(p["Wo"] - win) // pstride + 1)
     return PolyRegion("conv_relu_maxpool",
@@ -130,7 +130,7 @@ def layernorm(R=1024, C=1024) -> PolyRegion:
 
 
 def attention(S=512, D=64) -> PolyRegion:
-    """One head: QKᵀ -> row softmax -> PV (seed 000 §15.3, scale folded into Q)."""
+    """One head: QKᵀ -> row softmax -> PV (scale folded into Q)."""
     return PolyRegion("attention",
                       [T("Q", ("S", "D")), T("K", ("S", "D")), T("V", ("S", "D")),
                        T("s", ("S", "S"), F32, "internal"), T("m", ("S",), F32, "internal"),

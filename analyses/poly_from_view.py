@@ -1,5 +1,5 @@
 """Candidate regions from the Poly-View: one kernel of a partition as a :class:`PolyRegion`
-(seed 000 §5 -> §7, §10 steps 4-5).
+(docs/DESIGN.md §Poly-View -> §Poly Core).
 
 Each Poly-View block the kernel evaluates becomes a statement (its domain and access relations
 as they are; a contraction is a tensor-core statement, a REDUCE names its combine op, transcendental

@@ -1,16 +1,16 @@
-"""A candidate region in polyhedral form: the input of Poly Core and of the cost model (seed 000 §7,
-§11; seed 003 §1-§3).
+"""A candidate region in polyhedral form: the input of Poly Core and of the cost model (docs/DESIGN.md
+§Poly Core, §Cost model).
 
-A region (one kernel, seed 000 §6.1) is a sequence of statements. Each statement has a domain (an
+A region (one kernel, docs/DESIGN.md §RB-SSA) is a sequence of statements. Each statement has a domain (an
 isl set over named loop dims, symbols as parameters), reads and one write as isl maps to named
 tensors, a FLOP count per instance and the unit that executes it. Tensors are region inputs and
 outputs (materialized in device memory) or internal (``deferred``: handed on inside the kernel,
-seed 000 §6.7 step 8, §6.9). The schedule is the statement sequence plus a loop order per
+docs/DESIGN.md §RB-SSA synthesis step 8). The schedule is the statement sequence plus a loop order per
 statement. Everything is text here (frozen, hashable, JSON-able); :meth:`PolyRegion.bind` parses
 it once (cached) and fixes the symbols to concrete values, because footprints and bytes are
-counted on concrete shapes (seed 003 "runtime specialization").
+counted on concrete shapes (docs/DESIGN.md §Poly Core: tiles are never symbolic).
 
-A streamed region (issue 7: an online softmax-weighted sum, FlashAttention's recurrence) names in
+A streamed region (docs/DESIGN.md §Streaming: an online softmax-weighted sum, FlashAttention's recurrence) names in
 ``stream`` its running reductions (statements whose single reduce dim is the key axis): the kernel
 advances that axis ``stream_block`` keys at a time and keeps only one block of every value computed
 on the way (scores, probabilities) on chip, rescaling the running results as the max moves. A
@@ -208,7 +208,7 @@ class BoundRegion:
     @property
     def driver(self) -> BoundStatement:
         """The statement whose instances define the kernel's tiles: the last one writing a
-        region output (seed 003: the consumer drives, producers are computed at its tiles)."""
+        region output (docs/DESIGN.md §Fusion: the consumer drives, producers are computed at its tiles)."""
         outs = [s for s in self.statements if self.region.tensor(s.stmt.write.tensor).role == "output"]
         return (outs or list(self.statements))[-1]
 

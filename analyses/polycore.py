@@ -1,5 +1,5 @@
-"""Poly Core: the polyhedral analyses of one candidate region and its report (seed 000 §7.1, §4.6,
-§6.9; seed 003 compute-at).
+"""Poly Core: the polyhedral analyses of one candidate region and its report (docs/DESIGN.md
+§Poly Core, §Fusion).
 
 ``analyze(region, arch, tile)`` binds the region to its concrete shape and states, as isl facts:
 dependences (flow / anti / output), parallel and reduce axes, tail axes, affine closure of the
@@ -26,7 +26,7 @@ from .footprint import (Tile, card, extents, full_footprint, halo, make_tile, no
 from .poly_region import BoundRegion, PolyRegion
 from ..knobs import max_pieces
 
-MAX_RECOMPUTE = 2.0  # a tile may recompute a producer at most this many times over (seed 003 profitability)
+MAX_RECOMPUTE = 2.0  # a tile may recompute a producer at most this many times over (docs/DESIGN.md §Fusion)
 
 
 def bounded_recompute(b: BoundRegion, factors: Mapping[str, float]) -> dict:
@@ -35,7 +35,7 @@ def bounded_recompute(b: BoundRegion, factors: Mapping[str, float]) -> dict:
     needed; the cost model prices that work (fan-out penalty) instead of forbidding it."""
     return {k: f for k, f in factors.items()
             if b.stmt(k).reduce_dims or b.stmt(k).stmt.unit == "tensor"}
-MAX_PIECES = max_pieces()  # more basic maps than this in one composed access is ExcessivePiecewise (seed 000 §6.10)
+MAX_PIECES = max_pieces()  # more basic maps than this in one composed access is ExcessivePiecewise
 
 
 def kstep(dev: Device) -> int:

@@ -1,4 +1,4 @@
-"""Poly-View: SCoP blocks with their isl domain and access relations (seed 000 §5, §10 steps 3-4).
+"""Poly-View: SCoP blocks with their isl domain and access relations (docs/DESIGN.md §Poly-View).
 
 Built from the IndexBook. A block is one statement: its domain is the box of its iteration space
 (``i0..`` then the reduce axes ``r0..``), and its accesses are isl maps from that space to tensors,
@@ -11,7 +11,7 @@ for program outputs that are pure data movement (a copy block). Values outside t
 
 ``REDUCE(SUM)`` over a ``MUL`` whose operands are movement-only views, where every reduce axis
 indexes both operands and the operands are two different reads (not a square), is a ContractionPattern (``matmul``
-when every operand index is one variable, ``conv`` when some index combines variables with offsets), with ``lhs_idx, rhs_idx, out_idx, reduce_idx, affine_offsets`` as in §5.2; the MUL is
+when every operand index is one variable, ``conv`` when some index combines variables with offsets), with ``lhs_idx, rhs_idx, out_idx, reduce_idx, affine_offsets`` as in §Poly-View; the MUL is
 folded into the contraction block when nothing else reads it.
 """
 from __future__ import annotations
@@ -221,5 +221,5 @@ def polyview_to_json(pv: PolyView) -> dict:
 
 
 def poly_view_json(program: Program, symbols: Sequence[str] | None = None) -> dict:
-    """The ``poly_view.json`` dump of a program (seed 000 §5.2)."""
+    """The ``poly_view.json`` dump of a program (docs/DESIGN.md §Poly-View)."""
     return polyview_to_json(build_polyview(checked_indexbook(program, symbols)))

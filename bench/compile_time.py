@@ -1,4 +1,4 @@
-"""Compile-time bench of the e-graph stage (issue 5): saturation and extraction time and e-graph size
+"""Compile-time bench of the e-graph stage: saturation and extraction time and e-graph size
 for every example, a 12-layer MLP stack and a 12-block transformer, under ``--cost=size`` (the
 loaded default partition) and ``--cost=model`` (one kernel per op loaded, fusions searched and
 priced by Poly Core). Prints a table and writes ``bench/compile_time_results.json``.
@@ -30,31 +30,28 @@ def models(layers: int) -> list:
 
 
 def measure(name: str, model, arch: str = "sm90") -> dict:
-    from ..egraph import extract_full, saturate
+    """One row: the pipeline (pipeline.Compilation) run to its extraction under each cost model."""
     from ..egraph.graph import export
-    from ..egraph.model_cost import ModelCost, bind_params, saturate_unfused
-    from ..frontend import load_model
+    from ..pipeline import Compilation
     t0 = time.perf_counter()
-    prog = load_model(model)
+    prog = Compilation(model, arch=arch).program
     t1 = time.perf_counter()
     row = {"model": name, "tiny_nodes": len(prog.nodes), "load_s": round(t1 - t0, 4)}
-    st, rep = saturate(prog)
-    t2 = time.perf_counter()
-    x = extract_full(st, "size")
-    t3 = time.perf_counter()
-    row["size"] = {"saturate_s": round(t2 - t1, 4), "extract_s": round(t3 - t2, 4), "enodes": rep.nodes,
-                   "eclasses": len(export(st).classes), "iterations": len(rep.iterations), "stop": rep.stop.value,
-                   "kernels": len(x.partition.kernels)}
-    params = bind_params(prog)
-    st, rep = saturate_unfused(prog)
-    t4 = time.perf_counter()
-    s = ModelCost(params, arch).search(st)
-    t5 = time.perf_counter()
-    row["model_cost"] = {"saturate_s": round(t4 - t3, 4), "extract_s": round(t5 - t4, 4), "enodes": rep.nodes,
-                         "eclasses": len(export(st).classes), "iterations": len(rep.iterations),
-                         "stop": rep.stop.value, "kernels": len(s.best.priced),
-                         "unfused_kernels": len(s.baseline.priced), "time_est_us": round(s.best.total, 3),
-                         "unfused_time_est_us": round(s.baseline.total, 3), "partitions_priced": s.evaluations}
+    for cost, key in (("size", "size"), ("model", "model_cost")):
+        c = Compilation(model, arch=arch, cost=cost)
+        c.program  # loaded above: not timed again
+        t2 = time.perf_counter()
+        st, rep = c.saturated
+        t3 = time.perf_counter()
+        x = c.extraction
+        t4 = time.perf_counter()
+        row[key] = {"saturate_s": round(t3 - t2, 4), "extract_s": round(t4 - t3, 4), "enodes": rep.nodes,
+                    "eclasses": len(export(st).classes), "iterations": len(rep.iterations), "stop": rep.stop.value,
+                    "kernels": len(x.partition.kernels)}
+        s = c.search
+        if s is not None:
+            row[key].update({"unfused_kernels": len(s.baseline.priced), "time_est_us": round(s.best.total, 3),
+                             "unfused_time_est_us": round(s.baseline.total, 3), "partitions_priced": s.evaluations})
     return row
 
 

@@ -41,24 +41,19 @@ def cases(quick: bool) -> list:
 def polysat_row(model: dict, arch: str) -> dict:
     """polysat's partitions of model: --cost model (searched), --cost size and one kernel per op, each
     priced by Poly Core; compile time of the model search (load + saturation + search)."""
-    from ..egraph import extract_full, saturate
-    from ..egraph.model_cost import ModelCost, bind_params, price_kernels, saturate_unfused, total_us
-    from ..frontend import load_model
+    from ..egraph.model_cost import total_us
     from ..ir.diagnostics import PolysatError
+    from ..pipeline import Compilation
     try:
         t0 = time.perf_counter()
-        prog = load_model(model)
-        params = bind_params(prog)
-        st, _ = saturate_unfused(prog)
-        s = ModelCost(params, arch).search(st)
+        c = Compilation(model, arch=arch, cost="model")
+        s = c.search
         compile_s = time.perf_counter() - t0
-        sst, _ = saturate(prog)
-        x = extract_full(sst, "size")
-        size = price_kernels(x.program, x.partition, params, arch)
+        size = Compilation(model, arch=arch, cost="size").priced
     except PolysatError as e:
         return {"error": str(e).splitlines()[0][:160]}
     moved = sum(p.cost.bytes for p in s.best.priced if p.cost is not None)
-    return {"params": params, "kernels": len(s.best.priced), "time_est_us": round(s.best.total, 3),
+    return {"params": c.params, "kernels": len(s.best.priced), "time_est_us": round(s.best.total, 3),
             "size_kernels": len(size), "size_time_est_us": round(total_us(size), 3),
             "unfused_kernels": len(s.baseline.priced), "unfused_time_est_us": round(s.baseline.total, 3),
             "bytes": moved, "compile_s": round(compile_s, 3), "partitions_priced": s.evaluations}
@@ -74,9 +69,8 @@ def tinygrad_row(model: dict, params: dict) -> dict:
 
 
 def _params_of(model: dict) -> dict:
-    from ..egraph.model_cost import bind_params
-    from ..frontend import load_model
-    return bind_params(load_model(model))
+    from ..pipeline import Compilation
+    return Compilation(model).params
 
 
 def measure(name: str, model: dict, arch: str) -> dict:

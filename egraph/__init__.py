@@ -1,4 +1,4 @@
-"""The e-graph stage (seed 000 §3.3, §6; seed 001 §3): Tiny IR and RB-SSA terms in egglog, rewrite
+"""The e-graph stage (docs/DESIGN.md §E-graph): Tiny IR and RB-SSA terms in egglog, rewrite
 rules kept as files in ``rules/``, bounded saturation, extraction with named cost models, and the
 rule soundness checker.
 
@@ -8,11 +8,10 @@ rule soundness checker.
 """
 from .api import Extraction, extract, extract_full
 from .cost import REGISTRY as COST_MODELS, CostModel, Region, register as register_cost
-from .knobs import Limits, limits
 from .model_cost import ModelCost
 from .partition import Kernel, Partition
 from .rulefiles import list_rules
-from .saturate import Phase, RunReport, StopReason, format_report, saturate
+from .saturate import Limits, Phase, RunReport, StopReason, default_limits as limits, format_report, saturate
 from .soundness import CheckReport, check_rules
 
 __all__ = ["saturate", "extract", "extract_full", "Extraction", "list_rules", "check_rules", "CheckReport",

@@ -1,10 +1,11 @@
-"""The e-graph stage as the CLI and the pipeline call it (seed 000 §10 step 5)."""
+"""The e-graph stage as the pipeline calls it (docs/DESIGN.md §Pipeline): the saturation a cost model
+needs and the extraction under it, chosen by what the model declares (``CostModel.needs``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..ir.tiny import Program
-from .cost import CostModel, get
+from .cost import CostModel, lookup, make
 from .extract import extract_classes
 from .graph import export
 from .partition import Partition
@@ -27,15 +28,30 @@ def extract(state: EGraphState, cost: "str | CostModel" = "size") -> tuple:
     return x.program, x.partition, x.cost
 
 
-def extract_full(state: EGraphState, cost: "str | CostModel" = "size") -> Extraction:
-    model = get(cost)
-    if hasattr(model, "extract_full"):  # a model that searches the boundaries itself (model_cost.py)
-        return model.extract_full(state)
+def extract_full(state: EGraphState, cost: "str | CostModel" = "size", arch: str = "sm90",
+                 params: "dict | None" = None) -> Extraction:
+    """The cheapest terms under the cost model (built by ``make`` with arch and params if it needs them):
+    a model that picks the kernel boundaries itself (``needs.search``) extracts by its search; any other
+    by the DAG-aware greedy extractor over its node and region prices."""
+    model = make(cost, arch, params)
+    if model.needs.search:
+        return model.search(state).best.extraction
     view = export(state)
     roots = [view.by_index[state.index[nid]] for _, nid in state.program.outputs]
     chosen, total = extract_classes(view, roots, model)
     prog, part = to_tiny(state, view, chosen, roots)
     return Extraction(prog, part, total, chosen, tuple(roots))
+
+
+def saturate_for(program: Program, cost: "str | CostModel" = "size", rules_dirs=None, limits=None) -> tuple:
+    """(EGraphState, RunReport): the saturation the cost model needs. A model that searches the
+    boundaries starts from one kernel per op with the opt-in fusion rules (``saturate_unfused``); every
+    other model keeps the loaded default partition."""
+    from .model_cost import saturate_unfused
+    from .saturate import saturate
+    if lookup(cost).needs.search:
+        return saturate_unfused(program, rules_dirs, limits)
+    return saturate(program, rules_dirs, limits)
 
 
 def dump(state: EGraphState, report, extraction: Extraction) -> dict:

@@ -1,10 +1,10 @@
 """The default kernel partition, placed as ``Mat`` boundary terms when a program is loaded.
 
-Seed 000 §6.7 builds one region per reduction chain with its elementwise epilogue, §6.8.3 keeps a
-whole row softmax in one region. The default cuts a value q out into its own kernel (materializes
+Region synthesis (docs/DESIGN.md §RB-SSA) builds one region per reduction chain with its elementwise
+epilogue and keeps a whole row softmax in one region. The default cuts a value q out into its own kernel (materializes
 it) exactly when a consumer c reads q through a movement chain whose index map is not a *prefix
 projection* of c's loop order, and q's cone holds a REDUCE (so recomputing q per use would repeat a
-reduction: "one-to-many by recompute only if priced", DESIGN.md). c's loop order is its axes in
+reduction: "one-to-many by recompute only if priced", docs/DESIGN.md §Fusion). c's loop order is its axes in
 order; a REDUCE puts its reduced axes innermost. A prefix projection reads q at
 ``(L0, L1, .., Lp-1)`` (size-1 axes of q at 0): q is then computed once per outer iteration and
 reused (compute-at), as a row max is inside a softmax. PAD in the chain counts as non-prefix.

@@ -1,5 +1,5 @@
-"""DAG-aware extraction over the exported e-graph (probe §2, §4b: no Python cost callback inside
-egglog's extractor, which is quadratic on deep graphs).
+"""DAG-aware extraction over the exported e-graph (docs/DESIGN.md §E-graph: egglog's
+extractor takes no Python cost callback and is quadratic on deep graphs).
 
 Greedy-DAG worklist: an e-node is evaluated once all its child classes have a solution; a solution is
 the set of e-classes its term uses (priced by the e-node chosen for each), so a shared subterm is
@@ -13,7 +13,7 @@ import heapq
 from dataclasses import dataclass
 
 from ..ir.diagnostics import fail
-from .cost import CostModel, Region, get
+from .cost import CostModel, Region, make
 from .graph import ENode, EGraphView
 
 
@@ -81,7 +81,7 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
 
 def extract_classes(view: EGraphView, roots: list, cost: "str | CostModel" = "size") -> tuple:
     """({class: ENode} for every class the roots need, total cost)."""
-    model = get(cost)
+    model = make(cost)
     best, own = solve(view, model)
     for r in roots:
         if r not in best:

@@ -1,4 +1,4 @@
-"""The exported e-graph: e-classes and e-nodes decoded from egglog's frozen tables (probe §4b).
+"""The exported e-graph: e-classes and e-nodes decoded from egglog's frozen tables (docs/DESIGN.md §E-graph).
 
 Extraction, cost models and the soundness checker read this view instead of calling back into
 egglog: ``freeze()`` copies the tables in milliseconds and every e-node is decoded once.

@@ -1,7 +1,7 @@
 """Index arithmetic for rule files: pure functions of attribute strings, called from ``.egg`` rules.
 
-Rules match structure natively; whatever needs arithmetic on shapes and AxisMaps (seed 000 §4.2,
-§6.5: compose a view into a Read's map, fold a pad into a Select guard, renumber reduce axes) calls
+Rules match structure natively; whatever needs arithmetic on shapes and AxisMaps (docs/DESIGN.md
+§IndexBook, §RB-SSA: compose a view into a Read's map, fold a pad into a Select guard, renumber reduce axes) calls
 one of these through egglog's PyObject primitives, e.g.
 ``(py-to-string (py-call $fold-map (py-from-string "permute") (py-from-string s) ...))``.
 Each helper returns the encoded result, or ``""`` when the rewrite does not apply (a symbolic
@@ -14,8 +14,9 @@ import functools
 import re
 from typing import Callable
 
+from ..ir import movement as M
 from ..ir.expr import Expr
-from ..ir.shapes import dim, numel
+from ..ir.shapes import dim
 from . import encode as E
 
 HELPERS: dict[str, Callable[..., str]] = {}
@@ -36,81 +37,53 @@ def helper(name: str):
     return deco
 
 
-def _var(k: int) -> Expr:
-    return Expr.var(f"i{k}")
-
-
-# ---- the view map of each movement op: output index -> input index ------------------------------
+# ---- the view map of each movement op: output index -> input index (ir/movement.py) ----------------
 
 @functools.lru_cache(maxsize=4096)
 def view(kind: str, in_shape: str, a: str, b: str) -> "tuple | None":
-    """(output shape, f) with f[k] the input index along input axis k, or None if not affine."""
+    """(output shape, f) with f[k] the input index along input axis k (ir/movement.py's map of the
+    op), or None if not affine. ``broadcast`` is RB-SSA's BroadcastInDim (out shape, kept dims)."""
     s = E.parse_shape(in_shape)
-    if kind == "reshape":
-        out = E.parse_shape(a)
-        return out, _reshape_map(s, out)
-    if kind in ("permute", "transpose"):
-        p = E.parse_ints(a)
-        if sorted(p) != list(range(len(s))):
-            return None
-        inv = {pk: j for j, pk in enumerate(p)}
-        return tuple(s[pk] for pk in p), tuple(_var(inv[k]) for k in range(len(s)))
-    if kind == "expand":
-        out = E.parse_shape(a)
-        if len(out) != len(s):
-            return None
-        return out, tuple(Expr.const(0) if d == 1 and o != 1 else _var(k) for k, (d, o) in enumerate(zip(s, out)))
-    if kind == "broadcast":
-        out, dims = E.parse_shape(a), E.parse_ints(b)
-        if len(dims) != len(s) or any(not 0 <= d < len(out) for d in dims):
-            return None
-        f = []
-        for k, (d, j) in enumerate(zip(s, dims)):
-            if d == out[j]:
-                f.append(_var(j))
-            elif d == 1:
-                f.append(Expr.const(0))
-            else:
+    try:
+        if kind == "reshape":
+            out = E.parse_shape(a)
+            return out, M.reshape_exprs(s, out)
+        if kind in ("permute", "transpose"):
+            p = E.parse_ints(a)
+            if sorted(p) != list(range(len(s))):
                 return None
-        return out, tuple(f)
-    if kind == "shrink":
-        lo, hi, st = E.parse_shrink(a)
-        out = tuple(dim((Expr.of(h) - l + (t - 1)).floordiv(t)) for l, h, t in zip(lo, hi, st))
-        return out, tuple(Expr.of(l) + _var(k) * t for k, (l, t) in enumerate(zip(lo, st)))
-    if kind == "flip":
-        axes = set(E.parse_ints(a))
-        return s, tuple(Expr.of(d) - 1 - _var(k) if k in axes else _var(k) for k, d in enumerate(s))
-    if kind == "view":
-        return E.parse_shape(a), E.parse_map(b)
+            return tuple(s[pk] for pk in p), M.permute_exprs(p)
+        if kind == "expand":
+            out = E.parse_shape(a)
+            return (out, M.expand_exprs(s)) if len(out) == len(s) else None
+        if kind == "broadcast":
+            return _broadcast(s, E.parse_shape(a), E.parse_ints(b))
+        if kind == "shrink":
+            lo, hi, st = E.parse_shrink(a)
+            out = tuple(dim((Expr.of(h) - l + (t - 1)).floordiv(t)) for l, h, t in zip(lo, hi, st))
+            return out, M.shrink_exprs(lo, st)
+        if kind == "flip":
+            return s, M.flip_exprs(s, E.parse_ints(a))
+        if kind == "view":
+            return E.parse_shape(a), E.parse_map(b)
+    except M.NonAffine:
+        return None
     return None
 
 
-def _reshape_map(s: tuple, out: tuple) -> "tuple | None":
-    """Unit-axis insert/remove (any sizes), or linearize/delinearize (static sizes)."""
-    big_in = [(k, d) for k, d in enumerate(s) if d != 1]
-    big_out = [(j, d) for j, d in enumerate(out) if d != 1]
-    if [d for _, d in big_in] == [d for _, d in big_out]:
-        f = [Expr.const(0)] * len(s)
-        for (k, _), (j, _) in zip(big_in, big_out):
-            f[k] = _var(j)
-        return tuple(f)
-    if not all(isinstance(d, int) for d in s + out) or numel(s) != numel(out):
+def _broadcast(s: tuple, out: tuple, dims: tuple) -> "tuple | None":
+    """BroadcastInDim: input axis k lands on output axis dims[k]; a size-1 axis broadcast reads 0."""
+    if len(dims) != len(s) or any(not 0 <= d < len(out) for d in dims):
         return None
-    lin = Expr.const(0)
-    stride = 1
-    for j in reversed(range(len(out))):
-        lin = lin + _var(j) * stride if out[j] != 1 else lin
-        stride *= out[j]
     f = []
-    stride = numel(s)
-    for k, d in enumerate(s):
-        stride //= d
-        if d == 1:
+    for d, j in zip(s, dims):
+        if d == out[j]:
+            f.append(M.var(j))
+        elif d == 1:
             f.append(Expr.const(0))
-            continue
-        e = lin.floordiv(stride)
-        f.append(e if k == 0 or stride * d == numel(s) else e.mod(d))
-    return tuple(f)
+        else:
+            return None
+    return out, tuple(f)
 
 
 def compose(m: tuple, f: tuple) -> tuple:
@@ -175,11 +148,11 @@ def _pad_fold(mem_shape: str, guard: str, s: str, m: str, pads: str) -> "tuple |
         if j is None:
             return None
         glo, ghi = g.get(j, (0, 0))
-        if mp[j] != _var(k) - glo or shp[k] != dim(Expr.of(D[j]) + glo + ghi):
+        if mp[j] != M.var(k) - glo or shp[k] != dim(Expr.of(D[j]) + glo + ghi):
             return None
         g[j] = (dim(Expr.of(glo) + lo), dim(Expr.of(ghi) + hi))
-        env[k] = _var(k) - lo
-    f = tuple(env.get(k, _var(k)) for k in range(len(shp)))
+        env[k] = M.var(k) - lo
+    f = tuple(env.get(k, M.var(k)) for k in range(len(shp)))
     return E.guard(g), E.tup(compose(mp, f))
 
 
@@ -318,7 +291,7 @@ def unit_reduce_shape(in_shape: str, axes: str) -> "str | None":
 
 @helper("read-kind")
 def read_kind(s: str, m: str) -> str:
-    """The fusion class of a read ``Read(Mat(x), s, m)`` (seed 003; DESIGN.md fusion legality):
+    """The fusion class of a read ``Read(Mat(x), s, m)`` (docs/DESIGN.md §Fusion):
     "halo" when every axis of s longer than 1 moves the index (each element of x is read by a
     bounded number of consumer points: one-to-one, or a window: many-to-one by compute-at with halo);
     "prefix" when the axes m uses are a leading prefix of s, each read plainly in order (x is

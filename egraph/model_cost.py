@@ -1,5 +1,5 @@
 """The ``model`` cost: extraction that picks kernel boundaries by Poly Core's modelled time
-(seed 000 §7, §11; seed 003 fusion legality and profitability; issue 5).
+(docs/DESIGN.md §Cost model, §Fusion).
 
 Kernel boundaries are terms: a *site* is a materialized value, ``Mat(x)``, some read
 ``Read(Mat(x), s, m)`` of which has a fused alternative from ``rules/fusion.egg`` (``View(x, s, m)``
@@ -16,8 +16,9 @@ those lower (egraph/partition_search.py), so it never ends above ``--cost size``
 EXACT_SITES sites it is a descent: each round prices fusing every site still cut (and, once that
 gains nothing, cutting every fused site again), takes the best move, then the other improving ones
 while they still improve, until none improves. A cut site whose read composes to the value itself
-(an identity read) is materialized by the partition (totiny.to_tiny), not by the extraction. With more (a deep stack), a merge phase first fuses producer kernels into
-their single consumer kernel on the Tiny partition (fusion deltas of two kernels, seed 000 §11),
+(an identity read) is materialized by the partition (totiny.to_tiny), not by the extraction. With
+more (a deep stack), a merge phase first fuses producer kernels into their single consumer kernel
+on the Tiny partition (fusion deltas of two kernels, docs/DESIGN.md §Cost model),
 then the decisions are realized in the e-graph and priced whole.
 Every candidate is checked against the legality classes on its chosen terms (the rules' class-level
 facts over-approximate): a reduction may be read inside its consumer's kernel only one-to-one, by a
@@ -25,7 +26,7 @@ window (compute-at with halo), at a prefix of the consumer's loop order, or by a
 skipped axes a loop order of the consumer can own (a softmax over a middle axis); a broadcast of it
 (many-to-many, GEMM -> GEMM) makes the candidate illegal.
 
-Streaming (issue 7, rules/streaming.egg) adds a second kind of decision: a value whose class holds a
+Streaming (docs/DESIGN.md §Streaming, rules/streaming.egg) adds a second kind of decision: a value whose class holds a
 ``SoftmaxSum`` is either streamed (one kernel walks the keys: its other spellings are ruled out) or
 not (the SoftmaxSum is ruled out, the two-kernel softmax -> P V stays). The search prices both like
 any fusion; streamed kernels are priced per key block (``mark_streams``, analyses/cost_model.py), and
@@ -47,10 +48,10 @@ from ..ir.expr import Expr
 from ..ir.tiny import GroupOp, Ops, Program
 from .api import Extraction
 from .boundaries import operand_reads
-from .cost import CostModel, SizeCost, register
+from .cost import Needs, SearchingCost, SizeCost, register
 from .extract import solve
 from .graph import EGraphView, export
-from .knobs import price_symbol_size
+from ..knobs import price_symbol_size
 from .legality import illegal_fusions
 from .partition_search import apply, default_fused, masks, moves, site_values
 from .state import EGraphState
@@ -94,7 +95,7 @@ _reads = operand_reads
 
 def _contraction_muls(p: Program) -> set:
     """MUL nodes that a REDUCE(SUM) reads: with the REDUCE (and widening casts of their operands)
-    they are one contraction (CONTRACT = MUL -> REDUCE(SUM), seed 000 §3; one Poly-View block)."""
+    they are one contraction (CONTRACT = MUL -> REDUCE(SUM), docs/DESIGN.md §Tiny IR; one Poly-View block)."""
     out = set()
     for c in p.nodes:
         if c.op == Ops.REDUCE and str(c.arg["op"]).upper() == "SUM":
@@ -287,10 +288,12 @@ class Search:
     streamed: list = field(default_factory=list)  # Streamed: the stream decisions taken, with both prices
 
 
-class ModelCost(CostModel):
+class ModelCost(SearchingCost):
     """Poly Core priced extraction (see the module docstring). ``params`` binds symbols (missing ones
-    get default_symbol_size()), ``arch`` picks the device table."""
+    get default_symbol_size()), ``arch`` picks the device table; both come from the pipeline's --bind
+    and --arch (``needs``)."""
     name = "model"
+    needs = Needs(arch=True, params=True, search=True)
 
     def __init__(self, params: "dict | None" = None, arch: str = "sm90", max_rounds: int = MAX_ROUNDS,
                  exact_sites: int = EXACT_SITES):
@@ -298,9 +301,6 @@ class ModelCost(CostModel):
 
     def enode_cost(self, node, view) -> float:
         return SizeCost().enode_cost(node, view)
-
-    def extract_full(self, state: EGraphState) -> Extraction:
-        return self.search(state).best.extraction
 
     # the search proper
     def search(self, state: EGraphState, stream: bool = True) -> Search:
@@ -421,7 +421,7 @@ class Streamed:
 
 def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate, params: dict, arch: str) -> tuple:
     """Greedy producer-into-consumer merging on the one-kernel-per-op Tiny partition (the fusion
-    delta of seed 000 §11, priced on regions of one Poly-View): repeatedly fuse the kernel whose
+    delta of docs/DESIGN.md §Cost model, priced on regions of one Poly-View): repeatedly fuse the kernel whose
     value only one other kernel reads into that kernel, taking the merge that lowers the modelled
     time most, if legal (a partition computes each value in one kernel, so a value read by several
     kernels stays materialized here; the exact search may still fuse it).
@@ -510,26 +510,17 @@ def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate
                 holders.setdefault(i, set()).add(c)
 
 
-register(ModelCost())
+register(ModelCost)
 
 
 def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:
     """(EGraphState, RunReport) with program loaded one kernel per op (every compute edge cut) and
     the rules run: the fused alternatives come from rules/fusion.egg, the streamed softmax-weighted sums
     from rules/streaming.egg (unless POLYSAT_STREAMING=0)."""
-    from .knobs import streaming
+    from ..knobs import streaming
     from .saturate import OPT_IN, default_schedule, rule_files, run
     from .state import new_state
     st = new_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program))
     opt_in = tuple(r for r in OPT_IN if r != "streaming" or streaming())
     return st, run(st, default_schedule(st.rulesets, opt_in), limits)
 
-
-def saturate_for(program: Program, cost: "str | CostModel" = "size", rules_dirs=None, limits=None) -> tuple:
-    """The saturation a cost model needs: ``model`` searches from one kernel per op with the opt-in
-    fusion-search rules (saturate_unfused); every other model keeps the loaded default partition."""
-    from .cost import get
-    from .saturate import saturate
-    if isinstance(get(cost), ModelCost):
-        return saturate_unfused(program, rules_dirs, limits)
-    return saturate(program, rules_dirs, limits)

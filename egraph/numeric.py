@@ -1,5 +1,5 @@
-"""Random inputs and output comparison, shared by the soundness checker and the tests
-(rtol = atol = 1e-3, seed 000 §6.11)."""
+"""Random inputs and output comparison for the e-graph tests (rtol = atol = 1e-3, docs/DESIGN.md
+§Verification); the soundness checker draws and compares its own (``soundness_numerics``)."""
 from __future__ import annotations
 
 import numpy as np

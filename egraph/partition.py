@@ -1,4 +1,5 @@
-"""The kernel partition that extraction hands to region synthesis (seed 000 §6.1, §6.7 step 8).
+"""The kernel partition that extraction hands to region synthesis (docs/DESIGN.md §RB-SSA,
+synthesis step 8).
 
 Extraction (``egraph.extract``) returns the rewritten Tiny IR :class:`~polysat.ir.tiny.Program` and a
 :class:`Partition` of that program's nodes into kernels: one :class:`Kernel` per RB-SSA region

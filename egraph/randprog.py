@@ -233,3 +233,8 @@ def _attention(rng: np.random.Generator, m: int, n: int, dv: int) -> Program:
     w = b.permute(b.reshape(v, (2, 1, n + 1, dv), at=AT), (0, 1, 3, 2), at=AT)
     o = b.reduce(b.alu(Ops.MUL, x, w, at=AT), "SUM", (3,), DType.fp32, at=AT)
     return b.program([("o", b.cast(o, p, at=AT))])
+
+
+def attention_programs(rng: np.random.Generator, count: int) -> list:
+    """count attention programs of random small sizes (the streaming rules' shapes)."""
+    return [_attention(rng, *(int(v) for v in rng.integers(1, 5, 3))) for _ in range(count)]

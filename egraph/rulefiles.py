@@ -1,4 +1,5 @@
-"""Rule files: discovery, the catalogue of named rules and their laws, and validation (seed 000 §14).
+"""Rule files: discovery, the catalogue of named rules and their laws, and validation
+(docs/DESIGN.md §E-graph).
 
 A rule file is egglog text (``*.egg``) in ``rules/`` or a folder given with ``--rules DIR``. Every
 ``rule``/``rewrite``/``birewrite`` carries ``:name "..."`` and ``:ruleset r``, and the comment lines
@@ -121,7 +122,10 @@ def parse_file(path: str) -> RuleFile:
             _fail(path, line, name.group(1), "two rules share this name")
         names.add(name.group(1))
         rules.append(RuleInfo(path, line, name.group(1), rs.group(1), law, form))
-    return RuleFile(path, text, tuple(rules), tuple(rulesets))
+    rf = RuleFile(path, text, tuple(rules), tuple(rulesets))
+    from .soundness_lint import lint_file, raise_if_any
+    raise_if_any(lint_file(rf))
+    return rf
 
 
 def rule_at(rf: RuleFile, line: int) -> "str | None":

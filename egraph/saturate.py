@@ -1,6 +1,6 @@
 """The saturation driver: rulesets run by an explicit schedule under node, iteration and time limits,
-checked between iterations (egglog has none built in; probe §1), with a typed stop reason and a
-per-rule report (STYLE.md habit 6; egg's StopReason/Report).
+checked between iterations (egglog has none built in; docs/DESIGN.md §E-graph), with a typed stop reason and a
+per-rule report (egg's StopReason/Report).
 
 One iteration runs every ruleset of the current phase once, then the analyses to a fixpoint. When an
 iteration ends past the node limit it is rolled back (egglog ``push``/``pop``), so the e-graph handed
@@ -14,11 +14,26 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from .. import knobs
 from ..ir.diagnostics import fail
 from ..ir.tiny import Program
-from .knobs import Limits, limits as default_limits
 from .rulefiles import discover, parse_file
 from .state import EGraphState, new_state
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on one saturation, enforced between iterations (egglog has none built in)."""
+    nodes: int  # stop (and roll back the last iteration) past this many e-nodes
+    iterations: int  # iterations over all phases together
+    seconds: float  # wall-clock budget of the whole saturation
+
+
+def default_limits(**override) -> Limits:
+    """The knobs' limits (POLYSAT_EGRAPH_NODES, _ITERS, _SECONDS), with ``override``'s non-None values."""
+    base = dict(nodes=knobs.egraph_nodes(), iterations=knobs.egraph_iters(), seconds=knobs.egraph_seconds())
+    base.update({k: v for k, v in override.items() if v is not None})
+    return Limits(**base)
 
 
 class StopReason(str, enum.Enum):
@@ -102,7 +117,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
     known = set(st.rulesets)
     for ph in schedule:
         for r in ph.rulesets:
-            if r not in known:  # an unknown ruleset name panics inside egglog (probe §3.6)
+            if r not in known:  # an unknown ruleset name panics inside egglog
                 fail("RuleFileError", f"schedule phase {ph.name}", f"no ruleset named {r!r}; rulesets: {sorted(known)}")
     rep = RunReport(StopReason.saturated, lim)
     for rf in st.files:
@@ -122,7 +137,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
             if time.perf_counter() - t0 > lim.seconds:
                 rep.stop = StopReason.time_limit
                 break
-            guard = nodes * 8 > lim.nodes  # one iteration can grow the graph ~5x (probe §1)
+            guard = nodes * 8 > lim.nodes  # one iteration can grow the graph ~5x
             if guard:
                 st.run("(push)")
             ti = time.perf_counter()

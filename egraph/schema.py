@@ -1,4 +1,5 @@
-"""The e-graph term language: one sort ``Term`` for Tiny IR and RB-SSA values (seed 000 §3.3, §6.3).
+"""The e-graph term language: one sort ``Term`` for Tiny IR and RB-SSA values (docs/DESIGN.md
+§Tiny IR, §RB-SSA).
 
 Constructors are declared here in Python with stable egglog names (``egg_fn=``) so that rule files
 (``rules/*.egg``) can name them. Attributes are canonical strings (``encode.py``): shapes
@@ -12,7 +13,7 @@ through ``Read(mem, shape, map)``: element i is ``mem[map(i)]``.
 Tiny IR vocabulary: Const, Reshape, Permute, Expand, Pad, Shrink, Flip, View, Unary, Binary, Where,
 Cast, Reduce. RB-SSA vocabulary: Read, Select (index-guarded: ``guard`` is a conjunction of
 ``lo <= e(i) < hi``), BroadcastInDim, Transpose, Reduce(op, axes, init, dtype, body), Unary, Binary,
-Cast. Streaming (issue 7): ``SoftmaxSum(p, passes, s, v)``, the softmax-weighted sum over the last
+Cast. Streaming (docs/DESIGN.md §Streaming): ``SoftmaxSum(p, passes, s, v)``, the softmax-weighted sum over the last
 axis j of s ([*x, N], fp32) and of v ([*x, Dv, N], fp32), result [*x, Dv] fp32, with
 e_j = exp2((s[x, j] - max_j s[x, j])·log2 e) and l = sum_j e_j, P rounded to the 16-bit float p:
 passes "1" (online, FlashAttention's recurrence) ``sum_j round_p(e_j) v[x, d, j] / l``, one pass over j
@@ -136,4 +137,4 @@ MEMORY = frozenset({"Tensor", "Mat"})  # buffers, not values
 def declare_all(eg: EGraph) -> None:
     """Send every constructor's declaration to egglog (declarations are lazy; rule files need them)."""
     for f in CONSTRUCTORS:
-        eg._callable_to_egg(f)  # noqa: SLF001 — the documented way to force a declaration (probe §3)
+        eg._callable_to_egg(f)  # noqa: SLF001 — the documented way to force a declaration

@@ -1,82 +1,43 @@
-"""Rule soundness, tested not assumed (DESIGN.md; STYLE.md habit 4): ``polysat rules --check``.
+"""Rule soundness, tested not assumed (docs/DESIGN.md §E-graph): ``polysat rules --check``.
 
-For every rule: random programs (``randprog``) are loaded into one e-graph per program in which each
-rule sits alone in its own ruleset; the rule runs alone (a few bounded iterations, then the
-analyses), and every e-class it left with two or more e-nodes is checked: each e-node, completed with
-the smallest terms for its children, is converted back to Tiny IR and evaluated on random inputs by
-the reference evaluator, against the value of the original node of that class (or, for a class the
-rule created, against the class's first e-node). A difference beyond rtol = atol = 1e-3, or a
-shape/dtype conflict, makes the rule unsound; the report names it, its file, and the smallest
-counterexample (the program cut down to the failing value's cone).
+Every rule sits alone in its own ruleset of one e-graph that holds all the rule files (the shipped
+ones are context for a user's). For each checked rule, test programs come from two sources:
+  1. rule-directed: random well-typed instances of the rule's own left-hand side
+     (``soundness_instance``), loaded alone, so the rule fires on them without help;
+  2. the random pool (``randprog``): motif and random programs, loaded and rewritten for a couple of
+     rounds by the other rules, then handed to the rule (for patterns only other rules produce, such
+     as the streaming softmax).
+On each, the rule runs once, alone (``egglog`` push/pop keeps the e-graph), and everything it changed
+is compared (``soundness_diff``): every e-node it added against the value of its class, every pair
+of classes it merged, on inputs chosen to expose rounding (``soundness_numerics``). The first
+disagreement makes the rule unsound; the report names that rule (no other rule ran in between), with
+the smallest counterexample found by redrawing smaller instances, and both values.
 """
 from __future__ import annotations
 
+import pathlib
 import re
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.diagnostics import PolysatError
-from ..ir.evaluate import evaluate
-from ..ir.printer import format_program
-from ..ir.tiny import Arg, Ops, Program, UOp
-from . import knobs
+from .. import knobs
+from ..ir.diagnostics import PolysatError, diag
+from ..ir.tiny import Program
 from .boundaries import default_cuts
-from .cost import SizeCost
-from .extract import solve
 from .graph import export
-from .numeric import bind_env, close, max_error, random_inputs
-from .printer import format_terms
-from .randprog import motif_programs, random_program
-from .rulefiles import RuleFile, RuleInfo, discover, parse_file
+from .randprog import attention_programs, motif_programs, random_program
+from .rulefiles import RuleFile, discover, parse_file
+from .soundness_diff import StepResult, check_step
+from .soundness_explain import counterexample, consistent
+from .soundness_instance import instantiate
+from .soundness_numerics import tricky
+from .soundness_pattern import head, parse_sexp, read_query
+from .soundness_report import CheckReport, RuleVerdict
+from .soundness_values import Valuer
 from .state import EGraphState, add_rule_files, base_egraph, load_program, validate
-from .totiny import TermBuilder
 
-
-@dataclass
-class RuleVerdict:
-    rule: RuleInfo
-    fired: int = 0  # programs on which the rule matched
-    checked_pairs: int = 0  # e-nodes compared against their class's reference value
-    unsound: bool = False
-    counterexample: str = ""
-
-    @property
-    def status(self) -> str:
-        return "UNSOUND" if self.unsound else ("ok" if self.fired else "never-fired")
-
-
-@dataclass
-class CheckReport:
-    verdicts: list = field(default_factory=list)
-    errors: list = field(default_factory=list)  # Diagnostics of files that failed to load
-    programs: int = 0
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors and not any(v.unsound for v in self.verdicts)
-
-    def format(self) -> str:
-        lines = [f"checked {len(self.verdicts)} rule(s) on {self.programs} random program(s) in {self.seconds:.1f}s"]
-        for v in self.verdicts:
-            lines.append(f"  {v.status:<11} {v.rule.name:<36} {v.rule.ruleset:<12} fired on {v.fired}, "
-                         f"{v.checked_pairs} term(s) compared  ({v.rule.file}:{v.rule.line})")
-        for v in self.verdicts:
-            if v.unsound:
-                lines.append(f"\nUNSOUND rule {v.rule.name!r} in {v.rule.file}:{v.rule.line}\n  law: {v.rule.law}\n"
-                             + v.counterexample)
-        for d in self.errors:
-            lines.append(str(d))
-        return "\n".join(lines)
-
-    def to_json(self) -> dict:
-        return {"ok": self.ok, "programs": self.programs, "seconds": round(self.seconds, 2),
-                "rules": [{"name": v.rule.name, "file": v.rule.file, "line": v.rule.line, "ruleset": v.rule.ruleset,
-                           "status": v.status, "fired": v.fired, "compared": v.checked_pairs,
-                           "counterexample": v.counterexample or None} for v in self.verdicts],
-                "errors": [d.to_json() for d in self.errors]}
+POOL_NODES = 4000  # stop the context rounds of a pool program past this many e-nodes
 
 
 def _isolated(files: list) -> tuple:
@@ -91,16 +52,224 @@ def _isolated(files: list) -> tuple:
             k += 1
             by_set[name] = r
             rules.append(f"(ruleset {name})\n" + re.sub(r":ruleset\s+[^\s()]+", f":ruleset {name}", r.text))
-        decls.append(text)
+        decls.append(re.sub(r"\(ruleset\s+[^\s()]+\s*\)", "", text))  # the rules moved to chk<k>
     return "\n".join(decls) + "\n" + "\n".join(rules), by_set
 
 
+def _facts_only(text: str) -> bool:
+    """A rule whose actions only assert relations (no union, no set): bookkeeping other rules read."""
+    return text.lstrip("(").startswith("rule") and not re.search(r"\((union|set|delete|subsume)\b", text)
+
+
+def _selected(rule, only: list) -> bool:
+    """Whether --only names the rule, its file (name, stem or path) or the folder holding it."""
+    p = pathlib.Path(rule.file).resolve()
+    for o in only:
+        q = pathlib.Path(o)
+        if o in (rule.name, p.name, p.stem) or (q.exists() and q.resolve() in (p, p.parent)):
+            return True
+    return False
+
+
+class Checker:
+    """One e-graph with every rule isolated; checks rules one at a time on test programs."""
+
+    def __init__(self, files: list, rng: np.random.Generator, cases: int):
+        text, self.by_set = _isolated(files)
+        self.eg = base_egraph()
+        add_rule_files(self.eg, [RuleFile("<isolated rules>", text, (), ())])
+        self.rng, self.cases = rng, cases
+        self.facts = [k for k, r in self.by_set.items() if _facts_only(r.text)]
+        self.fact_relations = {head(a) for k in self.facts for a in parse_sexp(self.by_set[k].text)[2]}
+        self.pool: list = []
+        self.programs = 0
+        self.pool_size: "int | None" = None
+        self.unsound: set = set()  # rulesets found unsound: never context for another rule's pool programs
+
+    def _st(self, prog: "Program | None" = None) -> EGraphState:
+        return EGraphState(self.eg, prog or Program((), ()), ())
+
+    def _run(self, text: str):
+        return self._st().run(text)
+
+    def _settle(self, skip: str = "") -> str:
+        """The schedule that derives the facts the rule reads: the analyses, and the bookkeeping rules
+        (other than skip) when its query uses a relation they assert."""
+        q = self.by_set[skip].text if skip in self.by_set else ""
+        used = {m.group(1) for m in re.finditer(r"\(([a-z][\w-]*)\s", q)} & self.fact_relations
+        sets = " ".join(f"(run {k})" for k in self.facts if k != skip) if used else ""
+        return f"(run-schedule (saturate (seq (saturate (run analysis)) {sets})))"
+
+    def _apply(self, name: str, rule) -> tuple:
+        """Run the rule once, then the analyses: (matches, e-graph sizes). One egglog program."""
+        outs = self._run(f"(run-schedule (run {name}))\n(run-schedule (saturate (run analysis)))\n(print-size)")
+        per = outs[0].report.num_matches_per_rule
+        hits = sum(per.get(rule.name + tail, 0) for tail in ("", "=>", "<="))  # a birewrite is two rules
+        return hits, dict(outs[-1].sizes)
+
+    # ---- one test program ----------------------------------------------------------------------------
+    def run_instance(self, name: str, rule, inst, inputs: dict) -> "tuple | None":
+        """(StepResult, v0, val0) of the rule applied once to the instance, or None when it did not match
+        (or the instance could not be valued)."""
+        cmds = ["(push)"]
+        for t in inst.tensors:
+            cmds.append(f'(has-shape (Tensor "{t.args[0]}") "[{", ".join(str(d) for d in t.shape)}]")')
+            cmds.append(f'(has-dtype (Tensor "{t.args[0]}") "{t.dtype}")')
+        cmds += [f"(union (N {k}) {r.sexp()})" for k, r in enumerate(inst.roots)]
+        self._run("\n".join(cmds) + "\n" + self._settle(name))
+        try:
+            return self._step(name, rule, inputs)
+        finally:
+            self._run("(pop)")
+
+    def run_pool(self, name: str, rule, prog: Program, cuts: set, inputs: dict) -> "tuple | None":
+        self._run("(push)")
+        try:
+            st = self._st(prog)
+            load_program(st, cuts)
+            others = " ".join(f"(run {k})" for k in self.by_set if k != name and k not in self.unsound)
+            for _ in range(3):
+                self._run(self._settle(name) + f"\n(run-schedule (seq {others}))")
+                if st.enodes() > POOL_NODES:
+                    break
+            self._run(self._settle(name))
+            return self._step(name, rule, inputs, pool=True)
+        finally:
+            self._run("(pop)")
+
+    def _step(self, name: str, rule, inputs: dict, pool: bool = False) -> "tuple | None":
+        """Value the settled e-graph, run the rule once and compare what it changed."""
+        st = self._st()
+        v0 = export(st)
+        val0 = Valuer(v0, inputs)
+        val0.value_all()
+        if not pool and len(val0.vals) < len(v0.classes):
+            return None  # an ill-typed draw: the instance itself has no value
+        hits, sizes = self._apply(name, rule)
+        if not hits:
+            return None
+        v1 = export(st)
+        res = check_step(v0, val0, v1, inputs)
+        if sizes.get("shape-conflict") or sizes.get("dtype-conflict"):
+            from .soundness_diff import Finding
+            res.findings.insert(0, Finding("conflict", -1, None, why="it equated values of different shapes or dtypes"))
+        if pool and res.findings and not consistent(v0, val0):
+            return None  # the other rules left the e-graph inconsistent: not this rule's doing
+        return res, v0, val0
+
+    # ---- one rule ------------------------------------------------------------------------------------
+    def check_patterns(self, name: str, v: RuleVerdict, budget: int) -> None:
+        """Source 1: budget random instances of the rule's left-hand side (both sides of a birewrite)."""
+        rule = v.rule
+        queries = [read_query(rule.text, rule.line, rule.name)]
+        if rule.text.lstrip("( \n").startswith("birewrite"):
+            queries.append(read_query(rule.text, rule.line, rule.name, side=1))
+        v.queries = queries
+        for k in range(budget):
+            if v.unsound or v.error or (v.built >= 6 and not v.fired):
+                break  # found wrong, or six instances never matched: a rule for the pool's programs
+            inst = instantiate(queries[k % len(queries)], self.rng)
+            if inst is None:
+                continue
+            v.built += 1
+            inputs = {t.args[0]: tricky(t.shape, t.dtype, self.rng) for t in inst.tensors}
+            self.programs += 1
+            got = self.run_instance(name, rule, inst, inputs)
+            if got is None:
+                continue
+            if self._record(name, v, got[0], True):
+                v.counterexample = self._shrink(name, rule, queries[k % len(queries)], inst, inputs, got)
+
+    def check_pool(self, name: str, v: RuleVerdict) -> None:
+        """Source 2, for a rule its own instances did not exercise enough: the random pool."""
+        if v.fired < self.cases and not (v.unsound or v.error):
+            self._pool_check(name, v)
+        if v.fired < self.cases and not (v.unsound or v.error):
+            q = v.queries[0]
+            v.why_not = ("no instance of its left-hand side could be built (" + _unbuildable(q) + ")"
+                         if not v.built else
+                         f"{v.built} instance(s) of its left-hand side were built but the rule matched "
+                         f"{v.from_pattern} (a relation or helper condition egglog decides failed)") + \
+                        f"; {len(self.pool)} random-pool program(s) tried"
+
+    def _record(self, name: str, v: RuleVerdict, res: StepResult, from_pattern: bool) -> bool:
+        """Count one exercised program; True when it found the rule wrong (or unevaluable)."""
+        v.fired += 1
+        v.from_pattern += from_pattern
+        v.checked_pairs += res.compared
+        if not res.findings:
+            return False
+        if all(f.kind == "checker" for f in res.findings):
+            v.error = "a rewrite could not be evaluated: " + res.findings[0].why
+        else:
+            v.unsound = True
+            self.unsound.add(name)
+        return True
+
+    def _shrink(self, name, rule, q, inst, inputs, got) -> str:
+        """The smallest failing instance among redraws at smaller sizes."""
+        best = (inst.size(), inst, inputs, got)
+        for max_dim in (1, 2, 2, 3):
+            for _ in range(4):
+                cand = instantiate(q, self.rng, max_dim=max_dim)
+                if cand is None or cand.size() >= best[0]:
+                    continue
+                cin = {t.args[0]: tricky(t.shape, t.dtype, self.rng) for t in cand.tensors}
+                r = self.run_instance(name, rule, cand, cin)
+                if r is not None and r[0].findings:
+                    best = (cand.size(), cand, cin, r)
+        _, inst, inputs, (res, v0, val0) = best
+        return counterexample(res, v0, val0, inputs, roots=len(inst.roots), source="built from the rule's left-hand side")
+
+    def _pool_check(self, name: str, v: RuleVerdict) -> None:
+        if not self.pool:
+            self.pool.extend(attention_programs(self.rng, 10))
+            for _ in range(2):
+                self.pool.extend(motif_programs(self.rng))
+            self.pool.extend(random_program(self.rng, int(self.rng.integers(4, 12))) for _ in range(6))
+            while self.pool_size and len(self.pool) < self.pool_size:
+                self.pool.extend(motif_programs(self.rng) if len(self.pool) % 2 else attention_programs(self.rng, 4))
+            self.pool = self.pool[:self.pool_size] if self.pool_size else self.pool
+        for prog in self.pool:
+            if v.fired >= self.cases or v.unsound:
+                break
+            inputs = {n.arg["tensor_id"]: tricky(tuple(int(d) for d in n.shape), n.dtype.value, self.rng)
+                      for n in prog.inputs}
+            self.programs += 1
+            for cuts in (default_cuts(prog), set()):
+                got = self.run_pool(name, v.rule, prog, cuts, inputs)
+                if got is None:
+                    continue
+                if self._record(name, v, got[0], False):
+                    res, v0, val0 = got
+                    v.counterexample = counterexample(res, v0, val0, inputs, roots=0,  # the cone: 'before' below
+                                                      source="a random-pool program rewritten by the other rules "
+                                                             "first, cut down to the rewritten value's cone")
+                break
+
+
+def _unbuildable(q) -> str:
+    from .soundness_instance import Builder, Reject
+    b = Builder(q, np.random.default_rng(0))
+    try:
+        for r in q.roots:
+            b.term(r)
+    except Reject as e:
+        return str(e)
+    except Exception as e:  # noqa: BLE001 — reported as the reason, not raised
+        return f"{type(e).__name__}: {e}"
+    return "its side conditions never held on random draws" if q.roots else "the rule matches no term"
+
+
 def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, seed: "int | None" = None,
-                max_programs: int = 60) -> CheckReport:
-    """Check every rule of rules/ (unless builtin=False) and of dirs; never raises for a bad rule file."""
+                only=None, budget: int = 12, max_programs: "int | None" = None) -> CheckReport:
+    """Check the rules of rules/ (unless builtin=False) and of dirs, or only those named by ``only``
+    (rule names, file names or paths; every file stays loaded as context). Never raises for a bad
+    rule file: its diagnostics are in the report. budget: instances of each rule's left-hand side;
+    max_programs: size of the random pool (default 28: attention, motif and random programs)."""
     t0 = time.perf_counter()
-    rep = CheckReport()
     cases = knobs.check_cases() if cases is None else cases
+    rep = CheckReport(cases=cases)
     rng = np.random.default_rng(knobs.check_seed() if seed is None else seed)
     files = []
     for path in discover(dirs, builtin):
@@ -110,160 +279,26 @@ def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, see
             files.append(rf)
         except PolysatError as e:
             rep.errors.extend(e.diagnostics)
-    text, by_set = _isolated(files)
-    verdicts = {name: RuleVerdict(r) for name, r in by_set.items()}
-    rep.verdicts = list(verdicts.values())
-    n = 0
-    while n < max_programs and any(v.fired < cases and not v.unsound for v in verdicts.values()):
-        progs = motif_programs(rng) if n % 2 == 0 else [random_program(rng, int(rng.integers(4, 12)))]
-        for prog in progs:
-            n += 1
-            _check_program(prog, text, verdicts, rng, cases)
-    rep.programs = n
+    if rep.errors and not files:
+        return rep
+    ck = Checker(files, rng, cases)
+    ck.pool_size = max_programs
+    todo = [(name, RuleVerdict(rule)) for name, rule in ck.by_set.items() if not only or _selected(rule, list(only))]
+    rep.verdicts = [v for _, v in todo]
+    for o in only or ():
+        if not any(_selected(v.rule, [o]) for _, v in todo) and not any(o in d.at for d in rep.errors):
+            rep.errors.append(diag("FileNotFound", o, f"--only {o}: no loaded rule, rule file or rules folder has this "
+                                   "name", "Name a rule (`polysat rules` lists them), a .egg file or a --rules folder."))
+    for phase in (lambda n, v: ck.check_patterns(n, v, max(budget, 3 * cases)), ck.check_pool):
+        for name, v in todo:  # every rule's own instances first: the pool's context then omits unsound rules
+            if v.error:
+                continue
+            try:
+                phase(name, v)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:  # noqa: BLE001 — a checker failure is reported, never a pass
+                v.error = f"the checker failed on this rule: {type(e).__name__}: {e}"
+    rep.programs = ck.programs
     rep.seconds = time.perf_counter() - t0
     return rep
-
-
-def _check_program(prog: Program, text: str, verdicts: dict, rng: np.random.Generator, cases: int) -> None:
-    """Apply the rules one at a time, each alone, in random order (so one rule's output feeds another's
-    pattern), verifying the whole e-graph after every rule that matched: the e-graph was consistent
-    before that rule ran, so a disagreement is that rule's. An unsound rule is dropped and the
-    program restarted without it."""
-    env = bind_env(prog, rng, 1, 3)
-    inputs = random_inputs(prog, rng, env)
-    ref = evaluate(prog, inputs, keep_all=True)
-    for _attempt in range(4):
-        active = [k for k, v in verdicts.items() if not v.unsound]
-        st = _fresh(prog, text, default_cuts(prog) if rng.random() < 0.5 else set())
-        fired: set = set()
-        restart = False
-        for _round in range(3):
-            matched_any = False
-            for name in rng.permutation(active):
-                v = verdicts[str(name)]
-                (out,) = st.run(f"(run-schedule (seq (run {name}) (saturate (run analysis))))")
-                if not out.report.num_matches_per_rule.get(v.rule.name, 0):
-                    continue
-                matched_any = True
-                if v.fired >= cases and name not in fired:
-                    continue  # verified on enough programs: it only feeds other rules' patterns now
-                bad = _verify(st, prog, inputs, ref, v)
-                if name not in fired:
-                    fired.add(name)
-                    v.fired += 1
-                if bad:
-                    v.unsound, v.counterexample = True, bad
-                    restart = True
-                    break
-                if st.enodes() > 3000:
-                    break
-            if restart or not matched_any or st.enodes() > 3000:
-                break
-        if not restart:
-            return
-
-
-def _fresh(prog: Program, text: str, cuts: set) -> EGraphState:
-    eg = base_egraph()
-    add_rule_files(eg, [RuleFile("<isolated rules>", text, (), ())])
-    st = EGraphState(eg, prog, ())
-    load_program(st, cuts)
-    st.run("(run-schedule (saturate (run analysis)))")
-    return st
-
-
-def _verify(st: EGraphState, prog: Program, inputs: dict, ref: dict, v: RuleVerdict) -> str:
-    """"" when every e-node of every multi-node class evaluates to its class's value, else a report.
-    The smallest term of every class is evaluated once (one Tiny program); each other e-node is then
-    evaluated alone, on its children's values."""
-    sizes = st.sizes()
-    if sizes.get("shape-conflict") or sizes.get("dtype-conflict"):
-        return "  it equated values of different shapes or dtypes on:\n" + _indent(format_program(prog))
-    view = export(st)
-    best, _ = solve(view, SizeCost())
-    original: dict = {}
-    for nid, i in st.index.items():
-        original.setdefault(view.by_index[i], nid)
-    multi = [c for c, ns in view.classes.items() if len(ns) > 1 and not ns[0].is_memory and c in best]
-    if not multi:
-        return ""
-    b = TermBuilder(st, view, {k: ch.node for k, ch in best.items()})
-    try:
-        for c in multi:
-            b.value(c)
-        vals = evaluate(Program(tuple(prog.inputs) + tuple(b.nodes), ()), inputs, keep_all=True)
-    except PolysatError:
-        return ""
-    for c in multi:
-        want = ref[original[c]] if c in original and prog[original[c]].op != Ops.INPUT else vals[b.made[c].id]
-        for node in view.classes[c]:
-            if any(ch not in best for ch in node.children) or any(best[ch].contains(c) for ch in node.children):
-                continue  # no finite term through this e-node
-            got = _node_value(b, c, node, vals)
-            if got is None:
-                continue
-            v.checked_pairs += 1
-            if not close(want, got):
-                return _counterexample(view, best, c, node, prog, original.get(c), want, got)
-    return ""
-
-
-def _node_value(b: TermBuilder, c: int, node, vals: dict):
-    """The value of e-node node (of class c) computed from its children's values in vals."""
-    mark, saved = len(b.nodes), b.cur
-    b.cur = []
-    try:
-        for ch in node.children:  # children of a Select's then-Read are memory: made already
-            if ch not in b.made and b.chosen[ch].op not in ("Tensor",):
-                return None
-        u = b.convert(c, node)
-        new = b.nodes[mark:]
-        if not new:
-            return vals.get(u.id)
-        ids = {n.id for n in new}
-        stand = {}
-        for n in new:
-            for sid in n.src:
-                if sid not in ids and sid not in stand:
-                    src = _find(b, sid)
-                    stand[sid] = UOp(sid, Ops.INPUT, (), Arg({"tensor_id": sid, "dtype": src.dtype, "shape": src.shape}),
-                                     src.dtype, src.shape)
-        q = Program(tuple(stand.values()) + tuple(new), (("v", u.id),))
-        return evaluate(q, {k: vals[k] for k in stand})["v"]
-    except (PolysatError, KeyError):
-        return None
-    finally:
-        del b.nodes[mark:]
-        b.cur = saved
-
-
-def _find(b: TermBuilder, nid: str):
-    for n in b.nodes:
-        if n.id == nid:
-            return n
-    return b.st.program[nid]
-
-
-def _counterexample(view, best, c, node, prog, orig_id, want, got) -> str:
-    chosen = {k: ch.node for k, ch in best.items()}
-    chosen[c] = node
-    after = format_terms(chosen, [c]).replace("out0 =", "rewritten to:")
-    cone = prog if orig_id is None else _cone(prog, orig_id)
-    where = "the program" if orig_id is None else f"value {orig_id} of the program, cut down to its cone"
-    return (f"  counterexample ({where}):\n" + _indent(format_program(cone)) + "\n" + _indent(after)
-            + f"\n  max abs difference from the original value: {max_error(want, got):.4g}")
-
-
-def _cone(prog: Program, nid: str) -> Program:
-    keep: set = set()
-    stack = [nid]
-    while stack:
-        k = stack.pop()
-        if k not in keep:
-            keep.add(k)
-            stack.extend(prog[k].src)
-    return Program(tuple(n for n in prog.nodes if n.id in keep or n.op == Ops.INPUT), (("v", nid),))
-
-
-def _indent(text: str) -> str:
-    return "\n".join("    " + ln for ln in text.splitlines())

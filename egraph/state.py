@@ -1,5 +1,5 @@
 """An e-graph holding one Tiny IR program: schema, rule helpers, analyses, rule files, and the
-program loaded flat (seed 000 §10 step 5; probe §4c: one node per action, unioned into ``N(i)``,
+program loaded flat (docs/DESIGN.md §E-graph: one node per action, unioned into ``N(i)``,
 sent in chunks, so loading is linear in the program size).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ..ir.tiny import GroupOp, Ops, Program, UOp
 from . import encode as E
 from .boundaries import default_cuts, movement_args
 from .ixfns import prelude
-from .knobs import load_chunk
+from ..knobs import load_chunk
 from .rulefiles import egg_error
 from .schema import declare_all
 
@@ -25,7 +25,7 @@ _MOVE = {Ops.RESHAPE: "Reshape", Ops.PERMUTE: "Permute", Ops.EXPAND: "Expand", O
 
 
 def run_text(eg: EGraph, text: str, filename: str = "<polysat>") -> list:
-    g = eg._egraph  # noqa: SLF001 — raw programs are how rule files run (probe §3)
+    g = eg._egraph  # noqa: SLF001 — raw programs are how rule files run
     return g.run_program(*g.parse_program(text, filename=filename))
 
 
@@ -57,6 +57,8 @@ def validate(files: list) -> None:
     key = tuple((rf.path, rf.text) for rf in files)
     if key in _VALID:
         return
+    from .soundness_lint import lint_files, raise_if_any
+    raise_if_any(lint_files(files))
     add_rule_files(base_egraph(), files)
     _VALID.add(key)
 

@@ -1,5 +1,5 @@
 """The streamed softmax-weighted sum in Tiny IR: how ``SoftmaxSum(p, passes, s, v)`` is spelled, and
-how the stages after extraction find it again (issue 7, ``rules/streaming.egg``).
+how the stages after extraction find it again (docs/DESIGN.md §Streaming, ``rules/streaming.egg``).
 
 Tiny IR has no streaming op, so an extracted ``SoftmaxSum`` is spelled by its meaning (what the
 reference evaluator computes, and what the soundness checker compares):

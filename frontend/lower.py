@@ -1,4 +1,4 @@
-"""Frontend IR -> Tiny IR: the driver and the table of op lowerings (seed 000 §10 step 1).
+"""Frontend IR -> Tiny IR: the driver and the table of op lowerings (docs/DESIGN.md §Pipeline step 1).
 
 Each high-level op is lowered to the naive Tiny IR form by a function registered with
 ``@lowering(OP, inputs=(min, max))`` (files ``lower_*.py`` beside this one). The driver binds the

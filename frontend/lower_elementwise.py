@@ -1,4 +1,4 @@
-"""Lowerings of Elementwise, Reduce, Softmax and LayerNorm to Tiny IR (seed 000 §3, 002 §5.3).
+"""Lowerings of Elementwise, Reduce, Softmax and LayerNorm to Tiny IR (docs/DESIGN.md §Frontend IR).
 
 Transcendentals are written with EXP2/LOG2 (exp(x) = 2^(x*log2 e), as tinygrad does). Composite
 functions (exp, log, sigmoid, silu, tanh, gelu, softmax, layernorm) compute in fp32 and cast back to
@@ -177,7 +177,7 @@ def reduce(ctx: Ctx, ins: list) -> list:
 
 
 def softmax_fp32(m: Math, x: UOp, axis: int) -> UOp:
-    """Row softmax of an fp32 tensor: max-subtracted EXP2, then divide by the sum (seed 002 §5.3)."""
+    """Row softmax of an fp32 tensor: max-subtracted EXP2, then divide by the sum."""
     b, at = m.b, m.at
     mx = b.reduce(x, "MAX", (axis,), DType.fp32, at=at)
     e = m.exp(m.op(Ops.SUB, x, m.keepdim(x, mx, (axis,))))

@@ -1,6 +1,6 @@
-"""Lowerings of GEMM, Conv2D, MaxPool2D and Attention to the naive Tiny IR form (seed 000 §3, 002 §5).
+"""Lowerings of GEMM, Conv2D, MaxPool2D and Attention to the naive Tiny IR form (docs/DESIGN.md §Frontend IR).
 
-Every contraction is movement -> MUL -> REDUCE(SUM) with tinygrad's ``dot`` order (seed 001 §0):
+Every contraction is movement -> MUL -> REDUCE(SUM) with tinygrad's ``dot`` order:
 insert a size-1 axis, move K last, multiply with right-aligned broadcast, sum the last axis. A conv
 is PAD + a sliding-window VIEW (affine index map) + the same contraction; a max-pool is PAD(-inf) +
 VIEW + REDUCE(MAX).
@@ -29,7 +29,7 @@ def widen(ctx: Ctx, x: UOp, w: UOp, acc: DType) -> tuple:
 
 
 def dot(ctx: Ctx, x: UOp, w: UOp, acc: DType) -> UOp:
-    """tinygrad ``x.dot(w)``: 1-D operands and broadcast batch dims included (seed 001 §0, §11)."""
+    """tinygrad ``x.dot(w)``: 1-D operands and broadcast batch dims included."""
     b, at = ctx.b, ctx.at
     n1, n2 = x.ndim, w.ndim
     if n1 == 0 or n2 == 0:
@@ -93,7 +93,7 @@ def _window_out(ctx: Ctx, size: Dim, lo: int, hi: int, k: int, s: int, d: int, a
 
 
 def sliding_window(ctx: Ctx, x: UOp, k: tuple, s: tuple, d: tuple, pads: tuple, value: float) -> UOp:
-    """X (N, C, H, W) -> (N, C, Ho, Wo, Kh, Kw) as PAD + VIEW (no copy; seed 002 §5.2, 003)."""
+    """X (N, C, H, W) -> (N, C, Ho, Wo, Kh, Kw) as PAD + VIEW (no copy)."""
     b, at = ctx.b, ctx.at
     n, c, h, w = x.shape
     ho = _window_out(ctx, h, pads[0], pads[1], k[0], s[0], d[0], "H")

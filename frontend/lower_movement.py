@@ -1,4 +1,4 @@
-"""Lowerings of the movement ops: logical views, no copy (seed 000 §2.1, 002 §2.1)."""
+"""Lowerings of the movement ops: logical views, no copy (docs/DESIGN.md §Tiny IR)."""
 from __future__ import annotations
 
 from ..ir.diagnostics import fail

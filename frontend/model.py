@@ -1,4 +1,4 @@
-"""Frontend IR (seed 000 §2): a graph signature, a tensor table and a DAG of high-level ops.
+"""Frontend IR (docs/DESIGN.md §Frontend IR): a graph signature, a tensor table and a DAG of high-level ops.
 
 ``parse_frontend`` checks the document's structure and returns frozen dataclasses; every problem is
 a coded diagnostic naming the user's node or tensor. Shapes and dtypes of intermediates may be left

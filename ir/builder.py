@@ -1,7 +1,7 @@
 """Building Tiny IR programs node by node, with right-aligned broadcasting made explicit.
 
 The frontend lowering and the Tiny IR loader both insert RESHAPE+EXPAND for broadcasts through
-:func:`Builder.broadcast`, so the rule (and its E1001) lives in one place (seed 000 §4.4).
+:func:`Builder.broadcast`, so the rule (and its E1001) lives in one place (docs/DESIGN.md §Tiny IR).
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ class Builder:
         return tuple(out)
 
     def broadcast(self, xs: list[UOp], *, at: str) -> list[UOp]:
-        """Right-aligned broadcast: prepend size-1 axes (RESHAPE), then EXPAND (seed 001 §1.3 D)."""
+        """Right-aligned broadcast: prepend size-1 axes (RESHAPE), then EXPAND."""
         if all(x.shape == xs[0].shape for x in xs):
             return xs
         target = self.broadcast_shape([x.shape for x in xs], at=at)

@@ -1,4 +1,4 @@
-"""Every diagnostic polysat reports, defined once (seed 000 §14, seed 002 §4).
+"""Every diagnostic polysat reports, defined once (docs/DESIGN.md §Diagnostics).
 
 A diagnostic is a value: ``code`` (``E1001``: E = error, W = warning), ``kind`` (its name),
 ``at`` (the user's node or tensor, or the stage), ``why`` and ``suggestion``. Code ranges:
@@ -60,6 +60,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     _k("E1402", "NeutralInvalid", "A reduce's init must be its op's neutral (sum 0, max -inf, min +inf)."),
     _k("E1403", "RuleFileError", "Fix the rule file at the reported line."),
     _k("E1404", "UnsoundRule", "The rule changes the program's value; fix or remove it."),
+    _k("E1405", "UnknownOpString", "Use an op string of the term language (`polysat rules` lists the shipped rules that use them)."),
+    _k("E1406", "AttributeSpelling", "Spell attributes as the loader writes them: shapes [2, 3], tuples (0, 1), floats 1.0, dtypes fp16|bf16|fp32|i32|bool."),
+    _k("E1407", "DuplicateRuleName", "Give every rule a name of its own (rule files are checked and reported by rule name)."),
+    _k("E1408", "RulesetShadowsName", "Rename the ruleset: it must not be named like a constructor or relation of the term language."),
     _k("E1501", "UnknownStage", "Choose dump stages from the list in `polysat compile --help`."),
     _k("E1502", "UnknownTarget", "Choose a target from `polysat run --help`."),
     _k("E1503", "BadInputFile", "Give an .npz file whose keys are the model's input tensor names."),

@@ -1,7 +1,7 @@
 """Integer expressions over named variables: sizes of symbolic dims and index maps.
 
 One canonical form serves both uses: a sum of monomials with integer coefficients, where an atom
-is a variable name or ``FloorDiv(expr, q)`` with ``q > 0``. Index maps (AxisExprs, seed 000 §4.2)
+is a variable name or ``FloorDiv(expr, q)`` with ``q > 0``. Index maps (AxisExprs, docs/DESIGN.md §IndexBook)
 are the *affine* subset (every monomial of degree <= 1); sizes may be products of symbols (a reshape
 that merges ``B`` and ``H`` gives ``B*H``). Canonical means: equal expressions built in any order
 compare and hash equal, and ``parse(str(e)) == e``.
@@ -123,7 +123,7 @@ class Expr:
         return Expr._make(exact) + Expr((((FloorDiv(inner, q),), 1),)) + outer
 
     def mod(self, q: int) -> "Expr":
-        """self mod q as E - q*floor(E/q): affine + floordiv only (seed 000 §4.3)."""
+        """self mod q as E - q*floor(E/q): affine + floordiv only (docs/DESIGN.md §IndexBook invariant 1)."""
         return self - self.floordiv(q) * q
 
     # ---- inspection ---------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Argument checking and shape/dtype inference for every Tiny IR op, in one table keyed by op.
 
 ``make_uop`` is the single constructor of well-typed nodes: the frontend builder and the Tiny IR
-JSON loader both go through it, so both report the same coded diagnostics (seed 002 §3-§4).
+JSON loader both go through it, so both report the same coded diagnostics (docs/DESIGN.md §Tiny IR).
 """
 from __future__ import annotations
 
@@ -339,7 +339,7 @@ def _reduce(at, src, arg):
 
 
 def _axis_by_symbol(at: str, shape: tuple, name: str) -> int:
-    """Seed 002 names reduce axes by their size symbol ("axes": ["K"]); find the unique such axis."""
+    """A Tiny IR JSON file may name reduce axes by their size symbol ("axes": ["K"]); find the unique such axis."""
     hits = [i for i, d in enumerate(shape) if not isinstance(d, int) and str(d) == name]
     if len(hits) != 1:
         fail("AxisOutOfRange", at, f"axis name {name!r} matches {len(hits)} axes of {fmt_shape(shape)}",
@@ -349,7 +349,7 @@ def _axis_by_symbol(at: str, shape: tuple, name: str) -> int:
 
 @rule(Ops.CONTRACT)
 def _contract(at, src, arg):
-    """CONTRACT(lhs, rhs): einsum-style MUL->REDUCE(SUM) with index names (seed 000 §3.3)."""
+    """CONTRACT(lhs, rhs): einsum-style MUL->REDUCE(SUM) with index names (docs/DESIGN.md §Tiny IR)."""
     a, b = src
     lhs = tuple(_req(at, "CONTRACT", arg, "lhs_idx"))
     rhs = tuple(_req(at, "CONTRACT", arg, "rhs_idx"))

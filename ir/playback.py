@@ -1,4 +1,4 @@
-"""CPU playback: numpy executes RB-SSA regions in order (seed 000 §6.11, §13).
+"""CPU playback: numpy executes RB-SSA regions in order (docs/DESIGN.md §Verification).
 
 Regions run one after another; the tensors each yields (``gmem`` or ``deferred``) are handed to the
 regions after it. A value is a numpy array over its present axes (see :mod:`.region`); elementwise

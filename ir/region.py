@@ -1,18 +1,18 @@
-"""Region Buffer SSA: one region = one kernel, as frozen, hashable values (seed 000 §6.1-§6.3, §6.8).
+"""Region Buffer SSA: one region = one kernel, as frozen, hashable values (docs/DESIGN.md §RB-SSA).
 
 A region has named axes (``iters``: the output space; ``reduce_axes``: the axes its Reduces bind),
-inputs and outputs as :class:`MemRef` s with a layout (§6.2), ``lets`` in SSA order and ``yields``
+inputs and outputs as :class:`MemRef` s with a layout, ``lets`` in SSA order and ``yields``
 that write a let to an output with a cast. Expressions are :class:`RNode` s over the vocabulary
 Read / Unary / Binary / Select / Reduce / BroadcastInDim / Transpose (plus Const, Ref to a let, and
-Pred, the affine guard a Select tests), and the streaming reduction OnlineSoftmaxSum (issue 7).
+Pred, the affine guard a Select tests), and the streaming reduction OnlineSoftmaxSum (docs/DESIGN.md §Streaming).
 
 Meaning (what :mod:`.playback` executes): every expression is a tensor over its *present axes*
-(``RNode.axes``, §6.4.3), named by the region's axes. ``Read(t, map)`` is ``t[map]`` over the axes the
+(``RNode.axes``, typing rule 3), named by the region's axes. ``Read(t, map)`` is ``t[map]`` over the axes the
 map mentions (in order of appearance); a Reduce removes the axes it binds; BroadcastInDim adds axes,
 Transpose reorders them. Outside Reduce bodies the operands of Binary/Select carry exactly the axes of
-their result (BroadcastInDim/Transpose are explicit, §6.4); inside a Reduce body operands are combined
-over the union of their axes, so reads index directly with no broadcast tensor (C-CON1, §6.3.1).
-Scalar constants and Pred guards (functions of their own axes) combine with anything. The JSON form (§6.8) round-trips: ``region_from_json(
+their result (BroadcastInDim/Transpose are explicit, typing rules 1-2); inside a Reduce body operands are combined
+over the union of their axes, so reads index directly with no broadcast tensor (C-CON1).
+Scalar constants and Pred guards (functions of their own axes) combine with anything. The JSON form round-trips: ``region_from_json(
 region_json(r)) == r``.
 
 ``online_softmax_sum<j; p; block; passes>(scores, values)`` binds the key axis j like a Reduce (its two
@@ -70,7 +70,7 @@ MATERIALIZE = ("gmem", "deferred")
 
 
 def neutral(op: str, dtype: DType | None) -> Any:
-    """The init a Reduce must start from (seed 000 §3.3): sum 0, max -inf, min +inf (int extremes for i32,
+    """The init a Reduce must start from (docs/DESIGN.md §Tiny IR): sum 0, max -inf, min +inf (int extremes for i32,
     False/True for bool)."""
     if dtype == DType.bool:
         return {"sum": False, "max": False, "min": True}.get(op)
@@ -299,7 +299,7 @@ class Region:
         return {l.name: l.expr for l in self.lets}
 
 
-# ---- JSON (§6.8) -------------------------------------------------------------------------------------
+# ---- JSON (--dump=region) ---------------------------------------------------------------------------------
 
 def _num_json(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
@@ -386,7 +386,7 @@ class _Loader:
         self.at = at
 
     def bad(self, where: str, why: str):
-        fail("MalformedStructure", f"{self.at}: {where}", why, "Regions follow the --dump=region format (seed 000 §6.8).")
+        fail("MalformedStructure", f"{self.at}: {where}", why, "Regions follow the --dump=region format.")
 
     def obj(self, x: Any, where: str) -> dict:
         if not isinstance(x, dict):

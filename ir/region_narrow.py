@@ -1,4 +1,4 @@
-"""Round a value where it is stored when every reader rounds it first (seed 000 §6.8: a yield carries the
+"""Round a value where it is stored when every reader rounds it first (docs/DESIGN.md §RB-SSA: a yield carries the
 dtype it stores).
 
 A kernel boundary can fall between a value and the narrowing cast every consumer applies to it (GELU in

@@ -1,4 +1,4 @@
-"""Shapes whose dims are ints or symbolic expressions (seed 000 §2.3, §4.2).
+"""Shapes whose dims are ints or symbolic expressions (docs/DESIGN.md §Frontend IR, §IndexBook).
 
 A Dim is an ``int`` or a non-constant :class:`~polysat.ir.expr.Expr` (a symbol such as ``M``, or a
 derived size such as ``(H - 1)//2 + 1``). Constant expressions are always folded to ``int`` so that

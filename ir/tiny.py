@@ -1,4 +1,4 @@
-"""Tiny IR: tinygrad's UOp vocabulary as frozen, hashable nodes (seed 000 §3, seed 002).
+"""Tiny IR: tinygrad's UOp vocabulary as frozen, hashable nodes (docs/DESIGN.md §Tiny IR).
 
 A node is ``{id, uop, src, arg, tag}``; its dtype and shape are derived by :mod:`.infer` when the
 node is built, so every UOp in a :class:`Program` is well typed. Binary operands are same-shape

@@ -1,6 +1,6 @@
 """Tiny IR as JSON (``{"uops": [...], "outputs": {...}}``): dump and load, round-tripping exactly.
 
-Numbers in ``src`` (seed 002 writes ``"src": ["n10", 1.442695]``) become CONST nodes shaped and
+Numbers in ``src`` (``"src": ["n10", 1.442695]``) become CONST nodes shaped and
 typed like their sibling operand, so validated Tiny IR is always same-shape and explicitly typed.
 """
 from __future__ import annotations

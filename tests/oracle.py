@@ -1,7 +1,7 @@
 """Independent numpy oracles of the Frontend IR ops, and the harness that runs models through the CLI.
 
-The oracle half never imports polysat: each op is written again from its documented meaning (seed 000
-§2, seed 001 §0 for tinygrad ``dot``, seed 002 §5 for conv/attention), in float64, on inputs rounded
+The oracle half never imports polysat: each op is written again from its documented meaning (docs/DESIGN.md
+§Frontend IR; tinygrad's ``dot`` for GEMM), in float64, on inputs rounded
 to their declared dtype the way ``polysat run`` rounds them (float32 first, then fp16 / bf16 through
 ml_dtypes). The harness half writes a model and an .npz, calls ``polysat.cli.main`` in-process (no
 interpreter start-up per case) and reads the outputs and diagnostics back.

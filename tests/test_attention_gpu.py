@@ -1,4 +1,4 @@
-"""Generated flash-attention kernels on a real GPU against the numpy meaning (issue 7; seed 000 §13).
+"""Generated flash-attention kernels on a real GPU against the numpy meaning (docs/DESIGN.md §Verification).
 
 Marked ``gpu``: skipped only when no CUDA GPU is visible. Every shape has row and key tails with respect
 to every tile the search can pick (BLOCK_M 64/128, BLOCK_N 64/128), M != N both ways (causal with M > N

@@ -1,5 +1,5 @@
 """Every flash-attention kernel builds with nvcc for sm_80 / sm_90a, spills nothing, and its PTX holds the
-skeleton's instructions (issue 7; seed 000 §9.1, §13). No GPU needed: ptxas -v and the PTX decide.
+skeleton's instructions (docs/DESIGN.md §GPU IR). No GPU needed: ptxas -v and the PTX decide.
 
 The matrix: head dims 64 and 128 x fp16 / bf16 x causal or not x online / streaming_softmax_2pass x
 sm80 (-arch=sm_80) / sm90 (-gencode=arch=compute_90a,code=sm_90a), symbolic M and N (the tail branch

@@ -1,7 +1,7 @@
 """Streamed attention regions (``--cost=model``, rules/streaming.egg) through the backend stages: the
 attention kind binds them, the plan's ``algo_choice.attention`` follows the region's walks over the keys
 (one: online_softmax; two: streaming_softmax_2pass, where P is rounded as the reference rounds it), and
-the region's kernel builds for sm_80 and sm_90a without spills (issue 7; no GPU needed).
+the region's kernel builds for sm_80 and sm_90a without spills (no GPU needed).
 """
 from __future__ import annotations
 

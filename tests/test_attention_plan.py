@@ -1,7 +1,7 @@
-"""The attention kind's Schedule Plan, search, GPU IR, CUDA text and registration (issue 7; seed 000 §8.1,
-§9, §11, §15.3). No GPU needed.
+"""The attention kind's Schedule Plan, search, GPU IR, CUDA text and registration (docs/DESIGN.md
+§Schedule Plan, §GPU IR, §Cost model). No GPU needed.
 
-Checked: the §8.1 fields of the plan JSON, the STOP conditions on every survivor, algo_choice.attention
+Checked: the Schedule Plan fields of the plan JSON, the STOP conditions on every survivor, algo_choice.attention
 (online by default, streaming_softmax_2pass on request, 1.5x the QK^T FLOPs), causal block skipping in
 the estimate, the async tokens of every GPU IR variant (and that a broken one is rejected), the kernel
 text (standalone, deterministic, ABI, scale constants, TMA boxes), the kind table entry, and coded

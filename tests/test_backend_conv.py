@@ -1,4 +1,4 @@
-"""Conv2D as implicit GEMM (issue 7): ConvSpec's numpy meaning and the im2col address/predicate helper
+"""Conv2D as implicit GEMM (docs/DESIGN.md §Backend): ConvSpec's numpy meaning and the im2col address/predicate helper
 (polysat::im2col_coord, compiled for the host with nvcc).
 
 * conv_reference (per-group im2col + gemm_reference) equals a direct 7-loop conv (groups, depthwise

@@ -1,4 +1,4 @@
-"""The conv kernels' index logic, run on the CPU against numpy (no GPU needed; issue 7).
+"""The conv kernels' index logic, run on the CPU against numpy (no GPU needed).
 
 polysat_conv.cuh keeps everything the conv and conv + pool kernels compute about indices in
 ``__host__ __device__`` code: the row maps (ConvRows, PoolRows), the (c, r, s) decomposition, the im2col

@@ -1,7 +1,7 @@
-"""Conv and conv + pool regions through the backend stages, compile-checked without a GPU (issue 7).
+"""Conv and conv + pool regions through the backend stages, compile-checked without a GPU.
 
-`polysat compile MODEL --dump=plan,gpu,cu` writes a §8.1 plan (tile, halo, predicate_tail, layout_hints,
-algo_choice {"conv": "implicit_gemm"}), the §9 GPU IR (the im2col gather as the A producer) and one .cu
+`polysat compile MODEL --dump=plan,gpu,cu` writes a Schedule Plan (tile, halo, predicate_tail, layout_hints,
+algo_choice {"conv": "implicit_gemm"}), the GPU IR (the im2col gather as the A producer) and one .cu
 per region. Every region kernel of the conv models (the seed's conv3x3_s2_silu, groups 2, depthwise,
 dilated, bf16 with a residual, odd sizes, Conv+ReLU+MaxPool) builds with -arch=sm_80 and with
 -gencode=arch=compute_90a,code=sm_90a; ptxas reports 0 spill bytes and no stack; the PTX holds
@@ -174,7 +174,7 @@ def test_sm90_skeleton_is_chosen_where_w_is_tma_aligned(builds):
 def test_pool_tile_pre_image_is_poly_cores_compute_at_slice(model):
     """The conv rows a CTA computes for its pool tile (ConvPoolSpec.pre_image, the plan's conv_tile) and the
     X window it reads are what Poly Core's isl analysis finds for the same tile: the dependence pre-image
-    of the pool tile (seed 003 compute-at), and X's footprint of it."""
+    of the pool tile (compute-at, docs/DESIGN.md §Fusion), and X's footprint of it."""
     from polysat.analyses.polycore import analyze
     from polysat.egraph.model_cost import bind_params, price_kernels
 

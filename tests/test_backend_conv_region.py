@@ -1,4 +1,4 @@
-"""Regions -> ConvSpec / ConvPoolSpec (backend/conv_from_region.py, conv_pool_from_region.py; issue 7).
+"""Regions -> ConvSpec / ConvPoolSpec (backend/conv/bind.py, backend/conv_pool/bind.py).
 
 The recognised spec's numpy meaning (conv_reference / conv_pool_reference) must equal CPU playback of the
 region (ir/playback.py), rtol = atol = 1e-3:

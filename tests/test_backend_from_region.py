@@ -1,4 +1,4 @@
-"""Extracted RB-SSA regions -> GemmSpec (backend/from_region.py, seed 000 §6.8.1, §10 step 6).
+"""Extracted RB-SSA regions -> GemmSpec (backend/gemm/bind.py, docs/DESIGN.md §Backend).
 
 Every recognised region is checked numerically: the spec's numpy meaning (backend/reference.py) equals CPU
 playback of the region (ir/playback.py) on random inputs, rtol = atol = 1e-3. Regions come from the real
@@ -22,7 +22,7 @@ from polysat.ir import region as rg
 from polysat.ir.dtypes import DType, round_to
 from polysat.ir.expr import Expr
 from polysat.ir.playback import playback
-from polysat.ir.region_validate import validate_regions
+from polysat.analyses.region_validate import validate_regions
 from polysat.pipeline import Compilation
 
 F16, BF16, F32 = DType.fp16, DType.bf16, DType.fp32

@@ -1,4 +1,4 @@
-"""Generated kernels on a real GPU against the numpy meaning (seed 000 §13: rtol = atol = 1e-3).
+"""Generated kernels on a real GPU against the numpy meaning (rtol = atol = 1e-3, docs/DESIGN.md §Verification).
 
 Marked ``gpu``: skipped only when no CUDA GPU is visible. Every shape has tails in M, N and K with
 respect to every tile the search can pick (64/128/256 and BK 32/64); the sm90 cases keep the

@@ -1,5 +1,5 @@
 """Every generated kernel builds with nvcc for sm_80 / sm_90a, spills nothing, and its PTX holds the
-skeleton's instructions (seed 000 §9.1, §13). No GPU needed: ptxas -v and the kept PTX decide.
+skeleton's instructions (docs/DESIGN.md §GPU IR). No GPU needed: ptxas -v and the kept PTX decide.
 
 All builds run once per session in a small thread pool and are cached by source hash
 (POLYSAT_NVCC_CACHE); the fixture prints the nvcc wall time.

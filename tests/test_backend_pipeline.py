@@ -1,6 +1,6 @@
 """The backend stages over extracted regions (backend/stages.py): plan / gpu / cu dumps, compile checks of every
-region's kernel through the pipeline, the region runner, and `polysat run --target cuda` on a GPU (seed 000
-§8-§13; issue 6).
+region's kernel through the pipeline, the region runner, and `polysat run --target cuda` on a GPU (docs/DESIGN.md
+§Backend).
 
 Compile checks need nvcc only (no GPU): each region's kernel builds with -arch=sm_80 and with
 -gencode=arch=compute_90a,code=sm_90a, ptxas reports 0 spill bytes and the PTX holds the skeleton's

@@ -1,4 +1,4 @@
-"""The cost model (seed 000 §11): fused partitions priced below one kernel per op, roofline numbers
+"""The cost model (docs/DESIGN.md §Cost model): fused partitions priced below one kernel per op, roofline numbers
 against the measured anchors, exact FLOP and byte counts, STOP conditions, the fusion delta."""
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -44,10 +44,10 @@ def test_large_gemm_lands_on_the_measured_ceilings():
     h100 = price(gemm(8192, 8192, 8192), "sm90")
     tflops = h100.flops / h100.time_est_us / 1e6
     assert h100.bound == "compute"
-    assert 600 <= tflops <= 850  # anchors §0: cuBLAS 798 TFLOP/s at 8192^3 on H100
+    assert 600 <= tflops <= 850  # measured cuBLAS: 798 TFLOP/s at 8192^3 on H100
     a100 = price(gemm(4096, 4096, 4096), "sm80")
-    assert 200 <= a100.flops / a100.time_est_us / 1e6 <= 290  # anchors §1: cuBLAS 258-271 on A100
-    # the sm80 datapath run on an H100 tops out near 40-50% of peak (anchors §0)
+    assert 200 <= a100.flops / a100.time_est_us / 1e6 <= 290  # measured cuBLAS: 258-271 TFLOP/s on A100
+    # the sm80 datapath run on an H100 tops out near 40-50% of peak (measured)
     sm80_on_h100 = price(gemm(8192, 8192, 8192), "h100-sm80")
     assert 350 <= sm80_on_h100.flops / sm80_on_h100.time_est_us / 1e6 <= 500
 

@@ -1,6 +1,6 @@
-"""Each diagnostic of issue 2, provoked by a malformed model: exit status 1, the right code, no traceback.
+"""Each model diagnostic, provoked by a malformed model: exit status 1, the right code, no traceback.
 
-A diagnostic is a value with code, kind, at, why, suggestion (seed 000 §14); the CLI prints it (as
+A diagnostic is a value with code, kind, at, why, suggestion (docs/DESIGN.md §Diagnostics); the CLI prints it (as
 JSON with ``--json``) and exits 1. Cases run ``polysat compile`` (or ``run`` when the problem is in
 the inputs) in-process; a few go through a real process to see the exit status and stderr a user sees.
 """

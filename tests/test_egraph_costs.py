@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from polysat.egraph import COST_MODELS, CostModel, extract_full, register_cost, saturate
+from polysat.egraph.cost import make
 from polysat.egraph.numeric import bind_env, random_inputs, same_outputs
 from polysat.frontend import load_model
 from polysat.ir.playback import playback
-from polysat.ir.region_synth import synthesize
+from polysat.egraph.region_synth import synthesize
 
 EX = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
@@ -39,11 +40,13 @@ def test_size_is_the_default_registered_model():
 
 
 def test_a_region_cost_model_changes_the_partition_and_keeps_the_values():
-    model = register_cost(SplitAtReduces())
+    register_cost(SplitAtReduces)
+    assert isinstance(make(SplitAtReduces.name), SplitAtReduces)  # --cost=NAME builds the registered class
+    model = SplitAtReduces()
     p = load_model(str(EX / "softmax.json"))
     st, _ = saturate(p)
     by_size = extract_full(st, "size")
-    by_model = extract_full(st, model.name)
+    by_model = extract_full(st, model)
     assert len(by_model.partition.kernels) > len(by_size.partition.kernels) == 1
     assert model.regions and all(r.root in r.chosen for r in model.regions)
     rng = np.random.default_rng(0)

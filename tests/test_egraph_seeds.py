@@ -1,4 +1,4 @@
-"""Seed 000 §6.8: the region bodies come out of extraction from the naive Tiny IR the frontend writes."""
+"""docs/DESIGN.md §RB-SSA: the region bodies come out of extraction from the naive Tiny IR the frontend writes."""
 from __future__ import annotations
 
 import pathlib

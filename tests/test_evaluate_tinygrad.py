@@ -1,6 +1,6 @@
 """The reference evaluator against tinygrad 0.14 (a test oracle only) on hypothesis-generated shapes.
 
-Tiny IR borrows tinygrad's vocabulary (seed 000 §3), so its movement, broadcast and reduce semantics
+Tiny IR borrows tinygrad's vocabulary (docs/DESIGN.md §Tiny IR), so its movement, broadcast and reduce semantics
 must be tinygrad's: every program here is built twice, once with :class:`polysat.ir.builder.Builder`
 and run by :func:`polysat.ir.evaluate.evaluate`, once as tinygrad Tensor ops, and the values must
 agree (movement exactly). tinygrad runs on its ``PYTHON`` device, the emulator that needs no C

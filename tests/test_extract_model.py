@@ -1,4 +1,4 @@
-"""`polysat extract --cost=model` end to end (issue 5 acceptance): region counts per example, halo on
+"""`polysat extract --cost=model` end to end (docs/DESIGN.md §Cost model): region counts per example, halo on
 conv+relu+maxpool, fused cheaper than one kernel per op, the values kept, --explain and --json."""
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ import pathlib
 import numpy as np
 import pytest
 
-from polysat.egraph.extract_command import extract_command, run_extract
+from polysat.commands.extract import extract_command, run_extract
 from polysat.egraph.numeric import bind_env, close, random_inputs, same_outputs
 from polysat.frontend import load_model
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
-from polysat.ir.region_synth import synthesize
+from polysat.pipeline import Compilation
+from polysat.egraph.region_synth import synthesize
 
 EX = pathlib.Path(__file__).resolve().parent.parent / "examples"
 BIND = {"attention": {"B": 1, "H": 8, "M": 512, "N": 512}, "gemm_bias_relu": {"M": 1024, "N": 1024, "K": 1024}}
-# issue 5 acceptance: regions per example under --cost=model (issue 7: attention streams as one region)
+# regions per example under --cost=model (attention streams as one region, docs/DESIGN.md §Streaming)
 EXPECTED = {"gemm_bias_relu": 1, "conv_relu_maxpool": 1, "softmax": 1, "layernorm": 1, "mlp": 2,
             "attention": 1, "conv3x3_s2_silu": 1, "attention_row_softmax": 1}
 _CACHE: dict = {}
@@ -72,8 +73,8 @@ def test_mlp_regions_are_split_between_the_two_gemms():
 
 
 def test_json_output_has_the_issue_shape(capsys):
-    assert extract_command(str(EX / "gemm_bias_relu.json"), cost="model", as_json=True,
-                           bind=BIND["gemm_bias_relu"]) == 0
+    assert extract_command(Compilation(str(EX / "gemm_bias_relu.json"), cost="model", bind=BIND["gemm_bias_relu"]),
+                           as_json=True) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) >= {"regions", "total", "egraph"}
     (reg,) = doc["regions"]
@@ -88,7 +89,7 @@ def test_json_output_has_the_issue_shape(capsys):
 
 
 def test_explain_lists_a_rejected_fusion_with_both_prices(capsys):
-    extract_command(str(EX / "mlp.json"), cost="model", explain=True, as_json=True)
+    extract_command(Compilation(str(EX / "mlp.json"), cost="model"), explain=True, as_json=True)
     doc = json.loads(capsys.readouterr().out)
     rej = doc["rejected"]
     assert rej, "mlp keeps a boundary between its GEMMs: its fusion must be listed"
@@ -99,14 +100,14 @@ def test_explain_lists_a_rejected_fusion_with_both_prices(capsys):
 
 
 def test_explain_text_names_the_verdict_and_prices(capsys):
-    extract_command(str(EX / "mlp.json"), cost="model", explain=True)
+    extract_command(Compilation(str(EX / "mlp.json"), cost="model"), explain=True)
     out = capsys.readouterr().out
     assert "rejected fusions:" in out and "separate" in out and "fused" in out and "µs" in out
     assert "bound" in out and "saturation:" in out
 
 
 def test_explain_says_attention_is_streamed_and_prices_the_two_pass_form(capsys):
-    extract_command(str(EX / "attention.json"), cost="model", explain=True, bind=BIND["attention"])
+    extract_command(Compilation(str(EX / "attention.json"), cost="model", bind=BIND["attention"]), explain=True)
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ": streamed (1 pass over the keys) —" in ln)
     one = float(line.split(" — ")[1].split(" µs")[0])
@@ -115,7 +116,7 @@ def test_explain_says_attention_is_streamed_and_prices_the_two_pass_form(capsys)
 
 
 def test_size_cost_still_lists_priced_regions_and_explains_the_merge(capsys):
-    extract_command(str(EX / "conv_relu_maxpool.json"), cost="size", explain=True, as_json=True)
+    extract_command(Compilation(str(EX / "conv_relu_maxpool.json"), cost="size"), explain=True, as_json=True)
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["regions"]) == 2  # the loaded default partition cuts before the pool
     assert all(r["cost"]["time_est_us"] > 0 and r["analysis"] is not None for r in doc["regions"])

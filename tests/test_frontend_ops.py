@@ -1,6 +1,6 @@
 """Every Frontend IR op, run by ``polysat run`` (reference target), against an independent numpy oracle.
 
-Issue 2's acceptance (seed 000 §2, seed 001 §0, seed 002 §5): odd sizes, 1-D GEMM operands, broadcast
+docs/DESIGN.md §Frontend IR: odd sizes, 1-D GEMM operands, broadcast
 batch dims, grouped / dilated / strided convolutions, causal attention with M != N (mask aligned
 bottom-right), bf16 inputs, symbolic dims. Each case writes a model and an .npz and runs the CLI
 in-process (``polysat.cli.main``); the oracle (tests/oracle.py) rounds inputs to their declared dtype

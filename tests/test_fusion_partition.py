@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from polysat.bench.models import conv_relu_conv, sibling_gemms, softmax_axis
-from polysat.egraph.extract_command import run_extract
+from polysat.commands.extract import run_extract
 from polysat.egraph.numeric import bind_env, close, random_inputs, same_outputs
 from polysat.frontend import load_model
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
-from polysat.ir.region_synth import synthesize
+from polysat.egraph.region_synth import synthesize
 
 
 def extract_and_play(model: dict, bind=None, seed: int = 5) -> dict:

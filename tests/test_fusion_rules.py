@@ -1,4 +1,4 @@
-"""Fusion legality as rules (rules/fusion.egg) and its post-check on extracted kernels (issue 5):
+"""Fusion legality as rules (rules/fusion.egg) and its post-check on extracted kernels (docs/DESIGN.md §Fusion):
 the read classes, which boundaries get a fused alternative in the e-graph, many-to-many never, and
 the rules' soundness."""
 from __future__ import annotations

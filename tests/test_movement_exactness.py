@@ -1,4 +1,4 @@
-"""Composed movement access relations are exact (seed 000 §4.4, §5.2; issue 3 acceptance).
+"""Composed movement access relations are exact (docs/DESIGN.md §IndexBook, §Poly-View).
 
 A chain of RESHAPE / PERMUTE / EXPAND / PAD / SHRINK (with step) / FLIP is evaluated by the reference
 evaluator on an *index tensor* (element = 1 + its flat index, padding = 0). For every output point,

@@ -4,7 +4,7 @@ input -- never a traceback, never E1999 InternalError (which is a caught crash, 
 
 Seeds are the shipped examples, one small model per Frontend IR op, and a Tiny IR document. A mutation
 picks any place in the JSON tree and replaces, deletes, duplicates or cross-wires it (so names start
-pointing at the wrong tensors and cycles appear), or damages the file's text (seed 000 §14).
+pointing at the wrong tensors and cycles appear), or damages the file's text (docs/DESIGN.md §Diagnostics).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""CPU playback of synthesized regions equals the reference evaluator (seed 000 §6.11).
+"""CPU playback of synthesized regions equals the reference evaluator (docs/DESIGN.md §Verification).
 
-Acceptance of issue 4: on every example and every Frontend IR op, the regions of the default
+On every example and every Frontend IR op, the regions of the default
 partition and of the whole program as one region play back to the reference evaluator's outputs
 (rtol = atol = 1e-3, plus half an ulp of a 16-bit output), in the output's dtype. Symbols get odd
 sizes so tails are exercised; bf16 inputs round through ml_dtypes as in the evaluator.
@@ -19,8 +19,8 @@ from polysat.frontend import load_model
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
-from polysat.ir.region_synth import default_partition, synthesize
-from polysat.ir.region_validate import validate_regions
+from polysat.egraph.region_synth import default_partition, synthesize
+from polysat.analyses.region_validate import validate_regions
 from polysat.ir.tiny import Ops
 
 _spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))

@@ -1,6 +1,6 @@
 """Random Tiny IR programs: playback of their synthesized regions equals the reference evaluator.
 
-Acceptance of issue 4 (seed 000 §6.11): for generated programs (elementwise, casts, WHERE, every
+docs/DESIGN.md §Verification: for generated programs (elementwise, casts, WHERE, every
 movement op, SUM/MAX/MIN reductions, fan-out), the regions of three partitions — the default one,
 the whole program as one kernel, and one kernel per compute node — play back to the reference
 evaluator's outputs (rtol = atol = 1e-3, plus half an ulp of a 16-bit output); the regions validate
@@ -20,8 +20,8 @@ from polysat.ir.dtypes import DType
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
 from polysat.ir.region import regions_from_json, regions_json
-from polysat.ir.region_synth import default_partition, partition_from_materialized, synthesize
-from polysat.ir.region_validate import validate_regions
+from polysat.egraph.region_synth import default_partition, partition_from_materialized, synthesize
+from polysat.analyses.region_validate import validate_regions
 from polysat.ir.tiny import GroupOp, Ops
 
 MAX_ELEMS = 400

@@ -35,7 +35,7 @@ def test_conv_relu_pool_flow_dependences():
     # relu reads the finished conv value: the last reduction step (c = C-1, r = s = 2)
     _eq(exact.between("conv", "relu"),
         "{ conv[0, k, h, w, 2, 2, 2] -> relu[0, k, h, w] : 0 <= k < 2 and 0 <= h < 8 and 0 <= w < 8 }")
-    # each pool instance reads the relu value of its window (seed 003 §3: h_c = 2 h_p + i)
+    # each pool instance reads the relu value of its window (h_c = 2 h_p + i)
     _eq(exact.between("relu", "pool"),
         "{ relu[0, k, h, w] -> pool[0, k, ph, pw, i, j] : 0 <= k < 2 and 0 <= ph < 4 and 0 <= pw < 4 and "
         "0 <= i < 2 and 0 <= j < 2 and h = 2ph + i and w = 2pw + j }")

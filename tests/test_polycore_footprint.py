@@ -1,5 +1,5 @@
 """Compute-at slices, footprints and halos against isl sets written by hand (isl equality) and
-against brute-force enumeration of the loops (seed 003 rule 1: the pre-image of a consumer tile)."""
+against brute-force enumeration of the loops (the pre-image of a consumer tile, docs/DESIGN.md §Poly Core)."""
 import islpy as isl
 from hypothesis import given, strategies as st
 

@@ -1,4 +1,4 @@
-"""The Poly Core report (seed 000 §7.1): its JSON shape, edge classes and minimal buffers for the
+"""The Poly Core report (docs/DESIGN.md §Poly Core): its JSON shape, edge classes and minimal buffers for the
 hand-built regions, tail axes, barrier and bank hints per arch, and failure as a diagnostic."""
 import json
 

@@ -1,5 +1,5 @@
 """Poly-View: isl domains and access relations equal the seed-003 forms; ContractionPattern detection
-(seed 000 §5, seed 003 §1-§2). isl objects are compared by equality, never by text."""
+(docs/DESIGN.md §Poly-View). isl objects are compared by equality, never by text."""
 from __future__ import annotations
 
 import islpy as isl
@@ -15,7 +15,7 @@ from polysat.ir.tiny import Ops
 
 
 def tiny_dot(b: Builder, x, w):
-    """tinygrad ``x.dot(w)`` (seed 001 §0): insert a 1, move K last, MUL with broadcast, SUM(-1)."""
+    """tinygrad ``x.dot(w)`` : insert a 1, move K last, MUL with broadcast, SUM(-1)."""
     x = b.reshape(x, x.shape[:-1] + (1,) + x.shape[-1:], at="dot")
     w = b.reshape(w, w.shape[:-2] + (1,) + w.shape[-2:], at="dot")
     perm = list(range(w.ndim))
@@ -142,7 +142,7 @@ def test_maxpool_access_relations_equal_seed_form(kernel, stride):
     assert renamed(wr.map, "S", "Pool").is_equal(isl.Map(f"{{ S[b, ch, y, x, rh, rw] -> Pool[b, ch, y, x] : {box} }}"))
 
 
-# ---- dump shape (seed 000 §5.2) and region boundaries -------------------------------------------------
+# ---- dump shape (docs/DESIGN.md §Poly-View) and region boundaries ---------------------------------------------
 
 def test_every_block_has_parseable_domain_and_named_accesses():
     b = Builder()

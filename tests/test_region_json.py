@@ -1,4 +1,4 @@
-"""The --dump=region JSON (seed 000 §6.8): its shape, exact round-trips, and coded load errors."""
+"""The --dump=region JSON (docs/DESIGN.md §RB-SSA): its shape, exact round-trips, and coded load errors."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from polysat.egraph.partition import Kernel, Partition
 from polysat.frontend import load_model
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.region import region_from_json, regions_from_json, regions_json
-from polysat.ir.region_synth import default_partition, synthesize
+from polysat.egraph.region_synth import default_partition, synthesize
 from polysat.ir.tiny import Ops
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"

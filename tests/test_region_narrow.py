@@ -20,7 +20,7 @@ from polysat.backend import kinds
 from polysat.ir.dtypes import DType
 from polysat.ir.playback import playback
 from polysat.ir.region_narrow import narrow_boundaries
-from polysat.ir.region_synth import synthesize
+from polysat.egraph.region_synth import synthesize
 from polysat.pipeline import Compilation
 
 _oracle_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))

@@ -1,9 +1,10 @@
-"""Region synthesis produces the regions of seed 000 §6.8 and obeys the normal forms of §6.3-§6.7.
+"""Region synthesis produces the regions of docs/DESIGN.md §RB-SSA and obeys its normal
+forms.
 
 GEMM+bias+ReLU comes out in C-CON1 form (direct reads in the Reduce body, bias broadcast in the
 epilogue), the 3x3 stride-2 conv as one Reduce whose body guards the padded read with a Select, and
 attention's row softmax as one region whose sum/max/sum Reduces stay separate lets (R4) and whose QK
-Reduce is computed once and shared (§6.7 step 6). Also: Transpose for an unfolded PERMUTE, R0
+Reduce is computed once and shared (synthesis step 6). Also: Transpose for an unfolded PERMUTE, R0
 merging of nested Reduces, R1 hoisting, deferred materialization, and non-affine views as coded errors.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType
 from polysat.ir.expr import Expr
 from polysat.ir.region import R, Region, format_region, walk
-from polysat.ir.region_synth import default_partition, synthesize
+from polysat.egraph.region_synth import default_partition, synthesize
 from polysat.ir.tiny import Ops
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
@@ -88,7 +89,7 @@ def test_conv_pads_with_a_select_inside_the_reduce_body():
     assert str(then.arg[1][2]) == f"2*i2 + {kh} - 1" and str(then.arg[1][3]) == f"2*i3 + {kw} - 1", text
     assert sel[0].src[2].op == R.CONST and sel[0].src[2].arg == 0.0
     outside = [n for l in r.lets if l is not acc for n in walk(l.expr) if n.op == R.SELECT]
-    assert not outside, "the pad guard stays inside the Reduce (§6.7 step 5)"
+    assert not outside, "the pad guard stays inside the Reduce (synthesis step 5)"
 
 
 def test_attention_row_softmax_keeps_heterogeneous_reduces_apart_and_shares_scores():

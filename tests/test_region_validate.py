@@ -1,4 +1,4 @@
-"""The RB-SSA validators report each diagnostic of seed 000 §6.10, and only when it applies.
+"""The RB-SSA validators report each diagnostic of docs/DESIGN.md §RB-SSA, and only when it applies.
 
 Synthesized regions of every example validate clean; each check is then shown to fire on a region
 broken in exactly one way (edited through its --dump=region JSON, which also exercises loading).
@@ -19,8 +19,8 @@ from polysat.ir.expr import Expr
 from polysat.ir import region as rg
 from polysat.ir.playback import playback
 from polysat.ir.region import Buffer, Let, MemRef, Region, Yield, regions_from_json, regions_json
-from polysat.ir.region_synth import default_partition, synthesize
-from polysat.ir.region_validate import validate_regions
+from polysat.egraph.region_synth import default_partition, synthesize
+from polysat.analyses.region_validate import validate_regions
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 

@@ -1,4 +1,4 @@
-"""The two-region form of attention (seed 000 §15.3: "P materialize deferred, 2 regions connected"), as
+"""The two-region form of attention (P materialized, deferred: 2 regions connected), as
 ``--cost size`` extracts it: the first region (P = softmax(scale * Q K^T, masked), cast to P's type) binds
 to the softmax_scores kind, the second (P V) to the GEMM kind; the ScoresSpec's numpy meaning equals CPU
 playback of the region; regions of any other shape are E1504 from this kind with a reason. No GPU needed.

@@ -1,4 +1,5 @@
-"""Attention as ONE streamed region (issue 7): under ``--cost=model`` the streaming rules turn softmax ->
+"""Attention as ONE streamed region (docs/DESIGN.md §Streaming):
+under ``--cost=model`` the streaming rules turn softmax ->
 P V into one ``online_softmax_sum`` region (one pass for fp16 P, two passes for bf16 P), chosen because
 Poly Core prices it cheaper; CPU playback of it equals the reference evaluator (rtol = atol = 1e-3, plus
 half an ulp of the 16-bit output) causal and not, M == N, M < N, M > N (rows that see no key are NaN in
@@ -19,13 +20,13 @@ from polysat.backend.common.region_match import NoBind
 from polysat.backend.attention.bind import bind as attention_binding
 from polysat.backend.attention.reference import reference as attention_reference
 from polysat.backend.gemm.bind import bind as gemm_binding
-from polysat.egraph.extract_command import run_extract
+from polysat.commands.extract import run_extract
 from polysat.egraph.stream import BLOCK, groups
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
 from polysat.ir.region import R, walk
-from polysat.ir.region_synth import partition_from_materialized, synthesize
-from polysat.ir.region_validate import validate_regions
+from polysat.egraph.region_synth import partition_from_materialized, synthesize
+from polysat.analyses.region_validate import validate_regions
 from polysat.pipeline import Compilation
 
 _spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))

@@ -1,7 +1,7 @@
-"""Poly Core prices the streamed attention region honestly (issue 7, seed 000 §11): device bytes are Q, K,
+"""Poly Core prices the streamed attention region honestly (docs/DESIGN.md §Streaming): device bytes are Q, K,
 V and O once (no P round trip), FLOPs cover both contractions, the exponentials and the recurrence's
-rescaling, the on-chip values are one key block of the tile (so a long key axis never spills), a second
-walk over the keys (two passes) costs more, and the search picks the stream because it is cheaper."""
+rescaling, the on-chip values are one key block of the tile (so a long key axis never spills), a second walk
+over the keys (two passes) costs more, and the search picks the stream because it is cheaper."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +11,7 @@ import pytest
 
 from polysat.analyses.cost_model import price, stream_tile
 from polysat.analyses.footprint import card, extents, make_tile
-from polysat.egraph.extract_command import run_extract
+from polysat.commands.extract import run_extract
 from polysat.egraph.model_cost import ModelCost, saturate_unfused
 from polysat.frontend import load_model
 

@@ -1,4 +1,4 @@
-"""The RB-SSA streaming construct ``online_softmax_sum`` (issue 7) on its own: JSON round trip, the
+"""The RB-SSA streaming construct ``online_softmax_sum`` (docs/DESIGN.md §Streaming) on its own: JSON round trip, the
 validators' diagnostics, and CPU playback running it key block by key block, checked against the
 two-kernel softmax written out in numpy (rows fully masked included) for random shapes and blocks."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from polysat.ir.dtypes import DType, round_to
 from polysat.ir.expr import Expr
 from polysat.ir.playback import playback
 from polysat.ir.region import Buffer, Let, MemRef, Region, Yield, region_from_json, region_json
-from polysat.ir.region_validate import validate_regions
+from polysat.analyses.region_validate import validate_regions
 
 F32 = np.float32
 LOG2E = F32(1.4426950408889634)

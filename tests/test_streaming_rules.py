@@ -1,4 +1,5 @@
-"""rules/streaming.egg (issue 7): named rules with laws, opt-in (run by `--cost=model`, not by the default
+"""rules/streaming.egg (docs/DESIGN.md §Streaming):
+named rules with laws, opt-in (run by `--cost=model`, not by the default
 schedule), sound on random attention-shaped programs, and the fp16 restriction of moving P's rounding is
 needed: the same rewrite for bf16 P is caught by the checker."""
 from __future__ import annotations

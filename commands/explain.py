@@ -1,7 +1,7 @@
-"""``polysat extract --explain``: the fusions the extraction rejected and why (seed 000 §11 "fusion
-delta"; issue 5): illegal (no rule fuses the read, or the fused kernel breaks a legality class), or
-priced higher by Poly Core, with both prices; and the softmax-weighted sums it streamed (issue 7:
-one pass over the keys, rules/streaming.egg) with the price of the two-pass spelling they replaced.
+"""``polysat extract --explain``: the fusions the extraction rejected and why (docs/DESIGN.md
+§Cost model, §Fusion): illegal (no rule fuses the read, or the fused kernel breaks a legality class), or
+priced higher by Poly Core, with both prices; and the softmax-weighted sums it streamed (docs/DESIGN.md
+§Streaming: one pass over the keys, rules/streaming.egg) with the price of the two-pass spelling they replaced.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from ..analyses.cost_model import price
 from ..analyses.indexbook import checked_indexbook
 from ..analyses.poly_from_view import region_from_polyview
 from ..analyses.polyview import build_polyview
-from .model_cost import ModelCost, canonical, illegal_fusions
-from .partition import Kernel, Partition
+from ..egraph.model_cost import canonical, illegal_fusions
+from ..egraph.partition import Kernel, Partition
 
 
 def _names(result: dict) -> dict:
@@ -43,7 +43,7 @@ def explain_model(result: dict) -> list:
                     "kernels": [r.kernels_before, r.kernels_after],
                     "scope": "the two kernels around the boundary" if r.local else "the whole partition"})
     if search.streamed:  # price the best partition that streams nothing: what streaming replaced
-        two = ModelCost(result["_params"], result["total"]["arch"]).search(result["_state"], stream=False).best
+        two = result["_model"].search(result["_state"], stream=False).best
         for s in search.streamed:
             out.append({"value": names.get(s.value, f"e-class {s.value}"), "verdict": "streamed", "passes": s.passes,
                         "why": "illegal" if two.illegal else ("priced higher" if two.total > s.total_us else "cheaper"),

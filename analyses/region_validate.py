@@ -1,4 +1,5 @@
-"""Validators of RB-SSA regions: the diagnostics of seed 000 §6.10 (and §6.4, §6.6, seed 001 §3.3).
+"""Validators of RB-SSA regions: the diagnostics of docs/DESIGN.md §RB-SSA
+(its typing rules and SRNF included).
 
 ``validate_regions`` returns every problem as a :class:`Diagnostic` value (errors and warnings) and
 raises nothing. Checked, per region:
@@ -14,7 +15,7 @@ raises nothing. Checked, per region:
 * AccDtypeMissing / NonAssociativeTransform / NeutralInvalid — a Reduce without accumulation dtype,
   with an op other than sum/max/min, or whose init is not its op's neutral;
 * ExcessivePiecewise (warning) — a Read's guard splits into more than ``MAX_PIECES`` pieces;
-* online_softmax_sum (issue 7) — one key axis, declared in reduce_axes, along which its scores and
+* online_softmax_sum (docs/DESIGN.md §Streaming) — one key axis, declared in reduce_axes, along which its scores and
   values both run; fp32 result (AccDtypeMissing otherwise), P a float type (DtypeMismatch), a
   positive block, 1 or 2 passes; its operands are bodies (reads guarded like a Reduce's).
 """
@@ -24,11 +25,11 @@ import math
 
 import islpy as isl
 
-from ..analyses.indexbook import MAX_PIECES
-from ..analyses.isl_util import parse_set, set_text
-from .diagnostics import Diagnostic, PolysatError, diag
-from .expr import Expr
-from .region import REDUCE_OPS, R, Region, RNode, neutral, walk
+from ..ir.diagnostics import Diagnostic, PolysatError, diag
+from ..ir.expr import Expr
+from ..ir.region import REDUCE_OPS, R, Region, RNode, neutral, walk
+from .indexbook import MAX_PIECES
+from .isl_util import parse_set, set_text
 
 
 def validate_regions(regions: list[Region]) -> list[Diagnostic]:
@@ -199,11 +200,11 @@ class _RegionCheck:
                 continue
             if set(s.axes) == set(n.axes):
                 self.err("AxisAlignmentMismatch", where, f"{n.arg or 'select'} operand axes {list(s.axes)} are the "
-                         f"result's {list(n.axes)} in another order", "Insert a Transpose (seed 000 §6.4 rule 2).")
+                         f"result's {list(n.axes)} in another order", "Insert a Transpose (docs/DESIGN.md §RB-SSA typing rule 2).")
             else:
                 self.err("BroadcastMismatch", where, f"{n.arg or 'select'} operand over {list(s.axes)} meets a result "
                          f"over {list(n.axes)} outside a Reduce body",
-                         "Insert BroadcastInDim before the op (seed 000 §6.4 rule 1).")
+                         "Insert BroadcastInDim before the op (docs/DESIGN.md §RB-SSA typing rule 1).")
 
     def check_broadcast(self, n: RNode, where: str):
         axes, shape, bdims = n.arg

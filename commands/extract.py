@@ -1,54 +1,46 @@
 """``polysat extract MODEL --cost=NAME [--json] [--explain]``: saturate, extract the partition into
-kernels, and show each region with its Poly Core price and analysis (seed 000 §7.1, §10 step 5, §11;
-issue 5).
+kernels, and show each region with its Poly Core price and analysis (docs/DESIGN.md §Cost model).
 
-``--cost=model`` loads the model one kernel per op and lets ``egraph.model_cost`` search the
-fusions the rules allow by modelled time; ``--cost=size`` (or any other registered model) keeps the
-loaded default partition's boundaries and the regions are priced the same way afterwards.
+It runs the one pipeline (``pipeline.Compilation``) and prints its stages: ``--cost=model`` loads the
+model one kernel per op and its search picks the fusions the rules allow by modelled time on the
+``--arch`` device table at the ``--bind`` sizes; ``--cost=size`` (or any other registered model) keeps
+the loaded default partition's boundaries and the regions are priced the same way afterwards.
 """
 from __future__ import annotations
 
 import json
 
 from ..analyses.polycore import analyze
-from .api import extract_full
-from .cost import get
-from .explain import explain_lines, explain_size, explain_model
-from .graph import export
-from .model_cost import ModelCost, bind_params, price_kernels, saturate_unfused
-from .saturate import format_report, saturate
+from ..egraph.graph import export
+from ..egraph.saturate import format_report
+from ..pipeline import Compilation
+from .explain import explain_lines, explain_model, explain_size
 
 
-def run_extract(model_path, cost: str = "size", rules_dirs=None, arch: str = "sm90", bind=None) -> dict:
-    """Everything extract prints, as one JSON-able dict (plus "_search"/"_extraction" for explain)."""
-    from ..frontend import load_model
-    program = load_model(model_path)
-    params = bind_params(program, bind)
-    model = ModelCost(params, arch) if cost == "model" else get(cost)
-    if isinstance(model, ModelCost):
-        st, rep = saturate_unfused(program, rules_dirs)
-        search = model.search(st)
-        x = search.best.extraction
-        priced = search.best.priced
-    else:
-        st, rep = saturate(program, rules_dirs)
-        search = None
-        x = extract_full(st, model)
-        priced = price_kernels(x.program, x.partition, params, arch)
+def run_extract(model, cost: str = "size", rules_dirs=None, arch: str = "sm90", bind=None) -> dict:
+    """extract_result of the compilation of ``model`` (a path or a parsed document) with these options."""
+    return extract_result(Compilation(model, arch=arch, rules_dirs=tuple(rules_dirs or ()), cost=cost, bind=bind))
+
+
+def extract_result(c: Compilation) -> dict:
+    """Everything extract prints, as one JSON-able dict (plus "_search"/"_extraction"... for explain)."""
+    st, rep = c.saturated
+    search, x, priced, params, arch = c.search, c.extraction, c.priced, c.params, c.arch
     view = export(st)
     regions = [_region_json(p, arch) for p in priced]
     costs = [p.cost for p in priced if p.cost is not None]
-    total = {"kernels": len(priced), "flops": sum(c.flops for c in costs), "bytes": sum(c.bytes for c in costs),
-             "time_est_us": round(sum(c.time_est_us for c in costs), 4), "cost_model": model.name, "arch": arch,
+    total = {"kernels": len(priced), "flops": sum(k.flops for k in costs), "bytes": sum(k.bytes for k in costs),
+             "time_est_us": round(sum(k.time_est_us for k in costs), 4), "cost_model": c.cost_model.name, "arch": arch,
              "params": params}
     if search is not None:
         total["unfused_kernels"] = len(search.baseline.priced)
         total["unfused_time_est_us"] = round(search.baseline.total, 4)
         total["search_evaluations"] = search.evaluations
-    out = {"model": str(model_path), "regions": regions, "total": total,
+    out = {"model": c.origin, "regions": regions, "total": total,
            "egraph": {"enodes": rep.nodes, "eclasses": len(view.classes), "iterations": len(rep.iterations),
                       "stop_reason": rep.stop.value, "seconds": round(rep.seconds, 4)},
-           "_report": rep, "_search": search, "_state": st, "_view": view, "_extraction": x, "_params": params, "_priced": priced}
+           "_report": rep, "_search": search, "_state": st, "_view": view, "_extraction": x, "_params": params,
+           "_priced": priced, "_model": c.cost_model}
     return out
 
 
@@ -97,13 +89,12 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def extract_command(model_path, cost: str = "size", rules_dirs=None, as_json: bool = False, explain: bool = False,
-                    arch: str = "sm90", bind=None) -> int:
+def extract_command(c: Compilation, as_json: bool = False, explain: bool = False) -> int:
     """Print the chosen regions (table, or JSON with --json); with explain, the rejected fusions."""
-    result = run_extract(model_path, cost, rules_dirs, arch, bind)
+    result = extract_result(c)
     rejected = None
     if explain:
-        rejected = explain_model(result) if result["_search"] is not None else explain_size(result, arch)
+        rejected = explain_model(result) if result["_search"] is not None else explain_size(result, c.arch)
     if as_json:
         doc = public(result)
         if rejected is not None:

@@ -1,19 +1,19 @@
-"""Region synthesis: Tiny IR + a kernel partition -> RB-SSA regions (seed 000 §6.5-§6.7, seed 001 §3).
+"""Region synthesis: Tiny IR + a kernel partition -> RB-SSA regions (docs/DESIGN.md §RB-SSA).
 
 Each kernel's outputs are demanded at named output axes (``iters``); synthesis walks the Tiny IR
 backwards from them, carrying the index tuple (Exprs over region axes) at which each node is needed:
 
-* movement nodes compose into the index (IndexBook local maps, seed 000 §4.4): RESHAPE
+* movement nodes compose into the index (ir/movement.py, docs/DESIGN.md §IndexBook): RESHAPE
   linearize/delinearize, PERMUTE, EXPAND (constant 0), SHRINK ``lo + step*i``, FLIP ``d-1-i``, VIEW
   substitution; PAD adds its in-bounds guard, becoming ``Select(pred, then, pad value)`` where it
-  sits, i.e. inside the Reduce body (§6.7 step 5);
+  sits, i.e. inside the Reduce body (§RB-SSA synthesis step 5);
 * program inputs and values materialized by other kernels become ``Read(tensor, map)``;
 * REDUCE/CONTRACT bind their reduced axes and become ``let acc = Reduce(op, axes, init, dtype, body)``
   (SRNF); reads in bodies index directly (C-CON1). An axis of the same size that the demanded index
   does not mention is reused when that makes the body a value demanded elsewhere (a row reduction
-  over ``n`` shares its producer's let, §6.8.3); otherwise the axis is canonical for the dim reduced
+  over ``n`` shares its producer's let); otherwise the axis is canonical for the dim reduced
   (every consumer reducing one value's column names it alike, so their demands coincide);
-* outside Reduce bodies every compute node is a let (epilogue after the Reduce, §6.7 step 7), EXPAND
+* outside Reduce bodies every compute node is a let (epilogue after the Reduce, step 7), EXPAND
   becomes BroadcastInDim, reordered axes a Transpose, and Binary operands are aligned explicitly;
   a value needed twice at the same index is one let (no recompute of Reduce fan-out, step 6); a
   node inside a body that does not depend on the body's axes is hoisted to a let (R1); directly
@@ -22,7 +22,7 @@ backwards from them, carrying the index tuple (Exprs over region axes) at which 
   consumed only by the next region ``deferred`` (step 8);
 * a streamed softmax-weighted sum (``egraph/stream.py``: the tagged Tiny IR spelling of the e-graph's
   SoftmaxSum) whose nodes all sit in the kernel becomes ``online_softmax_sum<j>(scores, values)``
-  (issue 7): j binds the key axis like a Reduce, and nothing that runs along j inside its operands
+  (docs/DESIGN.md §Streaming): j binds the key axis like a Reduce, and nothing that runs along j inside its operands
   becomes a let (the scores, their QK^T contraction, are computed per key block, never over all of j).
 """
 from __future__ import annotations
@@ -32,17 +32,17 @@ import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from ..analyses.indexbook import NonAffine, local_map
 from ..analyses.isl_util import always_true, simplify
-from ..egraph.partition import FREE_OPS, Kernel, Partition
-from ..egraph.stream import BLOCK, Group, groups
-from . import region as rg
-from .diagnostics import fail
-from .dtypes import DType
-from .expr import Expr
-from .region import R, Buffer, Let, MemRef, Region, RNode, Yield
-from .shapes import Dim
-from .tiny import GroupOp, Ops, Program, UOp
+from ..ir import region as rg
+from ..ir.diagnostics import fail
+from ..ir.dtypes import DType
+from ..ir.expr import Expr
+from ..ir.movement import NonAffine, local_map
+from ..ir.region import R, Buffer, Let, MemRef, Region, RNode, Yield
+from ..ir.shapes import Dim
+from ..ir.tiny import GroupOp, Ops, Program, UOp
+from .partition import FREE_OPS, Kernel, Partition
+from .stream import BLOCK, Group, groups
 
 _UNARY_FN = {Ops.NEG: "neg", Ops.RELU: "relu", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SQRT: "sqrt",
              Ops.RSQRT: "rsqrt", Ops.RECIPROCAL: "reciprocal", Ops.CAST: "cast"}
@@ -289,7 +289,8 @@ class _KernelSynth:
         return value
 
     def guarded(self, value: RNode, index: tuple, guard: tuple) -> RNode:
-        """A let demanded under PAD guards holds Select(guard, value, 0): its reads stay guarded (§6.7 step 5)."""
+        """A let demanded under PAD guards holds Select(guard, value, 0): its reads stay guarded
+        (docs/DESIGN.md §RB-SSA synthesis step 5)."""
         if not guard:
             return value
         p = rg.pred(guard, self.axes)
@@ -320,7 +321,8 @@ class _KernelSynth:
         return x
 
     def align_operands(self, x: RNode, index: tuple) -> RNode:
-        """Outside Reduce bodies, Binary/Select operands carry exactly the result's axes (§6.4)."""
+        """Outside Reduce bodies, Binary/Select operands carry exactly the result's axes
+        (docs/DESIGN.md §RB-SSA typing rule 1)."""
         target = self.order(index, x.axes)
         src = tuple(s if s.op == R.PRED else self.coerce(s, target) for s in x.src)
         if x.op == R.BINARY:
@@ -475,7 +477,7 @@ class _KernelSynth:
             index = tuple(Expr.var(a) for a in ax)
             src, cast = nid, node.dtype
             if node.op == Ops.CAST and node.dtype.is_float and self.program[node.src[0]].dtype.is_float:
-                src = node.src[0]  # a final float cast is the yield's cast (§6.8.1)
+                src = node.src[0]  # a final float cast is the yield's cast (docs/DESIGN.md §RB-SSA)
             value = self.demand(src, index, _Ctx())
             value = self.coerce(value, ax)
             value = self.let(f"v_{src}", value)

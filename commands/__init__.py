@@ -1,0 +1,1 @@
+"""The verbs of the ``polysat`` command beyond compile/run/demo (cli.py): ``extract`` (with ``--explain``) and ``rules``."""

@@ -1,0 +1,510 @@
+"""Rule-directed test terms: random well-typed instances of a rule's left-hand side.
+
+A :class:`~.soundness_pattern.Query` is instantiated bottom-up: every constructor of the pattern
+becomes a term node whose string attributes are the pattern's literals, or values already bound
+to the same pattern variable, or values derived from a ``has-shape``/``has-dtype`` fact about a
+term built already, or fresh random draws valid for the operand (shapes, permutations, axes,
+pads, shrink specs, index maps, op strings, dtypes). A term variable that no pattern binds becomes a
+leaf: a read of a fresh input tensor (or a small computation over one, or ``Mat`` of one in a memory
+position), shaped like its sibling when a constructor needs equal shapes. The side conditions are
+then evaluated in Python (the same ``ixfns`` helpers the rule calls); a draw that fails them is
+redrawn. Relations only the e-graph derives (``computed``, ``sees``, ...) are left to egglog, which
+reports whether the rule matched.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir.infer import expr_bounds
+from . import encode as E
+
+_parse_shape = functools.lru_cache(maxsize=8192)(E.parse_shape)  # attributes are immutable strings
+_parse_map = functools.lru_cache(maxsize=8192)(E.parse_map)
+from .ixfns import HELPERS, pad_guard, pad_map, shape_after
+from .schema import CHILDREN
+from .soundness_pattern import Atom, Pattern, Query
+
+UNARY = ("NEG", "RELU", "EXP2", "RECIPROCAL", "SQRT", "LOG2")
+BINARY = ("ADD", "SUB", "MUL", "FDIV", "MAX", "MIN", "CMPLT")
+COMPARE = ("CMPLT", "CMPEQ", "CMPNE")
+NEUTRAL = {"SUM": "0", "MAX": "-inf", "MIN": "inf"}
+FLOATS = ("fp32", "fp16", "bf16")
+
+
+class Reject(Exception):
+    """This draw does not satisfy the pattern; draw again."""
+
+
+@dataclass(eq=False)
+class T:
+    """A term of the e-graph language with its shape (ints) and dtype."""
+    op: str
+    args: tuple  # strings, in constructor order (children excluded)
+    kids: tuple  # T, in constructor order
+    shape: tuple
+    dtype: str
+
+    def sexp(self) -> str:
+        it, kids, out = iter(self.args), iter(self.kids), []
+        for k in range(len(self.args) + len(self.kids)):
+            out.append(next(kids).sexp() if k in CHILDREN[self.op] else '"' + next(it) + '"')
+        return f"({self.op} {' '.join(out)})"
+
+    def walk(self):
+        seen: set = set()
+        stack = [self]
+        while stack:
+            t = stack.pop()
+            if id(t) not in seen:
+                seen.add(id(t))
+                yield t
+                stack.extend(t.kids)
+
+
+@dataclass
+class Instance:
+    roots: list  # T
+    tensors: list  # T (Tensor leaves), in creation order
+
+    def size(self) -> int:
+        return sum(int(np.prod(t.shape)) for t in self.tensors)
+
+
+def _ints(x: tuple) -> tuple:
+    return tuple(int(d) for d in x)
+
+
+@dataclass
+class Builder:
+    q: Query
+    rng: np.random.Generator
+    max_dim: int = 4
+    binds: dict = field(default_factory=dict)  # string variable -> value
+    terms: dict = field(default_factory=dict)  # term variable -> T
+    tensors: list = field(default_factory=list)
+
+    # ---- variables and slots -----------------------------------------------------------------------
+    def _fact_value(self, var: str) -> "str | None":
+        for rel, args in self.q.facts:
+            if rel in ("has-shape", "has-dtype") and len(args) == 2 and isinstance(args[1], Atom) \
+                    and args[1].text == var and isinstance(args[0], Atom) and args[0].text in self.terms:
+                t = self.terms[args[0].text]
+                return E.shape(t.shape) if rel == "has-shape" else t.dtype
+        return None
+
+    def _wanted(self, var: str, rel: str) -> "str | None":
+        """The literal or bound value a has-shape/has-dtype fact asks of term variable var."""
+        for r, args in self.q.facts:
+            if r == rel and len(args) == 2 and isinstance(args[0], Atom) and args[0].text == var:
+                a = args[1]
+                if isinstance(a, Atom):
+                    return a.value if a.is_string else self.binds.get(a.text)
+        return None
+
+    def slot(self, a, draw, valid=None) -> str:
+        """A string attribute: the literal, the variable's binding, a value derived from a fact, or a draw."""
+        if isinstance(a, Atom) and a.is_string:
+            v = a.value
+        elif isinstance(a, Atom) and a.text in self.binds:
+            v = self.binds[a.text]
+        else:
+            v = (self._fact_value(a.text) if isinstance(a, Atom) else None) or draw()
+            if isinstance(a, Atom) and not a.text.startswith("_"):
+                self.binds[a.text] = v
+        if valid is not None and not valid(v):
+            raise Reject(f"attribute {v!r}")
+        return v
+
+    def _is_free(self, a) -> bool:
+        return isinstance(a, Atom) and not a.is_string and a.text not in self.q.binds and a.text not in self.terms
+
+    def shape(self) -> tuple:
+        rank = int(self.rng.integers(1, 4))
+        return tuple(1 if self.rng.random() < 0.15 or self.max_dim < 2 else int(self.rng.integers(2, self.max_dim + 1))
+                     for _ in range(rank))
+
+    def dtype(self) -> str:
+        return str(self.rng.choice(FLOATS, p=(0.6, 0.2, 0.2)))
+
+    # ---- terms ---------------------------------------------------------------------------------------
+    def term(self, a, shape=None, dtype=None, memory: bool = False) -> T:
+        if isinstance(a, Atom):
+            if a.is_string:
+                raise Reject("a string literal in a term position")
+            if a.text in self.terms:
+                t = self.terms[a.text]
+            elif a.text in self.q.binds:
+                t = self.term(self.q.binds[a.text], shape, dtype, memory)
+            else:
+                t = self.leaf(a.text, shape, dtype, memory)
+            self.terms[a.text] = t
+        elif isinstance(a, Pattern):
+            t = self.node(a, shape, dtype)
+        else:
+            raise Reject("a computed term in the pattern")
+        if (shape is not None and t.shape != shape) or (dtype is not None and t.dtype != dtype):
+            raise Reject("operand shapes or dtypes disagree")
+        return t
+
+    def tensor(self, shape: tuple, dtype: str) -> T:
+        t = T("Tensor", (f"x{len(self.tensors)}",), (), shape, dtype)
+        self.tensors.append(t)
+        return t
+
+    def read(self, mem: T, shape=None, imap=None) -> T:
+        s = mem.shape if shape is None else shape
+        return T("Read", (E.shape(s), imap or E.identity_map(len(s))), (mem,), s, mem.dtype)
+
+    def leaf(self, var: str, shape=None, dtype=None, memory: bool = False) -> T:
+        want_s, want_d = self._wanted(var, "has-shape"), self._wanted(var, "has-dtype")
+        shape = shape or (_ints(_parse_shape(want_s)) if want_s else self.shape())
+        dtype = dtype or want_d or self.dtype()
+        computed = any(r in ("computed",) and args and isinstance(args[0], Atom) and args[0].text == var
+                       for r, args in self.q.facts)
+        if memory:
+            if self.rng.random() < 0.25:
+                return T("Mat", (), (self.compute(shape, dtype),), shape, dtype)
+            return self.tensor(shape, dtype)
+        if computed or self.rng.random() < 0.3:
+            return self.compute(shape, dtype)
+        return self.read(self.tensor(shape, dtype))
+
+    def compute(self, shape: tuple, dtype: str) -> T:
+        x = self.read(self.tensor(shape, dtype))
+        if dtype not in FLOATS:
+            return T("Binary", ("MAX",), (x, x), shape, dtype)
+        op = str(self.rng.choice(("NEG", "RELU", "EXP2")))
+        return T("Unary", (op,), (x,), shape, dtype)
+
+    def node(self, p: Pattern, shape=None, dtype=None) -> T:
+        fn = getattr(self, "_" + p.op.lower(), None)
+        if fn is None:
+            raise Reject(f"no instance for {p.op}")
+        if len(p.args) != len(CHILDREN[p.op]) + _NSTR[p.op]:
+            raise Reject(f"{p.op} with {len(p.args)} arguments")
+        return fn(p, shape, dtype)
+
+    def _ordered(self, args: list, shape=None, dtype=None, same_dtype: bool = True) -> list:
+        """Operands of an elementwise op, built constrained ones first so free leaves take their shape."""
+        order = sorted(range(len(args)), key=lambda k: self._is_free(args[k]))
+        out: dict = {}
+        for k in order:
+            t = self.term(args[k], shape, dtype)
+            shape = t.shape
+            dtype = t.dtype if same_dtype else dtype
+            out[k] = t
+        return [out[k] for k in range(len(args))]
+
+    # ---- one method per constructor ------------------------------------------------------------------
+    def _unary(self, p, shape, dtype):
+        x = self.term(p.args[1], shape, dtype)
+        op = self.slot(p.args[0], lambda: str(self.rng.choice(UNARY)))
+        if x.dtype not in FLOATS:
+            raise Reject("unary of a non-float")
+        return T("Unary", (op,), (x,), x.shape, x.dtype)
+
+    def _binary(self, p, shape, dtype):
+        op_atom = p.args[0]
+        cmp = isinstance(op_atom, Atom) and op_atom.is_string and op_atom.value in COMPARE
+        a, b = self._ordered(p.args[1:], shape, None if cmp else dtype)
+        op = self.slot(op_atom, lambda: str(self.rng.choice(BINARY)))
+        if a.dtype not in FLOATS:
+            raise Reject("binary of a non-float")
+        return T("Binary", (op,), (a, b), a.shape, "bool" if op in COMPARE else a.dtype)
+
+    def _where(self, p, shape, dtype):
+        a, b = self._ordered(p.args[1:], shape, dtype)
+        c = self.term(p.args[0], a.shape, "bool")
+        return T("Where", (), (c, a, b), a.shape, a.dtype)
+
+    def _cast(self, p, shape, dtype):
+        to = self.slot(p.args[0], lambda: dtype or self.dtype(), lambda v: v in FLOATS)
+        x = self.term(p.args[1], shape)
+        return T("Cast", (to,), (x,), x.shape, to)
+
+    def _const(self, p, shape, dtype):
+        shape = shape or _ints(_parse_shape(self.slot(p.args[2], lambda: E.shape(self.shape()))))
+        s = self.slot(p.args[2], lambda: E.shape(shape), lambda v: _ints(_parse_shape(v)) == shape)
+        dt = self.slot(p.args[1], lambda: dtype or self.dtype())
+        v = self.slot(p.args[0], lambda: str(self.rng.choice(("0.0", "1.0", "0.5", "-1.5", "2.0"))))
+        return T("Const", (v, dt, s), (), shape, dt)
+
+    def _reduce(self, p, shape, dtype):
+        body = self.term(p.args[4])
+        if not body.shape:
+            raise Reject("reduce of a scalar")
+        op = self.slot(p.args[0], lambda: str(self.rng.choice(("SUM", "MAX", "MIN"))), lambda v: v in NEUTRAL)
+        r = len(body.shape)
+        ax = self.slot(p.args[1], lambda: E.tup(sorted({int(k) for k in self.rng.integers(0, r, int(self.rng.integers(1, r + 1)))})),
+                       lambda v: all(0 <= k < r for k in E.parse_ints(v)) and E.parse_ints(v))
+        self.slot(p.args[2], lambda: NEUTRAL[op], lambda v: v == NEUTRAL[op])
+        dt = self.slot(p.args[3], lambda: "fp32" if self.rng.random() < 0.7 else body.dtype)
+        out = tuple(d for k, d in enumerate(body.shape) if k not in set(E.parse_ints(ax)))
+        return T("Reduce", (op, ax, NEUTRAL[op], dt), (body,), out, dt)
+
+    def _reshape(self, p, shape, dtype):
+        x = self.term(p.args[0], None, dtype)
+        s = self.slot(p.args[1], lambda: E.shape(self._reshaped(x.shape)),
+                      lambda v: int(np.prod(_ints(_parse_shape(v)))) == int(np.prod(x.shape)))
+        return T("Reshape", (s,), (x,), _ints(_parse_shape(s)), x.dtype)
+
+    def _reshaped(self, s: tuple) -> tuple:
+        k = int(self.rng.integers(4))
+        if k == 0:
+            at = int(self.rng.integers(len(s) + 1))
+            return s[:at] + (1,) + s[at:]
+        if k == 1 and 1 in s:
+            at = s.index(1)
+            return s[:at] + s[at + 1:]
+        if k == 2:
+            return (int(np.prod(s)),)
+        return s
+
+    def _perm(self, p, op):
+        x = self.term(p.args[0])
+        r = len(x.shape)
+        pm = self.slot(p.args[1], lambda: E.tup(int(v) for v in self.rng.permutation(r)),
+                       lambda v: sorted(E.parse_ints(v)) == list(range(r)))
+        perm = E.parse_ints(pm)
+        return T(op, (pm,), (x,), tuple(x.shape[k] for k in perm), x.dtype)
+
+    def _permute(self, p, shape, dtype):
+        return self._perm(p, "Permute")
+
+    def _transpose(self, p, shape, dtype):
+        return self._perm(p, "Transpose")
+
+    def _expand(self, p, shape, dtype):
+        x = self.term(p.args[0], None, dtype)
+        s = self.slot(p.args[1], lambda: E.shape(d if d != 1 or self.rng.random() < 0.3 else int(self.rng.integers(2, 4))
+                                                 for d in x.shape),
+                      lambda v: len(_parse_shape(v)) == len(x.shape)
+                      and all(a == b or a == 1 for a, b in zip(x.shape, _ints(_parse_shape(v)))))
+        return T("Expand", (s,), (x,), _ints(_parse_shape(s)), x.dtype)
+
+    def _pad(self, p, shape, dtype):
+        x = self.term(p.args[0], None, dtype)
+        pd = self.slot(p.args[1], lambda: E.pads(self._pads(len(x.shape))), lambda v: len(E.parse_pads(v)) == len(x.shape))
+        v = self.slot(p.args[2], lambda: str(self.rng.choice(("0.0", "-inf", "1.0"))))
+        return T("Pad", (pd, v), (x,),
+                 _ints(_parse_shape(shape_after("pad", E.shape(x.shape), pd, ""))), x.dtype)
+
+    def _pads(self, r: int) -> list:
+        pads = [(int(self.rng.integers(0, 3)), int(self.rng.integers(0, 3))) for _ in range(r)]
+        if not any(lo or hi for lo, hi in pads):
+            pads[int(self.rng.integers(r))] = (1, 1)
+        return pads
+
+    def _shrink(self, p, shape, dtype):
+        x = self.term(p.args[0], None, dtype)
+        lo = [int(self.rng.integers(0, d)) for d in x.shape]
+        hi = [int(self.rng.integers(a + 1, d + 1)) for a, d in zip(lo, x.shape)]
+        sp = self.slot(p.args[1], lambda: E.shrink(lo, hi, [int(self.rng.integers(1, 3)) for _ in x.shape]),
+                       lambda v: len(E.parse_shrink(v)[0]) == len(x.shape))
+        return T("Shrink", (sp,), (x,), _ints(_parse_shape(shape_after("shrink", E.shape(x.shape), sp, ""))), x.dtype)
+
+    def _flip(self, p, shape, dtype):
+        x = self.term(p.args[0], shape, dtype)
+        r = len(x.shape)
+        ax = self.slot(p.args[1], lambda: E.tup(sorted({int(k) for k in self.rng.integers(0, r, int(self.rng.integers(1, r + 1)))})),
+                       lambda v: all(0 <= k < r for k in E.parse_ints(v)))
+        return T("Flip", (ax,), (x,), x.shape, x.dtype)
+
+    def _view(self, p, shape, dtype):
+        x = self.term(p.args[0], None, dtype)
+        s, m = self._shape_and_map(p, x.shape, self._imap(x.shape))
+        return T("View", (s, m), (x,), _ints(_parse_shape(s)), x.dtype)
+
+    def _shape_and_map(self, p, src: tuple, drawn: tuple) -> tuple:
+        """The (shape, map) slots 1 and 2 of a View or Read of a buffer of shape src; a shape fixed by the
+        pattern gets a map drawn for it, and the read must stay inside the buffer."""
+        s = self.slot(p.args[1], lambda: drawn[0])
+        if s != drawn[0]:
+            if s != E.shape(src):
+                raise Reject("a read shape the pattern fixes to another shape than its buffer's")
+            drawn = self._same_shape_map(src) if self.rng.random() < 0.6 else (s, E.identity_map(len(src)))
+        m = self.slot(p.args[2], lambda: drawn[1])
+        if not _in_bounds(_ints(_parse_shape(s)), _parse_map(m), src):
+            raise Reject("a read outside its buffer")
+        return s, m
+
+    def _imap(self, src: tuple) -> tuple:
+        """(shape, map) of a random in-bounds affine read of a buffer of shape src: per axis a plain,
+        strided, reversed, windowed or constant index, and sometimes an extra broadcast axis."""
+        out, m = [], []
+        for d in src:
+            k = int(self.rng.integers(5)) if d > 1 else 0
+            i = f"i{len(out)}"
+            if k == 0:
+                out.append(d)
+                m.append(i)
+            elif k == 1:
+                out.append((d + 1) // 2)
+                m.append(f"2*{i}")
+            elif k == 2:
+                out.append(d)
+                m.append(f"{d - 1} - {i}")
+            elif k == 3:
+                w = int(self.rng.integers(2, d + 1))
+                out += [d - w + 1, w]
+                m.append(f"{i} + i{len(out) - 1}")
+            else:
+                m.append(str(int(self.rng.integers(d))))
+        if self.rng.random() < 0.3 or not out:
+            out.insert(0, int(self.rng.integers(2, 4)))
+            m = [_shift(e) for e in m]
+        return E.shape(out), E.tup(_parse_map(E.tup(m)))
+
+    def _same_shape_map(self, src: tuple) -> tuple:
+        """(shape, map) of a read that keeps the buffer's shape: axes reversed, equal-size axes swapped."""
+        m = [f"{d - 1} - i{k}" if d > 1 and self.rng.random() < 0.6 else f"i{k}" for k, d in enumerate(src)]
+        same = [k for k in range(len(src)) if src.count(src[k]) > 1]
+        if len(same) >= 2:
+            a, b = same[0], next(k for k in same[1:] if src[k] == src[same[0]])
+            m[a], m[b] = m[b].replace(f"i{b}", f"i{a}"), m[a].replace(f"i{a}", f"i{b}")
+        return E.shape(src), E.tup(_parse_map(E.tup(m)))
+
+    def _broadcastindim(self, p, shape, dtype):
+        x = self.term(p.args[0], None, dtype)
+        r = len(x.shape) + int(self.rng.integers(0, 3))
+        dims = sorted(int(v) for v in self.rng.choice(r, len(x.shape), replace=False))
+        out = [int(self.rng.integers(1, 4)) for _ in range(r)]
+        for k, d in zip(dims, x.shape):
+            out[k] = d if d != 1 or self.rng.random() < 0.5 else int(self.rng.integers(2, 4))
+        s = self.slot(p.args[1], lambda: E.shape(out))
+        d = self.slot(p.args[2], lambda: E.tup(dims), lambda v: len(E.parse_ints(v)) == len(x.shape))
+        return T("BroadcastInDim", (s, d), (x,), _ints(_parse_shape(s)), x.dtype)
+
+    def _tensor(self, p, shape, dtype):
+        return self.tensor(shape or self.shape(), dtype or self.dtype())
+
+    def _mat(self, p, shape, dtype):
+        x = self.term(p.args[0], shape, dtype)
+        return T("Mat", (), (x,), x.shape, x.dtype)
+
+    def _read(self, p, shape, dtype, forced: "tuple | None" = None):
+        mem = self.term(p.args[0], None, dtype, memory=True)
+        if mem.op not in ("Tensor", "Mat"):
+            raise Reject("a read of a value")
+        r = self.rng.random()
+        if forced:
+            s = self.slot(p.args[1], lambda: forced[0], lambda v: v == forced[0])
+            m = self.slot(p.args[2], lambda: forced[1], lambda v: v == forced[1])
+        else:
+            s, m = self._shape_and_map(p, mem.shape, self._imap(mem.shape) if r < 0.55 else self._same_shape_map(mem.shape)
+                                       if r < 0.9 else (E.shape(mem.shape), E.identity_map(len(mem.shape))))
+        return T("Read", (s, m), (mem,), _ints(_parse_shape(s)), mem.dtype)
+
+    def _select(self, p, shape, dtype):
+        rd, other = p.args[1], p.args[2]
+        rd = self.q.binds.get(rd.text, rd) if isinstance(rd, Atom) else rd
+        if not (isinstance(rd, Pattern) and rd.op == "Read"):
+            rd = Pattern("Read", [Atom("_mem", 0), Atom("_s", 0), Atom("_m", 0)], 0)
+        mem = self.term(rd.args[0], None, dtype, memory=True)
+        s0, m0 = E.shape(mem.shape), E.identity_map(len(mem.shape))
+        pads = E.pads(self._pads(len(mem.shape)))
+        g, m2 = pad_guard(s0, "", s0, m0, pads), pad_map(s0, "", s0, m0, pads)
+        s2 = shape_after("pad", s0, pads, "")
+        read = self._read(rd, None, dtype, forced=(s2, m2))
+        g = self.slot(p.args[0], lambda: g)
+        if self._is_free(other):
+            c = T("Const", (str(self.rng.choice(("0.0", "-inf"))), read.dtype, E.shape(read.shape)), (), read.shape, read.dtype)
+            self.terms[other.text] = c
+        elif isinstance(other, Pattern) and other.op == "Const":
+            c = self._const(other, read.shape, read.dtype)
+        else:
+            c = self.term(other, read.shape, read.dtype)
+        if c.op != "Const":
+            raise Reject("Select's else-branch must be a Const")
+        return T("Select", (g,), (read, c), read.shape, read.dtype)
+
+    def _softmaxsum(self, p, shape, dtype):
+        raise Reject("SoftmaxSum instances come from the attention programs of the random pool")
+
+
+_NSTR = {"Tensor": 1, "Mat": 0, "Read": 2, "Const": 3, "Reshape": 1, "Permute": 1, "Expand": 1, "Pad": 2, "Shrink": 1,
+         "Flip": 1, "View": 2, "Transpose": 1, "BroadcastInDim": 2, "Select": 1, "Unary": 1, "Binary": 1, "Where": 0,
+         "Cast": 1, "Reduce": 4, "SoftmaxSum": 2, "N": 1}
+
+
+def _in_bounds(shape: tuple, imap: tuple, src: tuple) -> bool:
+    if len(imap) != len(src):
+        return False
+    box = {f"i{k}": (0, d - 1) for k, d in enumerate(shape)}
+    for e, d in zip(imap, src):
+        if e.variables() - set(box):
+            return False
+        lo, hi = expr_bounds(e, box)
+        if lo < 0 or hi > d - 1:
+            return False
+    return True
+
+
+def _shift(e: str) -> str:
+    """Renumber the output axes of a map entry by one (an axis was inserted in front)."""
+    return re.sub(r"i(\d+)", lambda mo: f"i{int(mo.group(1)) + 1}", e)
+
+
+def _resolve(b: Builder, a: Atom) -> "str | None":
+    return a.value if a.is_string else b.binds.get(a.text)
+
+
+def satisfied(b: Builder) -> bool:
+    """The side conditions of the query on the built terms; relations only egglog knows count as true."""
+    q = b.q
+    for rel, args in q.facts:
+        if rel not in ("has-shape", "has-dtype"):
+            continue
+        t, v = args
+        if not isinstance(t, Atom) or t.text not in b.terms or not isinstance(v, Atom):
+            continue
+        have = E.shape(b.terms[t.text].shape) if rel == "has-shape" else b.terms[t.text].dtype
+        want = _resolve(b, v)
+        if want is None:
+            b.binds[v.text] = have
+        elif want != have:
+            return False
+    pending = list(q.calls)
+    for _ in range(len(pending) + 1):
+        rest = []
+        for target, name, args in pending:
+            vals = [_resolve(b, a) for a in args]
+            if any(v is None for v in vals):
+                rest.append((target, name, args))
+                continue
+            fn = HELPERS.get(name)
+            if fn is None:
+                return False
+            out = fn(*vals)
+            want = _resolve(b, target)
+            if want is None:
+                b.binds[target.text] = out
+            elif want != out:
+                return False
+        pending = rest
+    for op, a, c in q.tests:
+        x, y = _resolve(b, a), _resolve(b, c)
+        if x is None or y is None:
+            continue
+        if (op == "=") != (x == y):
+            return False
+    return True
+
+
+def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int = 60) -> "Instance | None":
+    """A random instance of the query's patterns, or None when no draw satisfied it."""
+    if not q.roots:
+        return None
+    for _ in range(tries):
+        b = Builder(q, rng, max_dim)
+        try:
+            roots = [b.term(r) for r in q.roots]
+        except (Reject, ValueError, IndexError, KeyError, ZeroDivisionError):
+            continue
+        if satisfied(b):
+            return Instance(roots, b.tensors)
+    return None

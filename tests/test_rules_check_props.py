@@ -1,0 +1,101 @@
+"""Properties of the soundness checker's parts: rule-directed instances are well typed and match their
+rule, e-class values agree with the reference evaluator, the structural diff finds nothing new when
+nothing changed, and the ulp tolerance separates a rounding from a changed value."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from polysat.egraph.boundaries import default_cuts
+from polysat.egraph.graph import export
+from polysat.egraph.randprog import motif_programs, random_program
+from polysat.egraph.rulefiles import discover, parse_file
+from polysat.egraph.soundness import Checker
+from polysat.egraph.soundness_diff import check_step, class_map
+from polysat.egraph.soundness_instance import instantiate
+from polysat.egraph.soundness_numerics import EPS, agree, tricky
+from polysat.egraph.soundness_pattern import read_query
+from polysat.egraph.soundness_values import Valuer
+from polysat.egraph.state import load_program
+from polysat.ir.dtypes import DType, round_to
+from polysat.ir.evaluate import evaluate
+
+
+@pytest.fixture(scope="module")
+def checker():
+    return Checker([parse_file(p) for p in discover()], np.random.default_rng(0), 1)
+
+
+def _pattern_rules(ck):
+    return [(k, r) for k, r in ck.by_set.items() if "softmax" not in r.name]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), pick=st.integers(0, 10**6))
+def test_rule_directed_instances_are_well_typed_and_valued(checker, seed, pick):
+    rules = _pattern_rules(checker)
+    name, rule = rules[pick % len(rules)]
+    rng = np.random.default_rng(seed)
+    inst = instantiate(read_query(rule.text, rule.line, rule.name), rng)
+    assert inst is not None, rule.name
+    inputs = {t.args[0]: tricky(t.shape, t.dtype, rng) for t in inst.tensors}
+    checker._run("(push)")
+    try:
+        checker._run("\n".join(f"(union (N {k}) {r.sexp()})" for k, r in enumerate(inst.roots)))
+        v0 = export(checker._st())
+        val = Valuer(v0, inputs)
+        val.value_all()
+        assert len(val.vals) == len(v0.classes), (rule.name, [r.sexp() for r in inst.roots], val.errors)
+        for k, r in enumerate(inst.roots):
+            assert val.vals[v0.by_index[k]].v.shape == r.shape
+    finally:
+        checker._run("(pop)")
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_class_values_of_a_loaded_program_are_the_reference_evaluators(checker, seed):
+    rng = np.random.default_rng(seed)
+    prog = random_program(rng, int(rng.integers(3, 10))) if seed % 2 else motif_programs(rng)[seed % 8]
+    inputs = {n.arg["tensor_id"]: tricky(tuple(int(d) for d in n.shape), n.dtype.value, rng) for n in prog.inputs}
+    ref = evaluate(prog, inputs, keep_all=True)
+    checker._run("(push)")
+    try:
+        st_ = checker._st(prog)
+        load_program(st_, default_cuts(prog))
+        v0 = export(st_)
+        val = Valuer(v0, inputs)
+        val.value_all()
+        for nid, i in st_.index.items():
+            got = val.vals[v0.by_index[i]].v
+            assert got.dtype == ref[nid].dtype and np.array_equal(got, ref[nid], equal_nan=True), nid
+        # nothing ran: the structural diff finds every class again and no new e-node
+        v1 = export(st_)
+        f = class_map(v0, v1)
+        assert set(f) == set(v0.classes)
+        res = check_step(v0, val, v1, inputs)
+        assert res.new_nodes == 0 and not res.findings
+    finally:
+        checker._run("(pop)")
+
+
+@given(x=st.floats(-6e4, 6e4, allow_nan=False, width=32), dt=st.sampled_from(["fp32", "fp16", "bf16"]))
+def test_one_rounding_agrees_and_a_changed_value_does_not(x, dt):
+    a = round_to(np.array([x], np.float32), DType(dt)).astype(np.float32)
+    mag = np.abs(a.astype(np.float64))
+    assert agree(a, a, mag, EPS[dt]).all()
+    nudged = round_to(a * np.float32(1 + EPS[dt] / 2), DType(dt)).astype(np.float32)
+    assert agree(a, nudged, np.maximum(mag, np.abs(nudged.astype(np.float64))), EPS[dt]).all()
+    if abs(x) > 1e-3:
+        moved = a * np.float32(1 + 8 * EPS[dt])
+        assert not agree(a, moved, mag, EPS[dt]).any()
+
+
+@given(seed=st.integers(0, 2**31 - 1), dt=st.sampled_from(["fp32", "fp16", "bf16"]))
+def test_tricky_inputs_are_values_of_their_dtype(seed, dt):
+    a = tricky((64,), dt, np.random.default_rng(seed))
+    assert a.dtype == DType(dt).np
+    assert np.array_equal(round_to(a, DType(dt)), a, equal_nan=True)
+    assert (a < 0).any()
