@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 EXAMPLE ?= examples/gemm_bias_relu.json
 COST ?= model
 
-.PHONY: demo test bench-compile install clean
+.PHONY: demo test bench-compile bench-fusion install clean
 
 $(BIN)/polysat: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: install
 
 bench-compile: install
 	$(BIN)/python -m polysat.bench.compile_time
+
+# polysat's --cost model partition beside tinygrad's scheduler on the same graphs; QUICK= for all of it
+QUICK ?= --quick
+bench-fusion: install
+	$(BIN)/python -m polysat.bench.fusion $(QUICK)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

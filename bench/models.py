@@ -67,3 +67,39 @@ def transformer(blocks: int = 12, d_model: int = 768, heads: int = 12, d_ff: int
         h = op("GEMM", p + "ff2", [h, param(p + "W2", [d_ff, d_model])])
         x = op("Elementwise", p + "res2", [h, x], fn="add")
     return {"signature": {"inputs": inputs, "outputs": [{"tensor": x}]}, "tensors": tensors, "graph": graph}
+
+
+def sibling_gemms(tokens: "int | str" = "T", width: int = 768, dtype: str = "fp16") -> dict:
+    """Ya = X @ Wa; Yb = X @ Wb: two GEMMs that read one input (the Q/K/V pattern)."""
+    tensors = {"X": _t(dtype, [tokens, width]), "Wa": _t(dtype, [width, width]), "Wb": _t(dtype, [width, width]),
+               "Ya": {"dtype": dtype}, "Yb": {"dtype": dtype}}
+    graph = [{"op": "GEMM", "name": "ga", "inputs": ["X", "Wa"], "outputs": ["Ya"]},
+             {"op": "GEMM", "name": "gb", "inputs": ["X", "Wb"], "outputs": ["Yb"]}]
+    return {"signature": {"inputs": [{"tensor": "X"}, {"tensor": "Wa", "role": "param"}, {"tensor": "Wb", "role": "param"}],
+                          "outputs": [{"tensor": "Ya"}, {"tensor": "Yb"}]}, "tensors": tensors, "graph": graph}
+
+
+def conv_relu_conv(channels: int = 16, size: int = 32, residual: bool = False, dtype: str = "fp16") -> dict:
+    """Conv3x3 -> ReLU -> Conv3x3 (with residual: + X -> ReLU, a ResNet basic block without norms)."""
+    c, s = channels, size
+    tensors = {"X": _t(dtype, [1, c, s, s]), "W1": _t(dtype, [c, c, 3, 3]), "W2": _t(dtype, [c, c, 3, 3])}
+    conv = {"stride": 1, "pad": [1, 1, 1, 1]}
+    graph = [{"op": "Conv2D", "name": "conv1", "inputs": ["X", "W1"], "outputs": ["Y1"], "attrs": conv},
+             {"op": "Elementwise", "name": "relu1", "fn": "relu", "inputs": ["Y1"], "outputs": ["R1"]},
+             {"op": "Conv2D", "name": "conv2", "inputs": ["R1", "W2"], "outputs": ["Y2"], "attrs": conv}]
+    out = "Y2"
+    if residual:
+        graph += [{"op": "Elementwise", "name": "res", "fn": "add", "inputs": ["Y2", "X"], "outputs": ["Y3"]},
+                  {"op": "Elementwise", "name": "relu2", "fn": "relu", "inputs": ["Y3"], "outputs": ["Y4"]}]
+        out = "Y4"
+    for t in ("Y1", "R1", "Y2", "Y3", "Y4"):
+        tensors.setdefault(t, {"dtype": dtype})
+    return {"signature": {"inputs": [{"tensor": "X"}, {"tensor": "W1", "role": "param"}, {"tensor": "W2", "role": "param"}],
+                          "outputs": [{"tensor": out}]}, "tensors": tensors, "graph": graph}
+
+
+def softmax_axis(shape: list, axis: int, dtype: str = "fp16") -> dict:
+    """Softmax of one tensor over any axis."""
+    return {"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": "Y"}]},
+            "tensors": {"X": _t(dtype, shape), "Y": {"dtype": dtype}},
+            "graph": [{"op": "Softmax", "name": "softmax", "inputs": ["X"], "outputs": ["Y"], "attrs": {"axis": axis}}]}

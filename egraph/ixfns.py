@@ -296,6 +296,10 @@ def read_kind(s: str, m: str) -> str:
     bounded number of consumer points: one-to-one, or a window: many-to-one by compute-at with halo);
     "prefix" when the axes m uses are a leading prefix of s, each read plainly in order (x is
     computed once per outer iteration: a block owns the reduced extent, as a row max in a softmax);
+    "owned" when m reads x plainly at some of s's axes in another order or skipping inner ones (a
+    projection: a kernel that tiles the axes m uses and owns the whole extent of the others computes
+    x once per tile, as a softmax over a middle axis computes its max; whether the consumer's loop
+    order allows that is checked on the chosen partition, egraph/model_cost.py);
     "broadcast" otherwise (one-to-many: x would be recomputed per use)."""
     shape, mp = E.parse_shape(s), E.parse_map(m)
     used = set()
@@ -308,7 +312,15 @@ def read_kind(s: str, m: str) -> str:
     want = [f"i{k}" for k in live if f"i{k}" in used]
     if plain == want and want == [f"i{k}" for k in live[:len(want)]]:
         return "prefix"
+    if _projection(mp, plain):
+        return "owned"
     return "broadcast"
+
+
+def _projection(mp: tuple, plain: list) -> bool:
+    """Every non-constant coordinate of the map is a distinct plain axis variable (no offset, no stride)."""
+    return len(plain) == len(set(plain)) and all(re.fullmatch(r"i\d+", v) for v in plain) and \
+        all(e.is_const for e in mp if str(e) not in plain)
 
 
 # ---- streaming softmax (rules/streaming.egg) -------------------------------------------------------

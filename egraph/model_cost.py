@@ -11,14 +11,19 @@ region content (tensor and statement names canonicalized), so a kernel met again
 candidate or another identical layer, is priced once.
 
 The search starts from every site cut (``saturate_unfused`` loads the program with every compute
-edge cut: one kernel per op). With at most EXACT_SITES sites it is exact-greedy: each round prices
-fusing every site still cut, takes the best, then the other improving ones while they still improve,
-until none improves. With more (a deep stack), a merge phase first fuses producer kernels into
-their single consumer kernel on the Tiny partition (fusion deltas of two kernels, docs/DESIGN.md §Cost model),
+edge cut: one kernel per op), or from the loaded default partition's decisions when Poly Core prices
+those lower (egraph/partition_search.py), so it never ends above ``--cost size``. With at most
+EXACT_SITES sites it is a descent: each round prices fusing every site still cut (and, once that
+gains nothing, cutting every fused site again), takes the best move, then the other improving ones
+while they still improve, until none improves. A cut site whose read composes to the value itself
+(an identity read) is materialized by the partition (totiny.to_tiny), not by the extraction. With
+more (a deep stack), a merge phase first fuses producer kernels into their single consumer kernel
+on the Tiny partition (fusion deltas of two kernels, docs/DESIGN.md §Cost model),
 then the decisions are realized in the e-graph and priced whole.
 Every candidate is checked against the legality classes on its chosen terms (the rules' class-level
 facts over-approximate): a reduction may be read inside its consumer's kernel only one-to-one, by a
-window (compute-at with halo) or at a prefix of the consumer's loop order; a broadcast of it
+window (compute-at with halo), at a prefix of the consumer's loop order, or by a projection whose
+skipped axes a loop order of the consumer can own (a softmax over a middle axis); a broadcast of it
 (many-to-many, GEMM -> GEMM) makes the candidate illegal.
 
 Streaming (docs/DESIGN.md §Streaming, rules/streaming.egg) adds a second kind of decision: a value whose class holds a
@@ -41,16 +46,16 @@ from ..analyses.poly_region import Access, PolyRegion, Statement, TensorInfo
 from ..ir.diagnostics import fail
 from ..ir.expr import Expr
 from ..ir.tiny import GroupOp, Ops, Program
-from . import encode as E
 from .api import Extraction
-from .boundaries import loop_order, movement_map, operand_reads
+from .boundaries import operand_reads
 from .cost import Needs, SearchingCost, SizeCost, register
 from .extract import solve
 from .graph import EGraphView, export
-from .ixfns import compose, read_kind
 from ..knobs import price_symbol_size
+from .legality import illegal_fusions
+from .partition_search import apply, default_fused, masks, moves, site_values
 from .state import EGraphState
-from .stream import BLOCK, group_of, groups
+from .stream import BLOCK, groups
 from .totiny import to_tiny
 
 MAX_ROUNDS = 64  # rounds of the exact boundary search
@@ -134,68 +139,6 @@ def all_cuts(p: Program) -> set:
                 continue
             cuts.add(edge)
     return cuts
-
-
-def _kind(p: Program, c, m: "tuple | None", space: tuple) -> str:
-    """read_kind of map m (over c's iteration space `space`) in c's loop order; "opaque" when the
-    map is not affine (a PAD on the way)."""
-    if m is None:
-        return "opaque"
-    order = loop_order(c, p[c.src[0]])
-    perm = {k: j for j, k in enumerate(order)}  # rename axes to loop order positions
-    shape = tuple(space[k] for k in order)
-    mm = tuple(e.subs({f"i{k}": Expr.var(f"i{perm[k]}") for k in range(len(space))}) for e in m)
-    return read_kind(E.shape(shape), E.tup(mm)) or "opaque"
-
-
-def _reached_reduces(p: Program, q, m: "tuple | None", inside: frozenset) -> list:
-    """(reduce node, composed map) for each REDUCE in q's cone inside the kernel, with the map from
-    the consumer's space to the reduce's output (elementwise ops keep the index, views compose)."""
-    out, stack, seen = [], [(q, m)], set()
-    while stack:
-        n, mp = stack.pop()
-        key = (n.id, mp)
-        if key in seen or n.id not in inside:
-            continue
-        seen.add(key)
-        if n.op in GroupOp.Reduce:
-            out.append((n, mp))
-            continue
-        if n.op in GroupOp.Movement:
-            src = p[n.src[0]]
-            f = movement_map(n, src, pads_as_shifts=True)
-            stack.append((src, None if f is None or mp is None else compose(f, mp)))
-            continue
-        stack.extend((p[s], mp) for s in n.src)
-    return out
-
-
-def illegal_fusions(p: Program, part) -> list:
-    """(kernel name, consumer id, reduce id, why) for every reduction computed inside a kernel that
-    some consumer in the same kernel reads (through elementwise ops and views) by broadcast: its
-    element feeds many consumer points along an axis the block does not own; together with the
-    reduction that is many-to-many, never legal (GEMM -> GEMM). Reads one-to-one, by a window
-    (compute-at with halo) or at a prefix of the consumer's loop order (a block owns the reduced
-    extent: softmax, layernorm, attention's row sum) are legal. A streamed softmax-weighted sum
-    (egraph/stream.py) whose nodes all sit in the kernel is one consumer of its scores and values: its
-    running max and sums are read at each key block as they are updated, not broadcast."""
-    bad = []
-    member = group_of(p)
-    for k in part.kernels:
-        inside = frozenset(i for i in k.nodes if i not in k.inputs)
-        for c in (p[i] for i in sorted(inside)):
-            if c.op in GroupOp.Movement or c.op in GroupOp.Leaf:
-                continue
-            g = member.get(c.id)
-            for _, q, m, space in operand_reads(p, c, pads_as_shifts=True):
-                if g is not None and q.id in g.nodes and g.nodes <= inside:
-                    continue  # inside a streamed softmax-weighted sum: its max and sums run along (stream.py)
-                for r, mr in _reached_reduces(p, q, m, inside):
-                    kind = _kind(p, c, mr, space)
-                    if kind in ("broadcast", "opaque"):
-                        bad.append((k.name, c.id, r.id, f"{c.id} reads the reduction {r.id} by {kind} inside one "
-                                    f"kernel: many-to-many fusion is never legal"))
-    return bad
 
 
 # ---- pricing, cached by region content ------------------------------------------------------------
@@ -387,10 +330,8 @@ class ModelCost(SearchingCost):
         def evaluate(fused: frozenset) -> Candidate:
             if fused in memo:
                 return memo[fused]
-            excl, hard = set(), set()
-            for c, (cut, other) in st.items():
-                (hard if c in streams else excl).update(other if c not in fused else cut)
-            best, _ = solve(view, _Masked(frozenset(excl), frozenset(hard)))
+            excl, hard, kept = masks(view, st, streams, fused)
+            best, _ = solve(view, _Masked(excl, hard))
             cand = Candidate(fused, None)
             if all(r in best and best[r].total < math.inf for r in roots):
                 chosen, stack = {}, list(roots)
@@ -399,7 +340,7 @@ class ModelCost(SearchingCost):
                     if c not in chosen:
                         chosen[c] = best[c].node
                         stack.extend(best[c].node.children)
-                prog, part = to_tiny(state, view, chosen, roots)
+                prog, part = to_tiny(state, view, chosen, roots, kept)
                 cand.extraction = Extraction(prog, part, 0.0, chosen, tuple(roots))
                 cand.illegal = illegal_fusions(prog, part)
                 cand.priced = price_kernels(prog, part, params, self.arch)
@@ -413,7 +354,12 @@ class ModelCost(SearchingCost):
         if base.extraction is None:
             fail("InternalError", "extraction", "no term with every kernel boundary cut")
         cur, local, deltas = base, (), {}
-        if len([m for m in st if m in base.extraction.chosen]) > self.exact_sites:
+        seed = evaluate(default_fused(state, view, st, streams))  # the loaded default partition
+        if seed.total < cur.total:
+            cur = seed
+        value_of = site_values(view, st)  # Mat site -> the class of the value it materializes
+        if len([m for m in st if m in base.extraction.chosen or value_of.get(m) in base.extraction.chosen]) \
+                > self.exact_sites:
             local, deltas = _local_merge(state, view, st, roots, base, params, self.arch)
         if local:
             cand = evaluate(frozenset(local))
@@ -422,7 +368,8 @@ class ModelCost(SearchingCost):
 
         def live(cand: Candidate) -> list:  # sites whose cut the extraction actually uses
             ch = cand.extraction.chosen
-            return [m for m in st if m in ch and m not in cand.fused and (stream or m not in streams)]
+            return [m for m in st if (m in ch or value_of.get(m) in ch) and m not in cand.fused
+                    and (stream or m not in streams)]
         exact = not deltas and len(live(cur)) <= self.exact_sites  # after a merge phase, its deltas explain
         if stream and not exact and streams and not streams <= cur.fused:
             # after a merge phase: stream every softmax-weighted sum at once; the boundaries that leaves
@@ -432,13 +379,18 @@ class ModelCost(SearchingCost):
                 cur = cand
                 exact = len(live(cur)) <= self.exact_sites
         for _ in range(self.max_rounds if exact else 0):
-            tried = sorted((evaluate(cur.fused | {c}) for c in live(cur)), key=lambda k: k.total)
-            gain = [k for k in tried if k.total < cur.total]
+            gain = []
+            for kind in ("fuse", "cut"):  # cutting again is tried once fusing gains nothing
+                tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, live(cur), streams)
+                                if mv[0] == kind), key=lambda km: km[0].total)
+                gain = [(k, mv) for k, mv in tried if k.total < cur.total]
+                if gain:
+                    break
             if not gain:
                 break
-            cur = gain[0]
-            for k in gain[1:]:  # apply the other improving fusions too, while each still improves
-                nxt = evaluate(cur.fused | k.fused)
+            cur = gain[0][0]
+            for _, mv in gain[1:]:  # apply the other improving moves too, while each still improves
+                nxt = evaluate(apply(cur.fused, mv))
                 if nxt.total < cur.total:
                     cur = nxt
         streamed = [Streamed(c, cur.total, len(cur.priced), int(cur.extraction.chosen[c].args[1]))

@@ -2,7 +2,8 @@
 
 Each chosen e-node becomes Tiny IR nodes built through ``make_uop`` (so every result is re-checked):
 Read -> VIEW of an INPUT or of a materialized node (nothing when the map is the identity),
-Select(guard, Read, Const) -> PAD + VIEW (the guard's pads make the read total), Transpose ->
+Select(guard, Read, Const) -> PAD + VIEW (the guard's pads make the read total; a View of a
+value computed in the kernel, a fused boundary, in place of the Read likewise), Transpose ->
 PERMUTE, BroadcastInDim -> RESHAPE + EXPAND, Reduce -> REDUCE, SoftmaxSum -> its meaning, tagged as one
 streaming group (``stream.py``), the rest one to one. A class that
 holds an original node keeps that node's id. Kernels: one per program output and one per chosen
@@ -114,10 +115,12 @@ class TermBuilder:
             return self._view(base, s, m, c)
         if n.op == "Select":
             read, other = self.chosen[n.children[0]], self.chosen[n.children[1]]
-            if read.op != "Read" or other.op != "Const":
+            if read.op not in ("Read", "View") or other.op != "Const":
                 fail("RuleFileError", f"e-class {c}", f"Select must guard a Read with a Const else-branch, got "
                      f"Select({read.op}, {other.op})", "Rules may only build guarded reads: Select(g, Read, Const).")
-            base = self._src(read.children[0])
+            # a fused boundary (rules/fusion.egg) puts View(x, s, m) beside Read(Mat(x), s, m): the same
+            # guarded read, of x computed in this kernel instead of x read back from memory
+            base = self._src(read.children[0]) if read.op == "Read" else self.made[read.children[0]]
             pads = guard_pads(a[0], base.ndim)
             v = E.parse_value(other.args[0], DType(other.args[1]))
             padded = self.add(Ops.PAD, [base], {"pad": pads, "value": v}, False, c)
@@ -173,20 +176,53 @@ class TermBuilder:
         fail("InternalError", f"e-class {c}", f"no Tiny IR for e-node {n.op}")
 
 
-def to_tiny(st: EGraphState, view: EGraphView, chosen: dict, roots: list) -> tuple:
-    """(Program, Partition) of the chosen e-nodes; roots[k] is the class of program output k."""
+def to_tiny(st: EGraphState, view: EGraphView, chosen: dict, roots: list, materialize=frozenset()) -> tuple:
+    """(Program, Partition) of the chosen e-nodes; roots[k] is the class of program output k;
+    the value classes in ``materialize`` (those the term uses) are kernel boundaries too. A cheap
+    value several kernels use (no reduction in its cone: views, broadcasts, casts, elementwise
+    chains) is recomputed by each of them, not written to memory: its nodes are built once per kernel."""
     b = TermBuilder(st, view, chosen)
     for r in roots:
         b.value(r)
+    prog = _program(st, b, roots)
+    kroots, members, again = _kernels(b, prog, roots, materialize)
+    if not again:
+        return prog, _partition(b, prog, kroots, members, {r: _ids(b, members[r]) for r in kroots})
+    b = TermBuilder(st, view, chosen)  # again, one kernel at a time, the shared cheap classes anew in each
+    shared = {c for r in kroots for c in members[r] if c not in kroots and sum(c in m for m in members.values()) > 1}
+    ids = {}
+    for r in (c for c in _postorder(b, roots) if c in kroots):
+        for c in shared:
+            b.made.pop(c, None)
+        b.value(r)
+        ids[r] = _ids(b, members[r])
+    for r in roots:  # an output that is a program input (or a view of one) is no kernel's root
+        b.value(r)
+    prog = _program(st, b, roots)
+    return prog, _partition(b, prog, kroots, members, ids)
+
+
+def _program(st: EGraphState, b: TermBuilder, roots: list) -> Program:
     outs = tuple((name, b.made[r].id) for (name, _), r in zip(st.program.outputs, roots, strict=True))
-    prog = Program(tuple(st.program.inputs) + tuple(b.nodes), outs)
-    return prog, _partition(b, prog, roots)
+    return Program(tuple(st.program.inputs) + tuple(b.nodes), outs)
 
 
-def _partition(b: TermBuilder, prog: Program, roots: list) -> Partition:
-    """Kernels from Mat boundaries and outputs; shared compute nodes become extra boundaries."""
+def _ids(b: TermBuilder, classes: set) -> set:
+    return {i for c in classes for i in b.class_nodes.get(c, ())}
+
+
+_REDUCING = ("Reduce", "SoftmaxSum")
+
+
+def _kernels(b: TermBuilder, prog: Program, roots: list, materialize=frozenset()) -> tuple:
+    """(kernel root classes, {root: the classes its kernel evaluates}, the cheap compute classes
+    several kernels evaluate): kernels from Mat boundaries, outputs and ``materialize``; a compute
+    class two kernels would both evaluate becomes a boundary too when its cone in the kernel holds
+    a reduction, else each kernel recomputes it."""
     node_of = b.made
-    mats = {ch for c, n in b.chosen.items() if n.op == "Mat" and c in _reachable(b, roots) for ch in n.children}
+    reach = _reachable(b, roots)
+    mats = {ch for c, n in b.chosen.items() if n.op == "Mat" and c in reach for ch in n.children}
+    mats |= {c for c in materialize if c in reach and c in node_of}
     kroots = {r for r in set(mats) | set(roots) if prog[node_of[r].id].op != Ops.INPUT}
 
     def own(c: int) -> list:  # compute nodes created by class c's conversion
@@ -195,21 +231,45 @@ def _partition(b: TermBuilder, prog: Program, roots: list) -> Partition:
     while True:
         members: dict = {r: _walk(b, r, kroots) for r in kroots}
         owner: dict = {}
-        shared = set()
+        shared, again = set(), set()
         for r, cs in members.items():
             for c in cs:
                 if own(c) and owner.setdefault(c, r) != r:
-                    shared.add(c)
+                    (again if _cheap(b, c, kroots) else shared).add(c)
         if not shared:
-            break
+            return kroots, members, again
         kroots |= shared
+
+
+def _cheap(b: TermBuilder, c: int, kroots: set) -> bool:
+    """No reduction in c's cone inside its kernel (down to memory and other kernels' roots)."""
+    return not any(b.chosen[k].op in _REDUCING for k in _walk(b, c, kroots - {c}))
+
+
+def _postorder(b: TermBuilder, roots: list) -> list:
+    """The classes the roots use, each after the classes it uses."""
+    out, seen, stack = [], set(), [(r, False) for r in reversed(roots)]
+    while stack:
+        c, ready = stack.pop()
+        if ready:
+            out.append(c)
+            continue
+        if c in seen:
+            continue
+        seen.add(c)
+        stack.append((c, True))
+        stack.extend((k, False) for k in reversed(b.chosen[c].children) if k not in seen)
+    return out
+
+
+def _partition(b: TermBuilder, prog: Program, kroots: set, members: dict, ids_of: dict) -> Partition:
+    """One kernel per root class (in program order), evaluating the nodes ``ids_of`` gives it."""
+    node_of = b.made
     pos = {n.id: k for k, n in enumerate(prog.nodes)}
     order = sorted(kroots, key=lambda r: pos[node_of[r].id])
     kernels, done = [], {n.id for n in prog.inputs}
     for r in order:
-        ids: set = set()
-        for c in members[r]:
-            ids.update(i for i in b.class_nodes.get(c, ()) if i in pos and prog[i].op != Ops.INPUT)
+        ids = {i for i in ids_of[r] if i in pos and prog[i].op != Ops.INPUT}
         out = node_of[r].id
         if out not in ids:
             continue  # the root is another kernel's value read back unchanged

@@ -1,0 +1,129 @@
+"""Fusion bench: polysat's ``--cost model`` partition beside tinygrad 0.14's scheduler on the same graphs.
+
+For every example, a few small cases that stress the partition search (sibling GEMMs over one input,
+Conv -> ReLU -> Conv, softmax over a middle axis) and the bench transformer (bench/models.py) at 1 and
+12 blocks: polysat's kernel count, modelled time (Poly Core, ``--cost model``; the ``--cost size``
+partition and the one-kernel-per-op partition priced the same way beside it), device bytes moved and
+e-graph compile time (load + saturation + search), next to tinygrad's kernel count and schedule time
+for the same model written in tinygrad (bench/tinygrad_graph.py; ``PYTHON`` device, schedule only,
+nothing executes), measured in the same process. Prints a table with the ratios and writes JSON.
+
+    python -m polysat.bench.fusion [--quick] [--out PATH] [--arch sm90]
+
+``--quick`` (CI) drops the 12-block transformer. Symbols are bound to POLYSAT_PRICE_SYMBOL_SIZE
+(default 256), for polysat's prices and for tinygrad's shapes alike. A case polysat fails on is a
+row with its diagnostic, not a crash.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import platform
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+EXAMPLES = HERE.parent / "examples"
+
+
+def cases(quick: bool) -> list:
+    from .models import conv_relu_conv, sibling_gemms, softmax_axis, transformer
+    out = [(p.stem, json.loads(p.read_text(encoding="utf-8"))) for p in sorted(EXAMPLES.glob("*.json"))]
+    out += [("sibling_gemms", sibling_gemms()), ("conv_relu_conv", conv_relu_conv()), ("resnet_block", conv_relu_conv(residual=True)),
+            
+            ("softmax_axis1", softmax_axis([2, 6, 3], 1)), ("transformer_1", transformer(1))]
+    if not quick:
+        out.append(("transformer_12", transformer(12)))
+    return out
+
+
+def polysat_row(model: dict, arch: str) -> dict:
+    """polysat's partitions of model: --cost model (searched), --cost size and one kernel per op, each
+    priced by Poly Core; compile time of the model search (load + saturation + search)."""
+    from ..egraph.model_cost import total_us
+    from ..ir.diagnostics import PolysatError
+    from ..pipeline import Compilation
+    try:
+        t0 = time.perf_counter()
+        c = Compilation(model, arch=arch, cost="model")
+        s = c.search
+        compile_s = time.perf_counter() - t0
+        size = Compilation(model, arch=arch, cost="size").priced
+    except PolysatError as e:
+        return {"error": str(e).splitlines()[0][:160]}
+    moved = sum(p.cost.bytes for p in s.best.priced if p.cost is not None)
+    return {"params": c.params, "kernels": len(s.best.priced), "time_est_us": round(s.best.total, 3),
+            "size_kernels": len(size), "size_time_est_us": round(total_us(size), 3),
+            "unfused_kernels": len(s.baseline.priced), "unfused_time_est_us": round(s.baseline.total, 3),
+            "bytes": moved, "compile_s": round(compile_s, 3), "partitions_priced": s.evaluations}
+
+
+def tinygrad_row(model: dict, params: dict) -> dict:
+    from .tinygrad_graph import schedule
+    try:
+        k, secs = schedule(model, params)
+    except Exception as e:  # noqa: BLE001 — a graph tinygrad cannot schedule is a row, not a crash
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
+    return {"kernels": k, "schedule_s": round(secs, 3)}
+
+
+def _params_of(model: dict) -> dict:
+    from ..pipeline import Compilation
+    return Compilation(model).params
+
+
+def measure(name: str, model: dict, arch: str) -> dict:
+    ps = polysat_row(model, arch)
+    tg = tinygrad_row(model, ps.get("params") or _params_of(model))
+    row = {"model": name, "polysat": ps, "tinygrad": tg}
+    if "error" not in ps and "error" not in tg:
+        row["kernel_ratio"] = round(ps["kernels"] / max(1, tg["kernels"]), 3)
+        row["compile_ratio"] = round(ps["compile_s"] / max(1e-9, tg["schedule_s"]), 3)
+        row["model_vs_size"] = round(ps["time_est_us"] / max(1e-9, ps["size_time_est_us"]), 3)
+    return row
+
+
+def table(rows: list) -> str:
+    head = (f"{'model':<22}| {'tg kern':>7}{'tg s':>7} | {'ps kern':>7}{'ps s':>8}{'model µs':>10}{'size µs':>10}"
+            f"{'unfused µs':>11}{'MB':>9} | {'kern x':>7}{'time x':>8}{'m/size':>7}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        ps, tg = r["polysat"], r["tinygrad"]
+        tgs = f"{tg['kernels']:>7}{tg['schedule_s']:>7.2f}" if "error" not in tg else f"{'error':>14}"
+        if "error" in ps:
+            lines.append(f"{r['model']:<22}| {tgs} | error: {ps['error']}")
+            continue
+        ratios = (f"{r['kernel_ratio']:>7.2f}{r['compile_ratio']:>8.2f}{r['model_vs_size']:>7.2f}"
+                  if "kernel_ratio" in r else "")
+        lines.append(f"{r['model']:<22}| {tgs} | {ps['kernels']:>7}{ps['compile_s']:>8.2f}{ps['time_est_us']:>10.1f}"
+                     f"{ps['size_time_est_us']:>10.1f}{ps['unfused_time_est_us']:>11.1f}{ps['bytes'] / 1e6:>9.2f} | {ratios}")
+    lines.append("kern x = polysat kernels / tinygrad kernels; time x = polysat compile s / tinygrad schedule s; "
+                 "m/size = --cost model µs / --cost size µs (Poly Core prices)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="leave out the 12-block transformer (the CI run)")
+    ap.add_argument("--out", default=str(HERE / "fusion_results.json"))
+    ap.add_argument("--arch", default="sm90")
+    ap.add_argument("--only", default="", help="comma-separated case names to run")
+    a = ap.parse_args(argv)
+    rows, t0 = [], time.perf_counter()
+    only = {s for s in a.only.split(",") if s}
+    for name, model in cases(a.quick):
+        if only and name not in only:
+            continue
+        rows.append(measure(name, model, a.arch))
+        print(f"  {name}: done ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
+    print(table(rows))
+    doc = {"quick": a.quick, "arch": a.arch, "python": platform.python_version(),
+           "total_s": round(time.perf_counter() - t0, 2), "rows": rows}
+    pathlib.Path(a.out).write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    print(f"total {doc['total_s']}s; wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
