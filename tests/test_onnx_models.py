@@ -11,7 +11,6 @@ from polysat.cli import TARGETS
 from polysat.examples.onnx_models import MODELS, build
 from polysat.frontend import with_parameters
 from polysat.frontend.onnx import import_onnx
-from polysat.ir.diagnostics import PolysatError
 from polysat.pipeline import Compilation
 
 
@@ -21,12 +20,7 @@ def _feeds(m) -> dict:
             for i in m.graph.input}
 
 
-# Conv -> ReLU -> Conv under --cost model hits E1403 in the e-graph on this branch (fixed where the fusion
-# work lands: with it the case passes and this mark goes).
-_E1403 = pytest.mark.xfail(raises=PolysatError, strict=False, reason="E1403 Select(View, Const) on Conv->ReLU->Conv")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_E1403) if n == "resnet_cnn" else n for n in sorted(MODELS)])
+@pytest.mark.parametrize("name", sorted(MODELS))
 def test_model_matches_onnxruntime(name):
     m = build(name)
     feeds = _feeds(m)
