@@ -55,13 +55,12 @@ def kind_named(name: str) -> KernelKind:
 
 def bind(region: Region) -> tuple[KernelKind, Any]:
     """The kind that computes the region and its binding; E1504 NoKernelTemplate with every kind's reason.
-    A region with size-1 axes (a batch of one) is bound without them (ir/region_squeeze.py) when it does
-    not bind as it is: the buffers are the same bytes, the binding reads them reshaped."""
+    Each kind, in order, is tried on the region as it is and then without its size-1 axes (a batch of one;
+    ir/region_squeeze.py): the buffers are the same bytes, the binding reads them reshaped."""
     reasons = []
-    for r in (region, squeeze_units(region)):
-        if r is None:
-            continue
-        for k in kinds():
+    forms = [r for r in (region, squeeze_units(region)) if r is not None]
+    for k in kinds():  # kinds outermost: a tensor-core kind that takes the squeezed form beats SIMT as it is
+        for r in forms:
             b = k.bind(r)
             if not isinstance(b, NoBind):
                 return k, b
