@@ -2,6 +2,8 @@
 A class used more than once is printed once as ``%k = ...`` and referred to as ``%k``."""
 from __future__ import annotations
 
+from ..ir.toposort import postorder
+
 
 def _uses(chosen: dict, roots) -> dict:
     count: dict = {}
@@ -44,24 +46,7 @@ def format_terms(chosen: dict, roots) -> str:
             return f"Select(in_bounds[{n.args[0]}], {kids[0]}, {kids[1]})"
         return f"{n.op}({', '.join(kids + list(n.args))})"
 
-    order: list = []
-    seen: set = set()
-
-    def post(c: int) -> None:
-        stack = [(c, False)]
-        while stack:
-            k, done = stack.pop()
-            if done:
-                order.append(k)
-                continue
-            if k in seen:
-                continue
-            seen.add(k)
-            stack.append((k, True))
-            stack.extend((ch, False) for ch in chosen[k].children)
-
-    for r in roots:
-        post(r)
+    order = postorder(roots, lambda k: chosen[k].children)
     for c in order:
         if c in shared:
             text = fmt(c, top=True)

@@ -1,7 +1,8 @@
-"""Stable topological order with cycle reporting, shared by the Tiny IR and Frontend IR loaders."""
+"""Topological orders: a stable one with cycle reporting (the Tiny IR and Frontend IR loaders) and a
+post-order over graphs that may hold cycles (the e-graph printer and pictures)."""
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .diagnostics import fail
 
@@ -32,3 +33,23 @@ def stable_topo(deps: Mapping[str, Sequence[str]], what: str = "nodes",
                 state[nxt] = 1
                 stack.append((nxt, iter(deps[nxt])))
     return order
+
+
+def postorder(roots: Iterable, children: Callable[[Any], Iterable]) -> list:
+    """Every node reachable from roots, children before their parents, each once (iterative; a cycle,
+    which an e-graph may hold, is broken where it is first met)."""
+    seen: set = set()
+    out: list = []
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            k, done = stack.pop()
+            if done:
+                out.append(k)
+                continue
+            if k in seen:
+                continue
+            seen.add(k)
+            stack.append((k, True))
+            stack.extend((c, False) for c in children(k))
+    return out

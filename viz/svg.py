@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from html import escape
 
+from ..ir.toposort import postorder
+
 CHAR_W = 6.6  # px per character of the 11 px monospace font the pictures use
 FONT = "font-family=\"DejaVu Sans Mono, Menlo, Consolas, monospace\""
 
@@ -94,22 +96,7 @@ def layers(ids: list, children: dict) -> list:
 
 def _topo(ids: list, children: dict) -> list:
     """Parents before children (cycles, which an e-graph may hold, are broken where first met)."""
-    seen, out = set(), []
-    for root in ids:
-        if root in seen:
-            continue
-        stack = [(root, False)]
-        while stack:
-            i, done = stack.pop()
-            if done:
-                out.append(i)
-                continue
-            if i in seen:
-                continue
-            seen.add(i)
-            stack.append((i, True))
-            stack.extend((c, False) for c in children.get(i, ()) if c not in seen and c in children)
-    return out[::-1]
+    return postorder(ids, lambda i: [c for c in children.get(i, ()) if c in children])[::-1]
 
 
 def human_bytes(n: float) -> str:
