@@ -13,10 +13,13 @@ from ..ir.expr import Expr
 from ..ir.infer import as_dtype, as_shape
 from ..ir.shapes import dim, fmt_shape
 from ..ir.tiny import Ops, UOp
-from .lower import Ctx, lowering
+from .lower import REQUIRED, Attr, Ctx, lowering
 
 
-@lowering("Constant", inputs=(0, 0))
+@lowering("Constant", inputs=(0, 0), attrs={
+    "value": Attr("number | bool", REQUIRED, "the value every element holds"),
+    "dtype": Attr("dtype", "fp32", "the element type"),
+    "shape": Attr("[dim]", [], "the tensor's shape (ints or symbols; [] is a scalar)")})
 def constant(ctx: Ctx, ins: list) -> list:
     """A tensor of one repeated value: {"value": v, "dtype": "fp32", "shape": [...]}."""
     dt = as_dtype(ctx.at, ctx.attr("dtype", "fp32"))
@@ -46,7 +49,8 @@ def concat(ctx: Ctx, xs: list, axis: int) -> UOp:
     return out
 
 
-@lowering("Concat", inputs=(1, 1 << 16))
+@lowering("Concat", inputs=(1, 1 << 16), attrs={
+    "axis": Attr("int", REQUIRED, "the axis the inputs are joined along (negative counts from the end)")})
 def concat_op(ctx: Ctx, ins: list) -> list:
     return [concat(ctx, ins, ctx.axis(ctx.attr("axis"), ins[0].ndim))]
 
@@ -81,7 +85,10 @@ def _flat(v) -> tuple:
     return [v], ()
 
 
-@lowering("Gather")
+@lowering("Gather", attrs={
+    "indices": Attr("int | nested [int]", REQUIRED, "constant indices (negative count from the end of a static "
+                    "axis); their shape replaces the axis"),
+    "axis": Attr("int", 0, "the axis indexed")})
 def gather(ctx: Ctx, ins: list) -> list:
     """x.take(indices, axis) for constant indices (ONNX Gather, numpy take): affine pieces only."""
     (x,) = ins

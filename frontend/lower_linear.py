@@ -244,7 +244,13 @@ def attention(ctx: Ctx, ins: list) -> list:
     return [dot(ctx, p, v, DType.fp32)]
 
 
-@lowering("AvgPool2D")
+@lowering("AvgPool2D", attrs={
+    "kernel": Attr("int | [kh, kw]", REQUIRED, "the window size"),
+    "stride": Attr("int | [sh, sw]", default_text="the kernel", doc="the window's step"),
+    "dilation": _DILATION,
+    "pad": Attr("int | [ph, pw] | [top, bottom, left, right]", 0, "zero padding of H and W"),
+    "extra": Attr("[bottom, right]", 0, "extra zero padding at the ends (ceil-mode tails), never counted"),
+    "count_include_pad": Attr("bool", False, "whether `pad` counts in a window's element count")})
 def avgpool2d(ctx: Ctx, ins: list) -> list:
     """Window sums of the zero-padded input divided by the window's element count. ``pad`` pads
     [top, bottom, left, right] count as elements when ``count_include_pad``; ``extra`` [bottom, right]
@@ -289,7 +295,9 @@ def _einsum_terms(ctx: Ctx, eq: str, n: int) -> tuple:
     return terms, out
 
 
-@lowering("Einsum", inputs=(1, 2))
+@lowering("Einsum", inputs=(1, 2), attrs={
+    "equation": Attr("str", REQUIRED, "explicit letters, e.g. \"bij,bjk->bik\" (no ellipsis, no diagonals)"),
+    "acc_dtype": Attr("dtype", default_text="fp32 (i32 for integer inputs)", doc="the dtype of the products and sums")})
 def einsum(ctx: Ctx, ins: list) -> list:
     """Operands permuted to (output letters, summed letters), broadcast, multiplied, summed (fp32)."""
     terms, out = _einsum_terms(ctx, ctx.attr("equation"), len(ins))

@@ -70,7 +70,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     _k("E1501", "UnknownStage", "Choose dump stages from the list in `polysat compile --help`."),
     _k("E1502", "UnknownTarget", "Choose a target from `polysat run --help`."),
     _k("E1503", "BadInputFile", "Give an .npz file whose keys are the model's input tensor names."),
-    _k("E1504", "NoKernelTemplate", "Run it with --target playback (CUDA templates: GEMM + epilogue, conv, conv + pool, attention, softmax scores, and SIMT for any other region with one packed row-major output read through affine maps)."),
+    _k("E1504", "NoKernelTemplate", "Run it with --target playback (templates: GEMM + epilogue, conv, conv + pool, attention, softmax scores, SIMT for row-major outputs)."),
     _k("E1999", "InternalError", "This is a polysat bug: rerun with POLYSAT_DEBUG=1 for the traceback and report it."),
     # warnings
     _k("W2101", "ExcessivePiecewise", "Simplify pad/slice chains (gist/coalesce/remove_redundancies) or cut a region boundary."),

@@ -63,7 +63,7 @@ def _value_for(kind: str):
 @st.composite
 def attrs_for(draw, op: str, wild: bool, fn: "str | None" = None) -> dict:
     """Required attributes always, optional ones sometimes; wild: nonsense values and unknown names too."""
-    table = op_table()[op][2] if op in op_table() else {}
+    table = (op_table()[op][2] or {}) if op in op_table() else {}
     out = {}
     for key, spec in table.items():
         if key == "fn" or (not spec.required and draw(st.integers(0, 2)) > 0) or (spec.fns and fn not in spec.fns
