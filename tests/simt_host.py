@@ -35,9 +35,12 @@ int main() {
 
 
 def emulate_many(jobs: list, workdir: str | None = None) -> list[np.ndarray]:
+    if workdir is None:  # a directory of our own, removed afterwards
+        with tempfile.TemporaryDirectory(prefix="polysat-simt-emu-") as tmp:
+            return emulate_many(jobs, tmp)
     exe = nvcc_path()
     assert exe, "nvcc is needed to build the host emulator"
-    tmp = workdir or tempfile.mkdtemp(prefix="polysat-simt-emu-")
+    tmp = workdir
     parts, calls = [], []
     for k, (ks, arrays, env) in enumerate(jobs):
         spec = ks.spec

@@ -1,6 +1,7 @@
 """The documentation in the repository stays true: docs/frontend_ir.md is what the lowering table
-generates, docs/rules.md names every constructor and helper the rule language has, and the example of
-docs/python_api.md runs."""
+generates, docs/rules.md names every constructor and helper the rule language has and its two worked
+rules are judged by `polysat rules --check` as it says (the sound one passes, the wrong one is caught),
+and the example of docs/python_api.md runs."""
 from __future__ import annotations
 
 import os
@@ -34,6 +35,18 @@ def test_rules_doc_names_every_constructor_and_helper():
         assert f"({c} " in text or f"`({c}" in text, c
     for h in HELPERS:
         assert f"${h}" in text, h
+
+
+def test_rules_doc_worked_rules_are_judged_as_it_says(tmp_path):
+    from polysat.cli import main
+    text = (DOCS / "rules.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```lisp\n(.*?)```", text, re.S)
+    good, bad = (b for b in blocks if ":name \"cast-after-boundary\"" in b), (b for b in blocks if "wrong on purpose" in b)
+    for name, rule, want in (("cast-after-boundary", next(good), 0), ("sub-after-boundary", next(bad), 1)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "rule.egg").write_text(rule, encoding="utf-8")
+        assert main(["rules", "--check", "--rules", str(d), "--only", name]) == want, name
 
 
 def test_python_api_example_runs():

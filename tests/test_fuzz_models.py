@@ -9,12 +9,14 @@ A second, smaller campaign sends generated models through the e-graph, Poly Core
 """
 from __future__ import annotations
 
-import importlib.util
+import atexit
 import functools
+import importlib.util
 import json
 import math
 import os
 import pathlib
+import shutil
 import tempfile
 
 import numpy as np
@@ -154,6 +156,7 @@ def _clean(rc: int, stdout: str, stderr: str, doc: dict, what: str) -> None:
 
 
 _DIR = tempfile.mkdtemp(prefix="polysat_fuzz_")
+atexit.register(shutil.rmtree, _DIR, True)
 _STATS = {"models": 0, "compiled": 0, "ran": 0}
 
 
