@@ -16,6 +16,7 @@ from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
 from ..ir.infer import make_uop
 from ..ir.tiny import Ops, Program, UOp
+from ..ir.toposort import postorder
 from . import encode as E
 from .graph import EGraphView
 from .ixfns import guard_pads
@@ -247,19 +248,8 @@ def _cheap(b: TermBuilder, c: int, kroots: set) -> bool:
 
 
 def _postorder(b: TermBuilder, roots: list) -> list:
-    """The classes the roots use, each after the classes it uses."""
-    out, seen, stack = [], set(), [(r, False) for r in reversed(roots)]
-    while stack:
-        c, ready = stack.pop()
-        if ready:
-            out.append(c)
-            continue
-        if c in seen:
-            continue
-        seen.add(c)
-        stack.append((c, True))
-        stack.extend((k, False) for k in reversed(b.chosen[c].children) if k not in seen)
-    return out
+    """The classes the roots use, each after the classes it uses (first child first)."""
+    return postorder(roots, lambda c: reversed(b.chosen[c].children))
 
 
 def _partition(b: TermBuilder, prog: Program, kroots: set, members: dict, ids_of: dict) -> Partition:
