@@ -6,6 +6,7 @@ No GPU needed.
 from __future__ import annotations
 
 import importlib.util
+import json
 import pathlib
 import subprocess
 
@@ -98,3 +99,18 @@ def test_plan_and_gpu_dumps_of_a_simt_region(tmp_path):
     (row,) = kernel["gpu_ir"]["stmts"]
     ops = [next(iter(s)) for s in row["ForRow"]["body"]]
     assert ops == ["ForLaneStep", "GroupReduce", "ForLaneStep", "GroupReduce", "ForLaneStep"]
+
+
+def test_a_bool_function_the_kernel_cannot_compute_is_refused_at_bind_with_its_reason():
+    """or/and of bool values bind; another bool function (here sub, spelled into the region) is a NoBind
+    with its reason at bind time, never an error while rendering."""
+    from polysat.backend.common.region_match import NoBind
+    from polysat.ir.region import region_from_json, region_json
+    doc = {"signature": {"inputs": ["x", "y"], "outputs": ["z"]},
+           "tensors": {t: {"dtype": "bool", "shape": [4, 8]} for t in "xyz"},
+           "graph": [{"op": "Elementwise", "name": "either", "inputs": ["x", "y"], "outputs": ["z"], "attrs": {"fn": "max"}}]}
+    (r,) = Compilation(doc).regions
+    assert not isinstance(simt_bind(r), NoBind)
+    bad = region_from_json(json.loads(json.dumps(region_json(r)).replace('"max"', '"sub"')))
+    no = simt_bind(bad)
+    assert isinstance(no, NoBind) and "sub of bool values" in no.reason

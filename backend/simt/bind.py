@@ -16,6 +16,7 @@ from ...ir.expr import Expr
 from ...ir.region import R, Region
 # shared pieces, at their current homes
 from ..common.region_match import Mismatch, RegionBinding, recogniser
+from .emit import BOOL_BINARY
 from .plan import search
 from .spec import SimtSpec, reachable, symbols_of
 
@@ -81,6 +82,8 @@ def bind(region: Region, name: "str | None" = None) -> SimtBinding:
             _reject(r, f"it reads {n.arg[0]} through a non-affine map")
         if n.op == R.REDUCE and n.dtype is None:
             _reject(r, "a Reduce has no accumulation dtype")
+        if n.op == R.BINARY and n.dtype == DType.bool and n.arg not in BOOL_BINARY:
+            _reject(r, f"a {n.arg} of bool values (a kernel computes {', '.join(BOOL_BINARY)} on bool)")
         if n.op == R.REDUCE and n.arg[0] not in ("sum", "max", "min"):
             _reject(r, f"reduce op {n.arg[0]!r}")
     if set(top.axes) - set(y.axes):

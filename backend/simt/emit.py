@@ -27,6 +27,8 @@ STORE_T = {DType.fp16: "__half", DType.bf16: "__nv_bfloat16", DType.fp32: "float
 READ_FN = {DType.fp16: "polysat_simt::to_f", DType.bf16: "polysat_simt::to_f", DType.fp32: "polysat_simt::to_f",
            DType.i32: "polysat_simt::to_i", DType.bool: "polysat_simt::to_b"}
 ROUND = {DType.fp16: "polysat_simt::rnd_fp16", DType.bf16: "polysat_simt::rnd_bf16"}
+# the bool binary functions a kernel computes (or, and); bind refuses a region with another
+BOOL_BINARY = {"add": "||", "max": "||", "mul": "&&", "min": "&&"}
 REDUCE_OP = {"sum": "polysat_simt::SUM", "max": "polysat_simt::MAX", "min": "polysat_simt::MIN"}
 
 
@@ -192,25 +194,14 @@ class Emitter:
         return name
 
     def _emit(self, n: RNode) -> str:
-        op = n.op
-        if op in (R.BROADCAST, R.TRANSPOSE):
+        """Every RB-SSA op but CONST (``value``) and REF (``follow``), which never reach here."""
+        if n.op in (R.BROADCAST, R.TRANSPOSE):
             return self.value(n.src[0])
-        if op == R.READ:
-            return self.read(n)
-        if op == R.PRED:
+        if n.op == R.PRED:
             conds = [f"({self.idx(g)} >= 0)" for g in n.arg]
             return self.let("bool", " && ".join(conds) or "true", "p")
-        if op == R.UNARY:
-            return self.unary(n)
-        if op == R.BINARY:
-            return self.binary(n)
-        if op == R.SELECT:
-            return self.select(n)
-        if op == R.REDUCE:
-            return self.reduce_inline(n)
-        if op == R.ONLINE:
-            return self.online_inline(n)
-        raise NotImplementedError(f"{op} in a SIMT kernel")
+        return {R.READ: self.read, R.UNARY: self.unary, R.BINARY: self.binary, R.SELECT: self.select,
+                R.REDUCE: self.reduce_inline, R.ONLINE: self.online_inline}[n.op](n)
 
     def read(self, n: RNode) -> str:
         tensor, index = n.arg
@@ -257,11 +248,8 @@ class Emitter:
             b = b if is_float(b_n.dtype) else f"(float)({b})"
         if fn in ("cmplt", "cmpeq", "cmpne"):
             return self.let("bool", f"(({a}) {dict(cmplt='<', cmpeq='==', cmpne='!=')[fn]} ({b}))")
-        if dt == DType.bool:
-            expr = {"add": "||", "max": "||", "mul": "&&", "min": "&&"}.get(fn)
-            if expr is None:
-                raise NotImplementedError(f"bool {fn}")
-            return self.let("bool", f"(({a}) {expr} ({b}))")
+        if dt == DType.bool:  # bind.py refuses the other bool functions
+            return self.let("bool", f"(({a}) {BOOL_BINARY[fn]} ({b}))")
         expr = {"add": f"({a}) + ({b})", "sub": f"({a}) - ({b})", "mul": f"({a}) * ({b})", "div": f"({a}) / ({b})",
                 "max": f"polysat_simt::nmax({a}, {b})", "min": f"polysat_simt::nmin({a}, {b})",
                 "pow": f"powf({a}, {b})"}[fn]
