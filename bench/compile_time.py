@@ -11,11 +11,11 @@ default runs them at 12. Symbols are bound to POLYSAT_PRICE_SYMBOL_SIZE (default
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
-import platform
 import sys
 import time
+
+from polysat.bench.report import run_cases
 
 HERE = pathlib.Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"
@@ -74,17 +74,7 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="sm90")
     a = ap.parse_args(argv)
     layers = 2 if a.quick else 12
-    rows = []
-    t0 = time.perf_counter()
-    for name, model in models(layers):
-        rows.append(measure(name, model, a.arch))
-        print(f"  {name}: done ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
-    print(table(rows))
-    doc = {"layers": layers, "arch": a.arch, "python": platform.python_version(),
-           "total_s": round(time.perf_counter() - t0, 2), "rows": rows}
-    pathlib.Path(a.out).write_text(json.dumps(doc, indent=1), encoding="utf-8")
-    print(f"total {doc['total_s']}s; wrote {a.out}")
-    return 0
+    return run_cases(models(layers), lambda n, m: measure(n, m, a.arch), table, a.out, layers=layers, arch=a.arch)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import platform
 import sys
 import time
+
+from polysat.bench.report import run_cases
 
 HERE = pathlib.Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"
@@ -110,19 +111,9 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="sm90")
     ap.add_argument("--only", default="", help="comma-separated case names to run")
     a = ap.parse_args(argv)
-    rows, t0 = [], time.perf_counter()
     only = {s for s in a.only.split(",") if s}
-    for name, model in cases(a.quick):
-        if only and name not in only:
-            continue
-        rows.append(measure(name, model, a.arch))
-        print(f"  {name}: done ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
-    print(table(rows))
-    doc = {"quick": a.quick, "arch": a.arch, "python": platform.python_version(),
-           "total_s": round(time.perf_counter() - t0, 2), "rows": rows}
-    pathlib.Path(a.out).write_text(json.dumps(doc, indent=1), encoding="utf-8")
-    print(f"total {doc['total_s']}s; wrote {a.out}")
-    return 0
+    chosen = [(n, m) for n, m in cases(a.quick) if not only or n in only]
+    return run_cases(chosen, lambda n, m: measure(n, m, a.arch), table, a.out, quick=a.quick, arch=a.arch)
 
 
 if __name__ == "__main__":
