@@ -44,16 +44,22 @@ def _float_x(e: Emit) -> str:
     return x
 
 
+def _normalized(e: Emit) -> tuple:
+    """(X, its rank, the first normalized axis) of a LayerNormalization / RMSNormalization node."""
+    _stash(e.node)
+    x = _float_x(e)
+    rank = len(e.shape(x))
+    axis = e.node.attr("axis", -1)
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        e.node.unsupported(f"axis {e.node.attr('axis')} for rank {rank}", "axis")
+    return x, rank, axis
+
+
 @handler("LayerNormalization")
 def layernorm(imp: Importer, node: OnnxNode) -> list:
     e = Emit(imp, node)
-    _stash(node)
-    x = _float_x(e)
-    rank = len(e.shape(x))
-    axis = node.attr("axis", -1)
-    axis = axis + rank if axis < 0 else axis
-    if not 0 <= axis < rank:
-        node.unsupported(f"axis {node.attr('axis')} for rank {rank}", "axis")
+    x, rank, axis = _normalized(e)
     eps = node.attr("epsilon", 1e-5)
     scale = e.input(1)
     bias = e.input(2) if node.has(2) else None
@@ -67,11 +73,7 @@ def layernorm(imp: Importer, node: OnnxNode) -> list:
 @handler("RMSNormalization")
 def rmsnorm(imp: Importer, node: OnnxNode) -> list:
     e = Emit(imp, node)
-    _stash(node)
-    x = _float_x(e)
-    rank = len(e.shape(x))
-    axis = node.attr("axis", -1)
-    axis = axis + rank if axis < 0 else axis
+    x, rank, axis = _normalized(e)
     y, _, _ = normalize(e, e.cast(x, DType.fp32), list(range(axis, rank)), node.attr("epsilon", 1e-5), center=False)
     return [e.cast(_affine(e, y, e.input(1), None), e.dtype(x))]
 

@@ -95,6 +95,14 @@ def test_pad_modes_match_onnxruntime(mode):
     np.testing.assert_array_equal(got[0], _ort(m, feeds)[0])
 
 
+@pytest.mark.parametrize("op", ["LayerNormalization", "RMSNormalization"])
+def test_normalization_axis_outside_the_rank_names_the_attribute(op):
+    m = _model([helper.make_node(op, ["x", "g"], ["y"], axis=5, name="norm")], [_vi("x", [2, 8]), _vi("g", [8])],
+               [_vi("y", [2, 8])], opset=23)
+    d = _diag(m)
+    assert (d.code, d.at) == ("E1102", "norm") and "'axis'" in d.why
+
+
 def test_unread_attribute_is_never_ignored():
     """An attribute no handler honours (here a made-up one) is refused, naming it."""
     m = _model([helper.make_node("Relu", ["x"], ["y"], name="r", fancy=3)], [_vi("x", [4])], [_vi("y", [4])])
