@@ -1,5 +1,5 @@
 """torch.export importer and the torch.compile backend (frontend/torch_export.py, torch_compile.py) on
-the four small architectures of examples/torch_models.py. Oracle: torch eager. Needs polysat[torch]."""
+the four small architectures of examples/torch_models.py. Oracle: torch eager. torch comes with the test extra, so these tests run (never skip) in CI."""
 from __future__ import annotations
 
 import logging
@@ -8,16 +8,15 @@ import tomllib
 
 import numpy as np
 import pytest
+import torch
 
-torch = pytest.importorskip("torch", reason="the polysat[torch] extra is not installed")
-
-from polysat.cli import TARGETS  # noqa: E402
-from polysat.examples.torch_models import MODELS, build  # noqa: E402
-from polysat.frontend import with_parameters  # noqa: E402
-from polysat.commands.torch_compile import polysat_backend  # noqa: E402
-from polysat.frontend.torch_export import import_exported  # noqa: E402
-from polysat.ir.diagnostics import PolysatError  # noqa: E402
-from polysat.pipeline import Compilation  # noqa: E402
+from polysat.cli import TARGETS
+from polysat.commands.torch_compile import polysat_backend
+from polysat.examples.torch_models import MODELS, build
+from polysat.frontend import with_parameters
+from polysat.frontend.torch_export import import_exported
+from polysat.ir.diagnostics import PolysatError
+from polysat.pipeline import Compilation
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
