@@ -101,3 +101,182 @@ def test_q_k_v_of_the_transformer_concatenate_into_one_gemm():
     (out,) = gemms[0].outputs
     assert tuple(prog[out].shape) == (16, 3 * 64)  # ... into one [S, 3 d_model] buffer
     _check_playback(c, prog, part, np.random.default_rng(1))
+
+
+# ---- the backend: the merged region binds as one GEMM whose B is the weights' concatenation -------------
+
+def _qkv(widths: list, tokens: int = 80, d: int = 64) -> dict:
+    """X @ Wq, X @ Wk, X @ Wv with output widths `widths` (fp16)."""
+    names = ["q", "k", "v"][:len(widths)]
+    tensors = {"X": {"dtype": "fp16", "shape": [tokens, d]}}
+    inputs, graph, outputs = [{"tensor": "X"}], [], []
+    for n, w in zip(names, widths):
+        tensors["W" + n] = {"dtype": "fp16", "shape": [d, w]}
+        tensors["Y" + n] = {"dtype": "fp16"}
+        inputs.append({"tensor": "W" + n, "role": "param"})
+        graph.append({"op": "GEMM", "name": n, "inputs": ["X", "W" + n], "outputs": ["Y" + n]})
+        outputs.append({"tensor": "Y" + n})
+    return {"signature": {"inputs": inputs, "outputs": outputs}, "tensors": tensors, "graph": graph}
+
+
+def _merged_gemm(doc: dict):
+    """(compilation, the merged region's GemmSpec, its binding)."""
+    from polysat.backend.kinds import bind
+    c, _, _, prog, part = _merged_partition(doc)
+    bound = [bind(r) for r in narrow_boundaries(synthesize(prog, part))]
+    gemms = [b for kind, b in bound if kind.name == "gemm" and b.spec.b_pieces]
+    assert len(gemms) == 1, [(k.name, getattr(b, "spec", b)) for k, b in bound]
+    return c, gemms[0].spec, gemms[0]
+
+
+def _int_inputs(program, rng) -> dict:
+    """Small integers: every product and sum is exact in fp16 inputs and fp32 accumulation."""
+    return {n.arg["tensor_id"]: rng.integers(-3, 4, tuple(int(d) for d in n.shape)).astype(np.float16) for n in program.inputs}
+
+
+def test_the_merged_region_binds_as_one_gemm_over_the_concatenated_weights():
+    from polysat.backend.gemm.reference import reference
+    c, spec, binding = _merged_gemm(_qkv([64, 128, 64]))
+    assert spec.b_pieces == (("Wk", 128), ("Wq", 64), ("Wv", 64))  # weight-name order
+    assert (spec.m, spec.n, spec.k, spec.a) == (80, 256, 64, "X")
+    xs = _inputs(c.program, np.random.default_rng(2))
+    want = evaluate(c.program, xs)
+    got = reference(spec, binding.arrays(xs))  # the spec's numpy meaning on the region's tensors
+    np.testing.assert_allclose(got.astype(np.float32), np.concatenate([want["Yk"], want["Yq"], want["Yv"]], axis=1).astype(np.float32),
+                               rtol=1e-3, atol=1e-3)
+
+
+def test_a_tile_never_straddles_two_pieces_of_b():
+    from polysat.backend.gemm.plan import search
+    from polysat.backend.gemm.spec import GemmSpec
+    spec = GemmSpec("qkv", 256, 192, 64, b="Wa|Wb", b_pieces=(("Wa", 64), ("Wb", 128)))
+    for arch in ("sm80", "sm90"):
+        res = search(spec, arch)
+        assert all(64 % p.tile[1] == 0 for p in res.ranked)
+        assert any("straddle" in p.reason for p in res.pruned)
+
+
+def test_the_merged_gemm_builds_for_sm80_and_sm90a_without_spills():
+    from polysat.backend.common.nvcc import check_many, missing_instructions
+    from polysat.backend.gemm.plan import search
+    from polysat.backend.gemm.render import render
+    _, spec, _ = _merged_gemm(_qkv([64, 128, 64]))
+    kernels = [render(spec, search(spec, arch).best) for arch in ("sm80", "sm90")]
+    assert [k.skeleton for k in kernels] == ["sm80", "sm90"]
+    assert [p.ident for p in kernels[0].params][:5] == ["A", "B0", "B1", "B2", "C"]
+    for ks, rep in zip(kernels, check_many([(k.source, k.arch) for k in kernels], workers=2)):
+        assert rep.ok, rep.log[-3000:]
+        assert rep.spills == 0 and rep.stack_frame == 0, rep.log
+        assert missing_instructions(rep, ks.skeleton) == []
+        assert rep.count("wgmma.mma_async" if ks.skeleton == "sm90" else "mma.sync") > 0
+
+
+def test_host_emulation_of_the_merged_gemm_equals_the_reference_evaluator(tmp_path):
+    """The sm80 skeleton's own index helpers (b_piece, tile_origin, copy_coord, swz_offset, frag_coord,
+    b_pick, acc_coord) on the CPU against the hardware model of tests/test_backend_emulate.py, each N
+    tile reading its piece of B, compared with ir/evaluate.py on the sibling program."""
+    import os
+    import subprocess
+    import importlib.util
+    spec_ = importlib.util.spec_from_file_location("emulate", os.path.join(os.path.dirname(__file__), "test_backend_emulate.py"))
+    emulate = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(emulate)  # its EMULATOR: the hardware model and the tile loader
+    from polysat.backend.common.nvcc import nvcc_path
+    from polysat.backend.common.render import TEMPLATES
+    c, spec, binding = _merged_gemm(_qkv([64, 128, 64]))
+    xs = _int_inputs(c.program, np.random.default_rng(3))
+    arrays = binding.arrays(xs)
+    src = emulate.EMULATOR.split("int main()")[0] + PIECES_MAIN
+    (tmp_path / "pieces.cu").write_text(src)
+    build = subprocess.run([nvcc_path(), "-std=c++17", "-O1", "-I", TEMPLATES, "-I", os.path.dirname(__file__),
+                            "-o", str(tmp_path / "pieces"), str(tmp_path / "pieces.cu")], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-4000:]
+    widths = [w for _, w in spec.b_pieces]
+    head = [spec.m, spec.k, len(widths), *widths]
+    data = [*arrays[spec.a].ravel()] + [v for p, _ in spec.b_pieces for v in arrays[p].ravel()]
+    text = " ".join(map(str, head)) + " " + " ".join(str(float(v)) for v in data)
+    run = subprocess.run([str(tmp_path / "pieces")], input=text, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "LC_ALL": "C"})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    got = np.array(run.stdout.split(), np.float32).reshape(spec.m, spec.n)
+    want = evaluate(c.program, xs)
+    np.testing.assert_array_equal(got, np.concatenate([want["Yk"], want["Yq"], want["Yv"]], axis=1).astype(np.float32))
+
+
+PIECES_MAIN = r"""
+// B concatenated along N from P pieces ([K, width] row-major each): every N tile reads its piece
+template <int BM, int BN, int BK, int WM, int WN, int VA, int VB, int P>
+static void run_pieces(int M, int K, const int (&width)[P], const std::vector<float>& A,
+                       const std::vector<float> (&Bp)[P], std::vector<float>& C) {
+  constexpr int THREADS = WM * WN * 32, WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
+  constexpr bool AK = true, BKM = false;
+  constexpr int A_ROWS = BM, A_COLS = BK, B_ROWS = BK, B_COLS = BN;
+  int start[P], N = 0;
+  for (int j = 0; j < P; ++j) { start[j] = N; N += width[j]; }
+  C.assign(M * N, -777.0f);
+  std::vector<float> sA, sB;
+  for (int m0 = 0; m0 < M; m0 += BM)
+    for (int n0 = 0; n0 < N; n0 += BN) {
+      int lo;
+      const int j = b_piece<P>(n0, start, lo);
+      static float acc[WM * WN][MI][NI][32][4];
+      for (auto& w : acc) for (auto& x : w) for (auto& y : x) for (auto& z : y) for (float& v : z) v = 0.0f;
+      for (int k0 = 0; k0 < K; k0 += BK) {
+        load<A_ROWS, A_COLS, VA, THREADS, AK>(sA, A, m0, k0, M, K);
+        load<B_ROWS, B_COLS, VB, THREADS, BKM>(sB, Bp[j], n0 - lo, k0, width[j], K);
+        for (int w = 0; w < WM * WN; ++w) {
+          const int wm = w / WN, wn = w % WN;
+          for (int kk = 0; kk < BK; kk += 16) {
+            Regs af[MI][32], bf[NI / 2][32];
+            int addr[32];
+            for (int i = 0; i < MI; ++i) {
+              for (int l = 0; l < 32; ++l) { int r, c; frag_coord<AK>(l, wm * WTM + i * 16, kk, r, c); addr[l] = swz_offset<A_COLS>(r, c); }
+              ldmatrix_x4<!AK>(sA, addr, af[i]);
+            }
+            for (int q = 0; q < NI / 2; ++q) {
+              for (int l = 0; l < 32; ++l) { int r, c; frag_coord<BKM>(l, wn * WTN + q * 16, kk, r, c); addr[l] = swz_offset<B_COLS>(r, c); }
+              ldmatrix_x4<!BKM>(sB, addr, bf[q]);
+            }
+            for (int i = 0; i < MI; ++i)
+              for (int q = 0; q < NI; ++q) {
+                float a[32][4][2], b[32][2][2];
+                for (int t = 0; t < 32; ++t) {
+                  for (int x = 0; x < 4; ++x) for (int e = 0; e < 2; ++e) a[t][x][e] = af[i][t].v[x][e];
+                  const float* r4[4] = {bf[q >> 1][t].v[0], bf[q >> 1][t].v[1], bf[q >> 1][t].v[2], bf[q >> 1][t].v[3]};
+                  const float *b0, *b1;
+                  b_pick(q, r4, b0, b1);
+                  for (int e = 0; e < 2; ++e) { b[t][0][e] = b0[e]; b[t][1][e] = b1[e]; }
+                }
+                mma16816(acc[w][i][q], a, b);
+              }
+          }
+        }
+      }
+      for (int w = 0; w < WM * WN; ++w)
+        for (int i = 0; i < MI; ++i)
+          for (int q = 0; q < NI; ++q)
+            for (int t = 0; t < 32; ++t) {
+              int m, n;
+              acc_coord<WTM, WTN>(w / WN, w % WN, i, q, t, m, n);
+              const int rows[4] = {m, m, m + 8, m + 8}, cols[4] = {n, n + 1, n, n + 1};
+              for (int x = 0; x < 4; ++x) {
+                const int gm = m0 + rows[x], gn = n0 + cols[x];
+                if (gm < M && gn < N) C[gm * N + gn] = acc[w][i][q][t][x];
+              }
+            }
+    }
+}
+
+int main() {
+  int M, K, P;
+  if (std::scanf("%d %d %d", &M, &K, &P) != 3 || P != 3) return 2;
+  int width[3];
+  for (int& w : width) std::scanf("%d", &w);
+  std::vector<float> A(M * K), Bp[3], C;
+  for (float& x : A) std::scanf("%f", &x);
+  for (int j = 0; j < 3; ++j) { Bp[j].resize(K * width[j]); for (float& x : Bp[j]) std::scanf("%f", &x); }
+  run_pieces<64, 64, 32, 2, 2, 8, 8, 3>(M, K, width, A, Bp, C);
+  for (float v : C) std::printf("%g\n", v);
+  return 0;
+}
+"""
