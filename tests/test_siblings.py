@@ -208,9 +208,7 @@ PIECES_MAIN = r"""
 template <int BM, int BN, int BK, int WM, int WN, int VA, int VB, int P>
 static void run_pieces(int M, int K, const int (&width)[P], const std::vector<float>& A,
                        const std::vector<float> (&Bp)[P], std::vector<float>& C) {
-  constexpr int THREADS = WM * WN * 32, WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
-  constexpr bool AK = true, BKM = false;
-  constexpr int A_ROWS = BM, A_COLS = BK, B_ROWS = BK, B_COLS = BN;
+  constexpr int THREADS = WM * WN * 32, MI = BM / WM / 16, NI = BN / WN / 8;
   int start[P], N = 0;
   for (int j = 0; j < P; ++j) { start[j] = N; N += width[j]; }
   C.assign(M * N, -777.0f);
@@ -218,52 +216,15 @@ static void run_pieces(int M, int K, const int (&width)[P], const std::vector<fl
   for (int m0 = 0; m0 < M; m0 += BM)
     for (int n0 = 0; n0 < N; n0 += BN) {
       int lo;
-      const int j = b_piece<P>(n0, start, lo);
+      const int j = b_piece<P>(n0, start, lo);  // the kernel's own choice of piece
       static float acc[WM * WN][MI][NI][32][4];
       for (auto& w : acc) for (auto& x : w) for (auto& y : x) for (auto& z : y) for (float& v : z) v = 0.0f;
       for (int k0 = 0; k0 < K; k0 += BK) {
-        load<A_ROWS, A_COLS, VA, THREADS, AK>(sA, A, m0, k0, M, K);
-        load<B_ROWS, B_COLS, VB, THREADS, BKM>(sB, Bp[j], n0 - lo, k0, width[j], K);
-        for (int w = 0; w < WM * WN; ++w) {
-          const int wm = w / WN, wn = w % WN;
-          for (int kk = 0; kk < BK; kk += 16) {
-            Regs af[MI][32], bf[NI / 2][32];
-            int addr[32];
-            for (int i = 0; i < MI; ++i) {
-              for (int l = 0; l < 32; ++l) { int r, c; frag_coord<AK>(l, wm * WTM + i * 16, kk, r, c); addr[l] = swz_offset<A_COLS>(r, c); }
-              ldmatrix_x4<!AK>(sA, addr, af[i]);
-            }
-            for (int q = 0; q < NI / 2; ++q) {
-              for (int l = 0; l < 32; ++l) { int r, c; frag_coord<BKM>(l, wn * WTN + q * 16, kk, r, c); addr[l] = swz_offset<B_COLS>(r, c); }
-              ldmatrix_x4<!BKM>(sB, addr, bf[q]);
-            }
-            for (int i = 0; i < MI; ++i)
-              for (int q = 0; q < NI; ++q) {
-                float a[32][4][2], b[32][2][2];
-                for (int t = 0; t < 32; ++t) {
-                  for (int x = 0; x < 4; ++x) for (int e = 0; e < 2; ++e) a[t][x][e] = af[i][t].v[x][e];
-                  const float* r4[4] = {bf[q >> 1][t].v[0], bf[q >> 1][t].v[1], bf[q >> 1][t].v[2], bf[q >> 1][t].v[3]};
-                  const float *b0, *b1;
-                  b_pick(q, r4, b0, b1);
-                  for (int e = 0; e < 2; ++e) { b[t][0][e] = b0[e]; b[t][1][e] = b1[e]; }
-                }
-                mma16816(acc[w][i][q], a, b);
-              }
-          }
-        }
+        load<BM, BK, VA, THREADS, true>(sA, A, m0, k0, M, K);
+        load<BK, BN, VB, THREADS, false>(sB, Bp[j], n0 - lo, k0, width[j], K);
+        mma_step<BM, BN, BK, WM, WN, true, false>(sA, sB, acc);
       }
-      for (int w = 0; w < WM * WN; ++w)
-        for (int i = 0; i < MI; ++i)
-          for (int q = 0; q < NI; ++q)
-            for (int t = 0; t < 32; ++t) {
-              int m, n;
-              acc_coord<WTM, WTN>(w / WN, w % WN, i, q, t, m, n);
-              const int rows[4] = {m, m, m + 8, m + 8}, cols[4] = {n, n + 1, n, n + 1};
-              for (int x = 0; x < 4; ++x) {
-                const int gm = m0 + rows[x], gn = n0 + cols[x];
-                if (gm < M && gn < N) C[gm * N + gn] = acc[w][i][q][t][x];
-              }
-            }
+      store_tile<BM, BN, WM, WN>(acc, C, m0, n0, M, N);
     }
 }
 
