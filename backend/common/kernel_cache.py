@@ -89,10 +89,15 @@ def _nvcc_cubin(source: str, arch_flag: str) -> bytes:
             return f.read()
 
 
+def cubin_name(ks: KernelSource, dev_arch: str, cc: tuple[int, int] | None = None) -> str:
+    """The cubin's file name in the cache: a hash of the arch flag and the source."""
+    arch_flag = _gpu_arch_flag(ks.skeleton, dev_arch, cc)
+    return hashlib.sha256(f"{arch_flag}\n{ks.source}".encode()).hexdigest()[:40] + ".cubin"
+
+
 def cubin_for(ks: KernelSource, dev_arch: str, cc: tuple[int, int] | None = None) -> bytes:
     arch_flag = _gpu_arch_flag(ks.skeleton, dev_arch, cc)
-    key = hashlib.sha256(f"{arch_flag}\n{ks.source}".encode()).hexdigest()[:40]
-    path = os.path.join(kernel_cache_dir(), f"{key}.cubin")
+    path = os.path.join(kernel_cache_dir(), cubin_name(ks, dev_arch, cc))
     if os.path.exists(path):
         with open(path, "rb") as f:
             return f.read()
