@@ -42,7 +42,7 @@ class ArenaPlan:
     @property
     def total(self) -> int:
         """The bytes one buffer per tensor would take (aligned): what the arena saves against."""
-        return sum(align(b.size) for b in self.blocks)
+        return sum(align(max(b.size, 1)) for b in self.blocks)
 
     def to_json(self) -> dict:
         return {"align": ALIGN, "peak_bytes": self.peak, "sum_of_sizes": self.total, "strategy": self.strategy,
