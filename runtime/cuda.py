@@ -4,7 +4,8 @@
 The first call of a shape set runs eagerly, each kernel launched ``TIMED_REPS`` times between CUDA events
 (the median is the measurement log's ``actual``; a kernel reads only inputs no kernel of the step writes, so
 repeating it is harmless), and its launch sequence is then captured into a CUDA Graph (cuStreamBeginCapture /
-cuStreamEndCapture / cuGraphInstantiate); later calls with the same shape set copy the inputs in, replay the
+cuStreamEndCapture / cuGraphInstantiate); copies go through the same stream (asynchronous copies, then a
+stream synchronisation), so the order of copies and kernels is the stream's; later calls with the same shape set copy the inputs in, replay the
 graph (cuGraphLaunch) and copy the outputs out. A model with a step on the CPU runs eagerly every time
 (host work cannot be captured), and a new constant pool (other parameters) drops the captured graphs.
 """
@@ -64,22 +65,6 @@ def _view(buf: DeviceBuffer, offset: int, shape: tuple, dtype: np.dtype) -> Devi
     return v
 
 
-def _copy_in(v: DeviceView, host: np.ndarray) -> None:
-    host = np.ascontiguousarray(host)
-    if v.nbytes:
-        drv = driver()
-        ck(drv.cuMemcpyHtoD(drv.CUdeviceptr(v.ptr), host.ctypes.data, v.nbytes), "cuMemcpyHtoD")
-
-
-def _copy_out(v: DeviceView) -> np.ndarray:
-    out = np.empty(v.shape, v.dtype)
-    if v.nbytes:
-        drv = driver()
-        ck(drv.cuCtxSynchronize(), "cuCtxSynchronize")
-        ck(drv.cuMemcpyDtoH(out.ctypes.data, drv.CUdeviceptr(v.ptr), v.nbytes), "cuMemcpyDtoH")
-    return out
-
-
 @dataclass
 class _Record:
     """What one eager run launched (in order) and how long each kernel took (µs, median of TIMED_REPS)."""
@@ -112,21 +97,40 @@ class CudaRuntime(ModelRuntime):
         from ..backend.common.gpu import device
         self.dev = device()
         drv = driver()
-        self.stream = ck(drv.cuStreamCreate(0), "cuStreamCreate")
+        self.stream = ck(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "cuStreamCreate")
         self.timed_reps = timed_reps
+        self.timer = _Timer(self.stream)
         self.graphs: dict = {}
         self.graph_launches = 0
         self.record: _Record | None = None
         self.records: dict = {}  # shape set -> _Record of its eager run
         self._pool_buffer = None
-        super().__init__(steps_of(regions), Memory(DeviceBuffer, _view, _copy_in, _copy_out, self._launch), params)
+        super().__init__(steps_of(regions), Memory(DeviceBuffer, _view, self._copy_in, self._copy_out, self._launch),
+                         params)
+
+    def _copy_in(self, v: DeviceView, host: np.ndarray) -> None:
+        """Host -> device on the runtime's stream, finished before returning (the host array may go)."""
+        host = np.ascontiguousarray(host)
+        if v.nbytes:
+            drv = driver()
+            ck(drv.cuMemcpyHtoDAsync(drv.CUdeviceptr(v.ptr), host.ctypes.data, v.nbytes, self.stream), "cuMemcpyHtoDAsync")
+            ck(drv.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+    def _copy_out(self, v: DeviceView) -> np.ndarray:
+        """Device -> host after everything queued on the runtime's stream."""
+        out = np.empty(v.shape, v.dtype)
+        if v.nbytes:
+            drv = driver()
+            ck(drv.cuMemcpyDtoHAsync(out.ctypes.data, drv.CUdeviceptr(v.ptr), v.nbytes, self.stream), "cuMemcpyDtoHAsync")
+            ck(drv.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+        return out
 
     def _launch(self, kind, spec, tensors: Mapping[str, Any], env: Mapping[str, int], out: Any) -> None:
         launch = kernels.prepare(kind.name, spec, {**tensors, spec.c: out}, env)
         rec, name = self.record, spec.name
         if rec is not None:
             rec.launches.append((name, launch))
-            rec.actual_us[name] = _Timer(self.stream).median_us(launch, max(1, self.timed_reps))
+            rec.actual_us[name] = self.timer.median_us(launch, max(1, self.timed_reps))
         else:
             launch(int(self.stream))
 
@@ -152,12 +156,11 @@ class CudaRuntime(ModelRuntime):
             return self.run(inputs)
         for name in mp.inputs:
             sh, dt = mp.tensors[name]
-            _copy_in(self.mem.view(arena.buffer, mp.arena.offsets[name], sh, dt.np), _host(inputs[name], sh, dt, name))
+            self._copy_in(self.mem.view(arena.buffer, mp.arena.offsets[name], sh, dt.np), _host(inputs[name], sh, dt, name))
         drv = driver()
         ck(drv.cuGraphLaunch(graph, self.stream), "cuGraphLaunch")
-        ck(drv.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
         self.graph_launches += 1
-        return {name: _copy_out(self.mem.view(arena.buffer, mp.arena.offsets[name], *_shape_dt(mp, name)))
+        return {name: self._copy_out(self.mem.view(arena.buffer, mp.arena.offsets[name], *_shape_dt(mp, name)))
                 for name in mp.outputs}
 
     def _capture(self, launches: list) -> Any:

@@ -4,7 +4,8 @@
 Columns: ``time`` (UTC, ISO 8601), ``source`` (``run`` or the bench), ``model``, ``kernel`` (the region),
 ``kind`` (its kernel kind, or ``playback`` for a region run on the CPU), ``arch``, ``shapes`` (the bound symbols,
 JSON), ``flops``, ``bytes`` (device-memory bytes), ``occupancy`` (modelled) and ``estimate_us`` (the cost model's
-time) from Poly Core's price of the region at those shapes, ``actual_us`` (the CUDA-event median of the kernel;
+time) from Poly Core's price of the region at those shapes (a bench, which launches kernel specs rather
+than a model's regions, logs its plan search's roofline estimate instead: :func:`plan_price`), ``actual_us`` (the CUDA-event median of the kernel;
 empty where it did not run on the GPU) and ``plan`` (the kernel's Schedule Plan, JSON).
 """
 from __future__ import annotations
@@ -16,6 +17,8 @@ import os
 from typing import Any, Iterable, Mapping
 
 from .. import knobs
+
+MAX_THREADS_PER_SM = 2048  # sm80 and sm90: occupancy = resident threads / this
 
 FIELDS = ("time", "source", "model", "kernel", "kind", "arch", "shapes", "flops", "bytes", "occupancy",
           "estimate_us", "actual_us", "plan")
@@ -55,3 +58,29 @@ def append(rows: Iterable[dict], path: "str | None" = None) -> "str | None":
 def read(path: str) -> list[dict]:
     with open(path, newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+def plan_price(ks: Any) -> dict:
+    """A kernel's price from its Schedule Plan's roofline estimate (the numbers its plan search ranked it by):
+    flops, bytes, modelled time and occupancy (resident CTAs x threads / MAX_THREADS_PER_SM) where known."""
+    plan = ks.plan
+    est = dict(getattr(plan, "est", ()) or getattr(getattr(plan, "gemm", None), "est", ()) or ())
+    out: dict = {}
+    flops = est.get("flops", est.get("flops_useful"))
+    if flops is not None:
+        out["flops"] = int(flops)
+    if "bytes" in est:
+        out["bytes"] = int(est["bytes"])
+    if "time_s" in est:
+        out["time_est_us"] = float(est["time_s"]) * 1e6
+    if "ctas_per_sm" in est:
+        out["occupancy"] = round(min(1.0, float(est["ctas_per_sm"]) * ks.threads / MAX_THREADS_PER_SM), 4)
+    return out
+
+
+def launch_row(source: str, model: str, kind: str, arch: str, launch: Any, shapes: Mapping[str, int],
+               ms: "float | None") -> dict:
+    """The row of a prepared Launch (backend/common/launch.py) a bench timed at ms milliseconds (median)."""
+    ks = launch.kernel
+    return row(source=source, model=model, kernel=ks.name, kind=kind, arch=arch, shapes=shapes, price=plan_price(ks),
+               actual_us=None if ms is None else ms * 1e3, plan=ks.plan.to_json(ks.spec))
