@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..backend.common.cuda_driver import ck, driver
+from ..backend.common.device_tensors import DeviceArray
 from ..ir.dtypes import DType
 from . import kernels
 from .model import Memory, ModelRuntime, _host, execute, steps_of
@@ -25,27 +26,15 @@ from .model import Memory, ModelRuntime, _host, execute, steps_of
 TIMED_REPS = 5
 
 
-class DeviceBuffer:
-    """Owned device bytes (freed with the object)."""
-
-    def __init__(self, nbytes: int):
-        drv = driver()
-        self.nbytes = int(nbytes)
-        self.ptr = int(ck(drv.cuMemAlloc(max(self.nbytes, 1)), "cuMemAlloc"))
-
-    def __del__(self):
-        try:
-            if getattr(self, "ptr", 0):
-                drv = driver()
-                drv.cuMemFree(drv.CUdeviceptr(self.ptr))
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+def _alloc(nbytes: int) -> DeviceArray:
+    """Owned device bytes (cuMemAlloc; freed with the object)."""
+    return DeviceArray((max(int(nbytes), 1),), np.uint8)
 
 
 class DeviceView:
-    """A packed tensor at ``ptr`` inside a DeviceBuffer (kept alive), with ``__cuda_array_interface__``."""
+    """A packed tensor at ``ptr`` inside an arena or pool buffer (kept alive), with ``__cuda_array_interface__``."""
 
-    def __init__(self, owner: DeviceBuffer, ptr: int, shape: tuple, dtype: np.dtype):
+    def __init__(self, owner: DeviceArray, ptr: int, shape: tuple, dtype: np.dtype):
         self.owner, self.ptr, self.shape, self.dtype = owner, int(ptr), tuple(shape), np.dtype(dtype)
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
@@ -58,7 +47,7 @@ class DeviceView:
         return {"shape": self.shape, "typestr": typestr, "data": (self.ptr, False), "version": 3, "strides": None}
 
 
-def _view(buf: DeviceBuffer, offset: int, shape: tuple, dtype: np.dtype) -> DeviceView:
+def _view(buf: DeviceArray, offset: int, shape: tuple, dtype: np.dtype) -> DeviceView:
     v = DeviceView(buf, buf.ptr + offset, shape, dtype)
     if offset < 0 or offset + v.nbytes > buf.nbytes:
         raise IndexError(f"view of {v.nbytes} bytes at {offset} leaves the {buf.nbytes}-byte buffer")
@@ -105,7 +94,7 @@ class CudaRuntime(ModelRuntime):
         self.record: _Record | None = None
         self.records: dict = {}  # shape set -> _Record of its eager run
         self._pool_buffer = None
-        super().__init__(steps_of(regions), Memory(DeviceBuffer, _view, self._copy_in, self._copy_out, self._launch),
+        super().__init__(steps_of(regions), Memory(_alloc, _view, self._copy_in, self._copy_out, self._launch),
                          params)
 
     def _copy_in(self, v: DeviceView, host: np.ndarray) -> None:
