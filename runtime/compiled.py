@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -122,6 +123,22 @@ def _from_doc(key: str, directory: str, doc: dict, from_cache: bool) -> Compiled
                          dict(doc["prices"]), dict(doc["memory"]), from_cache)
 
 
+_RUNTIMES: "OrderedDict[str, Any]" = OrderedDict()  # compiled-model key -> its CudaRuntime in this process
+KEEP_RUNTIMES = 8
+
+
+def _runtime(cm: CompiledModel) -> Any:
+    """The process's runtime of a compiled model: a later call (the Python API, the torch.compile backend) finds
+    its arenas, constant pool and captured graphs."""
+    from .cuda import CudaRuntime
+    if cm.key not in _RUNTIMES:
+        _RUNTIMES[cm.key] = CudaRuntime(cm.regions, cm.params)
+        while len(_RUNTIMES) > KEEP_RUNTIMES:
+            _RUNTIMES.popitem(last=False)
+    _RUNTIMES.move_to_end(cm.key)
+    return _RUNTIMES[cm.key]
+
+
 def run_cuda_model(c, inputs: Mapping[str, Any], compile_only: bool = False) -> "dict | None":
     """`run --target cuda`: compile (or load) the model at the inputs' shapes and run it on the GPU; with
     compile_only, compile and store it (no GPU needed) and return None."""
@@ -141,8 +158,7 @@ def run_cuda_model(c, inputs: Mapping[str, Any], compile_only: bool = False) -> 
           file=sys.stderr)
     if compile_only:
         return None
-    from .cuda import CudaRuntime
-    rt = CudaRuntime(cm.regions, cm.params)
+    rt = _runtime(cm)
     outs = rt.run(inputs)
     path = measure.append(cm.rows(rt.actual_us(inputs)))
     if path:

@@ -89,3 +89,16 @@ def test_cli_run_target_cuda_twice_loads_the_cache_and_logs_measured_times(tmp_p
     rows = measure.read(str(tmp_path / "log.csv"))
     assert len(rows) == 2 * len(c.regions) and all(float(r["actual_us"]) > 0 for r in rows)
     assert len(list((tmp_path / "models").iterdir())) == 1
+
+
+def test_the_python_api_twice_in_one_process_replays_the_same_runtime(tmp_path, monkeypatch):
+    import polysat
+    from polysat.runtime import compiled
+    monkeypatch.setenv("POLYSAT_MODEL_CACHE", str(tmp_path / "models"))
+    monkeypatch.setenv("POLYSAT_MEASURE_LOG", "off")
+    c, ins = _mlp(21)
+    cc = polysat.compile("examples/mlp.json")
+    for _ in range(2):
+        _close(polysat.run(cc, ins, target="cuda")["Y"], evaluate(c.program, ins)["Y"])
+    rt = next(reversed(compiled._RUNTIMES.values()))
+    assert rt.graph_launches == 1 and rt.pool.uploads == 4
