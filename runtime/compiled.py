@@ -56,7 +56,8 @@ def _model_bytes(c) -> bytes:
     if os.path.isfile(c.origin):
         with open(c.origin, "rb") as f:
             return f.read()
-    return json.dumps(c.doc, sort_keys=True, default=str).encode()
+    doc = {k: v for k, v in c.doc.items() if k != "parameters"} if isinstance(c.doc, dict) else c.doc
+    return json.dumps(doc, sort_keys=True, default=str).encode()  # weights are inputs: they shape no kernel
 
 
 def _prices(c, env: Mapping[str, int], arch: str) -> dict:

@@ -139,8 +139,9 @@ def test_bench_mlp_stack_in_one_arena_reuses_bytes(playback_only):
     assert rt.pool.uploads == 8
 
 
-def test_bench_transformer_in_one_arena_equals_the_reference():
-    rt = _check_model(transformer(blocks=1, d_model=16, heads=2, d_ff=32), {"S": 6}, playback_only=True)
+@pytest.mark.parametrize("playback_only", [True, False], ids=["playback", "kinds"])
+def test_bench_transformer_in_one_arena_equals_the_reference(playback_only):
+    rt = _check_model(transformer(blocks=1, d_model=16, heads=2, d_ff=32), {"S": 6}, playback_only)
     (mp,) = rt.plans.values()
     assert len(rt.regions) > 4 and mp.arena.peak < mp.arena.total
 
