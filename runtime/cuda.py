@@ -1,18 +1,16 @@
 """The runtime on a CUDA GPU (docs/DESIGN.md §Runtime): the arena and the constant pool are device buffers
-(cuMemAlloc), tensors are typed windows into them, kernels launch on one stream.
+(cuMemAlloc), tensors are typed windows into them, kernels launch on one stream, and copies go through the same
+stream (asynchronous copies, then a stream synchronisation), so copies and kernels keep the stream's order.
 
-The first call of a shape set runs eagerly, each kernel launched ``TIMED_REPS`` times between CUDA events
-(the median is the measurement log's ``actual``; a kernel reads only inputs no kernel of the step writes, so
-repeating it is harmless), and its launch sequence is then captured into a CUDA Graph (cuStreamBeginCapture /
-cuStreamEndCapture / cuGraphInstantiate); copies go through the same stream (asynchronous copies, then a
-stream synchronisation), so the order of copies and kernels is the stream's; later calls with the same shape set copy the inputs in, replay the
-graph (cuGraphLaunch) and copy the outputs out. A model with a step on the CPU runs eagerly every time
-(host work cannot be captured), and a new constant pool (other parameters) drops the captured graphs.
+The record-and-replay bookkeeping is runtime/replay.py's; here its device operations: the first call of a shape
+set launches each kernel ``TIMED_REPS`` times between CUDA events (the median is the measurement log's
+``actual``; a kernel writes nothing it reads, so repeating it is harmless), the recorded launches are captured
+into a CUDA Graph (cuStreamBeginCapture / cuStreamEndCapture / cuGraphInstantiate), and a later call with the
+same shapes replays it (cuGraphLaunch).
 """
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -21,7 +19,8 @@ from ..backend.common.cuda_driver import ck, driver
 from ..backend.common.device_tensors import DeviceArray
 from ..ir.dtypes import DType
 from . import kernels
-from .model import Memory, ModelRuntime, _host, execute, steps_of
+from .model import Memory, steps_of
+from .replay import ReplayRuntime
 
 TIMED_REPS = 5
 
@@ -54,13 +53,6 @@ def _view(buf: DeviceArray, offset: int, shape: tuple, dtype: np.dtype) -> Devic
     return v
 
 
-@dataclass
-class _Record:
-    """What one eager run launched (in order) and how long each kernel took (µs, median of TIMED_REPS)."""
-    launches: list = field(default_factory=list)  # (region name, Launch)
-    actual_us: dict = field(default_factory=dict)
-
-
 class _Timer:
     def __init__(self, stream: Any):
         drv = driver()
@@ -79,23 +71,17 @@ class _Timer:
         return statistics.median(times)
 
 
-class CudaRuntime(ModelRuntime):
-    """ModelRuntime on the GPU with a CUDA Graph per shape set (``graphs``: shape set -> executable graph)."""
+class CudaRuntime(ReplayRuntime):
+    """The model on the GPU: device arena and pool, kernels on one stream, a CUDA Graph per shape set."""
 
     def __init__(self, regions, params: frozenset = frozenset(), timed_reps: int = TIMED_REPS):
         from ..backend.common.gpu import device
         self.dev = device()
         drv = driver()
         self.stream = ck(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING.value), "cuStreamCreate")
-        self.timed_reps = timed_reps
+        self.timed_reps = max(1, timed_reps)
         self.timer = _Timer(self.stream)
-        self.graphs: dict = {}
-        self.graph_launches = 0
-        self.record: _Record | None = None
-        self.records: dict = {}  # shape set -> _Record of its eager run
-        self._pool_buffer = None
-        super().__init__(steps_of(regions), Memory(_alloc, _view, self._copy_in, self._copy_out, self._launch),
-                         params)
+        super().__init__(steps_of(regions), Memory(_alloc, _view, self._copy_in, self._copy_out, None), params)
 
     def _copy_in(self, v: DeviceView, host: np.ndarray) -> None:
         """Host -> device on the runtime's stream, finished before returning (the host array may go)."""
@@ -114,46 +100,14 @@ class CudaRuntime(ModelRuntime):
             ck(drv.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
         return out
 
-    def _launch(self, kind, spec, tensors: Mapping[str, Any], env: Mapping[str, int], out: Any) -> None:
-        launch = kernels.prepare(kind.name, spec, {**tensors, spec.c: out}, env)
-        rec, name = self.record, spec.name
-        if rec is not None:
-            rec.launches.append((name, launch))
-            rec.actual_us[name] = self.timer.median_us(launch, max(1, self.timed_reps))
-        else:
-            launch(int(self.stream))
+    def prepare(self, kind, spec, tensors: Mapping[str, Any], env: Mapping[str, int]) -> Any:
+        return kernels.prepare(kind.name, spec, tensors, env)
 
-    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        key = self.shape_set(inputs)
-        mp, arena = self.memory_plan(key), self.arena(key)
-        if self.pool.buffer is not self._pool_buffer:  # a new pool: captured addresses are stale
-            self.graphs.clear()
-        graph = self.graphs.get(key)
-        if graph is None:
-            self.record = _Record()
-            try:
-                out = execute(self.steps, mp, inputs, self.mem, arena, self.pool)
-            finally:
-                self.records[key], self.record = self.record, None
-            self._pool_buffer = self.pool.buffer
-            if not any(s.on_cpu for s in self.steps):
-                self.graphs[key] = self._capture(self.records[key].launches)
-            return out
-        self.pool.tensors(self.mem, mp.params, inputs)  # parameters given as other arrays are copied in again
-        if self.pool.buffer is not self._pool_buffer:
-            self.graphs.clear()
-            return self.run(inputs)
-        for name in mp.inputs:
-            sh, dt = mp.tensors[name]
-            self._copy_in(self.mem.view(arena.buffer, mp.arena.offsets[name], sh, dt.np), _host(inputs[name], sh, dt, name))
-        drv = driver()
-        ck(drv.cuGraphLaunch(graph, self.stream), "cuGraphLaunch")
-        self.graph_launches += 1
-        return {name: self._copy_out(self.mem.view(arena.buffer, mp.arena.offsets[name], *_shape_dt(mp, name)))
-                for name in mp.outputs}
+    def measure(self, launch) -> float:
+        return self.timer.median_us(launch, self.timed_reps)
 
-    def _capture(self, launches: list) -> Any:
-        """The launch sequence captured on the stream and instantiated."""
+    def capture(self, launches: list) -> Any:
+        """The launch sequence captured on the stream (cuStreamBeginCapture / cuStreamEndCapture) and instantiated."""
         drv = driver()
         ck(drv.cuStreamBeginCapture(self.stream, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL),
            "cuStreamBeginCapture")
@@ -164,12 +118,6 @@ class CudaRuntime(ModelRuntime):
             graph = ck(drv.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
         return ck(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
 
-    def actual_us(self, inputs: Mapping[str, Any]) -> dict:
-        """Kernel name -> measured µs of the shape set of inputs (its eager run)."""
-        rec = self.records.get(self.shape_set(inputs))
-        return dict(rec.actual_us) if rec else {}
-
-
-def _shape_dt(mp, name: str) -> tuple:
-    sh, dt = mp.tensors[name]
-    return sh, dt.np
+    def replay(self, captured: Any) -> None:
+        drv = driver()
+        ck(drv.cuGraphLaunch(captured, self.stream), "cuGraphLaunch")  # the copy out waits on the stream

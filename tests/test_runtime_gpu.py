@@ -40,16 +40,16 @@ def test_the_second_call_replays_the_captured_graph_and_parameters_stay_placed()
     rt = CudaRuntime(c.regions, parameter_names(c.doc))
     ref = evaluate(c.program, ins)
     first = rt.run(ins)
-    assert rt.graphs and rt.graph_launches == 0 and rt.pool.uploads == 4
+    assert rt.captures and rt.replays == 0 and rt.pool.uploads == 4
     assert all(v > 0 for v in rt.actual_us(ins).values()) and len(rt.actual_us(ins)) == len(c.regions)
     second = rt.run(ins)
-    assert rt.graph_launches == 1 and rt.pool.uploads == 4
+    assert rt.replays == 1 and rt.pool.uploads == 4
     for k in ref:
         _close(first[k], ref[k])
         _close(second[k], ref[k])
     w1 = ins["W1"] * -1
     third = rt.run({**ins, "W1": w1})  # new weights: copied into the same pool slots, the graph replays
-    assert rt.graph_launches == 2 and rt.pool.uploads == 5
+    assert rt.replays == 2 and rt.pool.uploads == 5
     _close(third["Y"], evaluate(c.program, {**ins, "W1": w1})["Y"])
 
 
@@ -60,7 +60,7 @@ def test_each_shape_set_has_its_own_arena_and_graph():
     rt = CudaRuntime(c.regions, parameter_names(c.doc))
     for ins in (ins77, ins45, ins77, ins45):
         _close(rt.run(ins)["Y"], evaluate(c.program, ins)["Y"])
-    assert len(rt.graphs) == 2 and len(rt.arenas) == 2 and rt.graph_launches == 2
+    assert len(rt.captures) == 2 and len(rt.arenas) == 2 and rt.replays == 2
 
 
 def test_a_region_on_the_cpu_keeps_the_model_eager_and_correct(capsys):
@@ -73,7 +73,7 @@ def test_a_region_on_the_cpu_keeps_the_model_eager_and_correct(capsys):
     rt.steps[-1] = Step(rt.steps[-1].region, None, diag("NoKernelTemplate", "region", "test"))
     for _ in range(2):
         _close(rt.run(ins)["P"], playback(c.regions, ins)["P"])
-    assert not rt.graphs and "runs on the CPU" in capsys.readouterr().err
+    assert not rt.captures and "runs on the CPU" in capsys.readouterr().err
 
 
 def test_cli_run_target_cuda_twice_loads_the_cache_and_logs_measured_times(tmp_path, monkeypatch):
@@ -101,4 +101,4 @@ def test_the_python_api_twice_in_one_process_replays_the_same_runtime(tmp_path, 
     for _ in range(2):
         _close(polysat.run(cc, ins, target="cuda")["Y"], evaluate(c.program, ins)["Y"])
     rt = next(reversed(compiled._RUNTIMES.values()))
-    assert rt.graph_launches == 1 and rt.pool.uploads == 4
+    assert rt.replays == 1 and rt.pool.uploads == 4
