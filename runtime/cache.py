@@ -75,7 +75,7 @@ def load(key: str) -> "tuple[dict, dict[str, bytes]] | None":
 
 
 def store(key: str, doc: dict, cubins: Mapping[str, bytes]) -> str:
-    """Write the entry atomically; returns its directory."""
+    """Write the entry atomically; returns its directory (OSError when the cache directory is not writable)."""
     root = cache_dir()
     os.makedirs(root, exist_ok=True)
     final = os.path.join(root, key)
@@ -88,7 +88,11 @@ def store(key: str, doc: dict, cubins: Mapping[str, bytes]) -> str:
             json.dump({**doc, "key": key}, f, indent=1)
         if os.path.isdir(final):
             shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not os.path.isdir(final):  # else another process stored the same entry first: keep theirs
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final

@@ -110,7 +110,12 @@ def compile_model(c, inputs: Mapping[str, Any], arch: str, cc: tuple) -> Compile
     doc = {"model": c.origin, "arch": arch, "env": env, "params": sorted(params & _read(regions)),
            "regions": regions_json(regions), "memory": plan_memory(steps, env, params).to_json(),
            "kernels": kernels, "prices": _prices(c, env, arch)}
-    directory = cache.store(key, json.loads(json.dumps(doc, default=str)), cubins)
+    doc = json.loads(json.dumps(doc, default=str))
+    try:
+        directory = cache.store(key, doc, cubins)
+    except OSError as e:  # the cache only saves time: the model still runs
+        print(f"polysat: warning: the compiled model could not be stored in {cache.cache_dir()} ({e})", file=sys.stderr)
+        directory = ""
     return _from_doc(key, directory, doc, False)
 
 
@@ -155,8 +160,8 @@ def run_cuda_model(c, inputs: Mapping[str, Any], compile_only: bool = False) -> 
     else:
         arch, cc = c.arch, ((9, 0) if c.arch == "sm90" else (8, 0))
     cm = compile_model(c, inputs, arch, cc)
-    print(f"polysat: compiled model {'loaded from' if cm.from_cache else 'stored in'} {cm.directory}: {cm.summary()}",
-          file=sys.stderr)
+    where = ("loaded from " if cm.from_cache else "stored in ") + cm.directory if cm.directory else "not stored"
+    print(f"polysat: compiled model {where}: {cm.summary()}", file=sys.stderr)
     if compile_only:
         return None
     rt = _runtime(cm)

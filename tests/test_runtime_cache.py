@@ -135,3 +135,11 @@ def _cli(argv):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = cli.main(argv)
     return rc, out.getvalue(), err.getvalue()
+
+
+def test_an_unwritable_cache_warns_and_the_compiled_model_is_still_made(dirs, monkeypatch, capsys):
+    (dirs / "blocked").write_text("a file where the cache directory should be")
+    monkeypatch.setenv("POLYSAT_MODEL_CACHE", str(dirs / "blocked" / "models"))
+    cm = compile_model(Compilation(MODEL, arch="sm80"), _inputs(), "sm80", (8, 0))
+    assert not cm.from_cache and cm.directory == "" and cm.kernels[0]["kind"] == "gemm"
+    assert "could not be stored" in capsys.readouterr().err

@@ -73,3 +73,19 @@ def test_a_bench_row_carries_the_plan_search_estimate():
     assert r["flops"] == 2 * m * n * k and r["bytes"] >= 2 * (m * k + k * n + m * n)
     assert 0 < r["occupancy"] <= 1 and r["estimate_us"] > 0 and r["actual_us"] == 12.5
     assert r["source"] == "bench/gemm.py" and r["kernel"] == ks.name and json.loads(r["plan"])["arch"] == "sm90"
+
+
+def test_the_bench_harness_appends_one_row_per_timed_kernel(tmp_path, monkeypatch, capsys):
+    from polysat.bench.harness import log_kernels
+    monkeypatch.setenv("POLYSAT_MEASURE_LOG", str(tmp_path / "bench.csv"))
+    launches = []
+    for m in (256, 384):
+        spec = GemmSpec(f"bench_{m}", m, 128, 64, in_dtype=DType.fp16, out_dtype=DType.fp16)
+        launches.append((f"gemm {m}", "gemm", types.SimpleNamespace(kernel=source("gemm", spec, {}, "sm80")),
+                         {"m": m, "n": 128, "k": 64}, 0.002 * m))
+    log_kernels("bench/gemm.py", types.SimpleNamespace(arch="sm80"), launches)
+    rows = measure.read(str(tmp_path / "bench.csv"))
+    assert [r["model"] for r in rows] == ["gemm 256", "gemm 384"] and all(r["source"] == "bench/gemm.py" for r in rows)
+    assert [int(r["flops"]) for r in rows] == [2 * m * 128 * 64 for m in (256, 384)]
+    assert [float(r["actual_us"]) for r in rows] == [512.0, 768.0]
+    assert "2 kernel measurement(s) appended" in capsys.readouterr().out

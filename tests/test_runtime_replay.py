@@ -67,3 +67,22 @@ def test_a_model_with_a_cpu_step_is_never_recorded(capsys):
     for _ in range(2):
         _same(rt.run(ins)["P"], evaluate(c.program, ins)["P"])
     assert not rt.captures and rt.replays == 0 and capsys.readouterr().err.count("runs on the CPU") == 2
+
+
+def test_device_views_are_bounded_windows_of_their_buffer():
+    """The GPU runtime's tensors (runtime/cuda.py) without a GPU: pointer arithmetic, reshape, interface."""
+    import types
+
+    import pytest
+
+    from polysat.ir.dtypes import DType
+    from polysat.runtime.cuda import _view
+    buf = types.SimpleNamespace(ptr=1 << 20, nbytes=4096)
+    v = _view(buf, 512, (4, 8), np.float16)
+    assert v.ptr == (1 << 20) + 512 and v.nbytes == 64 and v.owner is buf
+    w = v.reshape((32,))
+    assert w.ptr == v.ptr and w.__cuda_array_interface__["shape"] == (32,)
+    assert v.__cuda_array_interface__["data"] == (v.ptr, False) and v.__cuda_array_interface__["typestr"] == "<f2"
+    assert _view(buf, 0, (2,), DType.bf16.np).__cuda_array_interface__["typestr"] == "<V2"
+    with pytest.raises(IndexError):
+        _view(buf, 4096 - 32, (64,), np.float16)
