@@ -6,6 +6,9 @@ skipped only where no CUDA GPU is visible (tests/test_runtime_arena.py runs the 
 """
 from __future__ import annotations
 
+import importlib.util
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -13,10 +16,14 @@ from polysat import cli
 from polysat.backend.common.gpu import cuda_available
 from polysat.cli import random_inputs
 from polysat.ir.evaluate import evaluate
-from polysat.ir.playback import playback
 from polysat.pipeline import Compilation
 from polysat.runtime import measure
 from polysat.runtime.model import parameter_names
+
+_spec = importlib.util.spec_from_file_location("polysat_test_runtime_replay",
+                                               pathlib.Path(__file__).with_name("test_runtime_replay.py"))
+replay_tests = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(replay_tests)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")]
 
@@ -64,16 +71,8 @@ def test_each_shape_set_has_its_own_arena_and_graph():
 
 
 def test_a_region_on_the_cpu_keeps_the_model_eager_and_correct(capsys):
-    from polysat.ir.diagnostics import diag
     from polysat.runtime.cuda import CudaRuntime
-    from polysat.runtime.model import Step
-    c = Compilation("examples/conv_relu_maxpool.json")
-    ins = {k: v * 0.25 for k, v in random_inputs(c.program, {}, 1).items()}
-    rt = CudaRuntime(c.regions, parameter_names(c.doc))
-    rt.steps[-1] = Step(rt.steps[-1].region, None, diag("NoKernelTemplate", "region", "test"))
-    for _ in range(2):
-        _close(rt.run(ins)["P"], playback(c.regions, ins)["P"])
-    assert not rt.captures and "runs on the CPU" in capsys.readouterr().err
+    replay_tests.cpu_step_stays_eager(CudaRuntime, capsys)
 
 
 def test_cli_run_target_cuda_twice_loads_the_cache_and_logs_measured_times(tmp_path, monkeypatch):

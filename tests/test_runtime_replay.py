@@ -59,14 +59,20 @@ def test_a_new_constant_pool_drops_the_recordings():
     assert rt.replays == 1
 
 
-def test_a_model_with_a_cpu_step_is_never_recorded(capsys):
+def cpu_step_stays_eager(runtime_cls, capsys) -> None:
+    """conv + max-pool with the pool forced onto the CPU: correct on every call, never recorded (shared with the
+    GPU test, tests/test_runtime_gpu.py)."""
     c = Compilation("examples/conv_relu_maxpool.json")
     ins = {k: v * 0.25 for k, v in random_inputs(c.program, {}, 1).items()}
-    rt = HostReplayRuntime(c.regions, parameter_names(c.doc))
+    rt = runtime_cls(c.regions, parameter_names(c.doc))
     rt.steps[-1] = Step(rt.steps[-1].region, None, diag("NoKernelTemplate", "region", "not packed row-major"))
     for _ in range(2):
         _same(rt.run(ins)["P"], evaluate(c.program, ins)["P"])
     assert not rt.captures and rt.replays == 0 and capsys.readouterr().err.count("runs on the CPU") == 2
+
+
+def test_a_model_with_a_cpu_step_is_never_recorded(capsys):
+    cpu_step_stays_eager(HostReplayRuntime, capsys)
 
 
 def test_device_views_are_bounded_windows_of_their_buffer():
