@@ -143,3 +143,14 @@ def test_an_unwritable_cache_warns_and_the_compiled_model_is_still_made(dirs, mo
     cm = compile_model(Compilation(MODEL, arch="sm80"), _inputs(), "sm80", (8, 0))
     assert not cm.from_cache and cm.directory == "" and cm.kernels[0]["kind"] == "gemm"
     assert "could not be stored" in capsys.readouterr().err
+
+
+def test_a_kernel_nvrtc_refuses_is_built_by_nvcc(dirs, monkeypatch):
+    from polysat.ir.diagnostics import fail
+
+    def refuse(*_):
+        fail("InternalError", "NVRTC", "cannot open source file \"stdint.h\"")
+    monkeypatch.setattr(kernel_cache, "_nvrtc_cubin", refuse)
+    b = steps_of(Compilation("examples/softmax.json").regions)[0].binding
+    ks = source("simt", b.spec, {"R": 3, "C": 40}, "sm80")
+    assert kernel_cache.cubin_for(ks, "sm80", (8, 0))[:4] == b"\x7fELF"
