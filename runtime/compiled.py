@@ -32,14 +32,16 @@ class CompiledModel:
     params: frozenset
     env: dict              # the bound symbols
     arch: str              # the skeleton family the kernels are planned for: sm80 | sm90
-    kernels: list          # per region: {"region", "kind", "spec", "name", "plan", "cubin"} or {"region", "kind": "playback", "why"}
+    kernels: list          # per region {"region", "ops", "kind", "spec", "name", "plan", "cubin"}; a CPU step:
+    #                        {"region", "ops", "kind": "playback", "why"}
     prices: dict           # region -> Poly Core price (Cost.to_json) at env
     memory: dict           # MemoryPlan.to_json
     from_cache: bool
 
     def rows(self, actual_us: Mapping[str, float], source: str = "run") -> list[dict]:
         """One measurement-log row per kernel; actual_us maps a kernel's spec name to its measured µs."""
-        return [measure.row(source=source, model=self.model, kernel=k["region"], kind=k["kind"], arch=self.arch,
+        return [measure.row(source=source, model=self.model, kernel=k["region"], ops=k.get("ops", ()), kind=k["kind"],
+                            arch=self.arch,
                             shapes=self.env, price=self.prices.get(k["region"]),
                             actual_us=actual_us.get(k.get("spec", "")),
                             plan=k.get("plan") or {"target": "playback", "why": k.get("why", "")})
@@ -97,15 +99,19 @@ def compile_model(c, inputs: Mapping[str, Any], arch: str, cc: tuple) -> Compile
     steps = steps_of(regions)
     env = bind_region_symbols(regions, inputs)
     params = parameter_names(c.doc)
+    from .. import kernels as user_kernels
+    ops = {k["name"]: k["ops"] for k in user_kernels(c)}  # the user's op names each kernel computes
     kernels, cubins = [], {}
     for s in steps:
         if s.on_cpu:
-            kernels.append({"region": s.region.name, "kind": "playback", "why": str(s.binding)})
+            kernels.append({"region": s.region.name, "ops": ops.get(s.region.name, []), "kind": "playback",
+                            "why": str(s.binding)})
             continue
         ks = source(s.kind.name, s.binding.spec, env, arch)
         name = cubin_name(ks, arch, cc)
         cubins[name] = cubin_for(ks, arch, cc)
-        kernels.append({"region": s.region.name, "kind": s.kind.name, "spec": s.binding.spec.name, "name": ks.name,
+        kernels.append({"region": s.region.name, "ops": ops.get(s.region.name, []), "kind": s.kind.name,
+                        "spec": s.binding.spec.name, "name": ks.name,
                         "plan": ks.plan.to_json(ks.spec), "cubin": name})
     doc = {"model": c.origin, "arch": arch, "env": env, "params": sorted(params & _read(regions)),
            "regions": regions_json(regions), "memory": plan_memory(steps, env, params).to_json(),

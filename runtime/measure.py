@@ -2,11 +2,12 @@
 ``POLYSAT_MEASURE_LOG`` names (default ``~/.cache/polysat/measurements.csv``; ``off`` writes nothing).
 
 Columns: ``time`` (UTC, ISO 8601), ``source`` (``run`` or the bench), ``model``, ``kernel`` (the region),
-``kind`` (its kernel kind, or ``playback`` for a region run on the CPU), ``arch``, ``shapes`` (the bound symbols,
-JSON), ``flops``, ``bytes`` (device-memory bytes), ``occupancy`` (modelled) and ``estimate_us`` (the cost model's
-time) from Poly Core's price of the region at those shapes (a bench, which launches kernel specs rather
-than a model's regions, logs its plan search's roofline estimate instead: :func:`plan_price`), ``actual_us`` (the CUDA-event median of the kernel;
-empty where it did not run on the GPU) and ``plan`` (the kernel's Schedule Plan, JSON).
+``ops`` (the model's op names it computes, comma-separated), ``kind`` (its kernel kind, or ``playback`` for a
+region run on the CPU), ``arch``, ``shapes`` (the bound symbols, JSON), ``flops``, ``bytes`` (device-memory
+bytes), ``occupancy`` (modelled) and ``estimate_us`` (the cost model's time) from Poly Core's price of the
+region at those shapes — a bench, which launches kernel specs rather than a model's regions, logs its plan
+search's roofline estimate instead (:func:`plan_price`) —, ``actual_us`` (the CUDA-event median of the
+kernel; empty where it did not run on the GPU) and ``plan`` (the kernel's Schedule Plan, JSON).
 """
 from __future__ import annotations
 
@@ -20,17 +21,17 @@ from .. import knobs
 
 MAX_THREADS_PER_SM = 2048  # sm80 and sm90: occupancy = resident threads / this
 
-FIELDS = ("time", "source", "model", "kernel", "kind", "arch", "shapes", "flops", "bytes", "occupancy",
+FIELDS = ("time", "source", "model", "kernel", "ops", "kind", "arch", "shapes", "flops", "bytes", "occupancy",
           "estimate_us", "actual_us", "plan")
 
 
 def row(*, source: str, model: str, kernel: str, kind: str, arch: str, shapes: Mapping[str, int],
-        price: "Mapping[str, Any] | None", actual_us: "float | None", plan: Any) -> dict:
+        ops: Iterable[str] = (), price: "Mapping[str, Any] | None", actual_us: "float | None", plan: Any) -> dict:
     """One row; price is a Poly Core price as JSON (analyses/cost_model.py ``Cost.to_json``) or None (a kernel
     with no statement to price)."""
     cost = price or {}
     return {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "source": source,
-            "model": model, "kernel": kernel, "kind": kind, "arch": arch,
+            "model": model, "kernel": kernel, "ops": ",".join(ops), "kind": kind, "arch": arch,
             "shapes": json.dumps(dict(sorted(shapes.items())), separators=(",", ":")),
             "flops": cost.get("flops", ""), "bytes": cost.get("bytes", ""), "occupancy": cost.get("occupancy", ""),
             "estimate_us": "" if "time_est_us" not in cost else round(float(cost["time_est_us"]), 3),

@@ -32,6 +32,7 @@ def compiled(tmp_path, monkeypatch):
 def test_a_run_logs_one_row_per_kernel_with_the_modelled_numbers(compiled, tmp_path):
     (r,) = compiled.rows({})
     assert r["kernel"] == "k0" and r["kind"] == "gemm" and r["arch"] == "sm80" and r["source"] == "run"
+    assert set(r["ops"].split(",")) == {"gemm", "bias_add", "relu"}  # the model's own op names
     assert json.loads(r["shapes"]) == {"K": K, "M": M, "N": N}
     assert 2 * M * N * K <= r["flops"] <= 2 * M * N * K + 4 * M * N  # the contraction, plus bias and ReLU
     assert r["bytes"] >= 2 * (M * K + K * N + N + M * N)  # every fp16 operand read once, the output written once
@@ -43,7 +44,7 @@ def test_a_run_logs_one_row_per_kernel_with_the_modelled_numbers(compiled, tmp_p
     assert measure.append(compiled.rows({}), str(path)) == str(path)
     measure.append(compiled.rows({"k0": 12.25}), str(path))
     got = measure.read(str(path))
-    assert path.read_text().count("time,source,model") == 1 and len(got) == 2
+    assert path.read_text().count("time,source,model,kernel,ops") == 1 and len(got) == 2
     assert tuple(got[0]) == measure.FIELDS
     assert got[0]["actual_us"] == "" and float(got[1]["actual_us"]) == 12.25
     assert int(got[0]["flops"]) == r["flops"] and json.loads(got[1]["plan"]) == plan
