@@ -5,7 +5,9 @@ reference evaluator computes."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from polysat.backend.common.gpu import cuda_available, device
 from polysat.bench.models import sibling_gemms, transformer
 from polysat.egraph import check_rules
 from polysat.egraph.cost import SizeCost
@@ -242,3 +244,21 @@ int main() {
   return 0;
 }
 """
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")
+@pytest.mark.parametrize("arch", ["sm80", "sm90"])
+def test_the_merged_gemm_on_a_gpu_equals_its_numpy_meaning(arch):
+    from polysat.backend.gemm.launch import run
+    from polysat.backend.gemm.plan import search
+    from polysat.backend.gemm.reference import random_inputs, reference
+    from polysat.backend.gemm.spec import GemmSpec
+    if arch == "sm90" and device().arch != "sm90":
+        pytest.skip("the sm90 skeleton needs an sm90 GPU")
+    for layout in ("row", "col"):
+        spec = GemmSpec("qkv", 200, 320, 136, b="Wk|Wq|Wv", b_layout=layout,
+                        b_pieces=(("Wk", 128), ("Wq", 64), ("Wv", 128)))
+        xs = random_inputs(spec, seed=4)
+        got = run(spec, xs, plan=search(spec, arch, skeletons=(arch,)).best)
+        np.testing.assert_allclose(np.asarray(got, np.float32), reference(spec, xs).astype(np.float32), rtol=1e-3, atol=1e-3)
