@@ -36,12 +36,13 @@ def _terms(lets: Lets, n: RNode) -> list:
     return [n]
 
 
-def _piece(lets: Lets, n: RNode, n_ax: str, width: int) -> "Piece | None":
-    """The column range and contraction of one summand: casts and Selects on n_ax around a REDUCE."""
+def _piece(lets: Lets, n: RNode, n_ax: str, width: int, out: DType) -> "Piece | None":
+    """The column range and contraction of one summand: casts to the output type and Selects on n_ax
+    around a REDUCE."""
     lo, hi = 0, width
     while True:
         n = lets(n)
-        if n.op == R.UNARY and n.arg == "cast":
+        if n.op == R.UNARY and n.arg == "cast" and n.dtype == out:
             n = n.src[0]
         elif n.op == R.SELECT:
             pred, then, other = n.src
@@ -79,12 +80,12 @@ def merged(r: Region) -> "tuple[Region, tuple] | None":
     y = r.yields[0]
     if y.src not in lets.map or len(y.axes) != 2:
         return None
-    m_ax, n_ax = y.axes
+    n_ax = y.axes[-1]
     width = r.axis_sizes[n_ax]
     terms = _terms(lets, lets.map[y.src])
     if len(terms) < 2 or not isinstance(width, int):
         return None
-    pieces = [_piece(lets, t, n_ax, width) for t in terms]
+    pieces = [_piece(lets, t, n_ax, width, y.cast) for t in terms]
     if any(p is None for p in pieces):
         return None
     pieces.sort(key=lambda p: p.lo)
@@ -105,6 +106,10 @@ def merged(r: Region) -> "tuple[Region, tuple] | None":
         ix = tuple(Expr.of(e).subs(ren).subs({n_ax: Expr.var(n_ax) + p.lo}) for e in index)
         if sorted(str(e) for e in ix) != sorted((k0, n_ax)):
             return None  # B_j must read [k, n - lo] (or [n - lo, k]) exactly
+        buf = next((x for x in r.inputs if x.name == t), None)
+        want = tuple(p.hi - p.lo if str(e) == n_ax else r.axis_sizes[k0] for e in ix)
+        if buf is None or tuple(buf.memref.shape) != want or buf.memref.layout.kind != "row_major":
+            return None  # ... and be that whole packed [K, width] (or [width, K]) tensor
         out.append((t, p.hi - p.lo, tuple(str(e) for e in ix)))
     if len({ix for _, _, ix in out}) != 1 or len({t for t, _, _ in out}) != len(out):
         return None  # one layout for every piece; each piece its own tensor
