@@ -230,7 +230,9 @@ class Checker:
             while self.pool_size and len(self.pool) < self.pool_size:
                 self.pool.extend(motif_programs(self.rng) if len(self.pool) % 2 else attention_programs(self.rng, 4))
             self.pool = self.pool[:self.pool_size] if self.pool_size else self.pool
-            self.pool.extend(sibling_programs(self.rng))  # last: only the rules the others left unexercised reach them
+            # last, so only rules the others left unexercised reach them; their own generator, so the
+            # checker's draws (the inputs of every program) stay what they were without them
+            self.pool.extend(sibling_programs(np.random.default_rng(len(self.pool))))
         for prog in self.pool:
             if v.fired >= self.cases or v.unsound:
                 break
