@@ -78,8 +78,8 @@ def _check_playback(c, prog, part, rng) -> None:
 def test_the_sibling_rules_are_sound_and_exercised():
     rep = check_rules(cases=3, seed=5, budget=3, only=["siblings"])
     assert rep.exit_status == 0, rep.format()
-    assert {v.rule.name for v in rep.verdicts} == {"mark-sibling-gemm", "mark-sibling-group", "sibling-gemms-concat2",
-                                                 "sibling-gemms-concat3"}
+    assert {v.rule.name for v in rep.verdicts} == {"mark-sibling-candidate", "mark-sibling-gemm", "mark-sibling-group",
+                                                 "sibling-gemms-concat2", "sibling-gemms-concat3"}
 
 
 def test_two_sibling_gemms_become_one_kernel_reading_x_once():
