@@ -56,6 +56,8 @@ from .legality import illegal_fusions
 from .partition_search import apply, default_fused, masks, moves, site_values
 from .state import EGraphState
 from .stream import BLOCK, groups
+from .segment import segment
+from .segment_stitch import SegmentedState, merge_reports, stitch
 from .totiny import to_tiny
 
 MAX_ROUNDS = 64  # rounds of the exact boundary search
@@ -317,9 +319,19 @@ class ModelCost(SearchingCost):
     def enode_cost(self, node, view) -> float:
         return SizeCost().enode_cost(node, view)
 
+    def for_program(self, program: Program, params: dict) -> "ModelCost":
+        """This model for a part of the program (a segment): params restricted to its symbols."""
+        mine = {k: v for k, v in params.items() if k in program_symbols(program)}
+        return type(self)(mine, self.arch, self.max_rounds, self.exact_sites)
+
     # the search proper
-    def search(self, state: EGraphState, stream: bool = True) -> Search:
-        """The boundary search; with stream=False no value is streamed (the two-pass partition)."""
+    def search(self, state: "EGraphState | SegmentedState", stream: bool = True) -> Search:
+        """The boundary search; with stream=False no value is streamed (the two-pass partition). A
+        segmented program is searched once per distinct segment and stitched (egraph/segment_stitch.py)."""
+        if isinstance(state, SegmentedState):
+            params = bind_params(state.program, self.params)
+            found = {k: self.for_program(st.program, params).search(st, stream) for k, st in state.states.items()}
+            return stitch(state, found)
         view = export(state)
         roots = [view.by_index[state.index[nid]] for _, nid in state.program.outputs]
         params = bind_params(state.program, self.params)
@@ -531,7 +543,21 @@ register(ModelCost)
 def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:
     """(EGraphState, RunReport) with program loaded one kernel per op (every compute edge cut) and
     the rules run: the fused alternatives come from rules/fusion.egg, the streamed softmax-weighted sums
-    from rules/streaming.egg (unless POLYSAT_STREAMING=0)."""
+    from rules/streaming.egg (unless POLYSAT_STREAMING=0). A program of repeated segments
+    (egraph/segment.py) gives a SegmentedState: each distinct segment saturated once."""
+    segs = segment(program)
+    if len(segs) > 1:
+        done: dict = {}
+        for sg in segs:
+            if sg.key not in done:
+                done[sg.key] = _saturate_one(sg.program, rules_dirs, limits, builtin)
+        states = {k: st for k, (st, _) in done.items()}
+        rep = merge_reports([r for _, r in done.values()])
+        return SegmentedState(program, segs, states, {k: r for k, (_, r) in done.items()}, states[segs[0].key].files), rep
+    return _saturate_one(program, rules_dirs, limits, builtin)
+
+
+def _saturate_one(program: Program, rules_dirs, limits, builtin: bool) -> tuple:
     from ..knobs import streaming
     from .saturate import OPT_IN, default_schedule, rule_files, run
     from .state import new_state
