@@ -17,6 +17,7 @@ row with its diagnostic, not a crash.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import pathlib
 import sys
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     only = {s for s in a.only.split(",") if s}
     chosen = [(n, m) for n, m in cases(a.quick) if not only or n in only]
-    return run_cases(chosen, lambda n, m: measure(n, m, a.arch), table, a.out, quick=a.quick, arch=a.arch)
+    return run_cases(chosen, functools.partial(measure, arch=a.arch), table, a.out, quick=a.quick, arch=a.arch)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ from .segment import Segment
 from .stream import parse_tag, tag
 
 
+BOUNDARY = ("segment boundary: the only value flowing from one repeated block to the next is materialized, "
+            "so each distinct block is searched once (docs/DESIGN.md §Fusion)")
+
+
 @dataclass
 class SegmentedState:
     """The e-graphs of a segmented program: ``states[key]`` (EGraphState of the canonical segment
@@ -131,12 +135,13 @@ def merge_reports(reports: list):
 def stitch(s: SegmentedState, found: dict):
     """The whole program's Search from ``found[key]`` (the Search of each distinct segment)."""
     from .api import Extraction
-    from .model_cost import Candidate, Priced, Search, Streamed
+    from .model_cost import Candidate, Priced, Rejection, Search, Streamed
     from .partition import Kernel, Partition
     view = s.export()
     taken = {n.id for n in s.program.nodes}
     nodes, kernels, priced, base_priced, chosen, rejected, sites, streamed = [], [], [], [], {}, [], {}, []
     fused: set = set()
+    bounds: list = []  # the Mat classes of the segment boundaries
     prev_exit = None
     roots: tuple = ()
     for j, seg in enumerate(s.segments):
@@ -174,6 +179,7 @@ def stitch(s: SegmentedState, found: dict):
         chosen.update({k + c: inst.nodes[n] for k, n in x.chosen.items()})
         if inst.entry_class is not None:
             chosen[inst.entry_class] = view.classes[inst.entry_class][0]
+            bounds.append(inst.entry_class)
         fused |= {m + c for m in res.best.fused}
         rejected += [dataclasses.replace(r, mat=r.mat + c) for r in res.rejected]
         sites.update({m + c: tuple(tuple(inst.nodes[n] for n in part) for part in v) for m, v in res.sites.items()})
@@ -190,4 +196,5 @@ def stitch(s: SegmentedState, found: dict):
     base = Candidate(frozenset(), None, base_priced,
                      total=sum(p.cost.time_est_us for p in base_priced if p.cost is not None))
     streamed = [Streamed(r.value + c, total, len(priced), r.passes) for r, c in streamed]
+    rejected += [Rejection(b, BOUNDARY, total, None, len(priced), len(priced)) for b in bounds]
     return Search(best, base, rejected, sum(found[k].evaluations for k in found), sites, streamed)
