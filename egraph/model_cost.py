@@ -390,10 +390,11 @@ class ModelCost(SearchingCost):
             if cand.total < cur.total:
                 cur = cand
                 exact = len(live(cur)) <= self.exact_sites
+        kept = frozenset(local) & cur.fused  # the merge phase's fusions: the descent does not cut them again
         for _ in range(self.max_rounds if exact else 0):
             gain = []
             for kind in ("fuse", "cut"):  # cutting again is tried once fusing gains nothing
-                tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, live(cur), streams)
+                tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, live(cur), streams, kept)
                                 if mv[0] == kind), key=lambda km: km[0].total)
                 gain = [(k, mv) for k, mv in tried if k.total < cur.total]
                 if gain:
