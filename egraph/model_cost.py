@@ -20,6 +20,9 @@ while they still improve, until none improves. A cut site whose read composes to
 more (a deep stack), a merge phase first fuses producer kernels into their single consumer kernel
 on the Tiny partition (fusion deltas of two kernels, docs/DESIGN.md §Cost model),
 then the decisions are realized in the e-graph and priced whole.
+After a merge phase the descent does not cut the merged fusions again (each lowered the modelled
+time of the two kernels it joined). A program of repeated blocks (egraph/segment.py) is searched once
+per distinct segment and stitched (egraph/segment_stitch.py, ``saturate_unfused`` and ``search``).
 Every candidate is checked against the legality classes on its chosen terms (the rules' class-level
 facts over-approximate): a reduction may be read inside its consumer's kernel only one-to-one, by a
 window (compute-at with halo), at a prefix of the consumer's loop order, or by a projection whose
