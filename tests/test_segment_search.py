@@ -48,23 +48,53 @@ def test_elementwise_repeats_are_not_cut():
     assert len(segment(_program(layers))) == 1
 
 
-@pytest.fixture(scope="module")
-def stack():
-    """A 3-layer MLP stack searched with --cost model, counting the kernels priced."""
+def _searched(doc: dict) -> tuple:
+    """(doc, Compilation, Search, [nodes of each program a partition of was priced]) under --cost model."""
     calls = []
     real = model_cost.price_kernels
 
     def counting(prog, part, params, arch):
-        calls.append(len(part.kernels))
+        calls.append(len(prog.nodes))
         return real(prog, part, params, arch)
     model_cost.price_kernels = counting
     try:
-        doc = mlp_stack(3, width=32, tokens=16, dtype="fp32")
         c = Compilation(doc, cost="model")
         s = c.search
     finally:
         model_cost.price_kernels = real
     return doc, c, s, calls
+
+
+@pytest.fixture(scope="module")
+def stack():
+    return _searched(mlp_stack(3, width=32, tokens=16, dtype="fp32"))
+
+
+@pytest.fixture(scope="module")
+def blocks():
+    return _searched(transformer(3, d_model=32, heads=2, d_ff=64, seq=8, dtype="fp32"))
+
+
+def test_a_three_block_transformer_is_searched_and_priced_as_one_block(blocks):
+    _, c, s, calls = blocks
+    st = c.saturated[0]
+    assert isinstance(st, SegmentedState) and len(st.segments) == 3 and len(st.states) == 1
+    # every partition priced is one block's (never the whole program), as many as one block's search prices
+    assert len(calls) == s.evaluations and max(calls) < len(c.program.nodes) / 2
+    assert len(s.best.priced) % 3 == 0 and len(s.best.extraction.partition.kernels) == len(s.best.priced)
+    per = len(s.best.priced) // 3
+    costs = [p.cost.time_est_us for p in s.best.priced]
+    assert costs[:per] == costs[per:2 * per] == costs[2 * per:]
+
+
+def test_stitched_transformer_plays_back_equal_to_the_reference(blocks):
+    _, c, _, _ = blocks
+    x, p = c.extraction, c.program
+    rng = np.random.default_rng(7)
+    inputs = random_inputs(p, rng, bind_env(p, rng))
+    ref = evaluate(p, inputs)
+    got = playback(synthesize(x.program, x.partition), inputs)
+    assert ref.keys() == got.keys() and all(close(ref[k], got[k]) for k in ref)
 
 
 def test_each_distinct_block_is_searched_and_priced_once(stack):
