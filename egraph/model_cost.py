@@ -457,7 +457,8 @@ def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate
     time most, if legal (a partition computes each value in one kernel, so a value read by several
     kernels stays materialized here; the exact search may still fuse it).
     Returns (the Mat classes fused, {Mat class: (separate µs, fused µs, why, kernels)} for the
-    fusions left). Cheap: only the kernels around a boundary are priced, cached by content."""
+    fusions left; fused µs None where a legality rule decided, as an illegal merge is not priced).
+    Cheap: only the kernels around a boundary are priced, cached by content."""
     from ..analyses.indexbook import checked_indexbook
     from ..analyses.poly_from_view import region_from_polyview
     from ..analyses.polyview import build_polyview
@@ -513,7 +514,7 @@ def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate
             ks = [Kernel(c, n, tuple(oc), inputs(n)) for c, (n, oc) in merged.items()]
             bad = illegal_fusions(prog, Partition(tuple(ks)))
             sep = cost(na, oa) + sum(cost(*groups[c]) for c in cons)
-            new = sum(cost(*merged[c]) for c in cons)
+            new = None if bad else sum(cost(*merged[c]) for c in cons)  # a rule decided: no price needed
             why = ("illegal: " + "; ".join(b[3] for b in bad)) if bad else "priced higher"
             memo[key] = (sep, new, why, merged, bool(bad))
         return memo[key]
