@@ -6,7 +6,8 @@ Conv -> ReLU -> Conv, softmax over a middle axis) and the bench transformer (ben
 partition and the one-kernel-per-op partition priced the same way beside it), device bytes moved and
 e-graph compile time (load + saturation + search), next to tinygrad's kernel count and schedule time
 for the same model written in tinygrad (bench/tinygrad_graph.py; ``PYTHON`` device, schedule only,
-nothing executes), measured in the same process. Prints a table with the ratios and writes JSON.
+nothing executes), measured in the same process (a fresh one per case, so no cache warmed by an earlier
+case helps either side). Prints a table with the ratios and writes JSON.
 
     python -m polysat.bench.fusion [--quick] [--out PATH] [--arch sm90]
 
