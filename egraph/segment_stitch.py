@@ -12,6 +12,7 @@ partition, chosen terms, roots), so every later stage works on it unchanged.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 
 from ..ir.tiny import Ops, Program
@@ -115,6 +116,22 @@ def _entry_tensor(seg: Segment, whole: Program) -> "str | None":
     return None
 
 
+_ID = re.compile(r"\b[nif][0-9]+\b")
+
+
+def _whole(r, c: int, seg: Segment, others_us: float, others_kernels: int):
+    """A segment's rejection in the whole program's terms: its class at the instance's offset, the
+    node ids its reason names mapped to the program's, and (a whole-partition rejection) the other
+    segments' kernels and time added to both sides."""
+    why = _ID.sub(lambda m: seg.origin.get(m.group(0), m.group(0)), r.why)
+    if r.local:
+        return dataclasses.replace(r, mat=r.mat + c, why=why)
+    return dataclasses.replace(r, mat=r.mat + c, why=why, separate_us=r.separate_us + others_us,
+                               fused_us=None if r.fused_us is None else r.fused_us + others_us,
+                               kernels_before=r.kernels_before + others_kernels,
+                               kernels_after=None if r.kernels_after is None else r.kernels_after + others_kernels)
+
+
 def merge_reports(reports: list):
     """One RunReport for the distinct segments' saturations: nodes and seconds summed, iterations in
     turn, rule matches summed, the first stop that is not saturation."""
@@ -181,7 +198,7 @@ def stitch(s: SegmentedState, found: dict):
             chosen[inst.entry_class] = view.classes[inst.entry_class][0]
             bounds.append(inst.entry_class)
         fused |= {m + c for m in res.best.fused}
-        rejected += [dataclasses.replace(r, mat=r.mat + c) for r in res.rejected]
+        rejected += [(r, c, seg, res) for r in res.rejected]
         sites.update({m + c: tuple(tuple(inst.nodes[n] for n in part) for part in v) for m, v in res.sites.items()})
         streamed += [(r, c) for r in res.streamed]
         prev_exit = ids[x.program.outputs[0][1]]
@@ -196,5 +213,6 @@ def stitch(s: SegmentedState, found: dict):
     base = Candidate(frozenset(), None, base_priced,
                      total=sum(p.cost.time_est_us for p in base_priced if p.cost is not None))
     streamed = [Streamed(r.value + c, total, len(priced), r.passes) for r, c in streamed]
+    rejected = [_whole(r, c, seg, total - res.best.total, len(priced) - len(res.best.priced)) for r, c, seg, res in rejected]
     rejected += [Rejection(b, BOUNDARY, total, None, len(priced), len(priced)) for b in bounds]
     return Search(best, base, rejected, sum(found[k].evaluations for k in found), sites, streamed)

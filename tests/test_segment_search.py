@@ -128,3 +128,17 @@ def test_stitched_view_and_terms_cover_every_block(stack):
     view = c.saturated[0].export()
     assert all(cl in view.classes for cl in c.extraction.chosen)
     assert {r.mat for r in s.rejected} <= set(view.classes)
+
+
+def test_explain_names_each_blocks_own_ops_and_whole_program_prices(blocks):
+    import re
+    from polysat.commands.explain import explain_model
+    from polysat.commands.extract import extract_result
+    _, c, s, _ = blocks
+    entries = explain_model(extract_result(c))
+    assert {e["value"][:2] for e in entries} == {"b0", "b1", "b2"}
+    for e in entries:
+        assert {m for m in re.findall(r"\bb([0-9])_", e["why"])} <= {e["value"][1]}, e
+        if e["scope"] == "the whole partition":  # both sides priced over all three blocks
+            assert e["separate_us"] == pytest.approx(s.best.total, rel=1e-3) and e["kernels"][0] == len(s.best.priced)
+    assert [e["verdict"] for e in entries].count("segment boundary") == 2
