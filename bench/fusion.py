@@ -56,10 +56,13 @@ def polysat_row(model: dict, arch: str) -> dict:
     except PolysatError as e:
         return {"error": str(e).splitlines()[0][:160]}
     moved = sum(p.cost.bytes for p in s.best.priced if p.cost is not None)
+    st = c.saturated[0]
+    segs = getattr(st, "segments", None)  # a segmented program (egraph/segment.py): blocks, distinct ones searched
     return {"params": c.params, "kernels": len(s.best.priced), "time_est_us": round(s.best.total, 3),
             "size_kernels": len(size), "size_time_est_us": round(total_us(size), 3),
             "unfused_kernels": len(s.baseline.priced), "unfused_time_est_us": round(s.baseline.total, 3),
-            "bytes": moved, "compile_s": round(compile_s, 3), "partitions_priced": s.evaluations}
+            "bytes": moved, "compile_s": round(compile_s, 3), "partitions_priced": s.evaluations,
+            "segments": len(segs) if segs else 1, "segments_searched": len(st.states) if segs else 1}
 
 
 def tinygrad_row(model: dict, params: dict) -> dict:
