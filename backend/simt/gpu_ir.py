@@ -9,13 +9,24 @@ from __future__ import annotations
 
 # shared pieces, at their current homes
 from ..common.gpu_ir import GpuIR, S
-from .access import passes, vector_reads, vector_store
+from .access import passes, tiled_reduces, vector_reads, vector_store
 from .plan import SimtPlan
 from .spec import SimtSpec
 
 
 def build_gpu_ir(spec: SimtSpec, plan: SimtPlan) -> GpuIR:
     stmts, toks = [], []
+    tiled = tiled_reduces(spec)
+    if tiled:  # the final pass as TM x TN micro-tiles: a register accumulator per point and tiled Reduce
+        acc = [S("MicroTileReduce", reduce=n.arg[0], over=list(n.arg[1]), tile=f"{plan.tm}x{plan.vec}",
+                 operands="LdGlobal once per distinct row / column of the tile", accumulate="fp32") for n in tiled]
+        body = (*acc, S("Compute", ops="epilogue at each point of the tile"),
+                S("StGlobal", tensor=spec.c, width=1, pred="row < rows && e < L"))
+        stmts.append(S("ForLaneStep", walks=list(spec.loop), step=f"{plan.group}*{plan.vec}", ins=(), body=body))
+        return GpuIR(plan.arch, "simt", "none", (S("ForRow", per="group", rows_per_block=plan.rows_per_block,
+                                                     rows_per_thread=plan.tm, outer=list(spec.outer),
+                                                     body=tuple(stmts)),),
+                     (("threads", plan.threads), ("plan", plan.key())))
     for k, p in enumerate(passes(spec)):
         v = plan.vec if len(p.axes) == 1 else 1
         body = [S("LdGlobalVec", tensor=n.arg[0], width=v, pred="e < L (scalar tail)")

@@ -124,6 +124,15 @@ class SimtSpec:
             n *= self.axis_size(a, env)
         return n
 
+    def tile_rows(self, tm: int, env: Mapping[str, int] | None = None) -> int:
+        """Row tiles a group computes with a micro-tile of tm rows along the innermost outer axis."""
+        if tm == 1 or not self.outer:
+            return self.rows(env)
+        n = -(-self.axis_size(self.outer[-1], env) // tm)
+        for a in self.outer[:-1]:
+            n *= self.axis_size(a, env)
+        return n
+
     def row_len(self, env: Mapping[str, int] | None = None) -> int:
         n = 1
         for a in self.loop:
