@@ -150,13 +150,15 @@ def run_regions(regions, inputs: Mapping[str, np.ndarray], *, upload: Callable, 
                     outputs[b.name] = np.asarray(download(on_device[b.name]))
             continue
         spec = binding.spec
-        out = alloc(spec.shapes(env)[spec.c], spec.dtypes()[spec.c].np)
-        launch(kind, spec, binding.arrays(on_device, env, reshape), env, out)
-        buf = r.outputs[0]
-        on_device[buf.name] = out
-        if buf.program_output:
-            shape = tuple(int(d) if isinstance(d, int) else int(d.evaluate(env)) for d in buf.memref.shape)
-            outputs[buf.name] = download(out).reshape(shape)
+        several = getattr(spec, "outputs", None)  # a kind writing several outputs (SIMT) names them as the region does
+        made = {n: alloc(spec.shapes(env)[n], spec.dtypes()[n].np) for n in (several or (spec.c,))}
+        tensors = {**binding.arrays(on_device, env, reshape), **{n: t for n, t in made.items() if n != spec.c}}
+        launch(kind, spec, tensors, env, made[spec.c])
+        for buf in r.outputs:
+            on_device[buf.name] = made[buf.name] if several else made[spec.c]
+            if buf.program_output:
+                shape = tuple(int(d) if isinstance(d, int) else int(d.evaluate(env)) for d in buf.memref.shape)
+                outputs[buf.name] = download(on_device[buf.name]).reshape(shape)
     return outputs
 
 

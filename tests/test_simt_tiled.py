@@ -15,7 +15,7 @@ import importlib.util
 import pathlib
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import Phase, given, settings, strategies as st
 
 from polysat.backend.kinds import bind
 from polysat.backend.simt.access import tiled_reduces
@@ -77,7 +77,7 @@ def _gemm_model(a_shape, b_shape, dt: str, epilogue: str) -> dict:
     return oracle.model(inputs, graph, [outs])
 
 
-@settings(deadline=None, max_examples=5)
+@settings(deadline=None, max_examples=5, phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(st.integers(2, 13), st.integers(2, 37), st.integers(2, 40), st.sampled_from(["fp32", "fp16", "bf16"]),
        st.sampled_from(["none", "bias_relu"]), st.sampled_from(["matmul", "vecmat", "batched"]),
        st.integers(0, 2 ** 16))

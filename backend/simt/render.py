@@ -8,8 +8,8 @@ once, through a vector store when aligned). Every pass is a ``__host__ __device_
 lane, earlier statistics), so the host emulator (the template's host-emulation macro: ``emulate(args)``) runs the
 same code; only the exchange between lanes differs, and ``host_group_reduce`` replays its order.
 
-Kernel ABI (``SimtKernelSource.params``): the region's inputs (const pointers, in region order), the
-output pointer, then every size symbol as an i64, sorted by name. Grid: ceil(rows / rows_per_block) CTAs (rows counted in tiles of TM when the
+Kernel ABI (``SimtKernelSource.params``): the region's inputs (const pointers, in region order), its
+output pointers (region order), then every size symbol as an i64, sorted by name. Grid: ceil(rows / rows_per_block) CTAs (rows counted in tiles of TM when the
 final pass is a micro-tile).
 """
 from __future__ import annotations
@@ -65,8 +65,8 @@ class _Gen:
     def __init__(self, spec: SimtSpec, plan: SimtPlan):
         self.spec, self.plan = spec, plan
         r = spec.region
-        idents = unique_idents([b.name for b in r.inputs] + [spec.c], "t_")
-        self.ptr = dict(zip([b.name for b in r.inputs] + [spec.c], idents, strict=True))
+        names = [b.name for b in r.inputs] + list(spec.outputs)
+        self.ptr = dict(zip(names, unique_idents(names, "t_"), strict=True))
         self.sym = {s: c_ident(s, "s_") for s in spec.symbols}
         self.stats = spec.stats()
 
@@ -152,9 +152,29 @@ class _Gen:
         em.vec_reads.clear()
         em.close()
 
-    def out_offset(self, em: Emitter) -> str:
-        y = self.spec.yield_
-        return em.idx(flat_offset(tuple(Expr.var(a) for a in y.axes), self.spec.out.memref.shape))
+    def out_offset(self, em: Emitter, y=None) -> str:
+        y = y or self.spec.yield_
+        shape = self.spec.buffer(y.dst).memref.shape
+        return em.idx(flat_offset(tuple(Expr.var(a) for a in y.axes), shape))
+
+    def put_extras(self, em: Emitter, when: str) -> None:
+        """Every other yield at the current point, written where the primary's axes it does not walk with are 0
+        (once per element of its output), computed only there; an axis of its own walks with the primary
+        axis bind.py matched to it (same size), a size-1 one is 0."""
+        for y in self.spec.extras:
+            along = self.spec.walk_of(y)
+            guard = [f"{em.bound[a][0]} == 0" for a in self.spec.yield_.axes
+                     if a not in y.axes and a not in along.values() and a not in self.spec.units]
+            em.open(f"if ({' && '.join([when, *guard])})")
+            own_units = [(a, em.bound.get(a)) for a in y.axes if a not in self.spec.yield_.axes]
+            for a, _prev in own_units:  # its axes the primary lacks: walked with a primary axis, or 0 (size 1)
+                em.bind(a, em.bound[along[a]][0] if a in along else "0LL")
+            top = self.spec.top_of(y)
+            val = convert(em.value(top), em.follow(top).dtype, y.cast)
+            em.line(f"polysat_simt::put(&a.{self.ptr[y.dst]}[{self.out_offset(em, y)}], {val});")
+            for a, prev in own_units:
+                em.unbind(a, prev)
+            em.close()
 
     def phase(self, k: int) -> dict:
         s = self.stats[k]
@@ -247,6 +267,7 @@ class _Gen:
             at(i, j)
             val = convert(em.value(spec.top), em.follow(spec.top).dtype, y.cast)
             em.line(f"if ({rows[i][0]} && {cols[j][0]}) polysat_simt::put(&a.{self.ptr[spec.c]}[{self.out_offset(em)}], {val});")
+            self.put_extras(em, f"{rows[i][0]} && {cols[j][0]}")
         em.close()
         return "\n".join(em.lines)
 
@@ -265,6 +286,7 @@ class _Gen:
                 e.line(f"polysat_simt::put(&{out_buf}[v], {val});")
             else:
                 e.line(f"if (active) polysat_simt::put(&a.{self.ptr[spec.c]}[{self.out_offset(e)}], {val});")
+            self.put_extras(e, "active")
 
         em.line("(void)active;")
         self.walk(em, Pass(None, spec.loop), each, vs)
@@ -278,7 +300,7 @@ def render(spec: SimtSpec, plan: SimtPlan) -> SimtKernelSource:
     kname = kernel_name(spec, plan)
     r = spec.region
     ptrs = [{"ctype": f"const {STORE_T[b.memref.dtype]}", "ident": gen.ptr[b.name]} for b in r.inputs]
-    ptrs.append({"ctype": STORE_T[spec.out.memref.dtype], "ident": gen.ptr[spec.c]})
+    ptrs += [{"ctype": STORE_T[b.memref.dtype], "ident": gen.ptr[b.name]} for b in r.outputs]
     syms = [gen.sym[s] for s in spec.symbols]
     em = gen.emitter()
     sizes = [em.size(r.axis_sizes[a]) for a in spec.outer]
@@ -289,12 +311,13 @@ def render(spec: SimtSpec, plan: SimtPlan) -> SimtKernelSource:
     stats = [{"ctype": CTYPE[s.dtype], "name": f"s{j}"} for j, s in enumerate(gen.stats)]
     red_types = sorted({ph["ctype"] for ph in phases})
     kparams = ",\n    ".join([f"{p['ctype']}* __restrict__ {p['ident']}" for p in ptrs] + [f"long long {s}" for s in syms])
-    summary = (f"{spec.c}[{', '.join(spec.yield_.axes)}] of region {r.name}: rows over [{', '.join(spec.outer)}], "
+    also = "".join(f", {y.dst}[{', '.join(y.axes)}]" for y in spec.extras)
+    summary = (f"{spec.c}[{', '.join(spec.yield_.axes)}]{also} of region {r.name}: rows over [{', '.join(spec.outer)}], "
                f"{len(phases)} row statistic(s), walking [{', '.join(spec.loop)}]")
     src = jinja_env().get_template("simt.cu.j2").render(
         kernel=kname, summary=summary, plan_key=plan.key(), header=header(), ns=f"ns_{kname}", group=plan.group,
         vec=plan.vec, rows=plan.rows_per_block, tm=plan.tm, threads=plan.threads, ptrs=ptrs, syms=syms, n_rows=n_rows,
         phases=phases, stats=stats, store=gen.store(), red_types=red_types, kparams=kparams)
-    params = tuple([Param(gen.ptr[b.name], "ptr", b.name) for b in r.inputs] + [Param(gen.ptr[spec.c], "ptr", spec.c)]
+    params = tuple([Param(gen.ptr[b.name], "ptr", b.name) for b in (*r.inputs, *r.outputs)]
                    + [Param(gen.sym[s], "i64", s) for s in spec.symbols])
     return SimtKernelSource(kname, plan.arch, "simt", src, plan.threads, plan.smem_bytes, params, plan, spec)
