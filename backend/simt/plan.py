@@ -4,7 +4,9 @@
 A CTA of ``block`` threads holds ``block / group`` row groups (``group`` <= 32: a row is reduced with warp
 shuffles alone) or one row (``group == block`` > 32: warp shuffles, then shared memory across the warps).
 A lane takes ``vec`` consecutive elements per step (one vector load of each vectorizable read, one vector
-store of the output when the offset is aligned; predicated scalar accesses on the tail).
+store of the output when the offset is aligned; predicated scalar accesses on the tail). A final pass
+that reaches Reduces without row statistics (a contraction, a pooling window) is a micro-tile instead:
+``tm`` rows along the innermost outer axis by the ``vec`` elements of a lane step, one accumulator each.
 
 Roofline (composed by analyses/roofline.py on the device table of analyses/devices.py, as every kind's:
 ``max(compute, memory, latency) + launch``):
@@ -14,6 +16,8 @@ Roofline (composed by analyses/roofline.py on the device table of analyses/devic
             an SM must keep bandwidth x latency bytes in flight (vector loads keep V times more);
   compute = element ops / (SMs * 128 fp32 lanes * clock * lane utilisation), utilisation counting the
             lanes a row's tail leaves idle;
+  loads   = load instructions / (SMs * 32 lanes * clock * lane utilisation): a micro-tile (``tm`` rows by
+            ``vec`` elements, access.py ``reuse``) issues one load per distinct operand value of the tile;
   latency = waves of resident row groups * the steps each group walks in sequence (a dependent global
             load per step) plus the shuffle / barrier steps of each reduction tree.
 """

@@ -13,6 +13,10 @@ The outer axes are chosen from the row statistics: the axes every one of them ke
 log-softmax, mean/var over any axis: the kept axes); without one, all yielded axes but the last (an
 elementwise chain, a contraction, a pooling window: rows are the output's rows). Unit yielded axes
 (static size 1) are neither: they are bound to 0.
+
+The rows are those of the primary yield (the one over most axes); a region's other yields are written in
+the final pass where the primary's axes they lack are 0 (``walks``: an axis of theirs matched to a primary
+axis of the same size).
 """
 from __future__ import annotations
 
