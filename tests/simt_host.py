@@ -7,13 +7,28 @@ runs it and returns each kernel's outputs by name (``emulate_many``: each kernel
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import pathlib
 import subprocess
 import tempfile
 
 import numpy as np
 
 from polysat.backend.common.nvcc import nvcc_path
+
+HERE = pathlib.Path(__file__).parent
+
+
+def load(name: str, file: str):
+    """A module of this test folder by file name (the tests folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, HERE / file)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+oracle = load("polysat_test_oracle", "oracle.py")
 
 MAIN = r"""
 #include <cstdio>

@@ -27,18 +27,11 @@ from polysat.ir.evaluate import evaluate
 from polysat.pipeline import Compilation
 
 HERE = pathlib.Path(__file__).parent
-
-
-def _load(name: str, file: str):
-    spec = importlib.util.spec_from_file_location(name, HERE / file)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-oracle = _load("polysat_test_oracle", "oracle.py")
-host = _load("polysat_test_simt_host", "simt_host.py")
-rand = _load("polysat_test_playback_random", "test_playback_random.py")
+_spec = importlib.util.spec_from_file_location("polysat_test_simt_host", HERE / "simt_host.py")
+host = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(host)
+oracle = host.oracle
+rand = host.load("polysat_test_playback_random", "test_playback_random.py")
 SHAPES = [SimtPlan("sm80", 128, 1, 1), SimtPlan("sm80", 128, 4, 2), SimtPlan("sm80", 256, 32, 4),
           SimtPlan("sm80", 128, 128, 2), SimtPlan("sm80", 128, 8, 2, 2)]
 

@@ -27,17 +27,10 @@ from polysat.ir.evaluate import evaluate
 from polysat.pipeline import Compilation
 
 HERE = pathlib.Path(__file__).parent
-
-
-def _load(name: str, file: str):
-    spec = importlib.util.spec_from_file_location(name, HERE / file)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-oracle = _load("polysat_test_oracle", "oracle.py")
-host = _load("polysat_test_simt_host", "simt_host.py")
+_spec = importlib.util.spec_from_file_location("polysat_test_simt_host", HERE / "simt_host.py")
+host = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(host)
+oracle = host.oracle
 SHAPES = [SimtPlan("sm80", 128, 1, 1, 1), SimtPlan("sm80", 128, 8, 2, 2), SimtPlan("sm80", 128, 32, 4, 4)]
 
 

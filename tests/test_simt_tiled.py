@@ -29,17 +29,10 @@ from polysat.ir.playback import playback
 from polysat.pipeline import Compilation
 
 HERE = pathlib.Path(__file__).parent
-
-
-def _load(name: str, file: str):
-    spec = importlib.util.spec_from_file_location(name, HERE / file)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-oracle = _load("polysat_test_oracle", "oracle.py")
-host = _load("polysat_test_simt_host", "simt_host.py")
+_spec = importlib.util.spec_from_file_location("polysat_test_simt_host", HERE / "simt_host.py")
+host = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(host)
+oracle = host.oracle
 SHAPES = [SimtPlan("sm80", 128, 1, 1, 1), SimtPlan("sm80", 128, 4, 4, 2), SimtPlan("sm80", 128, 32, 2, 4),
           SimtPlan("sm80", 64, 64, 4, 4), SimtPlan("sm80", 128, 8, 1, 4), SimtPlan("sm80", 256, 32, 8, 1)]
 
