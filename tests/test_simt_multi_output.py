@@ -148,3 +148,19 @@ def test_whole_program_regions_with_several_outputs_match_the_reference(program,
         cases.append((f"region {r.name}", b.spec, x, {n: ref[n] for n in b.spec.outputs if n in ref}))
     if cases:
         _check(cases)
+
+
+def test_the_model_runtime_gets_every_output_of_a_several_output_kernel():
+    """The runtime's arena hands a SIMT kernel every output it writes (runtime/model.py), here on the host
+    runtime (each kernel its kind's numpy meaning on arena views): the region is a kernel, not a CPU step,
+    and every program output equals the reference evaluator's."""
+    from polysat.runtime.host import host_runtime
+    c, region = _whole(_softmax_parts(4, 33, "fp16", "column_max"))
+    rt = host_runtime([region])
+    assert rt.steps[0].kind is not None and rt.steps[0].kind.name == "simt"
+    x = {"X": np.random.default_rng(2).uniform(-2, 2, (4, 33)).astype(np.float16)}
+    got = rt.run(x)
+    ref = evaluate(c.program, x)
+    assert set(got) == {"P", "E", "S", "M"}
+    for name, arr in got.items():
+        oracle.assert_close(arr, np.asarray(ref[name], np.float64).reshape(arr.shape), "fp16", name)
