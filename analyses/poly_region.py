@@ -137,6 +137,18 @@ class PolyRegion:
                 **({"stream": {"statements": list(self.stream), "block": self.stream_block,
                                "recompute": list(self.stream_recompute)}} if self.stream else {})}
 
+    @staticmethod
+    def from_json(d: Mapping) -> "PolyRegion":
+        """The region :meth:`to_json` wrote."""
+        stream = d.get("stream", {})
+        return PolyRegion(
+            d["name"], [TensorInfo(t["name"], tuple(t["shape"]), DType(t["dtype"]), t["role"]) for t in d["tensors"]],
+            [Statement(s["name"], s["domain"], tuple(Access(a["tensor"], a["map"]) for a in s["reads"]),
+                       Access(s["write"]["tensor"], s["write"]["map"]), s["flops"], s["unit"], s["combine"],
+                       tuple(s["loop_order"])) for s in d["statements"]],
+            d.get("params", {}), tuple(stream.get("statements", ())), stream.get("block", 64),
+            tuple(stream.get("recompute", ())))
+
 
 # ---------------------------------------------------------------------------------------------
 # Bound form: parsed isl objects, parameters fixed
