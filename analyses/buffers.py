@@ -33,12 +33,9 @@ MAX_SUBTILE = 128  # an MMA statement stages operands for at most 128 rows/cols 
 
 def sample(s: isl.Set) -> isl.Set:
     """One point of a non-empty parameter-free set, near the middle of its box, as a set."""
-    mid = [(lo + hi) // 2 for lo, hi in extents(s)]
-    name = s.get_tuple_name()
-    xs = [f"x{i}" for i in range(len(mid))]
-    pt = isl.Set(f"{{ {name or ''}[{', '.join(xs)}] : {' and '.join(f'x{i} = {v}' for i, v in enumerate(mid))} }}"
-                 if mid else f"{{ {name or ''}[] }}")
-    hit = s.intersect(pt)
+    hit = s
+    for k, (lo, hi) in enumerate(extents(s)):
+        hit = clamp(hit, k, (lo + hi) // 2, (lo + hi) // 2 + 1)
     return hit if not hit.is_empty() else isl.Set.from_point(s.sample_point())
 
 

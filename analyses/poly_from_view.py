@@ -9,6 +9,7 @@ Symbols are bound by ``params`` (Poly Core counts on concrete shapes).
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable, Mapping
 
 from ..ir.tiny import Ops, Program
@@ -21,6 +22,14 @@ COMBINE = {"SUM": "sum", "MAX": "max", "MIN": "min"}
 
 
 def _statement(pv: PolyView, blk: Block) -> Statement:
+    memo = pv.__dict__.setdefault("_statements", {})  # isl printed once per block of a view
+    st = memo.get(blk.name)
+    if st is None:
+        st = memo[blk.name] = _make_statement(pv, blk)
+    return st
+
+
+def _make_statement(pv: PolyView, blk: Block) -> Statement:
     node = pv.book.program[blk.value_id]
     unit, flops, combine = "fp32", 1, None
     if blk.kind == "contraction_pattern":
@@ -43,7 +52,8 @@ def region_from_polyview(pv: PolyView, nodes: Iterable[str] | None = None, outpu
     """The kernel evaluating `nodes` (value ids; default: every block) and materializing `outputs`
     (default: the program outputs among them, and values read by blocks outside the kernel)."""
     prog = pv.book.program
-    blocks = [b for b in pv.blocks if nodes is None or b.value_id in set(nodes)]
+    wanted = None if nodes is None else set(nodes)
+    blocks = [b for b in pv.blocks if wanted is None or b.value_id in wanted]
     mine = {b.value_id for b in blocks}
     if outputs is None:
         outside = {a.value_id for b in pv.blocks if b.value_id not in mine for a in b.reads()}
@@ -75,6 +85,13 @@ def regions_from_partition(program: Program, partition, params: Mapping[str, int
                            symbols=None) -> list:
     """One PolyRegion per kernel of an extraction partition (``egraph.partition.Partition``:
     kernels with ``nodes`` and ``outputs``), in its order."""
-    pv = build_polyview(checked_indexbook(program, symbols))
+    pv = _view(program, None if symbols is None else tuple(symbols))
     return [region_from_polyview(pv, k.nodes, k.outputs, params, k.name) for k in partition.kernels
             if any(b.value_id in k.nodes for b in pv.blocks)]
+
+
+@lru_cache(maxsize=64)
+def _view(program: Program, symbols: "tuple | None") -> PolyView:
+    """The Poly-View of a program, built once: a partition search prices many partitions of one
+    extracted program."""
+    return build_polyview(checked_indexbook(program, symbols))
