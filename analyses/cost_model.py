@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 import islpy as isl
 
 from ..ir.diagnostics import PolysatError, fail
-from .buffers import SMEM_BUDGET, edges, staged_operands, staging_bytes
+from .buffers import SMEM_BUDGET, edges, halo_matters, staged_operands, staging_bytes
 from .devices import Device, device
 from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
                         tile_footprint)
@@ -329,7 +329,7 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     t = make_tile(b, sizes)
     ts = stream_tile(b, t)  # what one step holds on chip (t itself unless the region is streamed)
     budget = int(dev.smem_per_cta * SMEM_BUDGET)
-    h = halo(b, t, [x.name for x in region.tensors if x.role == "internal"])  # edge halos decide ring depth
+    h = halo(b, t, halo_matters(b))  # edge halos decide class and ring depth (Edge.halo_elems of the rest: 0)
     staged = staged_operands(b, ts, kstep(dev))
     ring = staging_bytes(staged, stages(dev))
     es = edges(b, ts, h.per_tensor, max(0, budget - ring))

@@ -244,7 +244,7 @@ def halo(b: BoundRegion, tile: Tile, tensors) -> Halo:
     per_tensor: dict = {}
     total = 0
     base = {t: tile_footprint(b, tile, t) for t in tensors}
-    for d in sizes:
+    for d in sizes if base else ():
         nb = make_tile(b, sizes, {d: 1})
         if nb is None:
             continue
