@@ -275,10 +275,14 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
         imp.consts[init.name] = numpy_helper.to_array(init)
     for name, v in (bindings or {}).items():
         imp.consts[name] = np.asarray(v)
+    narrowed: dict = {}
     for vi in g.input:
         if vi.name in imp.consts:
             continue  # an initializer listed as input (IR < 4 style): a constant
         elem = vi.type.tensor_type.elem_type
+        if elem == 7 and _index_only(g, vi.name):  # int64 read only as indices: computed as i32, checked at run time
+            narrowed[vi.name] = "int64"
+            elem = 6
         dt = dtype_of_onnx(elem, vi.name, f"graph input {vi.name!r}")
         shape = _input_shape(vi, vi.name)
         imp.add_input(vi.name, dt, shape)
@@ -292,7 +296,17 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
                          name=f"{vi.name}/output", out=vi.name)
         outputs.append({"tensor": t})
     return {"signature": {"inputs": imp.inputs, "outputs": outputs}, "tensors": imp.tensors, "graph": imp.nodes,
-            "parameters": imp.params, "onnx_outputs": [vi.name for vi in g.output]}
+            "parameters": imp.params, "onnx_outputs": [vi.name for vi in g.output], "narrowed_inputs": narrowed}
+
+
+# ONNX operand positions that are indices into another tensor: an int64 graph input read only there is narrowed
+# to i32 (frontend.narrow_index checks its values when they arrive)
+INDEX_OPERANDS = {("Gather", 1), ("GatherElements", 1)}
+
+
+def _index_only(g, name: str) -> bool:
+    uses = [(n.op_type, k) for n in g.node for k, x in enumerate(n.input) if x == name]
+    return bool(uses) and all(u in INDEX_OPERANDS for u in uses)
 
 
 def _upgrade(model, origin: str):

@@ -303,6 +303,25 @@ def index_select(c: Call, x, dim, index):
     return c.onnx("Gather", [x, index], axis=int(dim))
 
 
+@aten("aten.embedding.default")
+def embedding(c: Call, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return c.onnx("Gather", [weight, indices], axis=0)  # padding_idx and the rest only change the gradient
+
+
+@aten("aten.gather.default")
+def gather(c: Call, x, dim, index, sparse_grad=False):
+    return c.onnx("GatherElements", [x, index], axis=int(dim))
+
+
+# (ATen op, operand position) that read a tensor as indices: an int64 input read only there is narrowed to i32
+INDEX_OPERANDS = {("aten.embedding.default", 1), ("aten.index_select.default", 2), ("aten.gather.default", 2)}
+
+
+def _index_only(n) -> bool:
+    uses = [(str(u.target), k) for u in n.users for k, a in enumerate(u.args) if a is n]
+    return bool(uses) and len(uses) == len(n.users) and all(x in INDEX_OPERANDS for x in uses)
+
+
 def _onnx_dtype(c: Call, dtype) -> int:
     import torch
     table = {torch.float32: 1, torch.float16: 10, torch.bfloat16: 16, torch.int32: 6, torch.bool: 9,
@@ -344,13 +363,18 @@ def import_graph(gm, user_inputs: list, consts: dict, outputs: list, origin: str
     names = {n.name for n in gm.graph.nodes}
     imp = Importer(names, 21)
     vals: dict = {}
+    narrowed: dict = {}
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             if n.name in consts:
                 imp.consts[n.name] = _np(consts[n.name])
             elif n.name in user_inputs:
                 v = n.meta["val"]
-                imp.add_input(n.name, _dtype_of_torch(v, n.name), _shape_of(v))
+                if str(v.dtype) == "torch.int64" and _index_only(n):  # indices: i32, checked when they arrive
+                    narrowed[n.name] = "int64"
+                    imp.add_input(n.name, DType.i32, _shape_of(v))
+                else:
+                    imp.add_input(n.name, _dtype_of_torch(v, n.name), _shape_of(v))
             vals[n] = n.name
         elif n.op == "call_function":
             vals[n] = _call(imp, n, vals)
@@ -366,7 +390,7 @@ def import_graph(gm, user_inputs: list, consts: dict, outputs: list, origin: str
             fail("UnsupportedOp", origin, f"output {k} is not a tensor polysat computes")
         outs.append({"tensor": imp.value(t, f"output {k}")})
     return {"signature": {"inputs": imp.inputs, "outputs": outs}, "tensors": imp.tensors, "graph": imp.nodes,
-            "parameters": imp.params}
+            "parameters": imp.params, "narrowed_inputs": narrowed}
 
 
 def _call(imp: Importer, n, vals: dict) -> Any:
