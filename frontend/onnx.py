@@ -256,7 +256,7 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
     from onnx import numpy_helper
     from . import onnx_ops  # noqa: F401  (fill HANDLERS)
     from .lower import lower  # noqa: F401  (fill LOWERINGS)
-    from . import lower_elementwise, lower_linear, lower_movement, lower_gather  # noqa: F401
+    from . import lower_elementwise, lower_linear, lower_movement, lower_gather, lower_window  # noqa: F401
     if 0 < _default_opset(model) < MIN_OPSET:
         model = _upgrade(model, origin)
     g = model.graph

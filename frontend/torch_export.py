@@ -193,21 +193,30 @@ aten("aten.amax.default")(_reduce("ReduceMax"))
 aten("aten.amin.default")(_reduce("ReduceMin"))
 
 
-@aten("aten.max_pool2d_with_indices.default")
-def max_pool(c: Call, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
-    stride = list(stride) or list(kernel)
-    y = c.onnx("MaxPool", [x], kernel_shape=list(kernel), strides=stride, pads=list(padding) * 2,
-               dilations=list(dilation), ceil_mode=int(ceil_mode))
+def _per_axis(v, n: int) -> list:
+    """A pool argument as one entry per spatial axis (torch allows one entry for all)."""
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * n if len(v) == 1 else v
+
+
+@aten("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")
+def max_pool(c: Call, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    n = len(c.shape(x)) - 2
+    kernel = _per_axis(kernel, n)
+    y = c.onnx("MaxPool", [x], kernel_shape=kernel, strides=_per_axis(stride, n) if stride else kernel,
+               pads=_per_axis(padding, n) * 2, dilations=_per_axis(dilation, n), ceil_mode=int(ceil_mode))
     return (y, None)
 
 
-@aten("aten.avg_pool2d.default")
-def avg_pool(c: Call, x, kernel, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True,
+@aten("aten.avg_pool2d.default", "aten.avg_pool3d.default")
+def avg_pool(c: Call, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
              divisor_override=None):
     if divisor_override is not None:
         c.unsupported("divisor_override")
-    return c.onnx("AveragePool", [x], kernel_shape=list(kernel), strides=list(stride) or list(kernel),
-                  pads=list(padding) * 2, ceil_mode=int(ceil_mode), count_include_pad=int(count_include_pad))
+    n = len(c.shape(x)) - 2
+    kernel = _per_axis(kernel, n)
+    return c.onnx("AveragePool", [x], kernel_shape=kernel, strides=_per_axis(stride, n) if stride else kernel,
+                  pads=_per_axis(padding, n) * 2, ceil_mode=int(ceil_mode), count_include_pad=int(count_include_pad))
 
 
 @aten("aten._adaptive_avg_pool2d.default")
@@ -359,7 +368,7 @@ def import_graph(gm, user_inputs: list, consts: dict, outputs: list, origin: str
     """An ATen-level FX graph -> Frontend IR document. ``user_inputs`` are placeholder names that become
     the signature, ``consts`` maps the other placeholders to tensors, ``outputs`` the output nodes."""
     from .onnx_ops import HANDLERS  # noqa: F401  (fill the ONNX table the mappings call)
-    from . import lower_elementwise, lower_gather, lower_linear, lower_movement  # noqa: F401
+    from . import lower_elementwise, lower_gather, lower_linear, lower_movement, lower_window  # noqa: F401
     names = {n.name for n in gm.graph.nodes}
     imp = Importer(names, 21)
     vals: dict = {}

@@ -103,6 +103,30 @@ def test_embedding_lookup_by_int64_token_ids():
     assert ei.value.diagnostics[0].code == "E1011"
 
 
+def test_3d_conv_and_pools_match_eager():
+    """Conv3d (groups, stride, padding, dilation), MaxPool3d and AvgPool3d through torch.export."""
+    class Vol(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv3d(4, 6, 3, stride=(1, 2, 1), padding=1, dilation=(1, 1, 2), groups=2)
+            self.mp, self.ap = torch.nn.MaxPool3d(2, stride=(2, 1, 2)), torch.nn.AvgPool3d(2, padding=1)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            return self.mp(y).sum() + self.ap(y).mean(dim=(2, 3, 4))
+    torch.manual_seed(1)
+    m, x = Vol().eval(), torch.randn(1, 4, 5, 8, 9)
+    with torch.no_grad():
+        want = m(x).numpy()
+    doc = import_exported(torch.export.export(m, (x,)))
+    assert {n["op"] for n in doc["graph"]} >= {"Conv3D", "MaxPool3D", "AvgPool3D"}
+    c = Compilation(doc, cost="model")
+    name = [i for i in doc["signature"]["inputs"] if i.get("role") != "param"][0]["tensor"]
+    for target in ("reference", "playback"):
+        got = TARGETS[target](c, with_parameters(doc, {name: x.numpy()}))[doc["signature"]["outputs"][0]["tensor"]]
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=target)
+
+
 def test_backend_is_registered_by_entry_point():
     """pyproject declares the torch_dynamo_backends entry point, and it names this backend."""
     root = pathlib.Path(__file__).resolve().parents[1]
