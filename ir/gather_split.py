@@ -71,6 +71,8 @@ def split_gathers(program: Program) -> Split:
 
     def buffer_of(nid: str) -> str:
         s = program[nid]
+        if s.op == Ops.CONST:
+            return ""  # a uniform constant: the gathering kernel holds its value
         if s.op == Ops.INPUT:
             return s.arg["tensor_id"]
         if nid in out_name:
@@ -85,6 +87,9 @@ def split_gathers(program: Program) -> Split:
 
     sites = []
     for n in sites_nodes:
+        if program[n.src[0]].op == Ops.CONST:
+            fail("UnsupportedOp", n.tag or n.id, "a gather from a tensor whose elements are all one constant",
+                 "Use the constant itself (every in-range index reads it).")
         data, index = (buffer_of(s) for s in n.src)
         sites.append(Site(n, data, index, out_name[n.id], n.id in dict((v, k) for k, v in program.outputs)))
     nodes = [make_uop(n.id, Ops.INPUT, [], {"tensor_id": out_name[n.id], "dtype": n.dtype, "shape": n.shape},
@@ -113,10 +118,16 @@ def _gather_region(s: Site, source: Program, written: dict) -> Region:
         at, others = v, v[:axis] + v[axis + 1:]
     else:
         at, others = v[axis:axis + idx.ndim], v[:axis] + v[axis + idx.ndim:]
-    index = rg.read(s.index, at, DType.i32, names)
+    if idx.op == Ops.CONST:
+        index = rg.const(idx.arg["value"], DType.i32)
+    else:
+        index = rg.read(s.index, at, DType.i32, names)
     node = rg.gather(s.data, axis, others, index, x.dtype, names)
-    ins = {s.data: written.get(s.data, MemRef(tuple(x.shape), x.dtype)),
-           s.index: written.get(s.index, MemRef(tuple(idx.shape), idx.dtype))}
+    if node.axes != names:  # a constant index leaves out the axes only it spans
+        node = rg.broadcast(node, names, tuple(n.shape))
+    ins = {s.data: written.get(s.data, MemRef(tuple(x.shape), x.dtype))}
+    if idx.op != Ops.CONST:
+        ins[s.index] = written.get(s.index, MemRef(tuple(idx.shape), idx.dtype))
     out = Buffer(s.out, MemRef(tuple(n.shape), n.dtype), "gmem", s.program_output)
     return Region(f"gather_{n.id}", tuple(zip(names, n.shape)), (), tuple(Buffer(k, m) for k, m in ins.items()),
                   (out,), (Let("v", node),), (Yield("v", s.out, n.dtype, names),))

@@ -144,3 +144,18 @@ def test_onnx_int64_ids_narrowed_and_checked():
     with pytest.raises(PolysatError) as ei:
         with_parameters(doc, {"ids": ids + 2**33})
     assert ei.value.diagnostics[0].code == "E1011"
+
+
+def test_uniform_constant_indices_and_a_gather_that_is_a_program_output():
+    """GatherElements by a constant index tensor (the kernel holds the value), its result both a program
+    output and read by another kernel."""
+    x = np.random.default_rng(9).standard_normal((4, 5)).astype(np.float32)
+    doc = _doc([{"op": "Constant", "name": "c", "outputs": ["I"], "attrs": {"value": -1, "dtype": "i32", "shape": [3, 5]}},
+                {"op": "GatherElements", "name": "ge", "inputs": ["X", "I"], "outputs": ["G"], "attrs": {"axis": 0}},
+                {"op": "Elementwise", "name": "e", "fn": "exp", "inputs": ["G"], "outputs": ["Y"]}],
+               {"X": {"dtype": "fp32", "shape": [4, 5]}}, ["X"], ["Y", "G"])
+    c, outs = _run_both(doc, {"X": x})
+    for got in outs:
+        np.testing.assert_allclose(got["G"], x[[3, 3, 3]])
+        np.testing.assert_allclose(got["Y"], np.exp(x[[3, 3, 3]]), rtol=1e-6)
+    assert len(c.regions) == 2
