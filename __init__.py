@@ -61,4 +61,7 @@ def kernels(compilation: Any) -> list:
     ops = node_names(compilation.program)
     out += [{"name": f"gather_{s.node.id}", "ops": [ops[s.node.id]], "reads": [s.data, s.index], "writes": [s.out]}
             for s in sp.sites]  # a data-dependent gather: a kernel of its own (ir/gather_split.py)
+    if sp.sites:  # in the order they run
+        order = {r.name: k for k, r in enumerate(compilation.regions)}
+        out.sort(key=lambda k: order.get(k["name"], len(order)))
     return out
