@@ -210,8 +210,10 @@ def execute(steps: list[Step], mp: MemoryPlan, inputs: Mapping[str, Any], mem: M
             continue
         spec = s.binding.spec
         shapes = spec.shapes(env)
-        out = at(r.outputs[0].name, tuple(shapes[spec.c]))
-        tensors = s.binding.arrays({b.name: at(b.name) for b in r.inputs}, env, _reshape)
+        several = getattr(spec, "outputs", ())  # a SIMT kernel writing several outputs takes the others by name
+        out = at(spec.c if several else r.outputs[0].name, tuple(shapes[spec.c]))
+        tensors = {**s.binding.arrays({b.name: at(b.name) for b in r.inputs}, env, _reshape),
+                   **{n: at(n, tuple(shapes[n])) for n in several if n != spec.c}}
         mem.launch(s.kind, spec, tensors, env, out)
     return {name: mem.copy_out(at(name)) for name in mp.outputs}
 
