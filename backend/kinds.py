@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from ..ir.diagnostics import fail
-from ..ir.region import Region
+from ..ir.region import R, Region, walk
 from ..ir.region_squeeze import squeeze_units
 from .common.region_match import NoBind
 
@@ -57,6 +57,9 @@ def bind(region: Region) -> tuple[KernelKind, Any]:
     """The kind that computes the region and its binding; E1504 NoKernelTemplate with every kind's reason.
     Each kind, in order, is tried on the region as it is and then without its size-1 axes (a batch of one;
     ir/region_squeeze.py): the buffers are the same bytes, the binding reads them reshaped."""
+    if any(n.op == R.GATHER for let in region.lets for n in walk(let.expr)):
+        fail("NoKernelTemplate", f"region {region.name}", "it reads at indices computed at run time (a Gather: a "
+             "non-affine read); no kernel kind reads through run-time indices yet")
     found, reasons = _first(region, kinds())
     if found is not None:
         return found
