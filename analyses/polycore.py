@@ -218,7 +218,8 @@ def recompute_factors(b: BoundRegion, t: Tile) -> dict:
 @lru_cache(maxsize=4096)
 def driver_reach(region: PolyRegion, name: str):
     """The driver instances that read, through the region's dependences, what statement `name` writes
-    (the forward image of its domain); None when it is the driver or reaches it nowhere (another output)."""
+    (the forward image of its domain); None when it is the driver, reaches all of it (the common case:
+    nothing to restrict) or reaches it nowhere (another output)."""
     b = region.bind()
     drv = b.driver
     if name == drv.name:
@@ -232,7 +233,7 @@ def driver_reach(region: PolyRegion, name: str):
             got = inst[p.name].apply(p.write).apply(read.reverse()).intersect(q.domain)
             inst[q.name] = got if q.name not in inst else inst[q.name].union(got).coalesce()
     got = inst.get(drv.name)
-    return None if got is None or got.is_empty() else got
+    return None if got is None or got.is_empty() or got.is_equal(drv.domain) else got
 
 
 
