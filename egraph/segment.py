@@ -155,7 +155,7 @@ def segment(prog: Program) -> list:
     A repeated segment must hold a reduction (materializing between elementwise ops never pays)."""
     free = _free(prog)
     comp = [n.id for n in prog.nodes if n.id not in free]
-    whole = [_canonical(prog, free, comp, None, prog.outputs)]
+    whole = [Segment(prog, "whole", {n.id: n.id for n in prog.nodes})]  # searched as it is: not renamed
     if any(nid not in comp for _, nid in prog.outputs):
         return whole
     entry = {0: None} | {k: v for k, v in _cut_points(prog, free)}
