@@ -123,7 +123,8 @@ class Compilation:
     @property
     def regions(self):
         """RB-SSA regions (one per kernel) synthesized from the extraction, each intermediate that all its
-        readers round stored rounded (ir/region_narrow.py), validated (docs/DESIGN.md §RB-SSA)."""
+        readers round stored rounded (ir/region_narrow.py) and in the dim order its readers view as packed
+        matrices (ir/region_layout.py), validated (docs/DESIGN.md §RB-SSA)."""
         def make():
             from .analyses.region_validate import validate_regions
             from .egraph.region_synth import synthesize
@@ -131,6 +132,7 @@ class Compilation:
             from .ir.region_narrow import narrow_boundaries
             x = self.extraction
             regions = narrow_boundaries(synthesize(x.program, x.partition))
+            regions = _lazy("ir.region_layout", "store_for_readers")(regions)
             errors = [d for d in validate_regions(regions) if d.is_error]
             if errors:
                 raise PolysatError(errors)
