@@ -30,10 +30,13 @@ def reference(spec: AttentionSpec, inputs: Mapping[str, np.ndarray],
                         env: Mapping[str, int] | None = None) -> np.ndarray:
     """The numpy meaning (what CPU playback of the region and every generated kernel are compared with)."""
     check_inputs(spec, inputs, env)
+    if spec.heads:  # [rows, H, dim] -> [H, rows, dim] and the output back
+        inputs = {x: np.swapaxes(np.asarray(inputs[x]), 0, 1) for x in spec.inputs}
     p = softmax_probs(spec, inputs)
     v = np.asarray(round_to(np.asarray(inputs[spec.v]), spec.in_dtype)).astype(np.float32)
     o = np.matmul(p, v).astype(np.float32)
-    return np.asarray(round_to(o, spec.out_dtype)).astype(spec.out_dtype.np)
+    o = np.asarray(round_to(o, spec.out_dtype)).astype(spec.out_dtype.np)
+    return np.ascontiguousarray(np.swapaxes(o, 0, 1)) if spec.heads else o
 
 
 def softmax_probs(spec, inputs: Mapping[str, np.ndarray]) -> np.ndarray:

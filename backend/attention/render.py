@@ -70,7 +70,8 @@ def render_text(spec, plan: AttentionPlan, kname: str, summary: str, out_dtype, 
         kernel=kname, summary=summary, skeleton=plan.skeleton, plan_key=plan.key(), algo=plan.algo,
         header=attention_header(), c_literal=f"{c:.9e}f", sign=sign, threads=plan.threads,
         in_t=CTYPE[spec.in_dtype], out_t=CTYPE[out_dtype], d=spec.d, dv=dv, bm=bm, bn=bn,
-        stages=plan.stages, consumers=plan.warps[0], causal=cbool(spec.causal), two_pass=cbool(two_pass), store_p=store_p)
+        stages=plan.stages, consumers=plan.warps[0], causal=cbool(spec.causal), two_pass=cbool(two_pass), store_p=store_p,
+        heads=getattr(spec, "heads", 0))
 
 
 def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:
@@ -81,8 +82,11 @@ def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:
     src = render_text(spec, plan, kname, summary, spec.out_dtype, dv=spec.dv, two_pass=plan.two_pass, store_p=False)
     if plan.skeleton == "sm90":
         params = [Param("tmQ", "tmap", "Q"), Param("tmK", "tmap", "K"), Param("tmV", "tmap", "V")]
-        tma = (TmaOperand("Q", ("d", "m", "batch"), (64, bm, 1)), TmaOperand("K", ("d", "n", "batch"), (64, bn, 1)),
-               TmaOperand("V", ("dv", "n", "batch"), (64, bn, 1)))
+        def lies(d: str, rows: str) -> tuple[str, ...]:  # interleaved heads: [rows, H, d] in memory
+            return (d, "batch", rows) if spec.heads else ()
+        tma = (TmaOperand("Q", ("d", "m", "batch"), (64, bm, 1), lies("d", "m")),
+               TmaOperand("K", ("d", "n", "batch"), (64, bn, 1), lies("d", "n")),
+               TmaOperand("V", ("dv", "n", "batch"), (64, bn, 1), lies("dv", "n")))
     else:
         params = [Param("Q", "ptr", "Q"), Param("K", "ptr", "K"), Param("V", "ptr", "V")]
         tma = ()

@@ -3,7 +3,9 @@
 
 ``O[*b, i, :] = cast_out( sum_j P[*b, i, j] * V[*b, j, :] )`` with
 ``P[*b, i, :] = cast_p( softmax_j( scale * sum_d Q[*b, i, d] K[*b, j, d]  (masked) ) )``:
-Q [*batch, m, d], K [*batch, n, d], V [*batch, n, dv] and O [*batch, m, dv], all packed row-major;
+Q [*batch, m, d], K [*batch, n, d], V [*batch, n, dv] and O [*batch, m, dv], all packed row-major, or, with
+``heads = H`` (batch = (H,)), the heads interleaved: Q [m, H, d], K [n, H, d], V [n, H, dv], O [m, H, dv] (how
+a [tokens, H * d] projection lies; the kernel reads and writes rows H * d apart);
 fp16|bf16 inputs, scores, max and sum in fp32, P rounded to ``p_dtype`` (V's type: the type the second
 MMA takes) before P V, fp32 accumulation, O rounded to ``out_dtype``. ``causal``: key j is visible to
 query i iff ``j <= i + (n - m)`` (aligned bottom-right, as the frontend lowers it); a query row that
@@ -105,6 +107,7 @@ class AttentionSpec(QKSoftmaxSpec):
     o: str = "O"
     passes: int | None = None       # walks over the keys a region prescribes (1: P rounded at the running
                                     # max, online; 2: P rounded after normalisation); None: the plan chooses
+    heads: int = 0                  # 0: packed [*batch, rows, dim]; H: [rows, H, dim], batch = (H,)
 
     def __post_init__(self):
         validate(self)
@@ -123,8 +126,12 @@ class AttentionSpec(QKSoftmaxSpec):
 
     def shapes(self, env: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
         s, bd = self.sizes(env), self.batch_dims(env)
-        return {self.q: bd + (s["m"], self.d), self.k: bd + (s["n"], self.d), self.v: bd + (s["n"], self.dv),
-                self.o: bd + (s["m"], self.dv)}
+
+        def shape(rows: int, dim: int) -> tuple[int, ...]:
+            return (rows, self.heads, dim) if self.heads else bd + (rows, dim)
+
+        return {self.q: shape(s["m"], self.d), self.k: shape(s["n"], self.d), self.v: shape(s["n"], self.dv),
+                self.o: shape(s["m"], self.dv)}
 
     def dtypes(self) -> dict[str, DType]:
         return {self.q: self.in_dtype, self.k: self.in_dtype, self.v: self.in_dtype, self.o: self.out_dtype}
@@ -136,13 +143,14 @@ class AttentionSpec(QKSoftmaxSpec):
 
     def to_json(self) -> dict[str, Any]:
         return self._json({"p_dtype": self.p_dtype, "out_dtype": self.out_dtype},
-                          {"q": self.q, "k": self.k, "v": self.v, "o": self.o}, passes=self.passes)
+                          {"q": self.q, "k": self.k, "v": self.v, "o": self.o}, passes=self.passes,
+                          **({"heads": self.heads} if self.heads else {}))
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "AttentionSpec":
         return AttentionSpec._from_json(d, lambda d, at: {
             "dv": d.get("dv", d["d"]), "out_dtype": parse_spec_dtype(d.get("out_dtype", "fp16"), at),
-            "v": d.get("v", "V"), "o": d.get("o", "O"), "passes": d.get("passes")})
+            "v": d.get("v", "V"), "o": d.get("o", "O"), "passes": d.get("passes"), "heads": d.get("heads", 0)})
 
 
 def causal_pairs(m: int, n: int) -> int:
@@ -194,3 +202,6 @@ def validate(s: AttentionSpec) -> None:
     if s.passes not in (None, 1, 2) or isinstance(s.passes, bool):
         fail("InvalidAttribute", at, f"passes = {s.passes!r}; the softmax walks the keys once (1) or twice (2)")
     check_names([s.q, s.k, s.v, s.o], at)
+    if isinstance(s.heads, bool) or not isinstance(s.heads, int) or s.heads < 0 or (s.heads and s.batch != (s.heads,)):
+        fail("InvalidAttribute", at, f"heads = {s.heads!r} with batch {list(s.batch)}; interleaved heads need the "
+                                     "batch to be exactly those heads")

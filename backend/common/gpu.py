@@ -91,10 +91,10 @@ def concrete(spec, env: Mapping[str, int] | None, dims: tuple[str, ...]):
 def tensor_map(op, base: int, sizes: Mapping[str, int], dtype: DType):
     drv = driver()
     dims = [sizes[d] for d in op.dims]
-    strides, acc = [], dtype.itemsize
-    for d in dims[:-1]:
-        acc *= d
-        strides.append(acc)
+    at, acc = {}, dtype.itemsize  # each dim's stride in bytes, from the order the dims lie in memory
+    for d in getattr(op, "memory", ()) or op.dims:
+        at[d], acc = acc, acc * sizes[d]
+    strides = [at[d] for d in op.dims[1:]]
     dt = (drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16 if dtype == DType.fp16
           else drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16)
     return ck(drv.cuTensorMapEncodeTiled(

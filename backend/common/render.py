@@ -35,6 +35,7 @@ class TmaOperand:
     role: str                  # "A" | "B"
     dims: tuple[str, ...]      # size names, innermost first: e.g. ("k", "m", "batch")
     box: tuple[int, ...]       # elements per box, innermost first
+    memory: tuple[str, ...] = ()  # the dims as they lie in memory, innermost first (default: dims' order)
 
 
 @dataclass(frozen=True)

@@ -118,15 +118,18 @@ def _scores(r: Region, lets: Lets, s: RNode, m_ax: str, j: str, reject: Reject) 
     return causal, scale, s
 
 
-def score_part(r: Region, lets: Lets, s: RNode, batch: tuple, m_ax: str, j: str, reject: Reject) -> ScorePart:
-    """The scores s over [*batch, m_ax, j] as a ScorePart, or reject(why)."""
+def score_part(r: Region, lets: Lets, s: RNode, batch: tuple, m_ax: str, j: str, reject: Reject,
+               rows=None) -> ScorePart:
+    """The scores s over [*batch, m_ax, j] as a ScorePart, or reject(why). rows(row, col): the axes Q and K
+    are read over (default: packed, batch + (row, col))."""
+    rows = rows or (lambda row, col: batch + (row, col))
     causal, scale, qk = _scores(r, lets, s, m_ax, j, reject)
     (k_ax,) = qk.arg[1]
     x, w = (widened_read(lets, t, "a Q K^T operand", reject) for t in lets(qk.src[0]).src)
     if m_ax not in (axis_var(e) for e in x.arg[1]):
         x, w = w, x
-    q = packed_read(r, x, batch + (m_ax, k_ax), "Q", reject)
-    k = packed_read(r, w, batch + (j, k_ax), "K", reject)
+    q = packed_read(r, x, rows(m_ax, k_ax), "Q", reject)
+    k = packed_read(r, w, rows(j, k_ax), "K", reject)
     if x.dtype != w.dtype:
         reject(f"Q and K are {x.dtype.value} and {w.dtype.value}; the template takes one input type")
     return ScorePart(causal, scale, q, k, k_ax, x.dtype)
