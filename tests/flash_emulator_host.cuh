@@ -63,7 +63,7 @@ static void quad_sum_host(float (&x)[32][2]) {  // shfl.xor 1 then 2: (a + b) + 
 // ---- sm80 hardware models ---------------------------------------------------------------------------
 // cp.async copies of a [ROWS][COLS] tile (COLS contiguous, leading dimension ld) as load_tile issues them
 template <int ROWS, int COLS, int THREADS>
-static void cp_async_tile(std::vector<float>& tile, const float* g, int row0, int row_lim) {
+static void cp_async_tile(std::vector<float>& tile, const float* g, int row0, int row_lim, long long ld = COLS) {
   tile.assign(ROWS * COLS, -999.0f);
   for (int tid = 0; tid < THREADS; ++tid)
     for (int i = 0; i < ROWS * (COLS / 8) / THREADS; ++i) {
@@ -72,7 +72,7 @@ static void cp_async_tile(std::vector<float>& tile, const float* g, int row0, in
       const int gr = row0 + r;
       const bool ok = gr < row_lim && c < COLS;
       const int dst = swz_offset<COLS>(r, c);
-      for (int e = 0; e < 8; ++e) tile[dst + e] = ok ? g[(long long)gr * COLS + c + e] : 0.0f;
+      for (int e = 0; e < 8; ++e) tile[dst + e] = ok ? g[(long long)gr * ld + c + e] : 0.0f;
     }
   for (float v : tile)
     if (v == -999.0f) die("tile element never written");
@@ -107,6 +107,7 @@ static void ldmatrix_x4(const std::vector<float>& tile, int mn0, int k0, float (
 
 struct Problem {
   int B, M, N, D, DV;  // DV = 0: no V (softmax_scores), the output is P [B, M, N]; else O [B, M, DV]
+  int H = 0;           // B heads interleaved: Q [M, B, D], K [N, B, D], V [N, B, DV], O [M, B, DV] (rows_at)
   float c;
   std::vector<float> q, k, v;
   std::vector<float> o;
@@ -183,7 +184,8 @@ static int print_configs(const Config* configs, int n) {
 // to the input type; dims(config, D, DV) reads a configuration's head dims; <out> = float32 O [B, M, DV]
 // (DV > 0) or P [B, M, N] (DV = 0), every element written exactly once
 template <class Dims>
-static int run_problem(const char* in, const char* out, const Config* configs, int n, Dims dims, const char* unwritten) {
+static int run_problem(const char* in, const char* out, const Config* configs, int n, Dims dims, const char* unwritten,
+                       int heads = 0) {
   FILE* f = std::fopen(in, "rb");
   if (!f) die("cannot open input");
   int hdr[4];
@@ -193,6 +195,8 @@ static int run_problem(const char* in, const char* out, const Config* configs, i
   if (cfg < 0 || cfg >= n) die("bad config");
   dims(configs[cfg].text, p.D, p.DV);
   p.B = hdr[1]; p.M = hdr[2]; p.N = hdr[3];
+  p.H = heads;
+  if (heads && heads != p.B) die("interleaved heads: the batch is the heads");
   p.q.resize((size_t)p.B * p.M * p.D); p.k.resize((size_t)p.B * p.N * p.D); p.v.resize((size_t)p.B * p.N * p.DV);
   if (std::fread(p.q.data(), 4, p.q.size(), f) != p.q.size() || std::fread(p.k.data(), 4, p.k.size(), f) != p.k.size() ||
       std::fread(p.v.data(), 4, p.v.size(), f) != p.v.size())

@@ -13,6 +13,7 @@ projection reads it (ir/region_layout.py), the attention kind reading and writin
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import pathlib
 
@@ -24,6 +25,7 @@ from polysat.backend.attention.reference import reference
 from polysat.backend.attention.render import render
 from polysat.backend.attention.plan import choose_plan
 from polysat.backend.attention.spec import AttentionSpec
+from polysat.backend.common.gpu import tma_strides
 from polysat.backend.common.nvcc import missing_instructions
 from polysat.bench.models import transformer
 from polysat.cli import random_inputs
@@ -138,3 +140,13 @@ def test_interleaved_kernels_build_without_spills(block):
         assert rep.spills == 0 and rep.stack_frame == 0, f"{label} spills:\n{rep.log}"
         assert missing_instructions(rep, ks.skeleton) == [], (label, rep.ptx_counts)
         assert rep.count("wgmma.mma_async" if ks.skeleton == "sm90" else "mma.sync") > 0
+
+
+def test_interleaved_tensor_maps_stride_rows_over_the_heads():
+    spec = AttentionSpec("a", "S", "S", 64, 64, batch=(3,), heads=3)
+    ks = render(spec, choose_plan(spec, "sm90"))
+    sizes = {"d": 64, "dv": 64, "m": 50, "n": 50, "batch": 3}
+    for op in ks.tma:  # (d, rows, batch): rows 3 * 64 elements apart, heads 64
+        assert tma_strides(op, sizes, 2) == [3 * 64 * 2, 64 * 2]
+    packed = render(dataclasses.replace(spec, heads=0, batch=(3,)), choose_plan(dataclasses.replace(spec, heads=0), "sm90"))
+    assert [tma_strides(op, sizes, 2) for op in packed.tma] == [[128, 128 * 50]] * 3

@@ -88,13 +88,19 @@ def concrete(spec, env: Mapping[str, int] | None, dims: tuple[str, ...]):
                                batch=tuple(bind(d) for d in spec.batch))
 
 
+def tma_strides(op, sizes: Mapping[str, int], itemsize: int) -> list[int]:
+    """The byte strides of op's dims after the innermost (cuTensorMapEncodeTiled's globalStrides), from the
+    order the dims lie in memory (op.memory, default op.dims)."""
+    at, acc = {}, itemsize
+    for d in getattr(op, "memory", ()) or op.dims:
+        at[d], acc = acc, acc * sizes[d]
+    return [at[d] for d in op.dims[1:]]
+
+
 def tensor_map(op, base: int, sizes: Mapping[str, int], dtype: DType):
     drv = driver()
     dims = [sizes[d] for d in op.dims]
-    at, acc = {}, dtype.itemsize  # each dim's stride in bytes, from the order the dims lie in memory
-    for d in getattr(op, "memory", ()) or op.dims:
-        at[d], acc = acc, acc * sizes[d]
-    strides = [at[d] for d in op.dims[1:]]
+    strides = tma_strides(op, sizes, dtype.itemsize)
     dt = (drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16 if dtype == DType.fp16
           else drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16)
     return ck(drv.cuTensorMapEncodeTiled(

@@ -69,9 +69,8 @@ POLYSAT_HD KeyRange key_range(int m0, int rows, int bn, int M, int N, bool causa
 struct RowsAt {
   long long base, ld;
 };
-template <int DIM, int HEADS>
-POLYSAT_HD RowsAt rows_at(int b, int rows) {
-  return HEADS ? RowsAt{(long long)b * DIM, (long long)HEADS * DIM} : RowsAt{(long long)b * rows * DIM, DIM};
+POLYSAT_HD RowsAt rows_at(int b, int rows, int dim, int heads) {
+  return heads ? RowsAt{(long long)b * dim, (long long)heads * dim} : RowsAt{(long long)b * rows * dim, dim};
 }
 
 // whether key j is visible to query i
@@ -350,8 +349,8 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
   (void)batch;
   const int m0 = tm * BM;
   static_assert(!STORE_P || HEADS == 0, "P is stored packed");
-  const RowsAt aq = rows_at<D, HEADS>(b, M), ak = rows_at<D, HEADS>(b, N), av = rows_at<DV, HEADS>(b, N),
-               ao = rows_at<DV, HEADS>(b, M);
+  const RowsAt aq = rows_at(b, M, D, HEADS), ak = rows_at(b, N, D, HEADS), av = rows_at(b, N, DV, HEADS),
+               ao = rows_at(b, M, DV, HEADS);
   const T* gQ = Q + aq.base;
   const T* gK = K + ak.base;
   const T* gV = STORE_P ? V : V + av.base;
@@ -799,7 +798,7 @@ __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK,
       fence_operands(o);
       arrive(&empty_v[(it + n - 1) % STAGES]);
     }
-    const RowsAt ao = rows_at<DV, HEADS>(b, M);  // Q, K and V: their tensor maps say how they lie
+    const RowsAt ao = rows_at(b, M, DV, HEADS);  // Q, K and V: their tensor maps say how they lie
     OutT* gO = O + ao.base;
     float sc[2];
     if (TWO_PASS) {
