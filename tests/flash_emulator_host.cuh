@@ -107,7 +107,7 @@ static void ldmatrix_x4(const std::vector<float>& tile, int mn0, int k0, float (
 
 struct Problem {
   int B, M, N, D, DV;  // DV = 0: no V (softmax_scores), the output is P [B, M, N]; else O [B, M, DV]
-  int H = 0;           // B heads interleaved: Q [M, B, D], K [N, B, D], V [N, B, DV], O [M, B, DV] (rows_at)
+  long long cols[4][3] = {};  // (offset, ld, head stride) of Q, K, V, O as rows_at takes them; ld 0: packed
   float c;
   std::vector<float> q, k, v;
   std::vector<float> o;
@@ -185,7 +185,7 @@ static int print_configs(const Config* configs, int n) {
 // (DV > 0) or P [B, M, N] (DV = 0), every element written exactly once
 template <class Dims>
 static int run_problem(const char* in, const char* out, const Config* configs, int n, Dims dims, const char* unwritten,
-                       int heads = 0) {
+                       char** cols = nullptr) {
   FILE* f = std::fopen(in, "rb");
   if (!f) die("cannot open input");
   int hdr[4];
@@ -195,14 +195,18 @@ static int run_problem(const char* in, const char* out, const Config* configs, i
   if (cfg < 0 || cfg >= n) die("bad config");
   dims(configs[cfg].text, p.D, p.DV);
   p.B = hdr[1]; p.M = hdr[2]; p.N = hdr[3];
-  p.H = heads;
-  if (heads && heads != p.B) die("interleaved heads: the batch is the heads");
-  p.q.resize((size_t)p.B * p.M * p.D); p.k.resize((size_t)p.B * p.N * p.D); p.v.resize((size_t)p.B * p.N * p.DV);
+  long long size[4] = {(long long)p.B * p.M * p.D, (long long)p.B * p.N * p.D, (long long)p.B * p.N * p.DV,
+                       (long long)p.B * p.M * (p.DV > 0 ? p.DV : p.N)};
+  for (int t = 0; cols && t < 4; ++t) {
+    for (int e = 0; e < 3; ++e) p.cols[t][e] = std::atoll(cols[3 * t + e]);
+    if (p.cols[t][1]) size[t] = (long long)(t == 0 || t == 3 ? p.M : p.N) * p.cols[t][1];
+  }
+  p.q.resize((size_t)size[0]); p.k.resize((size_t)size[1]); p.v.resize((size_t)size[2]);
   if (std::fread(p.q.data(), 4, p.q.size(), f) != p.q.size() || std::fread(p.k.data(), 4, p.k.size(), f) != p.k.size() ||
       std::fread(p.v.data(), 4, p.v.size(), f) != p.v.size())
     die("short input");
   std::fclose(f);
-  p.o.assign((size_t)p.B * p.M * (p.DV > 0 ? p.DV : p.N), -777.0f);
+  p.o.assign((size_t)size[3], -777.0f);
   configs[cfg].run(p);
   for (float x : p.o)
     if (x == -777.0f) die(unwritten);

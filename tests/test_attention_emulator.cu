@@ -11,9 +11,9 @@
 //   configs                 the instantiated kernel configurations, one per line
 //   maps                    acc_rc and a_src for every lane (checked against the PTX figures in Python)
 //   ranges                  key_range over a grid of shapes (checked against brute force in Python)
-//   run <in> <out> [H]      emulate one problem: <in> = int32 {config, B, M, N} + float32 c + Q, K, V
-//                           (values already rounded to the input type); <out> = float32 O; H = B: the
-//                           heads interleaved (Q [M, H, D], ..., O [M, H, DV]: rows_at)
+//   run <in> <out> [cols]   emulate one problem: <in> = int32 {config, B, M, N} + float32 c + Q, K, V
+//                           (values already rounded to the input type); <out> = float32 O; cols: 12 ints,
+//                           (offset, ld, head stride) of Q, K, V, O: column windows (rows_at)
 #include "flash_emulator_host.cuh"  // the sm80 hardware models, Problem, RowStats, the run harness
 
 // per-lane state of one warp (16 query rows)
@@ -53,7 +53,7 @@ struct Warp : RowStats {
           float tp[2];
           two_pass_scale(l[t], inv_l[t], tp);
           const float sc = TWO_PASS ? tp[e >> 1] : inv_l[t][e >> 1];
-          const RowsAt ao = rows_at(b, p.M, DV, p.H);
+          const RowsAt ao = rows_at(b, p.M, DV, p.cols[3][0], p.cols[3][1], p.cols[3][2]);
           float& dst = p.o[ao.base + row * ao.ld + c];
           if (dst != -777.0f) die("O element written twice");
           dst = round_t<OutT>(o[t][j][e] * sc);
@@ -73,7 +73,9 @@ static void emulate_sm80(Problem& p) {
     tile_of_block<CAUSAL>(bid, tiles_m, tm, b);
     const int m0 = tm * BM;
     const KeyRange kr = key_range(m0, BM, BN, M, N, CAUSAL);
-    const RowsAt aq = rows_at(b, M, D, p.H), ak = rows_at(b, N, D, p.H), av = rows_at(b, N, DV, p.H);
+    const RowsAt aq = rows_at(b, M, D, p.cols[0][0], p.cols[0][1], p.cols[0][2]),
+                 ak = rows_at(b, N, D, p.cols[1][0], p.cols[1][1], p.cols[1][2]),
+                 av = rows_at(b, N, DV, p.cols[2][0], p.cols[2][1], p.cols[2][2]);
     cp_async_tile<BM, D, THREADS>(sQ, &p.q[aq.base], m0, M, aq.ld);
     q_fragments<D, WARPS>(sQ, qf);
     for (int w = 0; w < WARPS; ++w) {
@@ -170,7 +172,9 @@ static void emulate_sm90(Problem& p) {
     tile_of_block<CAUSAL>(bid, tiles_m, tm, b);
     const int m0 = tm * BM;
     const KeyRange kr = key_range(m0, BM, BN, M, N, CAUSAL);
-    const RowsAt aq = rows_at(b, M, D, p.H), ak = rows_at(b, N, D, p.H), av = rows_at(b, N, DV, p.H);
+    const RowsAt aq = rows_at(b, M, D, p.cols[0][0], p.cols[0][1], p.cols[0][2]),
+                 ak = rows_at(b, N, D, p.cols[1][0], p.cols[1][1], p.cols[1][2]),
+                 av = rows_at(b, N, DV, p.cols[2][0], p.cols[2][1], p.cols[2][2]);
     tma_tile(smem, qb, &p.q[aq.base], D, m0, BM, M, aq.ld);
     for (int cw = 0; cw < NC; ++cw)
       for (int w = 0; w < 4; ++w) {
@@ -304,13 +308,13 @@ int main(int argc, char** argv) {
               }
     return 0;
   }
-  if (!std::strcmp(mode, "run") && (argc == 4 || argc == 5)) {
+  if (!std::strcmp(mode, "run") && (argc == 4 || argc == 16)) {
     auto dims = [](const char* text, int& D, int& DV) {
       char sk[8], dt[8], ot[8];
       std::sscanf(text, "%7s %7s %7s %d %d", sk, dt, ot, &D, &DV);
     };
     return run_problem(argv[2], argv[3], CONFIGS, NCONFIGS, dims, "O element never written",
-                       argc == 5 ? std::atoi(argv[4]) : 0);
+                       argc == 16 ? argv + 4 : nullptr);
   }
   die("unknown mode");
 }

@@ -31,6 +31,7 @@ from polysat.backend.common.nvcc import missing_instructions
 from polysat.bench.models import transformer
 from polysat.cli import random_inputs
 from polysat.ir.evaluate import evaluate
+from polysat.ir.diagnostics import PolysatError
 from polysat.ir.expr import Expr
 from polysat.ir.playback import playback
 from polysat.ir.region import R
@@ -77,7 +78,9 @@ def test_attention_and_projection_bind_to_tensor_core_kinds(block):
     attn = [(r, b) for r, k, b in bound if k.name == "attention"]
     assert len(attn) == 1
     r, b = attn[0]
-    assert b.spec.heads == 2 and b.spec.batch == (2,) and (b.spec.d, b.spec.dv) == (64, 64) and b.spec.causal
+    assert b.spec.batch == (2,) and (b.spec.d, b.spec.dv) == (64, 64) and b.spec.causal
+    assert b.spec.cols[3] == (0, 128, 64)  # O [S, 2 heads * 64]
+    assert all(ld >= 2 * 64 and hs == 64 for _, ld, hs in b.spec.cols[:3])
     assert b.spec.scale == pytest.approx(1 / 8)
     out = r.outputs[0].name
     readers = [(x, k, bb) for x, k, bb in bound if any(i.name == out for i in x.inputs)]
@@ -127,17 +130,25 @@ def test_small_block_kernels_equal_playback_and_the_reference(block, s):
         np.testing.assert_allclose(got[k].astype(np.float64), ref[k], rtol=1e-2, atol=1e-2, err_msg=f"S={s}")
 
 
-def test_interleaved_heads_mean_the_packed_attention_transposed():
+def test_column_windows_mean_the_packed_attention_of_the_windows():
+    """Q the second piece of [m, 64 + 3*64], K and V the pieces of one fused [n, 2*3*64] matrix."""
     rng = np.random.default_rng(1)
     m, n, h, d = 37, 45, 3, 64
-    q, k, v = (rng.uniform(-1, 1, (rows, h, d)).astype(np.float16) for rows in (m, n, n))
-    inter = AttentionSpec("a", m, n, d, d, batch=(h,), causal=True, scale=0.125, heads=h)
+    q = rng.uniform(-1, 1, (m, 64 + h * d)).astype(np.float16)
+    kv = rng.uniform(-1, 1, (n, 2 * h * d)).astype(np.float16)
+    cols = ((64, 64 + h * d, d), (0, 2 * h * d, d), (h * d, 2 * h * d, d), (0, h * d, d))
+    win = AttentionSpec("a", m, n, d, d, batch=(h,), causal=True, scale=0.125, cols=cols)
     packed = AttentionSpec("a", m, n, d, d, batch=(h,), causal=True, scale=0.125)
-    got = reference(inter, {"Q": q, "K": k, "V": v})
-    want = reference(packed, {x: np.ascontiguousarray(t.swapaxes(0, 1)) for x, t in zip("QKV", (q, k, v))})
-    assert got.shape == (m, h, d)
-    np.testing.assert_array_equal(got, want.swapaxes(0, 1))
-    assert AttentionSpec.from_json(inter.to_json()) == inter
+    got = reference(win, {"Q": q, "K": kv, "V": kv})
+
+    def heads(x, off):
+        return np.stack([x[:, off + i * d: off + (i + 1) * d] for i in range(h)])
+    want = reference(packed, {"Q": heads(q, 64), "K": heads(kv, 0), "V": heads(kv, h * d)})
+    assert got.shape == (m, h * d)
+    np.testing.assert_array_equal(got.reshape(m, h, d), want.swapaxes(0, 1))
+    assert AttentionSpec.from_json(win.to_json()) == win
+    with pytest.raises(PolysatError):  # a window past its row
+        AttentionSpec("a", m, n, d, d, batch=(h,), cols=((64, h * d, d), *cols[1:]))
 
 
 def test_interleaved_kernels_build_without_spills(block):
@@ -155,10 +166,12 @@ def test_interleaved_kernels_build_without_spills(block):
 
 
 def test_interleaved_tensor_maps_stride_rows_over_the_heads():
-    spec = AttentionSpec("a", "S", "S", 64, 64, batch=(3,), heads=3)
+    cols = ((576, 3 * 576, 64), (0, 3 * 576, 64), (1152, 3 * 576, 64), (0, 192, 64))  # a fused [S, 3*3*64] Q/K/V
+    spec = AttentionSpec("a", "S", "S", 64, 64, batch=(3,), cols=cols)
     ks = render(spec, choose_plan(spec, "sm90"))
     sizes = {"d": 64, "dv": 64, "m": 50, "n": 50, "batch": 3}
-    for op in ks.tma:  # (d, rows, batch): rows 3 * 64 elements apart, heads 64
-        assert tma_strides(op, sizes, 2) == [3 * 64 * 2, 64 * 2]
-    packed = render(dataclasses.replace(spec, heads=0, batch=(3,)), choose_plan(dataclasses.replace(spec, heads=0), "sm90"))
+    for op, (off, ld, hs) in zip(ks.tma, cols):  # (d, rows, batch): rows ld elements apart, heads hs
+        assert tma_strides(op, sizes, 2) == [ld * 2, hs * 2] and op.offset == off
+    plain = dataclasses.replace(spec, cols=())
+    packed = render(plain, choose_plan(plain, "sm90"))
     assert [tma_strides(op, sizes, 2) for op in packed.tma] == [[128, 128 * 50]] * 3

@@ -71,7 +71,14 @@ def render_text(spec, plan: AttentionPlan, kname: str, summary: str, out_dtype, 
         header=attention_header(), c_literal=f"{c:.9e}f", sign=sign, threads=plan.threads,
         in_t=CTYPE[spec.in_dtype], out_t=CTYPE[out_dtype], d=spec.d, dv=dv, bm=bm, bn=bn,
         stages=plan.stages, consumers=plan.warps[0], causal=cbool(spec.causal), two_pass=cbool(two_pass), store_p=store_p,
-        heads=getattr(spec, "heads", 0))
+        cols=", ".join(f"{x}LL" for c in (getattr(spec, "cols", ()) or ((0, 0, 0),) * 4)[:3] for x in c)
+        + f", {out_ld(spec)}LL", out_ld=f"{out_ld(spec)}LL")
+
+
+def out_ld(spec) -> int:
+    """O's row stride for the kernel: 0 (packed) or H*dv (the heads interleaved)."""
+    cols = getattr(spec, "cols", ())
+    return cols[3][1] if cols else 0
 
 
 def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:
@@ -82,11 +89,11 @@ def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:
     src = render_text(spec, plan, kname, summary, spec.out_dtype, dv=spec.dv, two_pass=plan.two_pass, store_p=False)
     if plan.skeleton == "sm90":
         params = [Param("tmQ", "tmap", "Q"), Param("tmK", "tmap", "K"), Param("tmV", "tmap", "V")]
-        def lies(d: str, rows: str) -> tuple[str, ...]:  # interleaved heads: [rows, H, d] in memory
-            return (d, "batch", rows) if spec.heads else ()
-        tma = (TmaOperand("Q", ("d", "m", "batch"), (64, bm, 1), lies("d", "m")),
-               TmaOperand("K", ("d", "n", "batch"), (64, bn, 1), lies("d", "n")),
-               TmaOperand("V", ("dv", "n", "batch"), (64, bn, 1), lies("dv", "n")))
+        def window(k: int) -> dict:  # column windows: rows ld apart, heads hs, from an offset
+            return {"strides": spec.cols[k][1:], "offset": spec.cols[k][0]} if spec.cols else {}
+        tma = (TmaOperand("Q", ("d", "m", "batch"), (64, bm, 1), **window(0)),
+               TmaOperand("K", ("d", "n", "batch"), (64, bn, 1), **window(1)),
+               TmaOperand("V", ("dv", "n", "batch"), (64, bn, 1), **window(2)))
     else:
         params = [Param("Q", "ptr", "Q"), Param("K", "ptr", "K"), Param("V", "ptr", "V")]
         tma = ()

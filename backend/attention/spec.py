@@ -4,8 +4,10 @@
 ``O[*b, i, :] = cast_out( sum_j P[*b, i, j] * V[*b, j, :] )`` with
 ``P[*b, i, :] = cast_p( softmax_j( scale * sum_d Q[*b, i, d] K[*b, j, d]  (masked) ) )``:
 Q [*batch, m, d], K [*batch, n, d], V [*batch, n, dv] and O [*batch, m, dv], all packed row-major, or, with
-``heads = H`` (batch = (H,)), the heads interleaved: Q [m, H, d], K [n, H, d], V [n, H, dv], O [m, H, dv] (how
-a [tokens, H * d] projection lies; the kernel reads and writes rows H * d apart);
+``cols`` (batch = (H,): the heads), column windows of row-major matrices: Q [m, ld_q] whose head h is the
+columns [off_q + h*hs_q, off_q + h*hs_q + d), K and V alike over n rows, O [m, H*dv] with the heads
+interleaved (``cols`` = ((off, ld, hs) of Q, K, V, O)): a [tokens, H * d] projection, or one piece of a
+fused Q/K/V projection, read in place;
 fp16|bf16 inputs, scores, max and sum in fp32, P rounded to ``p_dtype`` (V's type: the type the second
 MMA takes) before P V, fp32 accumulation, O rounded to ``out_dtype``. ``causal``: key j is visible to
 query i iff ``j <= i + (n - m)`` (aligned bottom-right, as the frontend lowers it); a query row that
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 from typing import Any, Callable, ClassVar, Mapping
 
 from ...ir.diagnostics import fail
@@ -107,7 +111,7 @@ class AttentionSpec(QKSoftmaxSpec):
     o: str = "O"
     passes: int | None = None       # walks over the keys a region prescribes (1: P rounded at the running
                                     # max, online; 2: P rounded after normalisation); None: the plan chooses
-    heads: int = 0                  # 0: packed [*batch, rows, dim]; H: [rows, H, dim], batch = (H,)
+    cols: tuple = ()                # (): packed; else (offset, ld, head stride) of Q, K, V and O (module doc)
 
     def __post_init__(self):
         validate(self)
@@ -127,11 +131,18 @@ class AttentionSpec(QKSoftmaxSpec):
     def shapes(self, env: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
         s, bd = self.sizes(env), self.batch_dims(env)
 
-        def shape(rows: int, dim: int) -> tuple[int, ...]:
-            return (rows, self.heads, dim) if self.heads else bd + (rows, dim)
+        def shape(k: int, rows: int, dim: int) -> tuple[int, ...]:
+            return (rows, self.cols[k][1]) if self.cols else bd + (rows, dim)
 
-        return {self.q: shape(s["m"], self.d), self.k: shape(s["n"], self.d), self.v: shape(s["n"], self.dv),
-                self.o: shape(s["m"], self.dv)}
+        return {self.q: shape(0, s["m"], self.d), self.k: shape(1, s["n"], self.d),
+                self.v: shape(2, s["n"], self.dv), self.o: shape(3, s["m"], self.dv)}
+
+    def heads_of(self, x, k: int, dim: int):
+        """[H, rows, dim]: the heads of tensor x (in its ``shapes`` shape), the k-th of Q, K, V, O."""
+        if not self.cols:
+            return x
+        off, _, hs = self.cols[k]
+        return np.stack([x[:, off + h * hs: off + h * hs + dim] for h in range(self.batch[0])])
 
     def dtypes(self) -> dict[str, DType]:
         return {self.q: self.in_dtype, self.k: self.in_dtype, self.v: self.in_dtype, self.o: self.out_dtype}
@@ -144,13 +155,14 @@ class AttentionSpec(QKSoftmaxSpec):
     def to_json(self) -> dict[str, Any]:
         return self._json({"p_dtype": self.p_dtype, "out_dtype": self.out_dtype},
                           {"q": self.q, "k": self.k, "v": self.v, "o": self.o}, passes=self.passes,
-                          **({"heads": self.heads} if self.heads else {}))
+                          **({"cols": [list(c) for c in self.cols]} if self.cols else {}))
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "AttentionSpec":
         return AttentionSpec._from_json(d, lambda d, at: {
             "dv": d.get("dv", d["d"]), "out_dtype": parse_spec_dtype(d.get("out_dtype", "fp16"), at),
-            "v": d.get("v", "V"), "o": d.get("o", "O"), "passes": d.get("passes"), "heads": d.get("heads", 0)})
+            "v": d.get("v", "V"), "o": d.get("o", "O"), "passes": d.get("passes"),
+            "cols": tuple(tuple(c) for c in d.get("cols", ()))})
 
 
 def causal_pairs(m: int, n: int) -> int:
@@ -202,6 +214,13 @@ def validate(s: AttentionSpec) -> None:
     if s.passes not in (None, 1, 2) or isinstance(s.passes, bool):
         fail("InvalidAttribute", at, f"passes = {s.passes!r}; the softmax walks the keys once (1) or twice (2)")
     check_names([s.q, s.k, s.v, s.o], at)
-    if isinstance(s.heads, bool) or not isinstance(s.heads, int) or s.heads < 0 or (s.heads and s.batch != (s.heads,)):
-        fail("InvalidAttribute", at, f"heads = {s.heads!r} with batch {list(s.batch)}; interleaved heads need the "
-                                     "batch to be exactly those heads")
+    if s.cols:
+        h = s.batch[0] if len(s.batch) == 1 else None
+        ok = isinstance(h, int) and len(s.cols) == 4 and all(
+            len(c) == 3 and all(isinstance(x, int) and not isinstance(x, bool) and x % 8 == 0 for x in c) and c[0] >= 0
+            and c[2] >= dim and c[0] + (h - 1) * c[2] + dim <= c[1]
+            for c, dim in zip(s.cols, (s.d, s.d, s.dv, s.dv)))
+        if not ok or tuple(s.cols[3]) != (0, h * s.dv, s.dv):
+            fail("InvalidAttribute", at, f"cols = {s.cols!r} with batch {list(s.batch)}: column windows need one "
+                                         "static batch dim (the heads), windows inside each row at multiples of "
+                                         "8 elements (16-byte copies), O [m, H*dv]")

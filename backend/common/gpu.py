@@ -89,12 +89,15 @@ def concrete(spec, env: Mapping[str, int] | None, dims: tuple[str, ...]):
 
 
 def tma_strides(op, sizes: Mapping[str, int], itemsize: int) -> list[int]:
-    """The byte strides of op's dims after the innermost (cuTensorMapEncodeTiled's globalStrides), from the
-    order the dims lie in memory (op.memory, default op.dims)."""
-    at, acc = {}, itemsize
-    for d in getattr(op, "memory", ()) or op.dims:
-        at[d], acc = acc, acc * sizes[d]
-    return [at[d] for d in op.dims[1:]]
+    """The byte strides of op's dims after the innermost (cuTensorMapEncodeTiled's globalStrides): op.strides
+    (elements) when given, else packed."""
+    if getattr(op, "strides", ()):
+        return [s * itemsize for s in op.strides]
+    out, acc = [], itemsize
+    for d in op.dims[:-1]:
+        acc *= sizes[d]
+        out.append(acc)
+    return out
 
 
 def tensor_map(op, base: int, sizes: Mapping[str, int], dtype: DType):

@@ -35,7 +35,8 @@ class TmaOperand:
     role: str                  # "A" | "B"
     dims: tuple[str, ...]      # size names, innermost first: e.g. ("k", "m", "batch")
     box: tuple[int, ...]       # elements per box, innermost first
-    memory: tuple[str, ...] = ()  # the dims as they lie in memory, innermost first (default: dims' order)
+    strides: tuple[int, ...] = ()  # element strides of the dims after the innermost (default: packed)
+    offset: int = 0                # elements from the tensor's start to the map's
 
 
 @dataclass(frozen=True)

@@ -63,14 +63,15 @@ POLYSAT_HD KeyRange key_range(int m0, int rows, int bn, int M, int N, bool causa
   return r;
 }
 
-// Where batch entry b of an operand of `rows` rows of DIM elements starts and how far apart its rows lie:
-// packed [batch][rows][DIM] (HEADS == 0), or the heads interleaved, [rows][HEADS][DIM] with batch entry b
-// head b (how a [tokens, HEADS * DIM] projection lies; docs/DESIGN.md §Backend)
+// Where batch entry b of an operand of `rows` rows of dim elements starts and how far apart its rows lie:
+// packed [batch][rows][dim] (ld == 0), or head b the column window [off + b*hs, off + b*hs + dim) of a
+// row-major [rows][ld] matrix (a [tokens, heads * dim] projection, or one piece of a fused Q/K/V one;
+// docs/DESIGN.md §Backend)
 struct RowsAt {
   long long base, ld;
 };
-POLYSAT_HD RowsAt rows_at(int b, int rows, int dim, int heads) {
-  return heads ? RowsAt{(long long)b * dim, (long long)heads * dim} : RowsAt{(long long)b * rows * dim, dim};
+POLYSAT_HD RowsAt rows_at(int b, int rows, int dim, long long off, long long ld, long long hs) {
+  return ld ? RowsAt{off + (long long)b * hs, ld} : RowsAt{(long long)b * rows * dim, dim};
 }
 
 // whether key j is visible to query i
@@ -329,9 +330,11 @@ __device__ __forceinline__ void store_p(PT* __restrict__ gP, int M, int N, int r
 // SM80: cp.async ring + ldmatrix + mma.sync.m16n8k16 (FA2-style)
 // =============================================================================================
 // STORE_P: O is P [batch, M, N] (OutT its type), V is not read (DV only sizes unused registers). HEADS: Q, K,
-// V and O lie as rows_at says
+// V and O lie as rows_at says: (offset, ld, head stride) QO, QL, QH of Q, ... of K and V, O's rows OL apart
+// (heads DV apart); ld 0 = packed
 template <class T, class OutT, int D, int DV, int BM, int BN, int STAGES, bool CAUSAL, bool TWO_PASS, int SIGN,
-          bool STORE_P = false, int HEADS = 0>
+          bool STORE_P = false, long long QO = 0, long long QL = 0, long long QH = 0, long long KO = 0,
+          long long KL = 0, long long KH = 0, long long VO = 0, long long VL = 0, long long VH = 0, long long OL = 0>
 __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                                OutT* __restrict__ O, int M, int N, int batch, float c,
                                                unsigned char* smem) {
@@ -348,9 +351,9 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
   tile_of_block<CAUSAL>(blockIdx.x, tiles_m, tm, b);
   (void)batch;
   const int m0 = tm * BM;
-  static_assert(!STORE_P || HEADS == 0, "P is stored packed");
-  const RowsAt aq = rows_at(b, M, D, HEADS), ak = rows_at(b, N, D, HEADS), av = rows_at(b, N, DV, HEADS),
-               ao = rows_at(b, M, DV, HEADS);
+  static_assert(!STORE_P || OL == 0, "P is stored packed");
+  const RowsAt aq = rows_at(b, M, D, QO, QL, QH), ak = rows_at(b, N, D, KO, KL, KH), av = rows_at(b, N, DV, VO, VL, VH),
+               ao = rows_at(b, M, DV, 0, OL, DV);
   const T* gQ = Q + aq.base;
   const T* gK = K + ak.base;
   const T* gV = STORE_P ? V : V + av.base;
@@ -621,7 +624,7 @@ enum : int { SW128_SBO = 1024 };  // descriptor SBO of 128-byte swizzled tiles: 
 //               while the P V wgmma runs); wait P V; O *= alpha_j; P_j -> A fragments
 //   O += P_{n-1} V_{n-1}
 template <class T, class OutT, int D, int DV, int BN, int NC, int STAGES, bool CAUSAL, bool TWO_PASS, int SIGN,
-          int HEADS = 0>
+          long long OL = 0>
 __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK, const void* tmV, OutT* __restrict__ O,
                                                int M, int N, int batch, float c, unsigned char* smem_raw) {
   constexpr int BM = 64 * NC, NT = BN / 8, NO = DV / 8, KQ = D / 16, KP = BN / 16;
@@ -798,7 +801,7 @@ __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK,
       fence_operands(o);
       arrive(&empty_v[(it + n - 1) % STAGES]);
     }
-    const RowsAt ao = rows_at(b, M, DV, HEADS);  // Q, K and V: their tensor maps say how they lie
+    const RowsAt ao = rows_at(b, M, DV, 0, OL, DV);  // Q, K and V: their tensor maps say how they lie
     OutT* gO = O + ao.base;
     float sc[2];
     if (TWO_PASS) {
