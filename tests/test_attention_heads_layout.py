@@ -35,6 +35,7 @@ from polysat.ir.diagnostics import PolysatError
 from polysat.ir.expr import Expr
 from polysat.ir.playback import playback
 from polysat.ir.region import R
+from polysat.ir.region_layout import store_for_readers
 from polysat.ir.region_squeeze import packed_view
 from polysat.pipeline import Compilation
 from polysat.runtime.host import host_runtime
@@ -90,6 +91,8 @@ def test_attention_and_projection_bind_to_tensor_core_kinds(block):
     # the attention output is stored [rows, heads, head dim]: the projection reads a [S, 128] matrix
     lets = r.let_map
     assert lets[r.yields[0].src].op == R.TRANSPOSE
+    assert store_for_readers(block.regions) == block.regions  # laid out once: nothing left to gain
+    assert store_for_readers(_as_synthesized(block).regions) == block.regions
 
 
 def _as_synthesized(c):
