@@ -26,6 +26,7 @@ from polysat.backend.attention.reference import reference
 from polysat.backend.attention.render import render
 from polysat.backend.attention.plan import choose_plan
 from polysat.backend.attention.spec import AttentionSpec
+from polysat.backend.scores.plan import choose_plan as choose_scores_plan
 from polysat.backend.common.gpu import tma_strides
 from polysat.backend.common.nvcc import missing_instructions
 from polysat.bench.models import transformer
@@ -178,3 +179,29 @@ def test_interleaved_tensor_maps_stride_rows_over_the_heads():
     plain = dataclasses.replace(spec, cols=())
     packed = render(plain, choose_plan(plain, "sm90"))
     assert [tma_strides(op, sizes, 2) for op in packed.tma] == [[128, 128 * 50]] * 3
+
+
+@pytest.fixture(scope="module")
+def block_size():
+    return Compilation(transformer(blocks=1, d_model=128, heads=2, d_ff=256), cost="size")
+
+
+def test_size_cost_scores_read_the_projections_heads_and_equal_playback(block_size):
+    """--cost size: attention's two-region form; its softmax_scores region reads Q and K as column windows
+    of the [S, 128] projections, equals playback of its region, and builds for sm_80 without spills."""
+    bound = _by_kind(block_size)
+    scores = [(r, k, b) for r, k, b in bound if k.name == "softmax_scores"]
+    assert len(scores) == 1
+    r, kind, b = scores[0]
+    assert b.spec.cols == ((0, 128, 64), (0, 128, 64)) and b.spec.batch == (2,) and b.spec.causal
+    for s in (33, 80):
+        env = {"S": s}
+        ins = {k: v * 0.25 for k, v in random_inputs(block_size.program, env, s).items()}
+        vals = {**ins, **playback(block_size.regions, ins, keep_all=True)}
+        got = kind.reference(b.spec, b.arrays({x.name: vals[x.name] for x in r.inputs}, env), env)
+        want = vals[r.outputs[0].name]
+        oracle.assert_close(np.asarray(got).reshape(want.shape), want, "fp16", f"scores, S={s}")
+    ks = kind.render(b.spec, choose_scores_plan(b.spec, "sm80"))
+    for label, arch, ks, rep in oracle.nvcc_builds([("scores/sm80", "sm80", ks)], "windowed scores kernel"):
+        assert rep.ok and rep.spills == 0 and rep.stack_frame == 0, rep.log[-3000:]
+        assert rep.count("mma.sync") > 0 and missing_instructions(rep, ks.skeleton) == []

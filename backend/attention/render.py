@@ -71,14 +71,21 @@ def render_text(spec, plan: AttentionPlan, kname: str, summary: str, out_dtype, 
         header=attention_header(), c_literal=f"{c:.9e}f", sign=sign, threads=plan.threads,
         in_t=CTYPE[spec.in_dtype], out_t=CTYPE[out_dtype], d=spec.d, dv=dv, bm=bm, bn=bn,
         stages=plan.stages, consumers=plan.warps[0], causal=cbool(spec.causal), two_pass=cbool(two_pass), store_p=store_p,
-        cols=", ".join(f"{x}LL" for c in (getattr(spec, "cols", ()) or ((0, 0, 0),) * 4)[:3] for x in c)
-        + f", {out_ld(spec)}LL", out_ld=f"{out_ld(spec)}LL")
+        cols=_ints(_cols(spec, 3)) + f", {out_ld(spec)}LL", out_ld=f"{out_ld(spec)}LL", qk_cols=_ints(_cols(spec, 2)))
+
+
+def _cols(spec, n: int) -> tuple:
+    """The (offset, ld, head stride) of the spec's first n tensors; ld 0 (packed) when it has none."""
+    return spec.cols[:n] if spec.cols else ((0, 0, 0),) * n
+
+
+def _ints(cols: tuple) -> str:
+    return ", ".join(f"{x}LL" for c in cols for x in c)
 
 
 def out_ld(spec) -> int:
-    """O's row stride for the kernel: 0 (packed) or H*dv (the heads interleaved)."""
-    cols = getattr(spec, "cols", ())
-    return cols[3][1] if cols else 0
+    """O's row stride for the kernel: 0 (packed) or H*dv (the heads interleaved; attention only)."""
+    return spec.cols[3][1] if len(spec.cols) > 3 else 0
 
 
 def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:

@@ -68,6 +68,13 @@ class QKSoftmaxSpec:
         # row i sees keys 0 .. min(n-1, i + n - m)
         return causal_pairs(m, n)
 
+    def heads_of(self, x, k: int, dim: int):
+        """[H, rows, dim]: the heads of tensor x (in its ``shapes`` shape), the k-th of the spec's ``cols``."""
+        if not self.cols:
+            return x
+        off, _, hs = self.cols[k]
+        return np.stack([x[:, off + h * hs: off + h * hs + dim] for h in range(self.batch[0])])
+
     def _json(self, dtypes: Mapping[str, DType], tensors: Mapping[str, str], **rest: Any) -> dict[str, Any]:
         return {"kind": self.KIND, "name": self.name, "m": self.m, "n": self.n, **self.head_dims(),
                 "batch": list(self.batch), "causal": self.causal, "scale": self.scale,
@@ -137,12 +144,6 @@ class AttentionSpec(QKSoftmaxSpec):
         return {self.q: shape(0, s["m"], self.d), self.k: shape(1, s["n"], self.d),
                 self.v: shape(2, s["n"], self.dv), self.o: shape(3, s["m"], self.dv)}
 
-    def heads_of(self, x, k: int, dim: int):
-        """[H, rows, dim]: the heads of tensor x (in its ``shapes`` shape), the k-th of Q, K, V, O."""
-        if not self.cols:
-            return x
-        off, _, hs = self.cols[k]
-        return np.stack([x[:, off + h * hs: off + h * hs + dim] for h in range(self.batch[0])])
 
     def dtypes(self) -> dict[str, DType]:
         return {self.q: self.in_dtype, self.k: self.in_dtype, self.v: self.in_dtype, self.o: self.out_dtype}
@@ -214,13 +215,22 @@ def validate(s: AttentionSpec) -> None:
     if s.passes not in (None, 1, 2) or isinstance(s.passes, bool):
         fail("InvalidAttribute", at, f"passes = {s.passes!r}; the softmax walks the keys once (1) or twice (2)")
     check_names([s.q, s.k, s.v, s.o], at)
-    if s.cols:
-        h = s.batch[0] if len(s.batch) == 1 else None
-        ok = isinstance(h, int) and len(s.cols) == 4 and all(
-            len(c) == 3 and all(isinstance(x, int) and not isinstance(x, bool) and x % 8 == 0 for x in c) and c[0] >= 0
-            and c[2] >= dim and c[0] + (h - 1) * c[2] + dim <= c[1]
-            for c, dim in zip(s.cols, (s.d, s.d, s.dv, s.dv)))
-        if not ok or tuple(s.cols[3]) != (0, h * s.dv, s.dv):
-            fail("InvalidAttribute", at, f"cols = {s.cols!r} with batch {list(s.batch)}: column windows need one "
-                                         "static batch dim (the heads), windows inside each row at multiples of "
-                                         "8 elements (16-byte copies), O [m, H*dv]")
+    check_cols(s, (s.d, s.d, s.dv, s.dv), at)
+    if s.cols and tuple(s.cols[3]) != (0, s.batch[0] * s.dv, s.dv):
+        fail("InvalidAttribute", at, f"cols = {s.cols!r}: O is [m, H*dv], the heads interleaved")
+
+
+def check_cols(s: QKSoftmaxSpec, dims: tuple[int, ...], at: str) -> None:
+    """s.cols, if any: one (offset, ld, head stride) per tensor of dims, one static batch dim (the heads), each
+    head's window inside its row, multiples of 8 elements (16-byte copies)."""
+    if not s.cols:
+        return
+    h = s.batch[0] if len(s.batch) == 1 else None
+    ok = isinstance(h, int) and len(s.cols) == len(dims) and all(
+        len(c) == 3 and all(isinstance(x, int) and not isinstance(x, bool) and x % 8 == 0 for x in c) and c[0] >= 0
+        and c[2] >= dim and c[0] + (h - 1) * c[2] + dim <= c[1]
+        for c, dim in zip(s.cols, dims))
+    if not ok:
+        fail("InvalidAttribute", at, f"cols = {s.cols!r} with batch {list(s.batch)}: column windows need one "
+                                     "static batch dim (the heads), windows inside each row at multiples of "
+                                     "8 elements (16-byte copies)")

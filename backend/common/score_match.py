@@ -9,7 +9,7 @@ region (scores.bind):
 * the scale is a multiplication of the scores by an fp32 constant (either operand order; none = 1.0);
 * the mask, if any, is ``select(j <= m + (N - M), scores, -inf)``: exactly the causal mask aligned
   bottom-right (the frontend's), written as an index guard (a Pred, or a select of one between true and
-  false, possibly broadcast).
+  false, possibly broadcast or transposed).
 
 Every helper takes ``reject(why)`` (the caller's, raising Mismatch).
 """
@@ -68,9 +68,9 @@ def is_neg_inf(n: RNode) -> bool:
 
 
 def _guard(lets: Lets, n: RNode) -> "RNode | None":
-    """The Pred of an index-guard condition: a Pred, select(Pred, true, false), either broadcast."""
+    """The Pred of an index-guard condition: a Pred, select(Pred, true, false), either broadcast or transposed."""
     n = lets(n)
-    if n.op == R.BROADCAST:
+    while n.op in (R.BROADCAST, R.TRANSPOSE):
         n = lets(n.src[0])
     if n.op == R.PRED:
         return n

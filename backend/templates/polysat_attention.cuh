@@ -491,11 +491,14 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
   }
 }
 
-// softmax_scores: P [batch, M, N] = softmax_j(scale * Q K^T, masked) rounded to PT, two passes over the keys
-template <class T, class PT, int D, int BM, int BN, int STAGES, bool CAUSAL, int SIGN>
+// softmax_scores: P [batch, M, N] = softmax_j(scale * Q K^T, masked) rounded to PT, two passes over the keys;
+// Q and K packed or column windows (rows_at)
+template <class T, class PT, int D, int BM, int BN, int STAGES, bool CAUSAL, int SIGN, long long QO = 0,
+          long long QL = 0, long long QH = 0, long long KO = 0, long long KL = 0, long long KH = 0>
 __device__ __forceinline__ void scores_sm80(const T* __restrict__ Q, const T* __restrict__ K, PT* __restrict__ P, int M,
                                             int N, int batch, float c, unsigned char* smem) {
-  attention_sm80<T, PT, D, 64, BM, BN, STAGES, CAUSAL, true, SIGN, true>(Q, K, nullptr, P, M, N, batch, c, smem);
+  attention_sm80<T, PT, D, 64, BM, BN, STAGES, CAUSAL, true, SIGN, true, QO, QL, QH, KO, KL, KH>(Q, K, nullptr, P, M, N,
+                                                                                                batch, c, smem);
 }
 
 // =============================================================================================
