@@ -126,7 +126,9 @@ def _transformer_contractions(seq: int) -> tuple[list, dict]:
 
 def test_bench_transformer_contractions_choose_a_micro_tile_and_match_the_reference():
     regions, tensors = _transformer_contractions(37)
-    assert len(regions) >= 2, [r.name for r in regions]  # attention's P V and the output projection at least
+    # attention's P V (a strided batch the gemm kind does not take); the output projection binds to gemm
+    # since intermediates are stored in the layout their readers view packed (ir/region_layout.py)
+    assert regions, [r.name for r in regions]
     cases = []
     for r in regions:
         spec = simt_bind(r).spec
