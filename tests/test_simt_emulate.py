@@ -19,8 +19,7 @@ from hypothesis import given, settings, strategies as st
 from polysat.backend.common.region_match import NoBind
 from polysat.backend.simt.bind import bind as simt_bind
 from polysat.backend.simt.plan import SimtPlan, candidates, search, stop_reason
-from polysat.backend.simt.reference import random_inputs, reference
-from polysat.backend.simt.render import render
+from polysat.backend.simt.reference import random_inputs
 from polysat.ir.dtypes import round_to
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
@@ -66,16 +65,7 @@ def _inputs(spec, env, seed: int) -> dict:
 
 def _check(cases: list) -> None:
     """cases: (label, spec, env, inputs, oracle output or None); every plan of each spec emulated."""
-    jobs, meta = [], []
-    for label, spec, env, inputs, want in cases:
-        for p in _plans(spec):
-            jobs.append((render(spec, p), inputs, env))
-            meta.append((f"{label} {p.key()}", spec, env, inputs, want))
-    for got, (label, spec, env, inputs, want) in zip(host.emulate_many(jobs), meta, strict=True):
-        dt = spec.dtypes()[spec.c].value
-        oracle.assert_close(got, reference(spec, inputs, env).astype(np.float64), dt, f"{label} vs playback")
-        if want is not None:
-            oracle.assert_close(got, want, dt, f"{label} vs numpy")
+    host.check_cases(cases, _plans)
 
 
 def test_row_statistics_examples_match_numpy():
