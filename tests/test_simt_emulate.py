@@ -29,16 +29,11 @@ from polysat.pipeline import Compilation
 HERE = pathlib.Path(__file__).parent
 
 
-def _load(name: str, file: str):
-    spec = importlib.util.spec_from_file_location(name, HERE / file)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-oracle = _load("polysat_test_oracle", "oracle.py")
-host = _load("polysat_test_simt_host", "simt_host.py")
-rand = _load("polysat_test_playback_random", "test_playback_random.py")
+_spec = importlib.util.spec_from_file_location("polysat_test_simt_host", HERE / "simt_host.py")
+host = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(host)
+oracle = host.oracle
+rand = host.load("polysat_test_playback_random", "test_playback_random.py")
 EXAMPLES = HERE.parent / "examples"
 PLANS = [SimtPlan("sm80", 128, 1, 1), SimtPlan("sm80", 128, 4, 2), SimtPlan("sm80", 256, 32, 8),
          SimtPlan("sm80", 128, 128, 4), SimtPlan("sm80", 64, 64, 1)]
