@@ -285,6 +285,7 @@ static const Config CONFIGS[] = {  // skeleton dtype out D DV BM BN causal algo 
     {"sm90 fp16 fp32 128 64 128 128 0 online -1", emulate_sm90<H, float, 128, 64, 128, 2, false, false, -1>},
     {"sm90 bf16 fp32 64 128 64 128 0 2pass 1", emulate_sm90<BF, float, 64, 128, 64, 1, false, true, 1>},
     {"sm90 fp16 fp16 128 128 128 64 1 online 1", emulate_sm90<H, H, 128, 128, 64, 2, true, false, 1>},
+    {"sm90 bf16 bf16 256 128 128 64 1 online 1", emulate_sm90<BF, BF, 256, 128, 64, 2, true, false, 1>},
 };
 static const int NCONFIGS = sizeof(CONFIGS) / sizeof(CONFIGS[0]);
 

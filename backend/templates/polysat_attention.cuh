@@ -352,7 +352,8 @@ template <class T, int ROWS, int COLS, int VEC, int THREADS>
 __device__ __forceinline__ void load_rows(T* tile, const T* __restrict__ g, long long ld, int row0, int row_lim, int cols,
                                           int tid) {
   constexpr int TOTAL = ROWS * (COLS / VEC), PER = (TOTAL + THREADS - 1) / THREADS;
-  constexpr int UNROLL = PER <= 8 ? PER : 4;  // many (narrow) copies: a loop, not dozens of address registers
+  // many narrow copies: a loop (4 at a time), not dozens of address registers
+  constexpr int UNROLL = PER <= (VEC == 8 ? 16 : 8) ? PER : 4;
 #pragma unroll UNROLL
   for (int i = 0; i < PER; ++i) {
     const int idx = tid + i * THREADS;
