@@ -14,7 +14,9 @@ depth, and the softmax algorithm (``algo_choice.attention``):
 conditions use live on the plan so the search and the code generator agree.
 
 Candidates: sm90 (on sm90 targets) 1 or 2 consumer warpgroups x BLOCK_N {64, 128} x stages {2, 3, 4};
-sm80 BLOCK_M {64, 128} x BLOCK_N {64, 128} x stages {2, 3}; each for the algorithms asked for
+sm80 BLOCK_M {64, 128} x BLOCK_N {64, 128} (and 32 where the head dims padded to 16 exceed 256 together)
+x stages {2, 3}, Q's fragments in registers unless that exceeds the register budget (then re-read from
+smem per key block); each for the algorithms asked for
 (``algo_choice.attention``; both by default: the online one ranks first, it issues fewer FLOPs).
 STOP conditions drop a candidate when its smem exceeds ~80 % of the block limit, its register
 estimate exceeds the per-thread budget (255; 240 for the consumers of two warpgroups, which

@@ -8,7 +8,9 @@ type and stored from the accumulator fragments). No V: ``dv`` is 0 and the ring 
 ScoresPlan is an AttentionPlan (same tile, smem and occupancy arithmetic, same STOP conditions) with its
 own register estimate, key and JSON.
 
-Candidates: sm80 BLOCK_M {64, 128} x BLOCK_N {64, 128} x stages {2, 3}, algorithm streaming_softmax_2pass
+Candidates: sm80 BLOCK_M {64, 128} x BLOCK_N {64, 128} (attention.plan.sm80_block_ns; without V the padded
+head dims never call for 32) x stages {2, 3}, Q's fragments in registers unless the register estimate
+exceeds 255 (then from smem), algorithm streaming_softmax_2pass
 (P is stored normalised, so the row statistics must be complete before the first store). On sm90 targets
 the sm90 skeleton's tiles are listed and pruned: its wgmma / TMA consumer path has no P-store mode, so the
 sm80 skeleton (mma.sync) is built for sm_90a. Survivors are pruned like attention plans
