@@ -182,7 +182,7 @@ def test_a_user_rule_file_written_against_todays_helpers_loads_and_checks():
 
 
 def test_with_unsound_rules_loaded_the_sound_rules_they_touch_are_not_blamed():
-    shipped = ["broadcast-sink-unary", "srnf-hoist-max-add", "read-flip", "split-reduce-before-broadcast", "fuse-halo"]
+    shipped = ["broadcast-sink-unary", "srnf-hoist-div-const", "read-flip", "split-reduce-before-broadcast", "fuse-halo"]
     bad = ["bad-read-flip-dropped", "bad-max-div-hoist", "bad-fuse-map-dropped"]
     rep = check_rules([str(HERE / "bad_rules")], cases=2, only=shipped + bad, seed=6, budget=6)
     status = {v.rule.name: v.status(2) for v in rep.verdicts}
