@@ -111,6 +111,17 @@ static void store_tile(const float (&acc)[WM * WN][BM / WM / 16][BN / WN / 8][32
         }
 }
 
+// packed operands and a packed [M, N] C (row stride N, one batch)
+template <int ROWS, int COLS, int VEC, int THREADS, bool KMAJOR>
+static void load(std::vector<float>& tile, const std::vector<float>& g, int mn0, int k0, int MN, int K) {
+  load<ROWS, COLS, VEC, THREADS, KMAJOR>(tile, g, 0, 0, mn0, k0, MN, K);
+}
+template <int BM, int BN, int WM, int WN>
+static void store_tile(const float (&acc)[WM * WN][BM / WM / 16][BN / WN / 8][32][4], std::vector<float>& C,
+                       int m0, int n0, int M, int N) {
+  store_tile<BM, BN, WM, WN>(acc, C, 0, 0, N, m0, n0, M, N);
+}
+
 // the whole GEMM, CTA tile by CTA tile, as gemm_sm80 runs it: st = {a_ld, a_bstride, b_ld, b_bstride, c_ld,
 // c_bstride} in elements, the sm80 kernel's stride arguments (ld 0: packed; batch stride 0: broadcast)
 template <int BM, int BN, int BK, int WM, int WN, bool AK, bool BKM, int VA, int VB>

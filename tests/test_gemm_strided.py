@@ -9,7 +9,6 @@ skeleton's index helpers, run on the host against the mma model, compute the reg
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import os
 import pathlib
 import subprocess
@@ -17,15 +16,16 @@ import subprocess
 import numpy as np
 import pytest
 
-from polysat.backend.gemm.bind import bind as gemm_bind
+from polysat.backend.common.gpu import cuda_available
+from polysat.backend.common.spec import EpilogueOp
 from polysat.backend.gemm.reference import random_inputs, reference
 from polysat.backend.gemm.spec import GemmSpec
 from polysat.backend.kinds import bind
 from polysat.bench.models import transformer
 from polysat.ir.diagnostics import PolysatError
+from polysat.ir.dtypes import DType
 from polysat.ir.playback import bind_region_symbols, playback
 from polysat.ir.region import R, walk
-from polysat.ir.region_squeeze import squeeze_units
 from polysat.pipeline import Compilation
 
 _spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
@@ -195,3 +195,34 @@ def test_sm80_index_helpers_compute_the_region_on_the_host(pv, tmp_path):
     got = np.frombuffer(run.stdout, np.float32)
     assert got.size == c_size
     np.testing.assert_array_equal(got.reshape(want.shape), want.astype(np.float32))
+
+
+GPU_CASES = {  # (spec, env): tails in M and K, the batch in the middle of B and C, then of A, with a residual
+    "pv_heads": (GemmSpec("pv", "S", 64, "S", batch=(12,), b_dims=("k", "b0", "n"), c_dims=("m", "b0", "n")),
+                 {"S": 200}),
+    "qk_heads": (GemmSpec("qk", 136, 72, 64, batch=(4,), b_layout="col", a_dims=("m", "b0", "k"),
+                          b_dims=("b0", "n", "k"), c_dims=("m", "b0", "n"),
+                          epilogue=(EpilogueOp("scale", value=0.125), EpilogueOp("residual", "r", dtype=DType.fp16))),
+                 None),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")
+@pytest.mark.parametrize("case", sorted(GPU_CASES))
+def test_strided_gemm_on_the_gpu_matches_the_reference(case):
+    """Both skeletons (sm90: the tensor maps with strides; sm80: the strided cp.async loads) against the
+    numpy meaning."""
+    from polysat.backend.common.gpu import device
+    from polysat.backend.gemm.launch import concrete_spec, run
+    from polysat.backend.gemm.plan import search
+    spec, env = GPU_CASES[case]
+    x = random_inputs(spec, env, seed=3)
+    want = reference(spec, x, env)
+    cspec = concrete_spec(spec, env)
+    plans = [search(cspec, device().arch, skeletons=("sm80",)).best]
+    if device().arch == "sm90":
+        plans.append(search(cspec, "sm90", skeletons=("sm90",)).best)
+    for plan in plans:
+        got = run(spec, x, env, plan=plan)
+        oracle.assert_close(np.asarray(got, np.float64), want.astype(np.float64), "fp16", f"{case} {plan.key()}")

@@ -66,8 +66,8 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
     params += [Param(x, "i64", x) for x in ("c_ld", "c_bstride")]
     tma: tuple[TmaOperand, ...] = ()
     if plan.skeleton == "sm90":
-        tma = (_tma("A", layouts[0][1], "m", a_rank3, _strides(spec, "a")),) + tuple(
-            _tma(b, layouts[1][1], "n", b_rank3, _strides(spec, "b")) for b in bs)
+        tma = (_tma("A", layouts[0][1], "m", a_rank3, _tma_strides(spec, "a")),) + tuple(
+            _tma(b, layouts[1][1], "n", b_rank3, _tma_strides(spec, "b")) for b in bs)
     return KernelSource(kname, plan.arch, plan.skeleton, src, plan.threads, plan.smem_bytes, tuple(params), tma, plan, spec)
 
 
@@ -76,7 +76,7 @@ def _pieces(spec: GemmSpec) -> list:
     return [{"start": st, "width": w} for st, (_, w) in zip(spec.piece_starts, spec.b_pieces)]
 
 
-def _strides(spec: GemmSpec, role: str) -> tuple[int, ...]:
+def _tma_strides(spec: GemmSpec, role: str) -> tuple[int, ...]:
     """A strided operand's tensor map strides (elements; () = packed): its row stride, then its batch stride."""
     if spec.dims(role) == packed_dims(spec, role):
         return ()

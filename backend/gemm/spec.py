@@ -175,23 +175,23 @@ def packed_dims(s: GemmSpec, role: str) -> tuple[str, ...]:
 def strides(s: GemmSpec, role: str, env: Mapping[str, int] | None = None) -> tuple[int, int]:
     """(row stride, batch stride) of role's tensor in elements: the stride of its outer matrix dim and of
     its innermost batch dim (0 without batch dims: a broadcast operand)."""
-    dims, shape = s.dims(role), s.shapes(env)[{"a": s.a, "b": s.b, "c": s.c}[role]]
-    step = {d: math.prod(shape[i + 1:]) for i, d in enumerate(dims)}
-    outer = next(d for d in dims if not d.startswith("b"))
-    batch = [d for d in dims if d.startswith("b")]
-    return step[outer], (step[batch[-1]] if batch else 0)
+    return _strides(s.dims(role), s.shapes(env)[{"a": s.a, "b": s.b, "c": s.c}[role]])
 
 
 def static_strides(s: GemmSpec, role: str) -> "tuple[int, int] | None":
     """:func:`strides` when they do not depend on a symbol size (the dims after each are static), else None."""
-    dims = s.dims(role)
     size = {"m": s.m, "n": s.n, "k": s.k, **{f"b{i}": d for i, d in enumerate(s.batch)}}
-    after = [size[d] for d in dims]
-    step = {d: math.prod(after[i + 1:]) if all(isinstance(x, int) for x in after[i + 1:]) else None
-            for i, d in enumerate(dims)}
-    outer = next(d for d in dims if not d.startswith("b"))
+    return _strides(s.dims(role), tuple(size[d] for d in s.dims(role)))
+
+
+def _strides(dims: tuple[str, ...], shape: tuple) -> "tuple[int, int] | None":
+    """(row stride, batch stride) of a row-major tensor of that shape stored in that dim order; None when a
+    stride is a product with a symbol in it."""
+    def step(d: str) -> "int | None":
+        after = shape[dims.index(d) + 1:]
+        return math.prod(after) if all(isinstance(x, int) for x in after) else None
     batch = [d for d in dims if d.startswith("b")]
-    ld, bs = step[outer], (step[batch[-1]] if batch else 0)
+    ld, bs = step(next(d for d in dims if not d.startswith("b"))), (step(batch[-1]) if batch else 0)
     return None if ld is None or bs is None else (ld, bs)
 
 
