@@ -33,6 +33,21 @@ class Device:
     clock_ghz: float  # SM clock under tensor-core load
     sm80_path_eff: float  # fraction of tensor_tflops the sm80 datapath (cp.async + mma.sync) reaches here
     smem_bytes_per_clk: int = 128  # shared-memory bandwidth per SM
+    # estimate: bytes per clock one SM's load path takes from L2 (one 128-byte L1 line every two clocks; the
+    # A100 L2 delivers 5120 B/clk to 108 SMs, 47 B/clk each when every SM pulls at once): the ceiling of
+    # what one SM draws from DRAM or L2 when few SMs are busy
+    sm_load_bytes_per_clk: int = 64
+
+    @property
+    def sm_load_gbps(self) -> float:
+        """GB/s one SM's load path takes (H100: 64 B x 1.83 GHz = 117 GB/s)."""
+        return self.sm_load_bytes_per_clk * self.clock_ghz
+
+    def sms_to_saturate(self, tbps: float) -> float:
+        """How many busy SMs saturate a memory level of `tbps` (H100: 3.0 TB/s DRAM / 117 GB/s = 26 SMs of
+        132; its 10 TB/s L2: 85). A kernel of fewer CTAs than that is bounded by its SMs' load paths,
+        not by a pro-rata share of the device's bandwidth."""
+        return min(self.sms, tbps * 1e3 / self.sm_load_gbps)
 
     def mma_eff_of(self, skeleton: str) -> float:
         """The fraction of tensor_tflops a skeleton's datapath reaches on this device at best."""
