@@ -4,6 +4,14 @@ model, the backend's plan searches and the roofline (:mod:`.roofline`) use (docs
 Rates are *measured ceilings* where public measurements exist (what cuBLAS and a device-to-device copy
 reach), not datasheet peaks; each number says where it comes from. Numbers without a measurement are
 marked "estimate" with the reasoning.
+
+A tiny contraction can be modelled slower on tensor cores than on the FP32 pipes, and that is physical: the
+MMA kinds' tiles (64x8 and up on sm90, the conv kind's plan 128x64) put conv3x3_s2_silu's 2.4 MFLOP and
+57 KB on 2 of H100's 132 SMs, the SIMT kind spreads it over 128 CTAs. With each busy SM drawing memory at its
+64 B/clk load port (117 GB/s at 1.83 GHz, so 26 SMs saturate the 3.0 TB/s DRAM) and its 4 tensor cores at
+989.4/132 = 7.5 TFLOP/s, the 2-CTA MMA kernel is modelled 0.30 µs above the 2.0 µs launch, the SIMT one 0.07 µs:
+tile quantization. (It was 2.2 µs above launch before: DRAM taken as a 2/132 pro-rata share, 45 GB/s, and a
+[32, 16, 3, 3] weight counted one 32-byte sector per 6-byte row.)
 """
 from __future__ import annotations
 
