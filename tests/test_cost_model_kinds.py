@@ -1,7 +1,9 @@
 """The price is the price of the kernel the backend emits (docs/DESIGN.md §Cost model): every kernel of every
 example and of the bench transformer, under either cost, is priced as the kind ``backend.kinds.bind`` gives
 its RB-SSA region: contractions on tensor cores exactly when a tensor-core kind binds it, on the FP32 pipes
-when the SIMT kind computes it. And each kind, tensor-core or SIMT, occurs with a contraction somewhere."""
+when the SIMT kind computes it. And each kind, tensor-core or SIMT, occurs with a contraction somewhere (a conv +
+bias + max-pool model for conv_pool: examples/conv_relu_maxpool.json binds SIMT since the max of a ReLU is
+rewritten to a ReLU of the max, which the conv_pool binder does not take)."""
 import glob
 import os
 
@@ -15,9 +17,16 @@ _CACHE: dict = {}
 
 
 def _models():
+    import importlib.util
+    import pathlib
     from polysat.bench.models import transformer
+    spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
+    oracle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(oracle)
+    pool = oracle.conv_model([2, 8, 33, 31], [16, 8, 3, 3], {"stride": 2, "pad": 1}, bias=True,
+                             pool={"kernel": [2, 2], "stride": [2, 2]})  # a conv_pool kernel under --cost model
     out = [(os.path.basename(p), p) for p in EXAMPLES]
-    return out + [("transformer_1", transformer(1))]
+    return out + [("transformer_1", transformer(1)), ("conv_bias_maxpool", pool)]
 
 
 def _contraction(region) -> bool:
