@@ -180,8 +180,8 @@ def _bind(region: Region, name: str | None) -> "GemmBinding":
                     batch=tuple(size(a) for a in batch_axes), in_dtype=xdt, out_dtype=y.cast,
                     a_layout=a_layout, b_layout=b_layout, a_broadcast=a_bcast, b_broadcast=b_bcast,
                     epilogue=al.epilogue(epilogue), a=a_spec, b=b_spec, c=out.name)
-    spec = replace(spec, **{f"{role}_dims": d for role, d in (("a", a_dims), ("b", b_dims), ("c", tuple(label[a] for a in y.axes)))
-                            if d != packed_dims(spec, role)})
+    stored = {"a": a_dims, "b": b_dims, "c": tuple(label[a] for a in y.axes)}  # non-packed orders: strided
+    spec = replace(spec, **{f"{role}_dims": d for role, d in stored.items() if d != packed_dims(spec, role)})
     return GemmBinding(spec, tuple(al.pairs))
 
 
@@ -205,7 +205,8 @@ def _strided_ok(r: Region, axes: tuple, batch: tuple, batch_axes: tuple, what: s
                    "reads matrix rows with unit stride")
     pos = [i for i, a in enumerate(axes) if a in batch_axes]
     if pos and pos[-1] - pos[0] != len(pos) - 1:
-        _reject(r, f"{what} is stored [{', '.join(axes)}] with its batch axes apart; the template takes one batch stride")
+        _reject(r, f"{what} is stored [{', '.join(axes)}] with its batch axes apart; the template takes one "
+                   "batch stride")
 
 
 @dataclass(frozen=True)

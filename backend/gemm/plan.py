@@ -37,8 +37,9 @@ def stop_reason(spec: GemmSpec, plan: SchedulePlan, dev: Device, best_vec: tuple
     if plan.skeleton == "sm90":
         odd = [r for r in "ab" if spec.dims(r) != packed_dims(spec, r) and static_strides(spec, r) is None]
         if odd:
-            return (f"sm90: the tensor map strides of {', '.join(r.upper() + ' stored [' + ', '.join(spec.dims(r)) + ']' for r in odd)} "
-                    "depend on symbol sizes (a tensor map's description is made with the kernel source)")
+            stored = ", ".join(f"{r.upper()} stored [{', '.join(spec.dims(r))}]" for r in odd)
+            return (f"sm90: the tensor map strides of {stored} depend on symbol sizes (a tensor map's description "
+                    "is made with the kernel source)")
         if sm90 := sm90_tile_reason(plan, dev):
             return sm90
         for ext in contiguous_extents(spec):

@@ -3,9 +3,9 @@
 ``C[*batch, m, n] = epilogue(sum_k A[*batch, m, k] * B[*batch, k, n])`` with fp16|bf16 inputs, fp32
 accumulation and the epilogue applied to the fp32 accumulator in order. Transposes are absorbed by
 the operand layouts: A is ``row`` ([M, K], K contiguous) or ``col`` (stored [K, M]);
-B is ``row`` ([K, N], N contiguous) or ``col`` (stored [N, K]). Every operand is packed (its leading
-dimension is its contiguous extent). A batched operand advances by one matrix per batch index; a
-``broadcast`` operand has batch stride 0 (one matrix shared by every batch).
+B is ``row`` ([K, N], N contiguous) or ``col`` (stored [N, K]). By default every operand is packed
+(its leading dimension is its contiguous extent): a batched operand advances by one matrix per batch
+index; a ``broadcast`` operand has batch stride 0 (one matrix shared by every batch).
 
 B may be a concatenation along N (``b_pieces``: (tensor, width) in order, widths summing to N, no
 batch): sibling GEMMs that read one A merged into one (rules/siblings.egg). Each piece is its own
