@@ -1,0 +1,313 @@
+"""The GPU check: every ``gpu`` test, compute-sanitizer on one launch of every kernel kind, and every bench, in
+one report (``make gpu-check``).
+
+    python -m polysat.bench.gpu_check --out DIR [--part tests,sanitize,bench] [--quick] [--jobs N]
+    python -m polysat.bench.gpu_check --merge A/report.json B/report.json --out DIR
+
+Parts (``--part``, comma list; all by default), each timed and printed as it ends, each item caught on its own
+(a failing test, kernel or bench case is a FAIL row with its error, never the end of the report):
+
+- ``env`` (always): device, compute capability, SMs, driver (nvidia-smi and cuDriverGetVersion), CUDA of nvcc,
+  compute-sanitizer and PyTorch, package versions.
+- ``tests``: ``pytest -m gpu`` over the test files that carry the mark, per-test outcome from its JUnit XML
+  (pytest-xdist with ``--jobs`` where installed).
+- ``sanitize``: for every item of bench/gpu_launch.py (gemm sm90 and sm80, conv sm90 and sm80, conv_pool,
+  attention sm90 and sm80, softmax_scores, SIMT softmax and layernorm) a plain run (it fills the kernel cache
+  and checks the outputs against the CPU playback), then compute-sanitizer memcheck, racecheck and synccheck on
+  the same single launch; ok only with 0 errors.
+- ``bench``: the copy bandwidth, then the cases of bench/gemm.py, bench/conv.py, bench/attention.py and
+  bench/simt.py that ``check_cases(quick)`` lists, rows assembled by bench/gpu_report.py (ratios to the torch
+  baselines, the cost model's estimate / measured). Without PyTorch the baselines read "torch missing" and the
+  polysat figures still come.
+
+Writes DIR/report.json, DIR/report.md, DIR/junit.xml, DIR/logs.txt (every subprocess's output),
+DIR/measurements.csv (the measurement log of the timed kernels) and, with bench rows, DIR/<device>.json and
+bench/results/<device>.json (device, driver, date, every row). The report is rewritten after each part, so a
+run cut short keeps what finished; ``--merge`` joins the reports of several runs (no GPU needed).
+
+Exit status: 0 when every part that ran is clean or was skipped with its reason (no CUDA device here: every
+part but env is SKIPPED, "no CUDA device"); 1 when a test, a sanitizer run or a bench row failed; 2 on bad
+arguments.
+
+On the lent GPU machines (python3 there has PyTorch with CUDA, cuda-python, pytest, pytest-xdist, nvcc and
+compute-sanitizer, but not egglog or islpy): ``make gpu-wheels`` here fetches those as cp312 wheels into
+``.whl`` (about 52 MiB), and the device call carries ``.whl`` and starts with ``python3 -m pip install -q
+--no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site`` (README.md, GPU check).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from polysat.bench import gpu_report as R
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TOOLS = ("memcheck", "racecheck", "synccheck")
+BENCHES = ("gemm", "conv", "attention", "simt")
+
+
+def _run(cmd: list[str], timeout: float, env: "dict | None" = None) -> tuple[int, str, bool]:
+    """(exit status, stdout + stderr, timed out) of a subprocess; never raises for the command's own failure."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, check=False)
+        return p.returncode, p.stdout + p.stderr, False
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return -1, out, True
+    except OSError as e:
+        return -1, f"{type(e).__name__}: {e}", False
+
+
+def _first_line(cmd: list[str]) -> str:
+    rc, out, _ = _run(cmd, 60)
+    lines = [x for x in out.strip().splitlines() if x.strip()]
+    return lines[-1].strip() if rc == 0 and lines else ""
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "missing"
+
+
+def collect_env() -> dict:
+    """What the report says of the machine; ``cuda_device`` is False (with ``why``) where no GPU is visible."""
+    from polysat.backend.common.gpu import cuda_available
+    env: dict = {"python": platform.python_version(), "machine": platform.machine()}
+    env["packages"] = {d: _version(d) for d in ("cuda-bindings", "torch", "numpy", "egglog", "islpy", "pytest",
+                                                "pytest-xdist")}
+    env["nvcc"] = _first_line([shutil.which("nvcc") or "nvcc", "--version"]) or "missing"
+    env["compute_sanitizer"] = _first_line([sanitizer() or "compute-sanitizer", "--version"]) or "missing"
+    env["cuda_device"] = cuda_available()
+    if not env["cuda_device"]:
+        env["why"] = "no CUDA device (cuda-python, an NVIDIA driver and a GPU are needed)"
+        return env
+    from polysat.backend.common.cuda_driver import ck, driver
+    from polysat.backend.common.gpu import device
+    from polysat.bench.harness import device_name
+    dev = device()
+    v = int(ck(driver().cuDriverGetVersion(), "cuDriverGetVersion"))
+    env.update({"device": device_name(), "cc": f"{dev.cc[0]}.{dev.cc[1]}", "arch": dev.arch, "sms": dev.sms,
+                "cuda": f"{v // 1000}.{v % 1000 // 10}"})
+    smi = _first_line(["nvidia-smi", "--query-gpu=driver_version,memory.total,clocks.max.sm", "--format=csv,noheader"])
+    env["driver"] = smi.split(",")[0].strip() if smi else f"CUDA {env['cuda']} driver API"
+    env["nvidia_smi"] = smi or "missing"
+    try:
+        import torch
+        env["torch"] = f"{torch.__version__} (CUDA {torch.version.cuda}, sees a GPU: {torch.cuda.is_available()})"
+    except ImportError as e:
+        env["torch"] = f"torch missing ({e})"
+    return env
+
+
+def sanitizer() -> "str | None":
+    for c in (shutil.which("compute-sanitizer"), "/usr/local/cuda/bin/compute-sanitizer",
+              "/usr/local/cuda/compute-sanitizer/compute-sanitizer"):
+        if c and os.path.exists(c):
+            return c
+    return None
+
+
+class Log:
+    """DIR/logs.txt: every subprocess's output under a header, appended as it comes."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def add(self, title: str, text: str) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(f"\n===== {title}\n{text.rstrip()}\n")
+
+
+def gpu_test_files() -> list[str]:
+    """tests/test_*.py files that mark tests ``gpu`` (the others have nothing ``-m gpu`` selects)."""
+    tdir = os.path.join(ROOT, "tests")
+    out = []
+    for name in sorted(os.listdir(tdir)):
+        if name.startswith("test_") and name.endswith(".py"):
+            with open(os.path.join(tdir, name), encoding="utf-8") as f:
+                if "pytest.mark.gpu" in f.read():
+                    out.append(os.path.join("tests", name))
+    return out
+
+
+def part_tests(out: str, log: Log, jobs: int, timeout: float) -> dict:
+    files = gpu_test_files()
+    junit = os.path.join(out, "junit.xml")
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", *files, "-p", "no:cacheprovider", "-q", "-rfE",
+           f"--junitxml={junit}", "-o", "junit_family=xunit1"]
+    if jobs > 1 and importlib.util.find_spec("xdist") is not None:
+        cmd += ["-n", str(jobs)]
+    if os.path.exists(junit):
+        os.remove(junit)
+    rc, text, timed_out = _run(cmd, timeout)
+    log.add(" ".join(cmd[2:]), text)
+    if not os.path.exists(junit):
+        return R.part(R.FAIL, "timed out" if timed_out else f"pytest wrote no JUnit XML (exit status {rc})",
+                      files=files, log_tail=text[-3000:])
+    with open(junit, encoding="utf-8") as f:
+        rows = R.junit_rows(f.read())
+    counts = R.test_counts(rows)
+    bad = counts["failed"] + counts["error"]
+    why = ("timed out; " if timed_out else "") + (f"{bad} failed" if bad else "" if rows else "no gpu test collected")
+    status = R.FAIL if bad or timed_out or not rows else R.OK
+    return R.part(status, why, files=files, counts=counts, tests=rows, exit_status=rc,
+                  log_tail=text[-3000:] if status == R.FAIL else "")
+
+
+def part_sanitize(log: Log, jobs: int, timeout: float) -> dict:
+    from polysat.bench.gpu_launch import ITEMS
+    exe = sanitizer()
+    launch = [sys.executable, "-m", "polysat.bench.gpu_launch"]
+    runs: list[dict] = []
+    for item in ITEMS:  # one at a time: each fills the kernel cache that the sanitized runs then load from
+        t0 = time.monotonic()
+        rc, text, timed_out = _run([*launch, item.name], timeout)
+        log.add(f"gpu_launch {item.name}", text)
+        res = _last_json(text)
+        ok = rc == 0 and not timed_out
+        runs.append({"item": item.name, "tool": "none", "status": R.OK if ok else R.FAIL, "errors": None,
+                     "seconds": round(time.monotonic() - t0, 1), "max_rel_err": res.get("max_rel_err"),
+                     "why": "" if ok else ("timed out" if timed_out else res.get("error") or f"exit status {rc}")})
+    if exe is None:
+        runs.append({"item": "*", "tool": "*", "status": R.FAIL, "errors": None, "seconds": 0,
+                     "why": "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"})
+    else:
+        def one(job: tuple[str, str]) -> dict:
+            item, tool = job
+            t0 = time.monotonic()
+            rc, text, timed_out = _run([exe, "--tool", tool, "--print-limit", "20", *launch, item], timeout)
+            log.add(f"compute-sanitizer --tool {tool} gpu_launch {item}", text)
+            status, errors, why = R.sanitize_status(rc, text, timed_out)
+            return {"item": item, "tool": tool, "status": status, "errors": errors,
+                    "seconds": round(time.monotonic() - t0, 1), "why": why}
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+            runs += list(ex.map(one, [(i.name, t) for t in TOOLS for i in ITEMS]))
+    bad = [r for r in runs if r["status"] != R.OK]
+    return R.part(R.FAIL if bad else R.OK, f"{len(bad)} of {len(runs)} runs failed" if bad else "", runs=runs)
+
+
+def _last_json(text: str) -> dict:
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    return {}
+
+
+def part_bench(quick: bool, report: dict, save: Callable[[], None], budget: float) -> dict:
+    """Every bench's check cases; the report is saved after each bench. Cases left when ``budget`` seconds
+    have passed are FAIL rows saying so (the device call has a hard limit)."""
+    from polysat.bench import attention, conv, gemm, simt
+    from polysat.bench.harness import Data, copy_gbps, log_kernels, open_device, run_cases, time_ms
+    gpu = open_device("gpu_check", "torch.nn.functional", "torch.nn.attention")
+    if gpu is None:
+        return R.part(R.FAIL, "the CUDA runtime does not open the device")
+    if gpu.torch is not None:
+        gpu.torch.backends.cudnn.benchmark = True
+    iters, warmup = (10, 3) if quick else (30, 5)
+
+    def timed(fn):
+        return time_ms(fn, iters, warmup)
+    data, measured = Data(gpu.torch), []
+    copy = copy_gbps(timed)
+    deadline = time.monotonic() + budget
+    p = R.part(R.OK, "", copy_gbps=copy, iters=iters, warmup=warmup, torch=gpu.why or "present", rows=[], benches={})
+    report["parts"]["bench"] = p
+    mods = {"gemm": gemm, "conv": conv, "attention": attention, "simt": simt}
+    for name in BENCHES:
+        m, t0 = mods[name], time.monotonic()
+
+        def one(case, m=m):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not run: the bench part's budget of {budget:.0f} s was spent")
+            extra = (copy,) if m is simt else ()
+            return m.measure(gpu, case, timed, data, measured, *extra)
+        p["rows"] += run_cases(name, m.check_cases(quick), one, m.label)
+        p["benches"][name] = round(time.monotonic() - t0, 1)
+        print(f"gpu_check: bench {name}: {p['benches'][name]} s", flush=True)
+        save()
+    log_kernels("gpu_check", gpu.dev, measured)
+    bad = [r for r in p["rows"] if r["status"] != R.OK]
+    p.update(status=R.FAIL if bad else R.OK, reason=f"{len(bad)} of {len(p['rows'])} rows failed" if bad else "")
+    return p
+
+
+def _save(report: dict, out: str) -> dict:
+    paths = R.write(report, out)
+    if "results" in paths:
+        os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+        shutil.copyfile(paths["results"], os.path.join(HERE, "results", os.path.basename(paths["results"])))
+    return paths
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="the report's folder")
+    ap.add_argument("--part", default="tests,sanitize,bench", help="comma list of tests, sanitize, bench")
+    ap.add_argument("--quick", action="store_true", help="fewer bench cases and iterations")
+    ap.add_argument("--jobs", type=int, default=4, help="pytest-xdist workers and parallel sanitizer runs")
+    ap.add_argument("--tests-timeout", type=float, default=420)
+    ap.add_argument("--launch-timeout", type=float, default=240, help="per gpu_launch run, sanitized or not")
+    ap.add_argument("--bench-budget", type=float, default=480, help="seconds after which bench cases are not run")
+    ap.add_argument("--merge", nargs="+", metavar="REPORT", help="join these report.json files into --out")
+    a = ap.parse_args(argv)
+    if a.merge:
+        reports = []
+        for path in a.merge:
+            with open(path, encoding="utf-8") as f:
+                reports.append(json.load(f))
+        merged = R.merge(reports)
+        print(f"gpu_check: wrote {', '.join(_save(merged, a.out).values())}")
+        return 1 if R.overall(merged) == R.FAIL else 0
+    parts = [x for x in a.part.split(",") if x]
+    if any(x not in R.PARTS[1:] for x in parts):
+        ap.error(f"--part takes {', '.join(R.PARTS[1:])}")
+    os.makedirs(a.out, exist_ok=True)
+    os.environ.setdefault("POLYSAT_MEASURE_LOG", os.path.join(os.path.abspath(a.out), "measurements.csv"))
+    t0 = time.monotonic()
+    env = collect_env()
+    report = R.new_report(env)
+    report["parts"]["env"] = R.part(R.OK, env.get("why", ""), time.monotonic() - t0)
+    print(f"gpu_check: env: {json.dumps(env)}", flush=True)
+    log = Log(os.path.join(a.out, "logs.txt"))
+    runners: dict[str, Callable[[], dict]] = {
+        "tests": lambda: part_tests(a.out, log, a.jobs, a.tests_timeout),
+        "sanitize": lambda: part_sanitize(log, a.jobs, a.launch_timeout),
+        "bench": lambda: part_bench(a.quick, report, lambda: _save(report, a.out), a.bench_budget)}
+    for name in R.PARTS[1:]:
+        if name not in parts:
+            continue
+        t0 = time.monotonic()
+        if not env["cuda_device"]:
+            result = R.skipped(env["why"])
+        else:
+            try:
+                result = runners[name]()
+            except Exception as e:  # noqa: BLE001 - a part that breaks is reported, the others still run
+                result = R.part(R.FAIL, f"{type(e).__name__}: {e}")
+        result["seconds"] = round(time.monotonic() - t0, 1)
+        report["parts"][name] = result
+        print(f"gpu_check: {name}: {result['status']} {result.get('reason', '')} ({result['seconds']} s)", flush=True)
+        _save(report, a.out)
+    paths = _save(report, a.out)
+    print(f"gpu_check: {R.overall(report)}; wrote {', '.join(paths.values())}", flush=True)
+    return 1 if R.overall(report) == R.FAIL else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

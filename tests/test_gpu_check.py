@@ -1,0 +1,233 @@
+"""The GPU check (bench/gpu_check.py, bench/gpu_report.py, bench/gpu_launch.py, the bench modules' cases and
+references) on the CPU: without a device every part is SKIPPED with the reason and the exit status is 0; the
+report assembles rows, ratios, medians and estimate / measured from synthetic timings; a failing case is a
+FAIL row and the others go on; pytest's JUnit XML and compute-sanitizer's summary are read; the gpu tests
+select and collect; every sanitizer item's kernels render and build with nvcc; the benches' sampled
+references agree with direct numpy ones. The ``gpu``-marked test launches every item once on a GPU.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from polysat.backend.common.gpu import cuda_available
+from polysat.bench import attention, conv, gemm, gpu_check, gpu_launch, simt
+from polysat.bench import gpu_report as R
+from polysat.bench.harness import run_cases
+
+_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
+oracle = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(oracle)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_without_a_device_every_part_is_skipped_with_the_reason_and_the_exit_status_is_0(tmp_path, monkeypatch,
+                                                                                          capsys):
+    import polysat.backend.common.gpu as gpu
+    monkeypatch.setattr(gpu, "cuda_available", lambda: False)
+    assert gpu_check.main(["--out", str(tmp_path), "--quick"]) == 0
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert rep["env"]["cuda_device"] is False and "no CUDA device" in rep["env"]["why"]
+    for name in ("tests", "sanitize", "bench"):
+        assert rep["parts"][name]["status"] == "SKIPPED" and "no CUDA device" in rep["parts"][name]["reason"]
+    assert R.overall(rep) == "SKIPPED"
+    md = (tmp_path / "report.md").read_text()
+    assert "## bench: SKIPPED (no CUDA device" in md and "**SKIPPED**" in md
+    assert not list(tmp_path.glob("*.xml")) and "gpu_check: SKIPPED" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        gpu_check.main(["--out", str(tmp_path), "--part", "benchmarks"])
+    assert e.value.code == 2
+
+
+def test_a_bench_row_has_its_medians_throughputs_ratios_and_estimate_over_measured():
+    t_polysat = R.median([2.0, 1.0, 1.5, 9.0, 1.2])  # 1.5: an outlier does not move the median
+    t_cublas = R.median([1.2, 1.2, 1.3])
+    row = R.bench_row("gemm", "4096x4096x4096", {"polysat": t_polysat, "cublas": t_cublas},
+                      flops=2.0 * 4096 ** 3, estimate_us=1200.0, dtype="fp16", max_rel_err=1e-3)
+    assert row["status"] == "ok" and row["polysat_ms"] == 1.5 and row["cublas_ms"] == 1.2
+    assert row["polysat_tflops"] == pytest.approx(2 * 4096 ** 3 / 1.5e-3 / 1e12)
+    assert row["vs_cublas"] == pytest.approx(0.8)  # = polysat TFLOP/s / cuBLAS TFLOP/s
+    assert row["vs_cublas"] == pytest.approx(row["polysat_tflops"] / row["cublas_tflops"])
+    assert row["est_over_measured"] == pytest.approx(0.8) and row["baselines_missing"] == ""
+    mem = R.bench_row("simt", "softmax", {"polysat": 0.1, "torch": 0.2}, nbytes=3e8, copy_gbps=4000.0)
+    assert mem["polysat_gbps"] == pytest.approx(3000.0) and mem["vs_copy"] == pytest.approx(0.75)
+    assert mem["vs_torch"] == pytest.approx(2.0) and mem["estimate_us"] is None and mem["est_over_measured"] is None
+    with pytest.raises(ValueError):
+        R.median([])
+    with pytest.raises(ValueError):
+        R.bench_row("gemm", "x", {"polysat": None, "cublas": 1.0})
+
+
+def test_without_torch_the_baselines_say_so_and_the_polysat_figures_stay():
+    row = R.bench_row("attention", "d64 s4096", {"polysat": 2.0, "sdpa_flash": None}, flops=1e12,
+                      estimate_us=2500.0, missing="torch missing (No module named 'torch')")
+    assert row["polysat_tflops"] == pytest.approx(500.0) and row["sdpa_flash_ms"] is None and row["vs_sdpa_flash"] is None
+    assert row["baselines_missing"] == "sdpa_flash: torch missing (No module named 'torch')"
+    assert row["est_over_measured"] == pytest.approx(1.25)
+    md = R.markdown({"date": "d", "env": {}, "parts": {"bench": R.part("ok", rows=[row], copy_gbps=None)}})
+    assert "torch missing" in md and "| d64 s4096 |" in md
+
+
+def test_a_failing_case_is_a_fail_row_with_its_error_and_the_others_go_on():
+    said = []
+
+    def one(case):
+        if case["m"] == 2:
+            raise RuntimeError("cuLaunchKernel failed: CUDA_ERROR_ILLEGAL_ADDRESS")
+        return [R.bench_row("gemm", str(case["m"]), {"polysat": 1.0, "cublas": 0.9}, flops=1e9, dtype="fp16")]
+    rows = run_cases("gemm", [{"m": 1, "dtype": "fp16"}, {"m": 2, "dtype": "bf16"}, {"m": 3, "dtype": "fp16"}], one,
+                     lambda c: str(c["m"]), said.append)
+    assert [r["status"] for r in rows] == ["ok", "FAIL", "ok"] and rows[1]["dtype"] == "bf16"
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in rows[1]["error"] and "FAIL" in said[1]
+    rep = {"date": "d", "env": {"device": "NVIDIA H100 80GB HBM3"}, "parts": {"bench": R.part("FAIL", rows=rows)}}
+    assert R.overall(rep) == "FAIL" and "FAIL: RuntimeError: cuLaunchKernel failed" in R.markdown(rep)
+
+
+def test_pytest_junit_xml_gives_one_outcome_per_test():
+    xml = """<testsuites><testsuite name="pytest" tests="4">
+      <testcase classname="tests.test_backend_gpu" name="test_a[gemm_f16]" time="1.5"/>
+      <testcase classname="tests.test_backend_gpu" name="test_b" time="0.2">
+        <failure message="AssertionError: 3 of 9 differ">tb</failure></testcase>
+      <testcase classname="tests.test_simt_gpu" name="test_c" time="0.1"><error message="fixture broke">tb</error>
+      </testcase>
+      <testcase classname="tests.test_siblings" name="test_d" time="0">
+        <skipped message="the sm90 skeleton needs an sm90 GPU"/></testcase>
+    </testsuite></testsuites>"""
+    rows = R.junit_rows(xml)
+    assert [(r["test"], r["outcome"]) for r in rows] == [
+        ("tests.test_backend_gpu::test_a[gemm_f16]", "passed"), ("tests.test_backend_gpu::test_b", "failed"),
+        ("tests.test_simt_gpu::test_c", "error"), ("tests.test_siblings::test_d", "skipped")]
+    assert rows[1]["message"] == "AssertionError: 3 of 9 differ" and rows[0]["seconds"] == 1.5
+    assert R.test_counts(rows) == {"passed": 1, "failed": 1, "error": 1, "skipped": 1}
+
+
+def test_compute_sanitizer_runs_are_ok_only_with_zero_errors_and_a_clean_exit():
+    clean = "========= COMPUTE-SANITIZER\n{\"ok\": true}\n========= ERROR SUMMARY: 0 errors\n"
+    racy = "========= Error: Race reported between Write access at ...\n========= ERROR SUMMARY: 3 errors\n"
+    assert R.sanitize_status(0, clean) == ("ok", 0, "")
+    assert R.sanitize_status(0, racy) == ("FAIL", 3, "3 error(s)")
+    assert R.sanitize_status(1, clean)[0] == "FAIL"  # the launch's own output check failed
+    assert R.sanitize_status(-1, "", timed_out=True)[2] == "timed out"
+    assert R.sanitize_status(134, "Segmentation fault")[1] is None
+
+
+def test_reports_of_several_runs_merge_and_the_results_file_names_the_device(tmp_path):
+    env = {"device": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "cuda": "13.0"}
+    row = R.bench_row("gemm", "8192x8192x8192", {"polysat": 1.4, "cublas": 1.38}, flops=2.0 * 8192 ** 3, dtype="bf16")
+    a = {"date": "1", "env": env, "parts": {"tests": R.part("ok", tests=[]), "bench": R.skipped("not asked")}}
+    b = {"date": "2", "env": env, "parts": {"tests": R.skipped("not asked"), "bench": R.part("ok", rows=[row])}}
+    m = R.merge([a, b])
+    assert m["parts"]["tests"]["status"] == "ok" and m["parts"]["bench"]["rows"] == [row] and m["merged_from"] == ["1", "2"]
+    assert R.results_filename(env["device"]) == "nvidia-h100-80gb-hbm3.json"
+    paths = R.write(m, str(tmp_path))
+    doc = json.loads(pathlib.Path(paths["results"]).read_text())
+    assert doc["device"] == env["device"] and doc["driver"] == "580.159.04" and doc["rows"] == [row] and doc["date"] == "2"
+    assert "| 8192x8192x8192 | bf16 |" in pathlib.Path(paths["md"]).read_text()
+
+
+def test_the_check_cases_are_the_rows_the_gpu_bring_up_asks_for():
+    g = {(c["dtype"], c["m"], c["n"], c["k"]) for c in gemm.check_cases(False)}
+    assert {(d, *s) for d in ("fp16", "bf16") for s in ((4096,) * 3, (8192,) * 3, (4095, 4097, 1000))} <= g
+    assert {(c["dtype"], c["m"]) for c in gemm.check_cases(True)} >= {("fp16", 4096), ("bf16", 4095)}
+    a = attention.check_cases(False)
+    assert {(c["d"], c["seq"], c["causal"]) for c in a} == {(d, s, c) for d in (64, 128)
+                                                           for s in (1024, 2048, 4096, 8192, 16384) for c in (False, True)}
+    assert all(c["batch"] * c["seq"] == 16384 and c["heads"] * c["d"] == 2048 for c in a)
+    assert {c["name"] for c in conv.check_cases(False)} == {x[0] for x in conv.RESNET50_3X3 + conv.CONV_POOL}
+    assert {c["name"] for c in simt.check_cases(True)} == {"softmax", "layernorm", "elementwise"}
+
+
+def _conv_direct(x, w, stride, pad):
+    n, c, h, _ = x.shape
+    co, _, k, _ = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    ho = (h + 2 * pad - k) // stride + 1
+    out = np.zeros((n, co, ho, ho))
+    for i in range(ho):
+        for j in range(ho):
+            out[:, :, i, j] = np.einsum("ncij,ocij->no", xp[:, :, i * stride:i * stride + k, j * stride:j * stride + k], w)
+    return out
+
+
+def test_the_conv_benchs_sampled_reference_is_the_conv_relu_maxpool():
+    rng = np.random.default_rng(0)
+    x, w, b = rng.standard_normal((2, 3, 9, 9)), rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4)
+    y = _conv_direct(x, w, 2, 1)
+    case = {"pool": None, "stride": 2, "pad": 1}
+    assert conv.sampled_err(case, x, w, b, y, 5, 5, rng) < 1e-12
+    pooled = np.maximum(y + b[None, :, None, None], 0)
+    pooled = np.pad(pooled, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    p = np.stack([[pooled[:, :, i * 2:i * 2 + 3, j * 2:j * 2 + 3].max(axis=(2, 3)) for j in range(3)] for i in range(3)])
+    p = p.transpose(2, 3, 0, 1)
+    case = {"pool": (3, 2, 1), "stride": 2, "pad": 1}
+    assert conv.sampled_err(case, x, w, b, p, 5, 5, rng) < 1e-12
+    assert conv.sampled_err(case, x, w, b, p + 0.5 * (p > 1.0), 5, 5, rng) > 1e-2
+
+
+class _Host:
+    """A stand-in for a device tensor: Data(None).host reads ``numpy()``."""
+
+    def __init__(self, a):
+        self.a = np.asarray(a, np.float32)
+
+    def numpy(self):
+        return self.a
+
+
+def test_the_gemm_and_attention_benchs_sampled_references_catch_a_wrong_output():
+    from polysat.bench.harness import Data
+    data, rng = Data(None), np.random.default_rng(0)
+    a, b, bias = rng.standard_normal((70, 40)), rng.standard_normal((40, 30)), rng.standard_normal(30)
+    c = a @ b
+    assert gemm.sampled_err(data, _Host(a), _Host(b), _Host(bias), _Host(c), False, rng) < 1e-5
+    assert gemm.sampled_err(data, _Host(a), _Host(b), _Host(bias), _Host(np.maximum(c + bias, 0)), True, rng) < 1e-5
+    assert gemm.sampled_err(data, _Host(a), _Host(b), _Host(bias), _Host(c), True, rng) > 1e-2
+    q, k, v = (rng.standard_normal((1, 2, 33, 8)) for _ in range(3))
+    for causal in (False, True):
+        s = q[0, 0] @ k[0, 0].T / np.sqrt(8)
+        if causal:
+            s = np.where(np.tri(33, dtype=bool), s, -np.inf)
+        p = np.exp(s - s.max(1, keepdims=True))
+        o = np.zeros_like(q)
+        o[0, 0] = p / p.sum(1, keepdims=True) @ v[0, 0]
+        assert attention.sampled_err(data, *(_Host(t) for t in (q, k, v, o)), causal, rng) < 1e-5
+        assert attention.sampled_err(data, *(_Host(t) for t in (q, k, v, o)), not causal, rng) > 1e-3
+
+
+def test_the_gpu_tests_select_and_collect():
+    files = gpu_check.gpu_test_files()
+    assert "tests/test_backend_gpu.py" in files and "tests/test_gpu_check.py" in files and len(files) >= 9
+    p = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-p", "no:cacheprovider",
+                        *files], capture_output=True, text=True, cwd=ROOT, check=False)
+    collected = [x for x in p.stdout.splitlines() if "::" in x]
+    assert p.returncode == 0 and {x.split("::")[0] for x in collected} == set(files), p.stdout[-2000:]
+    assert len(collected) >= 80
+
+
+def test_every_sanitizer_item_renders_its_kind_and_builds_with_nvcc():
+    index = []
+    for item in gpu_launch.ITEMS:
+        got = gpu_launch.sources(item, "sm90")
+        assert item.kind in {k for _, k, _ in got}
+        if item.skeleton:
+            assert all(ks.skeleton == item.skeleton for _, k, ks in got if k == item.kind)
+        index += [(f"{item.name}/{r}", "sm90", ks) for r, _, ks in got]
+    built = oracle.nvcc_builds(index, "sanitizer launch kernels")
+    assert [label for label, _, _, rep in built if not rep.ok] == []
+    assert {i.name for i in gpu_launch.ITEMS} >= {"gemm_sm90", "gemm_sm80", "conv", "conv_pool", "attention",
+                                                  "scores", "simt_softmax", "simt_layernorm"}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU visible")
+@pytest.mark.parametrize("name", [i.name for i in gpu_launch.ITEMS])
+def test_each_sanitizer_item_launches_once_and_equals_the_cpu_playback(name):
+    res = gpu_launch.launch(gpu_launch.BY_NAME[name])
+    assert res["ok"], res
