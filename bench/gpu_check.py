@@ -167,34 +167,37 @@ def part_tests(out: str, log: Log, jobs: int, timeout: float) -> dict:
                   log_tail=text[-3000:] if status == R.FAIL else "")
 
 
-def part_sanitize(log: Log, jobs: int, timeout: float) -> dict:
+def part_sanitize(log: Log, jobs: int, timeout: float, budget: float) -> dict:
+    """A plain run of every gpu_launch item (one at a time: each fills the kernel cache that its sanitized runs
+    then load from), then each item under each compute-sanitizer tool (``jobs`` at a time). Runs not started
+    when ``budget`` seconds have passed are FAIL rows saying so (the device call has a hard limit)."""
     from polysat.bench.gpu_launch import ITEMS
-    exe = sanitizer()
+    exe, deadline = sanitizer(), time.monotonic() + budget
     launch = [sys.executable, "-m", "polysat.bench.gpu_launch"]
-    runs: list[dict] = []
-    for item in ITEMS:  # one at a time: each fills the kernel cache that the sanitized runs then load from
+
+    def run(item: str, tool: "str | None") -> dict:
+        row = {"item": item, "tool": tool or "none", "status": R.FAIL, "errors": None, "seconds": 0.0, "why": ""}
+        if time.monotonic() > deadline:
+            return {**row, "why": f"not run: the sanitize part's budget of {budget:.0f} s was spent"}
         t0 = time.monotonic()
-        rc, text, timed_out = _run([*launch, item.name], timeout)
-        log.add(f"gpu_launch {item.name}", text)
+        cmd = [exe, "--tool", tool, "--print-limit", "20", *launch, item] if tool else [*launch, item]
+        rc, text, timed_out = _run(cmd, timeout)
+        log.add(f"{tool or 'plain run'}: gpu_launch {item}", text)
+        row["seconds"] = round(time.monotonic() - t0, 1)
+        if tool:
+            status, errors, why = R.sanitize_status(rc, text, timed_out)
+            return {**row, "status": status, "errors": errors, "why": why}
         res = _last_json(text)
         ok = rc == 0 and not timed_out
-        runs.append({"item": item.name, "tool": "none", "status": R.OK if ok else R.FAIL, "errors": None,
-                     "seconds": round(time.monotonic() - t0, 1), "max_rel_err": res.get("max_rel_err"),
-                     "why": "" if ok else ("timed out" if timed_out else res.get("error") or f"exit status {rc}")})
+        return {**row, "status": R.OK if ok else R.FAIL, "max_rel_err": res.get("max_rel_err"),
+                "why": "" if ok else ("timed out" if timed_out else res.get("error") or f"exit status {rc}")}
+    runs = [run(i.name, None) for i in ITEMS]
     if exe is None:
         runs.append({"item": "*", "tool": "*", "status": R.FAIL, "errors": None, "seconds": 0,
                      "why": "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"})
     else:
-        def one(job: tuple[str, str]) -> dict:
-            item, tool = job
-            t0 = time.monotonic()
-            rc, text, timed_out = _run([exe, "--tool", tool, "--print-limit", "20", *launch, item], timeout)
-            log.add(f"compute-sanitizer --tool {tool} gpu_launch {item}", text)
-            status, errors, why = R.sanitize_status(rc, text, timed_out)
-            return {"item": item, "tool": tool, "status": status, "errors": errors,
-                    "seconds": round(time.monotonic() - t0, 1), "why": why}
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-            runs += list(ex.map(one, [(i.name, t) for t in TOOLS for i in ITEMS]))
+            runs += list(ex.map(lambda job: run(*job), [(i.name, t) for t in TOOLS for i in ITEMS]))
     bad = [r for r in runs if r["status"] != R.OK]
     return R.part(R.FAIL if bad else R.OK, f"{len(bad)} of {len(runs)} runs failed" if bad else "", runs=runs)
 
@@ -262,7 +265,8 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer bench cases and iterations")
     ap.add_argument("--jobs", type=int, default=4, help="pytest-xdist workers and parallel sanitizer runs")
     ap.add_argument("--tests-timeout", type=float, default=420)
-    ap.add_argument("--launch-timeout", type=float, default=240, help="per gpu_launch run, sanitized or not")
+    ap.add_argument("--launch-timeout", type=float, default=180, help="per gpu_launch run, sanitized or not")
+    ap.add_argument("--sanitize-budget", type=float, default=240, help="seconds after which no run is started")
     ap.add_argument("--bench-budget", type=float, default=480, help="seconds after which bench cases are not run")
     ap.add_argument("--merge", nargs="+", metavar="REPORT", help="join these report.json files into --out")
     a = ap.parse_args(argv)
@@ -287,7 +291,7 @@ def main(argv: "list[str] | None" = None) -> int:
     log = Log(os.path.join(a.out, "logs.txt"))
     runners: dict[str, Callable[[], dict]] = {
         "tests": lambda: part_tests(a.out, log, a.jobs, a.tests_timeout),
-        "sanitize": lambda: part_sanitize(log, a.jobs, a.launch_timeout),
+        "sanitize": lambda: part_sanitize(log, a.jobs, a.launch_timeout, a.sanitize_budget),
         "bench": lambda: part_bench(a.quick, report, lambda: _save(report, a.out), a.bench_budget)}
     for name in R.PARTS[1:]:
         if name not in parts:

@@ -108,15 +108,16 @@ def times_ms(fn: Callable[[], Any], iters: int, warmup: int) -> list[float]:
     from polysat.backend.common.cuda_driver import ck, driver
     drv = driver()
     start, stop = (ck(drv.cuEventCreate(0), "cuEventCreate") for _ in range(2))
+    stream = drv.CUstream(0)
     try:
         for _ in range(warmup):
             fn()
         ck(drv.cuCtxSynchronize(), "cuCtxSynchronize")
         out = []
         for _ in range(iters):
-            ck(drv.cuEventRecord(start, 0), "cuEventRecord")
+            ck(drv.cuEventRecord(start, stream), "cuEventRecord")
             fn()
-            ck(drv.cuEventRecord(stop, 0), "cuEventRecord")
+            ck(drv.cuEventRecord(stop, stream), "cuEventRecord")
             ck(drv.cuEventSynchronize(stop), "cuEventSynchronize")
             out.append(float(ck(drv.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
         return out
@@ -142,7 +143,7 @@ def copy_gbps(timed: Callable[[Callable[[], Any]], float], nbytes: int = 1 << 30
     from polysat.backend.common.device_tensors import DeviceArray
     drv = driver()
     src, dst = DeviceArray((nbytes,), np.uint8), DeviceArray((nbytes,), np.uint8)
-    ms = timed(lambda: ck(drv.cuMemcpyDtoDAsync(drv.CUdeviceptr(dst.ptr), drv.CUdeviceptr(src.ptr), nbytes, 0),
+    ms = timed(lambda: ck(drv.cuMemcpyDtoDAsync(drv.CUdeviceptr(dst.ptr), drv.CUdeviceptr(src.ptr), nbytes, drv.CUstream(0)),
                           "cuMemcpyDtoDAsync"))
     return 2 * nbytes / (ms * 1e-3) / 1e9
 

@@ -132,6 +132,48 @@ def test_reports_of_several_runs_merge_and_the_results_file_names_the_device(tmp
     assert "| 8192x8192x8192 | bf16 |" in pathlib.Path(paths["md"]).read_text()
 
 
+def test_the_sanitize_part_runs_each_item_plain_then_under_each_tool_and_fails_per_run(tmp_path, monkeypatch):
+    def fake_run(cmd, timeout, env=None):
+        item = cmd[-1]
+        if cmd[0] == "/opt/cs":
+            tool = cmd[cmd.index("--tool") + 1]
+            return 0, f"========= ERROR SUMMARY: {2 if (item, tool) == ('conv', 'racecheck') else 0} errors\n", False
+        if item == "scores":
+            return 1, json.dumps({"item": item, "ok": False, "error": "InternalError: E1999"}) + "\n", False
+        return 0, json.dumps({"item": item, "ok": True, "max_rel_err": 1e-3}) + "\n", False
+    monkeypatch.setattr(gpu_check, "_run", fake_run)
+    monkeypatch.setattr(gpu_check, "sanitizer", lambda: "/opt/cs")
+    log = gpu_check.Log(str(tmp_path / "logs.txt"))
+    p = gpu_check.part_sanitize(log, 3, 60, 600)
+    runs = {(r["item"], r["tool"]): r for r in p["runs"]}
+    assert len(runs) == 4 * len(gpu_launch.ITEMS) and p["status"] == "FAIL" and p["reason"] == "2 of 40 runs failed"
+    assert runs[("conv", "racecheck")]["errors"] == 2 and runs[("scores", "none")]["why"] == "InternalError: E1999"
+    assert runs[("gemm_sm90", "none")]["max_rel_err"] == 1e-3 and runs[("attention", "synccheck")]["status"] == "ok"
+    assert "racecheck: gpu_launch conv" in (tmp_path / "logs.txt").read_text()
+    late = gpu_check.part_sanitize(log, 1, 60, -1)  # the budget is spent before the first run
+    assert all(r["status"] == "FAIL" and r["why"].startswith("not run") for r in late["runs"])
+    monkeypatch.setattr(gpu_check, "sanitizer", lambda: None)
+    assert "compute-sanitizer not found" in gpu_check.part_sanitize(log, 1, 60, 600)["runs"][-1]["why"]
+
+
+def test_the_tests_part_runs_the_gpu_files_and_reads_each_outcome(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_run(cmd, timeout, env=None):
+        seen.append(cmd)
+        junit = next(c.split("=", 1)[1] for c in cmd if c.startswith("--junitxml="))
+        pathlib.Path(junit).write_text('<testsuite><testcase classname="tests.test_backend_gpu" name="t1" time="2"/>'
+                                       '<testcase classname="tests.test_simt_gpu" name="t2" time="1">'
+                                       '<failure message="3 of 9 differ"/></testcase></testsuite>')
+        return 1, "1 failed, 1 passed", False
+    monkeypatch.setattr(gpu_check, "_run", fake_run)
+    p = gpu_check.part_tests(str(tmp_path), gpu_check.Log(str(tmp_path / "logs.txt")), 1, 60)
+    assert seen[0][2:5] == ["pytest", "-m", "gpu"] and "tests/test_backend_gpu.py" in seen[0]
+    assert p["status"] == "FAIL" and p["counts"]["failed"] == 1 and p["tests"][1]["message"] == "3 of 9 differ"
+    monkeypatch.setattr(gpu_check, "_run", lambda cmd, timeout, env=None: (-1, "", True))
+    assert gpu_check.part_tests(str(tmp_path), gpu_check.Log(str(tmp_path / "l.txt")), 1, 60)["reason"] == "timed out"
+
+
 def test_the_check_cases_are_the_rows_the_gpu_bring_up_asks_for():
     g = {(c["dtype"], c["m"], c["n"], c["k"]) for c in gemm.check_cases(False)}
     assert {(d, *s) for d in ("fp16", "bf16") for s in ((4096,) * 3, (8192,) * 3, (4095, 4097, 1000))} <= g
