@@ -213,7 +213,7 @@ def _last_json(text: str) -> dict:
 
 
 def part_bench(quick: bool, report: dict, save: Callable[[], None], budget: float) -> dict:
-    """Every bench's check cases; the report is saved after each bench. Cases left when ``budget`` seconds
+    """Every bench's check cases; the report is saved after each row. Cases left when ``budget`` seconds
     have passed are FAIL rows saying so (the device call has a hard limit)."""
     from polysat.bench import attention, conv, gemm, simt
     from polysat.bench.harness import Data, copy_gbps, log_kernels, open_device, run_cases, time_ms
@@ -240,10 +240,12 @@ def part_bench(quick: bool, report: dict, save: Callable[[], None], budget: floa
                 raise TimeoutError(f"not run: the bench part's budget of {budget:.0f} s was spent")
             extra = (copy,) if m is simt else ()
             return m.measure(gpu, case, timed, data, measured, *extra)
-        p["rows"] += run_cases(name, m.check_cases(quick), one, m.label)
+        def say(line: str) -> None:  # the report is saved after every row: a call cut short keeps them
+            print(line, flush=True)
+            save()
+        run_cases(name, m.check_cases(quick), one, m.label, say, p["rows"])
         p["benches"][name] = round(time.monotonic() - t0, 1)
         print(f"gpu_check: bench {name}: {p['benches'][name]} s", flush=True)
-        save()
     log_kernels("gpu_check", gpu.dev, measured)
     bad = [r for r in p["rows"] if r["status"] != R.OK]
     p.update(status=R.FAIL if bad else R.OK, reason=f"{len(bad)} of {len(p['rows'])} rows failed" if bad else "")

@@ -155,10 +155,10 @@ def estimate_us(launch: Any) -> "float | None":
 
 
 def run_cases(bench: str, todo: list, one: Callable[[Any], list], label: Callable[[Any], str],
-              say: Callable[[str], Any] = lambda s: print(s, flush=True)) -> list[dict]:
-    """The rows of every case (``one(case)`` measures it); a case that fails is a FAIL row with its error, and the
-    others go on. Says each row as it comes."""
-    rows = []
+              say: Callable[[str], Any] = lambda s: print(s, flush=True), rows: "list | None" = None) -> list[dict]:
+    """The rows of every case (``one(case)`` measures it), appended to ``rows`` as they come (a new list by
+    default) and returned; a case that fails is a FAIL row with its error, and the others go on. Says each row."""
+    rows = [] if rows is None else rows
     for case in todo:
         try:
             got = one(case)

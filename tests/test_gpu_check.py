@@ -273,3 +273,104 @@ def test_every_sanitizer_item_renders_its_kind_and_builds_with_nvcc():
 def test_each_sanitizer_item_launches_once_and_equals_the_cpu_playback(name):
     res = gpu_launch.launch(gpu_launch.BY_NAME[name])
     assert res["ok"], res
+
+
+class _Array:
+    """A numpy-backed stand-in for DeviceArray (NaN-poisoned when made empty)."""
+
+    def __init__(self, shape, dtype):
+        self.a = np.full(tuple(shape), np.nan, dtype=np.float32).astype(dtype)
+
+    @staticmethod
+    def from_numpy(a):
+        out = _Array(a.shape, a.dtype)
+        out.a[...] = a
+        return out
+
+    def numpy(self):
+        return self.a.copy()
+
+
+class _Launch:
+    """A fake prepared launch: the real kernel source (plan, estimate), the kind's numpy meaning as the kernel."""
+
+    def __init__(self, kind: str, spec, tensors, env):
+        from polysat.backend.kinds import kind_named
+        from polysat.runtime.kernels import source
+        self.kernel, self.kind, self.spec, self.tensors, self.env = source(kind, spec, env, "sm90"), kind_named(kind), \
+            spec, tensors, env
+
+    def __call__(self, stream=0):
+        c = self.tensors[self.spec.c]
+        ins = {n: t.a for n, t in self.tensors.items() if t is not c}
+        c.a[...] = np.asarray(self.kind.reference(self.spec, ins, self.env)).astype(c.a.dtype)
+
+
+def _numpy_device(monkeypatch):
+    """A stand-in device: tensors in numpy, each kernel its kind's numpy meaning (the real kernel source gives the
+    plan and the estimate), no PyTorch; returns the bench's Gpu."""
+    import types
+
+    import polysat.backend.attention.launch as al
+    import polysat.backend.common.device_tensors as dt
+    import polysat.backend.conv.launch as cl
+    import polysat.backend.gemm.launch as gl
+    import polysat.runtime.kernels as rk
+    monkeypatch.setattr(dt, "DeviceArray", _Array)
+    monkeypatch.setattr(gl, "prepare", lambda spec, t, env=None, **kw: _Launch("gemm", spec, t, env or {}))
+    monkeypatch.setattr(cl, "prepare", lambda spec, t, **kw: _Launch(
+        "conv_pool" if hasattr(spec, "conv") else "conv", spec, t, {}))
+    monkeypatch.setattr(al, "prepare", lambda spec, t, env=None, **kw: _Launch("attention", spec, t, env or {}))
+    monkeypatch.setattr(rk, "prepare", lambda kind, spec, t, env: _Launch(kind, spec, t, env))
+    return types.SimpleNamespace(torch=None, why="torch missing (test)", dev=types.SimpleNamespace(arch="sm90", sms=132))
+
+
+SMALL = {"gemm": [{"dtype": "bf16", "m": 70, "n": 48, "k": 40}],
+         "conv": [{"dtype": "fp16", "name": "t", "c": 8, "hw": 11, "co": 16, "batch": 2, **case}
+                  for case in ({"pool": None, "stride": 2, "pad": 1, "k": 3}, {"pool": (2, 2, 0), "stride": 1, "pad": 1, "k": 3},
+                               {"pool": (3, 2, 1), "stride": 2, "pad": 3, "k": 7})],
+         "attention": [{"dtype": "fp16", "d": 64, "seq": 40, "causal": True, "algo": "online_softmax", "batch": 1,
+                        "heads": 2}],
+         "simt": [{**c, "bind": {k: (300 if i == 0 else min(v, 64)) for i, (k, v) in enumerate(c["bind"].items())}}
+                  for c in simt.cases(True)]}
+
+
+def test_every_bench_measures_on_a_numpy_device_without_torch(monkeypatch):
+    """Each bench's measure, end to end on a stand-in device (timings fixed): the rows carry polysat's figures,
+    the plan's estimate, 'torch missing' baselines and a small sampled error, so the bench's plumbing and its
+    independent references agree before a GPU runs it."""
+    from polysat.bench.harness import Data
+    gpu = _numpy_device(monkeypatch)
+    data, measured = Data(None), []
+
+    def timed(fn):
+        fn()
+        return 0.5
+
+    rows = [r for b, m in (("gemm", gemm), ("conv", conv), ("attention", attention)) for c in SMALL[b]
+            for r in m.measure(gpu, c, timed, data, measured)]
+    rows += [r for c in SMALL["simt"] for r in simt.measure(gpu, c, timed, data, measured, 3000.0)]
+    assert [r["bench"] for r in rows] == ["gemm", "gemm_bias_relu", "conv", "conv_relu_maxpool", "conv_relu_maxpool",
+                                          "attention", "simt", "simt", "simt"] and len(measured) == len(rows)
+    for r in rows:
+        assert r["status"] == "ok" and r["polysat_ms"] == 0.5 and r["max_rel_err"] < 2e-2, r
+        assert r["baselines_missing"].endswith("torch missing (test)") and r["estimate_us"] > 0
+        assert (r.get("polysat_tflops") or r.get("polysat_gbps")) > 0
+    assert all(r["vs_copy"] > 0 for r in rows if r["bench"] == "simt")
+
+
+def test_the_bench_part_runs_every_bench_saves_after_each_row_and_keeps_to_its_budget(tmp_path, monkeypatch):
+    import polysat.bench.harness as h
+    gpu = _numpy_device(monkeypatch)
+    monkeypatch.setattr(h, "open_device", lambda *a: gpu)
+    monkeypatch.setattr(h, "copy_gbps", lambda timed: 3000.0)
+    monkeypatch.setattr(h, "time_ms", lambda fn, iters, warmup: (fn(), 0.25)[1])
+    monkeypatch.setenv("POLYSAT_MEASURE_LOG", str(tmp_path / "m.csv"))
+    for name, m in (("gemm", gemm), ("conv", conv), ("attention", attention), ("simt", simt)):
+        monkeypatch.setattr(m, "check_cases", lambda quick, name=name: SMALL[name][:1])
+    saves, report = [], {"parts": {}}
+    p = gpu_check.part_bench(True, report, lambda: saves.append(len(report["parts"]["bench"]["rows"])), 600)
+    assert p["status"] == "ok" and list(p["benches"]) == ["gemm", "conv", "attention", "simt"] and saves == [1, 2, 3, 4, 5]
+    assert p["copy_gbps"] == 3000.0 and p["torch"] == "torch missing (test)" and len((tmp_path / "m.csv").read_text().splitlines()) == 6
+    late = gpu_check.part_bench(True, {"parts": {}}, lambda: None, -1)
+    assert late["status"] == "FAIL" and all("budget" in r["error"] for r in late["rows"]) and len(late["rows"]) == 4
