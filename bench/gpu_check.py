@@ -88,7 +88,8 @@ def collect_env() -> dict:
     env: dict = {"python": platform.python_version(), "machine": platform.machine()}
     env["packages"] = {d: _version(d) for d in ("cuda-bindings", "torch", "numpy", "egglog", "islpy", "pytest",
                                                 "pytest-xdist")}
-    env["nvcc"] = _first_line([shutil.which("nvcc") or "nvcc", "--version"]) or "missing"
+    from polysat import knobs
+    env["nvcc"] = _first_line([knobs.nvcc() or "nvcc", "--version"]) or "missing"
     env["compute_sanitizer"] = _first_line([sanitizer() or "compute-sanitizer", "--version"]) or "missing"
     env["cuda_device"] = cuda_available()
     if not env["cuda_device"]:
@@ -161,8 +162,10 @@ def part_tests(out: str, log: Log, jobs: int, timeout: float) -> dict:
         rows = R.junit_rows(f.read())
     counts = R.test_counts(rows)
     bad = counts["failed"] + counts["error"]
-    why = ("timed out; " if timed_out else "") + (f"{bad} failed" if bad else "" if rows else "no gpu test collected")
-    status = R.FAIL if bad or timed_out or not rows else R.OK
+    why = "; ".join(x for x in ("timed out" if timed_out else "", f"{bad} failed" if bad else "",
+                                f"{counts['skipped']} skipped" if counts["skipped"] else "",
+                                "no gpu test passed" if not counts["passed"] else "") if x)
+    status = R.FAIL if bad or timed_out or not counts["passed"] else R.OK
     return R.part(status, why, files=files, counts=counts, tests=rows, exit_status=rc,
                   log_tail=text[-3000:] if status == R.FAIL else "")
 

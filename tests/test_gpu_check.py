@@ -170,6 +170,7 @@ def test_the_tests_part_runs_the_gpu_files_and_reads_each_outcome(tmp_path, monk
     p = gpu_check.part_tests(str(tmp_path), gpu_check.Log(str(tmp_path / "logs.txt")), 1, 60)
     assert seen[0][2:5] == ["pytest", "-m", "gpu"] and "tests/test_backend_gpu.py" in seen[0]
     assert p["status"] == "FAIL" and p["counts"]["failed"] == 1 and p["tests"][1]["message"] == "3 of 9 differ"
+    assert p["reason"] == "1 failed"
     monkeypatch.setattr(gpu_check, "_run", lambda cmd, timeout, env=None: (-1, "", True))
     assert gpu_check.part_tests(str(tmp_path), gpu_check.Log(str(tmp_path / "l.txt")), 1, 60)["reason"] == "timed out"
 
