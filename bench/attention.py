@@ -60,16 +60,28 @@ def sampled_err(data: Data, q, k, v, o, causal: bool, rng: np.random.Generator) 
     return float(np.abs(oh[rows] - ref).max() / max(np.abs(ref).max(), 1e-6))
 
 
-def measure(gpu, case: dict, timed, data: Data, measured: list) -> list[dict]:
-    from polysat.backend.attention.launch import prepare as prepare_attention
+def spec_of(case: dict):
     from polysat.backend.attention.spec import AttentionSpec
     from polysat.ir.dtypes import DType
+    dname, d, s = case["dtype"], case["d"], case["seq"]
+    dt = DType(dname)
+    return AttentionSpec(f"bench_{dname}_d{d}", s, s, d, d, batch=(case["batch"], case["heads"]),
+                         causal=case["causal"], scale=d ** -0.5, in_dtype=dt, p_dtype=dt, out_dtype=dt)
+
+
+def sources(case: dict, arch: str) -> list:
+    """The KernelSource measure launches for the case on arch (to build it ahead, in parallel)."""
+    from polysat.backend.attention.launch import _plan_and_source, concrete_spec
+    return [_plan_and_source(concrete_spec(spec_of(case), None), arch, case["algo"])]
+
+
+def measure(gpu, case: dict, timed, data: Data, measured: list) -> list[dict]:
+    from polysat.backend.attention.launch import prepare as prepare_attention
     dname, d, s, causal, batch, heads = (case[f] for f in ("dtype", "d", "seq", "causal", "batch", "heads"))
-    dt, torch = DType(dname), gpu.torch
+    torch = gpu.torch
     q, k, v = (data.randn((batch, heads, s, d), dname) for _ in range(3))
     o = data.empty((batch, heads, s, d), dname)
-    spec = AttentionSpec(f"bench_{dname}_d{d}", s, s, d, d, batch=(batch, heads), causal=causal, scale=d ** -0.5,
-                         in_dtype=dt, p_dtype=dt, out_dtype=dt)
+    spec = spec_of(case)
     launch = prepare_attention(spec, {"Q": q, "K": k, "V": v, "O": o}, algo=case["algo"])
     t = {"polysat": timed(launch), "sdpa_flash": None}
     if torch is not None:

@@ -83,22 +83,35 @@ def sampled_err(case: dict, xh, wh, bh, yh, ho: int, wo: int, rng: np.random.Gen
     return float(max(errs) / scale)
 
 
-def measure(gpu, case: dict, timed, data: Data, measured: list) -> list[dict]:
+def specs(case: dict) -> tuple:
+    """(ConvSpec, the spec launched: the ConvSpec, or its ConvPoolSpec with bias + ReLU) of a case."""
     from polysat.backend.common.spec import EpilogueOp
-    from polysat.backend.conv.launch import prepare as prepare_conv
     from polysat.backend.conv.spec import ConvSpec
     from polysat.backend.conv_pool.spec import ConvPoolSpec
     from polysat.ir.dtypes import DType
     dname, n, c, hw, co, k, s, p = (case[f] for f in ("dtype", "batch", "c", "hw", "co", "k", "stride", "pad"))
-    dt, torch, pool = DType(dname), gpu.torch, case["pool"]
-    x = data.randn((n, c, hw, hw), dname)
-    w = data.randn((co, c, k, k), dname, scale=(c * k * k) ** -0.5)
-    b = data.randn((co,), dname)
+    dt, pool = DType(dname), case["pool"]
     epi = (EpilogueOp("bias", "b", dtype=dt), EpilogueOp("relu")) if pool else ()
     conv = ConvSpec(f"bench_{case['name']}_{dname}", n, c, hw, hw, co, k, k, stride=(s, s), pad=(p, p, p, p),
                     in_dtype=dt, out_dtype=dt, epilogue=epi)
+    return conv, ConvPoolSpec(conv, conv.out_hw, (pool[0],) * 2, (pool[1],) * 2, (pool[2],) * 2) if pool else conv
+
+
+def sources(case: dict, arch: str) -> list:
+    """The KernelSource measure launches for the case on arch (to build it ahead, in parallel)."""
+    from polysat.backend.conv.launch import _source
+    return [_source(specs(case)[1], arch)]
+
+
+def measure(gpu, case: dict, timed, data: Data, measured: list) -> list[dict]:
+    from polysat.backend.conv.launch import prepare as prepare_conv
+    dname, n, c, hw, co, k, s, p = (case[f] for f in ("dtype", "batch", "c", "hw", "co", "k", "stride", "pad"))
+    torch, pool = gpu.torch, case["pool"]
+    x = data.randn((n, c, hw, hw), dname)
+    w = data.randn((co, c, k, k), dname, scale=(c * k * k) ** -0.5)
+    b = data.randn((co,), dname)
+    conv, spec = specs(case)
     ho, wo = conv.out_hw
-    spec = ConvPoolSpec(conv, conv.out_hw, (pool[0],) * 2, (pool[1],) * 2, (pool[2],) * 2) if pool else conv
     y = data.empty((n, co, *spec.out_hw), dname)
     launch = prepare_conv(spec, {"X": x, "W": w, "Y": y, **({"b": b} if pool else {})})
     t = {"polysat": timed(launch)}

@@ -51,20 +51,33 @@ def label(case: dict) -> str:
     return f"{case['m']}x{case['n']}x{case['k']}"
 
 
-def measure(gpu, case: dict, timed, data: Data, measured: list) -> list[dict]:
-    """The two rows of one case (plain, fused); appends (label, kind, launch, shapes, ms) to measured."""
+def specs(case: dict) -> tuple:
+    """(plain, fused + bias + ReLU) GemmSpecs of a case."""
     from polysat.backend.common.spec import EpilogueOp
-    from polysat.backend.gemm.launch import prepare as prepare_gemm
     from polysat.backend.gemm.spec import GemmSpec
     from polysat.ir.dtypes import DType
     dname, m, n, k = case["dtype"], case["m"], case["n"], case["k"]
-    dt, torch = DType(dname), gpu.torch
+    dt = DType(dname)
+    return (GemmSpec(f"bench_{dname}", m, n, k, in_dtype=dt, out_dtype=dt),
+            GemmSpec(f"bench_{dname}_bias_relu", m, n, k, in_dtype=dt, out_dtype=dt,
+                     epilogue=(EpilogueOp("bias", "bias", dtype=dt), EpilogueOp("relu"))))
+
+
+def sources(case: dict, arch: str) -> list:
+    """The KernelSources measure launches for the case on arch (to build them ahead, in parallel)."""
+    from polysat.backend.gemm.launch import _plan_and_source, concrete_spec
+    return [_plan_and_source(concrete_spec(s, None), arch) for s in specs(case)]
+
+
+def measure(gpu, case: dict, timed, data: Data, measured: list) -> list[dict]:
+    """The two rows of one case (plain, fused); appends (label, kind, launch, shapes, ms) to measured."""
+    from polysat.backend.gemm.launch import prepare as prepare_gemm
+    dname, m, n, k = case["dtype"], case["m"], case["n"], case["k"]
+    torch = gpu.torch
     a, b = data.randn((m, k), dname), data.randn((k, n), dname)
     bias = data.randn((n,), dname)
     c, cf = data.empty((m, n), dname), data.empty((m, n), dname)
-    plain = GemmSpec(f"bench_{dname}", m, n, k, in_dtype=dt, out_dtype=dt)
-    fused = GemmSpec(f"bench_{dname}_bias_relu", m, n, k, in_dtype=dt, out_dtype=dt,
-                     epilogue=(EpilogueOp("bias", "bias", dtype=dt), EpilogueOp("relu")))
+    plain, fused = specs(case)
     lp = prepare_gemm(plain, {"A": a, "B": b, "C": c})
     lf = prepare_gemm(fused, {"A": a, "B": b, "bias": bias, "C": cf})
     t_p, t_f = timed(lp), timed(lf)

@@ -171,8 +171,8 @@ def part_tests(out: str, log: Log, jobs: int, timeout: float) -> dict:
 
 
 def part_sanitize(log: Log, jobs: int, timeout: float, budget: float) -> dict:
-    """A plain run of every gpu_launch item (one at a time: each fills the kernel cache that its sanitized runs
-    then load from), then each item under each compute-sanitizer tool (``jobs`` at a time). Runs not started
+    """A plain run of every gpu_launch item (it fills the kernel cache that its sanitized runs then load from and
+    checks the outputs), then each item under each compute-sanitizer tool, ``jobs`` runs at a time. Runs not started
     when ``budget`` seconds have passed are FAIL rows saying so (the device call has a hard limit)."""
     from polysat.bench.gpu_launch import ITEMS
     exe, deadline = sanitizer(), time.monotonic() + budget
@@ -194,12 +194,12 @@ def part_sanitize(log: Log, jobs: int, timeout: float, budget: float) -> dict:
         ok = rc == 0 and not timed_out
         return {**row, "status": R.OK if ok else R.FAIL, "max_rel_err": res.get("max_rel_err"),
                 "why": "" if ok else ("timed out" if timed_out else res.get("error") or f"exit status {rc}")}
-    runs = [run(i.name, None) for i in ITEMS]
-    if exe is None:
-        runs.append({"item": "*", "tool": "*", "status": R.FAIL, "errors": None, "seconds": 0,
-                     "why": "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"})
-    else:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        runs = list(ex.map(lambda job: run(*job), [(i.name, None) for i in ITEMS]))
+        if exe is None:
+            runs.append({"item": "*", "tool": "*", "status": R.FAIL, "errors": None, "seconds": 0,
+                         "why": "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"})
+        else:
             runs += list(ex.map(lambda job: run(*job), [(i.name, t) for t in TOOLS for i in ITEMS]))
     bad = [r for r in runs if r["status"] != R.OK]
     return R.part(R.FAIL if bad else R.OK, f"{len(bad)} of {len(runs)} runs failed" if bad else "", runs=runs)
@@ -215,8 +215,47 @@ def _last_json(text: str) -> dict:
     return {}
 
 
-def part_bench(quick: bool, report: dict, save: Callable[[], None], budget: float) -> dict:
-    """Every bench's check cases; the report is saved after each row. Cases left when ``budget`` seconds
+def _build_one(job: tuple) -> str:
+    """Build one kernel into the kernel cache (in a worker process): '' or the error."""
+    source, skeleton, arch, cc = job
+    try:
+        from types import SimpleNamespace
+
+        from polysat.backend.common.kernel_cache import cubin_for
+        cubin_for(SimpleNamespace(source=source, skeleton=skeleton), arch, tuple(cc))
+        return ""
+    except Exception as e:  # noqa: BLE001 - the case's own launch reports it again, as a FAIL row
+        return f"{type(e).__name__}: {e}"[:500]
+
+
+def build_kernels(jobs: list[tuple], workers: int) -> list[str]:
+    """Build (source, skeleton, arch, cc) jobs into the kernel cache in ``workers`` fresh processes (spawned: no
+    CUDA context is inherited; NVRTC or nvcc needs none), so that the timing loop that follows only loads
+    cubins; the errors, '' for each success."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    if not jobs:
+        return []
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context("spawn")) as ex:
+        return list(ex.map(_build_one, jobs))
+
+
+def bench_jobs(todo: list[tuple[Any, dict]], arch: str, cc: tuple) -> list[tuple]:
+    """The distinct kernels the (bench module, case) pairs launch, as build jobs; a case whose plan fails here
+    is left to its own measurement (a FAIL row)."""
+    jobs: dict = {}
+    for m, case in todo:
+        try:
+            for ks in m.sources(case, arch):
+                jobs.setdefault(ks.source, (ks.source, ks.skeleton, arch, tuple(cc)))
+        except Exception:  # noqa: BLE001 - reported by the case's measurement
+            continue
+    return list(jobs.values())
+
+
+def part_bench(quick: bool, report: dict, save: Callable[[], None], budget: float, compile_jobs: int = 1) -> dict:
+    """Every bench's check cases, their kernels built ahead in ``compile_jobs`` processes; the report is saved
+    after each row. Cases left when ``budget`` seconds
     have passed are FAIL rows saying so (the device call has a hard limit)."""
     from polysat.bench import attention, conv, gemm, simt
     from polysat.bench.harness import Data, copy_gbps, log_kernels, open_device, run_cases, time_ms
@@ -235,6 +274,12 @@ def part_bench(quick: bool, report: dict, save: Callable[[], None], budget: floa
     p = R.part(R.OK, "", copy_gbps=copy, iters=iters, warmup=warmup, torch=gpu.why or "present", rows=[], benches={})
     report["parts"]["bench"] = p
     mods = {"gemm": gemm, "conv": conv, "attention": attention, "simt": simt}
+    t0 = time.monotonic()
+    jobs = bench_jobs([(mods[b], c) for b in BENCHES for c in mods[b].check_cases(quick)], gpu.dev.arch, gpu.dev.cc)
+    errors = [e for e in build_kernels(jobs, compile_jobs) if e]
+    p["build"] = {"kernels": len(jobs), "failed": len(errors), "seconds": round(time.monotonic() - t0, 1)}
+    print(f"gpu_check: bench: {len(jobs)} kernels built ahead in {p['build']['seconds']} s, {len(errors)} failed",
+          flush=True)
     for name in BENCHES:
         m, t0 = mods[name], time.monotonic()
 
@@ -272,6 +317,7 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--tests-timeout", type=float, default=420)
     ap.add_argument("--launch-timeout", type=float, default=180, help="per gpu_launch run, sanitized or not")
     ap.add_argument("--sanitize-budget", type=float, default=240, help="seconds after which no run is started")
+    ap.add_argument("--compile-jobs", type=int, default=12, help="processes building the bench kernels ahead")
     ap.add_argument("--bench-budget", type=float, default=480, help="seconds after which bench cases are not run")
     ap.add_argument("--merge", nargs="+", metavar="REPORT", help="join these report.json files into --out")
     a = ap.parse_args(argv)
@@ -297,7 +343,7 @@ def main(argv: "list[str] | None" = None) -> int:
     runners: dict[str, Callable[[], dict]] = {
         "tests": lambda: part_tests(a.out, log, a.jobs, a.tests_timeout),
         "sanitize": lambda: part_sanitize(log, a.jobs, a.launch_timeout, a.sanitize_budget),
-        "bench": lambda: part_bench(a.quick, report, lambda: _save(report, a.out), a.bench_budget)}
+        "bench": lambda: part_bench(a.quick, report, lambda: _save(report, a.out), a.bench_budget, a.compile_jobs)}
     for name in R.PARTS[1:]:
         if name not in parts:
             continue

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Mapping
 
 import numpy as np
@@ -52,11 +53,17 @@ FORCEABLE = ("gemm", "conv", "conv_pool", "attention")
 
 
 def compile_item(item: Item) -> tuple[Any, list, dict]:
-    """(compilation, regions, random inputs scaled to keep fp16 sums finite) of the item's example."""
+    """(compilation, regions, random inputs scaled to keep fp16 sums finite) of the item's example (items that
+    differ only in the skeleton share one compilation)."""
+    return _compiled(item.example, item.cost, tuple(sorted(item.bind.items())))
+
+
+@lru_cache(maxsize=None)
+def _compiled(example: str, cost: str, bind: tuple) -> tuple[Any, list, dict]:
     from ..cli import random_inputs
     from ..pipeline import Compilation
-    c = Compilation(os.path.join(EXAMPLES, item.example), cost=item.cost)
-    ins = {k: v * 0.5 for k, v in random_inputs(c.program, dict(item.bind), 0).items()}
+    c = Compilation(os.path.join(EXAMPLES, example), cost=cost)
+    ins = {k: v * 0.5 for k, v in random_inputs(c.program, dict(bind), 0).items()}
     return c, c.regions, ins
 
 

@@ -71,6 +71,13 @@ def _region(case: dict):
     return step.region, step.binding.spec, dict(case["bind"])
 
 
+def sources(case: dict, arch: str) -> list:
+    """The KernelSource measure launches for the case on arch (to build it ahead, in parallel)."""
+    from polysat.runtime.kernels import source
+    _, spec, env = _region(case)
+    return [source("simt", spec, env, arch)]
+
+
 def measure(gpu, case: dict, timed, data: Data, measured: list, copy: float) -> list[dict]:
     from polysat.bench.gpu_launch import rel_err
     from polysat.ir.playback import _RegionRun

@@ -323,7 +323,8 @@ def _numpy_device(monkeypatch):
         "conv_pool" if hasattr(spec, "conv") else "conv", spec, t, {}))
     monkeypatch.setattr(al, "prepare", lambda spec, t, env=None, **kw: _Launch("attention", spec, t, env or {}))
     monkeypatch.setattr(rk, "prepare", lambda kind, spec, t, env: _Launch(kind, spec, t, env))
-    return types.SimpleNamespace(torch=None, why="torch missing (test)", dev=types.SimpleNamespace(arch="sm90", sms=132))
+    return types.SimpleNamespace(torch=None, why="torch missing (test)",
+                                 dev=types.SimpleNamespace(arch="sm90", sms=132, cc=(9, 0)))
 
 
 SMALL = {"gemm": [{"dtype": "bf16", "m": 70, "n": 48, "k": 40}],
@@ -369,9 +370,25 @@ def test_the_bench_part_runs_every_bench_saves_after_each_row_and_keeps_to_its_b
     monkeypatch.setenv("POLYSAT_MEASURE_LOG", str(tmp_path / "m.csv"))
     for name, m in (("gemm", gemm), ("conv", conv), ("attention", attention), ("simt", simt)):
         monkeypatch.setattr(m, "check_cases", lambda quick, name=name: SMALL[name][:1])
+    built = []
+    monkeypatch.setattr(gpu_check, "build_kernels", lambda jobs, workers: built.extend(jobs) or ["", "E"][:len(jobs)])
     saves, report = [], {"parts": {}}
-    p = gpu_check.part_bench(True, report, lambda: saves.append(len(report["parts"]["bench"]["rows"])), 600)
+    p = gpu_check.part_bench(True, report, lambda: saves.append(len(report["parts"]["bench"]["rows"])), 600, 4)
+    assert len(built) == 5 and {j[1] for j in built} == {"sm90", "simt"} and all(j[2:] == ("sm90", (9, 0)) for j in built)
+    assert p["build"]["kernels"] == 5 and p["build"]["failed"] == 1
     assert p["status"] == "ok" and list(p["benches"]) == ["gemm", "conv", "attention", "simt"] and saves == [1, 2, 3, 4, 5]
     assert p["copy_gbps"] == 3000.0 and p["torch"] == "torch missing (test)" and len((tmp_path / "m.csv").read_text().splitlines()) == 6
     late = gpu_check.part_bench(True, {"parts": {}}, lambda: None, -1)
     assert late["status"] == "FAIL" and all("budget" in r["error"] for r in late["rows"]) and len(late["rows"]) == 4
+
+
+def test_kernels_are_built_ahead_into_the_kernel_cache_by_worker_processes(tmp_path, monkeypatch):
+    from polysat.backend.common.kernel_cache import cubin_name
+    monkeypatch.setenv("POLYSAT_KERNEL_CACHE", str(tmp_path))
+    ok = 'extern "C" __global__ void polysat_probe(float* y) { y[threadIdx.x] = 1.0f; }\n'
+    bad = 'extern "C" __global__ void polysat_probe(float* y) { y[threadIdx.x] = undeclared; }\n'
+    errors = gpu_check.build_kernels([(ok, "sm80", "sm80", (8, 0)), (bad, "sm80", "sm80", (8, 0))], 2)
+    assert errors[0] == "" and "undeclared" in errors[1]
+    import types
+    name = cubin_name(types.SimpleNamespace(source=ok, skeleton="sm80"), "sm80", (8, 0))
+    assert (tmp_path / name).read_bytes()[:4] == b"\x7fELF"
