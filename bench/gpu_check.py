@@ -15,15 +15,16 @@ Parts (``--part``, comma list; all by default), each timed and printed as it end
   attention sm90 and sm80, softmax_scores, SIMT softmax and layernorm) a plain run (it fills the kernel cache
   and checks the outputs against the CPU playback), then compute-sanitizer memcheck, racecheck and synccheck on
   the same single launch; ok only with 0 errors.
-- ``bench``: the copy bandwidth, then the cases of bench/gemm.py, bench/conv.py, bench/attention.py and
+- ``bench``: the copy bandwidth; every kernel the cases will launch built ahead by ``--compile-jobs`` worker
+  processes into the kernel cache; then the cases of bench/gemm.py, bench/conv.py, bench/attention.py and
   bench/simt.py that ``check_cases(quick)`` lists, rows assembled by bench/gpu_report.py (ratios to the torch
   baselines, the cost model's estimate / measured). Without PyTorch the baselines read "torch missing" and the
   polysat figures still come.
 
 Writes DIR/report.json, DIR/report.md, DIR/junit.xml, DIR/logs.txt (every subprocess's output),
 DIR/measurements.csv (the measurement log of the timed kernels) and, with bench rows, DIR/<device>.json and
-bench/results/<device>.json (device, driver, date, every row). The report is rewritten after each part, so a
-run cut short keeps what finished; ``--merge`` joins the reports of several runs (no GPU needed).
+bench/results/<device>.json (device, driver, date, every row). The report is rewritten after each part and
+each bench row, so a run cut short keeps what finished; ``--merge`` joins the reports of several runs (no GPU needed).
 
 Exit status: 0 when every part that ran is clean or was skipped with its reason (no CUDA device here: every
 part but env is SKIPPED, "no CUDA device"); 1 when a test, a sanitizer run or a bench row failed; 2 on bad
@@ -42,6 +43,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -49,6 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from polysat.bench import gpu_report as R
+from polysat.bench import harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -57,15 +60,24 @@ BENCHES = ("gemm", "conv", "attention", "simt")
 
 
 def _run(cmd: list[str], timeout: float, env: "dict | None" = None) -> tuple[int, str, bool]:
-    """(exit status, stdout + stderr, timed out) of a subprocess; never raises for the command's own failure."""
+    """(exit status, stdout + stderr, timed out) of a subprocess; never raises for the command's own failure. At
+    the timeout it is interrupted (SIGINT: pytest still writes its JUnit XML of the tests that ran), then
+    killed if it has not ended 30 s later."""
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, check=False)
-        return p.returncode, p.stdout + p.stderr, False
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return -1, out, True
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
     except OSError as e:
         return -1, f"{type(e).__name__}: {e}", False
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out or "", False
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGINT)
+        try:
+            out, _ = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        return p.returncode, out or "", True
 
 
 def _first_line(cmd: list[str]) -> str:
@@ -144,13 +156,15 @@ def gpu_test_files() -> list[str]:
     return out
 
 
-def part_tests(out: str, log: Log, jobs: int, timeout: float) -> dict:
+def part_tests(out: str, log: Log, jobs: int, timeout: float, test_timeout: float = 120) -> dict:
     files = gpu_test_files()
     junit = os.path.join(out, "junit.xml")
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", *files, "-p", "no:cacheprovider", "-q", "-rfE",
            f"--junitxml={junit}", "-o", "junit_family=xunit1"]
     if jobs > 1 and importlib.util.find_spec("xdist") is not None:
         cmd += ["-n", str(jobs)]
+    if importlib.util.find_spec("pytest_timeout") is not None:
+        cmd += [f"--timeout={test_timeout:g}"]  # a hung test fails alone
     if os.path.exists(junit):
         os.remove(junit)
     rc, text, timed_out = _run(cmd, timeout)
@@ -215,31 +229,6 @@ def _last_json(text: str) -> dict:
     return {}
 
 
-def _build_one(job: tuple) -> str:
-    """Build one kernel into the kernel cache (in a worker process): '' or the error."""
-    source, skeleton, arch, cc = job
-    try:
-        from types import SimpleNamespace
-
-        from polysat.backend.common.kernel_cache import cubin_for
-        cubin_for(SimpleNamespace(source=source, skeleton=skeleton), arch, tuple(cc))
-        return ""
-    except Exception as e:  # noqa: BLE001 - the case's own launch reports it again, as a FAIL row
-        return f"{type(e).__name__}: {e}"[:500]
-
-
-def build_kernels(jobs: list[tuple], workers: int) -> list[str]:
-    """Build (source, skeleton, arch, cc) jobs into the kernel cache in ``workers`` fresh processes (spawned: no
-    CUDA context is inherited; NVRTC or nvcc needs none), so that the timing loop that follows only loads
-    cubins; the errors, '' for each success."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    if not jobs:
-        return []
-    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context("spawn")) as ex:
-        return list(ex.map(_build_one, jobs))
-
-
 def bench_jobs(todo: list[tuple[Any, dict]], arch: str, cc: tuple) -> list[tuple]:
     """The distinct kernels the (bench module, case) pairs launch, as build jobs; a case whose plan fails here
     is left to its own measurement (a FAIL row)."""
@@ -276,7 +265,7 @@ def part_bench(quick: bool, report: dict, save: Callable[[], None], budget: floa
     mods = {"gemm": gemm, "conv": conv, "attention": attention, "simt": simt}
     t0 = time.monotonic()
     jobs = bench_jobs([(mods[b], c) for b in BENCHES for c in mods[b].check_cases(quick)], gpu.dev.arch, gpu.dev.cc)
-    errors = [e for e in build_kernels(jobs, compile_jobs) if e]
+    errors = [e for e in harness.build_kernels(jobs, compile_jobs) if e]
     p["build"] = {"kernels": len(jobs), "failed": len(errors), "seconds": round(time.monotonic() - t0, 1)}
     print(f"gpu_check: bench: {len(jobs)} kernels built ahead in {p['build']['seconds']} s, {len(errors)} failed",
           flush=True)
@@ -314,7 +303,8 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--part", default="tests,sanitize,bench", help="comma list of tests, sanitize, bench")
     ap.add_argument("--quick", action="store_true", help="fewer bench cases and iterations")
     ap.add_argument("--jobs", type=int, default=4, help="pytest-xdist workers and parallel sanitizer runs")
-    ap.add_argument("--tests-timeout", type=float, default=420)
+    ap.add_argument("--tests-timeout", type=float, default=420, help="the whole pytest run (then interrupted)")
+    ap.add_argument("--test-timeout", type=float, default=120, help="one test (pytest-timeout, where installed)")
     ap.add_argument("--launch-timeout", type=float, default=180, help="per gpu_launch run, sanitized or not")
     ap.add_argument("--sanitize-budget", type=float, default=240, help="seconds after which no run is started")
     ap.add_argument("--compile-jobs", type=int, default=12, help="processes building the bench kernels ahead")
@@ -341,7 +331,7 @@ def main(argv: "list[str] | None" = None) -> int:
     print(f"gpu_check: env: {json.dumps(env)}", flush=True)
     log = Log(os.path.join(a.out, "logs.txt"))
     runners: dict[str, Callable[[], dict]] = {
-        "tests": lambda: part_tests(a.out, log, a.jobs, a.tests_timeout),
+        "tests": lambda: part_tests(a.out, log, a.jobs, a.tests_timeout, a.test_timeout),
         "sanitize": lambda: part_sanitize(log, a.jobs, a.launch_timeout, a.sanitize_budget),
         "bench": lambda: part_bench(a.quick, report, lambda: _save(report, a.out), a.bench_budget, a.compile_jobs)}
     for name in R.PARTS[1:]:

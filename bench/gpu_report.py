@@ -100,6 +100,8 @@ def junit_rows(xml_text: str) -> list[dict]:
     root = ET.fromstring(xml_text)
     out = []
     for tc in root.iter("testcase"):
+        if not tc.get("name"):  # pytest interrupted (a time limit) writes an empty one
+            continue
         name = f"{tc.get('classname', '')}::{tc.get('name', '')}".strip(":")
         outcome, message = "passed", ""
         for tag in ("failure", "error", "skipped"):

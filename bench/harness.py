@@ -3,8 +3,8 @@ arguments, the device (:func:`open_device`: polysat's CUDA runtime, and PyTorch 
 build — without it the polysat figures still come and every torch baseline reads "torch missing"), random
 device data (:class:`Data`, never zeros), CUDA-event timing on the default stream with warm-up excluded and the
 median reported (:func:`time_ms`, driver events, so no PyTorch is needed), the device-to-device copy bandwidth,
-the cost model's estimate of a launch, the JSON results file and the measurement log (one row per polysat
-kernel timed, runtime/measure.py). Rows are assembled by bench/gpu_report.py.
+the cost model's estimate of a launch, kernels built ahead in worker processes, the JSON results file and the
+measurement log (one row per polysat kernel timed, runtime/measure.py). Rows are assembled by bench/gpu_report.py.
 
 Imported as ``polysat.bench.harness`` so that ``python bench/<name>.py`` and
 ``python -m polysat.bench.<name>`` both find it.
@@ -168,6 +168,31 @@ def run_cases(bench: str, todo: list, one: Callable[[Any], list], label: Callabl
             rows.append(r)
             say(one_line(r))
     return rows
+
+
+def _build_one(job: tuple) -> str:
+    """Build one kernel into the kernel cache (in a worker process): '' or the error."""
+    source, skeleton, arch, cc = job
+    try:
+        from types import SimpleNamespace
+
+        from polysat.backend.common.kernel_cache import cubin_for
+        cubin_for(SimpleNamespace(source=source, skeleton=skeleton), arch, tuple(cc))
+        return ""
+    except Exception as e:  # noqa: BLE001 - the case's own launch reports it again, as a FAIL row
+        return f"{type(e).__name__}: {e}"[:500]
+
+
+def build_kernels(jobs: list[tuple], workers: int) -> list[str]:
+    """Build (source, skeleton, arch, cc) jobs into the kernel cache in ``workers`` fresh processes (spawned: no
+    CUDA context is inherited; NVRTC or nvcc needs none), so that the timing loop that follows only loads
+    cubins; the errors, '' for each success."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    if not jobs:
+        return []
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=multiprocessing.get_context("spawn")) as ex:
+        return list(ex.map(_build_one, jobs))
 
 
 def tflops(flops: float, ms: float) -> float:

@@ -19,6 +19,7 @@ import pytest
 from polysat.backend.common.gpu import cuda_available
 from polysat.bench import attention, conv, gemm, gpu_check, gpu_launch, simt
 from polysat.bench import gpu_report as R
+from polysat.bench import harness
 from polysat.bench.harness import run_cases
 
 _spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
@@ -98,7 +99,7 @@ def test_pytest_junit_xml_gives_one_outcome_per_test():
       <testcase classname="tests.test_simt_gpu" name="test_c" time="0.1"><error message="fixture broke">tb</error>
       </testcase>
       <testcase classname="tests.test_siblings" name="test_d" time="0">
-        <skipped message="the sm90 skeleton needs an sm90 GPU"/></testcase>
+        <skipped message="the sm90 skeleton needs an sm90 GPU"/></testcase><testcase time="0.000" />
     </testsuite></testsuites>"""
     rows = R.junit_rows(xml)
     assert [(r["test"], r["outcome"]) for r in rows] == [
@@ -371,7 +372,7 @@ def test_the_bench_part_runs_every_bench_saves_after_each_row_and_keeps_to_its_b
     for name, m in (("gemm", gemm), ("conv", conv), ("attention", attention), ("simt", simt)):
         monkeypatch.setattr(m, "check_cases", lambda quick, name=name: SMALL[name][:1])
     built = []
-    monkeypatch.setattr(gpu_check, "build_kernels", lambda jobs, workers: built.extend(jobs) or ["", "E"][:len(jobs)])
+    monkeypatch.setattr(gpu_check.harness, "build_kernels", lambda jobs, workers: built.extend(jobs) or ["", "E"][:len(jobs)])
     saves, report = [], {"parts": {}}
     p = gpu_check.part_bench(True, report, lambda: saves.append(len(report["parts"]["bench"]["rows"])), 600, 4)
     assert len(built) == 5 and {j[1] for j in built} == {"sm90", "simt"} and all(j[2:] == ("sm90", (9, 0)) for j in built)
@@ -387,7 +388,7 @@ def test_kernels_are_built_ahead_into_the_kernel_cache_by_worker_processes(tmp_p
     monkeypatch.setenv("POLYSAT_KERNEL_CACHE", str(tmp_path))
     ok = 'extern "C" __global__ void polysat_probe(float* y) { y[threadIdx.x] = 1.0f; }\n'
     bad = 'extern "C" __global__ void polysat_probe(float* y) { y[threadIdx.x] = undeclared; }\n'
-    errors = gpu_check.build_kernels([(ok, "sm80", "sm80", (8, 0)), (bad, "sm80", "sm80", (8, 0))], 2)
+    errors = harness.build_kernels([(ok, "sm80", "sm80", (8, 0)), (bad, "sm80", "sm80", (8, 0))], 2)
     assert errors[0] == "" and "undeclared" in errors[1]
     import types
     name = cubin_name(types.SimpleNamespace(source=ok, skeleton="sm80"), "sm80", (8, 0))
