@@ -244,8 +244,8 @@ def bench_jobs(todo: list[tuple[Any, dict]], arch: str, cc: tuple) -> list[tuple
 
 def part_bench(quick: bool, report: dict, save: Callable[[], None], budget: float, compile_jobs: int = 1) -> dict:
     """Every bench's check cases, their kernels built ahead in ``compile_jobs`` processes; the report is saved
-    after each row. Cases left when ``budget`` seconds
-    have passed are FAIL rows saying so (the device call has a hard limit)."""
+    after each row. Cases left when ``budget`` seconds have passed are FAIL rows saying so (the device call has
+    a hard limit)."""
     from polysat.bench import attention, conv, gemm, simt
     from polysat.bench.harness import Data, copy_gbps, log_kernels, open_device, run_cases, time_ms
     gpu = open_device("gpu_check", "torch.nn.functional", "torch.nn.attention")
@@ -269,6 +269,10 @@ def part_bench(quick: bool, report: dict, save: Callable[[], None], budget: floa
     p["build"] = {"kernels": len(jobs), "failed": len(errors), "seconds": round(time.monotonic() - t0, 1)}
     print(f"gpu_check: bench: {len(jobs)} kernels built ahead in {p['build']['seconds']} s, {len(errors)} failed",
           flush=True)
+    def say(line: str) -> None:  # the report is saved after every row: a call cut short keeps them
+        print(line, flush=True)
+        save()
+
     for name in BENCHES:
         m, t0 = mods[name], time.monotonic()
 
@@ -277,9 +281,6 @@ def part_bench(quick: bool, report: dict, save: Callable[[], None], budget: floa
                 raise TimeoutError(f"not run: the bench part's budget of {budget:.0f} s was spent")
             extra = (copy,) if m is simt else ()
             return m.measure(gpu, case, timed, data, measured, *extra)
-        def say(line: str) -> None:  # the report is saved after every row: a call cut short keeps them
-            print(line, flush=True)
-            save()
         run_cases(name, m.check_cases(quick), one, m.label, say, p["rows"])
         p["benches"][name] = round(time.monotonic() - t0, 1)
         print(f"gpu_check: bench {name}: {p['benches'][name]} s", flush=True)

@@ -208,9 +208,9 @@ def _bench_md(rows: list[dict]) -> list[str]:
     out = []
     for bench in dict.fromkeys(r["bench"] for r in rows):
         rs = [r for r in rows if r["bench"] == bench]
-        unit = "tflops" if any("polysat_tflops" in r for r in rs) else "gbps"
+        unit = next((u for u in ("tflops", "gbps") if any(f"polysat_{u}" in r for r in rs)), "tflops")
         bases = list(dict.fromkeys(k[3:] for r in rs for k in r if k.startswith("vs_")))
-        head = ["case", "dtype", "polysat ms", "TFLOP/s" if unit == "tflops" else "GB/s",
+        head = ["case", "dtype", "polysat ms", {"tflops": "TFLOP/s", "gbps": "GB/s"}[unit],
                 *[f"vs {b}" for b in bases], "est/meas", "err", "status"]
         body = [[r["case"], r.get("dtype"), r.get("polysat_ms"), r.get(f"polysat_{unit}"),
                  *[r.get(f"vs_{b}") for b in bases], r.get("est_over_measured"), r.get("max_rel_err"),
@@ -240,7 +240,9 @@ def markdown(report: Mapping[str, Any]) -> str:
                                  [[r["item"], r["tool"], r["status"], r.get("errors"), r.get("seconds"), r.get("why")]
                                   for r in p["runs"]])
         if name == "bench" and p.get("rows"):
-            out += ["", f"device-to-device copy: {_fmt(p.get('copy_gbps'))} GB/s (read + written)"]
+            out += ["", f"device-to-device copy: {_fmt(p.get('copy_gbps'))} GB/s (read + written). vs X: X's time / "
+                    "polysat's time (above 1: polysat is faster); est/meas: the cost model's estimate / polysat's "
+                    "measured time; err: max error of sampled outputs / max |reference| (float64)."]
             out += _bench_md(p["rows"])
     return "\n".join(out) + "\n"
 
