@@ -131,7 +131,8 @@ def measure(gpu, case: dict, timed, data: Data, measured: list) -> list[dict]:
     measured.append((f"{bench} {case['name']} {dname}", "conv_pool" if pool else "conv", launch,
                      {"n": n, "c": c, "hw": hw, "co": co}, t["polysat"]))
     return [bench_row(bench, case["name"], t, flops=conv.flops(), estimate_us=estimate_us(launch), missing=gpu.why,
-                      dtype=dname, n=n, c=c, hw=hw, co=co, k=k, stride=s, pool=pool, plan=launch.kernel.plan.key(),
+                      dtype=dname, n=n, c=c, hw=hw, co=co, k=k, stride=s, pad=p, pool=pool,
+                      plan=launch.kernel.plan.key(),
                       max_rel_err=err)]
 
 

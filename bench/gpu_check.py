@@ -24,7 +24,8 @@ Parts (``--part``, comma list; all by default), each timed and printed as it end
 Writes DIR/report.json, DIR/report.md, DIR/junit.xml, DIR/logs.txt (every subprocess's output),
 DIR/measurements.csv (the measurement log of the timed kernels) and, with bench rows, DIR/<device>.json and
 bench/results/<device>.json (device, driver, date, every row). The report is rewritten after each part and
-each bench row, so a run cut short keeps what finished; ``--merge`` joins the reports of several runs (no GPU needed).
+each bench row, so a run cut short keeps what finished; ``--merge`` joins the reports of several runs and adds
+to each bench row the extraction cost model's price of its computation (bench/gpu_estimates.py; no GPU needed).
 
 Exit status: 0 when every part that ran is clean or was skipped with its reason (no CUDA device here: every
 part but env is SKIPPED, "no CUDA device"); 1 when a test, a sanitizer run or a bench row failed; 2 on bad
@@ -290,11 +291,12 @@ def part_bench(quick: bool, report: dict, save: Callable[[], None], budget: floa
     return p
 
 
-def _save(report: dict, out: str) -> dict:
+def _save(report: dict, out: str, results_dir: str) -> dict:
+    """The report under out, and its <device>.json (with bench rows) copied into results_dir too."""
     paths = R.write(report, out)
-    if "results" in paths:
-        os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-        shutil.copyfile(paths["results"], os.path.join(HERE, "results", os.path.basename(paths["results"])))
+    if "results" in paths and os.path.abspath(results_dir) != os.path.abspath(out):
+        os.makedirs(results_dir, exist_ok=True)
+        shutil.copyfile(paths["results"], os.path.join(results_dir, os.path.basename(paths["results"])))
     return paths
 
 
@@ -310,7 +312,11 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--sanitize-budget", type=float, default=240, help="seconds after which no run is started")
     ap.add_argument("--compile-jobs", type=int, default=12, help="processes building the bench kernels ahead")
     ap.add_argument("--bench-budget", type=float, default=480, help="seconds after which bench cases are not run")
-    ap.add_argument("--merge", nargs="+", metavar="REPORT", help="join these report.json files into --out")
+    ap.add_argument("--merge", nargs="+", metavar="REPORT", help="join these report.json files into --out, each "
+                    "bench row with the cost model's price of its computation (bench/gpu_estimates.py; no GPU)")
+    ap.add_argument("--results-dir", default=os.path.join(HERE, "results"),
+                    help="where <device>.json is copied too (default bench/results)")
+    ap.add_argument("--no-model-estimates", action="store_true", help="--merge without the cost model's prices")
     a = ap.parse_args(argv)
     if a.merge:
         reports = []
@@ -318,7 +324,12 @@ def main(argv: "list[str] | None" = None) -> int:
             with open(path, encoding="utf-8") as f:
                 reports.append(json.load(f))
         merged = R.merge(reports)
-        print(f"gpu_check: wrote {', '.join(_save(merged, a.out).values())}")
+        bench = merged["parts"].get("bench", {})
+        if bench.get("rows") and not a.no_model_estimates:
+            from polysat.bench.gpu_estimates import add_model_estimates
+            n = add_model_estimates(bench["rows"], str(merged["env"].get("arch") or "sm90"))
+            print(f"gpu_check: the cost model priced {n} bench row(s)")
+        print(f"gpu_check: wrote {', '.join(_save(merged, a.out, a.results_dir).values())}")
         return 1 if R.overall(merged) == R.FAIL else 0
     parts = [x for x in a.part.split(",") if x]
     if any(x not in R.PARTS[1:] for x in parts):
@@ -334,7 +345,8 @@ def main(argv: "list[str] | None" = None) -> int:
     runners: dict[str, Callable[[], dict]] = {
         "tests": lambda: part_tests(a.out, log, a.jobs, a.tests_timeout, a.test_timeout),
         "sanitize": lambda: part_sanitize(log, a.jobs, a.launch_timeout, a.sanitize_budget),
-        "bench": lambda: part_bench(a.quick, report, lambda: _save(report, a.out), a.bench_budget, a.compile_jobs)}
+        "bench": lambda: part_bench(a.quick, report, lambda: _save(report, a.out, a.results_dir), a.bench_budget,
+                                    a.compile_jobs)}
     for name in R.PARTS[1:]:
         if name not in parts:
             continue
@@ -349,8 +361,8 @@ def main(argv: "list[str] | None" = None) -> int:
         result["seconds"] = round(time.monotonic() - t0, 1)
         report["parts"][name] = result
         print(f"gpu_check: {name}: {result['status']} {result.get('reason', '')} ({result['seconds']} s)", flush=True)
-        _save(report, a.out)
-    paths = _save(report, a.out)
+        _save(report, a.out, a.results_dir)
+    paths = _save(report, a.out, a.results_dir)
     print(f"gpu_check: {R.overall(report)}; wrote {', '.join(paths.values())}", flush=True)
     return 1 if R.overall(report) == R.FAIL else 0
 

@@ -7,8 +7,10 @@ A bench row (:func:`bench_row`) holds the medians in ms of polysat (``polysat_ms
 (``<name>_ms``, None where it could not run, with the reason in ``baselines_missing``), the throughput of each
 (``<name>_tflops`` from the row's FLOPs, or ``<name>_gbps`` from its bytes), ``vs_<name>`` = baseline time /
 polysat time (polysat's speed relative to the baseline: 1.0 is a tie, above 1 polysat is faster),
-``vs_copy`` = polysat's GB/s / the device-to-device copy's GB/s, and ``estimate_us`` with
-``est_over_measured`` = estimate / measured polysat time (1.0: the cost model is exact).
+``vs_copy`` = polysat's GB/s / the device-to-device copy's GB/s, and ``estimate_us`` (the plan search's
+roofline estimate of the launched kernel) with ``est_over_measured`` = estimate / measured polysat time (1.0:
+exact); ``--merge`` adds the extraction cost model's ``model_us`` and ``model_over_measured``
+(bench/gpu_estimates.py).
 """
 from __future__ import annotations
 
@@ -210,10 +212,12 @@ def _bench_md(rows: list[dict]) -> list[str]:
         rs = [r for r in rows if r["bench"] == bench]
         unit = next((u for u in ("tflops", "gbps") if any(f"polysat_{u}" in r for r in rs)), "tflops")
         bases = list(dict.fromkeys(k[3:] for r in rs for k in r if k.startswith("vs_")))
+        model = any("model_over_measured" in r for r in rs)
         head = ["case", "dtype", "polysat ms", {"tflops": "TFLOP/s", "gbps": "GB/s"}[unit],
-                *[f"vs {b}" for b in bases], "est/meas", "err", "status"]
+                *[f"vs {b}" for b in bases], "plan est/meas", *(["model/meas"] if model else []), "err", "status"]
         body = [[r["case"], r.get("dtype"), r.get("polysat_ms"), r.get(f"polysat_{unit}"),
-                 *[r.get(f"vs_{b}") for b in bases], r.get("est_over_measured"), r.get("max_rel_err"),
+                 *[r.get(f"vs_{b}") for b in bases], r.get("est_over_measured"),
+                 *([r.get("model_over_measured")] if model else []), r.get("max_rel_err"),
                  r["status"] if r["status"] == OK else f"FAIL: {r['error'][:120]}"] for r in rs]
         out += ["", f"### {bench}", "", *_table(head, body)]
         missing = sorted({r["baselines_missing"] for r in rs if r.get("baselines_missing")})
@@ -241,8 +245,10 @@ def markdown(report: Mapping[str, Any]) -> str:
                                   for r in p["runs"]])
         if name == "bench" and p.get("rows"):
             out += ["", f"device-to-device copy: {_fmt(p.get('copy_gbps'))} GB/s (read + written). vs X: X's time / "
-                    "polysat's time (above 1: polysat is faster); est/meas: the cost model's estimate / polysat's "
-                    "measured time; err: max error of sampled outputs / max |reference| (float64)."]
+                    "polysat's time (above 1: polysat is faster); plan est/meas: the plan search's roofline estimate of "
+                    "the kernel / polysat's measured time; model/meas: the cost model's price of the computation "
+                    "(--cost model, every kernel of it) / the measured time; err: max error of sampled outputs / "
+                    "max |reference| (float64)."]
             out += _bench_md(p["rows"])
     return "\n".join(out) + "\n"
 

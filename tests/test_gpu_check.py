@@ -393,3 +393,28 @@ def test_kernels_are_built_ahead_into_the_kernel_cache_by_worker_processes(tmp_p
     import types
     name = cubin_name(types.SimpleNamespace(source=ok, skeleton="sm80"), "sm80", (8, 0))
     assert (tmp_path / name).read_bytes()[:4] == b"\x7fELF"
+
+
+def test_merge_adds_the_cost_models_price_of_each_rows_computation(tmp_path):
+    from polysat.bench import gpu_estimates
+    env = {"device": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "arch": "sm90"}
+    rows = [R.bench_row("gemm_bias_relu", "512x256x128", {"polysat": 0.01, "cublas": 0.01}, flops=2.0 * 512 * 256 * 128,
+                        dtype="fp16", m=512, n=256, k=128),
+            R.fail_row("attention", "d64 s40", "RuntimeError: x", dtype="fp16"),
+            R.bench_row("other", "x", {"polysat": 1.0}, flops=1.0)]
+    doc = gpu_estimates.model_of(rows[0])[0]
+    assert [op["op"] for op in doc["graph"]] == ["GEMM", "Elementwise", "Elementwise"]
+    assert doc["tensors"]["A"]["shape"] == [512, 128] and doc["tensors"]["C2"]["shape"] == [512, 256]
+    (tmp_path / "a.json").write_text(json.dumps({"date": "1", "env": env, "parts": {"tests": R.part("ok")}}))
+    (tmp_path / "b.json").write_text(json.dumps({"date": "2", "env": env, "parts": {"bench": R.part("ok", rows=rows)}}))
+    rc = gpu_check.main(["--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "m"),
+                         "--results-dir", str(tmp_path / "results")])
+    rep = json.loads((tmp_path / "m" / "report.json").read_text())
+    got = rep["parts"]["bench"]["rows"]
+    assert rc == 0 and rep["parts"]["tests"]["status"] == "ok" and got[0]["model_kernels"] >= 1
+    assert got[0]["model_us"] > 0 and got[0]["model_over_measured"] == pytest.approx(got[0]["model_us"] / 10.0)
+    assert "model_us" not in got[1] and "model_us" not in got[2]
+    assert "model/meas" in (tmp_path / "m" / "report.md").read_text()
+    assert json.loads((tmp_path / "m" / "nvidia-h100-80gb-hbm3.json").read_text())["rows"][0]["model_us"] > 0
+    assert (tmp_path / "results" / "nvidia-h100-80gb-hbm3.json").read_text() == \
+        (tmp_path / "m" / "nvidia-h100-80gb-hbm3.json").read_text()
