@@ -202,10 +202,12 @@ def part_sanitize(log: Log, jobs: int, timeout: float, budget: float) -> dict:
         rc, text, timed_out = _run(cmd, timeout)
         log.add(f"{tool or 'plain run'}: gpu_launch {item}", text)
         row["seconds"] = round(time.monotonic() - t0, 1)
+        res = _last_json(text)
         if tool:
             status, errors, why = R.sanitize_status(rc, text, timed_out)
+            if status != R.OK and res.get("error"):
+                why = f"{why}; {res['error']}"
             return {**row, "status": status, "errors": errors, "why": why}
-        res = _last_json(text)
         ok = rc == 0 and not timed_out
         return {**row, "status": R.OK if ok else R.FAIL, "max_rel_err": res.get("max_rel_err"),
                 "why": "" if ok else ("timed out" if timed_out else res.get("error") or f"exit status {rc}")}

@@ -138,6 +138,9 @@ def test_the_sanitize_part_runs_each_item_plain_then_under_each_tool_and_fails_p
         item = cmd[-1]
         if cmd[0] == "/opt/cs":
             tool = cmd[cmd.index("--tool") + 1]
+            if (item, tool) == ("simt_softmax", "memcheck"):
+                return 1, json.dumps({"item": item, "ok": False, "error": "max_rel_err 0.5"}) + "\n" + \
+                    "========= ERROR SUMMARY: 0 errors\n", False
             return 0, f"========= ERROR SUMMARY: {2 if (item, tool) == ('conv', 'racecheck') else 0} errors\n", False
         if item == "scores":
             return 1, json.dumps({"item": item, "ok": False, "error": "InternalError: E1999"}) + "\n", False
@@ -147,7 +150,8 @@ def test_the_sanitize_part_runs_each_item_plain_then_under_each_tool_and_fails_p
     log = gpu_check.Log(str(tmp_path / "logs.txt"))
     p = gpu_check.part_sanitize(log, 3, 60, 600)
     runs = {(r["item"], r["tool"]): r for r in p["runs"]}
-    assert len(runs) == 4 * len(gpu_launch.ITEMS) and p["status"] == "FAIL" and p["reason"] == "2 of 40 runs failed"
+    assert len(runs) == 4 * len(gpu_launch.ITEMS) and p["status"] == "FAIL" and p["reason"] == "3 of 40 runs failed"
+    assert runs[("simt_softmax", "memcheck")]["why"].endswith("output check failed); max_rel_err 0.5")
     assert runs[("conv", "racecheck")]["errors"] == 2 and runs[("scores", "none")]["why"] == "InternalError: E1999"
     assert runs[("gemm_sm90", "none")]["max_rel_err"] == 1e-3 and runs[("attention", "synccheck")]["status"] == "ok"
     assert "racecheck: gpu_launch conv" in (tmp_path / "logs.txt").read_text()
