@@ -3,6 +3,7 @@ one report (``make gpu-check``).
 
     python -m polysat.bench.gpu_check --out DIR [--part tests,sanitize,bench] [--quick] [--jobs N]
     python -m polysat.bench.gpu_check --merge A/report.json B/report.json --out DIR
+    python -m polysat.bench.gpu_check --plan [--quick]     # what each part would run (no GPU needed)
 
 Parts (``--part``, comma list; all by default), each timed and printed as it ends, each item caught on its own
 (a failing test, kernel or bench case is a FAIL row with its error, never the end of the report):
@@ -293,6 +294,25 @@ def part_bench(quick: bool, report: dict, save: Callable[[], None], budget: floa
     return p
 
 
+def show_plan(quick: bool, arch: str = "sm90", cc: tuple = (9, 0)) -> dict:
+    """What each part would run (no GPU needed): the gpu test files, the sanitizer runs, the bench cases and the
+    distinct kernels they launch on arch; printed and returned."""
+    from polysat.bench import attention, conv, gemm, simt
+    from polysat.bench.gpu_launch import ITEMS
+    mods = {"gemm": gemm, "conv": conv, "attention": attention, "simt": simt}
+    cases = {b: mods[b].check_cases(quick) for b in BENCHES}
+    plan = {"tests": gpu_test_files(), "sanitize": [i.name for i in ITEMS], "tools": list(TOOLS),
+            "bench_cases": {b: [mods[b].label(c) + f" {c.get('dtype', '')}" for c in cs] for b, cs in cases.items()},
+            "bench_kernels": len(bench_jobs([(mods[b], c) for b, cs in cases.items() for c in cs], arch, cc))}
+    print(f"tests: pytest -m gpu over {len(plan['tests'])} files: {' '.join(plan['tests'])}")
+    print(f"sanitize: {len(ITEMS)} items x (plain, {', '.join(TOOLS)}) = {4 * len(ITEMS)} runs: "
+          f"{' '.join(plan['sanitize'])}")
+    for b, cs in plan["bench_cases"].items():
+        print(f"bench {b}: {len(cs)} cases: {'; '.join(cs)}")
+    print(f"bench: {plan['bench_kernels']} distinct kernels for {arch}")
+    return plan
+
+
 def _save(report: dict, out: str, results_dir: str) -> dict:
     """The report under out, and its <device>.json (with bench rows) copied into results_dir too."""
     paths = R.write(report, out)
@@ -304,7 +324,8 @@ def _save(report: dict, out: str, results_dir: str) -> dict:
 
 def main(argv: "list[str] | None" = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="the report's folder")
+    ap.add_argument("--out", help="the report's folder (required but with --plan)")
+    ap.add_argument("--plan", action="store_true", help="list what each part would run, and stop (no GPU needed)")
     ap.add_argument("--part", default="tests,sanitize,bench", help="comma list of tests, sanitize, bench")
     ap.add_argument("--quick", action="store_true", help="fewer bench cases and iterations")
     ap.add_argument("--jobs", type=int, default=4, help="pytest-xdist workers and parallel sanitizer runs")
@@ -320,6 +341,11 @@ def main(argv: "list[str] | None" = None) -> int:
                     help="where <device>.json is copied too (default bench/results)")
     ap.add_argument("--no-model-estimates", action="store_true", help="--merge without the cost model's prices")
     a = ap.parse_args(argv)
+    if a.plan:
+        show_plan(a.quick)
+        return 0
+    if not a.out:
+        ap.error("--out is required")
     if a.merge:
         reports = []
         for path in a.merge:

@@ -47,9 +47,11 @@ def cases(quick: bool = False) -> list[dict]:
     """softmax over rows of 4096 (8192 with quick: 16k), layernorm over 768 (64k tokens), the elementwise chain
     (64M elements), fp16 as the examples declare."""
     rows = 8192 if quick else 16384
-    return [{"name": "softmax", "model": os.path.join(EXAMPLES, "softmax.json"), "bind": {"R": rows, "C": 4096}},
-            {"name": "layernorm", "model": os.path.join(EXAMPLES, "layernorm.json"), "bind": {"T": 65536}},
-            {"name": "elementwise", "model": ELEMENTWISE, "bind": {"R": rows, "C": 4096}}]
+    return [{"name": "softmax", "model": os.path.join(EXAMPLES, "softmax.json"), "bind": {"R": rows, "C": 4096},
+             "dtype": "fp16"},
+            {"name": "layernorm", "model": os.path.join(EXAMPLES, "layernorm.json"), "bind": {"T": 65536},
+             "dtype": "fp16"},
+            {"name": "elementwise", "model": ELEMENTWISE, "bind": {"R": rows, "C": 4096}, "dtype": "fp16"}]
 
 
 def check_cases(quick: bool) -> list[dict]:
