@@ -245,10 +245,10 @@ def markdown(report: Mapping[str, Any]) -> str:
                                   for r in p["runs"]])
         if name == "bench" and p.get("rows"):
             out += ["", f"device-to-device copy: {_fmt(p.get('copy_gbps'))} GB/s (read + written). vs X: X's time / "
-                    "polysat's time (above 1: polysat is faster); plan est/meas: the plan search's roofline estimate of "
-                    "the kernel / polysat's measured time; model/meas: the cost model's price of the computation "
-                    "(--cost model, every kernel of it) / the measured time; err: max error of sampled outputs / "
-                    "max |reference| (float64)."]
+                    "polysat's time (above 1: polysat is faster); plan est/meas: the plan search's roofline "
+                    "estimate of the kernel / polysat's measured time; model/meas: the cost model's price of the "
+                    "computation (--cost model, every kernel of it) / the measured time; err: max error of sampled "
+                    "outputs / max |reference| (float64)."]
             out += _bench_md(p["rows"])
     return "\n".join(out) + "\n"
 

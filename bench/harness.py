@@ -143,8 +143,8 @@ def copy_gbps(timed: Callable[[Callable[[], Any]], float], nbytes: int = 1 << 30
     from polysat.backend.common.device_tensors import DeviceArray
     drv = driver()
     src, dst = DeviceArray((nbytes,), np.uint8), DeviceArray((nbytes,), np.uint8)
-    ms = timed(lambda: ck(drv.cuMemcpyDtoDAsync(drv.CUdeviceptr(dst.ptr), drv.CUdeviceptr(src.ptr), nbytes, drv.CUstream(0)),
-                          "cuMemcpyDtoDAsync"))
+    d, s_, stream = drv.CUdeviceptr(dst.ptr), drv.CUdeviceptr(src.ptr), drv.CUstream(0)
+    ms = timed(lambda: ck(drv.cuMemcpyDtoDAsync(d, s_, nbytes, stream), "cuMemcpyDtoDAsync"))
     return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
