@@ -422,3 +422,30 @@ def test_merge_adds_the_cost_models_price_of_each_rows_computation(tmp_path):
     assert json.loads((tmp_path / "m" / "nvidia-h100-80gb-hbm3.json").read_text())["rows"][0]["model_us"] > 0
     assert (tmp_path / "results" / "nvidia-h100-80gb-hbm3.json").read_text() == \
         (tmp_path / "m" / "nvidia-h100-80gb-hbm3.json").read_text()
+
+
+def test_a_forced_skeleton_reaches_the_kinds_launch_as_its_plan(monkeypatch):
+    """gpu_launch's prepare hands each kind's launch the best plan of the item's skeleton (the sm80 path on a
+    Hopper GPU); items without one take the kind's own prepare."""
+    import types
+
+    import polysat.backend.attention.launch as al
+    import polysat.backend.common.gpu as gpu
+    import polysat.backend.conv.launch as cl
+    import polysat.backend.gemm.launch as gl
+    import polysat.runtime.kernels as rk
+    from polysat.ir.playback import bind_region_symbols
+    from polysat.runtime.model import steps_of
+    monkeypatch.setattr(gpu, "device", lambda ordinal=0: types.SimpleNamespace(arch="sm90"))
+    for m in (gl, al):
+        monkeypatch.setattr(m, "prepare", lambda spec, t, env=None, plan=None, **kw: ("forced", plan))
+    monkeypatch.setattr(cl, "prepare", lambda spec, t, plan=None, **kw: ("forced", plan))
+    monkeypatch.setattr(rk, "prepare", lambda kind, spec, t, env: ("own", None))
+    for item in gpu_launch.ITEMS:
+        _, regions, ins = gpu_launch.compile_item(item)
+        env = bind_region_symbols(regions, ins)
+        got = [gpu_launch._prepare(item)(s.kind.name, s.binding.spec, {}, env) for s in steps_of(regions)]
+        if item.skeleton:
+            assert all(how == "forced" and plan.skeleton == item.skeleton for how, plan in got), item.name
+        else:
+            assert all(how == "own" for how, _ in got), item.name
