@@ -260,15 +260,19 @@ def test_the_gpu_tests_select_and_collect():
 
 
 def test_every_sanitizer_item_renders_its_kind_and_builds_with_nvcc():
-    index = []
+    index, lost = [], {}
     for item in gpu_launch.ITEMS:
-        got = gpu_launch.sources(item, "sm90")
-        assert item.kind in {k for _, k, _ in got}
+        try:
+            got = gpu_launch.sources(item, "sm90")
+        except RuntimeError as e:  # e.g. the example no longer extracts to a region of the item's kind
+            lost[item.name] = str(e)
+            continue
         if item.skeleton:
             assert all(ks.skeleton == item.skeleton for _, k, ks in got if k == item.kind)
         index += [(f"{item.name}/{r}", "sm90", ks) for r, _, ks in got]
     built = oracle.nvcc_builds(index, "sanitizer launch kernels")
     assert [label for label, _, _, rep in built if not rep.ok] == []
+    assert lost == {}
     assert {i.name for i in gpu_launch.ITEMS} >= {"gemm_sm90", "gemm_sm80", "conv", "conv_pool", "attention",
                                                   "scores", "simt_softmax", "simt_layernorm"}
 
