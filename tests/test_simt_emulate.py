@@ -6,7 +6,10 @@ alignment test, the reduction combine and the butterfly tree order) replayed by 
 softmax / layernorm / row-softmax of scores / max-pool examples on shapes with tails for plans with one
 lane per row, sub-warp and whole-warp groups, groups wider than a warp, scalar and vector steps; and
 hypothesis-generated programs (elementwise chains, casts, WHERE, every movement op, SUM/MAX/MIN over any
-axes) whose regions, whole or one per op, must bind to the SIMT kind and agree with the reference evaluator.
+axes) whose regions, whole or one per op, must bind to the SIMT kind and agree with the reference evaluator;
+hypothesis-generated Softmax / LayerNorm / Reduce models over any axes under both costs, against numpy.
+Pooling windows, contractions and several outputs are generated in test_simt_pool.py, test_simt_tiled.py
+and test_simt_multi_output.py.
 """
 from __future__ import annotations
 
