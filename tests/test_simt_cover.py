@@ -107,3 +107,25 @@ def test_a_representative_kernel_set_builds_without_spills(found):
 class _Src:
     def __init__(self, source: str):
         self.source = source
+
+
+def test_an_element_that_walks_a_loop_of_its_own_gets_at_most_256_threads():
+    """A residual + LayerNorm over an fp32 contraction is one SIMT kernel whose elements each walk the
+    contraction inline: a CTA wider than 256 threads (64 registers a thread under its launch bounds) is
+    pruned with the reason (the imported BERT's such kernel spilled at 1024 threads); a softmax row, whose
+    elements walk no loop, keeps the wide CTAs."""
+    from polysat.backend.simt.bind import bind as simt_bind
+    from polysat.backend.simt.plan import candidates, stop_reason
+    from polysat.pipeline import Compilation
+    doc = oracle.model({"X": ("fp32", [16, 64]), "A": ("fp32", [16, 64]), "W": ("fp32", [64, 64]), "b": ("fp32", [64])},
+                       [oracle.node("GEMM", ["A", "W"], "P"), oracle.node("Elementwise", ["P", "b"], "Q", fn="add"),
+                        oracle.node("Elementwise", ["X", "Q"], "R", fn="add"),
+                        oracle.node("LayerNorm", ["R"], "Y", eps=1e-5)], ["Y"])
+    (region,) = Compilation(doc).regions
+    spec = simt_bind(region).spec
+    assert len(spec.stats()) == 2
+    wide = [p for p in candidates("sm80", spec) if p.block > 256]
+    assert wide and all("registers" in (stop_reason(spec, p) or "") for p in wide)
+    (sm,) = Compilation(str(HERE.parent / "examples" / "softmax.json")).regions
+    sspec = simt_bind(sm).spec
+    assert any(stop_reason(sspec, p) is None for p in candidates("sm80", sspec) if p.block == 1024)
