@@ -108,10 +108,10 @@ def table(rows: list) -> str:
                   if "kernel_ratio" in r else "")
         lines.append(f"{r['model']:<22}| {tgs} | {ps['kernels']:>7}{ps['compile_s']:>8.2f}{ps['search_s']:>9.2f}"
                      f"{ps['time_est_us']:>10.1f}{ps['size_time_est_us']:>10.1f}{ps['unfused_time_est_us']:>11.1f}"
-                     f"{ps['bytes'] / 1e6:>9.2f} | {ratios:<22} | {ps['search_stop']}, {ps['groups_priced']} groups priced")
+                     f"{ps['bytes'] / 1e6:>9.2f} | {ratios:<22} | {ps['search_stop']}, {ps['groups_priced']} priced")
     lines.append("kern x = polysat kernels / tinygrad kernels; time x = polysat compile s / tinygrad schedule s; "
                  "m/size = --cost model µs / --cost size µs (Poly Core prices); ps s = load + saturation + search, "
-                 "search s = the search alone; search stop = why the merge search ended (egraph/merge_search.py)")
+                 "search s = the search alone; search stop = why the merge search ended (egraph/merge_search.py), with the groups it priced")
     return "\n".join(lines)
 
 

@@ -41,7 +41,7 @@ class Limits:
     """Bounds of the merge search. The limits on prices and time stop only the search for a better
     partition once a first one is complete (the preferred decisions, tried first)."""
     nodes: int = 200000  # subproblems visited
-    prices: int = 32  # groups priced
+    prices: int = 12  # groups priced
     seconds: float = 2.0  # CPU seconds
 
 
@@ -193,14 +193,13 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
     fused µs or None where a legality rule decided, why, groups)} for each site the best partition
     keeps whose readers share one group; priced on demand, for --explain). ``hint``: the Mat classes a
     known good partition fuses, tried first."""
-    from ..analyses.cost_model import price as poly_price
     from ..analyses.devices import device
     from ..analyses.indexbook import checked_indexbook
     from ..analyses.poly_from_view import region_from_polyview
     from ..analyses.polyview import build_polyview
     from ..ir.shapes import bind as bind_shape
     from ..ir.tiny import GroupOp
-    from .model_cost import canonical
+    from . import model_cost  # its ``price`` (bench/pricing.py times the calls there)
     from .partition import Kernel, Partition
     from .totiny import TermBuilder
     prog, part = base.extraction.program, base.extraction.partition
@@ -238,7 +237,7 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
 
     def price(root: str, members: frozenset) -> float:
         r = region_from_polyview(pv, nodes_of(members), ks[root].outputs, params, "g")
-        return poly_price(canonical(r), arch).time_est_us if r.statements else 0.0
+        return model_cost.price(model_cost.canonical(r), arch).time_est_us if r.statements else 0.0
 
     def lower(root: str) -> float:
         if not (ks[root].nodes & with_blocks):

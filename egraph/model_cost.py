@@ -377,32 +377,37 @@ class ModelCost(SearchingCost):
                 extracted[fused] = cand
             return extracted[fused]
 
-        def evaluate(fused: frozenset) -> Candidate:
-            if fused in memo:
-                return memo[fused]
+        def evaluate(fused: frozenset, price_illegal: bool = False) -> Candidate:
+            """The candidate checked and priced (an illegal one is priced only when asked: --explain)."""
             cand = extract(fused)
-            if cand.extraction is not None:
-                prog, part = cand.extraction.program, cand.extraction.partition
-                cand.illegal = legality_violations(prog, part)
-                cand.priced = price_kernels(prog, part, params, self.arch)
+            if fused not in memo and cand.extraction is not None:
+                cand.illegal = legality_violations(cand.extraction.program, cand.extraction.partition)
+            memo[fused] = cand
+            if cand.extraction is not None and not cand.priced and (price_illegal or not cand.illegal):
+                cand.priced = price_kernels(cand.extraction.program, cand.extraction.partition, params, self.arch)
                 t = total_us(cand.priced)
                 cand.extraction = dataclasses.replace(cand.extraction, cost=t)
                 cand.total = math.inf if cand.illegal else t
-            memo[fused] = cand
             return cand
 
         base = extract(frozenset())  # every site cut; priced on demand (Search.baseline)
         if base.extraction is None:
             fail("InternalError", "extraction", "no term with every kernel boundary cut")
         seed = evaluate(default_fused(state, view, st, streams))  # the loaded default partition
-        cur = seed if seed.total < math.inf else evaluate(frozenset())
+        cur = seed
         # the global merge search over the one-kernel-per-op partition (egraph/merge_search.py)
         merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
                                                     legality_violations, self.limits, seed.fused)
-        if merged:
-            cand = evaluate(merged)
+        big = len(st) > self.exact_sites
+        # realized: streaming every softmax-weighted sum at once first on a large program (the merge
+        # search's space has no streams), then the merge search's decisions alone
+        for fused in ([merged | streams] if stream and big and streams else []) + [merged] if merged else []:
+            cand = evaluate(frozenset(fused))
             if cand.total < cur.total:
                 cur = cand
+                break
+        if cur.total == math.inf:  # neither is legal: every site cut
+            cur = evaluate(frozenset())
         value_of = site_values(view, st)  # Mat site -> the class of the value it materializes
 
         def live(cand: Candidate) -> list:  # sites whose cut the extraction actually uses
@@ -410,7 +415,7 @@ class ModelCost(SearchingCost):
             return [m for m in st if (m in ch or value_of.get(m) in ch) and m not in cand.fused
                     and (stream or m not in streams)]
         # a few sites left: a descent over them in the e-graph (recomputed values, streams) polishes
-        exact = len(st) <= self.exact_sites and len(live(cur)) <= self.exact_sites
+        exact = not big and len(live(cur)) <= self.exact_sites
         if stream and not exact and streams and not streams <= cur.fused:
             cand = evaluate(cur.fused | streams)  # stream every softmax-weighted sum at once
             if cand.total < cur.total:
@@ -443,14 +448,14 @@ class ModelCost(SearchingCost):
                     sep, fused, why, n = deltas[c]
                     out.append(Rejection(c, why, sep, fused, n, n - 1, local=True))
                     continue
-                cand = evaluate(final.fused | {c})
+                cand = evaluate(final.fused | {c}, price_illegal=True)
                 why = ("illegal: " + "; ".join(b[3] for b in cand.illegal)) if cand.illegal else \
                     ("no fused term" if cand.extraction is None else "priced higher")
                 fused = total_us(cand.priced) if cand.extraction is not None else None
                 out.append(Rejection(c, why, final.total, fused, len(final.priced), len(cand.priced)))
             return out
-        return Search(cur, lambda: evaluate(frozenset()), rejections, len(memo), st, streamed, merge.stop, merge.nodes,
-                      merge.priced)
+        return Search(cur, lambda: evaluate(frozenset(), price_illegal=True), rejections, len(memo), st, streamed,
+                      merge.stop, merge.nodes, merge.priced)
 
 
 def legality_violations(prog: Program, part) -> list:
