@@ -186,13 +186,23 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
 
 # ---- the space of a base extraction ----------------------------------------------------------------
 
-def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable,
-                limits: Limits = Limits(), hint: "frozenset | None" = None) -> tuple:
-    """The merge search over the one-kernel-per-op partition of ``base`` (a Candidate of every site
-    cut). Returns (the Mat site classes fused, MergeResult, ``rejected()``: {Mat class: (separate µs,
-    fused µs or None where a legality rule decided, why, groups)} for each site the best partition
-    keeps whose readers share one group; priced on demand, for --explain). ``hint``: the Mat classes a
-    known good partition fuses, tried first."""
+@dataclass
+class Space:
+    """The merge search's space over one base extraction: its kernels as Items, the group price, lower
+    bound and legality check, and the site (Mat class) of each kernel's value (``site_of``: value id)."""
+    items: list
+    price: Callable  # (root, members) -> µs
+    lower: Callable  # root -> µs
+    why_illegal: Callable  # members -> list of legality violations
+    kernels: dict  # name -> egraph.partition.Kernel
+    site_of: dict  # value id -> Mat class
+
+    def site(self, name: str):
+        return self.site_of.get(self.kernels[name].outputs[0])
+
+
+def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable) -> Space:
+    """The space of the one-kernel-per-op partition of ``base`` (a Candidate of every site cut)."""
     from ..analyses.devices import device
     from ..analyses.indexbook import checked_indexbook
     from ..analyses.poly_from_view import region_from_polyview
@@ -245,20 +255,30 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
         out_bytes = sum(math.prod(bind_shape(prog[o].shape, params)) * prog[o].dtype.itemsize for o in ks[root].outputs)
         return (dev.launch_us + out_bytes / (dev.dram_tbps * 1e12) * 1e6) * (1 - 1e-9)
 
-    def kernel(members) -> Kernel:
-        ns = nodes_of(members)
-        return Kernel("g", ns, (), tuple(dict.fromkeys(s for i in ns for s in prog[i].src if s not in ns)))
-
     def why_illegal(members) -> list:
-        return illegal(prog, Partition((kernel(members),)))
-    res = merge_search(items, price, lower, lambda ms: not why_illegal(ms), limits,
-                       (lambda k: site_of.get(ks[k].outputs[0]) in hint) if hint is not None else (lambda k: True))
-    fused = frozenset(site_of[ks[m].outputs[0]] for m in res.absorbed)
+        ns = nodes_of(members)
+        ins = tuple(dict.fromkeys(s for i in ns for s in prog[i].src if s not in ns))
+        return illegal(prog, Partition((Kernel("g", ns, (), ins),)))
+    return Space(items, price, lower, why_illegal, ks, site_of)
+
+
+def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable,
+                limits: Limits = Limits(), hint: "frozenset | None" = None) -> tuple:
+    """The merge search over the one-kernel-per-op partition of ``base`` (a Candidate of every site
+    cut). Returns (the Mat site classes fused, MergeResult, ``rejected()``: {Mat class: (separate µs,
+    fused µs or None where a legality rule decided, why, groups)} for each site the best partition
+    keeps whose readers share one group; priced on demand, for --explain). ``hint``: the Mat classes a
+    known good partition fuses, tried first."""
+    sp = merge_space(state, view, st, roots, base, params, arch, illegal)
+    price, why_illegal = sp.price, sp.why_illegal
+    res = merge_search(sp.items, price, sp.lower, lambda ms: not why_illegal(ms), limits,
+                       (lambda k: sp.site(k) in hint) if hint is not None else (lambda k: True))
+    fused = frozenset(sp.site(m) for m in res.absorbed)
     rho = {m: r for r, ms in res.groups.items() for m in ms}
 
     def rejected() -> dict:
         out = {}
-        for it in items:
+        for it in sp.items:
             if not it.candidate or it.name in res.absorbed or it.name not in rho:
                 continue
             shared = {rho[r] for r in it.readers}
@@ -270,6 +290,6 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
             bad = why_illegal(merged)
             fused_us = None if bad else price(g, merged)
             why = ("illegal: " + "; ".join(b[3] for b in bad)) if bad else "priced higher"
-            out[site_of[ks[it.name].outputs[0]]] = (sep, fused_us, why, len(res.groups))
+            out[sp.site(it.name)] = (sep, fused_us, why, len(res.groups))
         return out
     return fused, res, rejected

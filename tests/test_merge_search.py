@@ -90,3 +90,56 @@ def test_a_limit_is_the_stop_reason():
     assert res.total >= full.total - 1e-9
     res = merge_search(items, price, lower, legal, Limits(nodes=3))  # hard: stops before any partition
     assert res.stop == "node limit (3 subproblems)" and res.groups == {} and res.total == math.inf
+
+
+def _space(prog):
+    """The merge search's space of prog's one-kernel-per-op extraction, priced by Poly Core."""
+    from polysat.egraph.graph import export
+    from polysat.egraph.merge_search import merge_space
+    from polysat.egraph.model_cost import ModelCost, bind_params, legality_violations, saturate_unfused, sites
+    state, _ = saturate_unfused(prog)
+    params = bind_params(prog, {})
+    base = ModelCost(params).search(state).baseline
+    view = export(state)
+    roots = [view.by_index[state.index[nid]] for _, nid in prog.outputs]
+    return merge_space(state, view, sites(view), roots, base, params, "sm90", legality_violations)
+
+
+def _programs():
+    import json
+    import pathlib
+
+    import numpy as np
+
+    from polysat.egraph.randprog import motif_programs, random_program
+    from polysat.frontend import program_from_doc
+    ex = pathlib.Path(__file__).resolve().parent.parent / "examples"
+    motifs = motif_programs(np.random.default_rng(0))
+    return {"motif2": lambda: motifs[2], "motif4": lambda: motifs[4], "motif6": lambda: motifs[6],
+            "random3": lambda: random_program(np.random.default_rng(3), size=10),
+            **{e: (lambda e=e: program_from_doc(json.loads((ex / f"{e}.json").read_text()), "model"))
+               for e in ("softmax", "gemm_bias_relu", "conv_relu_maxpool")}}
+
+
+@pytest.mark.parametrize("name", sorted(_programs()))
+def test_real_prices_the_exhaustive_optimum(name):
+    """On small programs (4 to 8 kernels one per op), with Poly Core's prices, the search finds the
+    optimum of the enumeration of every partition."""
+    sp = _space(_programs()[name]())
+    assert 4 <= len(sp.items) <= 8
+    memo: dict = {}
+
+    def price(root, members):
+        if (root, members) not in memo:
+            memo[root, members] = sp.price(root, members)
+        return memo[root, members]
+
+    def legal(ms):
+        return not sp.why_illegal(ms)
+    res = merge_search(sp.items, price, sp.lower, legal, Limits(prices=10**6, seconds=600))
+    assert res.stop == "exhausted"
+    want = exhaustive(sp.items, price, legal)
+    assert res.total == pytest.approx(want, rel=1e-12)
+    assert len(res.groups) < len(sp.items)  # something was fused
+    for (r, g), v in memo.items():  # the lower bound is admissible on every group priced
+        assert sp.lower(r) <= v
