@@ -16,10 +16,12 @@ off; a root is priced only when an admissible lower bound of its group (``lower`
 bytes of the root's outputs at full bandwidth; the roofline's time is never below it) plus that of the
 kernels left that can only be roots does not already exceed the budget. Bounded by ``Limits`` (subproblems
 visited, groups priced, CPU seconds); ``stop`` says which limit ended it ("exhausted": the partition
-returned is the optimum of the space under the same prices; otherwise none is returned).
+returned is the optimum of the space under the same prices; otherwise the best one found, which
+``merge_phase`` then polishes by joining groups while that lowers the total).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -270,9 +272,25 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
     keeps whose readers share one group; priced on demand, for --explain). ``hint``: the Mat classes a
     known good partition fuses, tried first."""
     sp = merge_space(state, view, st, roots, base, params, arch, illegal)
-    price, why_illegal = sp.price, sp.why_illegal
-    res = merge_search(sp.items, price, sp.lower, lambda ms: not why_illegal(ms), limits,
+    prices: dict = {}
+    verdicts: dict = {}
+
+    def price(root: str, members: frozenset) -> float:
+        if (root, members) not in prices:
+            prices[root, members] = sp.price(root, members)
+        return prices[root, members]
+
+    def why_illegal(members: frozenset) -> list:
+        if members not in verdicts:
+            verdicts[members] = sp.why_illegal(members)
+        return verdicts[members]
+
+    def legal(members: frozenset) -> bool:
+        return not why_illegal(members)
+    res = merge_search(sp.items, price, sp.lower, legal, limits,
                        (lambda k: sp.site(k) in hint) if hint is not None else (lambda k: True))
+    if res.stop != "exhausted":
+        res = _polish(sp.items, res, price, sp.lower, legal)
     fused = frozenset(sp.site(m) for m in res.absorbed)
     rho = {m: r for r, ms in res.groups.items() for m in ms}
 
@@ -284,12 +302,43 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
             shared = {rho[r] for r in it.readers}
             if len(shared) != 1:
                 continue
-            (g,) = shared
-            sep = price(it.name, frozenset({it.name})) + price(g, res.groups[g])
-            merged = res.groups[g] | {it.name}
+            (g,) = shared  # it is a root: its whole group joins its readers' group
+            sep = price(it.name, res.groups[it.name]) + price(g, res.groups[g])
+            merged = res.groups[g] | res.groups[it.name]
             bad = why_illegal(merged)
             fused_us = None if bad else price(g, merged)
-            why = ("illegal: " + "; ".join(b[3] for b in bad)) if bad else "priced higher"
+            why = ("illegal: " + "; ".join(b[3] for b in bad)) if bad else "priced higher" if fused_us >= sep else \
+                f"not reached: the merge search stopped at its {res.stop}"
             out[sp.site(it.name)] = (sep, fused_us, why, len(res.groups))
         return out
     return fused, res, rejected
+
+
+def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, legal: Callable,
+            rounds: int = 8) -> MergeResult:
+    """After a search a limit stopped: while joining one group into the group all its root's readers
+    share lowers the total, take the join that lowers it most and search again from there (its first
+    path is the joined partition; no further prices)."""
+    done, stop, priced = 0, res.stop, res.priced
+    for _ in range(rounds):
+        rho = {m: r for r, ms in res.groups.items() for m in ms}
+        best = None
+        for it in items:
+            shared = {rho[r] for r in it.readers}
+            if not it.candidate or it.name not in res.groups or len(shared) != 1:
+                continue
+            (g,) = shared
+            merged = res.groups[g] | res.groups[it.name]
+            if not legal(merged):
+                continue
+            gain = price(it.name, res.groups[it.name]) + price(g, res.groups[g]) - price(g, merged)
+            if gain > 1e-9 and (best is None or gain > best[0]):
+                best = (gain, it.name)
+        if best is None:
+            break
+        prefer = res.absorbed | {best[1]}
+        nxt = merge_search(items, price, lower, legal, Limits(prices=0), lambda k: k in prefer)
+        if not nxt.total < res.total:
+            break
+        res, done, priced = nxt, done + 1, priced + nxt.priced
+    return res if not done else dataclasses.replace(res, stop=f"{stop}, then {done} join(s)", priced=priced)

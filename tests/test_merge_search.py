@@ -143,3 +143,19 @@ def test_real_prices_the_exhaustive_optimum(name):
     assert len(res.groups) < len(sp.items)  # something was fused
     for (r, g), v in memo.items():  # the lower bound is admissible on every group priced
         assert sp.lower(r) <= v
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_polish_after_a_limit_only_lowers_the_total(seed):
+    """After a limit stopped the search on its first partition (every kernel its own group), joining
+    groups keeps a valid partition, never raises the total and never goes below the optimum."""
+    from polysat.egraph.merge_search import _polish
+    rng = random.Random(100 + seed)
+    items = random_graph(rng, rng.randint(3, 7))
+    price, lower, legal = pricing(rng, items)
+    first = merge_search(items, price, lower, legal, Limits(prices=0), prefer=lambda k: False)
+    assert first.stop == "price limit (0 groups priced)" or first.stop == "exhausted"
+    res = _polish(items, first, price, lower, legal)
+    assert sorted(m for g in res.groups.values() for m in g) == sorted(it.name for it in items)
+    assert res.total == pytest.approx(sum(price(r, g) for r, g in res.groups.items()))
+    assert exhaustive(items, price, legal) - 1e-9 <= res.total <= first.total + 1e-9
