@@ -271,6 +271,7 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
     fused µs or None where a legality rule decided, why, groups)} for each site the best partition
     keeps whose readers share one group; priced on demand, for --explain). ``hint``: the Mat classes a
     known good partition fuses, tried first."""
+    from ..ir.user_names import original_ids
     sp = merge_space(state, view, st, roots, base, params, arch, illegal)
     prices: dict = {}
     verdicts: dict = {}
@@ -307,7 +308,8 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
             merged = res.groups[g] | res.groups[it.name]
             bad = why_illegal(merged)
             fused_us = None if bad else price(g, merged)
-            why = ("illegal: " + "; ".join(b[3] for b in bad)) if bad else "priced higher" if fused_us >= sep else \
+            why = ("illegal: " + original_ids("; ".join(b[3] for b in bad), state.program, base.extraction.program)) \
+                if bad else "priced higher" if fused_us >= sep else \
                 f"not reached: the merge search stopped at its {res.stop}"
             out[sp.site(it.name)] = (sep, fused_us, why, len(res.groups))
         return out

@@ -50,6 +50,7 @@ from ..analyses.poly_region import Access, PolyRegion, Statement, TensorInfo
 from ..ir.diagnostics import fail
 from ..ir.expr import Expr
 from ..ir.tiny import GroupOp, Ops, Program
+from ..ir.user_names import original_ids
 from .api import Extraction
 from .boundaries import operand_reads
 from .cost import Needs, SearchingCost, SizeCost, register
@@ -449,7 +450,8 @@ class ModelCost(SearchingCost):
                     out.append(Rejection(c, why, sep, fused, n, n - 1, local=True))
                     continue
                 cand = evaluate(final.fused | {c}, price_illegal=True)
-                why = ("illegal: " + "; ".join(b[3] for b in cand.illegal)) if cand.illegal else \
+                bad = "; ".join(b[3] for b in cand.illegal)
+                why = ("illegal: " + original_ids(bad, state.program, cand.extraction.program)) if cand.illegal else \
                     ("no fused term" if cand.extraction is None else "priced higher")
                 fused = total_us(cand.priced) if cand.extraction is not None else None
                 out.append(Rejection(c, why, final.total, fused, len(final.priced), len(cand.priced)))
