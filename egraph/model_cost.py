@@ -17,8 +17,9 @@ branch and bound over the groupings of the one-kernel-per-op kernels, exact when
 and priced whole, and the cheaper of the two is kept, so the search never ends above ``--cost size``.
 With at most EXACT_SITES sites a descent then polishes: each round prices fusing every site still cut
 (and, once that gains nothing, cutting every fused site again), takes the best move, then the other
-improving ones while they still improve, until none improves; it does not cut the merge search's
-fusions again. A larger program instead tries streaming every softmax-weighted sum at once. A cut site
+improving ones while they still improve, until none improves; it may cut a merge search fusion again
+(the merge search prices a group on its Poly-View, a whole partition is priced as the backend binds
+each kernel). A larger program instead tries streaming every softmax-weighted sum at once. A cut site
 whose read composes to the value itself (an identity read) is materialized by the partition
 (totiny.to_tiny), not by the extraction. A program of repeated blocks (egraph/segment.py) is searched
 once per distinct segment and stitched (egraph/segment_stitch.py, ``saturate_unfused`` and ``search``).
@@ -421,7 +422,9 @@ class ModelCost(SearchingCost):
             cand = evaluate(cur.fused | streams)  # stream every softmax-weighted sum at once
             if cand.total < cur.total:
                 cur = cand
-        kept = frozenset(merged) & cur.fused  # the merge search's fusions: the descent does not cut them again
+        # on a large program the descent does not run; on a small one it may cut a merge search fusion again:
+        # the merge search prices a group on its Poly-View, the whole partition is priced as the backend binds it
+        kept = frozenset()
         for _ in range(self.max_rounds if exact else 0):
             gain = []
             for kind in ("fuse", "cut"):  # cutting again is tried once fusing gains nothing
