@@ -6,7 +6,10 @@ alignment test, the reduction combine and the butterfly tree order) replayed by 
 softmax / layernorm / row-softmax of scores / max-pool examples on shapes with tails for plans with one
 lane per row, sub-warp and whole-warp groups, groups wider than a warp, scalar and vector steps; and
 hypothesis-generated programs (elementwise chains, casts, WHERE, every movement op, SUM/MAX/MIN over any
-axes) whose regions, whole or one per op, must bind to the SIMT kind and agree with the reference evaluator.
+axes) whose regions, whole or one per op, must bind to the SIMT kind and agree with the reference evaluator;
+hypothesis-generated Softmax / LayerNorm / Reduce models over any axes under both costs, against numpy.
+Pooling windows, contractions and several outputs are generated in test_simt_pool.py, test_simt_tiled.py
+and test_simt_multi_output.py.
 """
 from __future__ import annotations
 
@@ -136,3 +139,44 @@ def test_generated_regions_bind_and_match_the_reference(program, seed, whole):
         cases.append((f"region {r.name}", spec, {}, x, None if want is None else np.asarray(want, np.float64)))
     if cases:
         _check(cases)
+
+
+@st.composite
+def row_statistic_models(draw):
+    """Softmax, LayerNorm or a Reduce over any axis (or axes) of a 2-D to 4-D tensor with odd sizes."""
+    shape = draw(st.lists(st.integers(1, 11), min_size=2, max_size=4))
+    r, dt = len(shape), draw(st.sampled_from(["fp32", "fp16", "bf16"]))
+    op = draw(st.sampled_from(["softmax", "layernorm", "sum", "max", "min", "mean"]))
+    if op == "softmax":
+        axis = draw(st.integers(0, r - 1))
+        return oracle.model({"X": (dt, shape)}, [oracle.node("Softmax", ["X"], "Y", axis=axis)], ["Y"]), \
+            lambda x: oracle.softmax(x, axis)
+    if op == "layernorm":
+        axis = draw(st.integers(1, r - 1))
+        return oracle.model({"X": (dt, shape)}, [oracle.node("LayerNorm", ["X"], "Y", axis=axis, eps=1e-5)], ["Y"]), \
+            lambda x: oracle.layernorm(x, axis, 1e-5)
+    axes = sorted(draw(st.sets(st.integers(0, r - 1), min_size=1, max_size=r - 1)))
+    keep = draw(st.booleans())
+    return oracle.model({"X": (dt, shape)}, [oracle.node("Reduce", ["X"], "Y", op=op, axes=axes, keepdim=keep)], ["Y"]), \
+        lambda x: oracle.reduce(x, op, axes, keep)
+
+
+@settings(deadline=None, max_examples=5)
+@given(row_statistic_models(), st.sampled_from(["size", "model"]), st.integers(0, 2 ** 16))
+def test_row_statistics_over_any_axis_match_numpy(case, cost, seed):
+    """Every region of a Softmax / LayerNorm / Reduce over any axes binds to the SIMT kind; emulated on the
+    searched plan and the fixed plan shapes it admits, it equals the region's playback and, for the region
+    that writes the model's output, numpy."""
+    doc, want_of = case
+    c = Compilation(doc, cost=cost)
+    x = {"X": np.random.default_rng(seed).uniform(-3, 3, doc["tensors"]["X"]["shape"]).astype(np.float32)}
+    tensors = {**x, **playback(c.regions, x, keep_all=True)}
+    xr = oracle.rounded(x["X"], doc["tensors"]["X"]["dtype"]).astype(np.float64)
+    cases = []
+    for r in c.regions:
+        assert _binds(r), r.name
+        spec = simt_bind(r).spec
+        ins = {b.name: np.asarray(round_to(tensors[b.name], b.memref.dtype)).astype(b.memref.dtype.np) for b in r.inputs}
+        want = want_of(xr) if spec.c == "Y" else None
+        cases.append((f"region {r.name}", spec, {}, ins, want))
+    _check(cases)

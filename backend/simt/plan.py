@@ -1,5 +1,7 @@
 """Schedule Plan of a SIMT kernel and its search: block size, threads per row, elements per lane step
 (the vector width), rows per block; candidates pruned by the STOP conditions and ranked by a roofline.
+A CTA of more than 256 threads is pruned when an element walks a loop of its own (an inline reduction):
+``__launch_bounds__(block, 1)`` leaves 65536 / block registers a thread, and such a loop body spills at 64.
 
 A CTA of ``block`` threads holds ``block / group`` row groups (``group`` <= 32: a row is reduced with warp
 shuffles alone) or one row (``group == block`` > 32: warp shuffles, then shared memory across the warps).
@@ -27,6 +29,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ...ir.region import R
+
 # shared pieces, at their current homes
 from ...analyses.devices import Device, device
 from ...analyses.roofline import clock_time, dram_time, roofline as compose
@@ -45,6 +49,7 @@ VEC_BYTES = 16          # widest per-thread global access (ld.global.v4.b32)
 FP32_LANES = 128        # fp32 ops per clock per SM
 LSU_LANES = 32          # global load instructions per clock per SM (one per lane)
 MAX_ACCUMULATORS = 32   # fp32 accumulators of a micro-tile a thread keeps in registers
+MAX_LOOP_BLOCK = 256    # CTA size when an element walks a loop of its own: 255 registers a thread (65536 / 256)
 GROUPS = (1, 2, 4, 8, 16, 32)
 TMS = (1, 2, 4)
 WIDE = (64, 128, 256, 512, 1024)
@@ -114,7 +119,18 @@ def candidates(arch: str, spec: SimtSpec | None = None) -> list[SimtPlan]:
     return out
 
 
+def loops_per_element(spec: SimtSpec) -> bool:
+    """Does an element walk a loop of its own (a Reduce that is not a row statistic: inline, or a micro-tile's
+    accumulation; a streamed softmax sum)? Its loop keeps the element's operands, indices and accumulators
+    live at once."""
+    stats = {id(s) for s in spec.stats()}
+    return any((n.op == R.REDUCE and id(n) not in stats) or n.op == R.ONLINE for n in spec.nodes())
+
+
 def stop_reason(spec: SimtSpec, plan: SimtPlan) -> str | None:
+    if plan.block > MAX_LOOP_BLOCK and loops_per_element(spec):
+        return (f"{plan.block} threads leave {65536 // plan.block} registers a thread; an element that walks a loop of "
+                f"its own (an inline reduction) needs more (ptxas spills): at most {MAX_LOOP_BLOCK} threads")
     tiled = tiled_reduces(spec)
     if tiled:
         if plan.tm > 1 and not spec.outer:
