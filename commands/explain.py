@@ -72,9 +72,10 @@ def _said_once(why: str, names: dict) -> str:
 
 
 def _decider(why: str) -> str:
-    """What decided a rejection: "rule" (illegal, no fused term), "price" or "segment"."""
+    """What decided a rejection: "rule" (illegal, no fused term), "price", "segment" or "search limit"
+    (the merge search stopped before it reached the fusion)."""
     head = why.split(":")[0]
-    return {"priced higher": "price", "segment boundary": "segment"}.get(head, "rule")
+    return {"priced higher": "price", "segment boundary": "segment", "not reached": "search limit"}.get(head, "rule")
 
 
 def explain_model(result: dict) -> list:
