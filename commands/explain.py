@@ -12,7 +12,8 @@ from ..analyses.cost_model import price
 from ..analyses.indexbook import checked_indexbook
 from ..analyses.poly_from_view import region_from_polyview
 from ..analyses.polyview import build_polyview
-from ..egraph.model_cost import canonical, illegal_fusions
+from ..egraph.legality import illegal_fusions
+from ..egraph.model_cost import canonical
 from ..egraph.partition import Kernel, Partition
 from ..ir.user_names import humanize
 
