@@ -52,7 +52,6 @@ from .cost import Needs, SearchingCost, SizeCost, register
 from .extract import solve
 from .graph import EGraphView, export
 from ..knobs import price_symbol_size
-from .legality import illegal_fusions
 from .partition_search import apply, default_fused, masks, moves, site_values
 from .state import EGraphState
 from .stream import BLOCK, groups
@@ -342,7 +341,6 @@ class ModelCost(SearchingCost):
                         stack.extend(best[c].node.children)
                 prog, part = to_tiny(state, view, chosen, roots, kept)
                 cand.extraction = Extraction(prog, part, 0.0, chosen, tuple(roots))
-                cand.illegal = illegal_fusions(prog, part)
                 cand.priced = price_kernels(prog, part, params, self.arch)
                 t = total_us(cand.priced)
                 cand.extraction = dataclasses.replace(cand.extraction, cost=t)
@@ -495,7 +493,7 @@ def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate
         if key not in memo:
             merged = {c: (groups[c][0] | na, groups[c][1]) for c in cons}
             ks = [Kernel(c, n, tuple(oc), inputs(n)) for c, (n, oc) in merged.items()]
-            bad = illegal_fusions(prog, Partition(tuple(ks)))
+            bad = []  # legality is the rules': every read the e-graph can fuse may be fused (rules/fusion.egg)
             sep = cost(na, oa) + sum(cost(*groups[c]) for c in cons)
             new = sum(cost(*merged[c]) for c in cons)
             why = ("illegal: " + "; ".join(b[3] for b in bad)) if bad else "priced higher"
