@@ -31,6 +31,7 @@ class EGraphView:
     dtype: dict  # class id -> dtype string
     by_index: dict  # N index -> class id
     nodes: int
+    vetoed: frozenset = frozenset()  # read classes rules/fusion.egg vetoes fusing ((fuse-veto e) = 1)
 
     def parents(self) -> dict:
         out: dict = {c: [] for c in self.classes}
@@ -70,6 +71,8 @@ def export(st: EGraphState) -> EGraphView:
     by_index = {g.value_to_i64(r.inputs[0]): cid(r.output) for r in fz.functions["N"].rows}
     shape = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz.functions["has-shape"].rows}
     dtype = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz.functions["has-dtype"].rows}
+    veto = fz.functions.get("fuse-veto")
+    vetoed = frozenset(cid(r.inputs[0]) for r in (veto.rows if veto is not None else ()) if g.value_to_i64(r.output))
     for c in list(ids.values()):
         classes.setdefault(c, [])
-    return EGraphView(classes, shape, dtype, by_index, order)
+    return EGraphView(classes, shape, dtype, by_index, order, vetoed)
