@@ -422,7 +422,8 @@ def fusion_legal(s: str, m: str, red: str) -> str:
     kind = read_kind(E.shape(shape[k] for k in order), E.tup(e.subs(pos) for e in mp))
     if kind in ("halo", "prefix"):
         return "yes"
-    used = {int(v[1:]) for e in mp for v in e.variables() if re.fullmatch(r"i\d+", v)}
+    used = {int(v[1:]) for e in mp for v in e.variables() if re.fullmatch(r"i\d+", v)} - \
+        {k for k in range(len(shape)) if shape[k] == 1}  # a size-1 axis is owned by every tile
     par = {k for k in range(len(shape)) if k not in ax and shape[k] != 1}
     return "yes" if kind == "owned" and (used <= par or par <= used) else "no"
 
@@ -433,3 +434,4 @@ def use_through(kind: str, in_shape: str, a: str, b: str, m: str) -> str:
     the op's view map after m; "opaque" when it is not affine."""
     f = fold_map(kind, in_shape, E.identity_map(len(E.parse_shape(in_shape))), a, b)
     return reach_compose(f, m) if f else OPAQUE
+

@@ -96,7 +96,8 @@ FUSION = ("fusion-facts", "fusion-search")  # the legality facts, to a fixpoint,
 def default_schedule(rulesets: list, opt_in: tuple = ()) -> tuple:
     """Movement normalization first (views into reads), then every ruleset together (the OPT_IN
     ones only when named in opt_in). Naming ``fusion-search`` names its facts too, and orders them
-    (rules/fusion.egg): after every rewrite (streaming included), ``fusion-facts`` runs to a fixpoint
+    (rules/fusion.egg): after every rewrite (streaming included, so the facts see every use it
+    makes), ``fusion-facts`` runs to a fixpoint
     (which reduction each read, fused, would compute and where each value is used), then
     ``fusion-search`` adds the legal fused alternatives, then the rulesets of SETTLE simplify the
     fused terms: they only move views and rewrite elementwise ops, so no fused alternative meets a

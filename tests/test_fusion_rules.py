@@ -78,8 +78,10 @@ def test_window_read_of_conv_gets_a_fused_alternative_and_the_load_is_one_kernel
     windows = [(c, n, x, v) for c, n, x, v in reads if read_kind(n.args[0], n.args[1]) == "halo"
                and any(m.op == "Reduce" for m in v.classes[x])]
     assert windows, "the pool's window read of the conv (a reduce) must be a cut read"
-    for c, n, x, v in windows:
-        assert any(m.op == "View" and m.children == (x,) for m in v.classes[c]), "no fused alternative"
+    # the loaded reads get their fused alternative; a read a recomputation made (fuse-recompute-unary:
+    # relu recomputed in the pool over the conv read from memory) stays a cut read
+    fused = [c for c, n, x, v in windows if any(m.op == "View" and m.children == (x,) for m in v.classes[c])]
+    assert len(fused) >= len(windows) - 1 and fused, "no fused alternative"
     s = ModelCost().search(st)
     assert len(s.baseline.priced) > len(s.best.priced) == 1
 
@@ -140,7 +142,7 @@ def test_all_cuts_cut_every_compute_edge_outside_contractions():
 def test_fusion_rules_are_named_with_laws_and_sound():
     rules = [r for r in list_rules() if pathlib.Path(r[0]).name == "fusion.egg"]
     names = {r[1] for r in rules}
-    assert {"fuse-halo", "fuse-prefix", "fuse-broadcast-recompute", "fuse-materialized-read",
+    assert {"fuse-halo", "fuse-prefix", "fuse-recompute", "veto-many-to-many", "fuse-materialized-read",
             "split-reduce-before-broadcast"} <= names
     assert all(r[3] for r in rules)
     rep = check_rules([str(RULES_DIR / "fusion.egg")], cases=1, builtin=False, seed=0)
