@@ -1,6 +1,7 @@
-"""Fusion legality on an extracted partition (Tiny IR): the legality classes of a read of a reduction
-inside its consumer's kernel, checked on the chosen terms (the rules' class-level facts in
-rules/fusion.egg over-approximate: a read class does not know its consumer's loop order).
+"""Fusion legality on an extracted partition (Tiny IR), checked on the chosen terms: an independent
+check of the rules that decide it (rules/fusion.egg fuse-veto, docs/DESIGN.md §Fusion). The search does
+not call it; the tests run it on every partition the e-graph gives, and ``--explain`` on the
+partitions ``--cost=size`` keeps.
 
 One-to-one and window reads (compute-at with halo) are legal; a read at a prefix of the consumer's
 loop order, or a projection whose skipped axes a loop order of the consumer can own ("owned": a
