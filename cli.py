@@ -42,10 +42,12 @@ def _run_playback(c, inputs: dict) -> dict:
 
 
 @target("cuda")
-def _run_cuda(c, inputs: dict) -> dict:
-    """The regions as CUDA kernels from the MMA template, run through cuda-python (needs a GPU)."""
-    from .backend.stages import run_cuda
-    return run_cuda(c.regions, inputs)
+def _run_cuda(c, inputs: dict, compile_only: bool = False) -> "dict | None":
+    """The regions as CUDA kernels of their kinds in one memory arena, parameters in a constant pool, the launch
+    sequence a CUDA Graph; the compiled model cached on disk, one measurement-log row per kernel (runtime/).
+    Needs a GPU, except with compile_only (the compiled model is stored, nothing runs)."""
+    from .runtime.compiled import run_cuda_model
+    return run_cuda_model(c, inputs, compile_only=compile_only)
 
 
 # ---- verbs -------------------------------------------------------------------------------------
@@ -125,13 +127,21 @@ def cmd_run(a) -> int:
         fail("UnknownTarget", "--target", f"unknown target {a.target!r}; targets: {', '.join(TARGETS)}")
     c = compilation(a)
     c.program  # compile first: model errors before input errors
+    if a.compile_only and a.target != "cuda":
+        fail("InvalidAttribute", "--compile-only", f"--compile-only compiles for --target cuda, not {a.target}")
+    if not a.out and not a.compile_only:
+        fail("InvalidAttribute", "--out", "run needs --out (the output .npz) unless --compile-only")
     from .frontend import with_parameters
     inputs = with_parameters(c.doc, load_npz(a.inputs))
     try:
-        outs = TARGETS[a.target](c, inputs)
+        outs = _run_cuda(c, inputs, compile_only=True) if a.compile_only else TARGETS[a.target](c, inputs)
     except PolysatError as e:
         from .pipeline import user_named
         raise PolysatError(user_named(c, e.diagnostics)) from None
+    if a.compile_only:
+        if a.json:
+            print(json.dumps({"target": a.target, "compiled": True}))
+        return 0
     save_npz(a.out, outs)
     if a.json:
         print(json.dumps({"target": a.target, "outputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)}
@@ -255,11 +265,14 @@ def _parser() -> argparse.ArgumentParser:
                        f"their tensor names. Targets: {', '.join(TARGETS)}.")
     common(r)
     r.add_argument("--inputs", required=True, help="input .npz")
-    r.add_argument("--out", required=True, help="output .npz")
+    r.add_argument("--out", default=None, help="output .npz (required unless --compile-only)")
+    r.add_argument("--compile-only", action="store_true",
+                   help="--target cuda only: compile the model at the shapes of --inputs (kernels, memory plan, "
+                   "cubins for --arch) into POLYSAT_MODEL_CACHE and stop; no GPU needed")
     r.add_argument("--target", default="reference",
                    help=f"where to run: {', '.join(TARGETS)} (default reference); cuda runs each region as a kernel "
-                   "of its kind (GEMM family, conv, conv + max-pool, flash attention, softmax scores, SIMT for the rest) and "
-                   "needs a GPU")
+                   "of its kind (GEMM family, conv, conv + max-pool, flash attention, softmax scores, SIMT for the rest) in one "
+                   "memory arena, replayed as a CUDA Graph, cached on disk and logged to POLYSAT_MEASURE_LOG; needs a GPU")
     r.set_defaults(fn=cmd_run)
 
     d = sub.add_parser("demo", help="compile an example, dump every stage, run and verify every target",

@@ -123,3 +123,17 @@ def cuda_roots() -> list[str]:
     """CUDA_HOME, then CUDA_PATH: the CUDA toolkits whose include/ NVRTC compiles against (default /usr/local/cuda,
     always tried last)."""
     return [d for d in (os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda") if d]
+
+
+def model_cache_dir() -> str:
+    """POLYSAT_MODEL_CACHE: cache of compiled models for `run --target cuda` (regions, memory plans, cubins),
+    keyed by model, input shapes, arch, options and polysat's source (default ~/.cache/polysat/models)."""
+    return os.environ.get("POLYSAT_MODEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "polysat", "models")
+
+
+def measure_log() -> str | None:
+    """POLYSAT_MEASURE_LOG: the CSV every `run --target cuda` and GPU bench appends a row per kernel to;
+    ``off`` writes none (default ~/.cache/polysat/measurements.csv)."""
+    v = os.environ.get("POLYSAT_MEASURE_LOG") or os.path.join(os.path.expanduser("~"), ".cache", "polysat",
+                                                               "measurements.csv")
+    return None if v.strip().lower() == "off" else v

@@ -114,8 +114,9 @@ class Compilation:
         """Every kernel of the extraction with its Poly Core region and price on ``params`` for ``arch``."""
         def make():
             from .egraph.model_cost import price_kernels
-            if self.search is not None:
-                return self.search.best.priced
+            from .egraph.segment_stitch import SegmentedState
+            if self.search is not None and not isinstance(self.saturated[0], SegmentedState):
+                return self.search.best.priced  # a stitched search's regions are its segments' (their names)
             x = self.extraction
             return price_kernels(x.program, x.partition, self.params, self.arch)
         return self.stage("priced", make)

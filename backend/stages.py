@@ -5,25 +5,23 @@ attention ...) and its spec, then
   ``plan_json``  -> ``--dump=plan``: one Schedule Plan per region, with its ranked / pruned candidates;
   ``gpu_json``   -> ``--dump=gpu``: the GPU IR (statements with async tokens) of each region's best plan;
   ``write_cu``   -> ``--dump=cu``: one standalone ``.cu`` file per region;
-  ``run_cuda``   -> ``--target cuda``: the regions run in order on the GPU; tensors passed between regions
-                    stay on the device, only program outputs come back.
+  ``run_cuda``   -> ``--target cuda``: the regions run in order on the GPU in one memory arena (runtime/);
+                    tensors passed between regions stay on the device, only program outputs come back.
 ``bind`` (symbol -> int, the user's ``--bind``) fixes sizes the regions leave symbolic: plans are searched
 for those sizes (unbound symbols rank at plan_search.HINT_SIZE; kernels stay generic in their symbols).
 A region without a template is E1504 NoKernelTemplate for the dumps; when running, it runs on the CPU
-(playback) with a message naming the region and the E1504 reason, and the model still runs. No visible GPU
+(playback) inside the same arena with a message naming the region and the E1504 reason, and the model still runs. No visible GPU
 is E1502 UnknownTarget.
 """
 from __future__ import annotations
 
 import os
-import sys
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..ir.diagnostics import PolysatError, fail
-from ..ir.dtypes import round_to
+from ..ir.diagnostics import fail
 from ..ir.region import Region
 from .kinds import KernelKind, bind
 
@@ -87,92 +85,26 @@ def write_cu(regions, arch: str = "sm90", out_dir: str = ".", bind: Mapping[str,
 
 # ---- running ---------------------------------------------------------------------------------------
 
-class _DeviceView:
-    """Another shape over the same packed device buffer (size-1 dims added or dropped between regions)."""
-
-    def __init__(self, base: Any, shape: tuple):
-        self.base, self.shape = base, tuple(shape)
-
-    @property
-    def __cuda_array_interface__(self) -> dict:
-        return {**self.base.__cuda_array_interface__, "shape": self.shape, "strides": None}
-
-
-def _bound_or_cpu(regions) -> list[tuple[Region, "KernelKind | None", Any]]:
-    """_bound, except that a region no kind takes gets kind None and its E1504 diagnostic (it runs on the CPU)."""
-    out = []
-    for r in regions:
-        try:
-            out.append((r, *bind(r)))
-        except PolysatError as e:
-            if e.diagnostics[0].kind != "NoKernelTemplate":
-                raise
-            out.append((r, None, e.diagnostics[0]))
-    return out
+def run_regions(regions, inputs: Mapping[str, np.ndarray], *, alloc: Callable, view: Callable, copy_in: Callable,
+                copy_out: Callable, launch: Callable, params: frozenset = frozenset()) -> dict[str, np.ndarray]:
+    """The regions in order on some device, inside one arena planned from the tensors' lifetimes, parameters
+    in a constant pool (runtime/model.py): alloc(nbytes) -> buffer, view(buffer, offset, shape, np dtype) ->
+    tensor, copy_in(tensor, host array), copy_out(tensor) -> host array, launch(kind, spec, tensors, env, out)
+    runs one kernel. A region no kind takes runs on the CPU (playback) inside the same arena, saying so."""
+    from ..runtime.model import Memory, ModelRuntime, steps_of
+    mem = Memory(alloc=alloc, view=view, copy_in=copy_in, copy_out=copy_out, launch=launch)
+    return ModelRuntime(steps_of(list(regions)), mem, params).run(inputs)
 
 
-def _on_cpu(r: Region, why, on_device: dict, env: Mapping[str, int], upload: Callable, download: Callable) -> dict:
-    """Region r played back on the host (its inputs downloaded, its outputs uploaded); says so on stderr."""
-    from ..ir.playback import _RegionRun
-    print(f"polysat: region {r.name} has no CUDA kernel ({why.code} {why.kind}: {why.why}); it runs on the CPU "
-          "(playback)", file=sys.stderr)
-    host = {b.name: np.asarray(download(on_device[b.name])).reshape(
-        tuple(int(d) if isinstance(d, int) else int(d.evaluate(env)) for d in b.memref.shape)) for b in r.inputs}
-    with np.errstate(all="ignore"):
-        made = _RegionRun(r, host, dict(env)).run()
-    return {name: upload(np.ascontiguousarray(a)) for name, a in made.items()}
-
-
-def run_regions(regions, inputs: Mapping[str, np.ndarray], *, upload: Callable, alloc: Callable,
-                reshape: Callable, launch: Callable, download: Callable) -> dict[str, np.ndarray]:
-    """The regions in order on some device (a region no kind takes: on the CPU): upload(host array) -> tensor,
-    alloc(shape, np dtype) -> tensor, reshape(tensor, shape) -> view, launch(kind, spec, tensors, env, out) runs
-    one kernel, download(tensor) -> host array.
-    Tensors made by one region are read by the next without leaving the device."""
-    from ..ir.playback import bind_region_symbols
-    regions = list(regions)
-    bound = _bound_or_cpu(regions)  # every region's kernel is known before anything runs
-    env = bind_region_symbols(regions, inputs)
-    on_device: dict[str, Any] = {}
-    outputs: dict[str, np.ndarray] = {}
-    for r, kind, binding in bound:
-        for b in r.inputs:
-            if b.name not in on_device:
-                if b.name not in inputs:
-                    fail("MissingInput", b.name, f"region {r.name} reads {b.name!r}, which is neither given nor "
-                         "written by an earlier region")
-                host = np.ascontiguousarray(round_to(np.asarray(inputs[b.name]), b.memref.dtype)).astype(b.memref.dtype.np)
-                on_device[b.name] = upload(host)
-        if kind is None:
-            on_device.update(_on_cpu(r, binding, on_device, env, upload, download))
-            for b in r.outputs:
-                if b.program_output:
-                    outputs[b.name] = np.asarray(download(on_device[b.name]))
-            continue
-        spec = binding.spec
-        out = alloc(spec.shapes(env)[spec.c], spec.dtypes()[spec.c].np)
-        launch(kind, spec, binding.arrays(on_device, env, reshape), env, out)
-        buf = r.outputs[0]
-        on_device[buf.name] = out
-        if buf.program_output:
-            shape = tuple(int(d) if isinstance(d, int) else int(d.evaluate(env)) for d in buf.memref.shape)
-            outputs[buf.name] = download(out).reshape(shape)
-    return outputs
-
-
-def run_cuda(regions, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """`--target cuda`: every region as a CUDA kernel of its kind's template, run in order on the GPU (a region
-    no kind takes runs on the CPU, saying so)."""
+def run_cuda(regions, inputs: Mapping[str, np.ndarray], params: frozenset = frozenset()) -> dict[str, np.ndarray]:
+    """`--target cuda` on regions: every region as a CUDA kernel of its kind, in one device arena, the launch
+    sequence captured as a CUDA Graph (runtime/cuda.py); a region no kind takes runs on the CPU, saying so."""
+    from ..runtime.model import steps_of
     from .common.gpu import cuda_available
     regions = list(regions)
-    _bound_or_cpu(regions)  # a binding error other than E1504 before anything else: it does not depend on the machine
+    steps_of(regions)  # a binding error other than E1504 before anything else: it does not depend on the machine
     if not cuda_available():
         fail("UnknownTarget", "--target cuda", "no CUDA GPU is visible (cuda-python, an NVIDIA driver and a device "
              "are needed)", "Run on a machine with an NVIDIA GPU (sm80 or newer), or use --target playback.")
-    from .common.device_tensors import DeviceArray
-
-    def launch(kind, spec, tensors, env, out):
-        kind.launch(spec, tensors, env, out)
-
-    return run_regions(regions, inputs, upload=DeviceArray.from_numpy, alloc=DeviceArray,
-                       reshape=_DeviceView, launch=launch, download=lambda t: t.numpy())
+    from ..runtime.cuda import CudaRuntime
+    return CudaRuntime(regions, params).run(inputs)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from polysat.bench.harness import dtypes, open_gpu, parse_args, tflops, timer, write_results
+from polysat.bench.harness import dtypes, log_kernels, open_gpu, parse_args, tflops, timer, write_results
 
 TOKENS = 16384
 HIDDEN = 2048
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     algos = [a for a in args.algos.split(",") if a]
     gen = torch.Generator(device="cuda").manual_seed(0)
-    rows = []
+    rows, measured = [], []
     print(f"{'dtype':>5} {'d':>4} {'seq':>6} {'causal':>6} {'batch':>5} {'heads':>5} | "
           + " | ".join(f"{a[:14]:>14}" for a in algos) + f" | {'sdpa-flash':>10} | {'ratio':>6} | err")
     for dname in args.dtypes.split(","):
@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                         row[f"{algo}_tflops"] = tflops(flops, t)
                         row[f"{algo}_plan"] = launch.kernel.plan.key()
                         row[f"{algo}_max_rel_err"] = err
+                        measured.append((f"attention {algo} {dname} d{d} s{s}{' causal' if causal else ''}", "attention",
+                                         launch, {"batch": batch, "heads": heads, "seq": s, "d": d}, t))
                     best = max(row[f"{a}_tflops"] for a in algos)
                     row["ratio_vs_sdpa_flash"] = best / row["sdpa_flash_tflops"]
                     rows.append(row)
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                           + f"  {row[algos[0] + '_plan']}", flush=True)
                 del q, k, v
     write_results(torch, dev, args.json, iters=args.iters, tokens=TOKENS, hidden=HIDDEN, rows=rows)
+    log_kernels("bench/attention.py", dev, measured)
     return 0
 
 

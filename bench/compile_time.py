@@ -11,6 +11,7 @@ default runs them at 12. Symbols are bound to POLYSAT_PRICE_SYMBOL_SIZE (default
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import sys
 import time
@@ -74,7 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="sm90")
     a = ap.parse_args(argv)
     layers = 2 if a.quick else 12
-    return run_cases(models(layers), lambda n, m: measure(n, m, a.arch), table, a.out, layers=layers, arch=a.arch)
+    return run_cases(models(layers), functools.partial(measure, arch=a.arch), table, a.out, layers=layers, arch=a.arch)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from polysat.bench.harness import dtypes, open_gpu, parse_args, tflops, timer, write_results
+from polysat.bench.harness import dtypes, log_kernels, open_gpu, parse_args, tflops, timer, write_results
 
 # (name, C, H=W, Co, stride): the 3x3 convolutions of ResNet-50 (torchvision v1.5: stride in the 3x3)
 RESNET50_3X3 = [("conv2_x", 64, 56, 64, 1), ("conv3_1", 128, 56, 128, 2), ("conv3_x", 128, 28, 128, 1),
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     timed = timer(torch, args)
     gen = torch.Generator(device="cuda").manual_seed(0)
     n = args.batch
-    rows, pool_rows = [], []
+    rows, pool_rows, measured = [], [], []
     for dname in args.dtypes.split(","):
         dt, tt = tdt[dname]
         for name, c, hw, co, stride in RESNET50_3X3:
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                    "vs_cudnn_nchw": t["cudnn_nchw"] / t["polysat"], "vs_cudnn_nhwc": t["cudnn_nhwc"] / t["polysat"],
                    "max_rel_err": err}
             rows.append(row)
+            measured.append((f"conv {name} {dname}", "conv", launch, {"n": n, "c": c, "hw": hw, "co": co}, t["polysat"]))
             print(f"{dname} {name:8s} N{n} C{c:>4} {hw:>3}x{hw:<3} Co{co:>4} s{stride}  polysat "
                   f"{row['polysat_tflops']:6.1f}  cuDNN NCHW {row['cudnn_nchw_tflops']:6.1f} ({row['vs_cudnn_nchw']:5.2f}x)"
                   f"  NHWC {row['cudnn_nhwc_tflops']:6.1f} ({row['vs_cudnn_nhwc']:5.2f}x)  err {err:.1e}  {row['plan']}",
@@ -110,9 +111,12 @@ def main(argv: list[str] | None = None) -> int:
                    **{f"{k_}_tflops": tflops(conv.flops(), v) for k_, v in t.items()},
                    "speedup": t["torch_sequence"] / t["polysat_fused"], "max_rel_err": err}
             pool_rows.append(row)
+            measured.append((f"conv+relu+maxpool {name} {dname}", "conv_pool", launch, {"n": n, "c": c, "hw": hw, "co": co},
+                             t["polysat_fused"]))
             print(f"{dname} {name:20s} fused {t['polysat_fused']:8.3f} ms  torch conv+relu+pool {t['torch_sequence']:8.3f} ms"
                   f"  ({row['speedup']:5.2f}x)  err {err:.1e}  {row['plan']}", flush=True)
     write_results(torch, dev, args.json, batch=n, iters=args.iters, conv=rows, conv_relu_maxpool=pool_rows)
+    log_kernels("bench/conv.py", dev, measured)
     return 0
 
 

@@ -6,7 +6,8 @@ Conv -> ReLU -> Conv, softmax over a middle axis) and the bench transformer (ben
 partition and the one-kernel-per-op partition priced the same way beside it), device bytes moved and
 e-graph compile time (load + saturation + search), next to tinygrad's kernel count and schedule time
 for the same model written in tinygrad (bench/tinygrad_graph.py; ``PYTHON`` device, schedule only,
-nothing executes), measured in the same process. Prints a table with the ratios and writes JSON.
+nothing executes), measured in the same process (a fresh one per case, so no cache warmed by an earlier
+case helps either side). Prints a table with the ratios and writes JSON.
 
     python -m polysat.bench.fusion [--quick] [--out PATH] [--arch sm90]
 
@@ -17,6 +18,7 @@ row with its diagnostic, not a crash.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import pathlib
 import sys
@@ -54,10 +56,13 @@ def polysat_row(model: dict, arch: str) -> dict:
     except PolysatError as e:
         return {"error": str(e).splitlines()[0][:160]}
     moved = sum(p.cost.bytes for p in s.best.priced if p.cost is not None)
+    st = c.saturated[0]
+    segs = getattr(st, "segments", None)  # a segmented program (egraph/segment.py): blocks, distinct ones searched
     return {"params": c.params, "kernels": len(s.best.priced), "time_est_us": round(s.best.total, 3),
             "size_kernels": len(size), "size_time_est_us": round(total_us(size), 3),
             "unfused_kernels": len(s.baseline.priced), "unfused_time_est_us": round(s.baseline.total, 3),
-            "bytes": moved, "compile_s": round(compile_s, 3), "partitions_priced": s.evaluations}
+            "bytes": moved, "compile_s": round(compile_s, 3), "partitions_priced": s.evaluations,
+            "segments": len(segs) if segs else 1, "segments_searched": len(st.states) if segs else 1}
 
 
 def tinygrad_row(model: dict, params: dict) -> dict:
@@ -113,7 +118,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     only = {s for s in a.only.split(",") if s}
     chosen = [(n, m) for n, m in cases(a.quick) if not only or n in only]
-    return run_cases(chosen, lambda n, m: measure(n, m, a.arch), table, a.out, quick=a.quick, arch=a.arch)
+    return run_cases(chosen, functools.partial(measure, arch=a.arch), table, a.out, quick=a.quick, arch=a.arch)
 
 
 if __name__ == "__main__":

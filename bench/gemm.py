@@ -3,15 +3,15 @@
     python bench/gemm.py [--dtypes fp16,bf16] [--sizes 1024,2048,4096,8192] [--iters 30] [--json out.json]
 
 fp16 and bf16 inputs (fp32 accumulation), square sizes and odd shapes, random data (power draw
-depends on the data), CUDA events around every call, medians reported in TFLOP/s. Prints a table
-and writes JSON. Exits cleanly with a message where no GPU (or no PyTorch) is present.
+depends on the data), CUDA events around every call, medians reported in TFLOP/s. Prints a table,
+writes JSON and appends one measurement-log row per polysat kernel (POLYSAT_MEASURE_LOG). Exits cleanly with a message where no GPU (or no PyTorch) is present.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from polysat.bench.harness import dtypes, open_gpu, parse_args, tflops, timer, write_results
+from polysat.bench.harness import dtypes, log_kernels, open_gpu, parse_args, tflops, timer, write_results
 
 ODD_SHAPES = [(4095, 4097, 4096), (1000, 3000, 2000), (8192, 1024, 8192), (127, 8192, 4096), (3333, 2222, 1111)]
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes += ODD_SHAPES
     tdt = dtypes(torch)
     timed = timer(torch, args)
-    rows = []
+    rows, measured = [], []
     gen = torch.Generator(device="cuda").manual_seed(0)
     for dname in args.dtypes.split(","):
         dt, tt = tdt[dname]
@@ -70,10 +70,14 @@ def main(argv: list[str] | None = None) -> int:
                    **{f"{key}_tflops": tflops(flops, v) for key, v in t.items()},
                    "max_rel_err": err, "max_rel_err_fused": err_f}
             rows.append(row)
+            shapes = {"m": m, "n": n, "k": k}
+            measured += [(f"gemm {dname} {m}x{n}x{k}", "gemm", lp, shapes, t["polysat"]),
+                         (f"gemm+bias+relu {dname} {m}x{n}x{k}", "gemm", lf, shapes, t["polysat_bias_relu"])]
             print(f"{dname} {m:>5}x{n:>5}x{k:>5}  polysat {row['polysat_tflops']:7.1f}  cuBLAS {row['cublas_tflops']:7.1f}"
                   f"  ({row['polysat_tflops'] / row['cublas_tflops']:5.1%})  | fused {row['polysat_bias_relu_tflops']:7.1f}"
                   f"  torch+bias+relu {row['torch_bias_relu_tflops']:7.1f}  | err {err:.1e}  {row['plan']}", flush=True)
     write_results(torch, dev, args.json, iters=args.iters, rows=rows)
+    log_kernels("bench/gemm.py", dev, measured)
     return 0
 
 

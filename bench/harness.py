@@ -1,6 +1,7 @@
 """What the GPU benches (bench/gemm.py, bench/conv.py, bench/attention.py) share: the common arguments,
 the check that a GPU and PyTorch are present (with a message and exit 0 where not), CUDA-event timing
-with warm-up excluded and the median reported, TFLOP/s, the dtype table and the JSON results file.
+with warm-up excluded and the median reported, TFLOP/s, the dtype table, the JSON results file and the
+measurement log (one row per polysat kernel timed, runtime/measure.py).
 
 Imported as ``polysat.bench.harness`` so that ``python bench/<name>.py`` and
 ``python -m polysat.bench.<name>`` both find it.
@@ -83,3 +84,13 @@ def write_results(torch, dev, path: str, **fields) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
     print(f"\n{name}: wrote {path}")
+
+
+def log_kernels(script: str, dev, rows: list) -> None:
+    """Append one measurement-log row per polysat kernel the bench timed: rows of (model label, kind,
+    Launch, shapes, median ms); says where."""
+    from polysat.runtime import measure
+    path = measure.append(measure.launch_row(script, label, kind, dev.arch, launch, shapes, ms)
+                          for label, kind, launch, shapes, ms in rows)
+    if path:
+        print(f"{script}: {len(rows)} kernel measurement(s) appended to {path}")

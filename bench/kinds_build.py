@@ -4,7 +4,7 @@ For each model: the regions (``--cost`` size or model), the kind each binds to, 
 (kind, arch) the nvcc / ptxas figures of the generated ``.cu``: registers, shared memory (ptxas' static smem
 plus the plan's dynamic smem), spill bytes. Prints a table and writes ``bench/kinds_build_results.json``.
 
-    python -m polysat.bench.kinds_build [--models transformer1,mlp2,examples] [--archs sm80,sm90] [--cost size]
+    python -m polysat.bench.kinds_build [--models transformer1,mlp2,examples] [--archs sm80,sm90] [--cost size,model]
 
 ``transformer1`` is the bench transformer (bench/models.py) with one block (the twelve blocks repeat it),
 ``mlp2`` the bench MLP stack with two layers.
@@ -65,25 +65,31 @@ def summary(result: dict) -> dict:
                          "spill_bytes": sum(x["spill_bytes"] for x in v)} for (k, a), v in sorted(by.items())}
 
 
+def _print(res: dict, n_archs: int) -> None:
+    print(f"{res['model']} (--cost {res['cost']}): {len(res['regions']) // n_archs} regions")
+    for r in res["regions"]:
+        print(f"  {r['region']:>5} {r['kind']:<16} {r['arch']} {r['plan']:<28} regs {r['registers']:>3} "
+              f"smem {r['smem_bytes']:>6} spill {r['spill_bytes']} {'ok' if r['ok'] else 'BUILD FAILED'}")
+    for k, s in res["summary"].items():
+        print(f"  {k:<22} kernels {s['kernels']:>3} built {s['built']:>3} regs {s['registers']} "
+              f"smem {s['smem_bytes']} spills {s['spill_bytes']}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="transformer1,mlp2")
     ap.add_argument("--archs", default="sm80,sm90")
-    ap.add_argument("--cost", default="size")
+    ap.add_argument("--cost", default="size", help="one cost or several, comma-separated (size,model)")
     ap.add_argument("--out", default=str(HERE / "kinds_build_results.json"))
     args = ap.parse_args(argv)
     results = []
+    archs = args.archs.split(",")
     for name, model in _models(args.models.split(",")):
-        res = measure(name, model, args.archs.split(","), args.cost)
-        res["summary"] = summary(res)
-        results.append(res)
-        print(f"{name} (--cost {args.cost}): {len(res['regions']) // len(args.archs.split(','))} regions")
-        for r in res["regions"]:
-            print(f"  {r['region']:>5} {r['kind']:<16} {r['arch']} {r['plan']:<28} regs {r['registers']:>3} "
-                  f"smem {r['smem_bytes']:>6} spill {r['spill_bytes']} {'ok' if r['ok'] else 'BUILD FAILED'}")
-        for k, s in res["summary"].items():
-            print(f"  {k:<22} kernels {s['kernels']:>3} built {s['built']:>3} regs {s['registers']} "
-                  f"smem {s['smem_bytes']} spills {s['spill_bytes']}")
+        for cost in args.cost.split(","):
+            res = measure(name, model, archs, cost)
+            res["summary"] = summary(res)
+            results.append(res)
+            _print(res, len(archs))
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1)
     return 0

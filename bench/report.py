@@ -12,11 +12,15 @@ from typing import Callable, Iterable
 
 def run_cases(cases: Iterable, measure: Callable[[str, dict], dict], table: Callable[[list], str], out: str,
               **meta) -> int:
-    """Measure every (name, model) case, print ``table(rows)`` and write ``{**meta, python, total_s, rows}``
-    to ``out``."""
+    """Measure every (name, model) case, each in a fresh process (no price or schedule cache warmed by
+    an earlier case; ``measure`` must be a picklable module-level callable, e.g. a functools.partial),
+    print ``table(rows)`` and write ``{**meta, python, total_s, rows}`` to ``out``."""
+    import multiprocessing
     rows, t0 = [], time.perf_counter()
+    ctx = multiprocessing.get_context("spawn")
     for name, model in cases:
-        rows.append(measure(name, model))
+        with ctx.Pool(1) as pool:
+            rows.append(pool.apply(measure, (name, model)))
         print(f"  {name}: done ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
     print(table(rows))
     doc = {**meta, "python": platform.python_version(), "total_s": round(time.perf_counter() - t0, 2), "rows": rows}

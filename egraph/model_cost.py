@@ -20,6 +20,9 @@ while they still improve, until none improves. A cut site whose read composes to
 more (a deep stack), a merge phase first fuses producer kernels into their single consumer kernel
 on the Tiny partition (fusion deltas of two kernels, docs/DESIGN.md §Cost model),
 then the decisions are realized in the e-graph and priced whole.
+After a merge phase the descent does not cut the merged fusions again (each lowered the modelled
+time of the two kernels it joined). A program of repeated blocks (egraph/segment.py) is searched once
+per distinct segment and stitched (egraph/segment_stitch.py, ``saturate_unfused`` and ``search``).
 Every candidate is checked against the legality classes on its chosen terms (the rules' class-level
 facts over-approximate): a reduction may be read inside its consumer's kernel only one-to-one, by a
 window (compute-at with halo), at a prefix of the consumer's loop order, or by a projection whose
@@ -55,6 +58,8 @@ from ..knobs import price_symbol_size
 from .partition_search import apply, default_fused, masks, moves, site_values
 from .state import EGraphState
 from .stream import BLOCK, groups
+from .segment import segment
+from .segment_stitch import SegmentedState, merge_reports, stitch
 from .totiny import to_tiny
 
 MAX_ROUNDS = 64  # rounds of the exact boundary search
@@ -316,9 +321,19 @@ class ModelCost(SearchingCost):
     def enode_cost(self, node, view) -> float:
         return SizeCost().enode_cost(node, view)
 
+    def for_program(self, program: Program, params: dict) -> "ModelCost":
+        """This model for a part of the program (a segment): params restricted to its symbols."""
+        mine = {k: v for k, v in params.items() if k in program_symbols(program)}
+        return type(self)(mine, self.arch, self.max_rounds, self.exact_sites)
+
     # the search proper
-    def search(self, state: EGraphState, stream: bool = True) -> Search:
-        """The boundary search; with stream=False no value is streamed (the two-pass partition)."""
+    def search(self, state: "EGraphState | SegmentedState", stream: bool = True) -> Search:
+        """The boundary search; with stream=False no value is streamed (the two-pass partition). A
+        segmented program is searched once per distinct segment and stitched (egraph/segment_stitch.py)."""
+        if isinstance(state, SegmentedState):
+            params = bind_params(state.program, self.params)
+            found = {k: self.for_program(st.program, params).search(st, stream) for k, st in state.states.items()}
+            return stitch(state, found)
         view = export(state)
         roots = [view.by_index[state.index[nid]] for _, nid in state.program.outputs]
         params = bind_params(state.program, self.params)
@@ -376,10 +391,11 @@ class ModelCost(SearchingCost):
             if cand.total < cur.total:
                 cur = cand
                 exact = len(live(cur)) <= self.exact_sites
+        kept = frozenset(local) & cur.fused  # the merge phase's fusions: the descent does not cut them again
         for _ in range(self.max_rounds if exact else 0):
             gain = []
             for kind in ("fuse", "cut"):  # cutting again is tried once fusing gains nothing
-                tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, live(cur), streams)
+                tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, live(cur), streams, kept)
                                 if mv[0] == kind), key=lambda km: km[0].total)
                 gain = [(k, mv) for k, mv in tried if k.total < cur.total]
                 if gain:
@@ -439,7 +455,8 @@ def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate
     time most, if legal (a partition computes each value in one kernel, so a value read by several
     kernels stays materialized here; the exact search may still fuse it).
     Returns (the Mat classes fused, {Mat class: (separate µs, fused µs, why, kernels)} for the
-    fusions left). Cheap: only the kernels around a boundary are priced, cached by content."""
+    fusions left; fused µs None where a legality rule decided, as an illegal merge is not priced).
+    Cheap: only the kernels around a boundary are priced, cached by content."""
     from ..analyses.indexbook import checked_indexbook
     from ..analyses.poly_from_view import region_from_polyview
     from ..analyses.polyview import build_polyview
@@ -495,7 +512,7 @@ def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate
             ks = [Kernel(c, n, tuple(oc), inputs(n)) for c, (n, oc) in merged.items()]
             bad = []  # legality is the rules': every read the e-graph can fuse may be fused (rules/fusion.egg)
             sep = cost(na, oa) + sum(cost(*groups[c]) for c in cons)
-            new = sum(cost(*merged[c]) for c in cons)
+            new = None if bad else sum(cost(*merged[c]) for c in cons)  # a rule decided: no price needed
             why = ("illegal: " + "; ".join(b[3] for b in bad)) if bad else "priced higher"
             memo[key] = (sep, new, why, merged, bool(bad))
         return memo[key]
@@ -529,7 +546,21 @@ register(ModelCost)
 def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:
     """(EGraphState, RunReport) with program loaded one kernel per op (every compute edge cut) and
     the rules run: the fused alternatives come from rules/fusion.egg, the streamed softmax-weighted sums
-    from rules/streaming.egg (unless POLYSAT_STREAMING=0)."""
+    from rules/streaming.egg (unless POLYSAT_STREAMING=0). A program of repeated segments
+    (egraph/segment.py) gives a SegmentedState: each distinct segment saturated once."""
+    segs = segment(program)
+    if len(segs) > 1:
+        done: dict = {}
+        for sg in segs:
+            if sg.key not in done:
+                done[sg.key] = _saturate_one(sg.program, rules_dirs, limits, builtin)
+        states = {k: st for k, (st, _) in done.items()}
+        rep = merge_reports([r for _, r in done.values()])
+        return SegmentedState(program, segs, states, {k: r for k, (_, r) in done.items()}, states[segs[0].key].files), rep
+    return _saturate_one(program, rules_dirs, limits, builtin)
+
+
+def _saturate_one(program: Program, rules_dirs, limits, builtin: bool) -> tuple:
     from ..knobs import streaming
     from .saturate import OPT_IN, default_schedule, rule_files, run
     from .state import new_state

@@ -64,10 +64,11 @@ def site_values(view: EGraphView, sites: dict) -> dict:
     return {m: n.children[0] for m in sites for n in view.classes[m] if n.op == "Mat"}
 
 
-def moves(fused: frozenset, live: list, streams: frozenset) -> list:
+def moves(fused: frozenset, live: list, streams: frozenset, keep: frozenset = frozenset()) -> list:
     """The moves from decision set ``fused``: ("fuse", c) for each live (cut, used) site, ("cut", c)
-    for each fused Mat site (a stream decision, once taken, stays)."""
-    return [("fuse", c) for c in live] + [("cut", c) for c in sorted(fused) if c not in streams]
+    for each fused Mat site (a stream decision, once taken, stays; so does a fusion in ``keep``: the
+    merge phase took it because it lowered the modelled time of the two kernels it joined)."""
+    return [("fuse", c) for c in live] + [("cut", c) for c in sorted(fused) if c not in streams and c not in keep]
 
 
 def apply(fused: frozenset, move: tuple) -> frozenset:

@@ -293,9 +293,10 @@ def nvcc_builds(index: list, what: str) -> list:
 
 
 def numpy_device() -> tuple:
-    """(hooks, launched): backend.stages.run_regions's device hooks on numpy, each kernel computed by its
-    kind's numpy meaning of the spec (checked to receive its operands in the spec's shapes); launched
-    lists the specs run."""
+    """(hooks, launched): backend.stages.run_regions's device hooks on numpy (runtime/host.py: one byte arena,
+    tensors are views at their planned offsets), each kernel computed by its kind's numpy meaning of the spec
+    (checked to receive its operands in the spec's shapes); launched lists the specs run."""
+    from polysat.runtime.host import host_memory
     launched = []
 
     def launch(kind, spec, tensors, env, out):
@@ -303,7 +304,8 @@ def numpy_device() -> tuple:
         launched.append(spec.name)
         out[...] = kind.reference(spec, tensors, env)
 
-    hooks = dict(upload=np.array, alloc=np.empty, reshape=np.reshape, launch=launch, download=np.array)
+    m = host_memory(launch)
+    hooks = dict(alloc=m.alloc, view=m.view, copy_in=m.copy_in, copy_out=m.copy_out, launch=launch)
     return hooks, launched
 
 

@@ -1,19 +1,34 @@
 """Host emulation of generated SIMT kernels (no GPU): each kernel's own ``__host__ __device__`` passes,
 replayed by its ``emulate(args)`` (``-DPOLYSAT_SIMT_HOST``), in one host program built with nvcc.
 
-``emulate_many([(kernel source, {tensor: array}, env), ...])`` builds one program for all the kernels
+``emulate_outputs([(kernel source, {tensor: array}, env), ...])`` builds one program for all the kernels
 (their sources concatenated; the helper header is include-guarded), writes every input as raw bytes,
-runs it and returns each kernel's output array.
+runs it and returns each kernel's outputs by name (``emulate_many``: each kernel's primary output).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import pathlib
 import subprocess
 import tempfile
 
 import numpy as np
 
 from polysat.backend.common.nvcc import nvcc_path
+
+HERE = pathlib.Path(__file__).parent
+
+
+def load(name: str, file: str):
+    """A module of this test folder by file name (the tests folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, HERE / file)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+oracle = load("polysat_test_oracle", "oracle.py")
 
 MAIN = r"""
 #include <cstdio>
@@ -34,10 +49,16 @@ int main() {
 """
 
 
-def emulate_many(jobs: list, workdir: str | None = None) -> list[np.ndarray]:
+def emulate_many(jobs: list) -> list[np.ndarray]:
+    """Each kernel's primary output (``spec.c``)."""
+    return [outs[ks.spec.c] for outs, (ks, _a, _e) in zip(emulate_outputs(jobs), jobs, strict=True)]
+
+
+def emulate_outputs(jobs: list, workdir: str | None = None) -> list[dict[str, np.ndarray]]:
+    """Every output of each kernel, by region tensor name."""
     if workdir is None:  # a directory of our own, removed afterwards
         with tempfile.TemporaryDirectory(prefix="polysat-simt-emu-") as tmp:
-            return emulate_many(jobs, tmp)
+            return emulate_outputs(jobs, tmp)
     exe = nvcc_path()
     assert exe, "nvcc is needed to build the host emulator"
     tmp = workdir
@@ -47,23 +68,24 @@ def emulate_many(jobs: list, workdir: str | None = None) -> list[np.ndarray]:
         if ks.source not in parts:  # the same kernel on another shape: built once
             parts.append(ks.source)
         shapes, dts = spec.shapes(env), spec.dtypes()
-        args = []
+        args, saves = [], []
         for p in ks.params:
             if p.kind == "ptr":
                 path = os.path.join(tmp, f"k{k}_{p.ident}.bin")
                 nbytes = int(np.prod(shapes[p.role])) * dts[p.role].np.itemsize
-                if p.role != spec.c:
+                if p.role not in spec.outputs:
                     np.ascontiguousarray(np.asarray(arrays[p.role]).astype(dts[p.role].np)).tofile(path)
                     args.append(f"(decltype(Args::{p.ident}))load(\"{path}\", {nbytes})")
                 else:
-                    calls.append(f"  void* out{k} = aligned_alloc(64, {(nbytes + 63) // 64 * 64 + 64});")
-                    args.append(f"(decltype(Args::{p.ident}))out{k}")
-                    out = (path, nbytes)
+                    buf = f"out{k}_{p.ident}"
+                    calls.append(f"  void* {buf} = aligned_alloc(64, {(nbytes + 63) // 64 * 64 + 64});")
+                    args.append(f"(decltype(Args::{p.ident})){buf}")
+                    saves.append(f"  save(\"{path}\", {buf}, {nbytes});")
             else:
                 args.append(f"{int(env[p.role])}LL")
         ns = f"ns_{ks.name}"
         calls.append(f"  {{ using namespace {ns}; const Args a{{{', '.join(args)}}}; emulate(a); }}")
-        calls.append(f"  save(\"{out[0]}\", out{k}, {out[1]});")
+        calls += saves
     src = os.path.join(tmp, "emu.cu")
     with open(src, "w", encoding="utf-8") as f:
         f.write("\n".join(parts) + MAIN + "\n".join(calls) + "\n  std::printf(\"OK\\n\");\n  return 0;\n}\n")
@@ -76,6 +98,10 @@ def emulate_many(jobs: list, workdir: str | None = None) -> list[np.ndarray]:
     outs = []
     for k, (ks, _arrays, env) in enumerate(jobs):
         spec = ks.spec
-        path = os.path.join(tmp, f"k{k}_{next(p.ident for p in ks.params if p.role == spec.c)}.bin")
-        outs.append(np.fromfile(path, dtype=spec.dtypes()[spec.c].np).reshape(spec.shapes(env)[spec.c]))
+        got = {}
+        for p in ks.params:
+            if p.kind == "ptr" and p.role in spec.outputs:
+                path = os.path.join(tmp, f"k{k}_{p.ident}.bin")
+                got[p.role] = np.fromfile(path, dtype=spec.dtypes()[p.role].np).reshape(spec.shapes(env)[p.role])
+        outs.append(got)
     return outs

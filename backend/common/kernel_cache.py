@@ -1,6 +1,7 @@
 """Generated CUDA text -> cubin, cached on disk by source hash + arch.
 
-NVRTC (cuda-python) compiles when it and the CUDA headers are installed, nvcc otherwise. The cache lives in
+NVRTC (cuda-python) compiles when it and the CUDA headers are installed, nvcc otherwise (and where NVRTC
+refuses a kernel). The cache lives in
 ``$POLYSAT_KERNEL_CACHE`` (default ``~/.cache/polysat/kernels``); a kernel's source already names
 every specialisation parameter, so the hash is the whole key.
 """
@@ -12,7 +13,7 @@ import subprocess
 import tempfile
 
 from ... import knobs
-from ...ir.diagnostics import fail
+from ...ir.diagnostics import PolysatError, fail
 from .nvcc import ARCH_FLAGS, nvcc_path
 from .render import KernelSource
 
@@ -89,15 +90,28 @@ def _nvcc_cubin(source: str, arch_flag: str) -> bytes:
             return f.read()
 
 
+def cubin_name(ks: KernelSource, dev_arch: str, cc: tuple[int, int] | None = None) -> str:
+    """The cubin's file name in the cache: a hash of the arch flag and the source."""
+    arch_flag = _gpu_arch_flag(ks.skeleton, dev_arch, cc)
+    return hashlib.sha256(f"{arch_flag}\n{ks.source}".encode()).hexdigest()[:40] + ".cubin"
+
+
 def cubin_for(ks: KernelSource, dev_arch: str, cc: tuple[int, int] | None = None) -> bytes:
     arch_flag = _gpu_arch_flag(ks.skeleton, dev_arch, cc)
-    key = hashlib.sha256(f"{arch_flag}\n{ks.source}".encode()).hexdigest()[:40]
-    path = os.path.join(kernel_cache_dir(), f"{key}.cubin")
+    path = os.path.join(kernel_cache_dir(), cubin_name(ks, dev_arch, cc))
     if os.path.exists(path):
         with open(path, "rb") as f:
             return f.read()
-    # NVRTC needs the CUDA headers (cuda_fp16.h); without them nvcc, which knows its own, compiles
-    cubin = (_nvrtc_cubin(ks.source, arch_flag) if _include_dirs() else None) or _nvcc_cubin(ks.source, arch_flag)
+    # NVRTC needs the CUDA headers (cuda_fp16.h); without them nvcc, which knows its own, compiles. A kernel
+    # NVRTC refuses (a header it does not ship, such as <stdint.h>) goes to nvcc too where there is one.
+    cubin = None
+    if _include_dirs():
+        try:
+            cubin = _nvrtc_cubin(ks.source, arch_flag)
+        except PolysatError:
+            if nvcc_path() is None:
+                raise
+    cubin = cubin or _nvcc_cubin(ks.source, arch_flag)
     with open(path + ".tmp", "wb") as f:
         f.write(cubin)
     os.replace(path + ".tmp", path)

@@ -135,3 +135,33 @@ def work(spec: SimtSpec, top: RNode, env: Mapping[str, int], skip: set) -> tuple
     reads: list = []
     ops = go(top, 1.0)
     return ops, reads
+
+
+def tiled_reduces(spec: SimtSpec) -> list[RNode]:
+    """The Reduces a register-tiled final pass accumulates for a whole micro-tile at once: those its value
+    reaches without passing through another Reduce (a contraction, a pooling window), children first.
+    Empty when the spec has a row statistic (rows then need their group's reduction one at a time)."""
+    if spec.stats():
+        return []
+    lets = spec.region.let_map
+    found, stack, seen = set(), [spec.top], set()
+    while stack:
+        n = stack.pop()
+        while n.op == R.REF:
+            n = lets[n.arg]
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op == R.REDUCE:
+            found.add(id(n))
+        elif n.op != R.ONLINE:
+            stack.extend(n.src)
+    return [n for n in spec.nodes() if id(n) in found]
+
+
+def reuse(spec: SimtSpec, n: RNode, tm: int, tn: int) -> int:
+    """How many elements of a TM x TN micro-tile share one load of read n (its value is computed once per
+    distinct point of its own axes: along the loop axes when it does not vary with them, across the tile's
+    rows when it does not vary with the innermost outer axis, the one the rows of a tile differ in)."""
+    axes = set(n.axes)
+    return (tn if not axes & set(spec.loop) else 1) * (tm if not spec.outer or spec.outer[-1] not in axes else 1)

@@ -29,6 +29,7 @@ READ_FN = {DType.fp16: "polysat_simt::to_f", DType.bf16: "polysat_simt::to_f", D
 ROUND = {DType.fp16: "polysat_simt::rnd_fp16", DType.bf16: "polysat_simt::rnd_bf16"}
 # the bool binary functions a kernel computes (or, and); bind refuses a region with another
 BOOL_BINARY = {"add": "||", "max": "||", "mul": "&&", "min": "&&"}
+COMPARE = {"cmplt": "<", "cmpeq": "==", "cmpne": "!="}  # of any dtype, bool included
 REDUCE_OP = {"sum": "polysat_simt::SUM", "max": "polysat_simt::MAX", "min": "polysat_simt::MIN"}
 
 
@@ -246,8 +247,8 @@ class Emitter:
         if floats:
             a = a if is_float(a_n.dtype) else f"(float)({a})"
             b = b if is_float(b_n.dtype) else f"(float)({b})"
-        if fn in ("cmplt", "cmpeq", "cmpne"):
-            return self.let("bool", f"(({a}) {dict(cmplt='<', cmpeq='==', cmpne='!=')[fn]} ({b}))")
+        if fn in COMPARE:
+            return self.let("bool", f"(({a}) {COMPARE[fn]} ({b}))")
         if dt == DType.bool:  # bind.py refuses the other bool functions
             return self.let("bool", f"(({a}) {BOOL_BINARY[fn]} ({b}))")
         expr = {"add": f"({a}) + ({b})", "sub": f"({a}) - ({b})", "mul": f"({a}) * ({b})", "div": f"({a}) / ({b})",

@@ -33,11 +33,13 @@ def _env(spec: SimtSpec, env: Mapping[str, int] | None) -> dict[str, int]:
 
 
 class _AtShape:
-    """The spec at one shape, as the shared launch helpers read a spec (shapes() without arguments)."""
+    """The spec at one shape, as the shared launch helpers read a spec (shapes() without arguments). The
+    outputs other than ``c`` travel with the inputs (tensors the caller gives, written by the kernel)."""
 
     def __init__(self, spec: SimtSpec, env: Mapping[str, int]):
         self.spec, self.env = spec, env
-        self.inputs, self.c = spec.inputs, spec.c
+        self.inputs = spec.inputs + tuple(n for n in spec.outputs if n != spec.c)
+        self.c = spec.c
 
     def shapes(self, env: Mapping[str, int] | None = None) -> dict:
         return self.spec.shapes(self.env)
@@ -65,7 +67,13 @@ def prepare(spec: SimtSpec, tensors: Mapping[str, Any], env: Mapping[str, int] |
 
 def run(spec: SimtSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None, *,
              out: Any = None, plan: SimtPlan | None = None, stream: int = 0):
-    """The region's output on the GPU. numpy in -> numpy out; device tensors in -> device tensor out."""
+    """The region's primary output on the GPU. numpy in -> numpy out; device tensors in -> device tensor out.
+    A region with several outputs writes the others into the tensors given for them by name (with numpy
+    inputs, scratch arrays when none is given)."""
     dev = device()
     env = _env(spec, env)
+    if any(n not in inputs for n in _AtShape(spec, env).inputs):
+        import numpy as np
+        shapes, dts = spec.shapes(env), spec.dtypes()
+        inputs = {**{n: np.zeros(shapes[n], dts[n].np) for n in spec.outputs if n != spec.c}, **inputs}
     return run_on_gpu(_AtShape(spec, env), inputs, lambda x: None, lambda t: prepare(spec, t, env, plan, dev), out, stream)

@@ -4,7 +4,9 @@
 A CTA of ``block`` threads holds ``block / group`` row groups (``group`` <= 32: a row is reduced with warp
 shuffles alone) or one row (``group == block`` > 32: warp shuffles, then shared memory across the warps).
 A lane takes ``vec`` consecutive elements per step (one vector load of each vectorizable read, one vector
-store of the output when the offset is aligned; predicated scalar accesses on the tail).
+store of the output when the offset is aligned; predicated scalar accesses on the tail). A final pass
+that reaches Reduces without row statistics (a contraction, a pooling window) is a micro-tile instead:
+``tm`` rows along the innermost outer axis by the ``vec`` elements of a lane step, one accumulator each.
 
 Roofline (composed by analyses/roofline.py on the device table of analyses/devices.py, as every kind's:
 ``max(compute, memory, latency) + launch``):
@@ -14,6 +16,8 @@ Roofline (composed by analyses/roofline.py on the device table of analyses/devic
             an SM must keep bandwidth x latency bytes in flight (vector loads keep V times more);
   compute = element ops / (SMs * 128 fp32 lanes * clock * lane utilisation), utilisation counting the
             lanes a row's tail leaves idle;
+  loads   = load instructions / (SMs * 32 lanes * clock * lane utilisation): a micro-tile (``tm`` rows by
+            ``vec`` elements, access.py ``reuse``) issues one load per distinct operand value of the tile;
   latency = waves of resident row groups * the steps each group walks in sequence (a dependent global
             load per step) plus the shuffle / barrier steps of each reduction tree.
 """
@@ -28,7 +32,7 @@ from ...analyses.devices import Device, device
 from ...analyses.roofline import clock_time, dram_time, roofline as compose
 from ..common.mma_search import L2_MISS
 from ..common.plan_search import SearchResult, prune, rank
-from .access import passes, stride, vector_reads, vector_store, work
+from .access import passes, reuse, stride, tiled_reduces, vector_reads, vector_store, work
 from .spec import SimtSpec
 
 SKELETON = "simt"
@@ -39,7 +43,10 @@ DRAM_LATENCY_NS = 1000.0  # a global load's round trip under load: bytes in flig
 SECTOR = 32             # bytes a global memory transaction moves
 VEC_BYTES = 16          # widest per-thread global access (ld.global.v4.b32)
 FP32_LANES = 128        # fp32 ops per clock per SM
+LSU_LANES = 32          # global load instructions per clock per SM (one per lane)
+MAX_ACCUMULATORS = 32   # fp32 accumulators of a micro-tile a thread keeps in registers
 GROUPS = (1, 2, 4, 8, 16, 32)
+TMS = (1, 2, 4)
 WIDE = (64, 128, 256, 512, 1024)
 
 
@@ -48,7 +55,8 @@ class SimtPlan:
     arch: str
     block: int              # threads per CTA
     group: int              # threads per row
-    vec: int                # elements per lane step
+    vec: int                # elements per lane step (TN: the micro-tile's columns when the pass is tiled)
+    tm: int = 1             # rows per thread (TM: the micro-tile's rows along the innermost outer axis)
     est: tuple = field(default=(), compare=False)
     skeleton: str = SKELETON
 
@@ -58,7 +66,9 @@ class SimtPlan:
 
     @property
     def rows_per_block(self) -> int:
+        """Row groups per CTA (each group owns ``tm`` consecutive rows)."""
         return self.block // self.group
+
 
     @property
     def smem_bytes(self) -> int:
@@ -70,32 +80,51 @@ class SimtPlan:
         return 32 * 4 * 3 if self.group > 32 else 0
 
     def key(self) -> str:
-        return f"simt_b{self.block}_g{self.group}_v{self.vec}"
+        return f"simt_b{self.block}_g{self.group}_v{self.vec}" + (f"_t{self.tm}" if self.tm > 1 else "")
 
     def to_json(self, spec: SimtSpec | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {"skeleton": SKELETON, "arch": self.arch, "block": self.block, "threads_per_row": self.group,
-                             "rows_per_block": self.rows_per_block, "elements_per_step": self.vec,
+                             "rows_per_block": self.rows_per_block, "rows_per_thread": self.tm,
+                             "elements_per_step": self.vec,
                              "reduction": ("warp_shuffle" if self.group <= 32 else "warp_shuffle+smem"),
                              "accumulate": "fp32", "est": dict(self.est)}
         if spec is not None:
+            tiled = tiled_reduces(spec)
+            if tiled:
+                d["micro_tile"] = {"rows": self.tm, "cols": self.vec, "accumulators": self.tm * self.vec * len(tiled),
+                                   "reduces": [n.arg[0] + "[" + ", ".join(n.arg[1]) + "]" for n in tiled]}
             ps = passes(spec)
             d["passes"] = [{"walks": list(p.axes), "reduces": p.stat.arg[0] if p.stat is not None else None,
-                            "vector_reads": sorted({n.arg[0] for n in vector_reads(spec, p)}) if self.vec > 1 else [],
-                            "vector_store": p.stat is None and self.vec > 1 and vector_store(spec)} for p in ps]
+                            "vector_reads": sorted({n.arg[0] for n in vector_reads(spec, p)}) if self.vec > 1 and not tiled else [],
+                            "vector_store": p.stat is None and self.vec > 1 and vector_store(spec) and not tiled} for p in ps]
             d["outer"], d["loop"] = list(spec.outer), list(spec.loop)
         return d
 
 
-def candidates(arch: str) -> list[SimtPlan]:
+def candidates(arch: str, spec: SimtSpec | None = None) -> list[SimtPlan]:
+    """Block x group x vector width; for a spec whose final pass is tiled (a contraction, a pooling window)
+    also the rows per thread of the micro-tile."""
+    tms = TMS if spec is not None and tiled_reduces(spec) else (1,)
     out = []
-    for v in (1, 2, 4, 8):
-        for block in (128, 256):
-            out += [SimtPlan(arch, block, g, v) for g in GROUPS]
-        out += [SimtPlan(arch, g, g, v) for g in WIDE]
+    for tm in tms:
+        for v in (1, 2, 4, 8):
+            for block in (128, 256):
+                out += [SimtPlan(arch, block, g, v, tm) for g in GROUPS]
+            out += [SimtPlan(arch, g, g, v, tm) for g in WIDE]
     return out
 
 
 def stop_reason(spec: SimtSpec, plan: SimtPlan) -> str | None:
+    tiled = tiled_reduces(spec)
+    if tiled:
+        if plan.tm > 1 and not spec.outer:
+            return "rows per thread > 1 needs an outer axis to tile (the output is one row)"
+        acc = plan.tm * plan.vec * len(tiled)
+        if acc > MAX_ACCUMULATORS:
+            return f"a {plan.tm}x{plan.vec} micro-tile of {len(tiled)} reduction(s) holds {acc} accumulators > {MAX_ACCUMULATORS}"
+        return None  # a tiled pass loads scalars (reused across the micro-tile) and stores each element
+    if plan.tm > 1:
+        return "rows per thread > 1 needs a tiled final pass (a contraction without row statistics)"
     if plan.vec > 1:
         ps = passes(spec)
         vr = [n for p in ps for n in vector_reads(spec, p)]
@@ -118,14 +147,19 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
     inflight: list = []  # bytes one lane has in flight per step of the final pass
     tail_util = []
     inner = spec.outer[-1] if spec.outer else None
+    tiled = bool(tiled_reduces(spec))
+    tm = plan.tm
+    loads = 0.0  # load instructions issued
     for p in passes(spec):
         length = 1
         for a in p.axes:
             length *= spec.axis_size(a, env)
         top = p.body if p.stat is not None else spec.top
         ops, reads = work(spec, top, env, stats - ({id(p.stat)} if p.stat is not None else set()))
-        vec_ids = {id(n) for n in vector_reads(spec, p)} if v > 1 else set()
+        vec_ids = {id(n) for n in vector_reads(spec, p)} if v > 1 and not tiled else set()
         for n, mult in reads:
+            if tiled:  # one load per distinct point of the read's axes in the micro-tile
+                mult = mult / reuse(spec, n, tm, v)
             tensor, index = n.arg
             shape = next(b.memref.shape for b in spec.region.inputs if b.name == tensor)
             isz = n.dtype.itemsize
@@ -134,6 +168,7 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
             lane_bytes = isz * (v if id(n) in vec_ids else 1)
             eff = 1.0 if s == 0 else min(1.0, lane_bytes / min(SECTOR, s * isz))
             b = rows * length * mult * isz
+            loads += rows * length * mult / (v if id(n) in vec_ids else 1)
             touched += b
             eff_bytes.append((b, eff))
             if p.stat is None:
@@ -142,20 +177,21 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
         per_step = g * v
         n_steps = math.ceil(length / per_step)
         tail_util.append((length, length / (n_steps * per_step)))
-        steps += n_steps * (STEP_NS + ops * v / tgt.clock_ghz) * 1e-9
+        steps += n_steps * (STEP_NS + ops * v * tm / tgt.clock_ghz) * 1e-9
         if p.stat is not None:
             steps += (math.log2(min(g, 32)) * SHUFFLE_NS + (BARRIER_NS if g > 32 else 0.0)) * 1e-9
     unique = sum(b.memref.dtype.itemsize * math.prod(spec.shapes(env)[b.name]) for b in spec.region.inputs)
     out_bytes = spec.out.memref.dtype.itemsize * math.prod(spec.shapes(env)[spec.c])
     total_b = sum(b for b, _ in eff_bytes) or 1.0
     eff = sum(b * e for b, e in eff_bytes) / total_b if eff_bytes else 1.0
-    if v > 1 and vector_store(spec) and plan.group > 1:
+    if v > 1 and vector_store(spec) and plan.group > 1 and not tiled:
         out_eff = 1.0
     else:
         out_eff = 1.0 if (g > 1 or not spec.outer) else 1.0 / max(1, min(SECTOR // spec.out.memref.dtype.itemsize,
                                                                            spec.row_len(env)))
     dram = min(unique, touched) / max(eff, 1e-3) + max(0.0, touched - unique) * L2_MISS + out_bytes / out_eff
-    ctas = math.ceil(rows / plan.rows_per_block)
+    tiles = spec.tile_rows(tm, env)
+    ctas = math.ceil(tiles / plan.rows_per_block)
     per_sm = min(tgt.max_threads_per_sm, max(plan.block, (tgt.max_threads_per_sm // plan.block) * plan.block),
                  ctas * plan.block / tgt.sms)  # a grid too small to fill the GPU keeps less in flight
     need = tgt.dram_tbps * 1e12 * DRAM_LATENCY_NS * 1e-9 / tgt.sms
@@ -164,11 +200,12 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
     t_mem = dram_time(dram, tgt, mem_eff)
     util = sum(l * u for l, u in tail_util) / max(sum(l for l, _ in tail_util), 1)
     t_comp = clock_time(flops, FP32_LANES, tgt, max(util, 1e-3))
+    t_ld = clock_time(loads, LSU_LANES, tgt, max(util, 1e-3))
     resident = tgt.sms * (tgt.max_threads_per_sm // g) if g <= 32 else tgt.sms * (tgt.max_threads_per_sm // plan.block)
-    waves = math.ceil(rows / max(resident, 1))
+    waves = math.ceil(tiles / max(resident, 1))
     t_lat = waves * steps
-    time = compose(tgt, [t_comp, t_mem, t_lat])
-    return {"time_s": time, "t_compute_s": t_comp, "t_mem_s": t_mem, "t_latency_s": t_lat, "bytes": float(dram),
+    time = compose(tgt, [t_comp, t_ld, t_mem, t_lat])
+    return {"time_s": time, "t_compute_s": t_comp, "t_load_issue_s": t_ld, "t_mem_s": t_mem, "t_latency_s": t_lat, "bytes": float(dram),
             "flops": float(flops), "coalescing": eff, "mem_eff": mem_eff, "lane_util": util, "ctas": float(ctas), "waves": float(waves)}
 
 
@@ -176,7 +213,7 @@ def search(spec: SimtSpec, arch: str = "sm90", env: Mapping[str, int] | None = N
            cost=None) -> SearchResult:
     """Rank the plans for spec on arch; env binds symbols (unbound ones rank at the hint size)."""
     tgt = device(arch)
-    kept, pruned = prune(candidates(arch), lambda p: stop_reason(spec, p))
+    kept, pruned = prune(candidates(arch, spec), lambda p: stop_reason(spec, p))
     cost = cost or roofline
     return SearchResult(rank(kept, lambda p: cost(spec, p, env or {}, tgt)), tuple(pruned))
 

@@ -11,15 +11,21 @@ from ...ir.playback import _RegionRun, bind_region_symbols
 from .spec import SimtSpec
 
 
-def reference(spec: SimtSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None) -> np.ndarray:
-    """The output of spec's region on inputs (by region tensor name). Symbols come from env and the input
+def references(spec: SimtSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Every output of spec's region on inputs (by region tensor name). Symbols come from env and the input
     shapes (a region may size an axis by a symbol none of its inputs carries: a broadcast)."""
     r = spec.region
     tensors = {b.name: round_to(np.asarray(inputs[b.name]), b.memref.dtype) for b in r.inputs}
     env = {**bind_region_symbols([r], tensors), **dict(env or {})}
     with np.errstate(all="ignore"):  # overflow to inf and nan propagate as in the reference evaluator
         out = _RegionRun(r, tensors, env).run()
-    return np.asarray(out[spec.c]).reshape(spec.shapes(env)[spec.c])
+    shapes = spec.shapes(env)
+    return {name: np.asarray(out[name]).reshape(shapes[name]) for name in spec.outputs}
+
+
+def reference(spec: SimtSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None) -> np.ndarray:
+    """The primary output (``spec.c``) of spec's region on inputs."""
+    return references(spec, inputs, env)[spec.c]
 
 
 def random_inputs(spec: SimtSpec, env: Mapping[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:

@@ -8,8 +8,9 @@ once, through a vector store when aligned). Every pass is a ``__host__ __device_
 lane, earlier statistics), so the host emulator (the template's host-emulation macro: ``emulate(args)``) runs the
 same code; only the exchange between lanes differs, and ``host_group_reduce`` replays its order.
 
-Kernel ABI (``SimtKernelSource.params``): the region's inputs (const pointers, in region order), the
-output pointer, then every size symbol as an i64, sorted by name. Grid: ceil(rows / rows_per_block) CTAs.
+Kernel ABI (``SimtKernelSource.params``): the region's inputs (const pointers, in region order), its
+output pointers (region order), then every size symbol as an i64, sorted by name. Grid: ceil(rows / rows_per_block) CTAs (rows counted in tiles of TM when the
+final pass is a micro-tile).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from ...ir.expr import Expr
 # shared pieces, at their current homes
 from ..common.names import c_ident, unique_idents
 from ..common.render import Param, jinja_env, specialisation_hash, template_text
-from .access import Pass, flat_offset, vector_reads, vector_store
+from .access import Pass, flat_offset, tiled_reduces, vector_reads, vector_store
 from .emit import CTYPE, REDUCE_OP, STORE_T, Emitter, convert, neutral_literal
 from .plan import SimtPlan
 from .spec import SimtSpec
@@ -47,7 +48,7 @@ class SimtKernelSource:
         return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
 
     def grid(self, env: Mapping[str, int] | None = None) -> tuple[int, int, int]:
-        return (max(1, math.ceil(self.spec.rows(env) / self.plan.rows_per_block)), 1, 1)
+        return (max(1, math.ceil(self.spec.tile_rows(self.plan.tm, env) / self.plan.rows_per_block)), 1, 1)
 
 
 @lru_cache(maxsize=None)
@@ -64,8 +65,8 @@ class _Gen:
     def __init__(self, spec: SimtSpec, plan: SimtPlan):
         self.spec, self.plan = spec, plan
         r = spec.region
-        idents = unique_idents([b.name for b in r.inputs] + [spec.c], "t_")
-        self.ptr = dict(zip([b.name for b in r.inputs] + [spec.c], idents, strict=True))
+        names = [b.name for b in r.inputs] + list(spec.outputs)
+        self.ptr = dict(zip(names, unique_idents(names, "t_"), strict=True))
         self.sym = {s: c_ident(s, "s_") for s in spec.symbols}
         self.stats = spec.stats()
 
@@ -151,9 +152,29 @@ class _Gen:
         em.vec_reads.clear()
         em.close()
 
-    def out_offset(self, em: Emitter) -> str:
-        y = self.spec.yield_
-        return em.idx(flat_offset(tuple(Expr.var(a) for a in y.axes), self.spec.out.memref.shape))
+    def out_offset(self, em: Emitter, y=None) -> str:
+        y = y or self.spec.yield_
+        shape = self.spec.buffer(y.dst).memref.shape
+        return em.idx(flat_offset(tuple(Expr.var(a) for a in y.axes), shape))
+
+    def put_extras(self, em: Emitter, when: str) -> None:
+        """Every other yield at the current point, written where the primary's axes it does not walk with are 0
+        (once per element of its output), computed only there; an axis of its own walks with the primary
+        axis bind.py matched to it (same size), a size-1 one is 0."""
+        for y in self.spec.extras:
+            along = self.spec.walk_of(y)
+            guard = [f"{em.bound[a][0]} == 0" for a in self.spec.yield_.axes
+                     if a not in y.axes and a not in along.values() and a not in self.spec.units]
+            em.open(f"if ({' && '.join([when, *guard])})")
+            own_units = [(a, em.bound.get(a)) for a in y.axes if a not in self.spec.yield_.axes]
+            for a, _prev in own_units:  # its axes the primary lacks: walked with a primary axis, or 0 (size 1)
+                em.bind(a, em.bound[along[a]][0] if a in along else "0LL")
+            top = self.spec.top_of(y)
+            val = convert(em.value(top), em.follow(top).dtype, y.cast)
+            em.line(f"polysat_simt::put(&a.{self.ptr[y.dst]}[{self.out_offset(em, y)}], {val});")
+            for a, prev in own_units:
+                em.unbind(a, prev)
+            em.close()
 
     def phase(self, k: int) -> dict:
         s = self.stats[k]
@@ -168,8 +189,92 @@ class _Gen:
                 "body": "\n".join(em.lines), "finish": self.emitter().finish(s, "total"), "op": REDUCE_OP[op],
                 "prev": [{"ctype": CTYPE[t.dtype], "name": f"s{j}"} for j, t in enumerate(self.stats[:k])]}
 
+    def decompose(self, em: Emitter, flat: str, axes: tuple, prefix: str) -> dict:
+        """Bind axes (row-major) from the flat index flat; {axis: (C variable, binding version)}."""
+        out, rest = {}, flat
+        for k, a in enumerate(reversed(axes)):
+            if k == len(axes) - 1:
+                var = em.let("long long", rest, prefix)
+            else:
+                size = em.size(self.spec.region.axis_sizes[a])
+                var = em.let("long long", f"{rest} % {size}", prefix)
+                rest = em.let("long long", f"{rest} / {size}", "q")
+            out[a] = (var, em.bind(a, var))
+        return out
+
+    def store_tiled(self) -> str:
+        """The final pass as TM x TN micro-tiles: a group's TM rows by the TN consecutive elements of a lane
+        step. Each tiled Reduce runs one loop over its bound axes accumulating all TM x TN points in
+        registers; the points are unrolled here, so a value that does not vary along the loop axes (an
+        operand row) is loaded once per row and one that does not vary with the row (an operand column)
+        once per column (the emitter's common subexpressions). Rows and elements past the end are clamped
+        for the computation and masked for the store."""
+        spec, plan = self.spec, self.plan
+        tm, tn = plan.tm, plan.vec
+        em = self.emitter()
+        y = spec.yield_
+        rows = []
+        if spec.outer:  # row = (the outer axes but the last, the tile of TM along the last)
+            inner = spec.outer[-1]
+            size = em.size(spec.region.axis_sizes[inner])
+            tiles = em.let("long long", f"({size} + TM - 1) / TM", "nt")
+            prefix = self.decompose(em, em.let("long long", f"row / {tiles}", "q"), spec.outer[:-1], "o")
+            t = em.let("long long", f"row % {tiles}", "t")
+            for i in range(tm):
+                m = em.let("long long", f"{t} * TM + {i}", "m")
+                act = em.let("bool", f"active && {m} < {size}", "act")
+                var = em.let("long long", f"polysat_simt::clamp_index({m}, {size})", "o")
+                rows.append((act, {**prefix, inner: (var, em.bind(inner, var))}))
+        else:
+            rows.append(("active", {}))
+        for a in spec.units:
+            em.bind(a, "0LL")
+        length = " * ".join(em.size(spec.region.axis_sizes[a]) for a in spec.loop) or "1LL"
+        L = em.let("long long", length, "L")
+        em.open(f"for (long long e0 = (long long)lane * {tn}; e0 < {L}; e0 += (long long)G * {tn})")
+        cols = []
+        for j in range(tn):
+            ej = em.let("long long", f"polysat_simt::clamp_index(e0 + {j}, {L})", "ej")
+            cols.append((f"e0 + {j} < {L}", self.decompose(em, ej, spec.loop, "i")))
+        points = [(i, j) for i in range(tm) for j in range(tn)]
+
+        def at(i: int, j: int) -> None:
+            em.bound.update(rows[i][1])
+            em.bound.update(cols[j][1])
+
+        for n in tiled_reduces(spec):
+            op, axes, _init = n.arg
+            accs = {}
+            for pt in points:
+                accs[pt] = em.fresh("acc")
+                em.line(f"{CTYPE[n.dtype]} {accs[pt]} = {neutral_literal(op, n.dtype)};")
+            saved = []
+            for a in axes:
+                var = em.fresh("r")
+                em.open(f"for (long long {var} = 0; {var} < {em.size(spec.region.axis_sizes[a])}; ++{var})")
+                saved.append((a, em.bound.get(a)))
+                em.bind(a, var)
+            for pt in points:
+                at(*pt)
+                em.accumulate(n, accs[pt])
+            for a, prev in reversed(saved):
+                em.close()
+                em.unbind(a, prev)
+            for pt in points:
+                at(*pt)
+                em.remember(n, em.let(CTYPE[n.dtype], em.finish(n, accs[pt]), "red"))
+        for i, j in points:
+            at(i, j)
+            val = convert(em.value(spec.top), em.follow(spec.top).dtype, y.cast)
+            em.line(f"if ({rows[i][0]} && {cols[j][0]}) polysat_simt::put(&a.{self.ptr[spec.c]}[{self.out_offset(em)}], {val});")
+            self.put_extras(em, f"{rows[i][0]} && {cols[j][0]}")
+        em.close()
+        return "\n".join(em.lines)
+
     def store(self) -> str:
         spec = self.spec
+        if tiled_reduces(spec):
+            return self.store_tiled()
         em = self.emitter()
         self.prologue(em, len(self.stats))
         top, y = spec.top, spec.yield_
@@ -181,6 +286,7 @@ class _Gen:
                 e.line(f"polysat_simt::put(&{out_buf}[v], {val});")
             else:
                 e.line(f"if (active) polysat_simt::put(&a.{self.ptr[spec.c]}[{self.out_offset(e)}], {val});")
+            self.put_extras(e, "active")
 
         em.line("(void)active;")
         self.walk(em, Pass(None, spec.loop), each, vs)
@@ -194,20 +300,24 @@ def render(spec: SimtSpec, plan: SimtPlan) -> SimtKernelSource:
     kname = kernel_name(spec, plan)
     r = spec.region
     ptrs = [{"ctype": f"const {STORE_T[b.memref.dtype]}", "ident": gen.ptr[b.name]} for b in r.inputs]
-    ptrs.append({"ctype": STORE_T[spec.out.memref.dtype], "ident": gen.ptr[spec.c]})
+    ptrs += [{"ctype": STORE_T[b.memref.dtype], "ident": gen.ptr[b.name]} for b in r.outputs]
     syms = [gen.sym[s] for s in spec.symbols]
     em = gen.emitter()
-    n_rows = " * ".join(em.size(r.axis_sizes[a]) for a in spec.outer) or "1LL"
+    sizes = [em.size(r.axis_sizes[a]) for a in spec.outer]
+    if plan.tm > 1 and sizes:  # row tiles of TM along the innermost outer axis
+        sizes[-1] = f"(({sizes[-1]} + TM - 1) / TM)"
+    n_rows = " * ".join(sizes) or "1LL"
     phases = [gen.phase(k) for k in range(len(gen.stats))]
     stats = [{"ctype": CTYPE[s.dtype], "name": f"s{j}"} for j, s in enumerate(gen.stats)]
     red_types = sorted({ph["ctype"] for ph in phases})
     kparams = ",\n    ".join([f"{p['ctype']}* __restrict__ {p['ident']}" for p in ptrs] + [f"long long {s}" for s in syms])
-    summary = (f"{spec.c}[{', '.join(spec.yield_.axes)}] of region {r.name}: rows over [{', '.join(spec.outer)}], "
+    also = "".join(f", {y.dst}[{', '.join(y.axes)}]" for y in spec.extras)
+    summary = (f"{spec.c}[{', '.join(spec.yield_.axes)}]{also} of region {r.name}: rows over [{', '.join(spec.outer)}], "
                f"{len(phases)} row statistic(s), walking [{', '.join(spec.loop)}]")
     src = jinja_env().get_template("simt.cu.j2").render(
         kernel=kname, summary=summary, plan_key=plan.key(), header=header(), ns=f"ns_{kname}", group=plan.group,
-        vec=plan.vec, rows=plan.rows_per_block, threads=plan.threads, ptrs=ptrs, syms=syms, n_rows=n_rows,
+        vec=plan.vec, rows=plan.rows_per_block, tm=plan.tm, threads=plan.threads, ptrs=ptrs, syms=syms, n_rows=n_rows,
         phases=phases, stats=stats, store=gen.store(), red_types=red_types, kparams=kparams)
-    params = tuple([Param(gen.ptr[b.name], "ptr", b.name) for b in r.inputs] + [Param(gen.ptr[spec.c], "ptr", spec.c)]
+    params = tuple([Param(gen.ptr[b.name], "ptr", b.name) for b in (*r.inputs, *r.outputs)]
                    + [Param(gen.sym[s], "i64", s) for s in spec.symbols])
     return SimtKernelSource(kname, plan.arch, "simt", src, plan.threads, plan.smem_bytes, params, plan, spec)

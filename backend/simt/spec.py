@@ -13,6 +13,10 @@ The outer axes are chosen from the row statistics: the axes every one of them ke
 log-softmax, mean/var over any axis: the kept axes); without one, all yielded axes but the last (an
 elementwise chain, a contraction, a pooling window: rows are the output's rows). Unit yielded axes
 (static size 1) are neither: they are bound to 0.
+
+The rows are those of the primary yield (the one over most axes); a region's other yields are written in
+the final pass where the primary's axes they lack are 0 (``walks``: an axis of theirs matched to a primary
+axis of the same size).
 """
 from __future__ import annotations
 
@@ -46,6 +50,17 @@ def reachable(r: Region, top: RNode) -> list[RNode]:
         seen.add(id(n))
         stack.append((n, True))
         stack.extend((follow(r, s), False) for s in reversed(n.src))
+    return out
+
+
+def reachable_all(r: Region, tops: list) -> list[RNode]:
+    """Every node under any of tops once, children before parents."""
+    out, seen = [], set()
+    for t in tops:
+        for n in reachable(r, t):
+            if id(n) not in seen:
+                seen.add(id(n))
+                out.append(n)
     return out
 
 
@@ -90,11 +105,36 @@ class SimtSpec:
     loop: tuple[str, ...]
     units: tuple[str, ...]
     symbols: tuple[str, ...]
+    walks: tuple = ()       # per other yield: (output, ((its axis, the primary axis it walks with), ...))
 
     # ---- the protocol every kind's spec keeps -----------------------------------------------------------
     @property
+    def yield_(self):
+        """The primary yield: the one over the most axes (the first such); the rows and the final pass walk
+        its axes, and every other yield's axes are among them."""
+        ys = self.region.yields
+        return max(ys, key=lambda y: (len(y.axes), -ys.index(y)))
+
+    @property
+    def extras(self) -> tuple:
+        """The other yields, in region order (each written where the primary's axes it lacks are 0)."""
+        return tuple(y for y in self.region.yields if y is not self.yield_)
+
+    def walk_of(self, y) -> dict[str, str]:
+        """Each of y's axes the primary lacks (not of size 1) -> the primary axis it walks with."""
+        return dict(dict(self.walks).get(y.dst, ()))
+
+    @property
     def out(self):
-        return self.region.outputs[0]
+        return self.buffer(self.yield_.dst)
+
+    def buffer(self, name: str):
+        return next(b for b in self.region.outputs if b.name == name)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Every tensor the kernel writes, in region order (``c`` is the primary's)."""
+        return tuple(b.name for b in self.region.outputs)
 
     @property
     def c(self) -> str:
@@ -106,10 +146,10 @@ class SimtSpec:
 
     def shapes(self, env: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
         env = self.env(env)
-        return {b.name: tuple(size_of(d, env) for d in b.memref.shape) for b in (*self.region.inputs, self.out)}
+        return {b.name: tuple(size_of(d, env) for d in b.memref.shape) for b in (*self.region.inputs, *self.region.outputs)}
 
     def dtypes(self) -> dict[str, DType]:
-        return {b.name: b.memref.dtype for b in (*self.region.inputs, self.out)}
+        return {b.name: b.memref.dtype for b in (*self.region.inputs, *self.region.outputs)}
 
     def env(self, env: Mapping[str, int] | None) -> dict[str, int]:
         """env with every unbound symbol at the plan search's hint size."""
@@ -124,6 +164,15 @@ class SimtSpec:
             n *= self.axis_size(a, env)
         return n
 
+    def tile_rows(self, tm: int, env: Mapping[str, int] | None = None) -> int:
+        """Row tiles a group computes with a micro-tile of tm rows along the innermost outer axis."""
+        if tm == 1 or not self.outer:
+            return self.rows(env)
+        n = -(-self.axis_size(self.outer[-1], env) // tm)
+        for a in self.outer[:-1]:
+            n *= self.axis_size(a, env)
+        return n
+
     def row_len(self, env: Mapping[str, int] | None = None) -> int:
         n = 1
         for a in self.loop:
@@ -131,15 +180,15 @@ class SimtSpec:
         return n
 
     @property
-    def yield_(self):
-        return self.region.yields[0]
-
-    @property
     def top(self) -> RNode:
         return self.region.let_map[self.yield_.src]
 
+    def top_of(self, y) -> RNode:
+        return self.region.let_map[y.src]
+
     def nodes(self) -> list[RNode]:
-        return reachable(self.region, self.top)
+        """Every node the yields reach, children first (the primary's first)."""
+        return reachable_all(self.region, [self.top_of(y) for y in (self.yield_, *self.extras)])
 
     def stats(self) -> list[RNode]:
         """The row statistics in dependency order: Reduces whose kept axes are all outer."""
@@ -151,4 +200,5 @@ class SimtSpec:
                 "loop": list(self.loop), "unit_axes": list(self.units), "symbols": list(self.symbols),
                 "row_statistics": [{"op": s.arg[0], "over": list(s.arg[1])} for s in self.stats()],
                 "inputs": {b.name: b.memref.dtype.value for b in self.region.inputs},
-                "output": {self.c: self.out.memref.dtype.value}}
+                "output": {self.c: self.out.memref.dtype.value},
+                **({"also_writes": {y.dst: list(y.axes) for y in self.extras}} if self.extras else {})}

@@ -48,7 +48,8 @@ __host__ __device__ __forceinline__ long long floordiv(long long a, long long q)
   long long d = a / q;
   return (a % q != 0 && a < 0) ? d - 1 : d;
 }
-// the row a group owns and the lane it is, from the thread and block index
+// the row a group owns (with TM > 1: a tile of TM consecutive rows) and the lane it is, from the thread and
+// block index
 template <int G, int ROWS>
 __host__ __device__ __forceinline__ void row_of(long long block, int tid, long long n_rows, long long& row,
                                                 int& lane, bool& active) {
@@ -57,6 +58,8 @@ __host__ __device__ __forceinline__ void row_of(long long block, int tid, long l
   active = row < n_rows;
   if (!active) row = n_rows - 1;  // an idle group still takes part in its reductions, on a valid row
 }
+// an index clamped into [0, n) (a clamped row or element of a micro-tile computes; its store is masked off)
+__host__ __device__ __forceinline__ long long clamp_index(long long i, long long n) { return i < n ? i : n - 1; }
 // the first element a lane takes, and the stride between its steps, along a row of L elements
 template <int G, int V>
 __host__ __device__ __forceinline__ long long first_elem(int lane) { return (long long)lane * V; }

@@ -1,0 +1,197 @@
+"""Repeated blocks of a Tiny IR program, found so that each distinct block is saturated, searched and
+priced once (docs/DESIGN.md §Fusion, "Segments").
+
+A *cut value* is a computed value through which all data flows: at that point of the program's
+order it is the only computed value still needed later (program inputs, constants and views of them
+are free: each part re-reads or recomputes them). The parts between consecutive cut values are
+*atoms*; the residual stream between two transformer blocks, or between the attention and MLP halves
+of a block, is such a value. ``segment`` groups atoms into the longest run of at least two
+consecutive, identical *segments* (same ops, arguments, shapes and dtypes, same wiring; tensor
+identities and user names do not count), with a prefix and a suffix segment around it; only the cut
+values at segment boundaries are used, and each is materialized by the partition (the hand partition
+of a transformer writes the residual stream there too). A program without such a run is one segment.
+
+Every segment becomes a standalone canonical Program (``Segment.program``): its inputs are the
+program inputs it reads and the cut value flowing in, in first-use order, with ids ``i0..``, tensor
+ids ``t0..``, its nodes ``n0..`` (free nodes it needs ``f0..``), its output the cut value flowing out
+(the last segment: the program's outputs). Equal segments have equal canonical programs (``key``),
+so one search serves them all; ``Segment.origin`` maps canonical ids back to the program's ids.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..ir.tiny import GroupOp, Ops, Program
+
+SEGMENT_OUT = "segment_out"  # the output name of a segment that is not the last one
+
+
+@dataclass(frozen=True)
+class Segment:
+    program: Program  # canonical
+    key: str  # equal keys: equal programs up to ids, tensor ids and tags
+    origin: dict  # canonical node id -> the whole program's node id ("n" and "i" ids; "f" ids are copies)
+
+
+def _free(prog: Program) -> set:
+    """INPUT and CONST nodes and views of them only: every part may re-read or recompute them."""
+    out: set = set()
+    for n in prog.nodes:
+        if n.op in (Ops.INPUT, Ops.CONST) or n.op in GroupOp.Movement and all(s in out for s in n.src):
+            out.add(n.id)
+    return out
+
+
+def _cut_points(prog: Program, free: set) -> list:
+    """[(position in the computed-node order, the single live value there)] for every cut value."""
+    comp = [n for n in prog.nodes if n.id not in free]
+    pos = {n.id: k for k, n in enumerate(comp)}
+    last = {n.id: pos[n.id] for n in comp}
+    for n in comp:
+        for s in n.src:
+            if s in pos:
+                last[s] = max(last[s], pos[n.id])
+    for _, nid in prog.outputs:
+        if nid in pos:
+            last[nid] = len(comp)
+    live: set = set()
+    users = prog.consumers()
+    ends: dict = {}
+    for v, k in last.items():
+        ends.setdefault(k, []).append(v)
+    out = []
+    for k, n in enumerate(comp[:-1]):
+        live.add(n.id)
+        for v in ends.get(k, ()):
+            live.discard(v)
+        if len(live) == 1 and _materializable(prog, next(iter(live)), users):
+            out.append((k + 1, next(iter(live))))
+    return out
+
+
+def _materializable(prog: Program, v: str, users: dict) -> bool:
+    """A value worth a segment boundary: no view (never write a broadcast), not inside a contraction
+    (MUL -> REDUCE(SUM) and the casts of its operands), and read (through casts and views) by a
+    reduction or a contraction, which read it whole anyway: an elementwise consumer would rather be
+    fused into v's kernel as its epilogue."""
+    def contraction_mul(i: str) -> bool:
+        return prog[i].op == Ops.MUL and any(prog[u].op == Ops.REDUCE and str(prog[u].arg["op"]).upper() == "SUM"
+                                             for u in users.get(i, ()))
+    n = prog[v]
+    if n.op in GroupOp.Movement or contraction_mul(v) or n.op == Ops.CAST and any(contraction_mul(u) for u in users.get(v, ())):
+        return False
+    stack, seen = list(users.get(v, ())), set()
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if prog[u].op == Ops.REDUCE or contraction_mul(u):
+            return True
+        if prog[u].op in GroupOp.Movement or prog[u].op == Ops.CAST:
+            stack.extend(users.get(u, ()))
+    return False
+
+
+def _canonical(prog: Program, free: set, nodes: list, entry: "str | None", outputs: tuple) -> Segment:
+    """The standalone program of ``nodes`` (computed node ids in order) reading ``entry`` (a cut
+    value, or None) and the free nodes they need, yielding ``outputs`` ((name, id), ...)."""
+    mine = set(nodes)
+    free = set(free)
+    for i in nodes:  # views of the value flowing in are as free as views of a program input
+        n = prog[i]
+        if n.op in GroupOp.Movement and all(q == entry or q in free for q in n.src):
+            free.add(i)
+            mine.discard(i)
+    body: list = []  # the free nodes each node needs just before it (first use), so equal parts list equally
+    seen: set = set()
+
+    def emit(i: str) -> None:
+        stack = [(i, False)]
+        while stack:
+            j, ready = stack.pop()
+            if ready:
+                body.append(j)
+            elif j not in seen and j != entry and (j in mine or j in free and prog[j].op != Ops.INPUT):
+                seen.add(j)
+                stack.append((j, True))
+                stack.extend((s, False) for s in reversed(prog[j].src) if s not in mine)
+    for i in nodes:
+        emit(i)
+    ids: dict = {}
+    inputs: list = []
+    for i in body:
+        for s in prog[i].src:
+            if s not in ids and (s == entry or prog[s].op == Ops.INPUT):
+                ids[s] = f"i{len(inputs)}"
+                inputs.append(s)
+    nf = nn = 0
+    for i in body:
+        if i in mine:
+            ids[i], nn = f"n{nn}", nn + 1
+        else:
+            ids[i], nf = f"f{nf}", nf + 1
+    uops = []
+    for k, s in enumerate(inputs):
+        n = prog[s]
+        arg = {"tensor_id": f"t{k}", "dtype": n.dtype, "shape": n.shape}
+        uops.append(dataclasses.replace(n, id=ids[s], op=Ops.INPUT, src=(), arg=arg, tag=None))
+    for i in body:
+        n = prog[i]
+        uops.append(dataclasses.replace(n, id=ids[i], src=tuple(ids[s] for s in n.src)))
+    canon = Program(tuple(uops), tuple((f"o{k}", ids[nid]) for k, (_, nid) in enumerate(outputs)))
+    key = repr(tuple((u.op.value, u.id, u.src, u.dtype, u.shape, _arg_key(u)) for u in canon.nodes) + canon.outputs)
+    origin = {ids[i]: i for i in inputs} | {ids[i]: i for i in nodes if i in mine}
+    return Segment(canon, key, origin)
+
+
+def _arg_key(u) -> str:
+    return repr(sorted((k, v) for k, v in u.arg.items()))
+
+
+def segment(prog: Program) -> list:
+    """The program's segments in order (see the module docstring); one segment when nothing repeats.
+    A repeated segment must hold a reduction (materializing between elementwise ops never pays)."""
+    free = _free(prog)
+    comp = [n.id for n in prog.nodes if n.id not in free]
+    whole = [_canonical(prog, free, comp, None, prog.outputs)]
+    if any(nid not in comp for _, nid in prog.outputs):
+        return whole
+    entry = {0: None} | {k: v for k, v in _cut_points(prog, free)}
+    end = len(comp)
+    exits = {k: ((SEGMENT_OUT, v),) for k, v in entry.items() if k} | {end: prog.outputs}
+    heavy = [k for k, i in enumerate(comp) if prog[i].op not in GroupOp.Movement]
+    sig = [(prog[comp[k]].op, prog[comp[k]].dtype, prog[comp[k]].shape, _arg_key(prog[comp[k]])) for k in heavy]
+    weight = {k: sum(1 for h in heavy if h < k) for k in set(entry) | set(exits)}  # non-view nodes before each boundary
+    at = {w: k for k, w in weight.items()}
+    keys: dict = {}
+
+    def key(a: int, b: int) -> str:
+        if (a, b) not in keys:
+            keys[(a, b)] = _canonical(prog, free, comp[a:b], entry[a], exits[b]).key
+        return keys[(a, b)]
+    best = None  # (nodes covered, -period, start, bounds)
+    starts = sorted(entry)
+    for a in starts:
+        for b in starts:
+            n = weight[b] - weight[a]
+            most = (weight[end] - weight[a]) // n * n if n > 0 else 0  # the most this run could cover
+            if n <= 0 or most < 2 * n or best is not None and most <= best[0]:
+                continue
+            bounds = [a, b]
+            while weight[bounds[-1]] + n in at and sig[weight[a]:weight[b]] == \
+                    sig[weight[bounds[-1]]:weight[bounds[-1]] + n] and \
+                    key(a, b) == key(bounds[-1], at[weight[bounds[-1]] + n]):
+                bounds.append(at[weight[bounds[-1]] + n])
+            cand = ((len(bounds) - 1) * n, -n, a, bounds)
+            if len(bounds) >= 3 and (best is None or cand[:2] > best[:2]):
+                best = cand
+    if best is None:
+        return whole
+    run = best[3]
+    bounds = sorted({0, end} | set(run))
+    out = [_canonical(prog, free, comp[x:y], entry[x], exits[y]) for x, y in zip(bounds, bounds[1:])]
+    if not any(u.op == Ops.REDUCE for u in out[bounds.index(run[0])].program.nodes):
+        return whole
+    return out

@@ -1,0 +1,218 @@
+"""A program of repeated segments (egraph/segment.py) saturated and searched once per distinct
+segment, and the results stitched back into one whole-program answer (docs/DESIGN.md §Fusion,
+"Segments").
+
+``SegmentedState`` stands where an ``EGraphState`` stands for such a program: it holds the saturated
+e-graph of each distinct segment and exports one stitched ``EGraphView`` (each segment instance's
+classes at its own offset; the tensor a segment reads from the one before it is ``Mat`` of that
+segment's root, so its reads are reads of a materialized value). ``stitch`` turns the per-segment
+searches into one ``Search`` whose best candidate is a whole-program ``Extraction`` (Tiny IR program,
+partition, chosen terms, roots), so every later stage works on it unchanged.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+
+from ..ir.tiny import Ops, Program
+from .graph import ENode, EGraphView
+from .segment import Segment
+from .stream import parse_tag, tag
+
+
+BOUNDARY = ("segment boundary: the only value flowing from one repeated block to the next is materialized, "
+            "so each distinct block is searched once (docs/DESIGN.md §Fusion)")
+
+
+@dataclass
+class SegmentedState:
+    """The e-graphs of a segmented program: ``states[key]`` (EGraphState of the canonical segment
+    program) and ``reports[key]`` (its RunReport), ``segments`` in program order."""
+    program: Program
+    segments: list  # Segment
+    states: dict
+    reports: dict
+    files: tuple = ()
+    _view: "tuple | None" = field(default=None, repr=False)
+
+    @property
+    def rulesets(self) -> list:
+        return next(iter(self.states.values())).rulesets
+
+    def _build(self) -> tuple:
+        if self._view is None:
+            self._view = _stitch_view(self)
+        return self._view
+
+    def export(self) -> EGraphView:
+        return self._build()[0]
+
+    @property
+    def index(self) -> dict:
+        """The whole program's node id -> N index of the stitched view."""
+        return self._build()[1]
+
+    def instance(self, j: int) -> "_Instance":
+        return self._build()[2][j]
+
+
+@dataclass
+class _Instance:
+    """Segment j's offsets in the stitched view and its e-node map."""
+    coff: int
+    ioff: int
+    nodes: dict  # segment ENode -> stitched ENode
+    entry_class: "int | None"  # the segment's class of the tensor it reads from the segment before
+
+
+def _stitch_view(s: SegmentedState) -> tuple:
+    from .graph import export
+    views = {k: export(st) for k, st in s.states.items()}
+    classes, shape, dtype, by_index, index, insts = {}, {}, {}, {}, {}, []
+    coff = ioff = order = 0
+    prev_root = None
+    for seg in s.segments:
+        st, v = s.states[seg.key], views[seg.key]
+        entry_tid = _entry_tensor(seg, s.program)
+        nodes: dict = {}
+        entry_class = None
+        for c, ns in v.classes.items():
+            out = []
+            for n in ns:
+                tid = n.args[0].strip('"') if n.op == "Tensor" else None
+                if tid is not None and tid == entry_tid and prev_root is not None:
+                    m = ENode("Mat", (), (prev_root,), c + coff, order + n.order)
+                    entry_class = c + coff
+                elif tid is not None:
+                    real = s.program[seg.origin[f"i{tid[1:]}"]].arg["tensor_id"]
+                    m = ENode("Tensor", (n.args[0].replace(tid, real),), (), c + coff, order + n.order)
+                else:
+                    m = ENode(n.op, n.args, tuple(ch + coff for ch in n.children), c + coff, order + n.order)
+                nodes[n] = m
+                out.append(m)
+            classes[c + coff] = out
+        shape.update({c + coff: x for c, x in v.shape.items()})
+        dtype.update({c + coff: x for c, x in v.dtype.items()})
+        by_index.update({i + ioff: c + coff for i, c in v.by_index.items()})
+        for cid, i in st.index.items():
+            if cid.startswith("n"):
+                index[seg.origin[cid]] = i + ioff
+        insts.append(_Instance(coff, ioff, nodes, entry_class))
+        (_, out_id), = st.program.outputs[:1]
+        prev_root = v.by_index[st.index[out_id]] + coff
+        coff += max(v.classes, default=-1) + 1
+        ioff += max(st.index.values(), default=-1) + 1
+        order += v.nodes
+    return EGraphView(classes, shape, dtype, by_index, order), index, insts
+
+
+def _entry_tensor(seg: Segment, whole: Program) -> "str | None":
+    """The canonical tensor id of the cut value the segment reads from the segment before (None: none)."""
+    for n in seg.program.inputs:
+        o = seg.origin[n.id]
+        if whole[o].op != Ops.INPUT:
+            return n.arg["tensor_id"]
+    return None
+
+
+_ID = re.compile(r"\b[nif][0-9]+\b")
+
+
+def _whole(r, c: int, seg: Segment, others_us: float, others_kernels: int):
+    """A segment's rejection in the whole program's terms: its class at the instance's offset, the
+    node ids its reason names mapped to the program's, and (a whole-partition rejection) the other
+    segments' kernels and time added to both sides."""
+    why = _ID.sub(lambda m: seg.origin.get(m.group(0), m.group(0)), r.why)
+    if r.local:
+        return dataclasses.replace(r, mat=r.mat + c, why=why)
+    return dataclasses.replace(r, mat=r.mat + c, why=why, separate_us=r.separate_us + others_us,
+                               fused_us=None if r.fused_us is None else r.fused_us + others_us,
+                               kernels_before=r.kernels_before + others_kernels,
+                               kernels_after=None if r.kernels_after is None else r.kernels_after + others_kernels)
+
+
+def merge_reports(reports: list):
+    """One RunReport for the distinct segments' saturations: nodes and seconds summed, iterations in
+    turn, rule matches summed, the first stop that is not saturation."""
+    from .saturate import StopReason
+    first = reports[0]
+    rules: dict = {}
+    for r in reports:
+        for name, rs in r.rules.items():
+            got = rules.get(name)
+            rules[name] = rs if got is None else dataclasses.replace(got, matches=got.matches + rs.matches,
+                                                                    seconds=got.seconds + rs.seconds)
+    stop = next((r.stop for r in reports if r.stop != StopReason.saturated), first.stop)
+    return dataclasses.replace(first, stop=stop, iterations=[it for r in reports for it in r.iterations], rules=rules,
+                               nodes=sum(r.nodes for r in reports), seconds=sum(r.seconds for r in reports),
+                               rolled_back=any(r.rolled_back for r in reports))
+
+
+def stitch(s: SegmentedState, found: dict):
+    """The whole program's Search from ``found[key]`` (the Search of each distinct segment)."""
+    from .api import Extraction
+    from .model_cost import Candidate, Priced, Rejection, Search, Streamed
+    from .partition import Kernel, Partition
+    view = s.export()
+    taken = {n.id for n in s.program.nodes}
+    nodes, kernels, priced, base_priced, chosen, rejected, sites, streamed = [], [], [], [], {}, [], {}, []
+    fused: set = set()
+    bounds: list = []  # the Mat classes of the segment boundaries
+    prev_exit = None
+    roots: tuple = ()
+    for j, seg in enumerate(s.segments):
+        res, inst = found[seg.key], s.instance(j)
+        x = res.best.extraction
+        ins = {n.id for n in x.program.inputs}
+        ids: dict = {}
+        for n in x.program.inputs:
+            o = seg.origin[n.id]
+            ids[n.id] = o if s.program[o].op == Ops.INPUT else prev_exit
+        for n in x.program.nodes:
+            if n.id in ins:
+                continue
+            if n.id.startswith("n") and n.id in seg.origin:
+                ids[n.id] = seg.origin[n.id]
+            else:
+                new = f"s{j}{n.id}"
+                while new in taken:
+                    new += "_"
+                ids[n.id] = new
+            taken.add(ids[n.id])
+            pt = parse_tag(n.tag)
+            nodes.append(dataclasses.replace(n, id=ids[n.id], src=tuple(ids[q] for q in n.src),
+                                             tag=tag(f"{pt[0]}s{j}", pt[1]) if pt else n.tag))
+        kmap = {}
+        for k in x.partition.kernels:
+            kmap[k.name] = Kernel(f"k{len(kernels)}", frozenset(ids[i] for i in k.nodes),
+                                  tuple(ids[i] for i in k.outputs), tuple(ids[i] for i in k.inputs))
+            kernels.append(kmap[k.name])
+        priced += [Priced(kmap[p.kernel.name], p.region,
+                          None if p.cost is None else dataclasses.replace(p.cost, region=kmap[p.kernel.name].name))
+                   for p in res.best.priced]
+        base_priced += res.baseline.priced
+        c = inst.coff
+        chosen.update({k + c: inst.nodes[n] for k, n in x.chosen.items()})
+        if inst.entry_class is not None:
+            chosen[inst.entry_class] = view.classes[inst.entry_class][0]
+            bounds.append(inst.entry_class)
+        fused |= {m + c for m in res.best.fused}
+        rejected += [(r, c, seg, res) for r in res.rejected]
+        sites.update({m + c: tuple(tuple(inst.nodes[n] for n in part) for part in v) for m, v in res.sites.items()})
+        streamed += [(r, c) for r in res.streamed]
+        prev_exit = ids[x.program.outputs[0][1]]
+        roots = tuple(r + c for r in x.roots)
+        last = x.program.outputs
+    prog = Program(tuple(s.program.inputs) + tuple(nodes),
+                   tuple((name, ids[nid]) for (name, _), (_, nid) in zip(s.program.outputs, last, strict=True)))
+    part = Partition(tuple(kernels))
+    part.check(prog)
+    total = sum(p.cost.time_est_us for p in priced if p.cost is not None)
+    best = Candidate(frozenset(fused), Extraction(prog, part, total, chosen, roots), priced, [], total)
+    base = Candidate(frozenset(), None, base_priced,
+                     total=sum(p.cost.time_est_us for p in base_priced if p.cost is not None))
+    streamed = [Streamed(r.value + c, total, len(priced), r.passes) for r, c in streamed]
+    rejected = [_whole(r, c, seg, total - res.best.total, len(priced) - len(res.best.priced)) for r, c, seg, res in rejected]
+    rejected += [Rejection(b, BOUNDARY, total, None, len(priced), len(priced)) for b in bounds]
+    return Search(best, base, rejected, sum(found[k].evaluations for k in found), sites, streamed)

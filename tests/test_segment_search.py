@@ -1,0 +1,144 @@
+"""Repeated blocks are found, saturated, searched and priced once, and the stitched partition keeps
+the program's values (egraph/segment.py, egraph/segment_stitch.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polysat.bench.models import mlp_stack, transformer
+from polysat.egraph import model_cost
+from polysat.egraph.numeric import bind_env, close, random_inputs, same_outputs
+from polysat.egraph.region_synth import synthesize
+from polysat.egraph.segment import segment
+from polysat.egraph.segment_stitch import SegmentedState
+from polysat.frontend import program_from_doc
+from polysat.ir.evaluate import evaluate
+from polysat.ir.playback import playback
+from polysat.ir.tiny import Ops
+from polysat.pipeline import Compilation
+
+
+def _program(doc: dict):
+    return program_from_doc(doc, "model")
+
+
+def test_segmenter_finds_the_three_blocks_of_a_transformer():
+    p = _program(transformer(3, d_model=64, heads=4, d_ff=128))
+    segs = segment(p)
+    assert len(segs) == 3 and len({s.key for s in segs}) == 1
+    # each block reads the residual stream and its own weights, and writes the next residual stream
+    one = _program(transformer(1, d_model=64, heads=4, d_ff=128))
+    assert len(segs[0].program.nodes) == len(one.nodes)
+    weights = [{p[o].arg["tensor_id"] for i, o in s.origin.items() if i.startswith("i") and p[o].op == Ops.INPUT}
+               for s in segs]
+    assert [{t[:2] for t in w - {"X"}} for w in weights] == [{"b0"}, {"b1"}, {"b2"}]
+    assert segs[1].origin["i0"] == segs[0].origin[segs[0].program.outputs[0][1]]
+
+
+def test_a_program_without_repeats_is_one_segment():
+    p = _program(transformer(1, d_model=64, heads=4, d_ff=128))
+    assert len(segment(p)) == 1
+
+
+def test_elementwise_repeats_are_not_cut():
+    layers = {"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": "Y3"}]},
+              "tensors": {"X": {"dtype": "fp32", "shape": [8, 8]}, **{f"Y{i}": {"dtype": "fp32"} for i in range(4)}},
+              "graph": [{"op": "Elementwise", "name": f"r{i}", "fn": "relu", "inputs": ["X" if i == 0 else f"Y{i - 1}"],
+                         "outputs": [f"Y{i}"]} for i in range(4)]}
+    assert len(segment(_program(layers))) == 1
+
+
+def _searched(doc: dict) -> tuple:
+    """(doc, Compilation, Search, [nodes of each program a partition of was priced]) under --cost model."""
+    calls = []
+    real = model_cost.price_kernels
+
+    def counting(prog, part, params, arch):
+        calls.append(len(prog.nodes))
+        return real(prog, part, params, arch)
+    model_cost.price_kernels = counting
+    try:
+        c = Compilation(doc, cost="model")
+        s = c.search
+    finally:
+        model_cost.price_kernels = real
+    return doc, c, s, calls
+
+
+@pytest.fixture(scope="module")
+def stack():
+    return _searched(mlp_stack(3, width=32, tokens=16, dtype="fp32"))
+
+
+@pytest.fixture(scope="module")
+def blocks():
+    return _searched(transformer(3, d_model=32, heads=2, d_ff=64, seq=8, dtype="fp32"))
+
+
+def test_a_three_block_transformer_is_searched_and_priced_as_one_block(blocks):
+    _, c, s, calls = blocks
+    st = c.saturated[0]
+    assert isinstance(st, SegmentedState) and len(st.segments) == 3 and len(st.states) == 1
+    # every partition priced is one block's (never the whole program), as many as one block's search prices
+    assert len(calls) == s.evaluations and max(calls) < len(c.program.nodes) / 2
+    assert len(s.best.priced) % 3 == 0 and len(s.best.extraction.partition.kernels) == len(s.best.priced)
+    per = len(s.best.priced) // 3
+    costs = [p.cost.time_est_us for p in s.best.priced]
+    assert costs[:per] == costs[per:2 * per] == costs[2 * per:]
+
+
+def test_stitched_transformer_plays_back_equal_to_the_reference(blocks):
+    _, c, _, _ = blocks
+    x, p = c.extraction, c.program
+    rng = np.random.default_rng(7)
+    inputs = random_inputs(p, rng, bind_env(p, rng))
+    ref = evaluate(p, inputs)
+    got = playback(synthesize(x.program, x.partition), inputs)
+    assert ref.keys() == got.keys() and all(close(ref[k], got[k]) for k in ref)
+
+
+def test_each_distinct_block_is_searched_and_priced_once(stack):
+    doc, c, s, calls = stack
+    st = c.saturated[0]
+    assert isinstance(st, SegmentedState) and len(st.segments) == 3 and len(st.states) == 1
+    one = Compilation(mlp_stack(1, width=32, tokens=16, dtype="fp32"), cost="model").search
+    assert len(calls) == s.evaluations == one.evaluations  # whole partitions priced: one block's worth
+    assert len(s.best.priced) == 3 * len(one.best.priced)
+    assert s.best.total == pytest.approx(3 * one.best.total)
+
+
+def test_stitched_partition_plays_back_equal_to_the_reference(stack):
+    doc, c, s, _ = stack
+    x = c.extraction
+    p = c.program
+    rng = np.random.default_rng(5)
+    inputs = random_inputs(p, rng, bind_env(p, rng))
+    ok, _, err = same_outputs(p, x.program, inputs)
+    assert ok, err
+    ref = evaluate(p, inputs)
+    got = playback(synthesize(x.program, x.partition), inputs)
+    assert all(close(ref[k], got[k]) for k in ref)
+
+
+def test_stitched_view_and_terms_cover_every_block(stack):
+    from polysat.egraph.api import dump
+    _, c, s, _ = stack
+    doc = dump(*c.saturated, c.extraction)
+    assert doc["partition"]["kernels"] and doc["terms"]
+    view = c.saturated[0].export()
+    assert all(cl in view.classes for cl in c.extraction.chosen)
+    assert {r.mat for r in s.rejected} <= set(view.classes)
+
+
+def test_explain_names_each_blocks_own_ops_and_whole_program_prices(blocks):
+    import re
+    from polysat.commands.explain import explain_model
+    from polysat.commands.extract import extract_result
+    _, c, s, _ = blocks
+    entries = explain_model(extract_result(c))
+    assert {e["value"][:2] for e in entries} == {"b0", "b1", "b2"}
+    for e in entries:
+        assert {m for m in re.findall(r"\bb([0-9])_", e["why"])} <= {e["value"][1]}, e
+        if e["scope"] == "the whole partition":  # both sides priced over all three blocks
+            assert e["separate_us"] == pytest.approx(s.best.total, rel=1e-3) and e["kernels"][0] == len(s.best.priced)
+    assert [e["verdict"] for e in entries].count("segment boundary") == 2
