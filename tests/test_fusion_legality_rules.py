@@ -14,9 +14,11 @@ from polysat.bench.models import conv_relu_conv, mlp_stack, softmax_axis
 from polysat.egraph.extract import solve
 from polysat.egraph.graph import export
 from polysat.egraph.legality import illegal_fusions
-from polysat.egraph.model_cost import ModelCost, _Masked, saturate_unfused, sites, stream_sites
+from polysat.egraph.model_cost import ModelCost, _Masked, all_cuts, saturate_unfused, sites, stream_sites
 from polysat.egraph.partition_search import masks
 from polysat.egraph.randprog import motif_programs, random_program
+from polysat.egraph.saturate import OPT_IN, default_schedule, rule_files, run
+from polysat.egraph.state import new_state
 from polysat.egraph.totiny import to_tiny
 from polysat.frontend import load_model
 
@@ -46,8 +48,16 @@ def _partitions(st, rng, count: int):
         yield to_tiny(st, view, chosen, roots, kept)
 
 
+def _unfused(program):
+    """The model cost's saturation of the whole program (one kernel per op loaded, the opt-in rulesets
+    run), without cutting it into repeated segments: legality is the rules' on any program."""
+    st = new_state(program, rule_files(), cuts=all_cuts(program))
+    run(st, default_schedule(st.rulesets, OPT_IN))
+    return st
+
+
 def _assert_all_legal(program, rng, count: int = 6):
-    st, _ = saturate_unfused(program)
+    st = _unfused(program)
     n = 0
     for prog, part in _partitions(st, rng, count):
         assert illegal_fusions(prog, part) == [], [k.nodes for k in part.kernels]
