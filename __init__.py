@@ -51,7 +51,17 @@ def run(compilation: Any, inputs: dict, target: str = "reference") -> dict:
 def kernels(compilation: Any) -> list:
     """The kernels extraction made (under the compilation's cost model), named by the user's ops and
     tensors: [{"name", "ops", "reads", "writes"}]."""
-    from .ir.user_names import region_names
-    x = compilation.extraction
-    names = region_names(compilation.program, x.program)
-    return [{"name": k.name, **names(k)} for k in x.partition.kernels]
+    from .ir.user_names import node_names, region_names
+    sp = compilation.split
+    out = []
+    if sp.program.outputs:
+        x = compilation.extraction
+        names = region_names(compilation.program, x.program)
+        out = [{"name": k.name, **names(k)} for k in x.partition.kernels]
+    ops = node_names(compilation.program)
+    out += [{"name": f"gather_{s.node.id}", "ops": [ops[s.node.id]], "reads": [s.data, s.index], "writes": [s.out]}
+            for s in sp.sites]  # a data-dependent gather: a kernel of its own (ir/gather_split.py)
+    if sp.sites:  # in the order they run
+        order = {r.name: k for k, r in enumerate(compilation.regions)}
+        out.sort(key=lambda k: order.get(k["name"], len(order)))
+    return out

@@ -90,11 +90,18 @@ class Compilation:
         return self.stage("cost_model", lambda: make(self.cost, self.arch, self.params if needs.params else None))
 
     @property
+    def split(self):
+        """The program cut at its data-dependent gathers (ir/gather_split.py): the affine rest goes to the
+        e-graph, each gather is a kernel of its own."""
+        from .ir.gather_split import split_gathers
+        return self.stage("gathers", lambda: split_gathers(self.program))
+
+    @property
     def saturated(self):
         """(EGraphState, RunReport): the Tiny IR loaded into the e-graph, saturated by the rule files the
         cost model needs (one kernel per op for a model that searches the boundaries)."""
         from .egraph.api import saturate_for
-        return self.stage("saturate", lambda: saturate_for(self.program, self.cost_model, list(self.rules_dirs) or None))
+        return self.stage("saturate", lambda: saturate_for(self.split.program, self.cost_model, list(self.rules_dirs) or None))
 
     @property
     def search(self):
@@ -130,8 +137,12 @@ class Compilation:
             from .egraph.region_synth import synthesize
             from .ir.diagnostics import PolysatError
             from .ir.region_narrow import narrow_boundaries
-            x = self.extraction
-            regions = narrow_boundaries(synthesize(x.program, x.partition))
+            sp = self.split
+            rest = []
+            if sp.program.outputs:
+                x = self.extraction
+                rest = narrow_boundaries(synthesize(x.program, x.partition))
+            regions = sp.regions(rest, self.program)
             errors = [d for d in validate_regions(regions) if d.is_error]
             if errors:
                 raise PolysatError(errors)

@@ -33,12 +33,9 @@ MAX_SUBTILE = 128  # an MMA statement stages operands for at most 128 rows/cols 
 
 def sample(s: isl.Set) -> isl.Set:
     """One point of a non-empty parameter-free set, near the middle of its box, as a set."""
-    mid = [(lo + hi) // 2 for lo, hi in extents(s)]
-    name = s.get_tuple_name()
-    xs = [f"x{i}" for i in range(len(mid))]
-    pt = isl.Set(f"{{ {name or ''}[{', '.join(xs)}] : {' and '.join(f'x{i} = {v}' for i, v in enumerate(mid))} }}"
-                 if mid else f"{{ {name or ''}[] }}")
-    hit = s.intersect(pt)
+    hit = s
+    for k, (lo, hi) in enumerate(extents(s)):
+        hit = clamp(hit, k, (lo + hi) // 2, (lo + hi) // 2 + 1)
     return hit if not hit.is_empty() else isl.Set.from_point(s.sample_point())
 
 
@@ -114,11 +111,7 @@ def edges(b: BoundRegion, tile: Tile, halo_per_tensor: dict, smem_budget: int) -
         p = b.writer(t.name)
         n = card(tile_footprint(b, tile, t.name))
         halo = sum(halo_per_tensor.get(t.name, {}).values())
-        for c in b.readers(t.name):
-            fans = _fans(b.region, t.name, c.name)
-            if fans is None:
-                continue
-            fan_in, fan_out = fans
+        for c, fan_in, fan_out in _reads_of(b.region).get(t.name, ()):
             if fan_in == 1 and fan_out == 1:
                 kind = "one_to_one"
             elif fan_out == 1:
@@ -128,19 +121,15 @@ def edges(b: BoundRegion, tile: Tile, halo_per_tensor: dict, smem_budget: int) -
             else:
                 kind = "stencil" if halo else "many_to_many"
             found.append((t, p, c, fan_in, fan_out, kind, halo, n))
-    # a tensor whose readers all use it one-to-one, with no reduction between its producer and
-    # its last reader, streams through registers element by element (an elementwise chain);
-    # otherwise it lives in registers only if every reader takes each value once, with no halo,
-    # and the tile's values fit the register budget
-    transient, in_regs = {}, {}
+    # a tensor that streams (see streamed) lives in registers; any other only if every reader takes each
+    # value once, with no halo, and the tile's values fit the register budget
+    transient = streamed(b)
+    in_regs = {}
     for t, p, c, _, fan_out, kind, halo, n in found:
-        between = [s for s in b.statements if p.index < s.index < c.index]
-        ok_stream = kind == "one_to_one" and not c.reduce_dims and not any(s.reduce_dims for s in between)
-        transient[t.name] = transient.get(t.name, True) and ok_stream
         ok = fan_out == 1 and halo == 0 and n * t.dtype.itemsize <= REG_BUDGET
         in_regs[t.name] = in_regs.get(t.name, True) and ok
-    for name, tr in transient.items():
-        in_regs[name] = in_regs[name] or tr
+    for name in in_regs:
+        in_regs[name] = in_regs[name] or name in transient
     staged = load_path(b)
     placed, left = {name: ("smem_ring", 2) for name in staged}, smem_budget
     on_chip = sorted({t.name: (n * t.dtype.itemsize, halo) for t, *_, halo, n in found
@@ -155,8 +144,48 @@ def edges(b: BoundRegion, tile: Tile, halo_per_tensor: dict, smem_budget: int) -
     for t, p, c, fan_in, fan_out, kind, halo, n in found:
         buf, depth = ("reg", 1) if in_regs[t.name] and t.name not in staged else placed[t.name]
         out.append(Edge(t.name, p.name, c.name, fan_in, fan_out, kind, halo, n, n * t.dtype.itemsize, buf, depth,
-                        t.name in staged, transient[t.name] and buf == "reg"))
+                        t.name in staged, t.name in transient and buf == "reg"))
     return out
+
+
+@lru_cache(maxsize=4096)
+def _reads_of(region) -> dict:
+    """internal tensor -> (consumer, fan-in, fan-out) of each reader with a non-empty relation."""
+    b = region.bind()
+    out: dict = {}
+    for t in region.tensors:
+        if t.role == "internal":
+            for c in b.readers(t.name):
+                fans = _fans(region, t.name, c.name)
+                if fans is not None:
+                    out.setdefault(t.name, []).append((b.stmt(c.name), *fans))
+    return out
+
+
+def streamed(b: BoundRegion) -> frozenset:
+    """Internal tensors that stream through registers element by element (an elementwise chain): every
+    reader uses them one-to-one, with no reduction between the producer and the reader. No tile changes it."""
+    return _streamed(b.region)
+
+
+@lru_cache(maxsize=4096)
+def _streamed(region) -> frozenset:
+    b = region.bind()
+    ok: dict = {}
+    for name, reads in _reads_of(region).items():
+        p = b.writer(name)
+        for c, fan_in, fan_out in reads:
+            between = [s for s in b.statements if p.index < s.index < c.index]
+            ok[name] = ok.get(name, True) and fan_in == 1 and fan_out == 1 and not c.reduce_dims \
+                and not any(s.reduce_dims for s in between)
+    return frozenset(n for n, v in ok.items() if v)
+
+
+def halo_matters(b: BoundRegion) -> list:
+    """The internal tensors whose halo can change their edges' class or buffer: those with a reader that
+    do not stream (a streamed edge is one-to-one and lives in registers whatever the halo)."""
+    reads = _reads_of(b.region)
+    return [t.name for t in b.region.tensors if t.name in reads and t.name not in streamed(b)]
 
 
 def staging_bytes(staged: list, n_stages: int) -> int:

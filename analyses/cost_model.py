@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 import islpy as isl
 
 from ..ir.diagnostics import PolysatError, fail
-from .buffers import SMEM_BUDGET, edges, staged_operands, staging_bytes
+from .buffers import SMEM_BUDGET, edges, halo_matters, staged_operands, staging_bytes
 from .devices import Device, device
 from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
                         tile_footprint)
@@ -142,14 +142,14 @@ def _mma_eff(b: BoundRegion, slices: Mapping, dev: Device) -> tuple:
     return effs, stops
 
 
-def _vector_width(b: BoundRegion, slices: Mapping) -> int:
+def _vector_width(b: BoundRegion, tile) -> int:
     """Widest vector (bytes, 16/8/4/2) every input tile row allows: row extent and the tensor's row
     length must both be multiples of it."""
     width = 16
     for t in b.region.tensors:
         if t.role != "input" or not t.shape:
             continue
-        fp = footprint(b, slices, t.name)
+        fp = tile_footprint(b, tile, t.name)
         if fp.is_empty():
             continue
         lo, hi = extents(fp)[-1]
@@ -223,30 +223,38 @@ def _rewalk_l2(b: BoundRegion, t) -> int:
     return out
 
 
-def _work(b: BoundRegion, t) -> _Work:
+@dataclass(frozen=True)
+class _Facts:
+    """What the price of a region needs that no tile changes (computed once per region)."""
+    useful: dict  # unit -> FLOPs, each instance once (the stream's bookkeeping included)
+    epilogue: int  # SIMT FLOPs after the last tensor-core statement
+    mma: bool  # the region has a tensor-core statement
+    live: tuple  # of (statement, instances): the statements the kernel runs
+    dram: int  # device-memory bytes of the inputs and outputs (sector granularity)
+    in_useful: int
+    out_useful: int
+    predicated: int  # reads guarded inside their statement's domain
+
+
+@lru_cache(maxsize=4096)
+def _facts(region: PolyRegion) -> _Facts:
+    b = region.bind()
     useful = {"tensor": 0, "fp32": 0, "sfu": 0}
-    extra = {"tensor": 0, "fp32": 0, "sfu": 0}
     for unit, n in _stream_work(b).items():  # the recurrence's bookkeeping: work the kernel really does
         useful[unit] += n
     last_mma = max([s.index for s in b.statements if s.stmt.unit == "tensor"], default=-1)
     epi = 0
-    factors = recompute_factors(b, t)
+    live = []
     for s in b.statements:
         if _dead(b, s):
             continue
         n = card(s.domain)
+        live.append((s, n))
         useful[s.stmt.unit] += s.stmt.flops * n
-        extra[s.stmt.unit] += int(s.stmt.flops * n * max(0.0, factors.get(s.name, 1.0) - 1.0))
         if s.index > last_mma >= 0 and s.stmt.unit != "tensor":
             epi += s.stmt.flops * n
-    return _Work(useful, extra, epi, last_mma >= 0, factors)
-
-
-def _traffic(b: BoundRegion, t, es: list) -> tuple:
-    """(device-memory bytes at sector granularity, useful input bytes, useful output bytes,
-    spilled-edge bytes, L2 -> SM bytes)."""
-    dram = in_useful = out_useful = l2 = 0
-    for x in b.region.tensors:
+    dram = in_useful = out_useful = 0
+    for x in region.tensors:
         if x.role == "internal":
             continue
         size = x.dtype.itemsize
@@ -254,14 +262,34 @@ def _traffic(b: BoundRegion, t, es: list) -> tuple:
         dram += sectors(fa, size) * SECTOR
         if x.role == "input":
             in_useful += card(fa) * size
-            l2 += sectors(tile_footprint(b, t, x.name), size) * SECTOR * t.count
         else:
             out_useful += card(fa) * size
+    predicated = sum(1 for s in b.statements for _, m in s.reads if not m.domain().is_equal(s.domain))
+    return _Facts(useful, epi, last_mma >= 0, tuple(live), dram, in_useful, out_useful, predicated)
+
+
+def _work(b: BoundRegion, t) -> _Work:
+    f = _facts(b.region)
+    extra = {"tensor": 0, "fp32": 0, "sfu": 0}
+    factors = recompute_factors(b, t)
+    for s, n in f.live:
+        extra[s.stmt.unit] += int(s.stmt.flops * n * max(0.0, factors.get(s.name, 1.0) - 1.0))
+    return _Work(dict(f.useful), extra, f.epilogue, f.mma, factors)
+
+
+def _traffic(b: BoundRegion, t, es: list) -> tuple:
+    """(device-memory bytes at sector granularity, useful input bytes, useful output bytes,
+    spilled-edge bytes, L2 -> SM bytes)."""
+    f = _facts(b.region)
+    l2 = 0
+    for x in b.region.tensors:
+        if x.role == "input":
+            l2 += sectors(tile_footprint(b, t, x.name), x.dtype.itemsize) * SECTOR * t.count
     spill = 0
     spilled = [e.tensor for e in es if e.buffer == "gmem"]  # written once, read once per consumer
     for name in set(spilled):
         spill += (1 + spilled.count(name)) * card(full_footprint(b, name)) * b.region.tensor(name).dtype.itemsize
-    return dram + spill, in_useful, out_useful, spill, l2
+    return f.dram + spill, f.in_useful, f.out_useful, spill, l2
 
 
 def _resources(b: BoundRegion, t, es: list, ring: int, dev: Device) -> tuple:
@@ -301,7 +329,7 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     t = make_tile(b, sizes)
     ts = stream_tile(b, t)  # what one step holds on chip (t itself unless the region is streamed)
     budget = int(dev.smem_per_cta * SMEM_BUDGET)
-    h = halo(b, t, [x.name for x in region.tensors if x.role == "internal"])  # edge halos decide ring depth
+    h = halo(b, t, halo_matters(b))  # edge halos decide class and ring depth (Edge.halo_elems of the rest: 0)
     staged = staged_operands(b, ts, kstep(dev))
     ring = staging_bytes(staged, stages(dev))
     es = edges(b, ts, h.per_tensor, max(0, budget - ring))
@@ -336,8 +364,7 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     # penalties (us): recomputed work, wasted sector bytes, predicated accesses, register spills
     fanout = (w.extra["tensor"] / mma_rate + w.extra["fp32"] / simt_rate + w.extra["sfu"] / sfu_rate) * us
     layout = max(0.0, (dram - spill_bytes - in_useful - out_useful) / bw * us)
-    predicated = sum(1 for s in b.statements for _, m in s.reads if not m.domain().is_equal(s.domain))
-    piecewise = PREDICATE_COST * predicated * compute
+    piecewise = PREDICATE_COST * _facts(region).predicated * compute
     spill = 0.0
     if regs > 255:
         spill = (regs - 255) * 4 * threads * t.count * 2 / (dev.l2_tbps * 1e12 * occ) * us
@@ -351,7 +378,7 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
         stops.append(f"smem {smem} B per CTA > {SMEM_BUDGET:.0%} of {dev.smem_per_cta} B")
     if by_regs <= 1 < min(by_smem, dev.max_threads_per_sm // threads):
         stops.append(f"regs {regs} per thread limit the SM to 1 CTA")
-    vec = _vector_width(b, t.slices)
+    vec = _vector_width(b, t)
     if vec < 16:
         stops.append(f"vectorize.width 16 -> {vec} bytes")
     worst = max(bounded_recompute(b, w.factors).values(), default=1.0)
@@ -443,7 +470,15 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
 
     def key(c):
         return (any(_hard(s) for s in c.stops), c.time_est_us)
-    best = min((cost(s) for s in candidate_tiles(b, dev)), key=key)
+
+    def beaten(sizes):  # no price of these sizes can undercut a best that hits no hard STOP
+        return not key(best)[0] and _lower_bound(region, dev, sizes) > best.time_est_us * (1 + 1e-9) + 1e-9
+    best = None
+    for sizes in candidate_tiles(b, dev):
+        if best is None or not beaten(sizes):
+            c = cost(sizes)
+            if best is None or key(c) < key(best):
+                best = c
     steps = 0
     improved = True
     while improved and steps < SEARCH_STEPS:
@@ -454,10 +489,30 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
                 if new < 1 or new == cur[d] or steps >= SEARCH_STEPS:
                     continue
                 steps += 1
+                if beaten({**cur, d: new}):
+                    continue
                 c = cost({**cur, d: new})
                 if key(c) < key(best):
                     best, improved = c, True
     return best
+
+
+def _lower_bound(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> float:
+    """A time no tile of these sizes can beat, from the tile count alone: launch plus the larger of the
+    useful work at full MMA efficiency and the useful bytes, both at the best occupancy the count
+    allows, plus the layout and piecewise penalties those imply (every other penalty and serial term is
+>= 0). Lets the tile search skip dominated tiles."""
+    b = region.bind()
+    f = _facts(region)
+    full = dict(zip(b.driver.dims, extents(b.driver.domain), strict=True))
+    count = prod(ceil((full[d][1] - full[d][0] + 1) / n) for d, n in normalize_tile(b, dict(sizes)).items())
+    occ = max(_occupancy(count, c, 256, dev) for c in range(1, dev.max_ctas_per_sm + 1))
+    simt = dev.fp32_tflops * 1e12 * SIMT_EFF
+    compute = (f.useful["tensor"] / (dev.tensor_tflops * 1e12 * dev.mma_eff)
+               + (f.useful["fp32"] - (f.epilogue if f.mma else 0)) / simt + f.useful["sfu"] / (simt * dev.sfu_ratio))
+    mem = (f.in_useful + f.out_useful) / (dev.dram_tbps * 1e12)
+    layout = max(0.0, (f.dram - f.in_useful - f.out_useful) / (dev.dram_tbps * 1e12))  # the layout penalty
+    return dev.launch_us + (max(compute, mem) + PREDICATE_COST * f.predicated * compute + layout) / occ * 1e6
 
 
 def _hard(stop: str) -> bool:

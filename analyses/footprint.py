@@ -22,15 +22,26 @@ from .poly_region import BoundRegion, BoundStatement
 
 
 _MEMO: dict = {}  # (what, isl text) -> value; isl's own set hash collides often, its text does not
+_BY_ID: dict = {}  # id(set) -> (set, {what: value}): the same object asked again skips printing it
 
 
 def _memo(kind: str, s: isl.Set, fn):
+    hit = _BY_ID.get(id(s))
+    if hit is not None and hit[0] is s:
+        v = hit[1].get(kind)
+        if v is not None:
+            return v
+    else:
+        if len(_BY_ID) > 50000:
+            _BY_ID.clear()
+        hit = _BY_ID[id(s)] = (s, {})  # holding s keeps its id from being reused
     key = (kind, str(s))
     v = _MEMO.get(key)
     if v is None:
         if len(_MEMO) > 50000:
             _MEMO.clear()
         v = _MEMO[key] = fn(s)
+    hit[1][kind] = v
     return v
 
 
@@ -168,12 +179,25 @@ def slices(b: BoundRegion, driver_tile: isl.Set, ranges: Mapping[str, tuple]) ->
 
 def _pull_back(b: BoundRegion, s: BoundStatement, mine: isl.Set, inst: dict) -> None:
     """Add to inst, per earlier statement, the instances that write what the instances `mine` of s read."""
+    for p, dep in pre_images(b.region, s.name):
+        need = mine.apply(dep)
+        inst[p.name] = need if p.name not in inst else inst[p.name].union(need).coalesce()
+
+
+@lru_cache(maxsize=8192)
+def pre_images(region, name: str) -> tuple:
+    """(producer, instance of `name` -> producer instances it reads from) per read of statement `name`
+    whose tensor an earlier statement writes: read ∘ write⁻¹ restricted to the producer's domain,
+    composed once per region so a tile pulls back with one isl operation per edge."""
+    b = region.bind()
+    s = b.stmt(name)
+    out = []
     for tensor, read in s.reads:
         p = b.writer(tensor)
         if p is None or p.index >= s.index:
             continue
-        need = mine.apply(read).apply(p.write.reverse()).intersect(p.domain)
-        inst[p.name] = need if p.name not in inst else inst[p.name].union(need).coalesce()
+        out.append((p, read.apply_range(p.write.reverse()).intersect_range(p.domain)))
+    return tuple(out)
 
 
 def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.Set:
@@ -220,7 +244,7 @@ def halo(b: BoundRegion, tile: Tile, tensors) -> Halo:
     per_tensor: dict = {}
     total = 0
     base = {t: tile_footprint(b, tile, t) for t in tensors}
-    for d in sizes:
+    for d in sizes if base else ():
         nb = make_tile(b, sizes, {d: 1})
         if nb is None:
             continue

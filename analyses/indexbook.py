@@ -238,6 +238,9 @@ def build_indexbook(program: Program, symbols: Sequence[str] | None = None) -> I
             except NonAffine as e:
                 non_scop = non_scop or str(e)
                 inputs = (Access(src.id, (), (), ()),)
+        elif node.op in GroupOp.Indirect:  # rule 5: an index read from memory is not affine
+            non_scop = f"{node.op.name} reads at indices computed at run time (not affine)"
+            inputs = tuple(Access(s, (), (), ()) for s in node.src)
         elif node.op == Ops.REDUCE:
             src_axes = entries[node.src[0]].axes
             reduce_axes = tuple(src_axes[k].id for k in node.arg["axes"])
@@ -251,7 +254,7 @@ def build_indexbook(program: Program, symbols: Sequence[str] | None = None) -> I
             red_idx = node.arg["reduce_idx"]
             reduce_axes = tuple(where[n].id for n in red_idx)
             space = axes + fresh_axes([where[n].size for n in red_idx], "r", [REDUCE] * len(red_idx))
-        if non_scop and node.op not in GroupOp.Movement | GroupOp.Leaf:
+        if non_scop and node.op not in GroupOp.Movement | GroupOp.Leaf | GroupOp.Indirect:
             info0 = ValueInfo(node.id, node.op, axes, space, pieces, (), reduce_axes, non_scop)
             inputs = tuple(Access(s, m) for s, m in zip(node.src, _operand_maps(node, info0), strict=True))
         info = ValueInfo(node.id, node.op, axes, space, pieces, inputs, reduce_axes, non_scop)

@@ -9,6 +9,8 @@ Symbols are bound by ``params`` (Poly Core counts on concrete shapes).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
 from typing import Iterable, Mapping
 
 from ..ir.tiny import Ops, Program
@@ -21,6 +23,14 @@ COMBINE = {"SUM": "sum", "MAX": "max", "MIN": "min"}
 
 
 def _statement(pv: PolyView, blk: Block) -> Statement:
+    memo = pv.__dict__.setdefault("_statements", {})  # isl printed once per block of a view
+    st = memo.get(blk.name)
+    if st is None:
+        st = memo[blk.name] = _make_statement(pv, blk)
+    return st
+
+
+def _make_statement(pv: PolyView, blk: Block) -> Statement:
     node = pv.book.program[blk.value_id]
     unit, flops, combine = "fp32", 1, None
     if blk.kind == "contraction_pattern":
@@ -43,7 +53,8 @@ def region_from_polyview(pv: PolyView, nodes: Iterable[str] | None = None, outpu
     """The kernel evaluating `nodes` (value ids; default: every block) and materializing `outputs`
     (default: the program outputs among them, and values read by blocks outside the kernel)."""
     prog = pv.book.program
-    blocks = [b for b in pv.blocks if nodes is None or b.value_id in set(nodes)]
+    wanted = None if nodes is None else set(nodes)
+    blocks = [b for b in pv.blocks if wanted is None or b.value_id in wanted]
     mine = {b.value_id for b in blocks}
     if outputs is None:
         outside = {a.value_id for b in pv.blocks if b.value_id not in mine for a in b.reads()}
@@ -75,6 +86,49 @@ def regions_from_partition(program: Program, partition, params: Mapping[str, int
                            symbols=None) -> list:
     """One PolyRegion per kernel of an extraction partition (``egraph.partition.Partition``:
     kernels with ``nodes`` and ``outputs``), in its order."""
-    pv = build_polyview(checked_indexbook(program, symbols))
-    return [region_from_polyview(pv, k.nodes, k.outputs, params, k.name) for k in partition.kernels
-            if any(b.value_id in k.nodes for b in pv.blocks)]
+    pv = _view(program, None if symbols is None else tuple(symbols))
+    regions = [region_from_polyview(pv, k.nodes, k.outputs, params, k.name) for k in partition.kernels
+               if any(b.value_id in k.nodes for b in pv.blocks)]
+    return as_emitted(program, partition, regions)
+
+
+def as_emitted(program: Program, partition, regions: list) -> list:
+    """The regions with their contractions on the unit of the kernel the backend emits for them: a Poly-View
+    contraction is a tensor-core statement, but when no tensor-core kind binds the kernel's RB-SSA region
+    (the backend's binder decides: ``backend.kinds.uses_tensor_cores``) the SIMT kind computes it, so its
+    statements run on the FP32 pipes. Regions without a contraction are returned as they are. A partition
+    the RB-SSA synthesis refuses keeps the Poly-View's units (no kernel of it is ever emitted)."""
+    if not any(st.unit == "tensor" for r in regions for st in r.statements):
+        return regions
+    from ..egraph.region_synth import synthesize
+    from ..ir.diagnostics import PolysatError
+    from ..ir.region_narrow import narrow_boundaries
+    try:
+        emitted = {r.name: r for r in narrow_boundaries(synthesize(program, partition))}
+    except PolysatError:
+        return regions
+    out = []
+    for r in regions:
+        rb = emitted.get(r.name)
+        if rb is not None and any(st.unit == "tensor" for st in r.statements) and not _tensor_cores(rb):
+            r = replace(r, statements=tuple(replace(st, unit="fp32") if st.unit == "tensor" else st
+                                            for st in r.statements))
+        out.append(r)
+    return out
+
+
+def _tensor_cores(region) -> bool:
+    return _tensor_cores_of(replace(region, name="kernel"))  # the kernel's name does not change its kind
+
+
+@lru_cache(maxsize=4096)
+def _tensor_cores_of(region) -> bool:
+    from ..backend.kinds import uses_tensor_cores
+    return uses_tensor_cores(region)
+
+
+@lru_cache(maxsize=64)
+def _view(program: Program, symbols: "tuple | None") -> PolyView:
+    """The Poly-View of a program, built once: a partition search prices many partitions of one
+    extracted program."""
+    return build_polyview(checked_indexbook(program, symbols))

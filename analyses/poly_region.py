@@ -113,10 +113,16 @@ class PolyRegion:
         return h
 
     def tensor(self, name: str) -> TensorInfo:
-        for t in self.tensors:
-            if t.name == name:
-                return t
-        fail("UnknownTensor", f"region {self.name}", f"no tensor named {name!r}")
+        by_name = self.__dict__.get("_by_name")
+        if by_name is None:
+            by_name = {}
+            for t in self.tensors:
+                by_name.setdefault(t.name, t)
+            object.__setattr__(self, "_by_name", by_name)
+        t = by_name.get(name)
+        if t is None:
+            fail("UnknownTensor", f"region {self.name}", f"no tensor named {name!r}")
+        return t
 
     def with_params(self, **values: int) -> "PolyRegion":
         return PolyRegion(self.name, self.tensors, self.statements, {**dict(self.params), **values}, self.stream,
@@ -136,6 +142,18 @@ class PolyRegion:
                                for s in self.statements],
                 **({"stream": {"statements": list(self.stream), "block": self.stream_block,
                                "recompute": list(self.stream_recompute)}} if self.stream else {})}
+
+    @staticmethod
+    def from_json(d: Mapping) -> "PolyRegion":
+        """The region :meth:`to_json` wrote."""
+        stream = d.get("stream", {})
+        return PolyRegion(
+            d["name"], [TensorInfo(t["name"], tuple(t["shape"]), DType(t["dtype"]), t["role"]) for t in d["tensors"]],
+            [Statement(s["name"], s["domain"], tuple(Access(a["tensor"], a["map"]) for a in s["reads"]),
+                       Access(s["write"]["tensor"], s["write"]["map"]), s["flops"], s["unit"], s["combine"],
+                       tuple(s["loop_order"])) for s in d["statements"]],
+            d.get("params", {}), tuple(stream.get("statements", ())), stream.get("block", 64),
+            tuple(stream.get("recompute", ())))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,10 +188,17 @@ class BoundRegion:
     tensor_sets: dict  # tensor name -> isl.Set of its elements
 
     def stmt(self, name: str) -> BoundStatement:
+        s = self._stmts.get(name)
+        if s is None:
+            fail("UnknownTensor", f"region {self.region.name}", f"no statement named {name!r}")
+        return s
+
+    @cached_property
+    def _stmts(self) -> dict:
+        out: dict = {}
         for s in self.statements:
-            if s.name == name:
-                return s
-        fail("UnknownTensor", f"region {self.region.name}", f"no statement named {name!r}")
+            out.setdefault(s.name, s)
+        return out
 
     def writer(self, tensor: str) -> BoundStatement | None:
         return self._writers.get(tensor)
@@ -205,7 +230,7 @@ class BoundRegion:
                 out.setdefault(t, []).append((s.name, m))
         return out
 
-    @property
+    @cached_property
     def driver(self) -> BoundStatement:
         """The statement whose instances define the kernel's tiles: the last one writing a
         region output (docs/DESIGN.md §Fusion: the consumer drives, producers are computed at its tiles)."""
@@ -260,60 +285,29 @@ def _reduce_dims(write: isl.Map, dims: Sequence[str]) -> tuple:
 
 @lru_cache(maxsize=512)
 def _bind(region: PolyRegion) -> BoundRegion:
-    env = dict(region.params)
+    env = tuple(region.params)
     names = [t.name for t in region.tensors]
     if len(set(names)) != len(names):
         fail("DuplicateDefinition", f"region {region.name}", "a tensor name appears twice")
     shapes, tensor_sets = {}, {}
     for t in region.tensors:
         try:
-            shape = tuple(int(Expr.of(d).evaluate(env)) for d in t.shape)
+            shape = tuple(int(Expr.of(d).evaluate(dict(env))) for d in t.shape)
         except (KeyError, TypeError, ValueError) as e:
             fail("UnboundSymbol", f"tensor {t.name}", f"its shape {t.shape} needs a value for {e}")
         if any(s <= 0 for s in shape):
             fail("UnaddressableShape", f"tensor {t.name}", f"shape {shape} has a non-positive size")
         shapes[t.name] = shape
-        axes = [f"a{i}" for i in range(len(shape))]
-        cs = " and ".join(f"0 <= {a} < {s}" for a, s in zip(axes, shape, strict=True))
-        tensor_sets[t.name] = isl.Set(f"{{ {t.name}[{', '.join(axes)}]" + (f" : {cs} }}" if cs else " }"))
+        tensor_sets[t.name] = _tensor_set(t.name, shape)
     written = [s.write.tensor for s in region.statements]
     if len(set(written)) != len(written):
         fail("DuplicateDefinition", f"region {region.name}", "two statements write one tensor (RB-SSA has one writer)")
     bound = []
     for i, st in enumerate(region.statements):
-        what = f"statement {st.name} of region {region.name}"
-        dom = _fix_params(_parse(isl.Set, st.domain, what), env, what)
-        if dom.get_tuple_name() != st.name:
-            fail("MalformedStructure", what, f"the domain's tuple is {dom.get_tuple_name()!r}, not {st.name!r}")
-        dims = tuple(dom.get_dim_name(isl.dim_type.set, k) for k in range(dom.dim(isl.dim_type.set)))
-        if any(d is None for d in dims):
-            fail("MalformedStructure", what, "every domain dim needs a name")
-        order = st.loop_order or dims
-        if sorted(order) != sorted(dims):
-            fail("InvalidPermutation", what, f"loop order {order} is not a permutation of the dims {dims}")
-
-        def acc(a: Access):
+        for a in st.reads + (st.write,):
             region.tensor(a.tensor)
-            m = _fix_params(_parse(isl.Map, a.relation, what), env, what)
-            if m.get_tuple_name(isl.dim_type.out) != a.tensor:
-                fail("UnknownTensor", what, f"access {a.relation!r} targets {m.get_tuple_name(isl.dim_type.out)!r}, "
-                                            f"declared as {a.tensor!r}")
-            if m.get_tuple_name(isl.dim_type.in_) != st.name or m.dim(isl.dim_type.in_) != len(dims):
-                fail("MalformedStructure", what, f"access {a.relation!r} does not start from {st.name}{list(dims)}")
-            m = m.intersect_domain(dom)
-            if not m.range().is_subset(tensor_sets[a.tensor]):
-                fail("OutOfBoundsView", what, f"access to {a.tensor} leaves its shape {shapes[a.tensor]}",
-                     "Guard padded reads in the access map (e.g. `: 0 <= h + r - 1 < H`).")
-            return m
-        reads = tuple((a.tensor, acc(a)) for a in st.reads)
-        write = acc(st.write)
-        if not write.is_single_valued():
-            fail("MalformedStructure", what, "the write must give one element per instance")
-        rdims = _reduce_dims(write, dims)
-        if rdims and st.combine is None:
-            fail("AccDtypeMissing", what, f"the write drops dims {rdims} but the statement names no combine op",
-                 "Set combine='sum'|'max'|'min' on a reducing statement.")
-        bound.append(BoundStatement(st, i, dom, dims, tuple(order), reads, write, rdims))
+        used = tuple(sorted({(a.tensor, shapes[a.tensor]) for a in st.reads + (st.write,)}))
+        bound.append(BoundStatement(st, i, *_bind_statement(region.name, st, env, used)))
     for name in names:
         t = region.tensor(name)
         if t.role == "input" and name in written:
@@ -321,6 +315,53 @@ def _bind(region: PolyRegion) -> BoundRegion:
         if t.role != "input" and name not in written:
             fail("OutputNeverProduced", f"tensor {name}", f"{t.role} tensor is never written in region {region.name}")
     return BoundRegion(region, tuple(bound), shapes, tensor_sets)
+
+
+@lru_cache(maxsize=4096)
+def _tensor_set(name: str, shape: tuple) -> isl.Set:
+    axes = [f"a{i}" for i in range(len(shape))]
+    cs = " and ".join(f"0 <= {a} < {s}" for a, s in zip(axes, shape, strict=True))
+    return isl.Set(f"{{ {name}[{', '.join(axes)}]" + (f" : {cs} }}" if cs else " }"))
+
+
+@lru_cache(maxsize=8192)
+def _bind_statement(region_name: str, st: Statement, env_key: tuple, used: tuple) -> tuple:
+    """(domain, dims, loop order, reads, write, reduce dims) of one statement with the symbols fixed
+    (`used`: (tensor, concrete shape) of every tensor it accesses). isl parsing is the slow part of
+    binding, and one statement recurs in many candidate regions: bound once per text and shapes."""
+    env, shapes = dict(env_key), dict(used)
+    what = f"statement {st.name} of region {region_name}"
+    dom = _fix_params(_parse(isl.Set, st.domain, what), env, what)
+    if dom.get_tuple_name() != st.name:
+        fail("MalformedStructure", what, f"the domain's tuple is {dom.get_tuple_name()!r}, not {st.name!r}")
+    dims = tuple(dom.get_dim_name(isl.dim_type.set, k) for k in range(dom.dim(isl.dim_type.set)))
+    if any(d is None for d in dims):
+        fail("MalformedStructure", what, "every domain dim needs a name")
+    order = st.loop_order or dims
+    if sorted(order) != sorted(dims):
+        fail("InvalidPermutation", what, f"loop order {order} is not a permutation of the dims {dims}")
+
+    def acc(a: Access):
+        m = _fix_params(_parse(isl.Map, a.relation, what), env, what)
+        if m.get_tuple_name(isl.dim_type.out) != a.tensor:
+            fail("UnknownTensor", what, f"access {a.relation!r} targets {m.get_tuple_name(isl.dim_type.out)!r}, "
+                                        f"declared as {a.tensor!r}")
+        if m.get_tuple_name(isl.dim_type.in_) != st.name or m.dim(isl.dim_type.in_) != len(dims):
+            fail("MalformedStructure", what, f"access {a.relation!r} does not start from {st.name}{list(dims)}")
+        m = m.intersect_domain(dom)
+        if not m.range().is_subset(_tensor_set(a.tensor, shapes[a.tensor])):
+            fail("OutOfBoundsView", what, f"access to {a.tensor} leaves its shape {shapes[a.tensor]}",
+                 "Guard padded reads in the access map (e.g. `: 0 <= h + r - 1 < H`).")
+        return m
+    reads = tuple((a.tensor, acc(a)) for a in st.reads)
+    write = acc(st.write)
+    if not write.is_single_valued():
+        fail("MalformedStructure", what, "the write must give one element per instance")
+    rdims = _reduce_dims(write, dims)
+    if rdims and st.combine is None:
+        fail("AccDtypeMissing", what, f"the write drops dims {rdims} but the statement names no combine op",
+             "Set combine='sum'|'max'|'min' on a reducing statement.")
+    return dom, dims, tuple(order), reads, write, rdims
 
 
 def box_domain(name: str, dims: Sequence[str], sizes: Sequence[Dim], params: Sequence[str] = ()) -> str:

@@ -198,12 +198,42 @@ def _max_recompute(b: BoundRegion, sizes: Mapping[str, int]) -> float:
 
 
 def recompute_factors(b: BoundRegion, t: Tile) -> dict:
-    """Per statement, instances one tile computes per driver instance, over the same ratio for the
-    whole region: 1 when tiles share nothing, above 1 by the halo (or fan-out) recomputed."""
-    drv_tile = card(t.slices[b.driver.name])
-    drv_all = card(b.driver.domain)
-    return {s.name: (card(t.slices[s.name]) / max(1, drv_tile)) / (card(s.domain) / max(1, drv_all))
-            for s in b.statements if s.name in t.slices}
+    """Per statement, instances one tile computes per driver instance that needs them, over the same
+    ratio for the whole region: 1 when tiles share nothing, above 1 by the halo (or fan-out) recomputed.
+    Only the driver instances a statement reaches count (driver_reach): a statement that feeds a part of
+    the output (one piece of a concatenation along N) is computed by the tiles over that part alone, not
+    recomputed by the one tile that happens to lie there."""
+    drv_tile = t.slices[b.driver.name]
+    out = {}
+    for s in b.statements:
+        if s.name not in t.slices:
+            continue
+        reach = driver_reach(b.region, s.name)
+        mine = drv_tile if reach is None else drv_tile.intersect(reach)
+        out[s.name] = (card(t.slices[s.name]) / max(1, card(mine))) / \
+            (card(s.domain) / max(1, card(b.driver.domain if reach is None else reach)))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def driver_reach(region: PolyRegion, name: str):
+    """The driver instances that read, through the region's dependences, what statement `name` writes
+    (the forward image of its domain); None when it is the driver, reaches all of it (the common case:
+    nothing to restrict) or reaches it nowhere (another output)."""
+    b = region.bind()
+    drv = b.driver
+    if name == drv.name:
+        return None
+    inst = {name: next(s for s in b.statements if s.name == name).domain}
+    for q in b.statements:
+        for tensor, read in q.reads:
+            p = b.writer(tensor)
+            if p is None or p.index >= q.index or p.name not in inst:
+                continue
+            got = inst[p.name].apply(p.write).apply(read.reverse()).intersect(q.domain)
+            inst[q.name] = got if q.name not in inst else inst[q.name].union(got).coalesce()
+    got = inst.get(drv.name)
+    return None if got is None or got.is_empty() or got.is_equal(drv.domain) else got
 
 
 

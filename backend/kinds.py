@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from ..ir.diagnostics import fail
-from ..ir.region import Region
+from ..ir.region import R, Region, walk
 from ..ir.region_squeeze import squeeze_units
 from .common.region_match import NoBind
 
@@ -57,13 +57,32 @@ def bind(region: Region) -> tuple[KernelKind, Any]:
     """The kind that computes the region and its binding; E1504 NoKernelTemplate with every kind's reason.
     Each kind, in order, is tried on the region as it is and then without its size-1 axes (a batch of one;
     ir/region_squeeze.py): the buffers are the same bytes, the binding reads them reshaped."""
+    if any(n.op == R.GATHER for let in region.lets for n in walk(let.expr)):
+        fail("NoKernelTemplate", f"region {region.name}", "it reads at indices computed at run time (a Gather: a "
+             "non-affine read); no kernel kind reads through run-time indices yet")
+    found, reasons = _first(region, kinds())
+    if found is not None:
+        return found
+    fail("NoKernelTemplate", f"region {region.name}", "; ".join(reasons) or "no kernel kind is registered")
+
+
+def _first(region: Region, candidates) -> tuple:
+    """((kind, binding) of the first of `candidates` that binds the region, or None; the reasons of the others)."""
     reasons = []
     forms = [r for r in (region, squeeze_units(region)) if r is not None]
-    for k in kinds():  # kinds outermost: a tensor-core kind that takes the squeezed form beats SIMT as it is
+    for k in candidates:  # kinds outermost: a tensor-core kind that takes the squeezed form beats SIMT as it is
         for r in forms:
             b = k.bind(r)
             if not isinstance(b, NoBind):
-                return k, b
+                return (k, b), reasons
             if r is region:
                 reasons.append(b.reason)
-    fail("NoKernelTemplate", f"region {region.name}", "; ".join(reasons) or "no kernel kind is registered")
+    return None, reasons
+
+
+def uses_tensor_cores(region: Region) -> bool:
+    """Whether the kernel :func:`bind` gives the region runs on tensor cores: every kind but the SIMT one
+    does, and SIMT is tried last, so this is whether a kind before it binds (without running SIMT's binder).
+    The cost model prices a region's contractions at tensor-core rates exactly when this holds."""
+    assert _PACKAGES[-1] == "simt"
+    return _first(region, kinds()[:-1])[0] is not None

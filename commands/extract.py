@@ -38,7 +38,9 @@ def extract_result(c: Compilation) -> dict:
         total["unfused_kernels"] = len(search.baseline.priced)
         total["unfused_time_est_us"] = round(search.baseline.total, 4)
         total["search_evaluations"] = search.evaluations
-    out = {"model": c.origin, "regions": regions, "total": total,
+    from .. import kernels
+    gathers = [k for k in kernels(c) if k["name"].startswith("gather_")] if c.split.sites else []
+    out = {"model": c.origin, "regions": regions, "total": total, "gathers": gathers,
            "egraph": {"enodes": rep.nodes, "eclasses": len(view.classes), "iterations": len(rep.iterations),
                       "stop_reason": rep.stop.value, "seconds": round(rep.seconds, 4)},
            "_report": rep, "_search": search, "_state": st, "_view": view, "_extraction": x, "_params": params,
@@ -84,6 +86,9 @@ def format_table(result: dict) -> str:
                      f"{c['bound']:<8}{halo:>8}  {', '.join(r['reads'])} -> {', '.join(r['writes'])}")
         lines.append(f"  {'':<8}ops: {', '.join(r['ops'])}")
     lines.append(f"  {'total':<8}{'':>6}{t['flops']:>22,}{t['bytes']:>18,}{t['time_est_us']:>13.3f}")
+    for g in result.get("gathers", ()):
+        lines.append(f"  + {g['name']} (ops {', '.join(g['ops'])}): a gather by run-time indices, a kernel of its own "
+                     f"outside the e-graph, not priced  {', '.join(g['reads'])} -> {', '.join(g['writes'])}")
     if "unfused_time_est_us" in t:
         lines.append(f"  one kernel per op: {t['unfused_kernels']} kernels, {t['unfused_time_est_us']:.3f} µs "
                      f"({t['search_evaluations']} partitions priced)")

@@ -25,7 +25,7 @@ def _np_of_onnx(elem: int) -> np.dtype:
 # ONNX operand positions that are shapes, axes or indices: an integer graph input read only there is
 # a compile-time value for polysat, bound when the inputs arrive (one compilation per distinct value).
 SHAPE_OPERANDS = {"Reshape": {1}, "Expand": {1}, "Tile": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 3}, "Split": {1},
-                  "Squeeze": {1}, "Unsqueeze": {1}, "Gather": {1}, "Trilu": {1}, "ConstantOfShape": {0},
+                  "Squeeze": {1}, "Unsqueeze": {1}, "Trilu": {1}, "ConstantOfShape": {0},
                   "Range": {0, 1, 2}, "OneHot": {1}, **{op: {1} for op in (
                       "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1", "ReduceL2",
                       "ReduceLogSum", "ReduceLogSumExp")}}

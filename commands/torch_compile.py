@@ -23,6 +23,7 @@ def compile_graph(gm, example_inputs, target: str = "reference", cost: str = "si
     import torch
     from ..cli import TARGETS
     from ..pipeline import Compilation
+    from ..frontend import with_parameters
     from ..frontend.torch_export import import_graph
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
@@ -36,7 +37,7 @@ def compile_graph(gm, example_inputs, target: str = "reference", cost: str = "si
 
     def run(*args):
         feeds = {p.name: np.asarray(a.detach().cpu().numpy()) for p, a in zip(places, args)}
-        got = TARGETS[target](c, feeds)
+        got = TARGETS[target](c, with_parameters(doc, feeds))
         return [torch.from_numpy(np.ascontiguousarray(got[n])) for n in names]
     return run
 

@@ -238,3 +238,28 @@ def _attention(rng: np.random.Generator, m: int, n: int, dv: int) -> Program:
 def attention_programs(rng: np.random.Generator, count: int) -> list:
     """count attention programs of random small sizes (the streaming rules' shapes)."""
     return [_attention(rng, *(int(v) for v in rng.integers(1, 5, 3))) for _ in range(count)]
+
+
+def sibling_programs(rng: np.random.Generator) -> list:
+    """GEMMs that read one operand (rules/siblings.egg): fp16 in, fp32 accumulate, fp16 out, as the
+    frontend writes them: a Q/K/V-like group of three, a pair of different widths, and twice a pair and
+    a group of three over two different inputs in one program."""
+    m, k, n = (int(v) for v in rng.integers(2, 5, 3))  # no unit axis: a unit K or N is a reshape, not a contraction
+    dt = DType.fp16
+
+    def group(b: Builder, x: UOp, names: str, widths: list) -> list:
+        xf = b.cast(x, DType.fp32, at=AT)
+        return [(f"y{nm}", b.cast(_gemm(b, xf, b.cast(b.input(f"W{nm}", dt, (k, w), at=AT), DType.fp32, at=AT)), dt, at=AT))
+                for nm, w in zip(names, widths)]
+    out = []
+    b = Builder("q")
+    out.append(b.program(group(b, b.input("X", dt, (m, k), at=AT), "qkv", [n, n, n])))
+    b = Builder("p")
+    out.append(b.program(group(b, b.input("X", dt, (m, k), at=AT), "ab", [n, n + 1])))
+    b = Builder("t")
+    out.append(b.program(group(b, b.input("X", dt, (m, k), at=AT), "ab", [n, n + 2])
+                         + group(b, b.input("Z", dt, (m + 1, k), at=AT), "cde", [n + 1, n, 2])))
+    b = Builder("u")
+    out.append(b.program(group(b, b.input("X", dt, (m + 2, k), at=AT), "fg", [2, n])
+                         + group(b, b.input("Z", dt, (m, k), at=AT), "hij", [n, 3, n + 1])))
+    return out

@@ -26,7 +26,7 @@ from ..ir.diagnostics import PolysatError, diag
 from ..ir.tiny import Program
 from .boundaries import default_cuts
 from .graph import export
-from .randprog import attention_programs, motif_programs, random_program
+from .randprog import attention_programs, motif_programs, random_program, sibling_programs
 from .rulefiles import RuleFile, discover, parse_file
 from .soundness_diff import StepResult, check_step
 from .soundness_explain import counterexample, consistent
@@ -232,6 +232,9 @@ class Checker:
             while self.pool_size and len(self.pool) < self.pool_size:
                 self.pool.extend(motif_programs(self.rng) if len(self.pool) % 2 else attention_programs(self.rng, 4))
             self.pool = self.pool[:self.pool_size] if self.pool_size else self.pool
+            # last, so only rules the others left unexercised reach them; their own generator, so the
+            # checker's draws (the inputs of every program) stay what they were without them
+            self.pool.extend(sibling_programs(np.random.default_rng(len(self.pool))))
         for prog in self.pool:
             if v.fired >= self.cases or v.unsound:
                 break

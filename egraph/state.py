@@ -14,6 +14,7 @@ from ..ir.tiny import GroupOp, Ops, Program, UOp
 from . import encode as E
 from .boundaries import default_cuts, movement_args
 from .ixfns import prelude
+from . import siblings as _siblings  # noqa: F401 — registers the helpers of rules/siblings.egg
 from ..knobs import load_chunk
 from .rulefiles import egg_error
 from .schema import declare_all

@@ -126,26 +126,35 @@ def resnet_cnn(seed: int = 0):
     return g.model([_io("image", [1, 3, 32, 32])], [_io("logits", [1, 10])], "resnet_cnn")
 
 
-def bert_encoder(seed: int = 1, s: int = 16, d: int = 64, h: int = 4):
-    """Position embeddings, one post-LN encoder layer (multi-head self-attention, Erf GELU MLP)."""
+def _ids(s: int):
+    return helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, s])
+
+
+def bert_encoder(seed: int = 1, s: int = 16, d: int = 64, h: int = 4, vocab: int = 100):
+    """Token ids looked up in a word embedding (a Gather by run-time indices) plus learned position
+    embeddings, one post-LN encoder layer (multi-head self-attention, Erf GELU MLP)."""
     g = G(seed)
     dh = d // h
-    x = g.layernorm(g.op("Add", ["embeddings", g.weight(1, s, d, scale=0.1)]), d)
+    words = g.op("Gather", [g.weight(vocab, d, scale=0.5), "input_ids"], axis=0)
+    x = g.layernorm(g.op("Add", [words, g.weight(1, s, d, scale=0.1)]), d)
     q, k, v = (g.heads(g.linear(x, d, d), s, h, dh) for _ in range(3))
     a = g.linear(g.merge_heads(g.attention(q, k, v, dh), s, d), d, d)
     x = g.layernorm(g.op("Add", [x, a]), d)
     m = g.linear(g.gelu_erf(g.linear(x, d, 4 * d)), 4 * d, d)
     out = g.layernorm(g.op("Add", [x, m]), d)
     g.nodes.append(helper.make_node("Identity", [out], ["hidden"], name="out"))
-    return g.model([_io("embeddings", [1, s, d])], [_io("hidden", [1, s, d])], "bert_encoder")
+    return g.model([_ids(s)], [_io("hidden", [1, s, d])], "bert_encoder")
 
 
-def gpt2_block(seed: int = 2, s: int = 16, d: int = 64, h: int = 4):
-    """A pre-LN decoder block: fused QKV projection split in three, causal self-attention (a constant
-    lower-triangular mask), tanh-GELU MLP, both residuals."""
+def gpt2_block(seed: int = 2, s: int = 16, d: int = 64, h: int = 4, vocab: int = 100):
+    """Token embedding (a Gather by the run-time token ids) plus position embedding (a Gather by the
+    constant positions 0..s-1), then a pre-LN decoder block: fused QKV projection split in three, causal
+    self-attention (a constant lower-triangular mask), tanh-GELU MLP, both residuals."""
     g = G(seed)
     dh = d // h
-    x = "hidden_in"
+    positions = g.init(np.arange(s, dtype=np.int64).reshape(1, s), "position_ids")
+    x = g.op("Add", [g.op("Gather", [g.weight(vocab, d, scale=0.5), "input_ids"], axis=0),
+                     g.op("Gather", [g.weight(s, d, scale=0.1), positions], axis=0)])
     qkv = g.linear(g.layernorm(x, d), d, 3 * d)
     q, k, v = (g.heads(t, s, h, dh) for t in g.op("Split", [qkv, g.ints(d, d, d)], n_out=3, axis=2))
     mask = g.init(np.tril(np.ones((s, s), dtype=bool)).reshape(1, 1, s, s), "causal_mask")
@@ -153,7 +162,7 @@ def gpt2_block(seed: int = 2, s: int = 16, d: int = 64, h: int = 4):
     x = g.op("Add", [x, a])
     m = g.linear(g.gelu_tanh(g.linear(g.layernorm(x, d), d, 4 * d)), 4 * d, d)
     g.nodes.append(helper.make_node("Add", [x, m], ["hidden_out"], name="residual_2"))
-    return g.model([_io("hidden_in", [1, s, d])], [_io("hidden_out", [1, s, d])], "gpt2_block")
+    return g.model([_ids(s)], [_io("hidden_out", [1, s, d])], "gpt2_block")
 
 
 def mlp_mixer(seed: int = 3, patch: int = 8, c: int = 32, depth: int = 1):

@@ -56,27 +56,31 @@ class SelfAttention(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    def __init__(self, s: int = 16, d: int = 64, h: int = 4):
+    def __init__(self, s: int = 16, d: int = 64, h: int = 4, vocab: int = 100):
         super().__init__()
+        self.words = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.randn(1, s, d) * 0.1)
         self.ln0, self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = SelfAttention(d, h, False, s)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
-    def forward(self, x):
-        x = self.ln0(x + self.pos)
+    def forward(self, ids):
+        x = self.ln0(self.words(ids) + self.pos)
         x = self.ln1(x + self.attn(x))
         return self.ln2(x + self.mlp(x))
 
 
 class GPT2Block(nn.Module):
-    def __init__(self, s: int = 16, d: int = 64, h: int = 4):
+    def __init__(self, s: int = 16, d: int = 64, h: int = 4, vocab: int = 100):
         super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(s, d)
+        self.register_buffer("positions", torch.arange(s).reshape(1, s))
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = SelfAttention(d, h, True, s)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d))
 
-    def forward(self, x):
+    def forward(self, ids):
+        x = self.wte(ids) + self.wpe(self.positions)
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
@@ -100,16 +104,17 @@ class MLPMixer(nn.Module):
         return self.head(self.ln(x).mean(dim=1))
 
 
-MODELS = {"resnet_cnn": (ResNetCNN, (1, 3, 32, 32)), "bert_encoder": (BertEncoder, (1, 16, 64)),
-          "gpt2_block": (GPT2Block, (1, 16, 64)), "mlp_mixer": (MLPMixer, (1, 3, 32, 32))}
+# name -> (module, input shape, whether the input is token ids (int64) rather than floats)
+MODELS = {"resnet_cnn": (ResNetCNN, (1, 3, 32, 32), False), "bert_encoder": (BertEncoder, (1, 16), True),
+          "gpt2_block": (GPT2Block, (1, 16), True), "mlp_mixer": (MLPMixer, (1, 3, 32, 32), False)}
 
 
 def build(name: str, seed: int = 0) -> tuple:
     torch.manual_seed(seed)
-    cls, shape = MODELS[name]
+    cls, shape, ids = MODELS[name]
     m = cls().eval()
     for mod in m.modules():  # non-trivial batch-norm statistics
         if isinstance(mod, nn.BatchNorm2d):
             mod.running_mean.uniform_(-0.2, 0.2)
             mod.running_var.uniform_(0.5, 1.5)
-    return m, (torch.randn(*shape),)
+    return m, (torch.randint(0, 100, shape) if ids else torch.randn(*shape),)

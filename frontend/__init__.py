@@ -36,7 +36,22 @@ def with_parameters(doc: Any, inputs: dict) -> dict:
     """The inputs a target runs on: the document's parameter arrays (an imported model's weights)
     plus the user's inputs."""
     params = doc.get("parameters") if isinstance(doc, dict) else None
-    return {**(params or {}), **inputs}
+    narrowed = doc.get("narrowed_inputs", {}) if isinstance(doc, dict) else {}
+    return {**(params or {}), **{k: narrow_index(v, k) if k in narrowed else v for k, v in inputs.items()}}
+
+
+def narrow_index(v: Any, name: str) -> Any:
+    """An int64 index input as the i32 it is computed in (an importer narrowed its type): exact, or E1011."""
+    import numpy as np
+    from ..ir.diagnostics import fail
+    a = np.asarray(v)
+    if a.dtype.kind not in "iu":
+        return v
+    if a.size and (a.min() < -2**31 or a.max() >= 2**31):
+        fail("UnsupportedDtype", name, f"index input {name!r} holds {a.dtype} values outside int32 "
+             f"([{a.min()}, {a.max()}]); polysat reads indices as i32",
+             "Indices into a tensor of fewer than 2**31 elements fit int32; pass such values.")
+    return a.astype(np.int32)
 
 
 def load_model(model: "str | dict") -> Program:

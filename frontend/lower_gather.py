@@ -1,9 +1,10 @@
-"""Lowerings of Constant, Concat and Gather (constant indices) to movement ops and adds.
+"""Lowerings of Constant, Concat, Gather and GatherElements.
 
 A concatenation is tinygrad's: each piece is PADded with zeros to the full extent of the axis and the
 pieces are added (MAX for bool, where adding is not defined), so it stays a sum of affine views. A
 gather by constant indices is a concatenation of strided slices, one per arithmetic run of the
-indices, reshaped to the indices' shape.
+indices, reshaped to the indices' shape. A gather by indices given as a tensor (known only at run time:
+an embedding lookup by token ids) is the Tiny IR GATHER, a non-affine read that is its own kernel.
 """
 from __future__ import annotations
 
@@ -85,14 +86,29 @@ def _flat(v) -> tuple:
     return [v], ()
 
 
-@lowering("Gather", attrs={
-    "indices": Attr("int | nested [int]", REQUIRED, "constant indices (negative count from the end of a static "
-                    "axis); their shape replaces the axis"),
+def _index(ctx: Ctx, idx: UOp) -> UOp:
+    if idx.dtype != DType.i32:
+        fail("DtypeMismatch", ctx.at, f"{ctx.node.op} indices have dtype {idx.dtype.value}, need i32",
+             "Give the indices as an i32 tensor (an importer narrows int64 indices to i32).")
+    return idx
+
+
+@lowering("Gather", inputs=(1, 2), attrs={
+    "indices": Attr("int | nested [int]", None, "constant indices (negative count from the end of a static "
+                    "axis); their shape replaces the axis", default_text="the second input"),
     "axis": Attr("int", 0, "the axis indexed")})
 def gather(ctx: Ctx, ins: list) -> list:
-    """x.take(indices, axis) for constant indices (ONNX Gather, numpy take): affine pieces only."""
-    (x,) = ins
+    """x.take(indices, axis) (ONNX Gather, numpy take). Constant indices (the attribute) are affine
+    pieces; indices given as a second, i32 input are read at run time (negative count from the end of
+    the axis, out of range gives 0): a non-affine read, its own kernel."""
+    x = ins[0]
     axis = ctx.axis(ctx.attr("axis", 0), x.ndim)
+    if len(ins) == 2:
+        if ctx.attr("indices") is not None:
+            fail("InvalidAttribute", ctx.at, "Gather takes its indices as an attribute or as a second input, not both")
+        return [ctx.b.gather(x, _index(ctx, ins[1]), axis, at=ctx.at)]
+    if ctx.attr("indices") is None:
+        fail("InvalidAttribute", ctx.at, "Gather needs its indices: the attribute or a second input")
     flat, ishape = _flat(ctx.attr("indices"))
     size = x.shape[axis]
     if not flat:
@@ -115,3 +131,12 @@ def gather(ctx: Ctx, ins: list) -> list:
         pieces.append(b.shrink(x, lo, hi, st, at=at))
     y = concat(ctx, pieces, axis)
     return [b.reshape(y, x.shape[:axis] + tuple(ishape) + x.shape[axis + 1:], at=at)]
+
+
+@lowering("GatherElements", inputs=(2, 2), attrs={"axis": Attr("int", 0, "the axis indexed")})
+def gather_elements(ctx: Ctx, ins: list) -> list:
+    """take_along_axis(x, indices, axis) (ONNX GatherElements): indices (i32, x's rank, no larger than x
+    off the axis) give the result's shape; out[i] = x[i with indices[i] on the axis], negative counting
+    from the end, out of range giving 0. A non-affine read, its own kernel."""
+    x, idx = ins
+    return [ctx.b.gather(x, _index(ctx, idx), ctx.axis(ctx.attr("axis", 0), x.ndim), True, at=ctx.at)]

@@ -256,7 +256,7 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
     from onnx import numpy_helper
     from . import onnx_ops  # noqa: F401  (fill HANDLERS)
     from .lower import lower  # noqa: F401  (fill LOWERINGS)
-    from . import lower_elementwise, lower_linear, lower_movement, lower_gather  # noqa: F401
+    from . import lower_elementwise, lower_linear, lower_movement, lower_gather, lower_window  # noqa: F401
     if 0 < _default_opset(model) < MIN_OPSET:
         model = _upgrade(model, origin)
     g = model.graph
@@ -275,10 +275,18 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
         imp.consts[init.name] = numpy_helper.to_array(init)
     for name, v in (bindings or {}).items():
         imp.consts[name] = np.asarray(v)
+    narrowed: dict = {}
     for vi in g.input:
         if vi.name in imp.consts:
             continue  # an initializer listed as input (IR < 4 style): a constant
         elem = vi.type.tensor_type.elem_type
+        if elem == 7 and _index_only(g, vi.name):  # int64 read only as indices: computed as i32, checked at run time
+            narrowed[vi.name] = "int64"
+            elem = 6
+        elif elem == 7:
+            fail("UnsupportedDtype", vi.name, f"graph input {vi.name!r} is int64 and some op computes with it; polysat "
+                 "takes an int64 input only where every reader takes it as gather indices (directly or through "
+                 "movement ops), which it reads as i32")
         dt = dtype_of_onnx(elem, vi.name, f"graph input {vi.name!r}")
         shape = _input_shape(vi, vi.name)
         imp.add_input(vi.name, dt, shape)
@@ -292,7 +300,21 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
                          name=f"{vi.name}/output", out=vi.name)
         outputs.append({"tensor": t})
     return {"signature": {"inputs": imp.inputs, "outputs": outputs}, "tensors": imp.tensors, "graph": imp.nodes,
-            "parameters": imp.params, "onnx_outputs": [vi.name for vi in g.output]}
+            "parameters": imp.params, "onnx_outputs": [vi.name for vi in g.output], "narrowed_inputs": narrowed}
+
+
+# ONNX operand positions that are indices into another tensor: an int64 graph input read only there, directly or
+# through movement ops, is narrowed to i32 (frontend.narrow_index checks its values when they arrive)
+INDEX_OPERANDS = {("Gather", 1), ("GatherElements", 1)}
+_INDEX_MOVES = {"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Transpose", "Expand"}
+
+
+def _index_only(g, name: str) -> bool:
+    if name in {o.name for o in g.output}:
+        return False
+    uses = [(n, k) for n in g.node for k, x in enumerate(n.input) if x == name]
+    return bool(uses) and all((n.op_type, k) in INDEX_OPERANDS or (
+        n.op_type in _INDEX_MOVES and k == 0 and all(_index_only(g, o) for o in n.output if o)) for n, k in uses)
 
 
 def _upgrade(model, origin: str):

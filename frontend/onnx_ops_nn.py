@@ -1,6 +1,7 @@
 """ONNX op handlers, part 2: contractions (MatMul, Gemm, Einsum), Conv, pooling, BatchNormalization,
 Softmax/LogSoftmax and the Reduce family, onto GEMM / Conv2D / MaxPool2D / AvgPool2D / Reduce /
-Softmax / LayerNorm / Einsum Frontend IR nodes. 1-D convolutions and pools run as 2-D ones with H = 1.
+Softmax / LayerNorm / Einsum Frontend IR nodes (Conv3D / MaxPool3D / AvgPool3D for 3 spatial axes). 1-D
+convolutions and pools run as 2-D ones with H = 1.
 """
 from __future__ import annotations
 
@@ -57,53 +58,54 @@ def einsum(imp: Importer, node: OnnxNode) -> list:
 
 
 def _spatial(e: Emit, x: str, what: str) -> tuple:
-    """X as (N, C, H, W): a 1-D input gains H = 1. Returns (x4, was_1d)."""
+    """X with 2 or 3 spatial axes, (N, C, H, W) or (N, C, D, H, W): a 1-D input gains H = 1. Returns
+    (x, was_1d)."""
     shape = e.shape(x)
-    if len(shape) == 4:
+    if len(shape) in (4, 5):
         return x, False
     if len(shape) == 3:
         return e.op("Reshape", [x], {"shape": [str(shape[0]), str(shape[1]), 1, str(shape[2])]}), True
-    e.node.unsupported(f"{what} of rank {len(shape)}: polysat lowers 1-D and 2-D {e.node.op} only")
+    e.node.unsupported(f"{what} of rank {len(shape)}: polysat lowers 1-D, 2-D and 3-D {e.node.op} only")
 
 
-def _window_attrs(e: Emit, x4: str, one_d: bool, kernel: tuple) -> tuple:
-    """(strides, dilations, pads [top, bottom, left, right], extra ceil-mode tails [bottom, right])."""
+def _window_attrs(e: Emit, xn: str, one_d: bool, kernel: tuple) -> tuple:
+    """(strides, dilations, pads (lo, hi) per spatial axis flattened, extra ceil-mode tails per axis)."""
     node = e.node
-    nd = 1 if one_d else 2
-    strides = list(node.attr("strides", [1] * nd))
-    dil = list(node.attr("dilations", [1] * nd))
-    pads = list(node.attr("pads", [0] * (2 * nd)))
+    sizes = tuple(e.shape(xn)[2:])
+    nd = len(sizes)
+    given = 1 if one_d else nd
+    strides = list(node.attr("strides", [1] * given))
+    dil = list(node.attr("dilations", [1] * given))
+    pads = list(node.attr("pads", [0] * (2 * given)))
     auto = node.attr("auto_pad", "NOTSET")
     ceil = node.attr("ceil_mode", 0) if node.op in ("MaxPool", "AveragePool") else 0
     if one_d:
         strides, dil, pads = [1] + strides, [1] + dil, [0, pads[0], 0, pads[1]]
-    h, w = e.shape(x4)[2:]
-    sizes = (h, w)
     if not all(isinstance(s, int) for s in sizes):
         if auto not in ("NOTSET", "VALID") or ceil:
             node.unsupported("auto_pad SAME_* and ceil_mode need static spatial sizes", "auto_pad")
     if auto == "VALID":
-        pads = [0, 0, 0, 0]
+        pads = [0] * (2 * nd)
     elif auto in ("SAME_UPPER", "SAME_LOWER"):
-        pads = []
-        for k in range(2):
+        per = []
+        for k in range(nd):
             out = -(-sizes[k] // strides[k])
             total = max(0, (out - 1) * strides[k] + dil[k] * (kernel[k] - 1) + 1 - sizes[k])
             small, big = total // 2, total - total // 2
-            pads.append((small, big) if auto == "SAME_UPPER" else (big, small))
-        pads = [pads[0][0], pads[1][0], pads[0][1], pads[1][1]]
+            per.append((small, big) if auto == "SAME_UPPER" else (big, small))
+        pads = [lo for lo, _ in per] + [hi for _, hi in per]
     elif auto != "NOTSET":
         node.unsupported(f"auto_pad {auto!r}", "auto_pad")
-    top, left, bottom, right = pads  # ONNX order: begins then ends
-    extra = [0, 0]
+    lohi = [(pads[k], pads[nd + k]) for k in range(nd)]  # ONNX order: begins then ends
+    extra = [0] * nd
     if ceil:
-        for k, (lo, hi) in enumerate(((top, bottom), (left, right))):
+        for k, (lo, hi) in enumerate(lohi):
             span = sizes[k] + lo + hi - dil[k] * (kernel[k] - 1) - 1
             out = -(-span // strides[k]) + 1
             if (out - 1) * strides[k] >= sizes[k] + lo:
                 out -= 1  # the last window must start inside the input or its leading pad
             extra[k] = max(0, (out - 1) * strides[k] + dil[k] * (kernel[k] - 1) + 1 - (sizes[k] + lo + hi))
-    return strides, dil, [top, bottom, left, right], extra
+    return strides, dil, [p for pair in lohi for p in pair], extra
 
 
 def _unspatial(e: Emit, y: str, one_d: bool) -> str:
@@ -128,7 +130,7 @@ def conv(imp: Importer, node: OnnxNode) -> list:
         node.unsupported(f"kernel_shape {list(ks)} differs from W's spatial shape", "kernel_shape")
     strides, dil, pads, _ = _window_attrs(e, x4, one_d, kernel)
     ins = [x4, w] + ([e.input(2)] if node.has(2) else [])
-    y = e.op("Conv2D", ins, {"groups": node.attr("group", 1), "stride": strides, "dilation": dil, "pad": pads,
+    y = e.op(f"Conv{len(kernel)}D", ins, {"groups": node.attr("group", 1), "stride": strides, "dilation": dil, "pad": pads,
                              "acc_dtype": _acc(dt)})
     return [_back(e, _unspatial(e, y, one_d), dt)]
 
@@ -148,10 +150,11 @@ def maxpool(imp: Importer, node: OnnxNode) -> list:
     x4, one_d = _spatial(e, e.input(0), "X")
     kernel = _pool_kernel(e, one_d)
     strides, dil, pads, extra = _window_attrs(e, x4, one_d, kernel)
-    full = [pads[0], pads[1] + extra[0], pads[2], pads[3] + extra[1]]
-    if any(full):
-        x4 = e.op("Pad", [x4], {"pads": [[0, 0], [0, 0], [full[0], full[1]], [full[2], full[3]]], "value": "-inf"})
-    y = e.op("MaxPool2D", [x4], {"kernel": list(kernel), "stride": strides, "dilation": dil, "pad": [0, 0, 0, 0]})
+    full = [[pads[2 * k], pads[2 * k + 1] + extra[k]] for k in range(len(kernel))]
+    if any(p for pair in full for p in pair):
+        x4 = e.op("Pad", [x4], {"pads": [[0, 0], [0, 0]] + full, "value": "-inf"})
+    y = e.op(f"MaxPool{len(kernel)}D", [x4], {"kernel": list(kernel), "stride": strides, "dilation": dil,
+                                              "pad": [0] * (2 * len(kernel))})
     return [_unspatial(e, y, one_d)]
 
 
@@ -161,7 +164,7 @@ def avgpool(imp: Importer, node: OnnxNode) -> list:
     x4, one_d = _spatial(e, e.input(0), "X")
     kernel = _pool_kernel(e, one_d)
     strides, dil, pads, extra = _window_attrs(e, x4, one_d, kernel)
-    y = e.op("AvgPool2D", [x4], {"kernel": list(kernel), "stride": strides, "dilation": dil, "pad": pads,
+    y = e.op(f"AvgPool{len(kernel)}D", [x4], {"kernel": list(kernel), "stride": strides, "dilation": dil, "pad": pads,
                                  "extra": extra, "count_include_pad": bool(node.attr("count_include_pad", 0))})
     return [_unspatial(e, y, one_d)]
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.diagnostics import fail
+from ..ir.dtypes import DType
 from ..ir.expr import Expr
 from ..ir.shapes import dim, is_static, numel
 from .onnx import Importer, OnnxNode
@@ -303,18 +305,37 @@ def tile(imp: Importer, node: OnnxNode) -> list:
 @handler("Gather")
 def gather(imp: Importer, node: OnnxNode) -> list:
     e = Emit(imp, node)
-    if not imp.is_const(node.inputs[1]):
-        node.unsupported("indices computed at run time (a data-dependent gather, e.g. an embedding lookup) are "
-                         "not supported; polysat gathers with constant indices")
     x = e.input(0)
-    idx = np.asarray(imp.const(node.inputs[1]))
     axis = _axis(node, node.attr("axis", 0), len(e.shape(x)))
+    if not imp.is_const(node.inputs[1]):  # indices known at run time (an embedding lookup): a non-affine read
+        return [e.op("Gather", [x, _run_time_index(e, node)], {"axis": axis})]
+    idx = np.asarray(imp.const(node.inputs[1]))
     if idx.ndim == 0:
         size = e.shape(x)[axis]
         i = int(idx)
         y = _slice_axis(e, x, axis, i, i + 1 if i != -1 else (size if isinstance(size, int) else 2**63), 1)
         return [_reshape(e, y, [d for k, d in enumerate(e.shape(y)) if k != axis])]
     return [e.op("Gather", [x], {"axis": axis, "indices": idx.astype(np.int64).tolist()})]
+
+
+def _run_time_index(e: Emit, node: OnnxNode) -> str:
+    idx = e.input(1)
+    if e.dtype(idx) != DType.i32:
+        fail("UnsupportedDtype", node.name, f"{node.op} indices {node.inputs[1]!r} are {e.dtype(idx).value}; polysat "
+             "reads indices as i32 (an int64 graph input read only as indices is narrowed to i32)")
+    return idx
+
+
+@handler("GatherElements")
+def gather_elements(imp: Importer, node: OnnxNode) -> list:
+    e = Emit(imp, node)
+    x = e.input(0)
+    axis = _axis(node, node.attr("axis", 0), len(e.shape(x)))
+    if imp.is_const(node.inputs[1]):  # constant indices become a parameter: the read is the same non-affine one
+        idx = imp.materialize(np.asarray(imp.const(node.inputs[1])), node.inputs[1], node.name)
+    else:
+        idx = _run_time_index(e, node)
+    return [e.op("GatherElements", [x, idx], {"axis": axis})]
 
 
 def _blocks(e: Emit, x: str, what: str) -> tuple:

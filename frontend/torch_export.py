@@ -193,21 +193,30 @@ aten("aten.amax.default")(_reduce("ReduceMax"))
 aten("aten.amin.default")(_reduce("ReduceMin"))
 
 
-@aten("aten.max_pool2d_with_indices.default")
-def max_pool(c: Call, x, kernel, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
-    stride = list(stride) or list(kernel)
-    y = c.onnx("MaxPool", [x], kernel_shape=list(kernel), strides=stride, pads=list(padding) * 2,
-               dilations=list(dilation), ceil_mode=int(ceil_mode))
+def _per_axis(v, n: int) -> list:
+    """A pool argument as one entry per spatial axis (torch allows one entry for all)."""
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * n if len(v) == 1 else v
+
+
+@aten("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")
+def max_pool(c: Call, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    n = len(c.shape(x)) - 2
+    kernel = _per_axis(kernel, n)
+    y = c.onnx("MaxPool", [x], kernel_shape=kernel, strides=_per_axis(stride, n) if stride else kernel,
+               pads=_per_axis(padding, n) * 2, dilations=_per_axis(dilation, n), ceil_mode=int(ceil_mode))
     return (y, None)
 
 
-@aten("aten.avg_pool2d.default")
-def avg_pool(c: Call, x, kernel, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True,
+@aten("aten.avg_pool2d.default", "aten.avg_pool3d.default")
+def avg_pool(c: Call, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
              divisor_override=None):
     if divisor_override is not None:
         c.unsupported("divisor_override")
-    return c.onnx("AveragePool", [x], kernel_shape=list(kernel), strides=list(stride) or list(kernel),
-                  pads=list(padding) * 2, ceil_mode=int(ceil_mode), count_include_pad=int(count_include_pad))
+    n = len(c.shape(x)) - 2
+    kernel = _per_axis(kernel, n)
+    return c.onnx("AveragePool", [x], kernel_shape=kernel, strides=_per_axis(stride, n) if stride else kernel,
+                  pads=_per_axis(padding, n) * 2, ceil_mode=int(ceil_mode), count_include_pad=int(count_include_pad))
 
 
 @aten("aten._adaptive_avg_pool2d.default")
@@ -303,6 +312,25 @@ def index_select(c: Call, x, dim, index):
     return c.onnx("Gather", [x, index], axis=int(dim))
 
 
+@aten("aten.embedding.default")
+def embedding(c: Call, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return c.onnx("Gather", [weight, indices], axis=0)  # padding_idx and the rest only change the gradient
+
+
+@aten("aten.gather.default")
+def gather(c: Call, x, dim, index, sparse_grad=False):
+    return c.onnx("GatherElements", [x, index], axis=int(dim))
+
+
+# (ATen op, operand position) that read a tensor as indices: an int64 input read only there is narrowed to i32
+INDEX_OPERANDS = {("aten.embedding.default", 1), ("aten.index_select.default", 2), ("aten.gather.default", 2)}
+
+
+def _index_only(n) -> bool:
+    uses = [(str(u.target), k) for u in n.users for k, a in enumerate(u.args) if a is n]
+    return bool(uses) and len(uses) == len(n.users) and all(x in INDEX_OPERANDS for x in uses)
+
+
 def _onnx_dtype(c: Call, dtype) -> int:
     import torch
     table = {torch.float32: 1, torch.float16: 10, torch.bfloat16: 16, torch.int32: 6, torch.bool: 9,
@@ -340,17 +368,22 @@ def import_graph(gm, user_inputs: list, consts: dict, outputs: list, origin: str
     """An ATen-level FX graph -> Frontend IR document. ``user_inputs`` are placeholder names that become
     the signature, ``consts`` maps the other placeholders to tensors, ``outputs`` the output nodes."""
     from .onnx_ops import HANDLERS  # noqa: F401  (fill the ONNX table the mappings call)
-    from . import lower_elementwise, lower_gather, lower_linear, lower_movement  # noqa: F401
+    from . import lower_elementwise, lower_gather, lower_linear, lower_movement, lower_window  # noqa: F401
     names = {n.name for n in gm.graph.nodes}
     imp = Importer(names, 21)
     vals: dict = {}
+    narrowed: dict = {}
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             if n.name in consts:
                 imp.consts[n.name] = _np(consts[n.name])
             elif n.name in user_inputs:
                 v = n.meta["val"]
-                imp.add_input(n.name, _dtype_of_torch(v, n.name), _shape_of(v))
+                if str(v.dtype) == "torch.int64" and _index_only(n):  # indices: i32, checked when they arrive
+                    narrowed[n.name] = "int64"
+                    imp.add_input(n.name, DType.i32, _shape_of(v))
+                else:
+                    imp.add_input(n.name, _dtype_of_torch(v, n.name), _shape_of(v))
             vals[n] = n.name
         elif n.op == "call_function":
             vals[n] = _call(imp, n, vals)
@@ -366,7 +399,7 @@ def import_graph(gm, user_inputs: list, consts: dict, outputs: list, origin: str
             fail("UnsupportedOp", origin, f"output {k} is not a tensor polysat computes")
         outs.append({"tensor": imp.value(t, f"output {k}")})
     return {"signature": {"inputs": imp.inputs, "outputs": outs}, "tensors": imp.tensors, "graph": imp.nodes,
-            "parameters": imp.params}
+            "parameters": imp.params, "narrowed_inputs": narrowed}
 
 
 def _call(imp: Importer, n, vals: dict) -> Any:

@@ -114,6 +114,9 @@ class Builder:
     def reduce(self, x: UOp, op: str, axes: Sequence[int], dtype: DType, *, at: str) -> UOp:
         return self.add(Ops.REDUCE, [x], {"op": op, "axes": tuple(axes), "dtype": dtype}, at=at)
 
+    def gather(self, x: UOp, idx: UOp, axis: int, elements: bool = False, *, at: str) -> UOp:
+        return self.add(Ops.GATHER, [x, idx], {"axis": axis, "elements": elements}, at=at)
+
     def promote(self, xs: list[UOp], *, at: str) -> list[UOp]:
         dt = xs[0].dtype
         for x in xs[1:]:

@@ -252,3 +252,28 @@ def _contract(n, xs, env):
         + "->" + "".join(names[k] for k in n.arg["out_idx"])
     a, b = (_compute(x).astype(np.float32) for x in xs)
     return round_to(np.einsum(spec, a, b), n.arg["dtype"])
+
+
+# ---- data-dependent reads --------------------------------------------------------------------------
+
+def wrap_index(idx: np.ndarray, size: int) -> tuple:
+    """(index to read, whether it is in range): a negative index counts from the end of the axis; an index
+    outside [-size, size) reads nothing and gives 0 (ONNX leaves it an error; a kernel cannot raise)."""
+    i = np.asarray(idx).astype(np.int64)
+    i = np.where(i < 0, i + size, i)
+    ok = (i >= 0) & (i < size)
+    return np.where(ok, i, 0), ok
+
+
+@impl(Ops.GATHER)
+def _gather(n, xs, env):
+    x, idx = xs
+    axis = n.arg["axis"]
+    i, ok = wrap_index(idx, x.shape[axis])
+    if n.arg["elements"]:
+        x = x[tuple(slice(None) if k == axis else slice(0, d) for k, d in enumerate(i.shape))]
+        out = np.take_along_axis(x, i, axis)
+    else:
+        out = np.take(x, i, axis=axis)
+        ok = ok.reshape((1,) * axis + ok.shape + (1,) * (x.ndim - axis - 1))
+    return np.where(ok, out, np.zeros((), dtype=x.dtype)).astype(x.dtype)

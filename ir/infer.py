@@ -49,7 +49,7 @@ def make_uop(node_id: str, op: Ops, src: list, arg: dict | Arg | None, tag: str 
 
 
 _ARITY = {op: 0 for op in GroupOp.Leaf} | {op: 1 for op in GroupOp.Movement | GroupOp.Unary | {Ops.REDUCE}} \
-    | {op: 2 for op in GroupOp.Binary | {Ops.CONTRACT}} | {Ops.WHERE: 3}
+    | {op: 2 for op in GroupOp.Binary | {Ops.CONTRACT}} | {Ops.WHERE: 3, Ops.GATHER: 2}
 
 
 # ---- argument helpers ------------------------------------------------------------------------
@@ -385,6 +385,34 @@ def _contract(at, src, arg):
     canon = {"lhs_idx": lhs, "rhs_idx": rhs, "out_idx": out, "reduce_idx": reduce_idx, "dtype": dt,
              "pattern": str(arg.get("pattern", "matmul"))}
     return canon, dt, tuple(sizes[n] for n in out)
+
+
+# ---- data-dependent reads -------------------------------------------------------------------------
+
+@rule(Ops.GATHER)
+def _gather(at, src, arg):
+    """GATHER(x, idx): take mode (numpy take / ONNX Gather) replaces x's axis by idx's shape; elements
+    mode (take_along_axis / ONNX GatherElements) gives idx's shape, idx having x's rank and no larger
+    size off the axis. Indices are i32; a negative index counts from the end of the axis."""
+    x, idx = src
+    if idx.dtype != DType.i32:
+        fail("DtypeMismatch", at, f"GATHER indices have dtype {idx.dtype.value}, need i32")
+    axis = arg.get("axis", 0)
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -x.ndim <= axis < x.ndim:
+        fail("AxisOutOfRange", at, f"GATHER axis {axis!r} out of range for rank {x.ndim}")
+    axis %= x.ndim
+    elements = arg.get("elements", False)
+    if not isinstance(elements, bool):
+        fail("InvalidAttribute", at, f"GATHER elements must be true or false, got {elements!r}")
+    if not elements:
+        return {"axis": axis, "elements": False}, x.dtype, x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+    if idx.ndim != x.ndim:
+        fail("AxisSizeMismatch", at, f"GATHER elements: indices of rank {idx.ndim} for data of rank {x.ndim}")
+    for k, (d, e) in enumerate(zip(idx.shape, x.shape)):
+        if k != axis and d != e and not (isinstance(d, int) and isinstance(e, int) and d < e):
+            fail("AxisSizeMismatch", at, f"GATHER elements: indices {fmt_shape(idx.shape)} exceed data "
+                 f"{fmt_shape(x.shape)} on axis {k}")
+    return {"axis": axis, "elements": True}, x.dtype, idx.shape
 
 
 def _arg_vars(v: Any) -> set:

@@ -25,7 +25,7 @@ import numpy as np
 
 from .diagnostics import fail
 from .dtypes import DType, round_to
-from .evaluate import _BINARY, _UNARY, _compute
+from .evaluate import _BINARY, _UNARY, _compute, wrap_index
 from .region import R, Region, RNode
 from .shapes import Dim
 
@@ -140,6 +140,8 @@ class _RegionRun:
             return Value(np.asarray(n.arg, dtype=n.dtype.np), ())
         if op == R.READ:
             return self.read(n, guard)
+        if op == R.GATHER:
+            return self.gather(n, guard)
         if op == R.PRED:
             g = self.grids(n.axes)
             mask = np.ones(self.shape(n.axes), dtype=bool)
@@ -198,6 +200,27 @@ class _RegionRun:
                 fail("UnguardedAccess", self.r.name, f"read {tensor}[{', '.join(map(str, index))}] leaves the tensor "
                      f"(shape {arr.shape}) where no Select guards it")
         return Value(arr[tuple(idx)] if idx else arr.reshape(()), n.axes)
+
+    def gather(self, n: RNode, guard: Value | None) -> Value:
+        """t[map with the index's value on axis]: negative counts from the end, out of range reads 0."""
+        tensor, axis, others = n.arg
+        if tensor not in self.tensors:
+            fail("UnknownTensor", self.r.name, f"region gathers from {tensor!r}, which no input or earlier region provides")
+        arr = self.tensors[tensor]
+        if len(others) + 1 != arr.ndim:
+            fail("AxisAlignmentMismatch", self.r.name, f"gather from {tensor!r} has {len(others) + 1} indices for rank "
+                 f"{arr.ndim}")
+        shape = self.shape(n.axes)
+        g = self.grids(n.axes)
+        at, ok = wrap_index(np.broadcast_to(self.eval(n.src[0], guard).to(n.axes), shape), arr.shape[axis])
+        idx = [np.broadcast_to(np.asarray(e.evaluate(g), dtype=np.int64), shape) for e in others]
+        for k, v in enumerate(idx):
+            bad = (v < 0) | (v >= arr.shape[k + (k >= axis)])
+            if bad.any():
+                fail("UnguardedAccess", self.r.name, f"gather from {tensor} leaves the tensor (shape {arr.shape}) on "
+                     f"dim {k + (k >= axis)}")
+        idx.insert(axis, at)
+        return Value(np.where(ok, arr[tuple(idx)], np.zeros((), dtype=arr.dtype)), n.axes)
 
     def used_points(self, guard: Value, axes: tuple) -> np.ndarray:
         """Over axes: the points where the guard holds for some value of its other axes."""

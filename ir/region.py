@@ -12,7 +12,10 @@ map mentions (in order of appearance); a Reduce removes the axes it binds; Broad
 Transpose reorders them. Outside Reduce bodies the operands of Binary/Select carry exactly the axes of
 their result (BroadcastInDim/Transpose are explicit, typing rules 1-2); inside a Reduce body operands are combined
 over the union of their axes, so reads index directly with no broadcast tensor (C-CON1).
-Scalar constants and Pred guards (functions of their own axes) combine with anything. The JSON form round-trips: ``region_from_json(
+Scalar constants and Pred guards (functions of their own axes) combine with anything.
+``Gather(t, axis, map; index)`` is a read whose address on ``axis`` is the value of the index
+expression (an i32, negative counting from the end, out of range reading 0) and on the other dims the
+affine ``map``: a non-affine access, so a gathering region is its own kernel. The JSON form round-trips: ``region_from_json(
 region_json(r)) == r``.
 
 ``online_softmax_sum<j; p; block; passes>(scores, values)`` binds the key axis j like a Reduce (its two
@@ -57,6 +60,7 @@ class R(enum.Enum):
     BROADCAST = "BroadcastInDim"
     TRANSPOSE = "Transpose"
     ONLINE = "online_softmax_sum"
+    GATHER = "gather"
 
     def __repr__(self) -> str:
         return f"R.{self.name}"
@@ -87,7 +91,8 @@ class RNode:
     READ (tensor, map: tuple[Expr]) | CONST value | REF let name | PRED tuple[Expr] (each ``e >= 0``) |
     UNARY/BINARY fn | SELECT None (src = pred, then, else) | REDUCE (op, bound axes, init) |
     BROADCAST (result_axes, result_shape, broadcast_dimensions) | TRANSPOSE permutation |
-    ONLINE (key axes, P dtype, block, passes) (src = scores, values).
+    ONLINE (key axes, P dtype, block, passes) (src = scores, values) |
+    GATHER (tensor, axis, map of the other dims: tuple[Expr]) (src = the index).
     """
     op: R
     src: tuple
@@ -158,6 +163,13 @@ def _first_pos(text: str, name: str) -> int:
 def read(tensor: str, index: Iterable[Expr], dtype: DType, axis_names: Iterable[str]) -> RNode:
     index = tuple(Expr.of(e) for e in index)
     return RNode(R.READ, (), (tensor, index), dtype, vars_in_order(index, axis_names))
+
+
+def gather(tensor: str, axis: int, others: Iterable[Expr], index: RNode, dtype: DType,
+           axis_names: Iterable[str]) -> RNode:
+    others = tuple(Expr.of(e) for e in others)
+    used = set(vars_in_order(others, axis_names)) | set(index.axes)
+    return RNode(R.GATHER, (index,), (tensor, int(axis), others), dtype, tuple(a for a in axis_names if a in used))
 
 
 def const(value: Any, dtype: DType) -> RNode:
@@ -318,6 +330,9 @@ def node_json(n: RNode) -> Any:
         return {"read": {"tensor": n.arg[0], "map": [_expr_json(e) for e in n.arg[1]]}}
     if n.op == R.CONST:
         return {"const": _num_json(n.arg), "dtype": n.dtype.value}
+    if n.op == R.GATHER:
+        return {"gather": {"tensor": n.arg[0], "axis": n.arg[1], "map": [_expr_json(e) for e in n.arg[2]],
+                           "index": node_json(n.src[0])}}
     if n.op == R.PRED:
         return {"and": [{"ge": [_expr_json(g), 0]} for g in n.arg]}
     if n.op in (R.UNARY, R.BINARY):
@@ -458,6 +473,17 @@ class _Loader:
                 fail("UnknownTensor", f"{self.at}: {where}", f"read of {t!r}, which is not a region input")
             m = tuple(self.expr(e, where + ".map") for e in self.lst(r.get("map"), where + ".map"))
             return read(t, m, self.inputs[t].dtype, self.axis_names)
+        if "gather" in x:
+            g = self.obj(x["gather"], where + ".gather")
+            t = g.get("tensor")
+            if t not in self.inputs:
+                fail("UnknownTensor", f"{self.at}: {where}", f"gather from {t!r}, which is not a region input")
+            axis = g.get("axis")
+            if isinstance(axis, bool) or not isinstance(axis, int):
+                self.bad(where + ".gather.axis", f"axis {axis!r} is not an int")
+            m = tuple(self.expr(e, where + ".map") for e in self.lst(g.get("map"), where + ".gather.map"))
+            return gather(t, axis, m, self.node(g.get("index"), where + ".gather.index"), self.inputs[t].dtype,
+                          self.axis_names)
         if "const" in x:
             return const(self.number(x["const"], where), self.dtype(x.get("dtype", "fp32"), where))
         if "and" in x:
@@ -574,6 +600,11 @@ def format_node(n: RNode) -> str:
         return f"{n.arg[0]}[{', '.join(str(e) for e in n.arg[1])}]"
     if n.op == R.CONST:
         return f"{n.arg!r}:{n.dtype.value}"
+    if n.op == R.GATHER:
+        t, axis, m = n.arg
+        at = [str(e) for e in m]
+        at.insert(axis, f"@{format_node(n.src[0])}")
+        return f"{t}[{', '.join(at)}]"
     if n.op == R.PRED:
         return " and ".join(f"{g} >= 0" for g in n.arg)
     if n.op in (R.UNARY, R.BINARY):

@@ -51,6 +51,8 @@ class Ops(enum.Enum):
     # reductions
     REDUCE = "REDUCE"
     CONTRACT = "CONTRACT"
+    # a data-dependent read (non-affine: a region boundary)
+    GATHER = "GATHER"
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
@@ -67,6 +69,7 @@ class GroupOp:
     Elementwise = Unary | Binary | Ternary
     Reduce = frozenset({Ops.REDUCE, Ops.CONTRACT})
     Leaf = frozenset({Ops.INPUT, Ops.CONST})
+    Indirect = frozenset({Ops.GATHER})  # reads at indices computed at run time
 
 
 REDUCE_OPS = ("SUM", "MAX", "MIN")

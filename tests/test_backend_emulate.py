@@ -60,9 +60,66 @@ static void load(std::vector<float>& tile, const std::vector<float>& g, int mn0,
     }
 }
 
+// one BK step of the CTA tile: every warp's ldmatrix + mma over the staged tiles sA, sB
+template <int BM, int BN, int BK, int WM, int WN, bool AK, bool BKM>
+static void mma_step(const std::vector<float>& sA, const std::vector<float>& sB,
+                     float (&acc)[WM * WN][BM / WM / 16][BN / WN / 8][32][4]) {
+  constexpr int WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
+  constexpr int A_COLS = AK ? BK : BM, B_COLS = BKM ? BK : BN;
+  for (int w = 0; w < WM * WN; ++w) {
+    const int wm = w / WN, wn = w % WN;
+    for (int kk = 0; kk < BK; kk += 16) {
+      Regs af[MI][32], bf[NI / 2][32];
+      int addr[32];
+      for (int i = 0; i < MI; ++i) {
+        for (int l = 0; l < 32; ++l) { int r, c; frag_coord<AK>(l, wm * WTM + i * 16, kk, r, c); addr[l] = swz_offset<A_COLS>(r, c); }
+        ldmatrix_x4<!AK>(sA, addr, af[i]);
+      }
+      for (int j = 0; j < NI / 2; ++j) {
+        for (int l = 0; l < 32; ++l) { int r, c; frag_coord<BKM>(l, wn * WTN + j * 16, kk, r, c); addr[l] = swz_offset<B_COLS>(r, c); }
+        ldmatrix_x4<!BKM>(sB, addr, bf[j]);
+      }
+      for (int i = 0; i < MI; ++i)
+        for (int j = 0; j < NI; ++j) {
+          float a[32][4][2], b[32][2][2];
+          for (int t = 0; t < 32; ++t) {
+            for (int x = 0; x < 4; ++x) for (int e = 0; e < 2; ++e) a[t][x][e] = af[i][t].v[x][e];
+            const float* q[4] = {bf[j >> 1][t].v[0], bf[j >> 1][t].v[1], bf[j >> 1][t].v[2], bf[j >> 1][t].v[3]};
+            const float *b0, *b1;
+            b_pick(j, q, b0, b1);
+            for (int e = 0; e < 2; ++e) { b[t][0][e] = b0[e]; b[t][1][e] = b1[e]; }
+          }
+          mma16816(acc[w][i][j], a, b);
+        }
+    }
+  }
+}
+
+// the CTA tile (m0, n0) of the accumulators into row-major C [M, N] (each element written once)
+template <int BM, int BN, int WM, int WN>
+static void store_tile(const float (&acc)[WM * WN][BM / WM / 16][BN / WN / 8][32][4], std::vector<float>& C,
+                       int m0, int n0, int M, int N) {
+  constexpr int WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
+  for (int w = 0; w < WM * WN; ++w)
+    for (int i = 0; i < MI; ++i)
+      for (int j = 0; j < NI; ++j)
+        for (int t = 0; t < 32; ++t) {
+          int m, n;
+          acc_coord<WTM, WTN>(w / WN, w % WN, i, j, t, m, n);
+          const int rows[4] = {m, m, m + 8, m + 8}, cols[4] = {n, n + 1, n, n + 1};
+          for (int x = 0; x < 4; ++x) {
+            const int gm = m0 + rows[x], gn = n0 + cols[x];
+            if (gm < M && gn < N) {
+              if (C[gm * N + gn] != -777.0f) { std::printf("FAIL (%d,%d) written twice\n", gm, gn); std::exit(1); }
+              C[gm * N + gn] = acc[w][i][j][t][x];
+            }
+          }
+        }
+}
+
 template <int BM, int BN, int BK, int WM, int WN, bool AK, bool BKM, int VA, int VB>
 static void run(int M, int N, int K) {
-  constexpr int THREADS = WM * WN * 32, WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
+  constexpr int THREADS = WM * WN * 32, MI = BM / WM / 16, NI = BN / WN / 8;
   constexpr int A_ROWS = AK ? BM : BK, A_COLS = AK ? BK : BM, B_ROWS = BKM ? BN : BK, B_COLS = BKM ? BK : BN;
   std::vector<float> A(M * K), B(K * N), C(M * N, -777.0f);
   srand(M * 7 + N * 13 + K);
@@ -78,49 +135,9 @@ static void run(int M, int N, int K) {
       for (int k0 = 0; k0 < K; k0 += BK) {
         load<A_ROWS, A_COLS, VA, THREADS, AK>(sA, A, m0, k0, M, K);
         load<B_ROWS, B_COLS, VB, THREADS, BKM>(sB, B, n0, k0, N, K);
-        for (int w = 0; w < WM * WN; ++w) {
-          const int wm = w / WN, wn = w % WN;
-          for (int kk = 0; kk < BK; kk += 16) {
-            Regs af[MI][32], bf[NI / 2][32];
-            int addr[32];
-            for (int i = 0; i < MI; ++i) {
-              for (int l = 0; l < 32; ++l) { int r, c; frag_coord<AK>(l, wm * WTM + i * 16, kk, r, c); addr[l] = swz_offset<A_COLS>(r, c); }
-              ldmatrix_x4<!AK>(sA, addr, af[i]);
-            }
-            for (int j = 0; j < NI / 2; ++j) {
-              for (int l = 0; l < 32; ++l) { int r, c; frag_coord<BKM>(l, wn * WTN + j * 16, kk, r, c); addr[l] = swz_offset<B_COLS>(r, c); }
-              ldmatrix_x4<!BKM>(sB, addr, bf[j]);
-            }
-            for (int i = 0; i < MI; ++i)
-              for (int j = 0; j < NI; ++j) {
-                float a[32][4][2], b[32][2][2];
-                for (int t = 0; t < 32; ++t) {
-                  for (int x = 0; x < 4; ++x) for (int e = 0; e < 2; ++e) a[t][x][e] = af[i][t].v[x][e];
-                  const float* q[4] = {bf[j >> 1][t].v[0], bf[j >> 1][t].v[1], bf[j >> 1][t].v[2], bf[j >> 1][t].v[3]};
-                  const float *b0, *b1;
-                  b_pick(j, q, b0, b1);
-                  for (int e = 0; e < 2; ++e) { b[t][0][e] = b0[e]; b[t][1][e] = b1[e]; }
-                }
-                mma16816(acc[w][i][j], a, b);
-              }
-          }
-        }
+        mma_step<BM, BN, BK, WM, WN, AK, BKM>(sA, sB, acc);
       }
-      for (int w = 0; w < WM * WN; ++w)
-        for (int i = 0; i < MI; ++i)
-          for (int j = 0; j < NI; ++j)
-            for (int t = 0; t < 32; ++t) {
-              int m, n;
-              acc_coord<WTM, WTN>(w / WN, w % WN, i, j, t, m, n);
-              const int rows[4] = {m, m, m + 8, m + 8}, cols[4] = {n, n + 1, n, n + 1};
-              for (int x = 0; x < 4; ++x) {
-                const int gm = m0 + rows[x], gn = n0 + cols[x];
-                if (gm < M && gn < N) {
-                  if (C[gm * N + gn] != -777.0f) { std::printf("FAIL (%d,%d) written twice\n", gm, gn); std::exit(1); }
-                  C[gm * N + gn] = acc[w][i][j][t][x];
-                }
-              }
-            }
+      store_tile<BM, BN, WM, WN>(acc, C, m0, n0, M, N);
     }
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {

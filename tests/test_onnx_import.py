@@ -206,3 +206,36 @@ def test_cli_bad_onnx_file_is_a_diagnostic(tmp_path, capsys):
     assert main(["compile", _save(m, tmp_path, "floor.onnx")]) == 1
     err = capsys.readouterr().err
     assert "E1102 UnsupportedOp at fl" in err
+
+
+def test_3d_conv_and_pools_match_onnxruntime_on_reference_and_playback():
+    """Conv with three spatial axes (groups, strides, pads, dilations, bias), MaxPool 3-D (pads) and
+    AveragePool 3-D (pads, ceil mode, not counting the pads) lower to Conv3D / MaxPool3D / AvgPool3D."""
+    from polysat.cli import TARGETS
+    from polysat.pipeline import Compilation
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((6, 2, 3, 3, 3)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    m = _model([helper.make_node("Conv", ["X", "W", "B"], ["c"], group=2, strides=[1, 2, 1], pads=[1, 1, 0, 1, 0, 1],
+                                 dilations=[1, 1, 2]),
+                helper.make_node("Relu", ["c"], ["r"]),
+                helper.make_node("MaxPool", ["r"], ["mp"], kernel_shape=[2, 2, 2], strides=[2, 1, 2], pads=[0, 1, 0, 1, 0, 1]),
+                helper.make_node("AveragePool", ["r"], ["ap"], kernel_shape=[3, 2, 2], strides=[2, 2, 2],
+                                 pads=[1, 0, 0, 1, 0, 0], ceil_mode=1)],
+               [_vi("X", [1, 4, 5, 8, 9])], [_vi("mp", None), _vi("ap", None)], [("W", w), ("B", b)])
+    x = rng.standard_normal((1, 4, 5, 8, 9)).astype(np.float32)
+    want = _ort(m, {"X": x})
+    doc = import_onnx(m)
+    assert {n["op"] for n in doc["graph"]} >= {"Conv3D", "MaxPool3D", "AvgPool3D"}
+    c = Compilation(doc, cost="model")
+    for target in ("reference", "playback"):
+        got = TARGETS[target](c, with_parameters(doc, {"X": x}))
+        for e, wv in zip(doc["signature"]["outputs"], want, strict=True):
+            np.testing.assert_allclose(got[e["tensor"]], wv, rtol=1e-4, atol=1e-4, err_msg=f"{e['tensor']} {target}")
+
+
+def test_4d_conv_is_declined_with_the_ranks_taken():
+    m = _model([helper.make_node("Conv", ["X", "W"], ["Y"])], [_vi("X", [1, 1, 3, 3, 3, 3])], [_vi("Y", None)],
+               [("W", np.ones((1, 1, 1, 1, 1, 1), np.float32))])
+    d = _diag(m)
+    assert d.code == "E1102" and "1-D, 2-D and 3-D" in d.why

@@ -15,9 +15,14 @@ from polysat.pipeline import Compilation
 
 
 def _feeds(m) -> dict:
+    """Random inputs: floats, or token ids (int64, negative ones counting from the end of the vocabulary)."""
     rng = np.random.default_rng(7)
-    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-            for i in m.graph.input}
+    out = {}
+    for i in m.graph.input:
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        out[i.name] = (rng.integers(-100, 100, shape).astype(np.int64) if i.type.tensor_type.elem_type == 7
+                       else rng.standard_normal(shape).astype(np.float32))
+    return out
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

@@ -26,7 +26,7 @@ def test_torch_export_model_matches_eager(name):
         want = m(*args).numpy()
     ep = torch.export.export(m, args)
     doc = import_exported(ep)
-    c = Compilation(doc, cost="size")
+    c = Compilation(doc, cost="model")
     feeds = with_parameters(doc, {e["tensor"]: a.numpy() for e, a in
                                   zip([i for i in doc["signature"]["inputs"] if i.get("role") != "param"], args)})
     for target in ("reference", "playback"):
@@ -67,17 +67,64 @@ def test_torch_compile_falls_back_to_eager_with_a_logged_reason(caplog):
 
 
 def test_unsupported_aten_op_is_a_diagnostic():
+    class Sorts(torch.nn.Module):
+        def forward(self, x):
+            return torch.sort(x, dim=-1).values
+    ep = torch.export.export(Sorts(), (torch.randn(2, 5),))
+    with pytest.raises(PolysatError) as ei:
+        import_exported(ep)
+    assert ei.value.diagnostics[0].code == "E1102" and "sort" in ei.value.diagnostics[0].why
+
+
+def test_embedding_lookup_by_int64_token_ids():
+    """nn.Embedding and index_select over int64 ids are a run-time
+    Gather: the ids are narrowed to i32 at import and checked when they arrive; an id beyond int32 is E1011."""
     class Emb(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.e = torch.nn.Embedding(10, 4)
 
-        def forward(self, i):
-            return self.e(i).float()
-    ep = torch.export.export(Emb(), (torch.tensor([[1, 2]], dtype=torch.int32),))
+        def forward(self, i, j):
+            return self.e(i) * 2.0 + torch.index_select(self.e.weight, 0, j)
+    torch.manual_seed(0)
+    m, args = Emb().eval(), (torch.tensor([[1, 9, 0, 3]]), torch.tensor([2, 9, 5, 0]))
+    with torch.no_grad():
+        want = m(*args).numpy()
+    doc = import_exported(torch.export.export(m, args))
+    names = [i["tensor"] for i in doc["signature"]["inputs"] if i.get("role") != "param"]
+    assert [doc["tensors"][n]["dtype"] for n in names] == ["i32", "i32"]
+    c = Compilation(doc, cost="model")
+    feeds = {n: a.numpy() for n, a in zip(names, args)}
+    for target in ("reference", "playback"):
+        got = TARGETS[target](c, with_parameters(doc, feeds))[doc["signature"]["outputs"][0]["tensor"]]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=target)
     with pytest.raises(PolysatError) as ei:
-        import_exported(ep)
-    assert ei.value.diagnostics[0].code in ("E1102", "E1011")
+        with_parameters(doc, {**feeds, names[0]: np.array([[1, 2**40, 0, 3]], dtype=np.int64)})
+    assert ei.value.diagnostics[0].code == "E1011"
+
+
+def test_3d_conv_and_pools_match_eager():
+    """Conv3d (groups, stride, padding, dilation), MaxPool3d and AvgPool3d through torch.export."""
+    class Vol(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv3d(4, 6, 3, stride=(1, 2, 1), padding=1, dilation=(1, 1, 2), groups=2)
+            self.mp, self.ap = torch.nn.MaxPool3d(2, stride=(2, 1, 2)), torch.nn.AvgPool3d(2, padding=1)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            return self.mp(y).sum() + self.ap(y).mean(dim=(2, 3, 4))
+    torch.manual_seed(1)
+    m, x = Vol().eval(), torch.randn(1, 4, 5, 8, 9)
+    with torch.no_grad():
+        want = m(x).numpy()
+    doc = import_exported(torch.export.export(m, (x,)))
+    assert {n["op"] for n in doc["graph"]} >= {"Conv3D", "MaxPool3D", "AvgPool3D"}
+    c = Compilation(doc, cost="model")
+    name = [i for i in doc["signature"]["inputs"] if i.get("role") != "param"][0]["tensor"]
+    for target in ("reference", "playback"):
+        got = TARGETS[target](c, with_parameters(doc, {name: x.numpy()}))[doc["signature"]["outputs"][0]["tensor"]]
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=target)
 
 
 def test_backend_is_registered_by_entry_point():

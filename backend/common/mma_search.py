@@ -49,6 +49,9 @@ def contiguous_extents(spec: Any) -> tuple["int | str", "int | str"]:
     """The contiguous (leading) extent of A and of B."""
     a = spec.k if spec.a_layout == "row" else spec.m
     b = spec.n if spec.b_layout == "row" else spec.k
+    pieces = getattr(spec, "b_pieces", ())
+    if pieces and spec.b_layout == "row":  # B concatenated along N: each piece is its own packed tensor
+        b = math.gcd(*(w for _, w in pieces))
     return a, b
 
 

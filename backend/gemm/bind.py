@@ -15,7 +15,7 @@ A tensor in two roles (x @ x^T, x @ W + x) is bound under an alias (``X.b``, ``X
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import NoReturn
 
@@ -25,6 +25,7 @@ from ..common.epilogue import HALF, addend_source, peel_epilogue
 from ..common.region_match import (Aliases, Lets, Mismatch, RegionBinding, axis_size, axis_var, recogniser,
                                    row_major_input, the_yield, walk)
 from ..common.spec import EpilogueOp
+from .concat import merged
 from .spec import GemmSpec
 
 
@@ -105,7 +106,20 @@ def _addend(r: Region, lets: Lets, n: RNode, m_ax: str, n_ax: str, out_axes: tup
 
 @recogniser
 def bind(region: Region, name: str | None = None) -> "GemmBinding":
-    """The region as a GemmSpec plus its tensor binding, or NoBind saying why it is not a GEMM."""
+    """The region as a GemmSpec plus its tensor binding, or NoBind saying why it is not a GEMM. A
+    region that yields the concatenation along N of sibling contractions (rules/siblings.egg) binds as
+    one GEMM whose B is the concatenation of theirs (backend/gemm/concat.py)."""
+    got = merged(region)
+    if got is None:
+        return _bind(region, name)
+    one, pieces = got
+    g = _bind(one, name)
+    spec = replace(g.spec, b_pieces=pieces)
+    have = dict(g.tensors)
+    return GemmBinding(spec, tuple((n, have.get(n, n)) for n in spec.inputs))
+
+
+def _bind(region: Region, name: str | None) -> "GemmBinding":
     r = region
     reject = partial(_reject, r)
     lets = Lets(r)

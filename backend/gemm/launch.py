@@ -51,20 +51,22 @@ def prepare(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, int] |
         fail("InvalidAttribute", "gemm launch", f"the plan's vector widths do not divide this shape ({', '.join(ks.plan.assumes)})",
              "Let run() choose the plan for the concrete shape (plan=None).")
     sizes = cspec.sizes()
-    need = {cspec.a: 2 * ks.plan.vec_a, cspec.b: 2 * ks.plan.vec_b}
+    need = {cspec.a: 2 * ks.plan.vec_a, **{b: 2 * ks.plan.vec_b for b in cspec.b_names}}
     if ks.skeleton == "sm90":
-        need = {cspec.a: 16, cspec.b: 16}
+        need = {cspec.a: 16, **{b: 16 for b in cspec.b_names}}
     need[cspec.c] = 2 * cspec.out_dtype.itemsize  # paired stores
     ptrs, keep = device_pointers("gemm launch", cspec, tensors, need)
+    # B, or each piece of a B concatenated along N (role Bj: the piece's own tensor, its own width)
+    roles = {"A": cspec.a, "B": cspec.b, "C": cspec.c, **{f"B{j}": p for j, (p, _) in enumerate(cspec.b_pieces)}}
+    widths = {f"B{j}": w for j, (_, w) in enumerate(cspec.b_pieces)}
     tmaps = {}
     if ks.skeleton == "sm90":
         for op in ks.tma:
-            name = cspec.a if op.role == "A" else cspec.b
-            tmaps[op.role] = tensor_map(op, ptrs[name], sizes, cspec.in_dtype)
+            own = {**sizes, "n": widths[op.role]} if op.role in widths else sizes
+            tmaps[op.role] = tensor_map(op, ptrs[roles[op.role]], own, cspec.in_dtype)
     b, m, n, k = sizes["batch"], sizes["m"], sizes["n"], sizes["k"]
     scalars = {"M": m, "N": n, "K": k, "batch": b,
                "a_bstride": 0 if cspec.a_broadcast else m * k, "b_bstride": 0 if cspec.b_broadcast else k * n}
-    roles = {"A": cspec.a, "B": cspec.b, "C": cspec.c}
 
     def arg(p):
         if p.kind == "tmap":

@@ -30,6 +30,8 @@ def _load_divides(rows: int, cols: int, vec: int, threads: int) -> bool:
 def stop_reason(spec: GemmSpec, plan: SchedulePlan, dev: Device, best_vec: tuple[int, int]) -> str | None:
     """Why the STOP conditions drop this candidate (None: it survives)."""
     bm, bn, bk = plan.tile
+    if any(w % bn for _, w in spec.b_pieces):
+        return f"BN {bn} does not divide every piece of B ({', '.join(str(w) for _, w in spec.b_pieces)}): a tile would straddle two"
     if smem := smem_reason(plan, dev):
         return smem
     if plan.skeleton == "sm90":

@@ -56,7 +56,11 @@ def reference(spec: GemmSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str
     check_inputs(spec, inputs, env)
     dts = spec.dtypes()
     a = _f32(round_to(inputs[spec.a], dts[spec.a]))
-    b = _f32(round_to(inputs[spec.b], dts[spec.b]))
+    if spec.b_pieces:  # B is the concatenation of its pieces along N
+        b = np.concatenate([_f32(round_to(inputs[p], dts[p])) for p, _ in spec.b_pieces],
+                           axis=-1 if spec.b_layout == "row" else -2)
+    else:
+        b = _f32(round_to(inputs[spec.b], dts[spec.b]))
     if spec.a_layout == "col":
         a = np.swapaxes(a, -1, -2)
     if spec.b_layout == "col":
@@ -92,7 +96,7 @@ def random_inputs(spec: GemmSpec, env: Mapping[str, int] | None = None, seed: in
     out = {}
     for name in spec.inputs:
         x = rng.uniform(-1.0, 1.0, size=shapes[name]).astype(np.float32)
-        if name in (spec.a, spec.b):
+        if name == spec.a or name in spec.b_names:
             x = x * operand_scale
         out[name] = round_to(x, dts[name])
     return out

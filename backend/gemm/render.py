@@ -7,6 +7,8 @@ template's only branches: the skeleton (sm80 / sm90) and the vector widths the o
 The kernel ABI is ``KernelSource.params``, in order:
 sm80: A, B, C, epilogue tensors..., M, N, K, batch, a_bstride, b_bstride (elements; 0 = broadcast)
 sm90: tmA, tmB (CUtensorMap by value), C, epilogue tensors..., M, N, K, batch
+A B concatenated along N (``spec.b_pieces``) is passed as one pointer / tensor map per piece
+(``B0, B1, ..`` / ``tmB0, tmB1, ..``) in place of B.
 """
 from __future__ import annotations
 
@@ -47,11 +49,12 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
         in_t=CTYPE[spec.in_dtype], out_t=CTYPE[spec.out_dtype], tensors=tensors, ops=ops, threads=plan.threads,
         bm=bm, bn=bn, bk=bk, wm=wm, wn=wn, stages=plan.stages, consumers=plan.warps[0],
         a_kmajor=cbool(plan.a_kmajor), b_kmajor=cbool(plan.b_kmajor), vec_a=plan.vec_a, vec_b=plan.vec_b,
-        a_rank3=cbool(a_rank3), b_rank3=cbool(b_rank3))
+        a_rank3=cbool(a_rank3), b_rank3=cbool(b_rank3), pieces=_pieces(spec))
+    bs = [f"B{j}" for j in range(len(spec.b_pieces))] or ["B"]  # B, or one parameter per piece of B
     if plan.skeleton == "sm90":
-        params = [Param("tmA", "tmap", "A"), Param("tmB", "tmap", "B")]
+        params = [Param("tmA", "tmap", "A")] + [Param("tm" + b, "tmap", b) for b in bs]
     else:
-        params = [Param("A", "ptr", "A"), Param("B", "ptr", "B")]
+        params = [Param("A", "ptr", "A")] + [Param(b, "ptr", b) for b in bs]
     params.append(Param("C", "ptr", "C"))
     params += [Param(ident, "ptr", n) for n, ident in idents.items()]
     params += [Param(x, "i32", x) for x in ("M", "N", "K", "batch")]
@@ -59,8 +62,13 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
         params += [Param("a_bstride", "i64", "a_bstride"), Param("b_bstride", "i64", "b_bstride")]
     tma: tuple[TmaOperand, ...] = ()
     if plan.skeleton == "sm90":
-        tma = (_tma("A", layouts[0][1], "m", a_rank3), _tma("B", layouts[1][1], "n", b_rank3))
+        tma = (_tma("A", layouts[0][1], "m", a_rank3),) + tuple(_tma(b, layouts[1][1], "n", b_rank3) for b in bs)
     return KernelSource(kname, plan.arch, plan.skeleton, src, plan.threads, plan.smem_bytes, tuple(params), tma, plan, spec)
+
+
+def _pieces(spec: GemmSpec) -> list:
+    """The pieces of a B concatenated along N (first column, width), for the template."""
+    return [{"start": st, "width": w} for st, (_, w) in zip(spec.piece_starts, spec.b_pieces)]
 
 
 def _tma(role: str, lay, mn: str, rank3: bool) -> TmaOperand:

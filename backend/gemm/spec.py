@@ -7,6 +7,12 @@ B is ``row`` ([K, N], N contiguous) or ``col`` (stored [N, K]). Every operand is
 dimension is its contiguous extent). A batched operand advances by one matrix per batch index; a
 ``broadcast`` operand has batch stride 0 (one matrix shared by every batch).
 
+B may be a concatenation along N (``b_pieces``: (tensor, width) in order, widths summing to N, no
+batch): sibling GEMMs that read one A merged into one (rules/siblings.egg). Each piece is its own
+packed tensor ([K, width] row, [width, K] col); a CTA's N tile lies inside one piece (the plan's BN
+divides every width) and reads that piece's pointer; the output is the one [M, N] tensor, whose
+column ranges are the original GEMMs' outputs.
+
 Sizes are ints or symbol names (runtime parameters, bound by ``env`` at launch).
 """
 from __future__ import annotations
@@ -39,6 +45,21 @@ class GemmSpec:
     b: str = "B"
     c: str = "C"
     acc_dtype: DType = field(default=DType.fp32)
+    b_pieces: tuple[tuple[str, int], ...] = ()  # B = concat_N of these (tensor, width); () = B is one tensor
+
+    @property
+    def b_names(self) -> tuple[str, ...]:
+        """The tensors B is read from: its pieces, or B itself."""
+        return tuple(p for p, _ in self.b_pieces) or (self.b,)
+
+    @property
+    def piece_starts(self) -> tuple[int, ...]:
+        """The first column (along N) of each piece of B."""
+        out, at = [], 0
+        for _, w in self.b_pieces:
+            out.append(at)
+            at += w
+        return tuple(out)
 
     def __post_init__(self):
         validate(self)
@@ -71,6 +92,8 @@ class GemmSpec:
         out = {self.a: (() if self.a_broadcast else bdims) + ((m, k) if self.a_layout == "row" else (k, m)),
                self.b: (() if self.b_broadcast else bdims) + ((k, n) if self.b_layout == "row" else (n, k)),
                self.c: bdims + (m, n)}
+        for p, w in self.b_pieces:
+            out[p] = (k, w) if self.b_layout == "row" else (w, k)
         for op in self.epilogue:
             if op.kind == "bias":
                 out[op.tensor] = (n,) if op.axis == "n" else (m,)
@@ -79,12 +102,13 @@ class GemmSpec:
         return out
 
     def dtypes(self) -> dict[str, DType]:
-        return {self.a: self.in_dtype, self.b: self.in_dtype, self.c: self.out_dtype, **epilogue_dtypes(self.epilogue)}
+        return {self.a: self.in_dtype, self.b: self.in_dtype, self.c: self.out_dtype,
+                **{p: self.in_dtype for p, _ in self.b_pieces}, **epilogue_dtypes(self.epilogue)}
 
     @property
     def inputs(self) -> tuple[str, ...]:
         """Tensor names the kernel reads, in kernel-parameter order."""
-        return (self.a, self.b) + epilogue_tensors(self.epilogue)
+        return (self.a, *self.b_names) + epilogue_tensors(self.epilogue)
 
     def flops(self, env: Mapping[str, int] | None = None) -> int:
         s = self.sizes(env)
@@ -95,7 +119,8 @@ class GemmSpec:
                 "in_dtype": self.in_dtype.value, "acc_dtype": self.acc_dtype.value, "out_dtype": self.out_dtype.value,
                 "a_layout": self.a_layout, "b_layout": self.b_layout,
                 "a_broadcast": self.a_broadcast, "b_broadcast": self.b_broadcast,
-                "epilogue": [op.to_json() for op in self.epilogue], "a": self.a, "b": self.b, "c": self.c}
+                "epilogue": [op.to_json() for op in self.epilogue], "a": self.a, "b": self.b, "c": self.c,
+                **({"b_pieces": [list(p) for p in self.b_pieces]} if self.b_pieces else {})}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "GemmSpec":
@@ -111,7 +136,8 @@ class GemmSpec:
                             in_dtype=parse_spec_dtype(d.get("in_dtype", "fp16"), at), out_dtype=parse_spec_dtype(d.get("out_dtype", "fp16"), at),
                             a_layout=d.get("a_layout", "row"), b_layout=d.get("b_layout", "row"),
                             a_broadcast=bool(d.get("a_broadcast", False)), b_broadcast=bool(d.get("b_broadcast", False)),
-                            epilogue=ops, a=d.get("a", "A"), b=d.get("b", "B"), c=d.get("c", "C"))
+                            epilogue=ops, a=d.get("a", "A"), b=d.get("b", "B"), c=d.get("c", "C"),
+                            b_pieces=tuple((str(p), int(w)) for p, w in d.get("b_pieces", ())))
         except (KeyError, TypeError, ValueError) as e:
             fail("MalformedStructure", at, f"GEMM spec field missing or malformed: {e}")
 
@@ -133,7 +159,12 @@ def validate(s: GemmSpec) -> None:
             fail("InvalidAttribute", at, f"{what} = {lay!r}; use \"row\" or \"col\"")
     if (s.a_broadcast or s.b_broadcast) and not s.batch:
         fail("InvalidAttribute", at, "a broadcast operand needs batch dims")
-    names = [s.a, s.b, s.c]
+    names = [s.a, *s.b_names, s.c]
+    if s.b_pieces:
+        if s.batch or any(not isinstance(w, int) or w < 1 for _, w in s.b_pieces) or len(s.b_pieces) < 2:
+            fail("InvalidAttribute", at, "b_pieces: two or more (tensor, width) pieces with positive int widths, no batch")
+        if s.n != sum(w for _, w in s.b_pieces):
+            fail("AxisSizeMismatch", at, f"b_pieces widths sum to {sum(w for _, w in s.b_pieces)}, N is {s.n}")
     for op in s.epilogue:
         if not isinstance(op, EpilogueOp) or op.kind not in EPILOGUE_KINDS:
             fail("InvalidAttribute", at, f"unknown epilogue op {getattr(op, 'kind', op)!r}; ops: {', '.join(EPILOGUE_KINDS)}")

@@ -138,6 +138,28 @@ POLYSAT_HD void tile_origin(int mn0, int k0, int MN, int K, long long& ld, int& 
   else                  { ld = MN; row0 = k0; col0 = mn0; row_lim = K; col_lim = MN; }
 }
 
+// B concatenated along N from P pieces (sibling GEMMs merged, backend/gemm/concat.py): the piece that
+// holds the N tile starting at column n0 (the plan's BN divides every piece), and its first column lo
+template <int P>
+POLYSAT_HD int b_piece(int n0, const int (&start)[P], int& lo) {
+  int j = 0;
+  lo = start[0];
+#pragma unroll
+  for (int q = 1; q < P; ++q)
+    if (n0 >= start[q]) { j = q; lo = start[q]; }
+  return j;
+}
+
+// xs[j] with constant indices only (a select chain, unrolled): no local-memory array
+template <int P, class X>
+POLYSAT_HD X pick(int j, const X (&xs)[P]) {
+  X x = xs[0];
+#pragma unroll
+  for (int q = 1; q < P; ++q)
+    if (j == q) x = xs[q];
+  return x;
+}
+
 // B fragment of n8-tile j from the ldmatrix.x4 registers of the n16 pair j/2
 template <class R>
 POLYSAT_HD void b_pick(int j, const R* q, R& b0, R& b1) {
@@ -359,7 +381,7 @@ template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool A_KM
           int VEC_A, int VEC_B, class Epi>
 __device__ __forceinline__ void gemm_sm80(const T* __restrict__ A, const T* __restrict__ B, const Epi& epi,
                                           int M, int N, int K, long long a_bstride, long long b_bstride,
-                                          unsigned char* smem) {
+                                          unsigned char* smem, int b_lo = 0, int NB = -1) {
   constexpr int THREADS = WM * WN * 32;
   // tile shapes as stored: [rows][cols], cols contiguous in global memory
   constexpr int A_ROWS = A_KMAJOR ? BM : BK, A_COLS = A_KMAJOR ? BK : BM;
@@ -367,7 +389,9 @@ __device__ __forceinline__ void gemm_sm80(const T* __restrict__ A, const T* __re
   const int b = blockIdx.z;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   TileProducer<T, A_KMAJOR, A_ROWS, A_COLS, VEC_A, THREADS, BK> pa{A + (long long)b * a_bstride, m0, M, K};
-  TileProducer<T, B_KMAJOR, B_ROWS, B_COLS, VEC_B, THREADS, BK> pb{B + (long long)b * b_bstride, n0, N, K};
+  // B's N tile from its own tensor: B itself, or the piece b_lo.. of NB columns that holds it
+  TileProducer<T, B_KMAJOR, B_ROWS, B_COLS, VEC_B, THREADS, BK> pb{B + (long long)b * b_bstride, n0 - b_lo,
+                                                                 NB < 0 ? N : NB, K};
   float acc[BM / WM / 16][BN / WN / 8][4];
   mainloop_sm80<T, BM, BN, BK, WM, WN, STAGES, A_KMAJOR, B_KMAJOR>(pa, pb, K, smem, acc);
   store_acc_sm80<BM, BN, WM, WN>(epi, acc, b, m0, n0);
@@ -484,6 +508,27 @@ struct TmaOperand {
     for (int j = 0; j < L::boxes; ++j) {
       if constexpr (KMAJOR) tma_load<RANK3>(dst, tmap, bar, k0, mn0, b);
       else tma_load<RANK3>(dst + j * L::box_stride, tmap, bar, mn0 + 64 * j, k0, b);
+    }
+  }
+  __device__ __forceinline__ void gather(unsigned char*, int, int, int, int) const {}
+};
+
+// TmaPieces: B concatenated along N from P pieces, one tensor map each; tile `tmn` reads the piece
+// that holds it (b_piece), at its column inside that piece (2-D operands only).
+template <bool KMAJOR, class L, int ROWS, int P>
+struct TmaPieces {
+  const void* tmap[P];
+  int start[P];
+  static constexpr bool kGather = false;
+  static constexpr int kTmaBytes = L::bytes;
+  __device__ __forceinline__ void issue(unsigned char* dst, u64* bar, int tmn, int k0, int b) const {
+    int lo;
+    const int j = b_piece<P>(tmn * ROWS, start, lo);
+    const int mn0 = tmn * ROWS - lo;
+#pragma unroll
+    for (int q = 0; q < L::boxes; ++q) {
+      if constexpr (KMAJOR) tma_load<false>(dst, pick<P>(j, tmap), bar, k0, mn0, b);
+      else tma_load<false>(dst + q * L::box_stride, pick<P>(j, tmap), bar, mn0 + 64 * q, k0, b);
     }
   }
   __device__ __forceinline__ void gather(unsigned char*, int, int, int, int) const {}
@@ -629,6 +674,20 @@ __device__ __forceinline__ void gemm_sm90(const void* tmA, const void* tmB, cons
   const StoreOut<Epi> out{epi};
   ws_sm90<T, BM, BN, STAGES, NC, A_KMAJOR, B_KMAJOR, LA, LB, 40, 232>(pa, pb, out, (M + BM - 1) / BM,
                                                                      (N + BN - 1) / BN, batch, K, smem_raw);
+}
+
+// The GEMM with B concatenated along N from P pieces (tensor maps tmB[j], first columns start[j]).
+template <class T, int BM, int BN, int STAGES, int NC, bool A_KMAJOR, bool B_KMAJOR, int P, class LA, class LB,
+          class Epi>
+__device__ __forceinline__ void gemm_sm90_pieces(const void* tmA, const void* const (&tmB)[P], const int (&start)[P],
+                                                 const Epi& epi, int M, int N, int K, unsigned char* smem_raw) {
+  TmaOperand<A_KMAJOR, false, LA, BM> pa{tmA};
+  TmaPieces<B_KMAJOR, LB, BN, P> pb;
+#pragma unroll
+  for (int j = 0; j < P; ++j) { pb.tmap[j] = tmB[j]; pb.start[j] = start[j]; }
+  const StoreOut<Epi> out{epi};
+  ws_sm90<T, BM, BN, STAGES, NC, A_KMAJOR, B_KMAJOR, LA, LB, 40, 232>(pa, pb, out, (M + BM - 1) / BM,
+                                                                     (N + BN - 1) / BN, 1, K, smem_raw);
 }
 
 }  // namespace polysat

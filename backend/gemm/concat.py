@@ -1,0 +1,157 @@
+"""Sibling GEMMs merged into one (rules/siblings.egg): a region that yields the concatenation along N
+of contractions reading one A binds as ONE GEMM whose B is the concatenation of their B operands
+(``GemmSpec.b_pieces``).
+
+Region synthesis spells the rules' term ``concat_N(y_1, .., y_p)`` as a sum (an ``add`` tree) of
+pieces, each a Select guarding the column range ``[lo, hi)`` of its piece (possibly under casts and
+nested Selects) around ``y_j = reduce(sum, k){ mul(cast(read A[m, k]), cast(read B_j[k, n - lo])) }``.
+:func:`merged` checks that the ranges tile ``[0, N)`` in order, that every piece reads the same A the
+same way and its own B shifted by exactly its ``lo``, and rewrites the region as one contraction over
+a virtual B read at ``[k, n]``; the GEMM binder then checks it like any region (layouts, epilogue) and
+the pieces become ``b_pieces``. Anything else is not a concatenation (the caller binds the region as
+it is).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from ...ir.dtypes import DType
+from ...ir.expr import Expr
+from ...ir.region import Buffer, Let, MemRef, R, Region, RNode
+from ..common.region_match import Lets
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    lo: int
+    hi: int
+    acc: RNode  # the piece's REDUCE
+
+
+def _terms(lets: Lets, n: RNode) -> list:
+    n = lets(n)
+    if n.op == R.BINARY and n.arg == "add":
+        return [t for s in n.src for t in _terms(lets, s)]
+    return [n]
+
+
+def _piece(lets: Lets, n: RNode, n_ax: str, width: int, out: DType) -> "Piece | None":
+    """The column range and contraction of one summand: casts to the output type and Selects on n_ax
+    around a REDUCE."""
+    lo, hi = 0, width
+    while True:
+        n = lets(n)
+        if n.op == R.UNARY and n.arg == "cast" and n.dtype == out:
+            n = n.src[0]
+        elif n.op == R.SELECT:
+            pred, then, other = n.src
+            if not (lets(other).op == R.CONST and lets(other).arg == 0):
+                return None
+            for e in lets(pred).arg:
+                if e.variables() != {n_ax} or e.coeff(n_ax) not in (1, -1):
+                    return None
+                c = e.subs({n_ax: 0}).constant
+                if e.coeff(n_ax) == 1:  # n + c >= 0
+                    lo = max(lo, -c)
+                else:  # c - n >= 0
+                    hi = min(hi, c + 1)
+            n = then
+        elif n.op == R.REDUCE:
+            return Piece(lo, hi, n) if lo < hi else None
+        else:
+            return None
+
+
+def _rebuild(n: RNode, lets: Lets, f: Callable[[RNode], "RNode | None"]) -> RNode:
+    n = lets(n)
+    got = f(n)
+    if got is not None:
+        return got
+    return dataclasses.replace(n, src=tuple(_rebuild(s, lets, f) for s in n.src))
+
+
+def merged(r: Region) -> "tuple[Region, tuple] | None":
+    """(the region as one contraction over a virtual B, ((B tensor, width), ..)) when r yields a
+    concatenation along its last axis of sibling contractions; None otherwise."""
+    if len(r.yields) != 1 or len(r.outputs) != 1:
+        return None
+    lets = Lets(r)
+    y = r.yields[0]
+    if y.src not in lets.map or len(y.axes) != 2:
+        return None
+    n_ax = y.axes[-1]
+    width = r.axis_sizes[n_ax]
+    terms = _terms(lets, lets.map[y.src])
+    if len(terms) < 2 or not isinstance(width, int):
+        return None
+    pieces = [_piece(lets, t, n_ax, width, y.cast) for t in terms]
+    if any(p is None for p in pieces):
+        return None
+    pieces.sort(key=lambda p: p.lo)
+    if pieces[0].lo != 0 or pieces[-1].hi != width or any(a.hi != b.lo for a, b in zip(pieces, pieces[1:])):
+        return None
+    reads = [_operand_reads(lets, p.acc) for p in pieces]
+    if any(rd is None for rd in reads):
+        return None
+    (k0,), out = pieces[0].acc.arg[1], []
+    a0 = reads[0][0]
+    for p, (a, b) in zip(pieces, reads):
+        if p.acc.arg[0] != "sum" or len(p.acc.arg[1]) != 1 or p.acc.dtype != DType.fp32:
+            return None
+        ren = {p.acc.arg[1][0]: Expr.var(k0)}
+        if _renamed(a, ren).arg != a0.arg or a.dtype != a0.dtype or b.dtype != a0.dtype:
+            return None  # every piece reads the same A, the same way, in one input type
+        t, index = b.arg
+        ix = tuple(Expr.of(e).subs(ren).subs({n_ax: Expr.var(n_ax) + p.lo}) for e in index)
+        if sorted(str(e) for e in ix) != sorted((k0, n_ax)):
+            return None  # B_j must read [k, n - lo] (or [n - lo, k]) exactly
+        buf = next((x for x in r.inputs if x.name == t), None)
+        want = tuple(p.hi - p.lo if str(e) == n_ax else r.axis_sizes[k0] for e in ix)
+        if buf is None or tuple(buf.memref.shape) != want or buf.memref.layout.kind != "row_major":
+            return None  # ... and be that whole packed [K, width] (or [width, K]) tensor
+        out.append((t, p.hi - p.lo, tuple(str(e) for e in ix)))
+    if len({ix for _, _, ix in out}) != 1 or len({t for t, _, _ in out}) != len(out):
+        return None  # one layout for every piece; each piece its own tensor
+    ix = out[0][2]
+    virtual = "|".join(t for t, _, _ in out)
+    k_size = r.axis_sizes[k0]
+    shape = tuple(width if e == n_ax else k_size for e in ix)
+    b0 = reads[0][1]
+
+    def swap(n: RNode) -> "RNode | None":
+        return RNode(R.READ, (), (virtual, tuple(Expr.var(e) for e in ix)), b0.dtype, n.axes) if n == b0 else None
+    acc = _rebuild(pieces[0].acc, lets, swap)
+    used = {t for t, _, _ in out}
+    layout = next(b.memref.layout for b in r.inputs if b.name == b0.arg[0])
+    inputs = tuple(b for b in r.inputs if b.name not in used) + (
+        Buffer(virtual, MemRef(shape, b0.dtype, 128, True, layout), None, False),)
+    one = dataclasses.replace(r, reduce_axes=tuple(a for a in r.reduce_axes if a[0] == k0), inputs=inputs,
+                              lets=(Let(y.src, acc),))
+    return one, tuple((t, w) for t, w, _ in out)
+
+
+def _operand_reads(lets: Lets, acc: RNode) -> "tuple | None":
+    """(the A read, the B read) of a contraction: A is the operand that does not read the last output axis."""
+    body = lets(acc.src[0])
+    if not (body.op == R.BINARY and body.arg == "mul"):
+        return None
+    reads = []
+    for s in body.src:
+        s = lets(s)
+        if s.op == R.UNARY and s.arg == "cast":
+            s = lets(s.src[0])
+        if s.op != R.READ:
+            return None
+        reads.append(s)
+    n_ax = acc.axes[-1]
+    a = [x for x in reads if n_ax not in x.axes]
+    b = [x for x in reads if n_ax in x.axes]
+    return (a[0], b[0]) if len(a) == 1 and len(b) == 1 else None
+
+
+def _renamed(n: RNode, ren: dict) -> RNode:
+    """A READ with its reduce axis renamed per ren (each piece binds its own k)."""
+    t, index = n.arg
+    return RNode(R.READ, (), (t, tuple(Expr.of(e).subs(ren) for e in index)), n.dtype,
+                 tuple(str(ren.get(a, a)) for a in n.axes))
