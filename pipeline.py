@@ -131,7 +131,8 @@ class Compilation:
     @property
     def regions(self):
         """RB-SSA regions (one per kernel) synthesized from the extraction, each intermediate that all its
-        readers round stored rounded (ir/region_narrow.py), validated (docs/DESIGN.md §RB-SSA)."""
+        readers round stored rounded (ir/region_narrow.py) and in the dim order its readers view as packed
+        matrices (ir/region_layout.py), validated (docs/DESIGN.md §RB-SSA)."""
         def make():
             from .analyses.region_validate import validate_regions
             from .egraph.region_synth import synthesize
@@ -143,6 +144,7 @@ class Compilation:
                 x = self.extraction
                 rest = narrow_boundaries(synthesize(x.program, x.partition))
             regions = sp.regions(rest, self.program)
+            regions = _lazy("ir.region_layout", "store_for_readers")(regions)
             errors = [d for d in validate_regions(regions) if d.is_error]
             if errors:
                 raise PolysatError(errors)

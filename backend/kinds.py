@@ -78,11 +78,3 @@ def _first(region: Region, candidates) -> tuple:
             if r is region:
                 reasons.append(b.reason)
     return None, reasons
-
-
-def uses_tensor_cores(region: Region) -> bool:
-    """Whether the kernel :func:`bind` gives the region runs on tensor cores: every kind but the SIMT one
-    does, and SIMT is tried last, so this is whether a kind before it binds (without running SIMT's binder).
-    The cost model prices a region's contractions at tensor-core rates exactly when this holds."""
-    assert _PACKAGES[-1] == "simt"
-    return _first(region, kinds()[:-1])[0] is not None

@@ -5,8 +5,6 @@ attention ...) and its spec, then
   ``plan_json``  -> ``--dump=plan``: one Schedule Plan per region, with its ranked / pruned candidates;
   ``gpu_json``   -> ``--dump=gpu``: the GPU IR (statements with async tokens) of each region's best plan;
   ``write_cu``   -> ``--dump=cu``: one standalone ``.cu`` file per region;
-  ``run_cuda``   -> ``--target cuda``: the regions run in order on the GPU in one memory arena (runtime/);
-                    tensors passed between regions stay on the device, only program outputs come back.
 ``bind`` (symbol -> int, the user's ``--bind``) fixes sizes the regions leave symbolic: plans are searched
 for those sizes (unbound symbols rank at plan_search.HINT_SIZE; kernels stay generic in their symbols).
 A region without a template is E1504 NoKernelTemplate for the dumps; when running, it runs on the CPU
@@ -17,11 +15,8 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-import numpy as np
-
-from ..ir.diagnostics import fail
 from ..ir.region import Region
 from .kinds import KernelKind, bind
 
@@ -81,30 +76,3 @@ def write_cu(regions, arch: str = "sm90", out_dir: str = ".", bind: Mapping[str,
     """`--dump=cu`: one standalone .cu per region under out_dir; returns the paths."""
     os.makedirs(out_dir, exist_ok=True)
     return [write_kernel(ks, out_dir) for ks in kernel_sources(regions, arch, bind)]
-
-
-# ---- running ---------------------------------------------------------------------------------------
-
-def run_regions(regions, inputs: Mapping[str, np.ndarray], *, alloc: Callable, view: Callable, copy_in: Callable,
-                copy_out: Callable, launch: Callable, params: frozenset = frozenset()) -> dict[str, np.ndarray]:
-    """The regions in order on some device, inside one arena planned from the tensors' lifetimes, parameters
-    in a constant pool (runtime/model.py): alloc(nbytes) -> buffer, view(buffer, offset, shape, np dtype) ->
-    tensor, copy_in(tensor, host array), copy_out(tensor) -> host array, launch(kind, spec, tensors, env, out)
-    runs one kernel. A region no kind takes runs on the CPU (playback) inside the same arena, saying so."""
-    from ..runtime.model import Memory, ModelRuntime, steps_of
-    mem = Memory(alloc=alloc, view=view, copy_in=copy_in, copy_out=copy_out, launch=launch)
-    return ModelRuntime(steps_of(list(regions)), mem, params).run(inputs)
-
-
-def run_cuda(regions, inputs: Mapping[str, np.ndarray], params: frozenset = frozenset()) -> dict[str, np.ndarray]:
-    """`--target cuda` on regions: every region as a CUDA kernel of its kind, in one device arena, the launch
-    sequence captured as a CUDA Graph (runtime/cuda.py); a region no kind takes runs on the CPU, saying so."""
-    from ..runtime.model import steps_of
-    from .common.gpu import cuda_available
-    regions = list(regions)
-    steps_of(regions)  # a binding error other than E1504 before anything else: it does not depend on the machine
-    if not cuda_available():
-        fail("UnknownTarget", "--target cuda", "no CUDA GPU is visible (cuda-python, an NVIDIA driver and a device "
-             "are needed)", "Run on a machine with an NVIDIA GPU (sm80 or newer), or use --target playback.")
-    from ..runtime.cuda import CudaRuntime
-    return CudaRuntime(regions, params).run(inputs)

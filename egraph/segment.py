@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..ir.tiny import GroupOp, Ops, Program
+from ..ir.tiny import Arg, GroupOp, Ops, Program
 
 SEGMENT_OUT = "segment_out"  # the output name of a segment that is not the last one
 
@@ -135,7 +135,7 @@ def _canonical(prog: Program, free: set, nodes: list, entry: "str | None", outpu
     uops = []
     for k, s in enumerate(inputs):
         n = prog[s]
-        arg = {"tensor_id": f"t{k}", "dtype": n.dtype, "shape": n.shape}
+        arg = Arg({"tensor_id": f"t{k}", "dtype": n.dtype, "shape": n.shape})
         uops.append(dataclasses.replace(n, id=ids[s], op=Ops.INPUT, src=(), arg=arg, tag=None))
     for i in body:
         n = prog[i]
@@ -155,7 +155,7 @@ def segment(prog: Program) -> list:
     A repeated segment must hold a reduction (materializing between elementwise ops never pays)."""
     free = _free(prog)
     comp = [n.id for n in prog.nodes if n.id not in free]
-    whole = [_canonical(prog, free, comp, None, prog.outputs)]
+    whole = [Segment(prog, "whole", {n.id: n.id for n in prog.nodes})]  # searched as it is: not renamed
     if any(nid not in comp for _, nid in prog.outputs):
         return whole
     entry = {0: None} | {k: v for k, v in _cut_points(prog, free)}

@@ -63,7 +63,7 @@ static void quad_sum_host(float (&x)[32][2]) {  // shfl.xor 1 then 2: (a + b) + 
 // ---- sm80 hardware models ---------------------------------------------------------------------------
 // cp.async copies of a [ROWS][COLS] tile (COLS contiguous, leading dimension ld) as load_tile issues them
 template <int ROWS, int COLS, int THREADS>
-static void cp_async_tile(std::vector<float>& tile, const float* g, int row0, int row_lim) {
+static void cp_async_tile(std::vector<float>& tile, const float* g, int row0, int row_lim, long long ld = COLS) {
   tile.assign(ROWS * COLS, -999.0f);
   for (int tid = 0; tid < THREADS; ++tid)
     for (int i = 0; i < ROWS * (COLS / 8) / THREADS; ++i) {
@@ -72,7 +72,7 @@ static void cp_async_tile(std::vector<float>& tile, const float* g, int row0, in
       const int gr = row0 + r;
       const bool ok = gr < row_lim && c < COLS;
       const int dst = swz_offset<COLS>(r, c);
-      for (int e = 0; e < 8; ++e) tile[dst + e] = ok ? g[(long long)gr * COLS + c + e] : 0.0f;
+      for (int e = 0; e < 8; ++e) tile[dst + e] = ok ? g[(long long)gr * ld + c + e] : 0.0f;
     }
   for (float v : tile)
     if (v == -999.0f) die("tile element never written");
@@ -107,6 +107,7 @@ static void ldmatrix_x4(const std::vector<float>& tile, int mn0, int k0, float (
 
 struct Problem {
   int B, M, N, D, DV;  // DV = 0: no V (softmax_scores), the output is P [B, M, N]; else O [B, M, DV]
+  long long cols[4][3] = {};  // (offset, ld, head stride) of Q, K, V, O as rows_at takes them; ld 0: packed
   float c;
   std::vector<float> q, k, v;
   std::vector<float> o;
@@ -183,7 +184,8 @@ static int print_configs(const Config* configs, int n) {
 // to the input type; dims(config, D, DV) reads a configuration's head dims; <out> = float32 O [B, M, DV]
 // (DV > 0) or P [B, M, N] (DV = 0), every element written exactly once
 template <class Dims>
-static int run_problem(const char* in, const char* out, const Config* configs, int n, Dims dims, const char* unwritten) {
+static int run_problem(const char* in, const char* out, const Config* configs, int n, Dims dims, const char* unwritten,
+                       char** cols = nullptr) {
   FILE* f = std::fopen(in, "rb");
   if (!f) die("cannot open input");
   int hdr[4];
@@ -193,12 +195,18 @@ static int run_problem(const char* in, const char* out, const Config* configs, i
   if (cfg < 0 || cfg >= n) die("bad config");
   dims(configs[cfg].text, p.D, p.DV);
   p.B = hdr[1]; p.M = hdr[2]; p.N = hdr[3];
-  p.q.resize((size_t)p.B * p.M * p.D); p.k.resize((size_t)p.B * p.N * p.D); p.v.resize((size_t)p.B * p.N * p.DV);
+  long long size[4] = {(long long)p.B * p.M * p.D, (long long)p.B * p.N * p.D, (long long)p.B * p.N * p.DV,
+                       (long long)p.B * p.M * (p.DV > 0 ? p.DV : p.N)};
+  for (int t = 0; cols && t < 4; ++t) {
+    for (int e = 0; e < 3; ++e) p.cols[t][e] = std::atoll(cols[3 * t + e]);
+    if (p.cols[t][1]) size[t] = (long long)(t == 0 || t == 3 ? p.M : p.N) * p.cols[t][1];
+  }
+  p.q.resize((size_t)size[0]); p.k.resize((size_t)size[1]); p.v.resize((size_t)size[2]);
   if (std::fread(p.q.data(), 4, p.q.size(), f) != p.q.size() || std::fread(p.k.data(), 4, p.k.size(), f) != p.k.size() ||
       std::fread(p.v.data(), 4, p.v.size(), f) != p.v.size())
     die("short input");
   std::fclose(f);
-  p.o.assign((size_t)p.B * p.M * (p.DV > 0 ? p.DV : p.N), -777.0f);
+  p.o.assign((size_t)size[3], -777.0f);
   configs[cfg].run(p);
   for (float x : p.o)
     if (x == -777.0f) die(unwritten);

@@ -293,7 +293,7 @@ def nvcc_builds(index: list, what: str) -> list:
 
 
 def numpy_device() -> tuple:
-    """(hooks, launched): backend.stages.run_regions's device hooks on numpy (runtime/host.py: one byte arena,
+    """(hooks, launched): runtime.regions.run_regions's device hooks on numpy (runtime/host.py: one byte arena,
     tensors are views at their planned offsets), each kernel computed by its kind's numpy meaning of the spec
     (checked to receive its operands in the spec's shapes); launched lists the specs run."""
     from polysat.runtime.host import host_memory

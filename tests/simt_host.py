@@ -105,3 +105,23 @@ def emulate_outputs(jobs: list, workdir: str | None = None) -> list[dict[str, np
                 got[p.role] = np.fromfile(path, dtype=spec.dtypes()[p.role].np).reshape(spec.shapes(env)[p.role])
         outs.append(got)
     return outs
+
+
+def check_cases(cases: list, plans, each=None) -> None:
+    """cases: (label, spec, env, inputs, numpy oracle output or None); every plan ``plans(spec)`` gives is
+    rendered and emulated, and its output compared with the spec's reference meaning and the oracle
+    (``each(label, spec)`` first, if given)."""
+    from polysat.backend.simt.reference import reference
+    from polysat.backend.simt.render import render
+    jobs, meta = [], []
+    for label, spec, env, x, want in cases:
+        if each is not None:
+            each(label, spec)
+        for p in plans(spec):
+            jobs.append((render(spec, p), x, env))
+            meta.append((f"{label} {p.key()}", spec, env, x, want))
+    for got, (label, spec, env, x, want) in zip(emulate_many(jobs), meta, strict=True):
+        dt = spec.dtypes()[spec.c].value
+        oracle.assert_close(got, reference(spec, x, env).astype(np.float64), dt, f"{label} vs playback")
+        if want is not None:
+            oracle.assert_close(got, want, dt, f"{label} vs numpy")

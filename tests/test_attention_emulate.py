@@ -177,9 +177,11 @@ def test_python_key_blocks_matches_brute_force(m, n, bm, bn, causal, data):
 
 
 # ---- whole problems against the numpy meaning -------------------------------------------------------------
-def emulate(emulator: str, cfg: dict, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, tmp) -> np.ndarray:
-    b, m, d = q.shape
-    n = k.shape[1]
+def emulate(emulator: str, cfg: dict, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, tmp,
+            spec: "AttentionSpec | None" = None) -> np.ndarray:
+    """O of the emulated kernel; spec with cols: Q, K, V [rows, ld] column windows, O [m, H*dv]."""
+    cols = spec.cols if spec is not None else ()
+    b, m, n = (spec.batch[0], spec.m, spec.n) if cols else (q.shape[0], q.shape[1], k.shape[1])
     sign, c = scale_constants(scale)
     assert sign == cfg["sign"]
     src, dst = tmp / f"in_{cfg['id']}.bin", tmp / f"out_{cfg['id']}.bin"
@@ -188,21 +190,27 @@ def emulate(emulator: str, cfg: dict, q: np.ndarray, k: np.ndarray, v: np.ndarra
         np.array([c], np.float32).tofile(f)
         for x in (q, k, v):
             np.ascontiguousarray(x, np.float32).tofile(f)
-    assert _run(emulator, "run", str(src), str(dst)).strip() == "OK"
-    return np.fromfile(dst, np.float32).reshape(b, m, cfg["dv"])
+    assert _run(emulator, "run", str(src), str(dst), *(str(x) for c in cols for x in c)).strip() == "OK"
+    return np.fromfile(dst, np.float32).reshape((m, cols[3][1]) if cols else (b, m, cfg["dv"]))
 
 
-def check_problem(emulator, cfg, b, m, n, seed, tmp):
+def windows(b: int, d: int, dv: int) -> tuple:
+    """Q the second piece of a [m, 64 + b*d] matrix, K and V the two pieces of a fused [n, b*(d + dv)] one,
+    O [m, b*dv]: (offset, ld, head stride) of each."""
+    return ((64, 64 + b * d, d), (0, b * (d + dv), d), (b * d, b * (d + dv), dv), (0, b * dv, dv))
+
+
+def check_problem(emulator, cfg, b, m, n, seed, tmp, cols: bool = False):
     rng = np.random.default_rng(seed)
     dt = cfg["dtype"]
     d, dv = cfg["d"], cfg["dv"]
     scale = {1: 2.0 / np.sqrt(d), -1: -1.5 / np.sqrt(d), 0: 0.0}[cfg["sign"]]
     spec = AttentionSpec("emu", m, n, d, dv, batch=(b,), causal=cfg["causal"], scale=float(scale), in_dtype=dt,
-                         p_dtype=dt, out_dtype=cfg["out"])
+                         p_dtype=dt, out_dtype=cfg["out"], cols=windows(b, d, dv) if cols else ())
     x = {name: np.asarray(round_to(rng.uniform(-1, 1, size=shape).astype(np.float32), dt)).astype(np.float32)
          for name, shape in spec.shapes().items() if name != "O"}
     want = attention_reference(spec, x).astype(np.float64)
-    got = emulate(emulator, cfg, x["Q"], x["K"], x["V"], spec.scale, tmp).astype(np.float64)
+    got = emulate(emulator, cfg, x["Q"], x["K"], x["V"], spec.scale, tmp, spec).astype(np.float64)
     assert np.array_equal(np.isnan(got), np.isnan(want)), "rows without a visible key must be NaN, the others not"
     ok = ~np.isnan(want)
     u = UNIT_ROUNDOFF[dt]
@@ -225,6 +233,14 @@ def test_emulated_kernel_matches_reference(emulator, configs, cid, tmp_path):
     cfg = configs[cid]
     for i, (b, m, n) in enumerate(SHAPES):
         check_problem(emulator, cfg, b, m, n, seed=100 * cid + i, tmp=tmp_path)
+
+
+@pytest.mark.parametrize("cid", range(10))
+def test_emulated_kernel_on_column_windows_matches_reference(emulator, configs, cid, tmp_path):
+    """Q, K and V heads as column windows of row-major matrices (a fused Q/K/V projection's pieces), O with
+    the heads interleaved."""
+    for i, (b, m, n) in enumerate([(2, 70, 70), (3, 33, 80), (2, 80, 47)]):
+        check_problem(emulator, configs[cid], b, m, n, seed=7 * cid + i, tmp=tmp_path, cols=True)
 
 
 @settings(max_examples=12)

@@ -11,8 +11,9 @@
 //   configs                 the instantiated kernel configurations, one per line
 //   maps                    acc_rc and a_src for every lane (checked against the PTX figures in Python)
 //   ranges                  key_range over a grid of shapes (checked against brute force in Python)
-//   run <in> <out>          emulate one problem: <in> = int32 {config, B, M, N} + float32 c + Q, K, V
-//                           (values already rounded to the input type); <out> = float32 O
+//   run <in> <out> [cols]   emulate one problem: <in> = int32 {config, B, M, N} + float32 c + Q, K, V
+//                           (values already rounded to the input type); <out> = float32 O; cols: 12 ints,
+//                           (offset, ld, head stride) of Q, K, V, O: column windows (rows_at)
 #include "flash_emulator_host.cuh"  // the sm80 hardware models, Problem, RowStats, the run harness
 
 // per-lane state of one warp (16 query rows)
@@ -52,7 +53,8 @@ struct Warp : RowStats {
           float tp[2];
           two_pass_scale(l[t], inv_l[t], tp);
           const float sc = TWO_PASS ? tp[e >> 1] : inv_l[t][e >> 1];
-          float& dst = p.o[((long long)b * p.M + row) * DV + c];
+          const RowsAt ao = rows_at(b, p.M, DV, p.cols[3][0], p.cols[3][1], p.cols[3][2]);
+          float& dst = p.o[ao.base + row * ao.ld + c];
           if (dst != -777.0f) die("O element written twice");
           dst = round_t<OutT>(o[t][j][e] * sc);
         }
@@ -71,7 +73,10 @@ static void emulate_sm80(Problem& p) {
     tile_of_block<CAUSAL>(bid, tiles_m, tm, b);
     const int m0 = tm * BM;
     const KeyRange kr = key_range(m0, BM, BN, M, N, CAUSAL);
-    cp_async_tile<BM, D, THREADS>(sQ, &p.q[(long long)b * M * D], m0, M);
+    const RowsAt aq = rows_at(b, M, D, p.cols[0][0], p.cols[0][1], p.cols[0][2]),
+                 ak = rows_at(b, N, D, p.cols[1][0], p.cols[1][1], p.cols[1][2]),
+                 av = rows_at(b, N, DV, p.cols[2][0], p.cols[2][1], p.cols[2][2]);
+    cp_async_tile<BM, D, THREADS>(sQ, &p.q[aq.base], m0, M, aq.ld);
     q_fragments<D, WARPS>(sQ, qf);
     for (int w = 0; w < WARPS; ++w) {
       wst[w].reset();
@@ -83,8 +88,8 @@ static void emulate_sm80(Problem& p) {
         for (int w = 0; w < WARPS; ++w) wst[w].finish();
       const bool with_v = !TWO_PASS || pass == 1;
       for (int jb = 0; jb < kr.count; ++jb) {
-        cp_async_tile<BN, D, THREADS>(sK, &p.k[(long long)b * N * D], jb * BN, N);
-        if (with_v) cp_async_tile<BN, DV, THREADS>(sV, &p.v[(long long)b * N * DV], jb * BN, N);
+        cp_async_tile<BN, D, THREADS>(sK, &p.k[ak.base], jb * BN, N, ak.ld);
+        if (with_v) cp_async_tile<BN, DV, THREADS>(sV, &p.v[av.base], jb * BN, N, av.ld);
         const bool mask = jb >= kr.first_masked;
         for (int w = 0; w < WARPS; ++w) {
           Warp<NT, NO>& W = wst[w];
@@ -132,14 +137,15 @@ static void emulate_sm80(Problem& p) {
 // ---- sm90 hardware models ---------------------------------------------------------------------------
 static int swizzle128(int addr) { return addr ^ (((addr >> 7) & 7) << 4); }
 
-// TMA tile load, 128-byte swizzle, box {64, rows} per 64-column chunk of a [rows][W] tile; rows beyond
-// row_lim read zero (out-of-bounds fill). smem is indexed by byte address / 2.
-static void tma_tile(std::vector<float>& smem, int base, const float* g, int W, int row0, int rows, int row_lim) {
+// TMA tile load, 128-byte swizzle, box {64, rows} per 64-column chunk of a [rows][W] tile (rows ld apart); rows
+// beyond row_lim read zero (out-of-bounds fill). smem is indexed by byte address / 2.
+static void tma_tile(std::vector<float>& smem, int base, const float* g, int W, int row0, int rows, int row_lim,
+                     long long ld) {
   for (int ch = 0; ch < W / 64; ++ch)
     for (int o = 0; o < rows; ++o)
       for (int i = 0; i < 64; ++i) {
         const int gr = row0 + o;
-        smem[swizzle128(base + ch * rows * 128 + o * 128 + 2 * i) / 2] = gr < row_lim ? g[(long long)gr * W + 64 * ch + i] : 0.0f;
+        smem[swizzle128(base + ch * rows * 128 + o * 128 + 2 * i) / 2] = gr < row_lim ? g[(long long)gr * ld + 64 * ch + i] : 0.0f;
       }
 }
 
@@ -166,7 +172,10 @@ static void emulate_sm90(Problem& p) {
     tile_of_block<CAUSAL>(bid, tiles_m, tm, b);
     const int m0 = tm * BM;
     const KeyRange kr = key_range(m0, BM, BN, M, N, CAUSAL);
-    tma_tile(smem, qb, &p.q[(long long)b * M * D], D, m0, BM, M);
+    const RowsAt aq = rows_at(b, M, D, p.cols[0][0], p.cols[0][1], p.cols[0][2]),
+                 ak = rows_at(b, N, D, p.cols[1][0], p.cols[1][1], p.cols[1][2]),
+                 av = rows_at(b, N, DV, p.cols[2][0], p.cols[2][1], p.cols[2][2]);
+    tma_tile(smem, qb, &p.q[aq.base], D, m0, BM, M, aq.ld);
     for (int cw = 0; cw < NC; ++cw)
       for (int w = 0; w < 4; ++w) {
         wst[cw][w].reset();
@@ -179,8 +188,8 @@ static void emulate_sm90(Problem& p) {
           for (int w = 0; w < 4; ++w) wst[cw][w].finish();
       const bool with_v = !TWO_PASS || pass == 1;
       for (int jb = 0; jb < kr.count; ++jb) {
-        tma_tile(smem, kb, &p.k[(long long)b * N * D], D, jb * BN, BN, N);
-        if (with_v) tma_tile(smem, vb, &p.v[(long long)b * N * DV], DV, jb * BN, BN, N);
+        tma_tile(smem, kb, &p.k[ak.base], D, jb * BN, BN, N, ak.ld);
+        if (with_v) tma_tile(smem, vb, &p.v[av.base], DV, jb * BN, BN, N, av.ld);
         const bool mask = jb >= kr.first_masked;
         for (int cw = 0; cw < NC; ++cw) {
           // S = Q K^T: wgmma SS, m64nBNk16 per k16 step, scale-d = 0 on the first step
@@ -299,12 +308,13 @@ int main(int argc, char** argv) {
               }
     return 0;
   }
-  if (!std::strcmp(mode, "run") && argc == 4) {
+  if (!std::strcmp(mode, "run") && (argc == 4 || argc == 16)) {
     auto dims = [](const char* text, int& D, int& DV) {
       char sk[8], dt[8], ot[8];
       std::sscanf(text, "%7s %7s %7s %d %d", sk, dt, ot, &D, &DV);
     };
-    return run_problem(argv[2], argv[3], CONFIGS, NCONFIGS, dims, "O element never written");
+    return run_problem(argv[2], argv[3], CONFIGS, NCONFIGS, dims, "O element never written",
+                       argc == 16 ? argv + 4 : nullptr);
   }
   die("unknown mode");
 }

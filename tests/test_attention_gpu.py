@@ -126,7 +126,7 @@ def test_streamed_region_on_the_gpu_equals_cpu_playback(dt, causal):
     import importlib.util
     import pathlib
 
-    from polysat.backend import stages
+    from polysat.runtime import regions as device_run
     from polysat.ir.playback import playback
     from polysat.pipeline import Compilation
 
@@ -141,7 +141,7 @@ def test_streamed_region_on_the_gpu_equals_cpu_playback(dt, causal):
     dtype = DType(dt)
     x = {n: np.asarray(round_to(rng.uniform(-1, 1, (2, 3, s, d)).astype(np.float32), dtype)).astype(dtype.np)
          for n, s in (("Q", 333), ("K", 517), ("V", 517))}
-    got = stages.run_cuda(regions, x)["O"]
+    got = device_run.run_cuda(regions, x)["O"]
     want = playback(regions, x)["O"]
     spec = AttentionSpec("r", 333, 517, d, d, batch=(2, 3), causal=causal, in_dtype=dtype, p_dtype=dtype,
                          out_dtype=dtype)

@@ -13,7 +13,7 @@ import pytest
 from polysat.backend.common.device_tensors import DeviceArray
 
 from polysat.backend.common.gpu import cuda_available, device
-from polysat.backend import stages
+from polysat.runtime import regions as device_run
 from polysat.backend.conv.plan import search as conv_search
 from polysat.backend.conv_pool.reference import reference as conv_pool_reference, random_inputs as random_conv_pool_inputs
 from polysat.backend.conv_pool.spec import ConvPoolSpec
@@ -66,7 +66,7 @@ def test_region_kernels_match_playback(model):
         for b in r.inputs:
             inputs.setdefault(b.name, round_to(rng.uniform(-1, 1, b.memref.shape).astype(np.float32) * 0.3, b.memref.dtype))
     want = playback(regions, inputs)
-    got = stages.run_cuda(regions, inputs)
+    got = device_run.run_cuda(regions, inputs)
     for name, w in want.items():
         assert_close(got[name], w, regions[-1].outputs[0].memref.dtype)
 

@@ -17,6 +17,7 @@ import pytest
 
 from polysat import cli
 from polysat.backend import kinds, stages
+from polysat.runtime import regions as device_run
 from polysat.backend.gemm.bind import bind as gemm_binding
 from polysat.backend.common.nvcc import missing_instructions, REQUIRED_PTX
 from polysat.backend.common.gpu import cuda_available
@@ -144,7 +145,7 @@ def test_running_a_region_without_template_plays_it_back_and_says_so(capsys):
     rng = np.random.default_rng(0)
     x = {"X": rng.uniform(-1, 1, (1, 16, 34, 34)).astype(np.float16), "W": rng.uniform(-1, 1, (32, 16, 3, 3)).astype(np.float16)}
     hooks, launched = oracle.numpy_device()
-    got = stages.run_regions(odd, x, **hooks)
+    got = device_run.run_regions(odd, x, **hooks)
     err = capsys.readouterr().err
     assert launched == [regions[0].name] and f"region {regions[1].name} has no CUDA kernel (E1504" in err and "playback" in err
     want = playback(regions, x)
@@ -152,7 +153,7 @@ def test_running_a_region_without_template_plays_it_back_and_says_so(capsys):
     oracle.assert_close(got["P"], want["P"].astype(np.float64), "fp16", "conv + pool with the pool on the CPU")
     if not cuda_available():  # no GPU: still E1502, not E1504
         with pytest.raises(PolysatError) as e:
-            stages.run_cuda(odd, x)
+            device_run.run_cuda(odd, x)
         assert e.value.diagnostics[0].code == "E1502"
 
 
@@ -202,7 +203,7 @@ def test_region_runner_chains_regions_and_equals_playback(key, env):
     rs = regions(key)
     ins = _inputs(rs, env)
     hooks, launched = oracle.numpy_device()
-    got = stages.run_regions(rs, ins, **hooks)
+    got = device_run.run_regions(rs, ins, **hooks)
     want = playback(rs, ins)
     assert launched == [r.name for r in rs] and set(got) == set(want)
     for k in want:
@@ -216,7 +217,7 @@ def test_region_runner_reshapes_size_one_dims_between_shapes():
     assert gemm_binding(rs[0]).spec.epilogue[0].axis == "m"
     ins = _inputs(rs, {})
     hooks, _ = oracle.numpy_device()
-    got = stages.run_regions(rs, ins, **hooks)
+    got = device_run.run_regions(rs, ins, **hooks)
     want = playback(rs, ins)
     for k in want:
         np.testing.assert_allclose(got[k].astype(np.float64), want[k].astype(np.float64), rtol=1e-3, atol=1e-3)
@@ -226,7 +227,7 @@ def test_region_runner_reshapes_size_one_dims_between_shapes():
 def test_run_cuda_without_a_gpu_is_a_coded_diagnostic():
     rs = regions("gemm_bias_relu")
     with pytest.raises(PolysatError) as e:
-        stages.run_cuda(rs, _inputs(rs, {"M": 8, "N": 8, "K": 8}))
+        device_run.run_cuda(rs, _inputs(rs, {"M": 8, "N": 8, "K": 8}))
     assert e.value.diagnostics[0].code == "E1502" and "no CUDA GPU" in e.value.diagnostics[0].why
 
 
@@ -282,7 +283,7 @@ def test_cli_run_target_cuda_equals_playback(key, tmp_path):
 def test_run_cuda_keeps_intermediates_on_the_device_and_matches_playback():
     rs = regions("mlp")
     ins = _inputs(rs, {"T": 45})
-    got = stages.run_cuda(rs, ins)
+    got = device_run.run_cuda(rs, ins)
     want = playback(rs, ins)
     assert set(got) == {"Y"} == set(want)  # the intermediate n34 never comes back to the host
     _ulp_close(got["Y"], want["Y"], want["Y"].dtype)

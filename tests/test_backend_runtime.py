@@ -101,11 +101,13 @@ def test_cubins_are_built_for_the_device_they_load_on():
 
 @pytest.mark.parametrize("example, cost", [("gemm_bias_relu", "model"), ("mlp", "size"), ("mlp", "model"),
                                            ("conv3x3_s2_silu", "model"), ("conv_relu_maxpool", "model"),
-                                           ("attention", "model"), ("attention", "size")])
+                                           ("attention", "model"), ("attention", "size"), ("softmax", "model"),
+                                           ("layernorm", "size"), ("conv_relu_maxpool", "size")])
 def test_nvrtc_compiles_every_kinds_example_kernels(example, cost):
     """The runtime compiles with NVRTC (cuda-python, a test dependency; no GPU needed): each example's
     region kernels (GEMM family, conv, conv + pool, flash attention under --cost=model, the two-region
-    attention of --cost=size: softmax scores + batched GEMM) build there for
+    attention of --cost=size: softmax scores + batched GEMM, and SIMT: row statistics on any axis, a
+    max-pool window; NVRTC has no C library headers) build there for
     sm_80 and sm_90a, not only with nvcc, and come out as cubins."""
     import os
 

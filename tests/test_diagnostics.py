@@ -85,7 +85,7 @@ COMPILE_CASES = [
     ("declared-output-uses-K-for-N", model({"A": f32("M", "K"), "B": f32("K", "N")}, [node("GEMM", ["A", "B"], "C")],
                                            ["C"], {"C": {"shape": ["M", "K"]}}), "E1304", "C"),
     # E1101 UnknownOp
-    ("unknown-op", model({"X": f32(1, 2, 3, 3, 3)}, [node("Conv3D", ["X"], "Y")], ["Y"]), "E1101", "Y"),
+    ("unknown-op", model({"X": f32(1, 2, 3, 3, 3)}, [node("Conv4D", ["X"], "Y")], ["Y"]), "E1101", "Y"),
     ("unknown-elementwise-fn", model({"X": f32(3)}, [node("Elementwise", ["X"], "Y", fn="softplus")], ["Y"]),
      "E1101", "Y"),
     ("tiny-unknown-uop", tiny(inp("x", [3]), {"id": "y", "uop": "FROBNICATE", "src": ["x"]}), "E1101", "y"),

@@ -20,6 +20,7 @@ from hypothesis import given, settings, strategies as st
 
 from polysat.backend.common.region_match import NoBind
 from polysat.backend import kinds, stages
+from polysat.runtime import regions as device_run
 from polysat.backend.common.gpu import cuda_available
 from polysat.ir.playback import playback
 from polysat.ir.region_squeeze import squeeze_units
@@ -116,7 +117,7 @@ def test_models_with_size_one_batches_bind_and_run_on_the_region_runner(doc, cos
     assert len(stages.kernel_sources(regions, "sm80")) == len(regions)
     ins = inputs_for(regions)
     hooks, launched = oracle.numpy_device()
-    got = stages.run_regions(regions, ins, **hooks)
+    got = device_run.run_regions(regions, ins, **hooks)
     want = playback(regions, ins)
     assert launched == [r.name for r in regions] and set(got) == set(want)
     for k in want:
@@ -138,7 +139,7 @@ def test_a_region_without_size_one_axes_is_left_alone():
 def test_size_one_batches_on_the_gpu_equal_playback(doc, cost):
     regions = Compilation(doc, cost=cost).regions
     ins = inputs_for(regions)
-    got, want = stages.run_cuda(regions, ins), playback(regions, ins)
+    got, want = device_run.run_cuda(regions, ins), playback(regions, ins)
     for k in want:
         close(got[k], want[k])
 

@@ -10,7 +10,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from polysat.backend import kinds, stages
+from polysat.backend import kinds
+from polysat.runtime import regions as device_run
 from polysat.backend.common.gpu import cuda_available, device
 from polysat.backend.scores.reference import reference as scores_reference
 from polysat.backend.scores.spec import ScoresSpec
@@ -51,7 +52,7 @@ def test_both_regions_run_on_cuda_like_playback(dt, causal, d, m, n):
     x = {name: np.asarray(round_to(rng.uniform(-1, 1, size=(2, 3, n if name != "Q" else m, d)).astype(np.float32),
                                    dtype)).astype(dtype.np) for name in ("Q", "K", "V")}
     want = playback(regions, x, keep_all=True)
-    got = stages.run_cuda(regions, x)
+    got = device_run.run_cuda(regions, x)
     _close(got["O"], want["O"], dt)
     # P itself, through the kind's Python API
     p_name = regions[0].outputs[0].name

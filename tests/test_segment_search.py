@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from polysat.bench.models import mlp_stack, transformer
 from polysat.egraph import model_cost
-from polysat.egraph.numeric import bind_env, close, random_inputs, same_outputs
+from polysat.egraph.numeric import bind_env, close, max_error, random_inputs, same_outputs
 from polysat.egraph.region_synth import synthesize
 from polysat.egraph.segment import segment
 from polysat.egraph.segment_stitch import SegmentedState
@@ -142,3 +144,31 @@ def test_explain_names_each_blocks_own_ops_and_whole_program_prices(blocks):
         if e["scope"] == "the whole partition":  # both sides priced over all three blocks
             assert e["separate_us"] == pytest.approx(s.best.total, rel=1e-3) and e["kernels"][0] == len(s.best.priced)
     assert [e["verdict"] for e in entries].count("segment boundary") == 2
+
+
+def test_random_programs_load_under_the_model_cost():
+    """A program whose outputs include a program input or a view of one (hypothesis-style random
+    programs) is one segment, loaded as it is (the segmenter once failed on it with a KeyError)."""
+    from polysat.egraph.model_cost import saturate_unfused
+    from polysat.egraph.randprog import random_program
+    for seed in range(40):
+        p = random_program(np.random.default_rng(seed))
+        segs = segment(p)
+        assert len(segs) == 1 and segs[0].program is p
+        saturate_unfused(p)
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_the_model_search_partition_of_a_random_program_plays_back_equal_to_the_reference(seed):
+    """Whatever partition ``--cost model`` returns for a random program, playback of its regions equals
+    the reference evaluator (rtol = atol = 1e-3)."""
+    from polysat.egraph.randprog import random_program
+    from polysat.ir.tiny_json import dump_tiny
+    rng = np.random.default_rng(seed)
+    p = random_program(rng)
+    c = Compilation(dump_tiny(p), cost="model")
+    ins = random_inputs(c.program, rng, bind_env(c.program, rng))
+    want, got = evaluate(c.program, ins), playback(c.regions, ins)
+    for name, w in want.items():
+        assert close(got[name], w), (name, max_error(got[name], w))

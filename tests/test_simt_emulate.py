@@ -19,8 +19,7 @@ from hypothesis import given, settings, strategies as st
 from polysat.backend.common.region_match import NoBind
 from polysat.backend.simt.bind import bind as simt_bind
 from polysat.backend.simt.plan import SimtPlan, candidates, search, stop_reason
-from polysat.backend.simt.reference import random_inputs, reference
-from polysat.backend.simt.render import render
+from polysat.backend.simt.reference import random_inputs
 from polysat.ir.dtypes import round_to
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
@@ -30,16 +29,11 @@ from polysat.pipeline import Compilation
 HERE = pathlib.Path(__file__).parent
 
 
-def _load(name: str, file: str):
-    spec = importlib.util.spec_from_file_location(name, HERE / file)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-oracle = _load("polysat_test_oracle", "oracle.py")
-host = _load("polysat_test_simt_host", "simt_host.py")
-rand = _load("polysat_test_playback_random", "test_playback_random.py")
+_spec = importlib.util.spec_from_file_location("polysat_test_simt_host", HERE / "simt_host.py")
+host = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(host)
+oracle = host.oracle
+rand = host.load("polysat_test_playback_random", "test_playback_random.py")
 EXAMPLES = HERE.parent / "examples"
 PLANS = [SimtPlan("sm80", 128, 1, 1), SimtPlan("sm80", 128, 4, 2), SimtPlan("sm80", 256, 32, 8),
          SimtPlan("sm80", 128, 128, 4), SimtPlan("sm80", 64, 64, 1)]
@@ -66,16 +60,7 @@ def _inputs(spec, env, seed: int) -> dict:
 
 def _check(cases: list) -> None:
     """cases: (label, spec, env, inputs, oracle output or None); every plan of each spec emulated."""
-    jobs, meta = [], []
-    for label, spec, env, inputs, want in cases:
-        for p in _plans(spec):
-            jobs.append((render(spec, p), inputs, env))
-            meta.append((f"{label} {p.key()}", spec, env, inputs, want))
-    for got, (label, spec, env, inputs, want) in zip(host.emulate_many(jobs), meta, strict=True):
-        dt = spec.dtypes()[spec.c].value
-        oracle.assert_close(got, reference(spec, inputs, env).astype(np.float64), dt, f"{label} vs playback")
-        if want is not None:
-            oracle.assert_close(got, want, dt, f"{label} vs numpy")
+    host.check_cases(cases, _plans)
 
 
 def test_row_statistics_examples_match_numpy():

@@ -1,6 +1,6 @@
 """SIMT kernels on a GPU (marker ``gpu``; skipped only when no CUDA GPU is visible).
 
-Whole models through ``--target cuda``'s path (``stages.run_cuda``: every region on the device in order,
+Whole models through ``--target cuda``'s path (``runtime.regions.run_cuda``: every region on the device in order,
 the SIMT kind's regions included) against CPU playback of the same regions and the reference evaluator
 of the program; and every SIMT region of them, one by one, under plans of every shape (one lane per row,
 sub-warp, warp and block-wide groups, scalar and vector steps) through the kind's ``launch`` against its
@@ -14,7 +14,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from polysat.backend import kinds, stages
+from polysat.backend import kinds
+from polysat.runtime import regions as device_run
 from polysat.backend.common.gpu import cuda_available
 from polysat.backend.simt.plan import SimtPlan, stop_reason
 from polysat.bench.models import mlp_stack, transformer
@@ -57,7 +58,7 @@ def test_models_run_on_cuda_like_playback_and_the_reference(name):
     x = _inputs(c, len(name))
     want = playback(regions, x, keep_all=True)
     ref = evaluate(c.program, x)
-    got = stages.run_cuda(regions, x)
+    got = device_run.run_cuda(regions, x)
     dts = {b.name: b.memref.dtype.value for r in regions for b in r.outputs}
     assert set(got) == {b.name for r in regions for b in r.outputs if b.program_output}
     for k, v in got.items():

@@ -8,7 +8,11 @@ the yield writes with a cast, over the packed output ``O[*batch, m, dv]``:
 
 * the scores are read by ``common.score_match.score_part`` (Q, K, scale, causal mask);
 * V is of Q's and K's type, read whole and packed like them, widened to fp32;
-* P's type is the type the streaming rounds P to (V's type as the frontend lowers attention).
+* P's type is the type the streaming rounds P to (V's type as the frontend lowers attention);
+* with one batch axis h (the heads), O may instead be written (through a Transpose of the sum) as
+  [rows, h, head dim], the heads interleaved, and Q, K and V read as column windows of row-major
+  [rows, ld] matrices, head h at offset + h * hs (``AttentionSpec.cols``): a [tokens, H * d] projection
+  or one piece of a fused Q/K/V projection.
 
 The spec's meaning (``reference.reference``) rounds P after the division by the row sum;
 a ``passes=1`` region rounds it at the running max instead (fp16 only: within 1e-3), a ``passes=2``
@@ -22,11 +26,11 @@ from functools import partial
 
 from typing import NoReturn
 
-from ...ir.region import R, Region
+from ...ir.region import R, Region, RNode
 from ..common.region_match import Aliases, Lets, Mismatch, RegionBinding, axis_size, recogniser, the_yield
-from ..common.score_match import packed_read, score_part, widened_read
+from ..common.score_match import packed_read, score_part, widened_read, window_read
 from ..common.spec import IN_DTYPES, OUT_DTYPES
-from .spec import AttentionSpec
+from .spec import HEAD_DIMS, AttentionSpec
 
 
 def _reject(r: Region, why: str) -> NoReturn:
@@ -49,6 +53,8 @@ def bind(region: Region, name: "str | None" = None) -> AttentionBinding:
     lets = Lets(r)
     y, out, top = the_yield(r, lets, reject)
     top = lets(top)
+    if top.op == R.TRANSPOSE:  # the output stored in another order than the sum's axes
+        top = lets(top.src[0])
     if top.op != R.ONLINE:
         what = f"{top.op.value} {top.arg}" if top.op in (R.UNARY, R.BINARY) else top.op.value
         _reject(r, f"it yields {what}, not a streamed softmax-weighted sum (online_softmax_sum); epilogues are "
@@ -60,11 +66,25 @@ def bind(region: Region, name: "str | None" = None) -> AttentionBinding:
         _reject(r, f"its output {out.name!r} is not the packed row-major [{', '.join(y.axes)}] tensor")
     if y.cast not in OUT_DTYPES:
         _reject(r, f"it writes {y.cast.value}; the template writes fp16, bf16 or fp32")
-    batch, (m_ax, dv_ax) = tuple(y.axes[:-2]), y.axes[-2:]
-    sp = score_part(r, lets, top.src[0], batch, m_ax, j, reject)
+    axes = top.axes if lets(r.let_map[y.src]).op == R.TRANSPOSE else y.axes
+    batch, (m_ax, dv_ax) = tuple(axes[:-2]), axes[-2:]
+    heads = len(batch) == 1 and tuple(y.axes) == (m_ax, batch[0], dv_ax)
+    if tuple(y.axes) != batch + (m_ax, dv_ax) and not heads:
+        _reject(r, f"it writes [{', '.join(y.axes)}]; the template writes [*batch, rows, head dim] or, with one "
+                   "batch axis, [rows, heads, head dim]")
+    windows: list = []
+
+    def read(node: RNode, row: str, col: str, what: str) -> str:
+        if not heads:
+            return packed_read(r, node, batch + (row, col), what, reject)
+        tensor, window = window_read(r, node, row, batch[0], col, what, reject)
+        windows.append(window)
+        return tensor
+
+    sp = score_part(r, lets, top.src[0], batch, m_ax, j, reject, read)
     k_ax, q, k = sp.k_axis, sp.q, sp.k
     v_read = widened_read(lets, top.src[1], "the values", reject)
-    v = packed_read(r, v_read, batch + (j, dv_ax), "V", reject)
+    v = read(v_read, j, dv_ax, "V")
     if sp.in_dtype != v_read.dtype:
         _reject(r, f"Q, K and V are {sp.in_dtype.value}, {sp.in_dtype.value} and {v_read.dtype.value}; the template "
                    "takes one input type")
@@ -73,10 +93,17 @@ def bind(region: Region, name: "str | None" = None) -> AttentionBinding:
     d, dv = r.axis_sizes[k_ax], r.axis_sizes[dv_ax]
     if not isinstance(d, int) or not isinstance(dv, int):
         _reject(r, f"the head dims are {d} and {dv}; the template needs static ints")
+    if d not in HEAD_DIMS or dv not in HEAD_DIMS:
+        _reject(r, f"the head dims are {d} and {dv}; the flash template is instantiated for "
+                   f"{', '.join(map(str, HEAD_DIMS))}")
     al = Aliases(r)  # Q and K one tensor: bound twice
     qn, kn, vn = al(q, "q"), al(k, "k"), al(v, "v")
     size = partial(axis_size, r, reject=reject)
+    cols = ()
+    if heads:
+        h = size(batch[0])
+        cols = (*windows, (0, h * dv, dv)) if isinstance(h, int) else ()
     spec = AttentionSpec(name or r.name, size(m_ax), size(j), d, dv, batch=tuple(size(a) for a in batch),
                          causal=sp.causal, scale=sp.scale, in_dtype=sp.in_dtype, p_dtype=p, out_dtype=y.cast,
-                         q=qn, k=kn, v=vn, o=out.name, passes=passes)
+                         q=qn, k=kn, v=vn, o=out.name, passes=passes, cols=cols)
     return AttentionBinding(spec, tuple(al.pairs), passes)

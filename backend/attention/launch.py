@@ -66,7 +66,8 @@ def launch(what: str, ks: AttentionKernelSource, cspec, tensors: Mapping[str, An
     tmaps = {}
     if ks.skeleton == "sm90":
         for op in ks.tma:
-            tmaps[op.role] = tensor_map(op, ptrs[roles[op.role]], sizes, cspec.in_dtype)
+            tmaps[op.role] = tensor_map(op, ptrs[roles[op.role]] + op.offset * cspec.in_dtype.itemsize, sizes,
+                                        cspec.in_dtype)
     scalars = {"M": sizes["m"], "N": sizes["n"], "batch": sizes["batch"]}
 
     def arg(p):

@@ -30,10 +30,14 @@ def reference(spec: AttentionSpec, inputs: Mapping[str, np.ndarray],
                         env: Mapping[str, int] | None = None) -> np.ndarray:
     """The numpy meaning (what CPU playback of the region and every generated kernel are compared with)."""
     check_inputs(spec, inputs, env)
+    if spec.cols:  # each head's column windows -> [H, rows, dim]; the output back to [m, H*dv]
+        inputs = {x: spec.heads_of(np.asarray(inputs[x]), k, dim)
+                  for k, (x, dim) in enumerate(zip(spec.inputs, (spec.d, spec.d, spec.dv)))}
     p = softmax_probs(spec, inputs)
     v = np.asarray(round_to(np.asarray(inputs[spec.v]), spec.in_dtype)).astype(np.float32)
     o = np.matmul(p, v).astype(np.float32)
-    return np.asarray(round_to(o, spec.out_dtype)).astype(spec.out_dtype.np)
+    o = np.asarray(round_to(o, spec.out_dtype)).astype(spec.out_dtype.np)
+    return np.ascontiguousarray(np.swapaxes(o, 0, 1)).reshape(o.shape[1], -1) if spec.cols else o
 
 
 def softmax_probs(spec, inputs: Mapping[str, np.ndarray]) -> np.ndarray:

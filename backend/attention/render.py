@@ -70,7 +70,22 @@ def render_text(spec, plan: AttentionPlan, kname: str, summary: str, out_dtype, 
         kernel=kname, summary=summary, skeleton=plan.skeleton, plan_key=plan.key(), algo=plan.algo,
         header=attention_header(), c_literal=f"{c:.9e}f", sign=sign, threads=plan.threads,
         in_t=CTYPE[spec.in_dtype], out_t=CTYPE[out_dtype], d=spec.d, dv=dv, bm=bm, bn=bn,
-        stages=plan.stages, consumers=plan.warps[0], causal=cbool(spec.causal), two_pass=cbool(two_pass), store_p=store_p)
+        stages=plan.stages, consumers=plan.warps[0], causal=cbool(spec.causal), two_pass=cbool(two_pass), store_p=store_p,
+        cols=_ints(_cols(spec, 3)) + f", {out_ld(spec)}LL", out_ld=f"{out_ld(spec)}LL", qk_cols=_ints(_cols(spec, 2)))
+
+
+def _cols(spec, n: int) -> tuple:
+    """The (offset, ld, head stride) of the spec's first n tensors; ld 0 (packed) when it has none."""
+    return spec.cols[:n] if spec.cols else ((0, 0, 0),) * n
+
+
+def _ints(cols: tuple) -> str:
+    return ", ".join(f"{x}LL" for c in cols for x in c)
+
+
+def out_ld(spec) -> int:
+    """O's row stride for the kernel: 0 (packed) or H*dv (the heads interleaved; attention only)."""
+    return spec.cols[3][1] if len(spec.cols) > 3 else 0
 
 
 def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:
@@ -81,8 +96,11 @@ def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:
     src = render_text(spec, plan, kname, summary, spec.out_dtype, dv=spec.dv, two_pass=plan.two_pass, store_p=False)
     if plan.skeleton == "sm90":
         params = [Param("tmQ", "tmap", "Q"), Param("tmK", "tmap", "K"), Param("tmV", "tmap", "V")]
-        tma = (TmaOperand("Q", ("d", "m", "batch"), (64, bm, 1)), TmaOperand("K", ("d", "n", "batch"), (64, bn, 1)),
-               TmaOperand("V", ("dv", "n", "batch"), (64, bn, 1)))
+        def window(k: int) -> dict:  # column windows: rows ld apart, heads hs, from an offset
+            return {"strides": spec.cols[k][1:], "offset": spec.cols[k][0]} if spec.cols else {}
+        tma = (TmaOperand("Q", ("d", "m", "batch"), (64, bm, 1), **window(0)),
+               TmaOperand("K", ("d", "n", "batch"), (64, bn, 1), **window(1)),
+               TmaOperand("V", ("dv", "n", "batch"), (64, bn, 1), **window(2)))
     else:
         params = [Param("Q", "ptr", "Q"), Param("K", "ptr", "K"), Param("V", "ptr", "V")]
         tma = ()

@@ -3,7 +3,11 @@
 
 ``O[*b, i, :] = cast_out( sum_j P[*b, i, j] * V[*b, j, :] )`` with
 ``P[*b, i, :] = cast_p( softmax_j( scale * sum_d Q[*b, i, d] K[*b, j, d]  (masked) ) )``:
-Q [*batch, m, d], K [*batch, n, d], V [*batch, n, dv] and O [*batch, m, dv], all packed row-major;
+Q [*batch, m, d], K [*batch, n, d], V [*batch, n, dv] and O [*batch, m, dv], all packed row-major, or, with
+``cols`` (batch = (H,): the heads), column windows of row-major matrices: Q [m, ld_q] whose head h is the
+columns [off_q + h*hs_q, off_q + h*hs_q + d), K and V alike over n rows, O [m, H*dv] with the heads
+interleaved (``cols`` = ((off, ld, hs) of Q, K, V, O)): a [tokens, H * d] projection, or one piece of a
+fused Q/K/V projection, read in place;
 fp16|bf16 inputs, scores, max and sum in fp32, P rounded to ``p_dtype`` (V's type: the type the second
 MMA takes) before P V, fp32 accumulation, O rounded to ``out_dtype``. ``causal``: key j is visible to
 query i iff ``j <= i + (n - m)`` (aligned bottom-right, as the frontend lowers it); a query row that
@@ -15,6 +19,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 from typing import Any, Callable, ClassVar, Mapping
 
 from ...ir.diagnostics import fail
@@ -62,6 +68,13 @@ class QKSoftmaxSpec:
         # row i sees keys 0 .. min(n-1, i + n - m)
         return causal_pairs(m, n)
 
+    def heads_of(self, x, k: int, dim: int):
+        """[H, rows, dim]: the heads of tensor x (in its ``shapes`` shape), the k-th of the spec's ``cols``."""
+        if not self.cols:
+            return x
+        off, _, hs = self.cols[k]
+        return np.stack([x[:, off + h * hs: off + h * hs + dim] for h in range(self.batch[0])])
+
     def _json(self, dtypes: Mapping[str, DType], tensors: Mapping[str, str], **rest: Any) -> dict[str, Any]:
         return {"kind": self.KIND, "name": self.name, "m": self.m, "n": self.n, **self.head_dims(),
                 "batch": list(self.batch), "causal": self.causal, "scale": self.scale,
@@ -105,6 +118,7 @@ class AttentionSpec(QKSoftmaxSpec):
     o: str = "O"
     passes: int | None = None       # walks over the keys a region prescribes (1: P rounded at the running
                                     # max, online; 2: P rounded after normalisation); None: the plan chooses
+    cols: tuple = ()                # (): packed; else (offset, ld, head stride) of Q, K, V and O (module doc)
 
     def __post_init__(self):
         validate(self)
@@ -123,8 +137,13 @@ class AttentionSpec(QKSoftmaxSpec):
 
     def shapes(self, env: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
         s, bd = self.sizes(env), self.batch_dims(env)
-        return {self.q: bd + (s["m"], self.d), self.k: bd + (s["n"], self.d), self.v: bd + (s["n"], self.dv),
-                self.o: bd + (s["m"], self.dv)}
+
+        def shape(k: int, rows: int, dim: int) -> tuple[int, ...]:
+            return (rows, self.cols[k][1]) if self.cols else bd + (rows, dim)
+
+        return {self.q: shape(0, s["m"], self.d), self.k: shape(1, s["n"], self.d),
+                self.v: shape(2, s["n"], self.dv), self.o: shape(3, s["m"], self.dv)}
+
 
     def dtypes(self) -> dict[str, DType]:
         return {self.q: self.in_dtype, self.k: self.in_dtype, self.v: self.in_dtype, self.o: self.out_dtype}
@@ -136,13 +155,15 @@ class AttentionSpec(QKSoftmaxSpec):
 
     def to_json(self) -> dict[str, Any]:
         return self._json({"p_dtype": self.p_dtype, "out_dtype": self.out_dtype},
-                          {"q": self.q, "k": self.k, "v": self.v, "o": self.o}, passes=self.passes)
+                          {"q": self.q, "k": self.k, "v": self.v, "o": self.o}, passes=self.passes,
+                          **({"cols": [list(c) for c in self.cols]} if self.cols else {}))
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "AttentionSpec":
         return AttentionSpec._from_json(d, lambda d, at: {
             "dv": d.get("dv", d["d"]), "out_dtype": parse_spec_dtype(d.get("out_dtype", "fp16"), at),
-            "v": d.get("v", "V"), "o": d.get("o", "O"), "passes": d.get("passes")})
+            "v": d.get("v", "V"), "o": d.get("o", "O"), "passes": d.get("passes"),
+            "cols": tuple(tuple(c) for c in d.get("cols", ()))})
 
 
 def causal_pairs(m: int, n: int) -> int:
@@ -194,3 +215,22 @@ def validate(s: AttentionSpec) -> None:
     if s.passes not in (None, 1, 2) or isinstance(s.passes, bool):
         fail("InvalidAttribute", at, f"passes = {s.passes!r}; the softmax walks the keys once (1) or twice (2)")
     check_names([s.q, s.k, s.v, s.o], at)
+    check_cols(s, (s.d, s.d, s.dv, s.dv), at)
+    if s.cols and tuple(s.cols[3]) != (0, s.batch[0] * s.dv, s.dv):
+        fail("InvalidAttribute", at, f"cols = {s.cols!r}: O is [m, H*dv], the heads interleaved")
+
+
+def check_cols(s: QKSoftmaxSpec, dims: tuple[int, ...], at: str) -> None:
+    """s.cols, if any: one (offset, ld, head stride) per tensor of dims, one static batch dim (the heads), each
+    head's window inside its row, multiples of 8 elements (16-byte copies)."""
+    if not s.cols:
+        return
+    h = s.batch[0] if len(s.batch) == 1 else None
+    ok = isinstance(h, int) and len(s.cols) == len(dims) and all(
+        len(c) == 3 and all(isinstance(x, int) and not isinstance(x, bool) and x % 8 == 0 for x in c) and c[0] >= 0
+        and c[2] >= dim and c[0] + (h - 1) * c[2] + dim <= c[1]
+        for c, dim in zip(s.cols, dims))
+    if not ok:
+        fail("InvalidAttribute", at, f"cols = {s.cols!r} with batch {list(s.batch)}: column windows need one "
+                                     "static batch dim (the heads), windows inside each row at multiples of "
+                                     "8 elements (16-byte copies)")

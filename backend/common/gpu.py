@@ -88,13 +88,22 @@ def concrete(spec, env: Mapping[str, int] | None, dims: tuple[str, ...]):
                                batch=tuple(bind(d) for d in spec.batch))
 
 
+def tma_strides(op, sizes: Mapping[str, int], itemsize: int) -> list[int]:
+    """The byte strides of op's dims after the innermost (cuTensorMapEncodeTiled's globalStrides): op.strides
+    (elements) when given, else packed."""
+    if getattr(op, "strides", ()):
+        return [s * itemsize for s in op.strides]
+    out, acc = [], itemsize
+    for d in op.dims[:-1]:
+        acc *= sizes[d]
+        out.append(acc)
+    return out
+
+
 def tensor_map(op, base: int, sizes: Mapping[str, int], dtype: DType):
     drv = driver()
     dims = [sizes[d] for d in op.dims]
-    strides, acc = [], dtype.itemsize
-    for d in dims[:-1]:
-        acc *= d
-        strides.append(acc)
+    strides = tma_strides(op, sizes, dtype.itemsize)
     dt = (drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16 if dtype == DType.fp16
           else drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16)
     return ck(drv.cuTensorMapEncodeTiled(

@@ -103,7 +103,8 @@ def cubin_for(ks: KernelSource, dev_arch: str, cc: tuple[int, int] | None = None
         with open(path, "rb") as f:
             return f.read()
     # NVRTC needs the CUDA headers (cuda_fp16.h); without them nvcc, which knows its own, compiles. A kernel
-    # NVRTC refuses (a header it does not ship, such as <stdint.h>) goes to nvcc too where there is one.
+    # NVRTC refuses goes to nvcc too where there is one (the templates include no C library header, which
+    # NVRTC does not ship; tests/test_backend_runtime.py builds every kind there).
     cubin = None
     if _include_dirs():
         try:

@@ -75,8 +75,8 @@ def walk(lets: Lets, top: RNode, stop: RNode | None = None) -> list[RNode]:
 
 def same_value(lets: Lets, a: RNode, b: RNode, rename: Mapping[str, str] | None = None) -> bool:
     """a, with its axes renamed (rename), computes the same value as b at every point: equal expressions
-    once Refs are followed and broadcasts dropped (RB-SSA axes are named, so a broadcast only says where a
-    value is read, not what it is). A reduction over a fresh key axis that recomputes the scores it reduces
+    once Refs are followed and broadcasts and transposes dropped (RB-SSA axes are named, so a broadcast or a
+    transpose only says where a value is read, not what it is). A reduction over a fresh key axis that recomputes the scores it reduces
     is then the same reduction as one over the scores themselves."""
     ren = {k: Expr.var(v) for k, v in (rename or {}).items()}
     names = dict(rename or {})
@@ -85,7 +85,7 @@ def same_value(lets: Lets, a: RNode, b: RNode, rename: Mapping[str, str] | None 
         n = lets(n)
         if id(n) in memo:
             return memo[id(n)]
-        while n.op == R.BROADCAST:
+        while n.op in (R.BROADCAST, R.TRANSPOSE):
             n = lets(n.src[0])
         kids = tuple(key(c, memo, subs, nm) for c in n.src)
         if n.op == R.READ:

@@ -35,6 +35,8 @@ class TmaOperand:
     role: str                  # "A" | "B"
     dims: tuple[str, ...]      # size names, innermost first: e.g. ("k", "m", "batch")
     box: tuple[int, ...]       # elements per box, innermost first
+    strides: tuple[int, ...] = ()  # element strides of the dims after the innermost (default: packed)
+    offset: int = 0                # elements from the tensor's start to the map's
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ region (scores.bind):
 * the scale is a multiplication of the scores by an fp32 constant (either operand order; none = 1.0);
 * the mask, if any, is ``select(j <= m + (N - M), scores, -inf)``: exactly the causal mask aligned
   bottom-right (the frontend's), written as an index guard (a Pred, or a select of one between true and
-  false, possibly broadcast).
+  false, possibly broadcast or transposed).
 
 Every helper takes ``reject(why)`` (the caller's, raising Mismatch).
 """
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ...ir.dtypes import DType
 from ...ir.expr import Expr
 from ...ir.region import R, Region, RNode
+from ...ir.region_squeeze import linear_address
 from .region_match import Lets, Reject, axis_var, row_major_input
 from .spec import IN_DTYPES
 
@@ -67,9 +68,9 @@ def is_neg_inf(n: RNode) -> bool:
 
 
 def _guard(lets: Lets, n: RNode) -> "RNode | None":
-    """The Pred of an index-guard condition: a Pred, select(Pred, true, false), either broadcast."""
+    """The Pred of an index-guard condition: a Pred, select(Pred, true, false), either broadcast or transposed."""
     n = lets(n)
-    if n.op == R.BROADCAST:
+    while n.op in (R.BROADCAST, R.TRANSPOSE):
         n = lets(n.src[0])
     if n.op == R.PRED:
         return n
@@ -118,15 +119,43 @@ def _scores(r: Region, lets: Lets, s: RNode, m_ax: str, j: str, reject: Reject) 
     return causal, scale, s
 
 
-def score_part(r: Region, lets: Lets, s: RNode, batch: tuple, m_ax: str, j: str, reject: Reject) -> ScorePart:
-    """The scores s over [*batch, m_ax, j] as a ScorePart, or reject(why)."""
+def window_read(r: Region, node: RNode, row: str, head: str, col: str, what: str, reject: Reject) -> tuple:
+    """(tensor, (offset, ld, hs)) of a read that takes, for head h, the column window [offset + h*hs,
+    offset + h*hs + |col|) of a row-major [|row|, ld] matrix (the tensor's bytes): a head of a [tokens,
+    H * d] projection, or of one piece of a fused Q/K/V projection. Static ints, inside each row."""
+    tensor, index = node.arg
+    buf = row_major_input(r, tensor, what, reject)
+    coef = {}
+    for mono, c in linear_address(index, buf.memref.shape).terms:
+        if len(mono) > 1 or (mono and mono[0] not in (row, head, col)):
+            reject(f"{what} read {tensor}[{', '.join(map(str, index))}] is not a column window of rows over "
+                   f"[{row}, {head}, {col}]: the template reads rows of heads at static strides")
+        coef[mono[0] if mono else ""] = c
+    sizes = r.axis_sizes
+    off, ld, hs, unit = coef.get("", 0), coef.get(row, 0), coef.get(head, 0), coef.get(col, 0)
+    heads, width, rows = sizes[head], sizes[col], sizes[row]
+    total = Expr.const(1)
+    for d in buf.memref.shape:
+        total = total * Expr.of(d)
+    if (unit != 1 or ld <= 0 or hs <= 0 or off < 0 or not isinstance(heads, int) or not isinstance(width, int)
+            or off + (heads - 1) * hs + width > ld or total != Expr.of(rows) * ld):
+        reject(f"{what} read {tensor}[{', '.join(map(str, index))}] is not a column window of a row-major "
+               f"[{row}, ld] matrix (offset {off}, ld {ld}, head stride {hs})")
+    return tensor, (off, ld, hs)
+
+
+def score_part(r: Region, lets: Lets, s: RNode, batch: tuple, m_ax: str, j: str, reject: Reject,
+               read=None) -> ScorePart:
+    """The scores s over [*batch, m_ax, j] as a ScorePart, or reject(why). read(node, row, col, what): the
+    tensor Q (K) is read from over rows row and head-dim col (default: packed_read over batch + (row, col))."""
+    read = read or (lambda node, row, col, what: packed_read(r, node, batch + (row, col), what, reject))
     causal, scale, qk = _scores(r, lets, s, m_ax, j, reject)
     (k_ax,) = qk.arg[1]
     x, w = (widened_read(lets, t, "a Q K^T operand", reject) for t in lets(qk.src[0]).src)
     if m_ax not in (axis_var(e) for e in x.arg[1]):
         x, w = w, x
-    q = packed_read(r, x, batch + (m_ax, k_ax), "Q", reject)
-    k = packed_read(r, w, batch + (j, k_ax), "K", reject)
+    q = read(x, m_ax, k_ax, "Q")
+    k = read(w, j, k_ax, "K")
     if x.dtype != w.dtype:
         reject(f"Q and K are {x.dtype.value} and {w.dtype.value}; the template takes one input type")
     return ScorePart(causal, scale, q, k, k_ax, x.dtype)

@@ -26,8 +26,9 @@ from typing import NoReturn
 from ...ir.dtypes import DType
 from ...ir.region import R, Region, RNode
 from ..common.region_match import Aliases, Lets, Mismatch, RegionBinding, axis_size, recogniser, same_value, the_yield
-from ..common.score_match import score_part
+from ..common.score_match import score_part, window_read
 from ..common.spec import OUT_DTYPES
+from ..attention.spec import HEAD_DIMS
 from .spec import ScoresSpec
 
 LOG2E = 1.0 / math.log(2.0)
@@ -118,13 +119,28 @@ def bind(region: Region, name: "str | None" = None) -> ScoresBinding:
     maxed, k = _row_reduce(r, lets, mx, "max", j, axes, "the subtracted row statistic", reject)
     if not same_value(lets, maxed, s, {k: j}):
         reject("the subtracted row max is not the max of the scores it is subtracted from")
-    sp = score_part(r, lets, s, batch, m_ax, j, reject)
+    windows: list = []
+
+    def window(node, row: str, col: str, what: str) -> str:
+        tensor, w = window_read(r, node, row, batch[0], col, what, reject)
+        windows.append(w)
+        return tensor
+
+    try:
+        sp = score_part(r, lets, s, batch, m_ax, j, reject)
+    except Mismatch:
+        if len(batch) != 1:
+            raise
+        sp = score_part(r, lets, s, batch, m_ax, j, reject, window)  # Q and K heads of row-major matrices
     d = r.axis_sizes[sp.k_axis]
     if not isinstance(d, int):
         reject(f"the head dim is {d}; the template needs a static int")
+    if d not in HEAD_DIMS:
+        reject(f"the head dim is {d}; the flash skeleton is instantiated for {', '.join(map(str, HEAD_DIMS))}")
     al = Aliases(r)  # Q and K one tensor: bound twice
     qn, kn = al(sp.q, "q"), al(sp.k, "k")
     size = partial(axis_size, r, reject=reject)
     spec = ScoresSpec(name or r.name, size(m_ax), size(j), d, batch=tuple(size(a) for a in batch),
-                      causal=sp.causal, scale=sp.scale, in_dtype=sp.in_dtype, p_dtype=y.cast, q=qn, k=kn, p=out.name)
+                      causal=sp.causal, scale=sp.scale, in_dtype=sp.in_dtype, p_dtype=y.cast, q=qn, k=kn, p=out.name,
+                      cols=tuple(windows))
     return ScoresBinding(spec, tuple(al.pairs))

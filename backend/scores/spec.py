@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Mapping
 
 from ...ir.diagnostics import fail
 from ...ir.dtypes import DType
-from ..attention.spec import QKSoftmaxSpec, check_common, check_names, check_scale
+from ..attention.spec import QKSoftmaxSpec, check_cols, check_common, check_names, check_scale
 from ..common.spec import IN_DTYPES, OUT_DTYPES, Size
 
 
@@ -37,6 +37,7 @@ class ScoresSpec(QKSoftmaxSpec):
     q: str = "Q"
     k: str = "K"
     p: str = "P"
+    cols: tuple = ()                # (): packed; else (offset, ld, head stride) of Q and K (attention.spec)
 
     def __post_init__(self):
         validate(self)
@@ -52,7 +53,9 @@ class ScoresSpec(QKSoftmaxSpec):
 
     def shapes(self, env: Mapping[str, int] | None = None) -> dict[str, tuple[int, ...]]:
         s, bd = self.sizes(env), self.batch_dims(env)
-        return {self.q: bd + (s["m"], self.d), self.k: bd + (s["n"], self.d), self.p: bd + (s["m"], s["n"])}
+        q = (s["m"], self.cols[0][1]) if self.cols else bd + (s["m"], self.d)
+        k = (s["n"], self.cols[1][1]) if self.cols else bd + (s["n"], self.d)
+        return {self.q: q, self.k: k, self.p: bd + (s["m"], s["n"])}
 
     def dtypes(self) -> dict[str, DType]:
         return {self.q: self.in_dtype, self.k: self.in_dtype, self.p: self.p_dtype}
@@ -62,11 +65,13 @@ class ScoresSpec(QKSoftmaxSpec):
         return 2 * self.sizes(env)["batch"] * self.visible_pairs(env) * self.d
 
     def to_json(self) -> dict[str, Any]:
-        return self._json({"p_dtype": self.p_dtype}, {"q": self.q, "k": self.k, "p": self.p})
+        return self._json({"p_dtype": self.p_dtype}, {"q": self.q, "k": self.k, "p": self.p},
+                          **({"cols": [list(c) for c in self.cols]} if self.cols else {}))
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "ScoresSpec":
-        return ScoresSpec._from_json(d, lambda d, at: {"p": d.get("p", "P")})
+        return ScoresSpec._from_json(d, lambda d, at: {"p": d.get("p", "P"),
+                                                       "cols": tuple(tuple(c) for c in d.get("cols", ()))})
 
 
 def validate(s: ScoresSpec) -> None:
@@ -77,5 +82,6 @@ def validate(s: ScoresSpec) -> None:
         fail("DtypeMismatch", at, f"P must be fp16, bf16 or fp32, got {s.p_dtype.value}")
     check_scale(s, at)
     check_names([s.q, s.k, s.p], at)
+    check_cols(s, (s.d, s.d), at)
 
 

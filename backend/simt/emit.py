@@ -287,27 +287,25 @@ class Emitter:
         op, axes, _init = n.arg
         acc = self.fresh("acc")
         self.line(f"{CTYPE[n.dtype]} {acc} = {neutral_literal(op, n.dtype)};")
+        self.over_axes(axes, lambda: self.accumulate(n, acc))
+        return self.let(CTYPE[n.dtype], self.finish(n, acc), "red")
+
+    def over_axes(self, axes, body, prefix: str = "r") -> None:
+        """Nested loops over ``axes`` (each a fresh variable bound to it, over the axis's size): body() inside."""
         saved = []
         for a in axes:
-            var = self.fresh("r")
+            var = self.fresh(prefix)
             self.open(f"for (long long {var} = 0; {var} < {self.size(self.r.axis_sizes[a])}; ++{var})")
             saved.append((a, self.bound.get(a)))
             self.bind(a, var)
-        self.accumulate(n, acc)
+        body()
         for a, prev in reversed(saved):
             self.close()
             self.unbind(a, prev)
-        return self.let(CTYPE[n.dtype], self.finish(n, acc), "red")
 
     def key_loop(self, axis: str, body) -> None:
         """for each value of the key axis (a fresh variable bound to it): body()."""
-        var = self.fresh("j")
-        self.open(f"for (long long {var} = 0; {var} < {self.size(self.r.axis_sizes[axis])}; ++{var})")
-        prev = self.bound.get(axis)
-        self.bind(axis, var)
-        body()
-        self.close()
-        self.unbind(axis, prev)
+        self.over_axes((axis,), body, "j")
 
     def online_inline(self, n: RNode) -> str:
         """online_softmax_sum at the point, in three walks over the key axis: the max, the sum of

@@ -248,18 +248,12 @@ class _Gen:
             for pt in points:
                 accs[pt] = em.fresh("acc")
                 em.line(f"{CTYPE[n.dtype]} {accs[pt]} = {neutral_literal(op, n.dtype)};")
-            saved = []
-            for a in axes:
-                var = em.fresh("r")
-                em.open(f"for (long long {var} = 0; {var} < {em.size(spec.region.axis_sizes[a])}; ++{var})")
-                saved.append((a, em.bound.get(a)))
-                em.bind(a, var)
-            for pt in points:
-                at(*pt)
-                em.accumulate(n, accs[pt])
-            for a, prev in reversed(saved):
-                em.close()
-                em.unbind(a, prev)
+
+            def step(n=n, accs=accs):
+                for pt in points:
+                    at(*pt)
+                    em.accumulate(n, accs[pt])
+            em.over_axes(axes, step)
             for pt in points:
                 at(*pt)
                 em.remember(n, em.let(CTYPE[n.dtype], em.finish(n, accs[pt]), "red"))

@@ -63,6 +63,17 @@ POLYSAT_HD KeyRange key_range(int m0, int rows, int bn, int M, int N, bool causa
   return r;
 }
 
+// Where batch entry b of an operand of `rows` rows of dim elements starts and how far apart its rows lie:
+// packed [batch][rows][dim] (ld == 0), or head b the column window [off + b*hs, off + b*hs + dim) of a
+// row-major [rows][ld] matrix (a [tokens, heads * dim] projection, or one piece of a fused Q/K/V one;
+// docs/DESIGN.md §Backend)
+struct RowsAt {
+  long long base, ld;
+};
+POLYSAT_HD RowsAt rows_at(int b, int rows, int dim, long long off, long long ld, long long hs) {
+  return ld ? RowsAt{off + (long long)b * hs, ld} : RowsAt{(long long)b * rows * dim, dim};
+}
+
 // whether key j is visible to query i
 POLYSAT_HD bool visible(int i, int j, int M, int N, bool causal) { return j < N && (!causal || j <= i + (N - M)); }
 
@@ -274,11 +285,11 @@ __device__ __forceinline__ void quad_sum(float (&x)[2]) {
   }
 }
 
-// rows row0 .. row0+15 of O (a warp's accumulator o[NO][4], times scale[r]); rows >= M are not stored
+// rows row0 .. row0+15 of O (a warp's accumulator o[NO][4], times scale[r]; rows ld elements apart); rows >= M
+// are not stored
 template <class OutT, int NO>
-__device__ __forceinline__ void store_o(OutT* __restrict__ gO, int M, int row0, const float (&o)[NO][4],
+__device__ __forceinline__ void store_o(OutT* __restrict__ gO, long long ld, int M, int row0, const float (&o)[NO][4],
                                         const float (&scale)[2], int lane) {
-  constexpr int DV = 8 * NO;
 #pragma unroll
   for (int j = 0; j < NO; ++j)
 #pragma unroll
@@ -287,7 +298,7 @@ __device__ __forceinline__ void store_o(OutT* __restrict__ gO, int M, int row0, 
       acc_rc(lane, j, 2 * h, r, c);
       const int row = row0 + r;
       if (row < M) {
-        *reinterpret_cast<typename Pair<OutT>::V*>(gO + (long long)row * DV + c) =
+        *reinterpret_cast<typename Pair<OutT>::V*>(gO + (long long)row * ld + c) =
             Pair<OutT>::make(o[j][2 * h] * scale[h], o[j][2 * h + 1] * scale[h]);
       }
     }
@@ -318,9 +329,12 @@ __device__ __forceinline__ void store_p(PT* __restrict__ gP, int M, int N, int r
 // =============================================================================================
 // SM80: cp.async ring + ldmatrix + mma.sync.m16n8k16 (FA2-style)
 // =============================================================================================
-// STORE_P: O is P [batch, M, N] (OutT its type), V is not read (DV only sizes unused registers)
+// STORE_P: O is P [batch, M, N] (OutT its type), V is not read (DV only sizes unused registers). HEADS: Q, K,
+// V and O lie as rows_at says: (offset, ld, head stride) QO, QL, QH of Q, ... of K and V, O's rows OL apart
+// (heads DV apart); ld 0 = packed
 template <class T, class OutT, int D, int DV, int BM, int BN, int STAGES, bool CAUSAL, bool TWO_PASS, int SIGN,
-          bool STORE_P = false>
+          bool STORE_P = false, long long QO = 0, long long QL = 0, long long QH = 0, long long KO = 0,
+          long long KL = 0, long long KH = 0, long long VO = 0, long long VL = 0, long long VH = 0, long long OL = 0>
 __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                                OutT* __restrict__ O, int M, int N, int batch, float c,
                                                unsigned char* smem) {
@@ -337,14 +351,17 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
   tile_of_block<CAUSAL>(blockIdx.x, tiles_m, tm, b);
   (void)batch;
   const int m0 = tm * BM;
-  const T* gQ = Q + (long long)b * M * D;
-  const T* gK = K + (long long)b * N * D;
-  const T* gV = STORE_P ? V : V + (long long)b * N * DV;
+  static_assert(!STORE_P || OL == 0, "P is stored packed");
+  const RowsAt aq = rows_at(b, M, D, QO, QL, QH), ak = rows_at(b, N, D, KO, KL, KH), av = rows_at(b, N, DV, VO, VL, VH),
+               ao = rows_at(b, M, DV, 0, OL, DV);
+  const T* gQ = Q + aq.base;
+  const T* gK = K + ak.base;
+  const T* gV = STORE_P ? V : V + av.base;
   const KeyRange kr = key_range(m0, BM, BN, M, N, CAUSAL);
   const int row0 = m0 + warp * 16;  // this warp's first query row
 
   // Q joins cp.async group 0 (with the first K/V tile); rows >= M read zero
-  load_tile<T, BM, D, 8, THREADS>(sQ, gQ, D, m0, 0, M, D, tid);
+  load_tile<T, BM, D, 8, THREADS>(sQ, gQ, aq.ld, m0, 0, M, D, tid);
 
   u32 qf[KQ][4];
   float o[NO][4];
@@ -356,8 +373,8 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
 
   // tile jb of K (and V) into ring slot `slot`; keys >= N read zero
   auto load_kv = [&](int slot, int jb, bool with_v) {
-    load_tile<T, BN, D, 8, THREADS>(sK + slot * BN * D, gK, D, jb * BN, 0, N, D, tid);
-    if (with_v) load_tile<T, BN, DV, 8, THREADS>(sV + slot * BN * DV, gV, DV, jb * BN, 0, N, DV, tid);
+    load_tile<T, BN, D, 8, THREADS>(sK + slot * BN * D, gK, ak.ld, jb * BN, 0, N, D, tid);
+    if (with_v) load_tile<T, BN, DV, 8, THREADS>(sV + slot * BN * DV, gV, av.ld, jb * BN, 0, N, DV, tid);
   };
 
   // S = Q K^T for the tile in `slot`: K is [BN][D] (D contiguous), the K-major B operand
@@ -464,21 +481,24 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
       for (int jb = kr.count; jb < (N + BN - 1) / BN; ++jb)
         store_p<OutT, NT>(O + (long long)b * M * N, M, N, row0, jb * BN, s, lane);
     } else {
-      store_o<OutT, NO>(O + (long long)b * M * DV, M, row0, o, sc, lane);
+      store_o<OutT, NO>(O + ao.base, ao.ld, M, row0, o, sc, lane);
     }
   } else {
     stream(0, true);
     quad_sum(l);
     inverse(l, inv_l);
-    store_o<OutT, NO>(O + (long long)b * M * DV, M, row0, o, inv_l, lane);
+    store_o<OutT, NO>(O + ao.base, ao.ld, M, row0, o, inv_l, lane);
   }
 }
 
-// softmax_scores: P [batch, M, N] = softmax_j(scale * Q K^T, masked) rounded to PT, two passes over the keys
-template <class T, class PT, int D, int BM, int BN, int STAGES, bool CAUSAL, int SIGN>
+// softmax_scores: P [batch, M, N] = softmax_j(scale * Q K^T, masked) rounded to PT, two passes over the keys;
+// Q and K packed or column windows (rows_at)
+template <class T, class PT, int D, int BM, int BN, int STAGES, bool CAUSAL, int SIGN, long long QO = 0,
+          long long QL = 0, long long QH = 0, long long KO = 0, long long KL = 0, long long KH = 0>
 __device__ __forceinline__ void scores_sm80(const T* __restrict__ Q, const T* __restrict__ K, PT* __restrict__ P, int M,
                                             int N, int batch, float c, unsigned char* smem) {
-  attention_sm80<T, PT, D, 64, BM, BN, STAGES, CAUSAL, true, SIGN, true>(Q, K, nullptr, P, M, N, batch, c, smem);
+  attention_sm80<T, PT, D, 64, BM, BN, STAGES, CAUSAL, true, SIGN, true, QO, QL, QH, KO, KL, KH>(Q, K, nullptr, P, M, N,
+                                                                                                batch, c, smem);
 }
 
 // =============================================================================================
@@ -606,7 +626,8 @@ enum : int { SW128_SBO = 1024 };  // descriptor SBO of 128-byte swizzled tiles: 
 //   for j >= 1: issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}; wait S_j; softmax_j (O and P_{j-1} untouched
 //               while the P V wgmma runs); wait P V; O *= alpha_j; P_j -> A fragments
 //   O += P_{n-1} V_{n-1}
-template <class T, class OutT, int D, int DV, int BN, int NC, int STAGES, bool CAUSAL, bool TWO_PASS, int SIGN>
+template <class T, class OutT, int D, int DV, int BN, int NC, int STAGES, bool CAUSAL, bool TWO_PASS, int SIGN,
+          long long OL = 0>
 __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK, const void* tmV, OutT* __restrict__ O,
                                                int M, int N, int batch, float c, unsigned char* smem_raw) {
   constexpr int BM = 64 * NC, NT = BN / 8, NO = DV / 8, KQ = D / 16, KP = BN / 16;
@@ -783,7 +804,8 @@ __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK,
       fence_operands(o);
       arrive(&empty_v[(it + n - 1) % STAGES]);
     }
-    OutT* gO = O + (long long)b * M * DV;
+    const RowsAt ao = rows_at(b, M, DV, 0, OL, DV);  // Q, K and V: their tensor maps say how they lie
+    OutT* gO = O + ao.base;
     float sc[2];
     if (TWO_PASS) {
       two_pass_scale(l, inv_l, sc);
@@ -791,7 +813,7 @@ __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK,
       quad_sum(l);
       inverse(l, sc);
     }
-    store_o<OutT, NO>(gO, M, row0, o, sc, lane);
+    store_o<OutT, NO>(gO, ao.ld, M, row0, o, sc, lane);
   }
 }
 

@@ -10,8 +10,12 @@
 // host_group_reduce replays it in the same order.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
-#include <stdint.h>
+#if defined(__CUDACC_RTC__)  // NVRTC has the math functions built in and no C library headers
+#define INFINITY __int_as_float(0x7f800000)
+#define NAN __int_as_float(0x7fffffff)
+#else
 #include <math.h>
+#endif
 
 namespace polysat_simt {
 
@@ -69,7 +73,7 @@ __host__ __device__ __forceinline__ long long elem_stride() { return (long long)
 // to the vector's size (the address itself is tested: no alignment is asked of the caller's buffers)
 template <typename T, int V>
 __host__ __device__ __forceinline__ bool vec_ok(const T* p, long long e0, long long L) {
-  return V > 1 && e0 + V <= L && reinterpret_cast<uintptr_t>(p) % (sizeof(T) * V) == 0;
+  return V > 1 && e0 + V <= L && reinterpret_cast<unsigned long long>(p) % (sizeof(T) * V) == 0;
 }
 
 // ---- vector loads and stores: V consecutive elements, one ld/st.global.vN when aligned -----------------
