@@ -399,33 +399,26 @@ def reach_compose(inner: str, m: str) -> str:
     return compose_maps(inner, m) or OPAQUE
 
 
-@helper("reach-fold")
-def reach_fold(kind: str, in_shape: str, inner: str, a: str, b: str) -> str:
-    """``fold-map`` for a reach map seen through a movement op; "opaque" when it does not fold."""
-    return OPAQUE if inner == OPAQUE else fold_map(kind, in_shape, inner, a, b) or OPAQUE
-
-
-@helper("fusion-legal")
-def fusion_legal(s: str, m: str, red: str) -> str:
-    """"yes" when a kernel iterating space s may compute, inside it, a reduction it reads at map m
-    (docs/DESIGN.md §Fusion), in the loop order of a Reduce over axes ``red`` of s ("()": no Reduce
-    encloses the read, every axis is parallel): one-to-one or a window ("halo"), at a prefix of the
-    loop order, or a projection ("owned") whose axes are all parallel or include every parallel
-    axis (the kernel tiles the axes it uses and owns the whole extent of the others: a softmax on
-    any axis); "no" for a broadcast along an axis no tile owns (many-to-many: GEMM -> GEMM) or an
-    opaque map."""
+@helper("fusion-class")
+def fusion_class(s: str, m: str, red: str) -> str:
+    """The legality class (docs/DESIGN.md §Fusion) of a reduction read at map m inside a kernel
+    iterating space s in the loop order of a Reduce over axes ``red`` of s ("()": no Reduce encloses
+    the read, every axis is parallel): "halo" (one-to-one or a window), "prefix" (at a prefix of the
+    loop order), "owned" (a projection whose axes are all parallel or include every parallel axis:
+    the kernel tiles the axes it uses and owns the whole extent of the others, a softmax on any
+    axis), "broadcast" (along an axis no tile owns) or "opaque" (no affine map)."""
     if m == OPAQUE:
-        return "no"
+        return OPAQUE
     shape, mp, ax = E.parse_shape(s), E.parse_map(m), set(E.parse_ints(red))
     order = [k for k in range(len(shape)) if k not in ax] + sorted(ax)
     pos = {f"i{k}": Expr.var(f"i{j}") for j, k in enumerate(order)}
     kind = read_kind(E.shape(shape[k] for k in order), E.tup(e.subs(pos) for e in mp))
     if kind in ("halo", "prefix"):
-        return "yes"
+        return kind
     used = {int(v[1:]) for e in mp for v in e.variables() if re.fullmatch(r"i\d+", v)} - \
         {k for k in range(len(shape)) if shape[k] == 1}  # a size-1 axis is owned by every tile
     par = {k for k in range(len(shape)) if k not in ax and shape[k] != 1}
-    return "yes" if kind == "owned" and (used <= par or par <= used) else "no"
+    return "owned" if kind == "owned" and (used <= par or par <= used) else "broadcast"
 
 
 @helper("use-through")

@@ -1,7 +1,8 @@
-"""Fusion legality on an extracted partition (Tiny IR), checked on the chosen terms: an independent
-check of the rules that decide it (rules/fusion.egg fuse-veto, docs/DESIGN.md §Fusion). The search does
-not call it; the tests run it on every partition the e-graph gives, and ``--explain`` on the
-partitions ``--cost=size`` keeps.
+"""Fusion legality (docs/DESIGN.md §Fusion). The rules decide it (rules/fusion.egg): their
+``fuse-conflict`` facts name the sets of sites no partition may fuse together, and ``violations``
+reads them for the search (a subset test, no analysis). ``illegal_fusions`` is an independent check
+on an extracted partition (Tiny IR), on the chosen terms: the tests run it on every partition the
+e-graph gives, and ``--explain`` on the partitions ``--cost=size`` keeps.
 
 One-to-one and window reads (compute-at with halo) are legal; a read at a prefix of the consumer's
 loop order, or a projection whose skipped axes a loop order of the consumer can own ("owned": a
@@ -18,6 +19,14 @@ from . import encode as E
 from .boundaries import loop_order, movement_map, operand_reads
 from .ixfns import compose, read_kind
 from .stream import group_of
+
+
+def violations(view, fused) -> list:
+    """(rule, sites, None, why) for each conflict of the rules (rules/fusion.egg many-to-many) whose
+    sites the decision set ``fused`` (Mat site classes) fuses together; [] when the partition is legal."""
+    fused = frozenset(fused)
+    return [("many-to-many", sorted(c), None, f"fusing sites {sorted(c)} together computes a reduction where no loop "
+             "order of the kernel owns it (rule many-to-many, rules/fusion.egg)") for c in view.conflicts if c <= fused]
 
 
 def _kind(p: Program, c, m: "tuple | None", space: tuple, reducer=None) -> str:

@@ -55,6 +55,7 @@ from .cost import Needs, SearchingCost, SizeCost, register
 from .extract import solve
 from .graph import EGraphView, export
 from ..knobs import price_symbol_size
+from .legality import violations
 from .partition_search import apply, default_fused, masks, moves, site_values
 from .state import EGraphState
 from .stream import BLOCK, groups
@@ -344,9 +345,9 @@ class ModelCost(SearchingCost):
         def evaluate(fused: frozenset) -> Candidate:
             if fused in memo:
                 return memo[fused]
+            cand = Candidate(fused, None, illegal=violations(view, fused))  # the rules' conflicts: not priced
             excl, hard, kept = masks(view, st, streams, fused)
-            best, _ = solve(view, _Masked(excl, hard))
-            cand = Candidate(fused, None)
+            best, _ = solve(view, _Masked(excl, hard)) if not cand.illegal else ({}, None)
             if all(r in best and best[r].total < math.inf for r in roots):
                 chosen, stack = {}, list(roots)
                 while stack:
@@ -510,7 +511,7 @@ def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate
         if key not in memo:
             merged = {c: (groups[c][0] | na, groups[c][1]) for c in cons}
             ks = [Kernel(c, n, tuple(oc), inputs(n)) for c, (n, oc) in merged.items()]
-            bad = []  # legality is the rules': every read the e-graph can fuse may be fused (rules/fusion.egg)
+            bad = violations(view, fused | {site_of[o]})
             sep = cost(na, oa) + sum(cost(*groups[c]) for c in cons)
             new = None if bad else sum(cost(*merged[c]) for c in cons)  # a rule decided: no price needed
             why = ("illegal: " + "; ".join(b[3] for b in bad)) if bad else "priced higher"

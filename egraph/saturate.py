@@ -98,10 +98,11 @@ def default_schedule(rulesets: list, opt_in: tuple = ()) -> tuple:
     ones only when named in opt_in). Naming ``fusion-search`` names its facts too, and orders them
     (rules/fusion.egg): after every rewrite (streaming included, so the facts see every use it
     makes), ``fusion-facts`` runs to a fixpoint
-    (which reduction each read, fused, would compute and where each value is used), then
-    ``fusion-search`` adds the legal fused alternatives, then the rulesets of SETTLE simplify the
-    fused terms: they only move views and rewrite elementwise ops, so no fused alternative meets a
-    reduction, or a Reduce loop order, that the facts did not see."""
+    (where each value is evaluated, through which boundaries, and which reductions so reached are
+    legal), then
+    ``fusion-search`` adds the fused alternatives and the conflicts, with the rulesets of SETTLE that
+    simplify the fused terms: they only move views and rewrite elementwise ops, so no fused
+    alternative meets a reduction, or a Reduce loop order, that the facts did not see."""
     fusing = "fusion-search" in opt_in
     opt_in = tuple(opt_in) + (("fusion-facts",) if fusing else ())
     rulesets = [r for r in rulesets if r not in OPT_IN or r in opt_in]
@@ -111,11 +112,11 @@ def default_schedule(rulesets: list, opt_in: tuple = ()) -> tuple:
         return tuple(phases + [Phase("rewrite", tuple(rulesets))]) if rulesets else tuple(phases)
     rest = tuple(r for r in rulesets if r not in FUSION)
     phases = [Phase("normalize", first), Phase("rewrite", rest), Phase("fusion-facts", ("fusion-facts",), True),
-              Phase("fusion-search", ("fusion-search",)), Phase("settle", tuple(r for r in SETTLE if r in rulesets))]
+              Phase("fusion-search", ("fusion-search",) + tuple(r for r in SETTLE if r in rulesets))]
     return tuple(ph for ph in phases if ph.rulesets)
 
 
-SETTLE = ("movement", "algebra", "contraction")  # run again after fusion-search (default_schedule)
+SETTLE = ("movement", "algebra", "contraction")  # run again with fusion-search (default_schedule)
 
 
 def rule_files(rules_dirs=None, builtin: bool = True) -> list:
@@ -181,7 +182,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
                 break
             grew = after != nodes or _updated(report)
             nodes = after
-            if not grew:
+            if not grew or ph.fixpoint:  # a fixpoint phase is done in one iteration
                 break
         if rep.stop != StopReason.saturated:
             break
