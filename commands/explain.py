@@ -32,17 +32,6 @@ def _names(result: dict) -> dict:
     return out
 
 
-def _veto(view, mat: int) -> str:
-    """The rule's verdict when rules/fusion.egg vetoes fusing some read of the Mat class (the
-    fused kernel would recompute a reduction along an axis no tile owns), else ""."""
-    bad = [c for c, ns in view.classes.items() if c in view.vetoed and any(
-        n.op == "Read" and n.children[0] == mat for n in ns)]
-    if not bad:
-        return ""
-    return ("illegal: rule veto-many-to-many (rules/fusion.egg) keeps a reader's read of it cut: fused, the "
-            "reader's kernel would compute a reduction along an axis no tile owns (many-to-many)")
-
-
 def explain_model(result: dict) -> list:
     """One entry per value the chosen partition materializes: why it was not fused away."""
     search, view = result["_search"], result["_view"]
@@ -53,9 +42,8 @@ def explain_model(result: dict) -> list:
     for r in search.rejected:
         tried.add(r.mat)
         x = next((n.children[0] for n in view.classes[r.mat] if n.op == "Mat"), r.mat)
-        why = _veto(view, r.mat) or r.why
-        out.append({"value": names.get(x, f"e-class {x}"), "verdict": why.split(":")[0],
-                    "why": humanize(why, result["_tensor_names"]),
+        out.append({"value": names.get(x, f"e-class {x}"), "verdict": r.why.split(":")[0],
+                    "why": humanize(r.why, result["_tensor_names"]),
                     "separate_us": round(r.separate_us, 4),
                     "fused_us": None if r.fused_us is None else round(r.fused_us, 4),
                     "kernels": [r.kernels_before, r.kernels_after],

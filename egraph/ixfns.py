@@ -391,6 +391,7 @@ OPAQUE = "opaque"  # a reach map no affine composition gives (a PAD on the way):
 
 
 @helper("reach-compose")
+@functools.lru_cache(maxsize=65536)
 def reach_compose(inner: str, m: str) -> str:
     """The map from a read's space to a reduction it reaches: inner (the read value's space -> the
     reduction's) after the read's map m; "opaque" when either is."""
@@ -400,6 +401,7 @@ def reach_compose(inner: str, m: str) -> str:
 
 
 @helper("fusion-class")
+@functools.lru_cache(maxsize=65536)
 def fusion_class(s: str, m: str, red: str) -> str:
     """The legality class (docs/DESIGN.md §Fusion) of a reduction read at map m inside a kernel
     iterating space s in the loop order of a Reduce over axes ``red`` of s ("()": no Reduce encloses
