@@ -138,6 +138,9 @@ def build(model: dict, params: dict) -> list:
             y = _conv(xs, a)
         elif op == "MaxPool2D":
             y = _maxpool(xs[0], a)
+        elif op == "Reduce":  # accumulated (and returned) in fp32, the Frontend op's default acc_dtype
+            ax = a["axes"] if isinstance(a["axes"], int) else tuple(a["axes"])
+            y = getattr(_f32(xs[0]), a.get("op", "sum"))(axis=ax, keepdim=bool(a.get("keepdim", False)))
         else:
             raise KeyError(f"bench/tinygrad_graph.py: no tinygrad spelling of Frontend op {op!r}")
         env[g["outputs"][0]] = y

@@ -16,8 +16,10 @@ backwards from them, carrying the index tuple (Exprs over region axes) at which 
 * outside Reduce bodies every compute node is a let (epilogue after the Reduce, step 7), EXPAND
   becomes BroadcastInDim, reordered axes a Transpose, and Binary operands are aligned explicitly;
   a value needed twice at the same index is one let (no recompute of Reduce fan-out, step 6); a
-  node inside a body that does not depend on the body's axes is hoisted to a let (R1); directly
-  nested Reduces of one op merge (R0); different ops stay separate lets (R4);
+  node inside a body that does not depend on the body's axes is a let before the Reduce; a Reduce
+  demanded inside another's body is its own let (R4). The SRNF rewrites (R0 merge, R1 hoist, R3
+  epilogue) are rules (rules/srnf.egg) applied in the e-graph: synthesis reads the extracted term's
+  Reduces as they are and merges or hoists nothing itself;
 * yields fold a final float CAST into their ``cast`` and write program outputs to gmem, values
   consumed only by the next region ``deferred`` (step 8);
 * a streamed softmax-weighted sum (``egraph/stream.py``: the tagged Tiny IR spelling of the e-graph's
@@ -35,7 +37,6 @@ from functools import cached_property
 from ..analyses.isl_util import always_true, simplify
 from ..ir import region as rg
 from ..ir.diagnostics import fail
-from ..ir.dtypes import DType
 from ..ir.expr import Expr
 from ..ir.movement import NonAffine, local_map
 from ..ir.region import R, Buffer, Let, MemRef, Region, RNode, Yield
@@ -158,7 +159,6 @@ def _plain(index: tuple) -> bool:
 class _Ctx:
     local: frozenset = frozenset()  # axes bound by the enclosing Reduces (inside a body)
     guard: tuple = ()  # in-bounds guards (Expr >= 0) of the PADs the demand passed through
-    merge: str | None = None  # a Reduce node that is directly the body of a Reduce of its op (R0: inline)
     stream: frozenset = frozenset()  # key axes of the enclosing online_softmax_sums (no let runs along them)
 
     @property
@@ -272,7 +272,7 @@ class _KernelSynth:
         hoist = not (ctx.local & mentioned)
         streamed = bool(ctx.stream & mentioned)  # runs along a streamed key axis: computed per key block
         # a Reduce inside a body is its own let over plain axes (SRNF), not recomputed per body point
-        own = n.op in GroupOp.Reduce and nid != ctx.merge and _plain(index) and not streamed
+        own = n.op in GroupOp.Reduce and _plain(index) and not streamed
         as_let = not ctx.in_body or hoist or own or (self.final and self.counts.get(key, 0) >= 2 and not streamed)
         self.budget -= 1
         if self.budget < 0:
@@ -414,13 +414,9 @@ class _KernelSynth:
             return tuple(self.simp(Expr.var(next(rn)) if k in raxes else next(it)) for k in range(src.ndim))
         names = self.bind(n, index, [src.shape[a] for a in raxes], lambda c: self.view_target(src.id, full(c)),
                           lambda: self.landing(n, src.id, full, len(raxes)))
-        target = self.view_target(src.id, full(names))
-        inner = self.program[target[0]] if target else None
-        merge = inner.id if inner is not None and inner.op == Ops.REDUCE and inner.arg["op"] == n.arg["op"] \
-            and inner.arg["dtype"] == n.arg["dtype"] else None
-        body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, merge, ctx.stream)
+        body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, ctx.stream)
         body = self.demand(src.id, full(names), body_ctx)
-        return self.make_reduce(n.arg["op"].lower(), names, body, n.arg["dtype"])
+        return rg.reduce(n.arg["op"].lower(), names, body, n.arg["dtype"], axis_order=self.axes)
 
     def online(self, g: Group, index: tuple, ctx: _Ctx) -> RNode:
         """online_softmax_sum<j>(scores[x, j], values[x, d, j]) for the streamed group g demanded at
@@ -428,15 +424,10 @@ class _KernelSynth:
         acc, s = self.program[g.acc], self.program[g.s]
         names = self.bind(acc, index, [s.shape[-1]], lambda c: None, lambda: [(acc.id, 0)])
         j = Expr.var(names[0])
-        body = _Ctx(ctx.local | frozenset(names), ctx.guard, None, ctx.stream | frozenset(names))
+        body = _Ctx(ctx.local | frozenset(names), ctx.guard, ctx.stream | frozenset(names))
         scores = self.demand(g.s, tuple(index[:-1]) + (j,), body)
         values = self.demand(g.v, tuple(index) + (j,), body)
         return rg.online_softmax_sum(names, scores, values, g.p, BLOCK, g.passes, axis_order=self.axes)
-
-    def make_reduce(self, op: str, names: list, body: RNode, dtype: DType) -> RNode:
-        if body.op == R.REDUCE and body.arg[0] == op and body.dtype == dtype:  # R0: merge nested reduces
-            return rg.reduce(op, tuple(names) + body.arg[1], body.src[0], dtype, axis_order=self.axes)
-        return rg.reduce(op, names, body, dtype, axis_order=self.axes)
 
     def contract(self, n: UOp, index: tuple, ctx: _Ctx) -> RNode:
         lhs, rhs = (self.program[s] for s in n.src)
@@ -444,7 +435,7 @@ class _KernelSynth:
         red = list(n.arg["reduce_idx"])
         names = self.bind(n, index, [sizes[r] for r in red], lambda c: None, lambda: [(n.id, j) for j in range(len(red))])
         env = dict(zip(n.arg["out_idx"], index)) | {r: Expr.var(v) for r, v in zip(red, names)}
-        body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, None, ctx.stream)
+        body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, ctx.stream)
         acc = n.arg["dtype"]
         a = self.demand(lhs.id, tuple(env[i] for i in n.arg["lhs_idx"]), body_ctx)
         b = self.demand(rhs.id, tuple(env[i] for i in n.arg["rhs_idx"]), body_ctx)
@@ -452,7 +443,7 @@ class _KernelSynth:
             a = rg.unary("cast", a, acc)
         if b.dtype != acc:
             b = rg.unary("cast", b, acc)
-        return self.make_reduce("sum", names, rg.binary("mul", a, b, acc), acc)
+        return rg.reduce("sum", names, rg.binary("mul", a, b, acc), acc, axis_order=self.axes)
 
     # ---- the region --------------------------------------------------------------------------------------
     def output_axes(self, node: UOp) -> tuple:

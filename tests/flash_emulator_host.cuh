@@ -61,32 +61,43 @@ static void quad_sum_host(float (&x)[32][2]) {  // shfl.xor 1 then 2: (a + b) + 
 }
 
 // ---- sm80 hardware models ---------------------------------------------------------------------------
-// cp.async copies of a [ROWS][COLS] tile (COLS contiguous, leading dimension ld) as load_tile issues them
+// the copies of a [ROWS][COLS] smem tile (COLS = the padded head dim) from the first `cols` columns of rows
+// row0.. of a global matrix (leading dimension ld) as load_rows issues them: tile_copy places each copy of
+// VEC elements (cp.async with zero-fill, or one plain element when VEC is 1)
+template <int ROWS, int COLS, int VEC>
+static void copies(std::vector<float>& tile, const float* g, int row0, int row_lim, long long ld, int cols) {
+  if (ld % VEC || cols % VEC) die("copy vector does not divide the row");
+  for (int idx = 0; idx < ROWS * (COLS / VEC); ++idx) {
+    int dst;
+    long long src;
+    const bool ok = tile_copy<ROWS, COLS, VEC>(idx, ld, row0, row_lim, cols, dst, src);
+    if ((dst * 2) % (2 * VEC)) die("misaligned copy destination");
+    for (int e = 0; e < VEC; ++e) tile[dst + e] = ok ? g[src + e] : 0.0f;
+  }
+}
 template <int ROWS, int COLS, int THREADS>
-static void cp_async_tile(std::vector<float>& tile, const float* g, int row0, int row_lim, long long ld = COLS) {
+static void cp_async_tile(std::vector<float>& tile, const float* g, int row0, int row_lim, long long ld = COLS,
+                          int cols = COLS, int vec = 8) {
   tile.assign(ROWS * COLS, -999.0f);
-  for (int tid = 0; tid < THREADS; ++tid)
-    for (int i = 0; i < ROWS * (COLS / 8) / THREADS; ++i) {
-      int r, c;
-      copy_coord<COLS, 8>(tid + i * THREADS, r, c);
-      const int gr = row0 + r;
-      const bool ok = gr < row_lim && c < COLS;
-      const int dst = swz_offset<COLS>(r, c);
-      for (int e = 0; e < 8; ++e) tile[dst + e] = ok ? g[(long long)gr * ld + c + e] : 0.0f;
-    }
+  switch (vec) {
+    case 8: copies<ROWS, COLS, 8>(tile, g, row0, row_lim, ld, cols); break;
+    case 4: copies<ROWS, COLS, 4>(tile, g, row0, row_lim, ld, cols); break;
+    case 2: copies<ROWS, COLS, 2>(tile, g, row0, row_lim, ld, cols); break;
+    default: copies<ROWS, COLS, 1>(tile, g, row0, row_lim, ld, cols);
+  }
   for (float v : tile)
     if (v == -999.0f) die("tile element never written");
 }
 
 // ldmatrix.x4 (.trans): matrix j's row r is the 16 bytes at lane 8j + r's address; lane t receives
 // (row t/4, cols 2(t%4), +1) of each matrix, transposed: (rows 2(t%4), +1, col t/4)
-template <int COLS, bool KMAJOR>
+template <int ROWS, int COLS, bool KMAJOR>
 static void ldmatrix_x4(const std::vector<float>& tile, int mn0, int k0, float (&out)[32][4][2]) {
   int addr[32];
   for (int l = 0; l < 32; ++l) {
     int r, c;
     frag_coord<KMAJOR>(l, mn0, k0, r, c);
-    addr[l] = swz_offset<COLS>(r, c);
+    addr[l] = tile_offset<ROWS, COLS>(r, c);
   }
   for (int j = 0; j < 4; ++j) {
     int seen = 0;
@@ -131,21 +142,22 @@ struct RowStats {
   }
 };
 
-// the Q A-fragments of each warp of a CTA (Q tile in sQ, K-major)
-template <int D, int WARPS>
-static void q_fragments(const std::vector<float>& sQ, float (&qf)[WARPS][D / 16][32][4][2]) {
+// the Q A-fragments of each warp of a CTA (Q tile [BM][DP] in sQ, K-major; Q_REGS or not, the kernel's
+// ldmatrix reads the same fragments: once, or once per key block)
+template <int BM, int DP, int WARPS>
+static void q_fragments(const std::vector<float>& sQ, float (&qf)[WARPS][DP / 16][32][4][2]) {
   for (int w = 0; w < WARPS; ++w)
-    for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4<D, true>(sQ, w * 16, kk * 16, qf[w][kk]);
+    for (int kk = 0; kk < DP / 16; ++kk) ldmatrix_x4<BM, DP, true>(sQ, w * 16, kk * 16, qf[w][kk]);
 }
 
-// S = Q K^T of one warp (sm80: ldmatrix of the K tile in sK, mma.m16n8k16 over the head dim)
-template <int D, int NT>
-static void qk_sm80(const std::vector<float>& sK, const float (&qf)[D / 16][32][4][2], float (&s)[32][NT][4]) {
+// S = Q K^T of one warp (sm80: ldmatrix of the [BN][DP] K tile in sK, mma.m16n8k16 over the padded head dim)
+template <int BN, int DP, int NT>
+static void qk_sm80(const std::vector<float>& sK, const float (&qf)[DP / 16][32][4][2], float (&s)[32][NT][4]) {
   for (auto& x : s) for (auto& y : x) for (float& z : y) z = 0.0f;
-  for (int kk = 0; kk < D / 16; ++kk)
+  for (int kk = 0; kk < DP / 16; ++kk)
     for (int jj = 0; jj < NT / 2; ++jj) {
       float kf[32][4][2];
-      ldmatrix_x4<D, true>(sK, jj * 16, kk * 16, kf);
+      ldmatrix_x4<BN, DP, true>(sK, jj * 16, kk * 16, kf);
       for (int h = 0; h < 2; ++h) {
         float bb[32][2][2], acc[32][4];
         for (int t = 0; t < 32; ++t) {

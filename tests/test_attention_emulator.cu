@@ -40,31 +40,38 @@ struct Warp : RowStats {
     }
     return true;
   }
-  // the epilogue: O / l (or the two-pass scale) of the warp's rows from row0, rounded, each element once
+  // the epilogue: O / l (or the two-pass scale) of the warp's rows from row0, rounded, each element once;
+  // as store_o: p_pair keeps the rows < M and the columns < DV (the padding columns are not stored),
+  // p_pair_vector's pairs must be aligned
   template <class OutT, bool TWO_PASS, int DV>
   void store_o(Problem& p, int b, int row0) const {
+    const RowsAt ao = rows_at(b, p.M, DV, p.cols[3][0], p.cols[3][1], p.cols[3][2]);
     for (int t = 0; t < 32; ++t)
       for (int j = 0; j < NO; ++j)
-        for (int e = 0; e < 4; ++e) {
-          int r, c;
-          acc_rc(t, j, e, r, c);
-          const int row = row0 + r;
-          if (row >= p.M) continue;
+        for (int h = 0; h < 2; ++h) {
+          int row, col;
+          const int k = p_pair(t, j, h, row0, 0, p.M, DV, row, col);
+          const long long at = ao.base + row * ao.ld + col;
+          if (p_pair_vector(k, ao.ld | ao.base) && at % 2) die("misaligned pair store");
           float tp[2];
           two_pass_scale(l[t], inv_l[t], tp);
-          const float sc = TWO_PASS ? tp[e >> 1] : inv_l[t][e >> 1];
-          const RowsAt ao = rows_at(b, p.M, DV, p.cols[3][0], p.cols[3][1], p.cols[3][2]);
-          float& dst = p.o[ao.base + row * ao.ld + c];
-          if (dst != -777.0f) die("O element written twice");
-          dst = round_t<OutT>(o[t][j][e] * sc);
+          const float sc = TWO_PASS ? tp[h] : inv_l[t][h];
+          for (int e = 0; e < k; ++e) {
+            float& dst = p.o[at + e];
+            if (dst != -777.0f) die("O element written twice");
+            dst = round_t<OutT>(o[t][j][2 * h + e] * sc);
+          }
         }
   }
 };
 
 template <class T, class OutT, int D, int DV, int BM, int BN, bool CAUSAL, bool TWO_PASS, int SIGN>
 static void emulate_sm80(Problem& p) {
-  constexpr int WARPS = BM / 16, THREADS = 32 * WARPS, NT = BN / 8, NO = DV / 8, KQ = D / 16, KP = BN / 16;
+  constexpr int WARPS = BM / 16, THREADS = 32 * WARPS, DP = padded_dim(D), DVP = padded_dim(DV);
+  constexpr int NT = BN / 8, NO = DVP / 8, KQ = DP / 16, KP = BN / 16;
   const int M = p.M, N = p.N, tiles_m = (M + BM - 1) / BM;
+  int vec = min_vec(copy_vec(D), copy_vec(DV));  // the kernel's VEC: its column windows are template constants
+  for (int t = 0; t < 3; ++t) vec = min_vec(vec, copy_vec(p.cols[t][0] | p.cols[t][1] | p.cols[t][2]));
   std::vector<float> sQ, sK, sV;
   static Warp<NT, NO> wst[WARPS];
   static float qf[WARPS][KQ][32][4][2];
@@ -76,8 +83,8 @@ static void emulate_sm80(Problem& p) {
     const RowsAt aq = rows_at(b, M, D, p.cols[0][0], p.cols[0][1], p.cols[0][2]),
                  ak = rows_at(b, N, D, p.cols[1][0], p.cols[1][1], p.cols[1][2]),
                  av = rows_at(b, N, DV, p.cols[2][0], p.cols[2][1], p.cols[2][2]);
-    cp_async_tile<BM, D, THREADS>(sQ, &p.q[aq.base], m0, M, aq.ld);
-    q_fragments<D, WARPS>(sQ, qf);
+    cp_async_tile<BM, DP, THREADS>(sQ, &p.q[aq.base], m0, M, aq.ld, D, vec);
+    q_fragments<BM, DP, WARPS>(sQ, qf);
     for (int w = 0; w < WARPS; ++w) {
       wst[w].reset();
       for (int t = 0; t < 32; ++t)
@@ -88,14 +95,14 @@ static void emulate_sm80(Problem& p) {
         for (int w = 0; w < WARPS; ++w) wst[w].finish();
       const bool with_v = !TWO_PASS || pass == 1;
       for (int jb = 0; jb < kr.count; ++jb) {
-        cp_async_tile<BN, D, THREADS>(sK, &p.k[ak.base], jb * BN, N, ak.ld);
-        if (with_v) cp_async_tile<BN, DV, THREADS>(sV, &p.v[av.base], jb * BN, N, av.ld);
+        cp_async_tile<BN, DP, THREADS>(sK, &p.k[ak.base], jb * BN, N, ak.ld, D, vec);
+        if (with_v) cp_async_tile<BN, DVP, THREADS>(sV, &p.v[av.base], jb * BN, N, av.ld, DV, vec);
         const bool mask = jb >= kr.first_masked;
         for (int w = 0; w < WARPS; ++w) {
           Warp<NT, NO>& W = wst[w];
           const int row0 = m0 + w * 16;
           static float s[32][NT][4];
-          qk_sm80<D, NT>(sK, qf[w], s);
+          qk_sm80<BN, DP, NT>(sK, qf[w], s);
           float mx[32][2];
           for (int t = 0; t < 32; ++t) lane_scores<NT, SIGN, CAUSAL>(mask, s[t], mx[t], t, row0, jb * BN, M, N);
           if (!W.template softmax<TWO_PASS>(s, mx, pass, p.c)) continue;
@@ -108,7 +115,7 @@ static void emulate_sm80(Problem& p) {
                 for (int h = 0; h < 2; ++h) a[t][q][h] = half_of<T>(pa[t][kk][q], h);
             for (int jj = 0; jj < NO / 2; ++jj) {
               float vf[32][4][2];
-              ldmatrix_x4<DV, false>(sV, jj * 16, kk * 16, vf);
+              ldmatrix_x4<BN, DVP, false>(sV, jj * 16, kk * 16, vf);
               for (int h = 0; h < 2; ++h) {
                 float bb[32][2][2], acc[32][4];
                 for (int t = 0; t < 32; ++t) {
@@ -265,11 +272,20 @@ static const Config CONFIGS[] = {  // skeleton dtype out D DV BM BN causal algo 
     {"sm80 bf16 bf16 128 128 64 64 1 2pass 1", emulate_sm80<BF, BF, 128, 128, 64, 64, true, true, 1>},
     {"sm80 bf16 fp32 64 128 64 64 1 online -1", emulate_sm80<BF, float, 64, 128, 64, 64, true, false, -1>},
     {"sm80 fp16 fp16 128 64 128 64 0 online 0", emulate_sm80<H, H, 128, 64, 128, 64, false, false, 0>},
+    // head dims other than 64 / 128: padded to 16 columns in smem, panels of 16 / 32 columns, narrower copies
+    {"sm80 fp16 fp16 8 8 64 64 1 online 1", emulate_sm80<H, H, 8, 8, 64, 64, true, false, 1>},
+    {"sm80 bf16 bf16 32 32 128 64 0 2pass 1", emulate_sm80<BF, BF, 32, 32, 128, 64, false, true, 1>},
+    {"sm80 fp16 fp32 20 20 64 64 1 online -1", emulate_sm80<H, float, 20, 20, 64, 64, true, false, -1>},
+    {"sm80 bf16 fp32 96 160 64 32 1 online 1", emulate_sm80<BF, float, 96, 160, 64, 32, true, false, 1>},
+    {"sm80 fp16 fp16 256 256 64 32 0 online 1", emulate_sm80<H, H, 256, 256, 64, 32, false, false, 1>},
+    {"sm80 bf16 bf16 7 5 64 64 1 2pass 1", emulate_sm80<BF, BF, 7, 5, 64, 64, true, true, 1>},
+    {"sm80 fp16 fp16 100 100 64 64 0 online 1", emulate_sm80<H, H, 100, 100, 64, 64, false, false, 1>},
     {"sm90 fp16 fp16 64 64 64 64 1 online 1", emulate_sm90<H, H, 64, 64, 64, 1, true, false, 1>},
     {"sm90 bf16 bf16 128 128 128 128 1 2pass 1", emulate_sm90<BF, BF, 128, 128, 128, 2, true, true, 1>},
     {"sm90 fp16 fp32 128 64 128 128 0 online -1", emulate_sm90<H, float, 128, 64, 128, 2, false, false, -1>},
     {"sm90 bf16 fp32 64 128 64 128 0 2pass 1", emulate_sm90<BF, float, 64, 128, 64, 1, false, true, 1>},
     {"sm90 fp16 fp16 128 128 128 64 1 online 1", emulate_sm90<H, H, 128, 128, 64, 2, true, false, 1>},
+    {"sm90 bf16 bf16 256 128 128 64 1 online 1", emulate_sm90<BF, BF, 256, 128, 64, 2, true, false, 1>},
 };
 static const int NCONFIGS = sizeof(CONFIGS) / sizeof(CONFIGS[0]);
 

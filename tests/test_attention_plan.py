@@ -96,10 +96,32 @@ def test_algo_choice_selects_the_softmax_algorithm():
 
 def test_bad_requests_are_coded_diagnostics():
     assert _code(lambda: search(SPEC, "sm90", ENV, algos=("magic",))) == ("E1008", "InvalidAttribute")
-    assert _code(lambda: search(dataclasses.replace(SPEC, d=96), "sm90", ENV))[1] == "NoKernelTemplate"
+    assert _code(lambda: search(dataclasses.replace(SPEC, d=264), "sm90", ENV))[1] == "NoKernelTemplate"
     assert _code(lambda: search(SPEC, "sm70", ENV))[1] == "UnknownTarget"
     other_p = DType.bf16 if SPEC.in_dtype == DType.fp16 else DType.fp16  # P V takes P and V in one type
     assert _code(lambda: search(dataclasses.replace(SPEC, p_dtype=other_p), "sm90", ENV))[1] == "NoKernelTemplate"
+
+
+@pytest.mark.parametrize("arch", ["sm80", "sm90"])
+def test_every_head_dim_up_to_256_has_a_plan_that_fits(arch):
+    """Any head dim 1..256 (D and Dv, equal or not) is planned: the sm90 skeleton where wgmma / TMA take it
+    (D a multiple of 64, Dv 64 or 128), else the sm80 skeleton on the dims padded to 16 (Q from smem where
+    registers are short), within the smem and register budgets; the copy width divides every row."""
+    dev = device(arch)
+    pairs = [(d, d) for d in range(1, 257)] + [(64, 8), (8, 64), (96, 160), (256, 32), (20, 100), (128, 64)]
+    for d, dv in pairs:
+        spec = dataclasses.replace(SPEC, d=d, dv=dv)
+        res = search(spec, arch, ENV)
+        p = res.best
+        assert p.smem_bytes <= SMEM_FRACTION * dev.smem_per_cta and p.regs_estimate <= 255, (d, dv, p.key())
+        if p.skeleton == "sm90":
+            assert d % 64 == 0 and dv in (64, 128), (d, dv)
+        else:
+            assert p.dp == -(-d // 16) * 16 and p.dvp == -(-dv // 16) * 16 and d % p.vec == 0 and dv % p.vec == 0
+        if arch == "sm90" and (d % 64 or dv not in (64, 128)):
+            assert any("the sm80 skeleton takes the other head dims" in x.reason for x in res.pruned), (d, dv)
+        if arch == "sm90" and d % 64 == 0 and dv in (64, 128):
+            assert p.skeleton == "sm90", (d, dv)
 
 
 def test_causal_blocks_above_the_diagonal_are_not_issued():

@@ -5,7 +5,7 @@ GEMM+bias+ReLU comes out in C-CON1 form (direct reads in the Reduce body, bias b
 epilogue), the 3x3 stride-2 conv as one Reduce whose body guards the padded read with a Select, and
 attention's row softmax as one region whose sum/max/sum Reduces stay separate lets (R4) and whose QK
 Reduce is computed once and shared (synthesis step 6). Also: Transpose for an unfolded PERMUTE, R0
-merging of nested Reduces, R1 hoisting, deferred materialization, and non-affine views as coded errors.
+merging of nested Reduces by the e-graph's rule (synthesis alone merges nothing), R1 hoisting, deferred materialization, and non-affine views as coded errors.
 """
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType
 from polysat.ir.expr import Expr
 from polysat.ir.region import R, Region, format_region, walk
+from polysat.egraph.api import extract
 from polysat.egraph.region_synth import default_partition, synthesize
+from polysat.egraph.saturate import saturate
 from polysat.ir.tiny import Ops
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
@@ -139,13 +141,20 @@ def test_permute_of_a_computed_value_becomes_transpose():
     assert t.arg == (1, 0) and t.axes == ("i0", "i1") and t.src[0].axes == ("i1", "i0"), format_region(r)
 
 
-def test_nested_reduces_of_one_op_merge_r0():
+def test_nested_reduces_of_one_op_merge_r0_by_the_rule_not_by_synthesis():
     b = Builder()
     x = b.input("X", DType.fp32, (3, 4, 5), at="X", nid="X")
     inner = b.reduce(x, "SUM", (2,), DType.fp32, at="inner")
     outer = b.reduce(inner, "SUM", (1,), DType.fp32, at="outer")
     p = b.program([("out", outer)])
+    # synthesis alone merges nothing: the inner Reduce is its own let (SRNF is the rules' decision)
     (r,) = synthesize(p, whole(p))
+    assert [len(lt.expr.arg[1]) for lt in reduce_lets(r)] == [1, 1], format_region(r)
+    # the e-graph's R0 rule merges them; synthesis reads the merged Reduce from the extracted term
+    st, rep = saturate(p)
+    assert rep.rules["srnf-merge-sum"].matches >= 1
+    q, part, _ = extract(st)
+    (r,) = synthesize(q, part)
     (red,) = reduce_lets(r)
     assert len(red.expr.arg[1]) == 2 and red.expr.src[0].op == R.READ, format_region(r)
 

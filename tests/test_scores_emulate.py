@@ -85,7 +85,7 @@ def check_problem(emulator, cfg, b, m, n, seed, tmp):
 SHAPES = [(2, 70, 70), (1, 130, 200), (1, 200, 77), (1, 33, 300), (1, 1, 1), (3, 64, 128), (2, 17, 9)]
 
 
-@pytest.mark.parametrize("cid", range(5))
+@pytest.mark.parametrize("cid", range(9))
 def test_emulated_kernel_stores_the_reference_p(emulator, configs, cid, tmp_path):
     for i, (b, m, n) in enumerate(SHAPES):
         check_problem(emulator, configs[cid], b, m, n, seed=100 * cid + i, tmp=tmp_path)
@@ -94,6 +94,6 @@ def test_emulated_kernel_stores_the_reference_p(emulator, configs, cid, tmp_path
 def test_the_configurations_cover_the_kind(configs):
     assert {c["dtype"] for c in configs} == {DType.fp16, DType.bf16}
     assert {c["causal"] for c in configs} == {False, True}
-    assert {c["d"] for c in configs} == {64, 128} and {c["bn"] for c in configs} == {64, 128}
+    assert {c["d"] for c in configs} == {8, 20, 64, 96, 128, 256} and {c["bn"] for c in configs} == {32, 64, 128}
     assert {c["sign"] for c in configs} == {-1, 0, 1}
     assert {c["p"] for c in configs} == {DType.fp16, DType.bf16, DType.fp32}

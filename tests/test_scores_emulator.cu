@@ -13,7 +13,8 @@
 
 template <class T, class PT, int D, int BM, int BN, bool CAUSAL, int SIGN>
 static void emulate_scores(Problem& p) {
-  constexpr int WARPS = BM / 16, THREADS = 32 * WARPS, NT = BN / 8, KQ = D / 16;
+  constexpr int WARPS = BM / 16, THREADS = 32 * WARPS, NT = BN / 8, DP = padded_dim(D), KQ = DP / 16;
+  const int vec = copy_vec(D);
   const int M = p.M, N = p.N, tiles_m = (M + BM - 1) / BM, nb = (N + BN - 1) / BN;
   std::vector<float> sQ, sK;
   static float qf[WARPS][KQ][32][4][2];
@@ -41,18 +42,18 @@ static void emulate_scores(Problem& p) {
     tile_of_block<CAUSAL>(bid, tiles_m, tm, b);
     const int m0 = tm * BM;
     const KeyRange kr = key_range(m0, BM, BN, M, N, CAUSAL);
-    cp_async_tile<BM, D, THREADS>(sQ, &p.q[(long long)b * M * D], m0, M);
-    q_fragments<D, WARPS>(sQ, qf);
+    cp_async_tile<BM, DP, THREADS>(sQ, &p.q[(long long)b * M * D], m0, M, D, D, vec);
+    q_fragments<BM, DP, WARPS>(sQ, qf);
     for (int w = 0; w < WARPS; ++w) st[w].reset();
     for (int pass = 0; pass < 2; ++pass) {
       if (pass == 1)
         for (int w = 0; w < WARPS; ++w) st[w].finish();
       for (int jb = 0; jb < kr.count; ++jb) {
-        cp_async_tile<BN, D, THREADS>(sK, &p.k[(long long)b * N * D], jb * BN, N);
+        cp_async_tile<BN, DP, THREADS>(sK, &p.k[(long long)b * N * D], jb * BN, N, D, D, vec);
         const bool mask = jb >= kr.first_masked;
         for (int w = 0; w < WARPS; ++w) {
           const int row0 = m0 + w * 16;
-          qk_sm80<D, NT>(sK, qf[w], s);
+          qk_sm80<BN, DP, NT>(sK, qf[w], s);
           float mx[32][2];
           for (int t = 0; t < 32; ++t) lane_scores<NT, SIGN, CAUSAL>(mask, s[t], mx[t], t, row0, jb * BN, M, N);
           if (pass == 0) {
@@ -81,6 +82,11 @@ static const Config SCORES[] = {  // dtype p_dtype d bm bn causal sign
     {"fp16 fp16 64 128 128 0 1", emulate_scores<H, H, 64, 128, 128, false, 1>},
     {"bf16 fp32 64 64 128 1 -1", emulate_scores<BF, float, 64, 64, 128, true, -1>},
     {"fp16 bf16 128 64 64 0 0", emulate_scores<H, BF, 128, 64, 64, false, 0>},
+    // other head dims: padded to 16 columns in smem (panels of 16 / 32 columns), narrower copies
+    {"fp16 fp16 8 64 64 1 1", emulate_scores<H, H, 8, 64, 64, true, 1>},
+    {"bf16 bf16 20 128 64 0 1", emulate_scores<BF, BF, 20, 128, 64, false, 1>},
+    {"fp16 fp32 96 64 32 1 1", emulate_scores<H, float, 96, 64, 32, true, 1>},
+    {"bf16 bf16 256 64 64 1 -1", emulate_scores<BF, BF, 256, 64, 64, true, -1>},
 };
 static const int NSCORES = sizeof(SCORES) / sizeof(SCORES[0]);
 

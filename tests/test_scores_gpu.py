@@ -74,3 +74,16 @@ def test_run_scores_matches_the_reference_with_tails(arch_plan):
     x = {n: np.asarray(round_to(rng.uniform(-1, 1, size=s).astype(np.float32), DType.fp16)).astype(np.float16)
          for n, s in spec.shapes().items() if n != spec.p}
     _close(run_scores(spec, x, plan=plan), scores_reference(spec, x), "fp16")
+
+
+@pytest.mark.parametrize("d", [8, 20, 32, 96, 100, 160, 256])
+def test_run_scores_on_other_head_dims(d):
+    """Head dims other than 64 / 128 (the sm80 skeleton on the dims padded to 16; 20 and 100 with 8-byte
+    copies) with row and key tails, causal, against the numpy meaning."""
+    from polysat.backend.scores.launch import run as run_scores
+    dt = DType.bf16 if d > 100 else DType.fp16
+    spec = ScoresSpec("s", 131, 203, d, batch=(2,), causal=True, scale=d ** -0.5, in_dtype=dt, p_dtype=dt)
+    rng = np.random.default_rng(d)
+    x = {n: np.asarray(round_to(rng.uniform(-1, 1, size=s).astype(np.float32), dt)).astype(dt.np)
+         for n, s in spec.shapes().items() if n != spec.p}
+    _close(run_scores(spec, x), scores_reference(spec, x), dt.value)

@@ -46,6 +46,9 @@ def _kernels():
         out.append((f"tile {plan.key()}", render_scores(_spec(64, F16, True), plan), "sm80"))
     fp32 = ScoresSpec("fp32_p", 100, 77, 128, batch=(3,), causal=True, scale=-0.3, in_dtype=BF16, p_dtype=DType.fp32)
     out.append(("static sizes, fp32 P, negative scale", render_scores(fp32, search(fp32, "sm90").best), "sm90"))
+    for d, arch in itertools.product((8, 20, 32, 96, 160, 256), ("sm80", "sm90")):  # other head dims (20: 8-byte copies)
+        spec = _spec(d, BF16 if d >= 160 else F16, True)
+        out.append((f"head dim {d}/{arch}", render_scores(spec, search(spec, arch).best), arch))
     evil = _spec(64, F16, False, name=EVIL)
     out.append(("hostile name", render_scores(evil, search(evil, "sm80").best), "sm80"))
     return out
@@ -73,9 +76,11 @@ def test_ptx_holds_the_sm80_skeleton_and_no_v(builds):
     for label, ks, arch, rep in builds:
         assert missing_instructions(rep, "sm80") == [], (label, rep.ptx_counts)
         bm, bn, d = ks.plan.tile
-        # S = Q K^T in both passes, masked and unmasked blocks: no P V MMA at all
-        assert rep.count("mma.sync") >= 2 * (d // 16) * (bn // 8), (label, rep.ptx_counts)
-        assert rep.count("ldmatrix") > 0 and rep.count("cp.async.cg") > 0 and rep.count("st.global") > 0, label
+        # S = Q K^T in both passes, masked and unmasked blocks (Q from smem: unrolled by two k16 steps): no P V
+        kq = ks.plan.dp // 16 if ks.plan.q_regs else 2
+        assert rep.count("mma.sync") >= 2 * kq * (bn // 8), (label, rep.ptx_counts)
+        copy = "cp.async.cg" if ks.plan.vec == 8 else "cp.async.ca"
+        assert rep.count("ldmatrix") > 0 and rep.count(copy) > 0 and rep.count("st.global") > 0, label
         assert rep.count("wgmma.mma_async") == 0 and rep.count("cp.async.bulk.tensor") == 0, label
 
 

@@ -30,7 +30,7 @@ from ...ir.region import R, Region, RNode
 from ..common.region_match import Aliases, Lets, Mismatch, RegionBinding, axis_size, recogniser, the_yield
 from ..common.score_match import packed_read, score_part, widened_read, window_read
 from ..common.spec import IN_DTYPES, OUT_DTYPES
-from .spec import HEAD_DIMS, AttentionSpec
+from .spec import AttentionSpec, head_dims_reason
 
 
 def _reject(r: Region, why: str) -> NoReturn:
@@ -93,9 +93,8 @@ def bind(region: Region, name: "str | None" = None) -> AttentionBinding:
     d, dv = r.axis_sizes[k_ax], r.axis_sizes[dv_ax]
     if not isinstance(d, int) or not isinstance(dv, int):
         _reject(r, f"the head dims are {d} and {dv}; the template needs static ints")
-    if d not in HEAD_DIMS or dv not in HEAD_DIMS:
-        _reject(r, f"the head dims are {d} and {dv}; the flash template is instantiated for "
-                   f"{', '.join(map(str, HEAD_DIMS))}")
+    if why := head_dims_reason(d, dv):
+        _reject(r, why)
     al = Aliases(r)  # Q and K one tensor: bound twice
     qn, kn, vn = al(q, "q"), al(k, "k"), al(v, "v")
     size = partial(axis_size, r, reject=reject)

@@ -72,7 +72,7 @@ def _sm80(spec: AttentionSpec, plan: AttentionPlan) -> tuple[Stmt, ...]:
             *copies(f"(jb+{st - 1})%{st}", f"jb+{st - 1}", with_v),
             S("CommitGroup", out=f"{tl}[jb+{st - 1}]", kind="TokLoad"),
             S("LdMatrix", src=f"sK[jb%{st}]", x4=True, trans=False, operand="B (K-major)"),
-            S("MmaSync", shape="m16n8k16", dtype=dt, a="Q fragments (registers)", b="K", acc="S", steps=d // 16,
+            S("MmaSync", shape="m16n8k16", dtype=dt, a="Q fragments (registers)" if plan.q_regs else "Q fragments (ldmatrix of sQ)", b="K", acc="S", steps=plan.dp // 16,
               out=f"{ts}[jb]", kind="TokCompute"),
             *_softmax(spec, plan, f"{ts}[jb]", pass_, "registers"),
         )
@@ -84,7 +84,7 @@ def _sm80(spec: AttentionSpec, plan: AttentionPlan) -> tuple[Stmt, ...]:
             S("Loop", var="s", range=f"0..{st - 2}", role=f"prologue (pass {pass_ + 1})",
               body=copies("s", "s", with_v) + (S("CommitGroup", out=f"{tl}[s]", kind="TokLoad"),)),
             *((S("Wait", ins=(f"{tl}[0]",), lowering=f"cp.async.wait_group {st - 2}"),
-               S("LdMatrix", src="sQ", x4=True, trans=False, operand="A (Q, kept in registers)", steps=d // 16))
+               S("LdMatrix", src="sQ", x4=True, trans=False, operand="A (Q, kept in registers)", steps=plan.dp // 16))
               if pass_ == 0 else ()),
             S("Loop", var="jb", range=_key_loop_range(spec, plan), role=f"mainloop (pass {pass_ + 1})", body=body),
             S("Wait", ins=(f"{tl}[jb]",), lowering="cp.async.wait_group 0"),
@@ -93,9 +93,9 @@ def _sm80(spec: AttentionSpec, plan: AttentionPlan) -> tuple[Stmt, ...]:
     if plan.store_p:
         return _sm80_store_p(spec, plan, key_loop)
     stmts: tuple[Stmt, ...] = (
-        S("AllocShared", name="sQ", shape=[bm, d], swizzle="xor16B"),
-        S("AllocShared", name="sK", shape=[st, bn, d], swizzle="xor16B"),
-        S("AllocShared", name="sV", shape=[st, bn, dv], swizzle="xor16B"),
+        S("AllocShared", name="sQ", shape=[bm, plan.dp], swizzle="xor16B"),
+        S("AllocShared", name="sK", shape=[st, bn, plan.dp], swizzle="xor16B"),
+        S("AllocShared", name="sV", shape=[st, bn, plan.dvp], swizzle="xor16B"),
         S("ZeroAcc", acc="O", warp_tile=f"16x{dv}", mma="m16n8k16", m="-inf", l="0"),
         S("CpAsync", tensor=spec.q, dst="sQ", coords="(m0, 0)", bytes=16, pred="row < M (zero-fill)",
           group="with tL0[0]"),
@@ -126,8 +126,8 @@ def _sm80_store_p(spec, plan: AttentionPlan, key_loop) -> tuple[Stmt, ...]:
           ins=("tS1[count-1]",), out="tF[jb]", kind="TokEpilogue", where="registers", **{"async": False}),
         _store_p(spec, plan, "tF[jb]", "jb")))
     return (
-        S("AllocShared", name="sQ", shape=[bm, d], swizzle="xor16B"),
-        S("AllocShared", name="sK", shape=[plan.stages, bn, d], swizzle="xor16B"),
+        S("AllocShared", name="sQ", shape=[bm, plan.dp], swizzle="xor16B"),
+        S("AllocShared", name="sK", shape=[plan.stages, bn, plan.dp], swizzle="xor16B"),
         S("ZeroAcc", acc="S", warp_tile=f"16x{bn}", mma="m16n8k16", m="-inf", l="0"),
         S("CpAsync", tensor=spec.q, dst="sQ", coords="(m0, 0)", bytes=16, pred="row < M (zero-fill)",
           group="with tL0[0]"),

@@ -14,7 +14,9 @@ depth, and the softmax algorithm (``algo_choice.attention``):
 conditions use live on the plan so the search and the code generator agree.
 
 Candidates: sm90 (on sm90 targets) 1 or 2 consumer warpgroups x BLOCK_N {64, 128} x stages {2, 3, 4};
-sm80 BLOCK_M {64, 128} x BLOCK_N {64, 128} x stages {2, 3}; each for the algorithms asked for
+sm80 BLOCK_M {64, 128} x BLOCK_N {64, 128} (and 32 where the head dims padded to 16 exceed 256 together)
+x stages {2, 3}, Q's fragments in registers unless that exceeds the register budget (then re-read from
+smem per key block); each for the algorithms asked for
 (``algo_choice.attention``; both by default: the online one ranks first, it issues fewer FLOPs).
 STOP conditions drop a candidate when its smem exceeds ~80 % of the block limit, its register
 estimate exceeds the per-thread budget (255; 240 for the consumers of two warpgroups, which
@@ -31,14 +33,14 @@ roofline (analyses/roofline.py) combines them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Mapping
 
 from ...analyses.devices import Device, device
 from ...analyses.roofline import clock_time, dram_time, roofline, tensor_time
 from ...ir.diagnostics import fail
 from ..common.plan_search import SearchResult, occupancy_reason, prune, rank, ranking_env, skeletons_for, smem_reason
-from .spec import HEAD_DIMS, AttentionSpec, causal_pairs
+from .spec import AttentionSpec, causal_pairs, head_dims_reason, padded_dim
 
 ALGOS = ("online_softmax", "streaming_softmax_2pass")
 SM80_BIND = {"m.o": "block.x (per batch entry, longest causal tile first)", "batch": "block.x / tiles_m",
@@ -56,6 +58,8 @@ class AttentionPlan:
     algo: str = "online_softmax"
     causal: bool = False
     predicate_tail: tuple[str, ...] = ()
+    q_regs: bool = True              # sm80: Q's A fragments kept in registers (else re-read from smem per key block)
+    vec: int = 8                     # sm80: elements per global copy (copy_vec of the head dims and windows)
     est: tuple[tuple[str, float], ...] = field(default=(), compare=False)  # cost-model numbers
     store_p: ClassVar[bool] = False  # scores.plan.ScoresPlan: pass 2 stores P instead of O += P V
 
@@ -72,6 +76,15 @@ class AttentionPlan:
         return self.tile[2]
 
     @property
+    def dp(self) -> int:
+        """D as the smem tiles and MMAs hold it (padded_dim; the sm90 skeleton takes multiples of 64 as they are)."""
+        return padded_dim(self.d)
+
+    @property
+    def dvp(self) -> int:
+        return padded_dim(self.dv)
+
+    @property
     def two_pass(self) -> bool:
         return self.algo == "streaming_softmax_2pass"
 
@@ -83,11 +96,11 @@ class AttentionPlan:
 
     @property
     def q_bytes(self) -> int:
-        return self.block_m * self.d * 2
+        return self.block_m * self.dp * 2
 
     @property
     def stage_bytes(self) -> int:
-        return self.block_n * (self.d + self.dv) * 2
+        return self.block_n * (self.dp + self.dvp) * 2
 
     @property
     def smem_bytes(self) -> int:
@@ -103,17 +116,26 @@ class AttentionPlan:
     @property
     def regs_estimate(self) -> int:
         """Registers per (consumer) thread: S and O accumulators, P fragments, (sm80) Q fragments, addressing.
-        Calibrated on ptxas -v of the generated kernels (tests/test_attention_kernel.py checks the bound)."""
-        bn, d, dv = self.block_n, self.d, self.dv
+        Calibrated on ptxas -v of the generated kernels (tests/test_attention_kernel.py checks the bound): the
+        sm80 skeleton needs fewer below a padded head dim of 64, Q from smem costs about D/8 (the K fragments
+        in flight), copies narrower than 16 bytes about D/8 while their loop is unrolled (at most 8 per
+        thread: load_rows in polysat_attention.cuh)."""
+        bn, d, dv = self.block_n, self.dp, self.dvp
         if self.skeleton == "sm90":
             return bn // 2 + dv // 2 + bn // 4 + 40
-        return (9 * bn + (9 * (d + dv)) // 2) // 10 + 60
+        q = d if self.q_regs else 0
+        return ((9 * bn + (9 * (q + dv)) // 2) // 10 + 60 - max(0, 64 - d) + (0 if self.q_regs else d // 8)
+                + (d // 8 if self.vec < 8 and self.copies_per_thread(bn, d) <= 8 else 0))
+
+    def copies_per_thread(self, rows: int, cols: int) -> int:
+        """Global copies (plan.vec elements each) one thread issues for a [rows][cols] smem tile."""
+        return -(-rows * (cols // self.vec) // self.threads)
 
     def key(self) -> str:
         """Every specialisation parameter, for cache and kernel names."""
         bm, bn, d = self.tile
         return (f"{self.skeleton}_{bm}x{bn}x{d}v{self.dv}_s{self.stages}_w{self.warps[0]}"
-                f"_{'2p' if self.two_pass else 'on'}{'_c' if self.causal else ''}")
+                f"_{'2p' if self.two_pass else 'on'}{'_c' if self.causal else ''}{'' if self.q_regs else '_qs'}")
 
     def to_json(self, spec: AttentionSpec | None = None) -> dict[str, Any]:
         bm, bn, d = self.tile
@@ -129,6 +151,7 @@ class AttentionPlan:
         return {
             "tile": [bm, bn, d],
             "dv": self.dv,
+            "padded_head_dims": None if sm90 else [self.dp, self.dvp],
             "stages": self.stages,
             "bind": bind,
             "warp_tile": f"16x{bn}",
@@ -137,12 +160,12 @@ class AttentionPlan:
             "threads": self.threads,
             "cache": [
                 {"tensor": q, "where": "smem", "at": "m.o", "pingpong": False, "swizzle": swz,
-                 "then": "wgmma A descriptor" if sm90 else "registers (mma A fragments)"},
+                 "then": "wgmma A descriptor" if sm90 else q_then(self)},
                 {"tensor": k, "where": "smem", "at": "n.o", "pingpong": True, "depth": self.stages, "swizzle": swz},
                 {"tensor": v, "where": "smem", "at": "n.o", "pingpong": True, "depth": self.stages, "swizzle": swz,
                  "major": "N (wgmma imm-trans-b)" if sm90 else "N (ldmatrix.trans)"},
             ],
-            "vectorize": {"loads": {"width": 8, "via": "TMA box {64, rows}" if sm90 else "cp.async 16B"},
+            "vectorize": {"loads": {"width": 8, "via": "TMA box {64, rows}"} if sm90 else sm80_loads(self),
                           "store": {"axis": "dv.i", "width": 2}},
             "predicate_tail": list(self.predicate_tail),
             "causal": {"mask": "j <= i + (N - M)", "skip_blocks_above_diagonal": True,
@@ -167,6 +190,23 @@ class AttentionPlan:
             "regs_estimate": self.regs_estimate,
             "estimate": dict(self.est),
         }
+
+
+def sm80_loads(plan: AttentionPlan) -> dict[str, Any]:
+    """The sm80 skeleton's global copies: plan.vec elements each (cp.async of 2 * vec bytes, or plain loads)."""
+    return {"width": plan.vec, "via": f"cp.async {2 * plan.vec}B" if plan.vec > 1 else "ld.global + st.shared"}
+
+
+def load_vec(spec) -> int:
+    """Elements per global copy of the sm80 skeleton: the widest of 8, 4, 2, 1 dividing the head dims and every
+    column-window offset, row and head stride (copy_vec in polysat_attention.cuh)."""
+    xs = [spec.d, getattr(spec, "dv", spec.d), *(x for c in spec.cols for x in c)]
+    return next(v for v in (8, 4, 2, 1) if all(x % v == 0 for x in xs))
+
+
+def q_then(plan: AttentionPlan) -> str:
+    """Where the sm80 skeleton takes Q's mma A fragments from."""
+    return "registers (mma A fragments)" if plan.q_regs else "ldmatrix per key block (registers are short)"
 
 
 CostFn = Callable[[AttentionSpec, AttentionPlan, Mapping[str, int], Device], "dict[str, float] | float"]
@@ -227,12 +267,24 @@ def candidates(spec: AttentionSpec, arch: str, sizes: Mapping[str, int], skeleto
                                                  tail_axes(spec, 64 * nc, bn)))
     if "sm80" in skeletons:
         for bm in ((64, 128) if sizes["m"] > 64 else (64,)):
-            for bn in (64, 128):
+            for bn in sm80_block_ns(d, dv):
                 for st in (2, 3):
                     for algo in algos:
-                        out.append(AttentionPlan(arch, "sm80", (bm, bn, d), dv, st, (bm // 16, 1), algo, spec.causal,
-                                                 tail_axes(spec, bm, bn)))
+                        out.append(with_q_regs(AttentionPlan(arch, "sm80", (bm, bn, d), dv, st, (bm // 16, 1), algo,
+                                                             spec.causal, tail_axes(spec, bm, bn),
+                                                             vec=load_vec(spec))))
     return out
+
+
+def sm80_block_ns(d: int, dv: int) -> tuple[int, ...]:
+    """BLOCK_N of the sm80 candidates: 64 and 128, and 32 where the padded head dims are wide (> 256 together:
+    the S accumulators and the K/V ring shrink so that O's registers and the smem fit)."""
+    return (32, 64, 128) if padded_dim(d) + padded_dim(dv) > 256 else (64, 128)
+
+
+def with_q_regs(plan: AttentionPlan) -> AttentionPlan:
+    """The sm80 plan with Q's A fragments in registers where the register estimate allows, else from smem."""
+    return plan if plan.regs_estimate <= 255 else replace(plan, q_regs=False)
 
 
 def ctas_per_sm(plan: AttentionPlan, dev: Device) -> int:
@@ -255,7 +307,10 @@ def stop_reason(spec: AttentionSpec, plan: AttentionPlan, dev: Device) -> str | 
         if dev.arch != "sm90":
             return "sm90 skeleton needs an sm90 GPU"
         if bm not in (64, 128) or bn not in (64, 128) or d % 64 or plan.dv not in (64, 128):
-            return "sm90: tile outside wgmma m64nNk16 (N = BLOCK_N, Dv in {64, 128}) x TMA 128B-swizzle boxes"
+            return ("sm90: tile outside wgmma m64nNk16 (N = BLOCK_N, Dv in {64, 128}) x TMA 128B-swizzle boxes "
+                    "(D a multiple of 64); the sm80 skeleton takes the other head dims")
+        if any(x % 8 for c in spec.cols for x in c):
+            return "sm90: TMA needs 16-byte column windows (offsets, row and head strides multiples of 8 elements)"
         budget = 240 if plan.warps[0] >= 2 else 255
         if plan.regs_estimate > budget:
             return f"sm90: ~{plan.regs_estimate} registers per consumer thread > {budget}"
@@ -344,9 +399,8 @@ def search(spec: AttentionSpec, arch: str = "sm90", env: Mapping[str, int] | Non
     """Rank the plans for spec on arch; env binds symbols (unbound ones rank at HINT_SIZE)."""
     at = f"attention {spec.name!r}"
     check_p_dtype(spec, at)
-    if spec.d not in HEAD_DIMS or spec.dv not in HEAD_DIMS:
-        fail("NoKernelTemplate", at, f"head dims D = {spec.d}, Dv = {spec.dv}: the flash template is instantiated for "
-             f"{', '.join(map(str, HEAD_DIMS))}")
+    if why := head_dims_reason(spec.d, spec.dv):
+        fail("NoKernelTemplate", at, why)
     dev = device(arch)
     sizes = spec.sizes(ranking_env(spec.symbols, env))
     cands = candidates(spec, arch, sizes, skeletons_for(arch, skeletons), _algos(hints, algos))

@@ -27,7 +27,22 @@ from ...ir.diagnostics import fail
 from ...ir.dtypes import DType
 from ..common.spec import IN_DTYPES, OUT_DTYPES, Size, check_sizes, parse_spec_dtype, resolve_size, symbols_of
 
-HEAD_DIMS = (64, 128)  # head dims the flash template is instantiated for
+MAX_HEAD_DIM = 256  # the flash skeletons take any head dim up to this (padded_dim in polysat_attention.cuh)
+
+
+def padded_dim(d: int) -> int:
+    """The head dim the sm80 skeleton's smem tiles and MMAs run on: d rounded up to 16 (the mma k16 step);
+    Q's and K's padding columns are zero, V's give O columns that are never stored."""
+    return -(-d // 16) * 16
+
+
+def head_dims_reason(*dims: int) -> "str | None":
+    """Why the flash skeletons cannot take these head dims (None: they can, any int in 1..MAX_HEAD_DIM)."""
+    bad = [d for d in dims if not (1 <= d <= MAX_HEAD_DIM)]
+    if bad:
+        return (f"the head dim{'s are' if len(dims) > 1 else ' is'} {', '.join(map(str, dims))}; the flash "
+                f"skeletons take head dims up to {MAX_HEAD_DIM}")
+    return None
 
 
 class QKSoftmaxSpec:
@@ -222,15 +237,15 @@ def validate(s: AttentionSpec) -> None:
 
 def check_cols(s: QKSoftmaxSpec, dims: tuple[int, ...], at: str) -> None:
     """s.cols, if any: one (offset, ld, head stride) per tensor of dims, one static batch dim (the heads), each
-    head's window inside its row, multiples of 8 elements (16-byte copies)."""
+    head's window inside its row (the sm80 skeleton copies as many elements at once as they all allow; the
+    sm90 skeleton's TMA needs multiples of 8: its plans check that)."""
     if not s.cols:
         return
     h = s.batch[0] if len(s.batch) == 1 else None
     ok = isinstance(h, int) and len(s.cols) == len(dims) and all(
-        len(c) == 3 and all(isinstance(x, int) and not isinstance(x, bool) and x % 8 == 0 for x in c) and c[0] >= 0
+        len(c) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in c) and c[0] >= 0
         and c[2] >= dim and c[0] + (h - 1) * c[2] + dim <= c[1]
         for c, dim in zip(s.cols, dims))
     if not ok:
         fail("InvalidAttribute", at, f"cols = {s.cols!r} with batch {list(s.batch)}: column windows need one "
-                                     "static batch dim (the heads), windows inside each row at multiples of "
-                                     "8 elements (16-byte copies)")
+                                     "static batch dim (the heads) and windows inside each row")

@@ -28,7 +28,7 @@ from ...ir.region import R, Region, RNode
 from ..common.region_match import Aliases, Lets, Mismatch, RegionBinding, axis_size, recogniser, same_value, the_yield
 from ..common.score_match import score_part, window_read
 from ..common.spec import OUT_DTYPES
-from ..attention.spec import HEAD_DIMS
+from ..attention.spec import head_dims_reason
 from .spec import ScoresSpec
 
 LOG2E = 1.0 / math.log(2.0)
@@ -135,8 +135,8 @@ def bind(region: Region, name: "str | None" = None) -> ScoresBinding:
     d = r.axis_sizes[sp.k_axis]
     if not isinstance(d, int):
         reject(f"the head dim is {d}; the template needs a static int")
-    if d not in HEAD_DIMS:
-        reject(f"the head dim is {d}; the flash skeleton is instantiated for {', '.join(map(str, HEAD_DIMS))}")
+    if why := head_dims_reason(d):
+        reject(why)
     al = Aliases(r)  # Q and K one tensor: bound twice
     qn, kn = al(sp.q, "q"), al(sp.k, "k")
     size = partial(axis_size, r, reject=reject)

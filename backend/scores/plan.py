@@ -8,7 +8,9 @@ type and stored from the accumulator fragments). No V: ``dv`` is 0 and the ring 
 ScoresPlan is an AttentionPlan (same tile, smem and occupancy arithmetic, same STOP conditions) with its
 own register estimate, key and JSON.
 
-Candidates: sm80 BLOCK_M {64, 128} x BLOCK_N {64, 128} x stages {2, 3}, algorithm streaming_softmax_2pass
+Candidates: sm80 BLOCK_M {64, 128} x BLOCK_N {64, 128} (attention.plan.sm80_block_ns; without V the padded
+head dims never call for 32) x stages {2, 3}, Q's fragments in registers unless the register estimate
+exceeds 255 (then from smem), algorithm streaming_softmax_2pass
 (P is stored normalised, so the row statistics must be complete before the first store). On sm90 targets
 the sm90 skeleton's tiles are listed and pruned: its wgmma / TMA consumer path has no P-store mode, so the
 sm80 skeleton (mma.sync) is built for sm_90a. Survivors are pruned like attention plans
@@ -22,8 +24,9 @@ from typing import Any, Callable, ClassVar, Mapping
 from ...analyses.devices import Device, device
 from ...analyses.roofline import dram_time, roofline
 from ...ir.diagnostics import fail
-from ..attention.plan import L2_MISS, SM80_BIND, AttentionPlan, core_time, pairs, stop_reason, tail_axes, visited_blocks
-from ..attention.spec import HEAD_DIMS
+from ..attention.plan import (L2_MISS, SM80_BIND, AttentionPlan, core_time, load_vec, pairs, q_then, sm80_block_ns,
+                              sm80_loads, stop_reason, tail_axes, visited_blocks, with_q_regs)
+from ..attention.spec import head_dims_reason
 from ..common.plan_search import Pruned, SearchResult, prune, rank, ranking_env
 from .spec import ScoresSpec
 
@@ -40,7 +43,9 @@ class ScoresPlan(AttentionPlan):
     def regs_estimate(self) -> int:
         """Registers per thread: S accumulators, Q fragments, row statistics, addressing (ptxas -v of the
         generated kernels, checked in tests/test_scores_kernel.py)."""
-        return self.block_n + (3 * self.d) // 4 + 25
+        d = self.dp
+        narrow = self.vec < 8 and self.copies_per_thread(self.block_n, d) <= 8  # unrolled narrow copies
+        return self.block_n + ((3 * d) // 4 + 25 if self.q_regs else d // 4 + 40) + (d // 4 if narrow else 0)
 
     def key(self) -> str:
         return super().key() + "_p"
@@ -57,11 +62,11 @@ class ScoresPlan(AttentionPlan):
             "threads": self.threads,
             "cache": [
                 {"tensor": q, "where": "smem", "at": "m.o", "pingpong": False, "swizzle": "xor16B",
-                 "then": "registers (mma A fragments)"},
+                 "then": q_then(self)},
                 {"tensor": k, "where": "smem", "at": "n.o", "pingpong": True, "depth": self.stages, "swizzle": "xor16B",
                  "passes": 2},
             ],
-            "vectorize": {"loads": {"width": 8, "via": "cp.async 16B"},
+            "vectorize": {"loads": sm80_loads(self),
                           "store": {"tensor": p, "axis": "n.i", "width": 2, "when": "N even (else scalar)"}},
             "predicate_tail": list(self.predicate_tail),
             "causal": {"mask": "j <= i + (N - M)", "skip_blocks_above_diagonal": True,
@@ -84,10 +89,11 @@ SM90_PRUNED = ("sm90 skeleton: its wgmma/TMA consumer path has no P-store mode (
 def candidates(spec: ScoresSpec, arch: str, sizes: Mapping[str, int]) -> list[ScoresPlan]:
     out = []
     for bm in ((64, 128) if sizes["m"] > 64 else (64,)):
-        for bn in (64, 128):
+        for bn in sm80_block_ns(spec.d, 0):
             for st in (2, 3):
-                out.append(ScoresPlan(arch, "sm80", (bm, bn, spec.d), 0, st, (bm // 16, 1), causal=spec.causal,
-                                      predicate_tail=tail_axes(spec, bm, bn)))
+                out.append(with_q_regs(ScoresPlan(arch, "sm80", (bm, bn, spec.d), 0, st, (bm // 16, 1),
+                                                  causal=spec.causal, predicate_tail=tail_axes(spec, bm, bn),
+                                                  vec=load_vec(spec))))
     return out
 
 
@@ -126,9 +132,8 @@ def search(spec: ScoresSpec, arch: str = "sm90", env: Mapping[str, int] | None =
            cost: CostFn | None = None) -> SearchResult:
     """Rank the plans for spec on arch; env binds symbols (unbound ones rank at HINT_SIZE)."""
     at = f"softmax_scores {spec.name!r}"
-    if spec.d not in HEAD_DIMS:
-        fail("NoKernelTemplate", at, f"head dim D = {spec.d}: the flash skeleton is instantiated for "
-             f"{', '.join(map(str, HEAD_DIMS))}")
+    if why := head_dims_reason(spec.d):
+        fail("NoKernelTemplate", at, why)
     choice = ((hints or {}).get("algo_choice") or {}).get("attention")
     if choice not in (None, "streaming_softmax_2pass"):
         fail("InvalidAttribute", "algo_choice.attention", f"softmax_scores stores P normalised: only "

@@ -254,8 +254,45 @@ POLYSAT_HD int p_pair(int lane, int j, int h, int row0, int col0, int M, int N, 
   return col + 1 < N ? 2 : 1;
 }
 // a pair of k = 2 elements goes out as one vector store only where every row starts on an even element
-// (col is even): N even; otherwise as two scalar stores
-POLYSAT_HD bool p_pair_vector(int k, int N) { return k == 2 && (N & 1) == 0; }
+// (col is even): N even (for O: its row stride and base offset OR-ed, both even); otherwise as two scalar stores
+POLYSAT_HD bool p_pair_vector(int k, long long N) { return k == 2 && (N & 1) == 0; }
+
+// ---- head dims (docs/DESIGN.md §Backend, attention): any D, DV in 1..256 -------------------------------
+// The smem tiles and the MMAs run on the head dims rounded up to 16 (the mma k16 step; two n8 tiles per
+// ldmatrix.x4): the columns past D of Q and K are zero (they add 0 to every score), those past DV of V
+// give O columns that are never stored.
+POLYSAT_HD constexpr int padded_dim(int d) { return (d + 15) / 16 * 16; }
+
+// elements per global copy: the widest of 8 (16-byte cp.async), 4, 2, 1 that divides x (a row length,
+// leading dimension or offset), so that no copy straddles a row end or is misaligned
+POLYSAT_HD constexpr int copy_vec(long long x) { return x % 8 == 0 ? 8 : x % 4 == 0 ? 4 : x % 2 == 0 ? 2 : 1; }
+POLYSAT_HD constexpr int min_vec(int a, int b) { return a < b ? a : b; }
+
+// smem layout of a [ROWS][COLS] tile (COLS a multiple of 16, contiguous): column panels [ROWS][W], panel p
+// at p * ROWS * W, each XOR-swizzled as swz_offset<W>. W = COLS when COLS is 16, 32 or a multiple of 64
+// (one panel: the plain swizzled tile), else 32 or 16: every ldmatrix phase (8 rows x 16 bytes of one
+// panel) hits 8 distinct 16-byte bank groups whatever the head dim.
+template <int COLS>
+POLYSAT_HD constexpr int panel_width() { return (COLS % 64 == 0 || COLS <= 32) ? COLS : (COLS % 32 == 0 ? 32 : 16); }
+template <int ROWS, int COLS>
+POLYSAT_HD int tile_offset(int row, int col) {
+  constexpr int W = panel_width<COLS>();
+  return (col / W) * (ROWS * W) + swz_offset<W>(row, col % W);
+}
+
+// copy idx (VEC elements) of a [ROWS][COLS] smem tile whose first `cols` columns are rows row0.. of a
+// global matrix (rows ld apart): its smem offset dst and global offset src; false = it reads nothing and
+// zero-fills (a row >= row_lim, or a padding column >= cols)
+template <int ROWS, int COLS, int VEC>
+POLYSAT_HD bool tile_copy(int idx, long long ld, int row0, int row_lim, int cols, int& dst, long long& src) {
+  int r, c;
+  copy_coord<COLS, VEC>(idx, r, c);
+  const int gr = row0 + r;
+  const bool ok = gr < row_lim && c < cols;
+  dst = tile_offset<ROWS, COLS>(r, c);
+  src = ok ? (long long)gr * ld + c : 0;
+  return ok;
+}
 
 // STORE_P: the values of a key block no stored row of the CTA sees: 0, or NaN (0 * NaN) for a row
 // without any visible key (sc from two_pass_scale)
@@ -285,23 +322,61 @@ __device__ __forceinline__ void quad_sum(float (&x)[2]) {
   }
 }
 
-// rows row0 .. row0+15 of O (a warp's accumulator o[NO][4], times scale[r]; rows ld elements apart); rows >= M
-// are not stored
-template <class OutT, int NO>
-__device__ __forceinline__ void store_o(OutT* __restrict__ gO, long long ld, int M, int row0, const float (&o)[NO][4],
-                                        const float (&scale)[2], int lane) {
+// rows row0 .. row0+15 of O (a warp's accumulator o[NO][4], times scale[r]) into columns [0, DV) of rows ld
+// elements apart from O + base: p_pair says which elements lie inside (rows >= M and the padding columns
+// >= DV are not stored), p_pair_vector whether a pair is one aligned 4- or 8-byte store
+template <class OutT, int NO, int DV>
+__device__ __forceinline__ void store_o(OutT* __restrict__ O, long long base, long long ld, int M, int row0,
+                                        const float (&o)[NO][4], const float (&scale)[2], int lane) {
 #pragma unroll
   for (int j = 0; j < NO; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      int r, c;
-      acc_rc(lane, j, 2 * h, r, c);
-      const int row = row0 + r;
-      if (row < M) {
-        *reinterpret_cast<typename Pair<OutT>::V*>(gO + (long long)row * ld + c) =
-            Pair<OutT>::make(o[j][2 * h] * scale[h], o[j][2 * h + 1] * scale[h]);
+      int row, col;
+      const int k = p_pair(lane, j, h, row0, 0, M, DV, row, col);
+      OutT* dst = O + base + (long long)row * ld + col;
+      const float x0 = o[j][2 * h] * scale[h], x1 = o[j][2 * h + 1] * scale[h];
+      if (p_pair_vector(k, ld | base)) {
+        *reinterpret_cast<typename Pair<OutT>::V*>(dst) = Pair<OutT>::make(x0, x1);
+      } else if (k > 0) {
+        dst[0] = from_f32<OutT>(x0);
+        if (k == 2) dst[1] = from_f32<OutT>(x1);
       }
     }
+}
+
+// a [ROWS][COLS] smem tile (tile_offset's layout) from rows row0.. of a global matrix (rows ld apart, its
+// first cols columns; tile_copy): VEC-element cp.async copies (zero-filled where tile_copy says so), or
+// plain loads and shared stores when VEC == 1 (a head dim or window offset that is odd)
+template <class T, int ROWS, int COLS, int VEC, int THREADS>
+__device__ __forceinline__ void load_rows(T* tile, const T* __restrict__ g, long long ld, int row0, int row_lim, int cols,
+                                          int tid) {
+  constexpr int TOTAL = ROWS * (COLS / VEC), PER = (TOTAL + THREADS - 1) / THREADS;
+  // many narrow copies: a loop (4 at a time), not dozens of address registers
+  constexpr int UNROLL = PER <= (VEC == 8 ? 16 : 8) ? PER : 4;
+#pragma unroll UNROLL
+  for (int i = 0; i < PER; ++i) {
+    const int idx = tid + i * THREADS;
+    if (TOTAL % THREADS == 0 || idx < TOTAL) {
+      int dst;
+      long long src;
+      const bool ok = tile_copy<ROWS, COLS, VEC>(idx, ld, row0, row_lim, cols, dst, src);
+      if constexpr (VEC > 1) {
+        cp_async<VEC * 2>(smem_u32(tile + dst), g + src, ok);
+      } else {
+        tile[dst] = ok ? g[src] : from_f32<T>(0.0f);
+      }
+    }
+  }
+}
+
+// ldmatrix.x4 of the four 8x8 blocks at (mn0, k0) of a [ROWS][COLS] tile in tile_offset's layout (load_frag's
+// fragment order; a 16-byte row of a block never straddles a panel)
+template <class T, bool KMAJOR, int ROWS, int COLS>
+__device__ __forceinline__ void load_frag_at(u32 (&r)[4], const T* tile, int mn0, int k0, int lane) {
+  int row, col;
+  frag_coord<KMAJOR>(lane, mn0, k0, row, col);
+  ldmatrix_x4<!KMAJOR>(r, smem_u32(tile + tile_offset<ROWS, COLS>(row, col)));
 }
 
 // STORE_P: a warp's 16-row fragment s[NT][4] of P (keys col0 ..) rounded to PT into P [M][N] (one batch
@@ -329,22 +404,30 @@ __device__ __forceinline__ void store_p(PT* __restrict__ gP, int M, int N, int r
 // =============================================================================================
 // SM80: cp.async ring + ldmatrix + mma.sync.m16n8k16 (FA2-style)
 // =============================================================================================
+// D and DV are any head dims in 1..256 (the tiles padded to 16 columns, padded_dim; copies VEC elements wide,
+// copy_vec). Q_REGS: Q's A fragments stay in registers for the whole key loop (else they are re-read from sQ
+// by ldmatrix for every key block: large head dims, where registers are short).
 // STORE_P: O is P [batch, M, N] (OutT its type), V is not read (DV only sizes unused registers). HEADS: Q, K,
 // V and O lie as rows_at says: (offset, ld, head stride) QO, QL, QH of Q, ... of K and V, O's rows OL apart
 // (heads DV apart); ld 0 = packed
 template <class T, class OutT, int D, int DV, int BM, int BN, int STAGES, bool CAUSAL, bool TWO_PASS, int SIGN,
-          bool STORE_P = false, long long QO = 0, long long QL = 0, long long QH = 0, long long KO = 0,
+          bool Q_REGS, bool STORE_P = false, long long QO = 0, long long QL = 0, long long QH = 0, long long KO = 0,
           long long KL = 0, long long KH = 0, long long VO = 0, long long VL = 0, long long VH = 0, long long OL = 0>
 __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                                OutT* __restrict__ O, int M, int N, int batch, float c,
                                                unsigned char* smem) {
-  constexpr int WARPS = BM / 16, THREADS = 32 * WARPS;
-  constexpr int NT = BN / 8, NO = DV / 8, KQ = D / 16, KP = BN / 16;
-  static_assert(D % 64 == 0 && DV % 64 == 0 && BN % 16 == 0 && BM % 16 == 0 && STAGES >= 2, "attention tile");
+  constexpr int WARPS = BM / 16, THREADS = 32 * WARPS, DP = padded_dim(D), DVP = padded_dim(DV);
+  constexpr int NT = BN / 8, NO = DVP / 8, KQ = DP / 16, KP = BN / 16;
+  // Q from smem: S = Q K^T unrolled by two k16 steps only, so that the K fragments in flight stay few
+  constexpr int KQ_UNROLL = Q_REGS ? KQ : 2;
+  constexpr int VEC = min_vec(min_vec(copy_vec(D), copy_vec(DV)),
+                              min_vec(copy_vec(QO | QL | QH), min_vec(copy_vec(KO | KL | KH), copy_vec(VO | VL | VH))));
+  static_assert(D >= 1 && D <= 256 && DV >= 1 && DV <= 256 && BN % 16 == 0 && BM % 16 == 0 && STAGES >= 2,
+                "attention tile");
   static_assert(!STORE_P || TWO_PASS, "P is stored normalised: two passes");
   T* sQ = reinterpret_cast<T*>(smem);
-  T* sK = sQ + BM * D;
-  T* sV = sK + STAGES * BN * D;
+  T* sK = sQ + BM * DP;
+  T* sV = sK + STAGES * BN * DP;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int tiles_m = (M + BM - 1) / BM;
   int tm, b;
@@ -361,9 +444,9 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
   const int row0 = m0 + warp * 16;  // this warp's first query row
 
   // Q joins cp.async group 0 (with the first K/V tile); rows >= M read zero
-  load_tile<T, BM, D, 8, THREADS>(sQ, gQ, aq.ld, m0, 0, M, D, tid);
+  load_rows<T, BM, DP, VEC, THREADS>(sQ, gQ, aq.ld, m0, M, D, tid);
 
-  u32 qf[KQ][4];
+  u32 qf[Q_REGS ? KQ : 1][4];
   float o[NO][4];
 #pragma unroll
   for (int j = 0; j < NO; ++j)
@@ -373,39 +456,47 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
 
   // tile jb of K (and V) into ring slot `slot`; keys >= N read zero
   auto load_kv = [&](int slot, int jb, bool with_v) {
-    load_tile<T, BN, D, 8, THREADS>(sK + slot * BN * D, gK, ak.ld, jb * BN, 0, N, D, tid);
-    if (with_v) load_tile<T, BN, DV, 8, THREADS>(sV + slot * BN * DV, gV, av.ld, jb * BN, 0, N, DV, tid);
+    load_rows<T, BN, DP, VEC, THREADS>(sK + slot * BN * DP, gK, ak.ld, jb * BN, N, D, tid);
+    if (with_v) load_rows<T, BN, DVP, VEC, THREADS>(sV + slot * BN * DVP, gV, av.ld, jb * BN, N, DV, tid);
   };
 
-  // S = Q K^T for the tile in `slot`: K is [BN][D] (D contiguous), the K-major B operand
+  // S = Q K^T for the tile in `slot`: K is [BN][DP] (DP contiguous), the K-major B operand
   auto qk = [&](int slot, float (&s)[NT][4]) {
-    const T* tK = sK + slot * BN * D;
+    const T* tK = sK + slot * BN * DP;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+#pragma unroll KQ_UNROLL
+    for (int kk = 0; kk < KQ; ++kk) {
+      u32 qa[4];
+      if constexpr (Q_REGS) {
 #pragma unroll
-    for (int kk = 0; kk < KQ; ++kk)
+        for (int q = 0; q < 4; ++q) qa[q] = qf[Q_REGS ? kk : 0][q];
+      } else {
+        load_frag_at<T, true, BM, DP>(qa, sQ, warp * 16, kk * 16, lane);
+      }
 #pragma unroll
       for (int jj = 0; jj < NT / 2; ++jj) {
         u32 kf[4], b0, b1;
-        load_frag<T, true, D>(kf, tK, jj * 16, kk * 16, lane);
+        load_frag_at<T, true, BN, DP>(kf, tK, jj * 16, kk * 16, lane);
         b_pick(0, kf, b0, b1);
-        mma_16816<T>(s[2 * jj], qf[kk], b0, b1);
+        mma_16816<T>(s[2 * jj], qa, b0, b1);
         b_pick(1, kf, b0, b1);
-        mma_16816<T>(s[2 * jj + 1], qf[kk], b0, b1);
+        mma_16816<T>(s[2 * jj + 1], qa, b0, b1);
       }
+    }
   };
 
-  // O += P V for the tile in `slot`: V is [BN][DV] (DV contiguous), the N-major B operand (ldmatrix.trans)
+  // O += P V for the tile in `slot`: V is [BN][DVP] (DVP contiguous), the N-major B operand (ldmatrix.trans)
   auto pv = [&](int slot, const u32 (&pa)[KP][4]) {
-    const T* tV = sV + slot * BN * DV;
+    const T* tV = sV + slot * BN * DVP;
 #pragma unroll
     for (int kk = 0; kk < KP; ++kk)
 #pragma unroll
       for (int jj = 0; jj < NO / 2; ++jj) {
         u32 vf[4], b0, b1;
-        load_frag<T, false, DV>(vf, tV, jj * 16, kk * 16, lane);
+        load_frag_at<T, false, BN, DVP>(vf, tV, jj * 16, kk * 16, lane);
         b_pick(0, vf, b0, b1);
         mma_16816<T>(o[2 * jj], pa[kk], b0, b1);
         b_pick(1, vf, b0, b1);
@@ -449,11 +540,13 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
       if (s < count) load_kv(s, s, with_v);
       cp_async_commit();
     }
-    if (pass == 0 && count > 0) {  // Q landed with group 0: its A fragments stay in registers
+    if (pass == 0 && count > 0) {  // Q landed with group 0 (Q_REGS: its A fragments stay in registers)
       cp_async_wait<STAGES - 2>();
       __syncthreads();
+      if constexpr (Q_REGS) {
 #pragma unroll
-      for (int kk = 0; kk < KQ; ++kk) load_frag<T, true, D>(qf[kk], sQ, warp * 16, kk * 16, lane);
+        for (int kk = 0; kk < KQ; ++kk) load_frag_at<T, true, BM, DP>(qf[Q_REGS ? kk : 0], sQ, warp * 16, kk * 16, lane);
+      }
     }
     for (int jb = 0; jb < count; ++jb) {
       cp_async_wait<STAGES - 2>();  // Wait(TokLoad jb)
@@ -481,23 +574,23 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
       for (int jb = kr.count; jb < (N + BN - 1) / BN; ++jb)
         store_p<OutT, NT>(O + (long long)b * M * N, M, N, row0, jb * BN, s, lane);
     } else {
-      store_o<OutT, NO>(O + ao.base, ao.ld, M, row0, o, sc, lane);
+      store_o<OutT, NO, DV>(O, ao.base, ao.ld, M, row0, o, sc, lane);
     }
   } else {
     stream(0, true);
     quad_sum(l);
     inverse(l, inv_l);
-    store_o<OutT, NO>(O + ao.base, ao.ld, M, row0, o, inv_l, lane);
+    store_o<OutT, NO, DV>(O, ao.base, ao.ld, M, row0, o, inv_l, lane);
   }
 }
 
 // softmax_scores: P [batch, M, N] = softmax_j(scale * Q K^T, masked) rounded to PT, two passes over the keys;
 // Q and K packed or column windows (rows_at)
-template <class T, class PT, int D, int BM, int BN, int STAGES, bool CAUSAL, int SIGN, long long QO = 0,
+template <class T, class PT, int D, int BM, int BN, int STAGES, bool CAUSAL, int SIGN, bool Q_REGS, long long QO = 0,
           long long QL = 0, long long QH = 0, long long KO = 0, long long KL = 0, long long KH = 0>
 __device__ __forceinline__ void scores_sm80(const T* __restrict__ Q, const T* __restrict__ K, PT* __restrict__ P, int M,
                                             int N, int batch, float c, unsigned char* smem) {
-  attention_sm80<T, PT, D, 64, BM, BN, STAGES, CAUSAL, true, SIGN, true, QO, QL, QH, KO, KL, KH>(Q, K, nullptr, P, M, N,
+  attention_sm80<T, PT, D, 64, BM, BN, STAGES, CAUSAL, true, SIGN, Q_REGS, true, QO, QL, QH, KO, KL, KH>(Q, K, nullptr, P, M, N,
                                                                                                 batch, c, smem);
 }
 
@@ -805,7 +898,6 @@ __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK,
       arrive(&empty_v[(it + n - 1) % STAGES]);
     }
     const RowsAt ao = rows_at(b, M, DV, 0, OL, DV);  // Q, K and V: their tensor maps say how they lie
-    OutT* gO = O + ao.base;
     float sc[2];
     if (TWO_PASS) {
       two_pass_scale(l, inv_l, sc);
@@ -813,7 +905,7 @@ __device__ __forceinline__ void attention_sm90(const void* tmQ, const void* tmK,
       quad_sum(l);
       inverse(l, sc);
     }
-    store_o<OutT, NO>(gO, ao.ld, M, row0, o, sc, lane);
+    store_o<OutT, NO, DV>(O, ao.base, ao.ld, M, row0, o, sc, lane);
   }
 }
 
