@@ -345,9 +345,9 @@ class ModelCost(SearchingCost):
         def evaluate(fused: frozenset) -> Candidate:
             if fused in memo:
                 return memo[fused]
-            cand = Candidate(fused, None, illegal=violations(view, fused))  # the rules' conflicts: not priced
             excl, hard, kept = masks(view, st, streams, fused)
-            best, _ = solve(view, _Masked(excl, hard)) if not cand.illegal else ({}, None)
+            best, _ = solve(view, _Masked(excl, hard))
+            cand = Candidate(fused, None)
             if all(r in best and best[r].total < math.inf for r in roots):
                 chosen, stack = {}, list(roots)
                 while stack:
@@ -357,6 +357,7 @@ class ModelCost(SearchingCost):
                         stack.extend(best[c].node.children)
                 prog, part = to_tiny(state, view, chosen, roots, kept)
                 cand.extraction = Extraction(prog, part, 0.0, chosen, tuple(roots))
+                cand.illegal = violations(view, fused)  # the rules' conflicts (rules/fusion.egg)
                 cand.priced = price_kernels(prog, part, params, self.arch)
                 t = total_us(cand.priced)
                 cand.extraction = dataclasses.replace(cand.extraction, cost=t)
@@ -461,7 +462,6 @@ def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate
     from ..analyses.indexbook import checked_indexbook
     from ..analyses.poly_from_view import region_from_polyview
     from ..analyses.polyview import build_polyview
-    from .partition import Kernel, Partition
     from .totiny import TermBuilder
     prog, part = base.extraction.program, base.extraction.partition
     tb = TermBuilder(state, view, base.extraction.chosen)
@@ -510,7 +510,6 @@ def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate
         key = (a, ver[a], tuple((c, ver[c]) for c in cons))
         if key not in memo:
             merged = {c: (groups[c][0] | na, groups[c][1]) for c in cons}
-            ks = [Kernel(c, n, tuple(oc), inputs(n)) for c, (n, oc) in merged.items()]
             bad = violations(view, fused | {site_of[o]})
             sep = cost(na, oa) + sum(cost(*groups[c]) for c in cons)
             new = None if bad else sum(cost(*merged[c]) for c in cons)  # a rule decided: no price needed
