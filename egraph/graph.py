@@ -32,7 +32,7 @@ class EGraphView:
     by_index: dict  # N index -> class id
     nodes: int
     vetoed: frozenset = frozenset()  # read classes a rule vetoes fusing ((fuse-veto e) = 1, rules/fusion.egg)
-    conflicts: tuple = ()  # frozensets of Mat site classes no partition fuses together ((fuse-conflict P))
+    conflicts: tuple = ()  # (Mat site classes no partition fuses together, the Reduce the path starts in or None)
 
     def parents(self) -> dict:
         out: dict = {c: [] for c in self.classes}
@@ -83,17 +83,19 @@ def export(st: EGraphState) -> EGraphView:
 
 
 def _conflicts(g, fz, cid) -> tuple:
-    """The (fuse-conflict P) facts of rules/fusion.egg, each P (a Sites list) as a frozenset of classes."""
+    """The (fuse-conflict P) facts of rules/fusion.egg, each P (a Sites list) as (frozenset of its site
+    classes, the class of the Reduce whose body the path starts from, or None for a value's root)."""
     cons = fz.functions.get("Site")
     rows = fz.functions.get("fuse-conflict")
     if cons is None or rows is None:
         return ()
     link = {r.output: (cid(r.inputs[0]), r.inputs[1]) for r in cons.rows}
+    root = {r.output: cid(r.inputs[0]) for r in (fz.functions["Root"].rows if "Root" in fz.functions else ())}
 
-    def members(v) -> frozenset:
+    def members(v) -> tuple:
         out = []
         while v in link:
             c, v = link[v]
             out.append(c)
-        return frozenset(out)
+        return frozenset(out), root.get(v)
     return tuple(dict.fromkeys(members(r.inputs[0]) for r in rows.rows))

@@ -21,12 +21,16 @@ from .ixfns import compose, read_kind
 from .stream import group_of
 
 
-def violations(view, fused) -> list:
+def violations(view, fused, chosen=None) -> list:
     """(rule, sites, None, why) for each conflict of the rules (rules/fusion.egg many-to-many) whose
-    sites the decision set ``fused`` (Mat site classes) fuses together; [] when the partition is legal."""
+    sites the decision set ``fused`` (Mat site classes) fuses together; [] when the partition is legal.
+    With ``chosen`` (class -> e-node, an extraction), a conflict counts only when the Reduce its path
+    starts from is the extracted node of its class: a path from a spelling the extraction left out
+    (the two-pass softmax under a streamed one, say) is in no kernel."""
     fused = frozenset(fused)
-    return [("many-to-many", sorted(c), None, f"fusing sites {sorted(c)} together computes a reduction where no loop "
-             "order of the kernel owns it (rule many-to-many, rules/fusion.egg)") for c in view.conflicts if c <= fused]
+    return [("many-to-many", sorted(c), r, f"fusing sites {sorted(c)} together computes a reduction where no loop "
+             "order of the kernel owns it (rule many-to-many, rules/fusion.egg)") for c, r in view.conflicts
+            if c <= fused and (chosen is None or r is None or (r in chosen and chosen[r].op == "Reduce"))]
 
 
 def _kind(p: Program, c, m: "tuple | None", space: tuple, reducer=None) -> str:

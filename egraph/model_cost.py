@@ -357,7 +357,7 @@ class ModelCost(SearchingCost):
                         stack.extend(best[c].node.children)
                 prog, part = to_tiny(state, view, chosen, roots, kept)
                 cand.extraction = Extraction(prog, part, 0.0, chosen, tuple(roots))
-                cand.illegal = violations(view, fused)  # the rules' conflicts (rules/fusion.egg)
+                cand.illegal = violations(view, fused, chosen)  # the rules' conflicts (rules/fusion.egg)
                 cand.priced = price_kernels(prog, part, params, self.arch)
                 t = total_us(cand.priced)
                 cand.extraction = dataclasses.replace(cand.extraction, cost=t)
