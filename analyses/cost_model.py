@@ -1,12 +1,13 @@
 """The roofline cost model that prices one candidate region (one kernel) from Poly Core facts
 (docs/DESIGN.md §Cost model).
 
-``time_est = max(FLOPs/(peak·occ·eff), Bytes/(BW·occ)) + epilogue − overlap_gain + penalties +
+``time_est = max(FLOPs/(peak·occ·eff), Bytes/(BW·share)) + epilogue − overlap_gain + penalties +
 launch``, where FLOPs are statement instances × FLOPs per instance (isl counts), bytes are the
 32-byte sectors of the region's footprints in device memory (inputs read once, outputs written
 once; internal edges that do not fit on chip go through memory twice), L2 -> SM traffic is the
 per-tile footprints × tiles (halo and reuse included), smem is the staged operand ring plus on-chip
-edges, and occupancy comes from smem, registers, threads and wave quantization. Penalties:
+edges, and occupancy comes from smem, registers, threads and wave quantization; the bandwidth share of a
+kernel of few CTAs is what their SMs' load ports draw (a few busy SMs saturate DRAM), not a pro-rata share. Penalties:
 fan-out (recomputed producers), layout (wasted sector bytes), piecewise (predicated accesses),
 spills. ``price`` tries a few tiles and keeps the cheapest that hits no STOP condition (docs/DESIGN.md §Cost model).
 
@@ -171,7 +172,8 @@ def price_tile(region: PolyRegion, arch: "str | Device", tile: Mapping[str, int]
 class _Work:
     useful: dict  # unit -> FLOPs, each instance once
     extra: dict  # unit -> FLOPs recomputed across tiles (halos, fan-out)
-    epilogue: int  # SIMT FLOPs after the last tensor-core statement
+    epilogue: int  # FP32-pipe FLOPs after the last tensor-core statement
+    epilogue_sfu: int  # SFU FLOPs after it
     mma: bool  # the region has a tensor-core statement
     factors: dict  # statement -> recompute factor
 
@@ -219,7 +221,7 @@ def _rewalk_l2(b: BoundRegion, t) -> int:
     out = 0
     for x in b.region.tensors:
         if x.role == "input":
-            out += sectors(footprint(b, again, x.name), x.dtype.itemsize) * SECTOR * t.count
+            out += sectors(footprint(b, again, x.name), x.dtype.itemsize, SECTOR, b.shapes[x.name]) * SECTOR * t.count
     return out
 
 
@@ -227,7 +229,8 @@ def _rewalk_l2(b: BoundRegion, t) -> int:
 class _Facts:
     """What the price of a region needs that no tile changes (computed once per region)."""
     useful: dict  # unit -> FLOPs, each instance once (the stream's bookkeeping included)
-    epilogue: int  # SIMT FLOPs after the last tensor-core statement
+    epilogue: int  # FP32-pipe FLOPs after the last tensor-core statement
+    epilogue_sfu: int  # SFU FLOPs after it (the epilogue's exp2, rsqrt: serial after the main loop too)
     mma: bool  # the region has a tensor-core statement
     live: tuple  # of (statement, instances): the statements the kernel runs
     dram: int  # device-memory bytes of the inputs and outputs (sector granularity)
@@ -243,7 +246,7 @@ def _facts(region: PolyRegion) -> _Facts:
     for unit, n in _stream_work(b).items():  # the recurrence's bookkeeping: work the kernel really does
         useful[unit] += n
     last_mma = max([s.index for s in b.statements if s.stmt.unit == "tensor"], default=-1)
-    epi = 0
+    epi = {"fp32": 0, "sfu": 0}
     live = []
     for s in b.statements:
         if _dead(b, s):
@@ -252,20 +255,20 @@ def _facts(region: PolyRegion) -> _Facts:
         live.append((s, n))
         useful[s.stmt.unit] += s.stmt.flops * n
         if s.index > last_mma >= 0 and s.stmt.unit != "tensor":
-            epi += s.stmt.flops * n
+            epi[s.stmt.unit] += s.stmt.flops * n
     dram = in_useful = out_useful = 0
     for x in region.tensors:
         if x.role == "internal":
             continue
         size = x.dtype.itemsize
         fa = full_footprint(b, x.name)
-        dram += sectors(fa, size) * SECTOR
+        dram += sectors(fa, size, SECTOR, b.shapes[x.name]) * SECTOR
         if x.role == "input":
             in_useful += card(fa) * size
         else:
             out_useful += card(fa) * size
     predicated = sum(1 for s in b.statements for _, m in s.reads if not m.domain().is_equal(s.domain))
-    return _Facts(useful, epi, last_mma >= 0, tuple(live), dram, in_useful, out_useful, predicated)
+    return _Facts(useful, epi["fp32"], epi["sfu"], last_mma >= 0, tuple(live), dram, in_useful, out_useful, predicated)
 
 
 def _work(b: BoundRegion, t) -> _Work:
@@ -274,7 +277,7 @@ def _work(b: BoundRegion, t) -> _Work:
     factors = recompute_factors(b, t)
     for s, n in f.live:
         extra[s.stmt.unit] += int(s.stmt.flops * n * max(0.0, factors.get(s.name, 1.0) - 1.0))
-    return _Work(dict(f.useful), extra, f.epilogue, f.mma, factors)
+    return _Work(dict(f.useful), extra, f.epilogue, f.epilogue_sfu, f.mma, factors)
 
 
 def _traffic(b: BoundRegion, t, es: list) -> tuple:
@@ -284,7 +287,7 @@ def _traffic(b: BoundRegion, t, es: list) -> tuple:
     l2 = 0
     for x in b.region.tensors:
         if x.role == "input":
-            l2 += sectors(tile_footprint(b, t, x.name), x.dtype.itemsize) * SECTOR * t.count
+            l2 += sectors(tile_footprint(b, t, x.name), x.dtype.itemsize, SECTOR, b.shapes[x.name]) * SECTOR * t.count
     spill = 0
     spilled = [e.tensor for e in es if e.buffer == "gmem"]  # written once, read once per consumer
     for name in set(spilled):
@@ -315,11 +318,28 @@ def _resources(b: BoundRegion, t, es: list, ring: int, dev: Device) -> tuple:
 
 
 def _occupancy(tiles: int, ctas: int, threads: int, dev: Device) -> float:
-    """SM utilisation (wave quantization) x latency hiding (resident warps)."""
+    """SM utilisation (wave quantization) x latency hiding (resident warps): the share of the device's
+    compute rates a kernel of `tiles` CTAs reaches."""
+    return _sm_util(tiles, ctas, dev) * _hiding(tiles, ctas, threads, dev)
+
+
+def _sm_util(tiles: int, ctas: int, dev: Device) -> float:
     slots = dev.sms * ctas
-    util = min(tiles, dev.sms) / dev.sms if tiles <= slots else tiles / (ceil(tiles / slots) * slots)
+    return min(tiles, dev.sms) / dev.sms if tiles <= slots else tiles / (ceil(tiles / slots) * slots)
+
+
+def _hiding(tiles: int, ctas: int, threads: int, dev: Device) -> float:
     warps = min(ctas, ceil(tiles / dev.sms)) * threads // 32
-    return util * min(1.0, warps / WARPS_TO_SATURATE)
+    return min(1.0, warps / WARPS_TO_SATURATE)
+
+
+def _bandwidth_share(tiles: int, ctas: int, threads: int, dev: Device, tbps: float) -> float:
+    """The share of a memory level's bandwidth (`tbps`: DRAM or L2) a kernel of `tiles` CTAs reaches: the busy
+    SMs each draw at most their own load port (Device.sm_load_gbps), so a few SMs saturate the level
+    (Device.sms_to_saturate), not all of them; x latency hiding. A 2-CTA kernel on H100 reads DRAM at
+    2 x 117 GB/s, not at 2/132 of 3 TB/s."""
+    ports = min(1.0, _sm_util(tiles, ctas, dev) * dev.sms / dev.sms_to_saturate(tbps))
+    return ports * _hiding(tiles, ctas, threads, dev)
 
 
 @lru_cache(maxsize=4096)
@@ -338,6 +358,8 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     l2 += _rewalk_l2(b, t)
     smem, threads, regs, ctas, by_regs, by_smem = _resources(b, ts, es, ring, dev)
     occ = _occupancy(t.count, ctas, threads, dev)
+    dram_occ = _bandwidth_share(t.count, ctas, threads, dev, dev.dram_tbps)
+    l2_occ = _bandwidth_share(t.count, ctas, threads, dev, dev.l2_tbps)
 
     # roofline terms (us)
     effs, stops = _mma_eff(b, ts.slices, dev)
@@ -346,16 +368,16 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     mma_rate = dev.tensor_tflops * 1e12 * occ * eff
     simt_rate = dev.fp32_tflops * 1e12 * occ * SIMT_EFF
     sfu_rate = simt_rate * dev.sfu_ratio
-    epi = w.epilogue if w.mma else 0
+    epi, epi_sfu = (w.epilogue, w.epilogue_sfu) if w.mma else (0, 0)
     t_mma = w.useful["tensor"] / mma_rate * us
     t_simt = (w.useful["fp32"] - epi) / simt_rate * us
-    t_sfu = w.useful["sfu"] / sfu_rate * us
-    t_epi = epi / simt_rate * us
-    bw = dev.dram_tbps * 1e12 * occ
+    t_sfu = (w.useful["sfu"] - epi_sfu) / sfu_rate * us
+    t_epi = (epi / simt_rate + epi_sfu / sfu_rate) * us
+    bw = dev.dram_tbps * 1e12 * dram_occ
     t_load = (in_useful + spill_bytes // 2) / bw * us
     t_store = (out_useful + spill_bytes // 2) / bw * us
     t_mem = t_load + t_store  # loads and stores share the DRAM bandwidth
-    t_l2 = l2 / (dev.l2_tbps * 1e12 * occ) * us
+    t_l2 = l2 / (dev.l2_tbps * 1e12 * l2_occ) * us
     compute = t_mma + t_simt + t_sfu
     # async copies (cp.async / TMA) run under the epilogue, unless an on-chip edge is single-buffered
     single = any(e.buffer == "smem_ring" and e.depth == 1 and not e.staged for e in es)
@@ -367,7 +389,7 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     piecewise = PREDICATE_COST * _facts(region).predicated * compute
     spill = 0.0
     if regs > 255:
-        spill = (regs - 255) * 4 * threads * t.count * 2 / (dev.l2_tbps * 1e12 * occ) * us
+        spill = (regs - 255) * 4 * threads * t.count * 2 / (dev.l2_tbps * 1e12 * l2_occ) * us
         stops.append(f"regs {regs} per thread > 255: spills")
     penalties = (("fanout", fanout), ("layout", layout), ("piecewise", piecewise), ("spill", spill))
     time = roofline(dev, (compute, t_mem, t_l2), serial=(t_epi,), hidden=overlap,
@@ -499,20 +521,22 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
 
 def _lower_bound(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> float:
     """A time no tile of these sizes can beat, from the tile count alone: launch plus the larger of the
-    useful work at full MMA efficiency and the useful bytes, both at the best occupancy the count
-    allows, plus the layout and piecewise penalties those imply (every other penalty and serial term is
+    useful work at full MMA efficiency and the useful bytes, each at the best occupancy (resp. bandwidth
+    share) the count allows, plus the layout and piecewise penalties those imply (every other penalty and serial term is
 >= 0). Lets the tile search skip dominated tiles."""
     b = region.bind()
     f = _facts(region)
     full = dict(zip(b.driver.dims, extents(b.driver.domain), strict=True))
     count = prod(ceil((full[d][1] - full[d][0] + 1) / n) for d, n in normalize_tile(b, dict(sizes)).items())
     occ = max(_occupancy(count, c, 256, dev) for c in range(1, dev.max_ctas_per_sm + 1))
+    occ_m = max(_bandwidth_share(count, c, 256, dev, dev.dram_tbps) for c in range(1, dev.max_ctas_per_sm + 1))
     simt = dev.fp32_tflops * 1e12 * SIMT_EFF
+    epi, epi_sfu = (f.epilogue, f.epilogue_sfu) if f.mma else (0, 0)
     compute = (f.useful["tensor"] / (dev.tensor_tflops * 1e12 * dev.mma_eff)
-               + (f.useful["fp32"] - (f.epilogue if f.mma else 0)) / simt + f.useful["sfu"] / (simt * dev.sfu_ratio))
-    mem = (f.in_useful + f.out_useful) / (dev.dram_tbps * 1e12)
-    layout = max(0.0, (f.dram - f.in_useful - f.out_useful) / (dev.dram_tbps * 1e12))  # the layout penalty
-    return dev.launch_us + (max(compute, mem) + PREDICATE_COST * f.predicated * compute + layout) / occ * 1e6
+               + (f.useful["fp32"] - epi) / simt + (f.useful["sfu"] - epi_sfu) / (simt * dev.sfu_ratio)) / occ
+    mem = (f.in_useful + f.out_useful) / (dev.dram_tbps * 1e12) / occ_m
+    layout = max(0.0, (f.dram - f.in_useful - f.out_useful) / (dev.dram_tbps * 1e12)) / occ_m  # the layout penalty
+    return dev.launch_us + (max(compute, mem) + PREDICATE_COST * f.predicated * compute + layout) * 1e6
 
 
 def _hard(stop: str) -> bool:

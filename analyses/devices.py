@@ -4,6 +4,14 @@ model, the backend's plan searches and the roofline (:mod:`.roofline`) use (docs
 Rates are *measured ceilings* where public measurements exist (what cuBLAS and a device-to-device copy
 reach), not datasheet peaks; each number says where it comes from. Numbers without a measurement are
 marked "estimate" with the reasoning.
+
+A tiny contraction can be modelled slower on tensor cores than on the FP32 pipes, and that is physical: the
+MMA kinds' tiles (64x8 and up on sm90, the conv kind's plan 128x64) put conv3x3_s2_silu's 2.4 MFLOP and
+57 KB on 2 of H100's 132 SMs, the SIMT kind spreads it over 128 CTAs. With each busy SM drawing memory at its
+64 B/clk load port (117 GB/s at 1.83 GHz, so 26 SMs saturate the 3.0 TB/s DRAM) and its 4 tensor cores at
+989.4/132 = 7.5 TFLOP/s, the 2-CTA MMA kernel is modelled 0.30 µs above the 2.0 µs launch, the SIMT one 0.07 µs:
+tile quantization. (It was 2.2 µs above launch before: DRAM taken as a 2/132 pro-rata share, 45 GB/s, and a
+[32, 16, 3, 3] weight counted one 32-byte sector per 6-byte row.)
 """
 from __future__ import annotations
 
@@ -33,6 +41,21 @@ class Device:
     clock_ghz: float  # SM clock under tensor-core load
     sm80_path_eff: float  # fraction of tensor_tflops the sm80 datapath (cp.async + mma.sync) reaches here
     smem_bytes_per_clk: int = 128  # shared-memory bandwidth per SM
+    # estimate: bytes per clock one SM's load path takes from L2 (one 128-byte L1 line every two clocks; the
+    # A100 L2 delivers 5120 B/clk to 108 SMs, 47 B/clk each when every SM pulls at once): the ceiling of
+    # what one SM draws from DRAM or L2 when few SMs are busy
+    sm_load_bytes_per_clk: int = 64
+
+    @property
+    def sm_load_gbps(self) -> float:
+        """GB/s one SM's load path takes (H100: 64 B x 1.83 GHz = 117 GB/s)."""
+        return self.sm_load_bytes_per_clk * self.clock_ghz
+
+    def sms_to_saturate(self, tbps: float) -> float:
+        """How many busy SMs saturate a memory level of `tbps` (H100: 3.0 TB/s DRAM / 117 GB/s = 26 SMs of
+        132; its 10 TB/s L2: 85). A kernel of fewer CTAs than that is bounded by its SMs' load paths,
+        not by a pro-rata share of the device's bandwidth."""
+        return min(self.sms, tbps * 1e3 / self.sm_load_gbps)
 
     def mma_eff_of(self, skeleton: str) -> float:
         """The fraction of tensor_tflops a skeleton's datapath reaches on this device at best."""

@@ -68,13 +68,23 @@ def _card(s: isl.Set) -> int:
     return s.count_val().to_python()
 
 
-def sectors(s: isl.Set, itemsize: int, sector: int = 32) -> int:
-    """How many `sector`-byte segments of the row-major innermost axis the set touches (the unit of
-    DRAM/L2 transactions); `card(s) * itemsize / (sectors * sector)` is the access efficiency."""
-    return _memo(f"sectors{itemsize},{sector}", s, lambda x: _sectors(x, itemsize, sector))
+def sectors(s: isl.Set, itemsize: int, sector: int = 32, shape: "tuple | None" = None) -> int:
+    """How many `sector`-byte segments of device memory the set touches (the unit of DRAM/L2
+    transactions); `card(s) * itemsize / (sectors * sector)` is the access efficiency. With the tensor's
+    row-major `shape` (its base sector-aligned), trailing axes the set covers whole are one contiguous run
+    of memory: a [32, 16, 3, 3] fp16 weight read whole is 288 sectors, not one per 6-byte row. Without
+    it, each row of the innermost axis starts a new sector."""
+    dims = s.dim(isl.dim_type.set)
+    merge = 0  # trailing axes whose full extent the set spans (each is merged into the axis before it)
+    if shape is not None and dims > 1 and not s.is_empty():
+        ext = extents(s)
+        while merge < dims - 1 and ext[dims - 1 - merge] == (0, shape[dims - 1 - merge] - 1):
+            merge += 1
+    key = f"sectors{itemsize},{sector}" + (f",{tuple(shape[dims - 1 - merge:])}" if merge else "")
+    return _memo(key, s, lambda x: _sectors(x, itemsize, sector, tuple(shape[dims - 1 - merge:]) if merge else ()))
 
 
-def _sectors(s: isl.Set, itemsize: int, sector: int) -> int:
+def _sectors(s: isl.Set, itemsize: int, sector: int, merged: tuple = ()) -> int:
     n = s.dim(isl.dim_type.set)
     if s.is_empty():
         return 0
@@ -84,7 +94,11 @@ def _sectors(s: isl.Set, itemsize: int, sector: int) -> int:
     xs = [f"x{i}" for i in range(n)]
     name = s.get_tuple_name()
     head = f"{name}" if name else ""
-    m = isl.Map(f"{{ {head}[{', '.join(xs)}] -> [{', '.join(xs[:-1] + [f'floor(x{n - 1}/{per})'])}] }}")
+    # x_k..x_{n-1} are one row-major run (the merged axes; the innermost alone without them)
+    k = n - len(merged) if merged else n - 1
+    strides = [prod(merged[i + 1:]) for i in range(len(merged))] if merged else [1]
+    linear = " + ".join(f"{st}*x{k + i}" if st != 1 else f"x{k + i}" for i, st in enumerate(strides))
+    m = isl.Map(f"{{ {head}[{', '.join(xs)}] -> [{', '.join(xs[:k] + [f'floor(({linear})/{per})'])}] }}")
     return card(s.apply(m))
 
 

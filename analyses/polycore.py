@@ -165,7 +165,9 @@ def _tensor_footprints(b: BoundRegion, tile: Tile) -> dict:
         size = t.dtype.itemsize
         ft = tile_footprint(b, tile, t.name)
         fa = full_footprint(b, t.name)
-        out[t.name] = TensorFootprint(t.name, t.role, size, card(ft), sectors(ft, size), card(fa), sectors(fa, size))
+        shape = b.shapes[t.name]
+        out[t.name] = TensorFootprint(t.name, t.role, size, card(ft), sectors(ft, size, shape=shape), card(fa),
+                                      sectors(fa, size, shape=shape))
     return out
 
 

@@ -78,3 +78,15 @@ def _first(region: Region, candidates) -> tuple:
             if r is region:
                 reasons.append(b.reason)
     return None, reasons
+
+
+def tensor_core_kind(region: Region) -> "str | None":
+    """The name of the tensor-core kind :func:`bind` gives the region, or None when the SIMT kind (tried last)
+    computes it; SIMT's binder is not run. The cost model prices a region's contractions on tensor cores
+    exactly when this is not None (analyses/poly_from_view.py ``as_emitted``), so the price follows this fixed
+    order of preference, as the backend does (docs/DESIGN.md §Cost model)."""
+    assert _PACKAGES[-1] == "simt"
+    if any(n.op == R.GATHER for let in region.lets for n in walk(let.expr)):
+        return None  # bind refuses it (E1504): no kernel of it is emitted
+    found = _first(region, kinds()[:-1])[0]
+    return None if found is None else found[0].name

@@ -14,8 +14,8 @@ from ..analyses.polycore import analyze
 from ..egraph.graph import export
 from ..egraph.saturate import format_report
 from ..pipeline import Compilation
-from .explain import explain_lines, explain_model, explain_size
-from ..ir.user_names import region_names
+from .explain import explain_lines, explain_model, explain_size, hand_style
+from ..ir.user_names import node_names, region_names
 
 
 def run_extract(model, cost: str = "size", rules_dirs=None, arch: str = "sm90", bind=None) -> dict:
@@ -45,7 +45,7 @@ def extract_result(c: Compilation) -> dict:
                       "stop_reason": rep.stop.value, "seconds": round(rep.seconds, 4)},
            "_report": rep, "_search": search, "_state": st, "_view": view, "_extraction": x, "_params": params,
            "_priced": priced, "_model": c.cost_model,
-           "_tensor_names": names.tensors}
+           "_tensor_names": names.tensors, "_op_names": {**node_names(c.program), **names.ops}}
     return out
 
 
@@ -101,16 +101,17 @@ def format_table(result: dict) -> str:
 def extract_command(c: Compilation, as_json: bool = False, explain: bool = False) -> int:
     """Print the chosen regions (table, or JSON with --json); with explain, the rejected fusions."""
     result = extract_result(c)
-    rejected = None
+    rejected = hand = None
     if explain:
         rejected = explain_model(result) if result["_search"] is not None else explain_size(result, c.arch)
+        hand = hand_style(result, c.program)
     if as_json:
         doc = public(result)
         if rejected is not None:
-            doc["rejected"] = rejected
+            doc["rejected"], doc["hand_style"] = rejected, hand
         print(json.dumps(doc, indent=1, default=str))
     else:
         print(format_table(result))
         if rejected is not None:
-            print("\n".join(explain_lines(rejected)))
+            print("\n".join(explain_lines(rejected, hand)))
     return 0

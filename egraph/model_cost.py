@@ -49,6 +49,7 @@ from ..analyses.poly_region import Access, PolyRegion, Statement, TensorInfo
 from ..ir.diagnostics import fail
 from ..ir.expr import Expr
 from ..ir.tiny import GroupOp, Ops, Program
+from ..ir.user_names import original_ids
 from .api import Extraction
 from .boundaries import operand_reads
 from .cost import Needs, SearchingCost, SizeCost, register
@@ -416,7 +417,8 @@ class ModelCost(SearchingCost):
         for c in live(cur):
             if exact or c not in deltas:
                 cand = evaluate(cur.fused | {c})
-                why = ("illegal: " + "; ".join(b[3] for b in cand.illegal)) if cand.illegal else \
+                bad = "; ".join(b[3] for b in cand.illegal)
+                why = ("illegal: " + original_ids(bad, state.program, cand.extraction.program)) if cand.illegal else \
                     ("no fused term" if cand.extraction is None else "priced higher")
                 fused = total_us(cand.priced) if cand.extraction is not None else None
                 rejected.append(Rejection(c, why, cur.total, fused, len(cur.priced), len(cand.priced)))
@@ -513,7 +515,7 @@ def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate
             bad = violations(view, fused | {site_of[o]})
             sep = cost(na, oa) + sum(cost(*groups[c]) for c in cons)
             new = None if bad else sum(cost(*merged[c]) for c in cons)  # a rule decided: no price needed
-            why = ("illegal: " + "; ".join(b[3] for b in bad)) if bad else "priced higher"
+            why = ("illegal: " + original_ids("; ".join(b[3] for b in bad), state.program, prog)) if bad else "priced higher"
             memo[key] = (sep, new, why, merged, bool(bad))
         return memo[key]
     while True:

@@ -15,6 +15,7 @@ from .tiny import Ops, Program
 
 def node_names(original: Program, program: "Program | None" = None) -> dict:
     """{node id of program (default: original): the user's op or input tensor it computes}."""
+    from ..egraph.stream import parse_tag  # the streaming spelling's role tags (egraph/stream.py) are no op names
     program = program or original
     orig = {n.id: n for n in original.nodes}
     out: dict = {}
@@ -23,8 +24,13 @@ def node_names(original: Program, program: "Program | None" = None) -> dict:
             out[n.id] = str(n.arg["tensor_id"])
         elif n.id in orig and orig[n.id].tag:
             out[n.id] = orig[n.id].tag
-        elif n.tag:
+        elif n.tag and parse_tag(n.tag) is None:  # a streaming role is named after the op it computes for
             out[n.id] = n.tag
+    return _inherit(program, out)
+
+
+def _inherit(program: Program, out: dict) -> dict:
+    """out completed for the nodes it lacks: each takes the entry of its consumer, else of what it reads."""
     consumers = program.consumers()
     for n in reversed(program.nodes):  # fresh nodes: named after their consumer ...
         if n.id not in out:
@@ -94,6 +100,15 @@ def humanize(text: str, names: dict) -> str:
     repeated clauses (``; ``-separated) said once."""
     out = _ID.sub(lambda m: names.get(m.group(0), m.group(0)), text)
     return "; ".join(dict.fromkeys(out.split("; ")))
+
+
+def original_ids(text: str, original: Program, program: Program) -> str:
+    """text (a reason naming nodes of program, a rewrite of original) with the id of each node program made
+    fresh replaced by the id of the original node whose op it belongs to (its consumer's, else what it reads),
+    so the user's names (and a stitched search's renaming per block) reach it."""
+    known = {n.id for n in original.nodes}
+    anchor = _inherit(program, {n.id: n.id for n in program.nodes if n.id in known})
+    return _ID.sub(lambda m: anchor.get(m.group(0), m.group(0)), text)
 
 
 def named_diagnostics(diags: list, kernels: dict, names: dict) -> list:

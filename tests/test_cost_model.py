@@ -71,11 +71,21 @@ def test_flops_and_bytes_are_exact_counts():
     assert s.time_est_us >= s.bytes / (DEVICES["sm90"].dram_tbps * 1e6)
 
 
-def test_misaligned_rows_pay_whole_sectors():
+def test_rows_pay_whole_sectors_only_where_they_are_not_contiguous():
+    """A whole tensor is one run of memory whatever its row length (a 1025-wide softmax wastes no sector);
+    rows cut out of a wider tensor each start a sector of their own."""
+    import islpy as isl
+    from math import ceil
+    from polysat.analyses.footprint import sectors
     aligned = price_tile(softmax(R=64, C=1024), "sm90", {"r": 4, "c": 1024})
     odd = price_tile(softmax(R=64, C=1025), "sm90", {"r": 4, "c": 1025})
-    assert dict(aligned.penalties)["layout"] == 0
-    assert odd.bytes > 2 * 64 * 1025 * 2 and dict(odd.penalties)["layout"] > 0
+    assert dict(aligned.penalties)["layout"] == 0 and dict(odd.penalties)["layout"] == 0
+    assert odd.bytes == 2 * ceil(64 * 1025 * 2 / 32) * 32
+    rows = isl.Set("{ T[r, c] : 0 <= r < 64 and 0 <= c < 1025 }")
+    assert sectors(rows, 2, 32, (64, 1025)) == ceil(64 * 1025 * 2 / 32)
+    assert sectors(rows, 2, 32, (64, 2048)) == 64 * ceil(1025 * 2 / 32)
+    weight = isl.Set("{ W[o, i, y, x] : 0 <= o < 32 and 0 <= i < 16 and 0 <= y < 3 and 0 <= x < 3 }")
+    assert sectors(weight, 2, 32, (32, 16, 3, 3)) == 32 * 16 * 9 * 2 // 32  # not one sector per 6-byte row
 
 
 def test_recompute_is_priced_as_fanout():
@@ -167,3 +177,18 @@ def test_epilogue_fusion_never_loses(m, n, k, arch):
 def test_row_softmax_fusion_never_loses(rows, cols, arch):
     r = softmax(R=rows, C=cols)
     assert price(r, arch).time_est_us < price_partition(split_per_statement(r), arch).time_est_us
+
+
+def test_a_kernel_of_few_ctas_reads_memory_at_its_sms_load_ports():
+    """Two CTAs read DRAM at up to 2 SMs' load ports (64 B/clk each), not at 2/132 of the device bandwidth:
+    the load term is the pro-rata one scaled by sms_to_saturate / sms; with every SM busy it is the pro-rata one."""
+    dev = DEVICES["sm90"]
+    few = price_tile(softmax(R=2, C=4096), "sm90", {"r": 1, "c": 4096})
+    assert few.tiles == 2
+    prorata = 2 * 4096 * 2 / (dev.dram_tbps * 1e12 * few.occupancy) * 1e6
+    assert dict(few.terms)["load"] == pytest.approx(prorata * dev.sms_to_saturate(dev.dram_tbps) / dev.sms)
+    many = price_tile(softmax(R=1024, C=4096), "sm90", {"r": 4, "c": 4096})
+    assert many.tiles >= dev.sms
+    full = 1024 * 4096 * 2 / (dev.dram_tbps * 1e12 * many.occupancy) * 1e6
+    assert dict(many.terms)["load"] == pytest.approx(full)
+    assert 20 < dev.sms_to_saturate(dev.dram_tbps) < 30  # H100: 3.0 TB/s over 117 GB/s per SM

@@ -45,3 +45,10 @@ def test_prices_are_unchanged(chunk):
         if diff:
             bad.append((row["sources"][0], row["arch"], diff))
     assert not bad, bad[:3]
+
+
+def test_no_roofline_term_is_negative():
+    """An epilogue's SFU work (SiLU's exp) is serial after the main loop, counted once at the SFU rate: it was
+    once subtracted from the FP32 term too, which went negative on conv3x3_s2_silu."""
+    bad = [(r["sources"][0], k, v) for r in ROWS for k, v in r["cost"]["terms"] + r["cost"]["penalties"] if v < 0]
+    assert not bad, bad[:3]

@@ -124,6 +124,19 @@ def identify(f: np.ndarray) -> list[EpilogueOp] | None:
     return None
 
 
+MONOTONE = ("relu", "sigmoid")  # non-decreasing activations: f(max_w v) = max_w f(v)
+
+
+def monotone_after(lets: Lets, top: RNode, x: RNode) -> list[EpilogueOp] | None:
+    """The ops of top as a read-free function f of x when every one is non-decreasing (identity, a positive
+    scale, relu, sigmoid), so that f commutes with a max over x's values; else None."""
+    f = _probe(lets, top, x)
+    ops = identify(f) if f is not None else None
+    if ops is None or any(not (o.kind in MONOTONE or (o.kind == "scale" and o.value > 0)) for o in ops):
+        return None
+    return ops
+
+
 def addend_source(lets: Lets, n: RNode) -> RNode:
     """What the non-accumulator side of an epilogue add is under [BroadcastInDim of] [cast fp32 of] (a read,
     for a bias or a residual)."""

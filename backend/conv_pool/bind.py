@@ -10,6 +10,8 @@ the pool guard exactly ``PPT <= PSH*ph + PDH*i <= PPT + Ho - 1`` on its grid (co
 stride 2 reads X with 4*ph + 2*i + r: SH = 2). Any split that reproduces the maps and the guards
 computes the same function; the conv's pad guard is then checked to be exactly "inside X" wherever
 the pool reads.
+A non-decreasing activation after the pool (relu(max v), the form the reduction normal-form rules give
+max(relu v)) is the same function as the activation inside it, so it joins the conv's epilogue.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import numpy as np
 
 from ...ir.dtypes import DType
 from ...ir.region import R, Region
+from ..common.epilogue import monotone_after
 from ..common.region_match import Aliases, Lets, recogniser, walk
 from ..conv.bind import (ConvBinding, Contraction, check_channels, check_guard, contractions, epilogue, evaluate,
                          first_match, grid, guard_parts, output_axes, reject, spatial)
@@ -66,6 +69,13 @@ def bind(region: Region, name: str | None = None) -> ConvBinding:
         t = lets(t.src[0])
     if t.op == R.UNARY and t.arg == "cast" and t.dtype == DType.fp32:
         t = lets(t.src[0])
+    post: list = []  # a non-decreasing f after the pool (relu(max v), the reductions' normal form R3) is max f(v)
+    if t.op != R.REDUCE:
+        mxs = [x for x in walk(lets, t) if x.op == R.REDUCE and x.arg[0] == "max"]
+        found = monotone_after(lets, t, mxs[0]) if len(mxs) == 1 and t.dtype == DType.fp32 else None
+        if found is None:
+            reject(r, "its result is not a max-reduce (the pool) under a non-decreasing activation", WHAT)
+        post, t = found, mxs[0]
     if t.op != R.REDUCE or t.arg[0] != "max":
         reject(r, "its result is not a max-reduce (the pool)", WHAT)
     mx = t
@@ -85,11 +95,11 @@ def bind(region: Region, name: str | None = None) -> ConvBinding:
     acc = sums[0]
     return first_match(contractions(r, lets, acc, a_co, WHAT),
                        lambda ct: _bind(r, lets, body, acc, ct, pool_guard, win_axes, y, (a_n, a_co, a_ph, a_pw),
-                                        (n, co, hp, wp), name))
+                                        (n, co, hp, wp), name, post))
 
 
 def _bind(r: Region, lets: Lets, body, acc, ct: Contraction, pool_guard, win_axes, y, axes, shape,
-          name: str | None) -> ConvBinding:
+          name: str | None, post: list) -> ConvBinding:
     a_n, a_co, a_ph, a_pw = axes
     n, co, hp, wp = shape
     groups, cog = check_channels(r, ct, a_n, n, a_co, co, WHAT)
@@ -127,7 +137,7 @@ def _bind(r: Region, lets: Lets, body, acc, ct: Contraction, pool_guard, win_axe
                 care(a_pw, pj, psw, pdw, ppl, wo))
     pb = max(0, (ho - 1) * sh + ah.dil * (kh - 1) + 1 - h - pt)
     pr = max(0, (wo - 1) * sw + aw.dil * (kw - 1) + 1 - w - pl)
-    ops = epilogue(r, lets, body, acc, y.cast, a_co, None, WHAT)
+    ops = epilogue(r, lets, body, acc, y.cast, a_co, None, WHAT) + tuple(post)
     al = Aliases(r)
     x_name, w_name = al(ct.x.read.arg[0], "x"), al(ct.w.read.arg[0], "w")
     conv = ConvSpec(name or r.name, n, c_total, h, w, co, kh, kw, stride=(sh, sw), pad=(pt, pb, pl, pr),

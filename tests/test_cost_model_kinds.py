@@ -1,0 +1,64 @@
+"""The price is the price of the kernel the backend emits (docs/DESIGN.md §Cost model): every kernel of every
+example and of the bench transformer, under either cost, is priced as the kind ``backend.kinds.bind`` gives
+its RB-SSA region: contractions on tensor cores exactly when a tensor-core kind binds it, on the FP32 pipes
+when the SIMT kind computes it. And each kind, tensor-core or SIMT, occurs with a contraction somewhere (a conv +
+bias + max-pool model for conv_pool: examples/conv_relu_maxpool.json binds SIMT since the max of a ReLU is
+rewritten to a ReLU of the max, which the conv_pool binder does not take)."""
+import glob
+import os
+
+import pytest
+
+from polysat.backend.kinds import bind
+from polysat.pipeline import Compilation
+
+EXAMPLES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "examples", "*.json")))
+_CACHE: dict = {}
+
+
+def _models():
+    import importlib.util
+    import pathlib
+    from polysat.bench.models import transformer
+    spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
+    oracle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(oracle)
+    pool = oracle.conv_model([2, 8, 33, 31], [16, 8, 3, 3], {"stride": 2, "pad": 1}, bias=True,
+                             pool={"kernel": [2, 2], "stride": [2, 2]})  # a conv_pool kernel under --cost model
+    out = [(os.path.basename(p), p) for p in EXAMPLES]
+    return out + [("transformer_1", transformer(1)), ("conv_bias_maxpool", pool)]
+
+
+def _contraction(region) -> bool:
+    return any(s.combine == "sum" and len(s.reads) == 2 and all(a.tensor != s.write.tensor for a in s.reads)
+               for s in region.statements)
+
+
+def _priced(name, model, cost):
+    """[(priced kernel, the kind bind gives its region)] of one model under one cost (compiled once)."""
+    if (name, cost) not in _CACHE:
+        c = Compilation(model, cost=cost)
+        emitted = {r.name: bind(r)[0].name for r in c.regions}
+        _CACHE[name, cost] = [(p, emitted.get(p.kernel.name)) for p in c.priced]
+    return _CACHE[name, cost]
+
+
+@pytest.mark.parametrize("cost", ["model", "size"])
+@pytest.mark.parametrize("name, model", _models(), ids=[n for n, _ in _models()])
+def test_every_kernel_is_priced_as_the_kind_it_binds_to(name, model, cost):
+    for p, kind in _priced(name, model, cost):
+        if p.region is None:
+            continue
+        units = {s.unit for s in p.region.statements}
+        mma = dict(p.cost.terms)["mma"]
+        if kind == "simt":
+            assert "tensor" not in units and mma == 0.0, (name, p.kernel.name, units)
+        elif _contraction(p.region):
+            assert "tensor" in units and mma > 0.0, (name, p.kernel.name, kind, units)
+
+
+def test_each_kind_prices_a_contraction():
+    """The models above put a contraction in every kind (so the test above checks each)."""
+    seen = {kind for name, model in _models() for cost in ("model", "size")
+            for p, kind in _priced(name, model, cost) if p.region is not None and _contraction(p.region)}
+    assert {"gemm", "conv", "conv_pool", "attention", "softmax_scores", "simt"} <= seen, sorted(seen)
