@@ -32,9 +32,10 @@ def test_source_is_standalone_and_deterministic():
     assert '#include "' not in a.source  # the skeleton header is inlined
     assert "polysat::gemm_sm90<" in a.source and "__grid_constant__ const CUtensorMap" not in a.source.split("namespace {")[0]
     assert "const __grid_constant__ CUtensorMap tmA" in a.source
-    assert [p.ident for p in a.params] == ["tmA", "tmB", "C", "t_bias", "M", "N", "K", "batch"]
+    assert [p.ident for p in a.params] == ["tmA", "tmB", "C", "t_bias", "M", "N", "K", "batch", "c_ld", "c_bstride"]
     c = render(spec, search(spec, "sm80").best)
-    assert [p.kind for p in c.params] == ["ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i32", "i64", "i64"]
+    assert [p.kind for p in c.params] == ["ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i32"] + ["i64"] * 6
+    assert [p.ident for p in c.params][-6:] == ["a_bstride", "b_bstride", "a_ld", "b_ld", "c_ld", "c_bstride"]
     assert "polysat::gemm_sm80<" in c.source and c.digest != a.digest
 
 
@@ -76,7 +77,7 @@ def test_every_epilogue_op_is_rendered_in_order(kinds, arch, dt):
         elif op.kind == "scale":
             assert ln.startswith("v *=") and float(ln.split("=")[1].strip(" f;")) == op.value
         elif op.kind == "residual":
-            assert "* N + n]" in ln
+            assert "* ldc + n]" in ln  # C's (and the residual's) row stride
         elif op.kind == "cast":
             assert "round_to<__nv_bfloat16>" in ln
         else:

@@ -2,11 +2,16 @@
 
 The region must be one contraction ``let acc = reduce(sum, k){ mul(cast(read A), cast(read B)) }`` over
 fp16|bf16 operands widened to fp32, with one reduce axis, followed by an epilogue applied elementwise to the
-accumulator, and one yield with a cast. Axis roles come from the yield: its last two axes are (m, n), the ones
-before are batch axes; the operand that reads m is A, the one that reads n is B.
+accumulator, and one yield with a cast. Axis roles come from the yield and the reads: the output's innermost
+axis is n and the operand that reads it is B, the other is A; m is the output axis A reads and B does not
+(the second innermost when it qualifies: a batched operand broadcast over the other reads its batch axes
+too), the other output axes are batch axes, wherever they sit (a transposed output [S, heads, d]: heads
+is the batch).
 
 * Read maps must be permutations of axis variables (plus constant 0 on size-1 dims): the order of (m, k)
   gives A's ``row``/``col`` layout, (k, n) B's; an operand that reads no batch axis is ``broadcast``.
+  A tensor whose dims are not in the packed order (batch leading) is read through strides
+  (``GemmSpec.a_dims`` ..): its innermost dim must be a matrix dim and its batch dims adjacent and in order.
 * Epilogue (:mod:`..common.epilogue`), peeled from the yield down to the accumulator: ``add`` of a read of a
   1-D tensor along n or m (bias) or of a same-shape read (residual); casts; scale and activations.
 
@@ -26,7 +31,7 @@ from ..common.region_match import (Aliases, Lets, Mismatch, RegionBinding, axis_
                                    row_major_input, the_yield, walk)
 from ..common.spec import EpilogueOp
 from .concat import merged
-from .spec import GemmSpec
+from .spec import GemmSpec, packed_dims
 
 
 def _reject(r: Region, why: str) -> NoReturn:
@@ -124,6 +129,8 @@ def _bind(region: Region, name: str | None) -> "GemmBinding":
     reject = partial(_reject, r)
     lets = Lets(r)
     y, out, top = the_yield(r, lets, reject)
+    while lets(top).op == R.TRANSPOSE:  # the output stored in another order than the sum's axes: axes are named
+        top = lets(lets(top).src[0])
     if len(y.axes) < 2:
         _reject(r, "its output has fewer than two axes (a GEMM writes [*batch, m, n])")
     if set(lets(top).axes) != set(y.axes):
@@ -132,7 +139,6 @@ def _bind(region: Region, name: str | None) -> "GemmBinding":
         _reject(r, f"its output has layout {out.memref.layout.kind}")
     if tuple(out.memref.shape) != tuple(r.axis_sizes[a] for a in y.axes):
         _reject(r, f"its output {out.name!r} is not the packed [{', '.join(y.axes)}] tensor")
-    batch_axes, (m_ax, n_ax) = tuple(y.axes[:-2]), y.axes[-2:]
     acc = _accumulator(r, lets, top)
     (k_ax,) = acc.arg[1]
     if set(acc.axes) != set(y.axes):
@@ -141,23 +147,27 @@ def _bind(region: Region, name: str | None) -> "GemmBinding":
     if xdt != wdt:
         _reject(r, f"the operands are {xdt.value} and {wdt.value}; the MMA takes one input type")
     rx, ry = (_read_axes(r, n, "operand") for n in (x, w))
-    if m_ax in ry[1]:
+    n_ax = y.axes[-1]
+    if n_ax in rx[1] and n_ax not in ry[1]:
         rx, ry = ry, rx
     (a_name, a_axes), (b_name, b_axes) = rx, ry
+    m_ax = _m_axis(r, y.axes, a_axes, b_axes)
+    batch_axes = tuple(a for a in y.axes if a not in (m_ax, n_ax))
 
-    def layout(axes: tuple, row: tuple, what: str) -> tuple[str, bool]:
+    label = {m_ax: "m", n_ax: "n", k_ax: "k", **{a: f"b{i}" for i, a in enumerate(batch_axes)}}
+
+    def layout(axes: tuple, row: tuple, what: str) -> tuple[str, bool, tuple[str, ...]]:
         core = tuple(a for a in axes if a not in batch_axes)
         batch = tuple(a for a in axes if a in batch_axes)
         if sorted(core) != sorted(row):
             _reject(r, f"operand {what} reads axes [{', '.join(axes)}]; it must read [{', '.join(row)}] "
                        f"(in some order) plus the batch axes")
-        if batch not in ((), batch_axes) or axes[:len(batch)] != batch:
-            _reject(r, f"operand {what} reads batch axes [{', '.join(batch)}] of [{', '.join(batch_axes)}]; "
-                       "the template needs all of them, leading and in order, or none (broadcast)")
-        return ("row" if core == row else "col"), not batch and bool(batch_axes)
+        _strided_ok(r, axes, batch, batch_axes, what)
+        return ("row" if core == row else "col"), not batch and bool(batch_axes), tuple(label[a] for a in axes)
 
-    a_layout, a_bcast = layout(a_axes, (m_ax, k_ax), repr(a_name))
-    b_layout, b_bcast = layout(b_axes, (k_ax, n_ax), repr(b_name))
+    a_layout, a_bcast, a_dims = layout(a_axes, (m_ax, k_ax), repr(a_name))
+    b_layout, b_bcast, b_dims = layout(b_axes, (k_ax, n_ax), repr(b_name))
+    _strided_ok(r, tuple(y.axes), batch_axes, batch_axes, f"output {out.name!r}")
     if a_bcast and b_bcast:
         _reject(r, "neither operand reads the batch axes (the batch would only repeat one product)")
     epilogue = peel_epilogue(lets, top, acc, y.cast, lambda n: _addend(r, lets, n, m_ax, n_ax, tuple(y.axes)), reject)
@@ -170,7 +180,33 @@ def _bind(region: Region, name: str | None) -> "GemmBinding":
                     batch=tuple(size(a) for a in batch_axes), in_dtype=xdt, out_dtype=y.cast,
                     a_layout=a_layout, b_layout=b_layout, a_broadcast=a_bcast, b_broadcast=b_bcast,
                     epilogue=al.epilogue(epilogue), a=a_spec, b=b_spec, c=out.name)
+    stored = {"a": a_dims, "b": b_dims, "c": tuple(label[a] for a in y.axes)}  # non-packed orders: strided
+    spec = replace(spec, **{f"{role}_dims": d for role, d in stored.items() if d != packed_dims(spec, role)})
     return GemmBinding(spec, tuple(al.pairs))
+
+
+def _m_axis(r: Region, out_axes: tuple, a_axes: tuple, b_axes: tuple) -> str:
+    """m: the output axis A reads and B does not; the second innermost output axis when it is one of them."""
+    only_a = [a for a in out_axes[:-1] if a in a_axes and a not in b_axes]
+    if not only_a:
+        _reject(r, f"no output axis of [{', '.join(out_axes)}] is read by one operand only ([{', '.join(a_axes)}], "
+                   f"[{', '.join(b_axes)}]): there is no m")
+    return out_axes[-2] if out_axes[-2] in only_a else only_a[-1]
+
+
+def _strided_ok(r: Region, axes: tuple, batch: tuple, batch_axes: tuple, what: str) -> None:
+    """A tensor's dims in storage order: all batch axes (in the output's order) or none, adjacent, and a
+    matrix dim innermost (unit stride): one row stride and one batch stride address it."""
+    if batch not in ((), batch_axes):
+        _reject(r, f"{what} reads batch axes [{', '.join(batch)}] of [{', '.join(batch_axes)}]; "
+                   "the template needs all of them, in order, or none (broadcast)")
+    if axes[-1] in batch_axes:
+        _reject(r, f"{what} is stored [{', '.join(axes)}] with batch axis {axes[-1]} innermost; the template "
+                   "reads matrix rows with unit stride")
+    pos = [i for i, a in enumerate(axes) if a in batch_axes]
+    if pos and pos[-1] - pos[0] != len(pos) - 1:
+        _reject(r, f"{what} is stored [{', '.join(axes)}] with its batch axes apart; the template takes one "
+                   "batch stride")
 
 
 @dataclass(frozen=True)

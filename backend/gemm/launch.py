@@ -26,7 +26,7 @@ from ..common.render import KernelSource
 from .plan import choose_plan, fits_runtime
 from .reference import check_inputs
 from .render import render
-from .spec import GemmSpec
+from .spec import GemmSpec, packed_dims, strides
 
 
 def concrete_spec(spec: GemmSpec, env: Mapping[str, int] | None) -> GemmSpec:
@@ -65,8 +65,7 @@ def prepare(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, int] |
             own = {**sizes, "n": widths[op.role]} if op.role in widths else sizes
             tmaps[op.role] = tensor_map(op, ptrs[roles[op.role]], own, cspec.in_dtype)
     b, m, n, k = sizes["batch"], sizes["m"], sizes["n"], sizes["k"]
-    scalars = {"M": m, "N": n, "K": k, "batch": b,
-               "a_bstride": 0 if cspec.a_broadcast else m * k, "b_bstride": 0 if cspec.b_broadcast else k * n}
+    scalars = {"M": m, "N": n, "K": k, "batch": b, **_strides(cspec)}
 
     def arg(p):
         if p.kind == "tmap":
@@ -80,6 +79,16 @@ def prepare(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, int] |
     if grid[1] > 65535 or grid[2] > 65535:
         fail("UnaddressableShape", "gemm launch", f"grid {grid} exceeds the limit 65535 in y (M tiles) or z (batch)")
     return Launch(ks, load_function(ks, dev), grid, storage, argv, keep)
+
+
+def _strides(spec: GemmSpec) -> dict[str, int]:
+    """The kernels' stride arguments (elements; sm90 takes C's): batch strides (0: broadcast), the operands' row
+    strides (0: packed, the kernel derives them) and C's row and batch strides."""
+    (a_ld, a_bs), (b_ld, b_bs), (c_ld, c_bs) = (strides(spec, r) if not spec.b_pieces or r != "b" else (0, 0)
+                                                 for r in "abc")
+    return {"a_bstride": a_bs, "b_bstride": b_bs, "c_ld": c_ld, "c_bstride": c_bs,
+            "a_ld": a_ld if spec.dims("a") != packed_dims(spec, "a") else 0,
+            "b_ld": b_ld if spec.dims("b") != packed_dims(spec, "b") else 0}
 
 
 def run(spec: GemmSpec, inputs: Mapping[str, Any], env: Mapping[str, int] | None = None, *,

@@ -18,7 +18,7 @@ from ..common.mma_plan import SchedulePlan
 from ..common.mma_search import (contiguous_extents, ctas_per_sm, estimate, regs_estimate, sm80_candidates,
                                  sm90_candidates, sm90_tile_reason, widest_vec)
 from ..common.plan_search import SearchResult, occupancy_reason, prune, rank, ranking_env, skeletons_for, smem_reason
-from .spec import GemmSpec
+from .spec import GemmSpec, packed_dims, static_strides
 
 CostFn = Callable[[GemmSpec, SchedulePlan, Mapping[str, int], Device], "dict[str, float] | float"]
 
@@ -35,6 +35,11 @@ def stop_reason(spec: GemmSpec, plan: SchedulePlan, dev: Device, best_vec: tuple
     if smem := smem_reason(plan, dev):
         return smem
     if plan.skeleton == "sm90":
+        odd = [r for r in "ab" if spec.dims(r) != packed_dims(spec, r) and static_strides(spec, r) is None]
+        if odd:
+            stored = ", ".join(f"{r.upper()} stored [{', '.join(spec.dims(r))}]" for r in odd)
+            return (f"sm90: the tensor map strides of {stored} depend on symbol sizes (a tensor map's description "
+                    "is made with the kernel source)")
         if sm90 := sm90_tile_reason(plan, dev):
             return sm90
         for ext in contiguous_extents(spec):

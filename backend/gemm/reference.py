@@ -2,6 +2,7 @@
 
 Inputs are rounded to their storage dtypes, products accumulate in fp32, the epilogue runs on fp32
 values in order (``cast`` rounds and continues in fp32), and the result is rounded to the output dtype.
+Tensors stored in another order than the packed one (``GemmSpec.a_dims`` ..) are read and written in theirs.
 """
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ import numpy as np
 
 from ...ir.diagnostics import fail
 from ...ir.dtypes import round_to
-from .spec import GemmSpec
+from .spec import GemmSpec, packed_dims
+
+
+def _packed(spec: GemmSpec, role: str, x: np.ndarray) -> np.ndarray:
+    """role's tensor, stored in spec.dims(role) order, as the packed order's view."""
+    dims = spec.dims(role)
+    return np.transpose(x, [dims.index(d) for d in packed_dims(spec, role)])
 
 
 def _f32(x: np.ndarray) -> np.ndarray:
@@ -55,18 +62,18 @@ def check_inputs(spec: GemmSpec, inputs: Mapping[str, object], env: Mapping[str,
 def reference(spec: GemmSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str, int] | None = None) -> np.ndarray:
     check_inputs(spec, inputs, env)
     dts = spec.dtypes()
-    a = _f32(round_to(inputs[spec.a], dts[spec.a]))
+    a = _packed(spec, "a", _f32(round_to(inputs[spec.a], dts[spec.a])))
     if spec.b_pieces:  # B is the concatenation of its pieces along N
         b = np.concatenate([_f32(round_to(inputs[p], dts[p])) for p, _ in spec.b_pieces],
                            axis=-1 if spec.b_layout == "row" else -2)
     else:
-        b = _f32(round_to(inputs[spec.b], dts[spec.b]))
+        b = _packed(spec, "b", _f32(round_to(inputs[spec.b], dts[spec.b])))
     if spec.a_layout == "col":
         a = np.swapaxes(a, -1, -2)
     if spec.b_layout == "col":
         b = np.swapaxes(b, -1, -2)
     s = spec.sizes(env)
-    bshape = spec.shapes(env)[spec.c][:-2]
+    bshape = _packed(spec, "c", np.empty(spec.shapes(env)[spec.c], np.int8)).shape[:-2]
     a = np.broadcast_to(a, bshape + a.shape[-2:])
     b = np.broadcast_to(b, bshape + b.shape[-2:])
     v = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.float32)
@@ -76,7 +83,7 @@ def reference(spec: GemmSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str
             t = _f32(round_to(inputs[op.tensor], op.dtype))
             v = v + (t[None, :] if op.axis == "n" else t[:, None])
         elif op.kind == "residual":
-            v = v + _f32(round_to(inputs[op.tensor], op.dtype))
+            v = v + _packed(spec, "c", _f32(round_to(inputs[op.tensor], op.dtype)))
         elif op.kind == "scale":
             v = v * np.float32(op.value)
         elif op.kind == "cast":
@@ -84,7 +91,8 @@ def reference(spec: GemmSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str
         else:
             v = activation(op.kind, v)
         v = v.astype(np.float32)
-    return round_to(v, spec.out_dtype)
+    packed = packed_dims(spec, "c")
+    return np.ascontiguousarray(np.transpose(round_to(v, spec.out_dtype), [packed.index(d) for d in spec.dims("c")]))
 
 
 def random_inputs(spec: GemmSpec, env: Mapping[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:

@@ -5,8 +5,11 @@ list; the skeleton itself is the hand-written ``polysat_gemm.cuh``, inlined. Arc
 template's only branches: the skeleton (sm80 / sm90) and the vector widths the operands' alignment allows.
 
 The kernel ABI is ``KernelSource.params``, in order:
-sm80: A, B, C, epilogue tensors..., M, N, K, batch, a_bstride, b_bstride (elements; 0 = broadcast)
-sm90: tmA, tmB (CUtensorMap by value), C, epilogue tensors..., M, N, K, batch
+sm80: A, B, C, epilogue tensors..., M, N, K, batch, a_bstride, b_bstride (elements; 0 = broadcast),
+      a_ld, b_ld (row strides; 0 = packed), c_ld, c_bstride (C's row and batch strides, elements)
+sm90: tmA, tmB (CUtensorMap by value), C, epilogue tensors..., M, N, K, batch, c_ld, c_bstride
+A strided operand's tensor map carries its row and batch strides (``TmaOperand.strides``), so the sm90
+skeleton reads it in place; the batch is the map's outermost dim.
 A B concatenated along N (``spec.b_pieces``) is passed as one pointer / tensor map per piece
 (``B0, B1, ..`` / ``tmB0, tmB1, ..``) in place of B.
 """
@@ -19,7 +22,7 @@ from ..common.names import c_ident
 from ..common.render import (CTYPE, KernelSource, Param, TmaOperand, cbool, epilogue_args, jinja_env, skeleton_header,
                              specialisation_hash)
 from .gpu_ir import build_gpu_ir
-from .spec import GemmSpec
+from .spec import GemmSpec, packed_dims, static_strides
 
 
 def kernel_name(spec: GemmSpec, plan: SchedulePlan) -> str:
@@ -59,10 +62,12 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
     params += [Param(ident, "ptr", n) for n, ident in idents.items()]
     params += [Param(x, "i32", x) for x in ("M", "N", "K", "batch")]
     if plan.skeleton == "sm80":
-        params += [Param("a_bstride", "i64", "a_bstride"), Param("b_bstride", "i64", "b_bstride")]
+        params += [Param(x, "i64", x) for x in ("a_bstride", "b_bstride", "a_ld", "b_ld")]
+    params += [Param(x, "i64", x) for x in ("c_ld", "c_bstride")]
     tma: tuple[TmaOperand, ...] = ()
     if plan.skeleton == "sm90":
-        tma = (_tma("A", layouts[0][1], "m", a_rank3),) + tuple(_tma(b, layouts[1][1], "n", b_rank3) for b in bs)
+        tma = (_tma("A", layouts[0][1], "m", a_rank3, _tma_strides(spec, "a")),) + tuple(
+            _tma(b, layouts[1][1], "n", b_rank3, _tma_strides(spec, "b")) for b in bs)
     return KernelSource(kname, plan.arch, plan.skeleton, src, plan.threads, plan.smem_bytes, tuple(params), tma, plan, spec)
 
 
@@ -71,9 +76,17 @@ def _pieces(spec: GemmSpec) -> list:
     return [{"start": st, "width": w} for st, (_, w) in zip(spec.piece_starts, spec.b_pieces)]
 
 
-def _tma(role: str, lay, mn: str, rank3: bool) -> TmaOperand:
+def _tma_strides(spec: GemmSpec, role: str) -> tuple[int, ...]:
+    """A strided operand's tensor map strides (elements; () = packed): its row stride, then its batch stride."""
+    if spec.dims(role) == packed_dims(spec, role):
+        return ()
+    ld, bs = static_strides(spec, role)  # the sm90 plan search keeps only static ones
+    return (ld, bs) if bs else (ld,)
+
+
+def _tma(role: str, lay, mn: str, rank3: bool, strides: tuple[int, ...] = ()) -> TmaOperand:
     dims = ("k", mn) if lay.kmajor else (mn, "k")
     box = lay.box
     if rank3:
         dims, box = dims + ("batch",), box + (1,)
-    return TmaOperand(role, dims, box)
+    return TmaOperand(role, dims, box, strides)

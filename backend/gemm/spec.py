@@ -3,15 +3,22 @@
 ``C[*batch, m, n] = epilogue(sum_k A[*batch, m, k] * B[*batch, k, n])`` with fp16|bf16 inputs, fp32
 accumulation and the epilogue applied to the fp32 accumulator in order. Transposes are absorbed by
 the operand layouts: A is ``row`` ([M, K], K contiguous) or ``col`` (stored [K, M]);
-B is ``row`` ([K, N], N contiguous) or ``col`` (stored [N, K]). Every operand is packed (its leading
-dimension is its contiguous extent). A batched operand advances by one matrix per batch index; a
-``broadcast`` operand has batch stride 0 (one matrix shared by every batch).
+B is ``row`` ([K, N], N contiguous) or ``col`` (stored [N, K]). By default every operand is packed
+(its leading dimension is its contiguous extent): a batched operand advances by one matrix per batch
+index; a ``broadcast`` operand has batch stride 0 (one matrix shared by every batch).
 
 B may be a concatenation along N (``b_pieces``: (tensor, width) in order, widths summing to N, no
 batch): sibling GEMMs that read one A merged into one (rules/siblings.egg). Each piece is its own
 packed tensor ([K, width] row, [width, K] col); a CTA's N tile lies inside one piece (the plan's BN
 divides every width) and reads that piece's pointer; the output is the one [M, N] tensor, whose
 column ranges are the original GEMMs' outputs.
+
+A, B and C may also be stored with their dims in another order (``a_dims``, ``b_dims``, ``c_dims``: the
+storage order of the labels ``m``/``n``/``k`` and ``b0``, ``b1``, .. for the batch dims; () = the packed
+order above), as a transposed or permuted tensor is: the heads of attention interleaved in [S, heads, d].
+Such a tensor is still whole and row-major in its own order; its innermost dim is its layout's contiguous
+matrix dim (unit stride: the copies stay vectorised) and its batch dims are adjacent and in order (one
+batch stride). The kernel reads it through its row stride and batch stride (:func:`strides`).
 
 Sizes are ints or symbol names (runtime parameters, bound by ``env`` at launch).
 """
@@ -46,6 +53,18 @@ class GemmSpec:
     c: str = "C"
     acc_dtype: DType = field(default=DType.fp32)
     b_pieces: tuple[tuple[str, int], ...] = ()  # B = concat_N of these (tensor, width); () = B is one tensor
+    a_dims: tuple[str, ...] = ()  # storage order of A's dims (labels b0.., m, k); () = packed
+    b_dims: tuple[str, ...] = ()
+    c_dims: tuple[str, ...] = ()
+
+    def dims(self, role: str) -> tuple[str, ...]:
+        """Storage order of role's dims ("a", "b" or "c"): the labels b0.. (batch), m, n, k."""
+        return getattr(self, f"{role}_dims") or packed_dims(self, role)
+
+    @property
+    def strided(self) -> bool:
+        """Whether some operand is stored in an order other than the packed one."""
+        return any(self.dims(r) != packed_dims(self, r) for r in "abc")
 
     @property
     def b_names(self) -> tuple[str, ...]:
@@ -88,17 +107,16 @@ class GemmSpec:
         s = self.sizes(env)
         env = env or {}
         bdims = tuple(d if isinstance(d, int) else env[d] for d in self.batch)
+        size = {"m": s["m"], "n": s["n"], "k": s["k"], **{f"b{i}": d for i, d in enumerate(bdims)}}
+        out = {t: tuple(size[x] for x in self.dims(r)) for t, r in ((self.a, "a"), (self.b, "b"), (self.c, "c"))}
         m, n, k = s["m"], s["n"], s["k"]
-        out = {self.a: (() if self.a_broadcast else bdims) + ((m, k) if self.a_layout == "row" else (k, m)),
-               self.b: (() if self.b_broadcast else bdims) + ((k, n) if self.b_layout == "row" else (n, k)),
-               self.c: bdims + (m, n)}
         for p, w in self.b_pieces:
             out[p] = (k, w) if self.b_layout == "row" else (w, k)
         for op in self.epilogue:
             if op.kind == "bias":
                 out[op.tensor] = (n,) if op.axis == "n" else (m,)
             elif op.kind == "residual":
-                out[op.tensor] = bdims + (m, n)
+                out[op.tensor] = out[self.c]  # read over the output's axes: stored as C is
         return out
 
     def dtypes(self) -> dict[str, DType]:
@@ -120,7 +138,8 @@ class GemmSpec:
                 "a_layout": self.a_layout, "b_layout": self.b_layout,
                 "a_broadcast": self.a_broadcast, "b_broadcast": self.b_broadcast,
                 "epilogue": [op.to_json() for op in self.epilogue], "a": self.a, "b": self.b, "c": self.c,
-                **({"b_pieces": [list(p) for p in self.b_pieces]} if self.b_pieces else {})}
+                **({"b_pieces": [list(p) for p in self.b_pieces]} if self.b_pieces else {}),
+                **{f"{r}_dims": list(getattr(self, f"{r}_dims")) for r in "abc" if getattr(self, f"{r}_dims")}}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "GemmSpec":
@@ -137,9 +156,59 @@ class GemmSpec:
                             a_layout=d.get("a_layout", "row"), b_layout=d.get("b_layout", "row"),
                             a_broadcast=bool(d.get("a_broadcast", False)), b_broadcast=bool(d.get("b_broadcast", False)),
                             epilogue=ops, a=d.get("a", "A"), b=d.get("b", "B"), c=d.get("c", "C"),
-                            b_pieces=tuple((str(p), int(w)) for p, w in d.get("b_pieces", ())))
+                            b_pieces=tuple((str(p), int(w)) for p, w in d.get("b_pieces", ())),
+                            **{f"{r}_dims": tuple(map(str, d.get(f"{r}_dims", ()))) for r in "abc"})
         except (KeyError, TypeError, ValueError) as e:
             fail("MalformedStructure", at, f"GEMM spec field missing or malformed: {e}")
+
+
+def packed_dims(s: GemmSpec, role: str) -> tuple[str, ...]:
+    """The packed storage order of role's dims: batch dims leading (none if broadcast), then the matrix."""
+    batch = tuple(f"b{i}" for i in range(len(s.batch)))
+    if role == "c":
+        return batch + ("m", "n")
+    if role == "a":
+        return (() if s.a_broadcast else batch) + (("m", "k") if s.a_layout == "row" else ("k", "m"))
+    return (() if s.b_broadcast else batch) + (("k", "n") if s.b_layout == "row" else ("n", "k"))
+
+
+def strides(s: GemmSpec, role: str, env: Mapping[str, int] | None = None) -> tuple[int, int]:
+    """(row stride, batch stride) of role's tensor in elements: the stride of its outer matrix dim and of
+    its innermost batch dim (0 without batch dims: a broadcast operand)."""
+    return _strides(s.dims(role), s.shapes(env)[{"a": s.a, "b": s.b, "c": s.c}[role]])
+
+
+def static_strides(s: GemmSpec, role: str) -> "tuple[int, int] | None":
+    """:func:`strides` when they do not depend on a symbol size (the dims after each are static), else None."""
+    size = {"m": s.m, "n": s.n, "k": s.k, **{f"b{i}": d for i, d in enumerate(s.batch)}}
+    return _strides(s.dims(role), tuple(size[d] for d in s.dims(role)))
+
+
+def _strides(dims: tuple[str, ...], shape: tuple) -> "tuple[int, int] | None":
+    """(row stride, batch stride) of a row-major tensor of that shape stored in that dim order; None when a
+    stride is a product with a symbol in it."""
+    def step(d: str) -> "int | None":
+        after = shape[dims.index(d) + 1:]
+        return math.prod(after) if all(isinstance(x, int) for x in after) else None
+    batch = [d for d in dims if d.startswith("b")]
+    ld, bs = step(next(d for d in dims if not d.startswith("b"))), (step(batch[-1]) if batch else 0)
+    return None if ld is None or bs is None else (ld, bs)
+
+
+def _check_dims(s: GemmSpec, at: str) -> None:
+    for role in "abc":
+        got = getattr(s, f"{role}_dims")
+        if not got:
+            continue
+        want = packed_dims(s, role)
+        if sorted(got) != sorted(want):
+            fail("InvalidAttribute", at, f"{role}_dims {list(got)} must order the labels {list(want)}")
+        if tuple(d for d in got if not d.startswith("b")) != want[-2:] or got[-1] != want[-1]:
+            fail("InvalidAttribute", at, f"{role}_dims {list(got)}: the matrix dims must keep the layout's order "
+                                         f"({', '.join(want[-2:])}), the contiguous one innermost (unit stride)")
+        pos = [i for i, d in enumerate(got) if d.startswith("b")]
+        if [got[i] for i in pos] != list(want[:-2]) or (pos and pos[-1] - pos[0] != len(pos) - 1):
+            fail("InvalidAttribute", at, f"{role}_dims {list(got)}: the batch dims must be adjacent and in order")
 
 
 def validate(s: GemmSpec) -> None:
@@ -159,6 +228,9 @@ def validate(s: GemmSpec) -> None:
             fail("InvalidAttribute", at, f"{what} = {lay!r}; use \"row\" or \"col\"")
     if (s.a_broadcast or s.b_broadcast) and not s.batch:
         fail("InvalidAttribute", at, "a broadcast operand needs batch dims")
+    _check_dims(s, at)
+    if s.b_pieces and s.strided:
+        fail("InvalidAttribute", at, "b_pieces take packed operands")
     names = [s.a, *s.b_names, s.c]
     if s.b_pieces:
         if s.batch or any(not isinstance(w, int) or w < 1 for _, w in s.b_pieces) or len(s.b_pieces) < 2:

@@ -60,17 +60,24 @@ template <> struct Pair<float> { using V = float2; static __device__ __forceinli
 template <> struct Pair<__half> { using V = __half2; static __device__ __forceinline__ V make(float a, float b) { return __floats2half2_rn(a, b); } };
 template <> struct Pair<__nv_bfloat16> { using V = __nv_bfloat162; static __device__ __forceinline__ V make(float a, float b) { return __floats2bfloat162_rn(a, b); } };
 
-// Epi (generated) provides: OutT, `float apply(float v, int b, int m, int n) const` and the output
-// pointer `C` with its sizes; store_pair applies the epilogue to two accumulators and stores them.
+// Epi (generated) provides: OutT, `float apply(float v, int b, int m, int n) const`, the output pointer
+// `C` with its sizes M, N, its row stride ldc and batch stride cbs (N and M*N when packed; a transposed
+// output, heads interleaved, has others); store_pair applies the epilogue to two accumulators and stores them.
+// element offset of (row, col) of matrix b in a tensor with row stride ld and batch stride bstride (elements);
+// __host__ too, so the host emulators address strided operands as the kernels do
+__host__ __device__ __forceinline__ long long elem_offset(int b, long long bstride, int row, long long ld, int col) {
+  return (long long)b * bstride + (long long)row * ld + col;
+}
+
 template <class Epi>
 __device__ __forceinline__ void store_pair(const Epi& e, int b, int m, int n, float v0, float v1) {
   using OutT = typename Epi::OutT;
   if (m >= e.M || n >= e.N) return;
   v0 = e.apply(v0, b, m, n);
-  OutT* row = e.C + (long long)b * e.M * e.N + (long long)m * e.N;
+  OutT* row = e.C + elem_offset(b, e.cbs, m, e.ldc, 0);
   if (n + 1 < e.N) {
     v1 = e.apply(v1, b, m, n + 1);
-    if ((e.N & 1) == 0) {  // n is even, so the pair is aligned exactly when N is
+    if (((e.N | e.ldc | e.cbs) & 1) == 0) {  // n is even, so the pair is aligned when N and the strides are
       *reinterpret_cast<typename Pair<OutT>::V*>(row + n) = Pair<OutT>::make(v0, v1);
     } else {
       row[n] = from_f32<OutT>(v0);
@@ -217,7 +224,7 @@ __device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ g, long
     copy_coord<COLS, VEC>(tid + i * THREADS, r, c);
     const int gr = row0 + r, gc = col0 + c;
     const bool ok = gr < row_lim && gc < col_lim;
-    const T* src = ok ? g + (long long)gr * ld + gc : g;
+    const T* src = ok ? g + elem_offset(0, 0, gr, ld, gc) : g;
     T* dst = tile + swz_offset<COLS>(r, c);
     if constexpr (VEC > 1) {
       cp_async<VEC * 2>(smem_u32(dst), src, ok);
@@ -268,17 +275,19 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 
 // finishes it (a register-staged producer stores its registers to smem there). The mainloop calls land
 // after the MMAs of the iteration, so a register-staged producer's global latency hides behind them.
 //
-// TileProducer: the plain operand, a packed [MN, K] (K-major) or [K, MN] (MN-major) matrix, copied with
-// VEC-element cp.async (zero-fill outside the matrix); land has nothing to do.
+// TileProducer: the plain operand, a [MN, K] (K-major) or [K, MN] (MN-major) matrix with unit stride
+// along its columns and row stride ld (0: packed, the column extent), copied with VEC-element cp.async
+// (zero-fill outside the matrix); land has nothing to do.
 template <class T, bool KMAJOR, int ROWS, int COLS, int VEC, int THREADS, int BK>
 struct TileProducer {
   const T* __restrict__ g;
   int mn0, MN, K;
+  long long ld = 0;
   __device__ __forceinline__ void fetch(T* tile, int kt, int tid) const {
-    long long ld;
+    long long packed;
     int r0, c0, rl, cl;
-    tile_origin<KMAJOR>(mn0, kt * BK, MN, K, ld, r0, c0, rl, cl);
-    load_tile<T, ROWS, COLS, VEC, THREADS>(tile, g, ld, r0, c0, rl, cl, tid);
+    tile_origin<KMAJOR>(mn0, kt * BK, MN, K, packed, r0, c0, rl, cl);
+    load_tile<T, ROWS, COLS, VEC, THREADS>(tile, g, ld > 0 ? ld : packed, r0, c0, rl, cl, tid);
   }
   __device__ __forceinline__ void land(T*, int) const {}
 };
@@ -376,22 +385,24 @@ __device__ __forceinline__ void store_acc_sm80(const Epi& epi, const float (&acc
 }
 
 // One CTA computes the BM x BN tile (tile_m, tile_n) of batch b: plain operands through TileProducer,
-// epilogue on the accumulators with predicated paired stores.
+// epilogue on the accumulators with predicated paired stores. a_ld / b_ld: the operands' row strides
+// (0: packed); the batch strides are per operand (0: broadcast).
 template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool A_KMAJOR, bool B_KMAJOR,
           int VEC_A, int VEC_B, class Epi>
 __device__ __forceinline__ void gemm_sm80(const T* __restrict__ A, const T* __restrict__ B, const Epi& epi,
                                           int M, int N, int K, long long a_bstride, long long b_bstride,
-                                          unsigned char* smem, int b_lo = 0, int NB = -1) {
+                                          unsigned char* smem, int b_lo = 0, int NB = -1, long long a_ld = 0,
+                                          long long b_ld = 0) {
   constexpr int THREADS = WM * WN * 32;
   // tile shapes as stored: [rows][cols], cols contiguous in global memory
   constexpr int A_ROWS = A_KMAJOR ? BM : BK, A_COLS = A_KMAJOR ? BK : BM;
   constexpr int B_ROWS = B_KMAJOR ? BN : BK, B_COLS = B_KMAJOR ? BK : BN;
   const int b = blockIdx.z;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  TileProducer<T, A_KMAJOR, A_ROWS, A_COLS, VEC_A, THREADS, BK> pa{A + (long long)b * a_bstride, m0, M, K};
+  TileProducer<T, A_KMAJOR, A_ROWS, A_COLS, VEC_A, THREADS, BK> pa{A + elem_offset(b, a_bstride, 0, 0, 0), m0, M, K, a_ld};
   // B's N tile from its own tensor: B itself, or the piece b_lo.. of NB columns that holds it
-  TileProducer<T, B_KMAJOR, B_ROWS, B_COLS, VEC_B, THREADS, BK> pb{B + (long long)b * b_bstride, n0 - b_lo,
-                                                                 NB < 0 ? N : NB, K};
+  TileProducer<T, B_KMAJOR, B_ROWS, B_COLS, VEC_B, THREADS, BK> pb{B + elem_offset(b, b_bstride, 0, 0, 0), n0 - b_lo,
+                                                                 NB < 0 ? N : NB, K, b_ld};
   float acc[BM / WM / 16][BN / WN / 8][4];
   mainloop_sm80<T, BM, BN, BK, WM, WN, STAGES, A_KMAJOR, B_KMAJOR>(pa, pb, K, smem, acc);
   store_acc_sm80<BM, BN, WM, WN>(epi, acc, b, m0, n0);
