@@ -14,7 +14,8 @@ from ..analyses.cost_model import price
 from ..analyses.indexbook import checked_indexbook
 from ..analyses.poly_from_view import region_from_polyview
 from ..analyses.polyview import build_polyview
-from ..egraph.model_cost import canonical, illegal_fusions
+from ..egraph.legality import illegal_fusions
+from ..egraph.model_cost import canonical
 from ..egraph.hand_partition import hand_partition
 from ..egraph.partition import FREE_OPS, Kernel, Partition
 from ..egraph.stream import parse_tag
