@@ -26,10 +26,12 @@ def violations(view, fused, chosen=None) -> list:
     sites the decision set ``fused`` (Mat site classes) fuses together; [] when the partition is legal.
     With ``chosen`` (class -> e-node, an extraction), a conflict counts only when the Reduce its path
     starts from is the extracted node of its class: a path from a spelling the extraction left out
-    (the two-pass softmax under a streamed one, say) is in no kernel."""
+    (the two-pass softmax under a streamed one, say) is in no kernel. The reason names the reduction the
+    path starts from by its class, ``@N`` (``--explain`` says the user's op name there)."""
     fused = frozenset(fused)
-    return [("many-to-many", sorted(c), r, f"fusing sites {sorted(c)} together computes a reduction where no loop "
-             "order of the kernel owns it (rule many-to-many, rules/fusion.egg)") for c, r in view.conflicts
+    return [("many-to-many", sorted(c), r, f"fused into {'a reduction' if r is None else f'the reduction @{r}'}, it would read a reduction by "
+             "broadcast inside one kernel (many-to-many): never legal (rule many-to-many, rules/fusion.egg)")
+            for c, r in view.conflicts
             if c <= fused and (chosen is None or r is None or (r in chosen and chosen[r].op == "Reduce"))]
 
 
