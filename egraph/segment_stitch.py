@@ -117,13 +117,15 @@ def _entry_tensor(seg: Segment, whole: Program) -> "str | None":
 
 
 _ID = re.compile(r"\b[nif][0-9]+\b")
+_CLASS = re.compile(r"@([0-9]+)")
 
 
 def _whole(r, c: int, seg: Segment, others_us: float, others_kernels: int):
     """A segment's rejection in the whole program's terms: its class at the instance's offset, the
-    node ids its reason names mapped to the program's, and (a whole-partition rejection) the other
+    node ids (and e-classes) its reason names mapped to the program's, and (a whole-partition rejection) the other
     segments' kernels and time added to both sides."""
     why = _ID.sub(lambda m: seg.origin.get(m.group(0), m.group(0)), r.why)
+    why = _CLASS.sub(lambda m: f"@{int(m.group(1)) + c}", why)  # a class a legality rule names
     if r.local:
         return dataclasses.replace(r, mat=r.mat + c, why=why)
     return dataclasses.replace(r, mat=r.mat + c, why=why, separate_us=r.separate_us + others_us,
