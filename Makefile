@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 EXAMPLE ?= examples/gemm_bias_relu.json
 COST ?= model
 
-.PHONY: demo test bench-compile bench-fusion install clean
+.PHONY: demo test bench-compile bench-fusion gpu-check gpu-wheels install clean
 
 $(BIN)/polysat: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,27 @@ bench-compile: install
 QUICK ?= --quick
 bench-fusion: install
 	$(BIN)/python -m polysat.bench.fusion $(QUICK)
+
+# On a GPU machine: every gpu test, compute-sanitizer on one launch of every kernel kind, every bench, one report
+# (bench/gpu_check.py; README.md, GPU check). Runs the package from this checkout under the name polysat, with
+# the python that has PyTorch (python3 on the lent GPU machines); GPU_ARGS="--part tests,sanitize --quick" etc.
+GPU_PY ?= python3
+GPU_OUT ?= out/gpu-check
+GPU_ARGS ?=
+IMPORT_ROOT := $(CURDIR)/build/importroot
+gpu-check:
+	@mkdir -p $(IMPORT_ROOT) && ln -sfn "$(CURDIR)" $(IMPORT_ROOT)/polysat
+	PYTHONPATH="$(IMPORT_ROOT)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 \
+		$(GPU_PY) -m polysat.bench.gpu_check --out $(GPU_OUT) $(GPU_ARGS)
+
+# The cp312 x86-64 wheels the GPU machines lack (egglog, islpy and what egglog imports), into .whl (ignored by
+# git) for the device call to carry; about 52 MiB of the 64 MiB a call may carry.
+GPU_WHEELS ?= egglog==13.2.0 islpy==2026.2.2 graphviz==0.21 opentelemetry-api==1.45.2 black==26.10.1 \
+	pytokens==0.4.1 platformdirs==4.14.8 pathspec==1.1.1
+gpu-wheels:
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

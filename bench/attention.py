@@ -7,18 +7,95 @@ FlashAttention-paper convention: batch x heads chosen so that batch * seq = 16k 
 heads * head_dim = 2048; forward FLOPs = 4 * batch * heads * seq^2 * head_dim, halved when causal.
 Random data (power draw depends on the data), CUDA events around every call, warm-up excluded,
 medians reported in TFLOP/s; torch runs under ``sdpa_kernel(SDPBackend.FLASH_ATTENTION)`` in the same
-run, and the ratio is polysat / SDPA-flash. Each row also reports the max error against SDPA. Prints a
-table and writes JSON. Exits cleanly with a message where no GPU (or no PyTorch) is present.
+run, and ``vs_sdpa_flash`` = SDPA time / polysat time. One row per algorithm, each with the cost model's
+estimate and the max error of 16 sampled query rows of one head against a float64 numpy softmax(QK^T)V.
+Prints a table and writes JSON. Exits cleanly with a message where no GPU is present; without PyTorch the
+polysat figures still come. bench/gpu_check.py runs the same cases.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from polysat.bench.harness import dtypes, log_kernels, open_gpu, parse_args, tflops, timer, write_results
+import numpy as np
+
+from polysat.bench.gpu_report import bench_row
+from polysat.bench.harness import (Data, estimate_us, log_kernels, open_device, parse_args, run_cases, timer,
+                                   write_results)
 
 TOKENS = 16384
 HIDDEN = 2048
+SAMPLED = 16
+
+
+def cases(dtypes=("fp16", "bf16"), dims=(64, 128), seqs=(512, 1024, 2048, 4096, 8192, 16384), causals=(False, True),
+          algos=("online_softmax",)) -> list[dict]:
+    return [{"dtype": dt, "d": d, "seq": s, "causal": c, "algo": a, "batch": max(1, TOKENS // s), "heads": HIDDEN // d}
+            for dt in dtypes for d in dims for s in seqs for c in causals for a in algos]
+
+
+def check_cases(quick: bool) -> list[dict]:
+    """What the GPU check measures: head dims 64 and 128, seq 1k-16k, causal and not; fp16 and bf16 (fp16 and
+    seq 1k, 4k, 16k with quick)."""
+    if quick:
+        return cases(dtypes=("fp16",), seqs=(1024, 4096, 16384))
+    return cases(seqs=(1024, 2048, 4096, 8192, 16384))
+
+
+def label(case: dict) -> str:
+    return f"d{case['d']} s{case['seq']}{' causal' if case['causal'] else ''} {case['algo']}"
+
+
+def sampled_err(data: Data, q, k, v, o, causal: bool, rng: np.random.Generator) -> float:
+    """Max error / max |ref| over SAMPLED query rows of head (0, 0), ref in float64."""
+    def head(t):  # head (0, 0) only: the copy back stays small (torch slices on the device)
+        return (data.host(t[0, 0]) if data.torch is not None else data.host(t)[0, 0]).astype(np.float64)
+    qh, kh, vh, oh = (head(t) for t in (q, k, v, o))
+    rows = rng.choice(qh.shape[0], size=min(SAMPLED, qh.shape[0]), replace=False)
+    s = qh[rows] @ kh.T / np.sqrt(qh.shape[1])
+    if causal:
+        s = np.where(np.arange(kh.shape[0])[None, :] <= rows[:, None], s, -np.inf)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    ref = (p / p.sum(axis=1, keepdims=True)) @ vh
+    return float(np.abs(oh[rows] - ref).max() / max(np.abs(ref).max(), 1e-6))
+
+
+def spec_of(case: dict):
+    from polysat.backend.attention.spec import AttentionSpec
+    from polysat.ir.dtypes import DType
+    dname, d, s = case["dtype"], case["d"], case["seq"]
+    dt = DType(dname)
+    return AttentionSpec(f"bench_{dname}_d{d}", s, s, d, d, batch=(case["batch"], case["heads"]),
+                         causal=case["causal"], scale=d ** -0.5, in_dtype=dt, p_dtype=dt, out_dtype=dt)
+
+
+def sources(case: dict, arch: str) -> list:
+    """The KernelSource measure launches for the case on arch (to build it ahead, in parallel)."""
+    from polysat.backend.attention.launch import _plan_and_source, concrete_spec
+    return [_plan_and_source(concrete_spec(spec_of(case), None), arch, case["algo"])]
+
+
+def measure(gpu, case: dict, timed, data: Data, measured: list) -> list[dict]:
+    from polysat.backend.attention.launch import prepare as prepare_attention
+    dname, d, s, causal, batch, heads = (case[f] for f in ("dtype", "d", "seq", "causal", "batch", "heads"))
+    torch = gpu.torch
+    q, k, v = (data.randn((batch, heads, s, d), dname) for _ in range(3))
+    o = data.empty((batch, heads, s, d), dname)
+    spec = spec_of(case)
+    launch = prepare_attention(spec, {"Q": q, "K": k, "V": v, "O": o}, algo=case["algo"])
+    t = {"polysat": timed(launch), "sdpa_flash": None}
+    if torch is not None:
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            t["sdpa_flash"] = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    launch()
+    err = sampled_err(data, q, k, v, o, causal, np.random.default_rng(1))
+    flops = 4.0 * batch * heads * s * s * d / (2 if causal else 1)
+    measured.append((f"attention {case['algo']} {dname} d{d} s{s}{' causal' if causal else ''}", "attention", launch,
+                     {"batch": batch, "heads": heads, "seq": s, "d": d}, t["polysat"]))
+    return [bench_row("attention", label(case), t, flops=flops, estimate_us=estimate_us(launch), missing=gpu.why,
+                      **case, plan=launch.kernel.plan.key(), max_rel_err=err)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,70 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--causal", default="both", choices=("both", "yes", "no"))
     ap.add_argument("--algos", default="online_softmax", help="comma list: online_softmax,streaming_softmax_2pass")
     args = parse_args(ap, argv, "attention_results.json")
-    gpu = open_gpu("bench/attention.py", "PyTorch (with torch.nn.attention) is needed for the SDPA baseline",
-                   "torch.nn.functional", "torch.nn.attention")
+    gpu = open_device("bench/attention.py", "torch.nn.functional", "torch.nn.attention")
     if gpu is None:
         return 0
-    rt, torch = gpu
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from polysat.backend.attention.launch import prepare as prepare_attention
-    from polysat.backend.attention.spec import AttentionSpec
-
-    dev = rt.device()
-    tdt = dtypes(torch)
-    timed = timer(torch, args)
-    causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
-    algos = [a for a in args.algos.split(",") if a]
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    rows, measured = [], []
-    print(f"{'dtype':>5} {'d':>4} {'seq':>6} {'causal':>6} {'batch':>5} {'heads':>5} | "
-          + " | ".join(f"{a[:14]:>14}" for a in algos) + f" | {'sdpa-flash':>10} | {'ratio':>6} | err")
-    for dname in args.dtypes.split(","):
-        dt, tt = tdt[dname]
-        for d in (int(x) for x in args.dims.split(",") if x):
-            heads = HIDDEN // d
-            for s in (int(x) for x in args.seqs.split(",") if x):
-                batch = max(1, TOKENS // s)
-                q, k, v = (torch.randn(batch, heads, s, d, device="cuda", dtype=tt, generator=gen) for _ in range(3))
-                for causal in causals:
-                    flops = 4.0 * batch * heads * s * s * d / (2 if causal else 1)
-                    spec = AttentionSpec(f"bench_{dname}_d{d}", s, s, d, d, batch=(batch, heads), causal=causal,
-                                         scale=d ** -0.5, in_dtype=dt, p_dtype=dt, out_dtype=dt)
-
-                    def sdpa(q=q, k=k, v=v, causal=causal):
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-                    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                        t_ref = timed(sdpa)
-                        ref = sdpa().float()
-                    row = {"dtype": dname, "d": d, "seq": s, "causal": causal, "batch": batch, "heads": heads,
-                           "flops": flops, "sdpa_flash_ms": t_ref, "sdpa_flash_tflops": tflops(flops, t_ref)}
-                    for algo in algos:
-                        o = torch.empty_like(q)
-                        launch = prepare_attention(spec, {"Q": q, "K": k, "V": v, "O": o}, algo=algo)
-                        t = timed(launch)
-                        launch()
-                        torch.cuda.synchronize()
-                        err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
-                        row[f"{algo}_ms"] = t
-                        row[f"{algo}_tflops"] = tflops(flops, t)
-                        row[f"{algo}_plan"] = launch.kernel.plan.key()
-                        row[f"{algo}_max_rel_err"] = err
-                        measured.append((f"attention {algo} {dname} d{d} s{s}{' causal' if causal else ''}", "attention",
-                                         launch, {"batch": batch, "heads": heads, "seq": s, "d": d}, t))
-                    best = max(row[f"{a}_tflops"] for a in algos)
-                    row["ratio_vs_sdpa_flash"] = best / row["sdpa_flash_tflops"]
-                    rows.append(row)
-                    print(f"{dname:>5} {d:>4} {s:>6} {str(causal):>6} {batch:>5} {heads:>5} | "
-                          + " | ".join(f"{row[a + '_tflops']:14.1f}" for a in algos)
-                          + f" | {row['sdpa_flash_tflops']:10.1f} | {row['ratio_vs_sdpa_flash']:6.2f} | "
-                          + " ".join(f"{row[a + '_max_rel_err']:.1e}" for a in algos)
-                          + f"  {row[algos[0] + '_plan']}", flush=True)
-                del q, k, v
-    write_results(torch, dev, args.json, iters=args.iters, tokens=TOKENS, hidden=HIDDEN, rows=rows)
-    log_kernels("bench/attention.py", dev, measured)
+    todo = cases(tuple(args.dtypes.split(",")), tuple(int(x) for x in args.dims.split(",") if x),
+                 tuple(int(x) for x in args.seqs.split(",") if x),
+                 {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal],
+                 tuple(a for a in args.algos.split(",") if a))
+    data, timed, measured = Data(gpu.torch), timer(args), []
+    rows = run_cases("attention", todo, lambda c: measure(gpu, c, timed, data, measured), label)
+    write_results(gpu, args.json, iters=args.iters, tokens=TOKENS, hidden=HIDDEN, rows=rows)
+    log_kernels("bench/attention.py", gpu.dev, measured)
     return 0
 
 

@@ -3,17 +3,100 @@
     python bench/gemm.py [--dtypes fp16,bf16] [--sizes 1024,2048,4096,8192] [--iters 30] [--json out.json]
 
 fp16 and bf16 inputs (fp32 accumulation), square sizes and odd shapes, random data (power draw
-depends on the data), CUDA events around every call, medians reported in TFLOP/s. Prints a table,
-writes JSON and appends one measurement-log row per polysat kernel (POLYSAT_MEASURE_LOG). Exits cleanly with a message where no GPU (or no PyTorch) is present.
+depends on the data), CUDA events around every call, warm-up excluded, medians reported in TFLOP/s. Per shape
+two rows: the plain GEMM vs ``torch.matmul``, and GEMM + bias + ReLU fused in one kernel vs
+``torch.relu(torch.addmm(bias, a, b))`` (and vs the plain cuBLAS GEMM); each with the cost model's estimate
+and the max error of 64 sampled rows against a float64 product. Prints a table, writes JSON and appends one
+measurement-log row per polysat kernel (POLYSAT_MEASURE_LOG). Exits cleanly with a message where no GPU is
+present; without PyTorch the polysat figures still come. bench/gpu_check.py runs the same cases.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from polysat.bench.harness import dtypes, log_kernels, open_gpu, parse_args, tflops, timer, write_results
+import numpy as np
 
-ODD_SHAPES = [(4095, 4097, 4096), (1000, 3000, 2000), (8192, 1024, 8192), (127, 8192, 4096), (3333, 2222, 1111)]
+from polysat.bench.gpu_report import bench_row
+from polysat.bench.harness import (Data, estimate_us, log_kernels, open_device, parse_args, run_cases, timer,
+                                   write_results)
+
+ODD_SHAPES = [(4095, 4097, 1000), (4095, 4097, 4096), (1000, 3000, 2000), (8192, 1024, 8192), (127, 8192, 4096),
+              (3333, 2222, 1111)]
+SAMPLED_ROWS = 64
+
+
+def cases(dtypes=("fp16", "bf16"), sizes=(1024, 2048, 4096, 8192), odd=tuple(ODD_SHAPES)) -> list[dict]:
+    """The (dtype, m, n, k) cases, square sizes first."""
+    shapes = [(s, s, s) for s in sizes] + list(odd)
+    return [{"dtype": d, "m": m, "n": n, "k": k} for d in dtypes for m, n, k in shapes]
+
+
+def check_cases(quick: bool) -> list[dict]:
+    """What the GPU check measures: 4096^3 and 8192^3 (4096^3 alone with quick) and 4095x4097x1000, fp16 and bf16."""
+    return cases(sizes=(4096,) if quick else (4096, 8192), odd=((4095, 4097, 1000),))
+
+
+def sampled_err(data: Data, a, b, bias, out, relu: bool, rng: np.random.Generator) -> float:
+    """Max |out - ref| / max |ref| over SAMPLED_ROWS random rows, ref = A B (+ bias, ReLU) in float64."""
+    ah, bh, oh = data.host(a), data.host(b), data.host(out)
+    rows = rng.choice(ah.shape[0], size=min(SAMPLED_ROWS, ah.shape[0]), replace=False)
+    ref = ah[rows].astype(np.float64) @ bh.astype(np.float64)
+    if relu:
+        ref = np.maximum(ref + data.host(bias).astype(np.float64), 0.0)
+    return float(np.abs(oh[rows] - ref).max() / max(np.abs(ref).max(), 1e-6))
+
+
+def label(case: dict) -> str:
+    return f"{case['m']}x{case['n']}x{case['k']}"
+
+
+def specs(case: dict) -> tuple:
+    """(plain, fused + bias + ReLU) GemmSpecs of a case."""
+    from polysat.backend.common.spec import EpilogueOp
+    from polysat.backend.gemm.spec import GemmSpec
+    from polysat.ir.dtypes import DType
+    dname, m, n, k = case["dtype"], case["m"], case["n"], case["k"]
+    dt = DType(dname)
+    return (GemmSpec(f"bench_{dname}", m, n, k, in_dtype=dt, out_dtype=dt),
+            GemmSpec(f"bench_{dname}_bias_relu", m, n, k, in_dtype=dt, out_dtype=dt,
+                     epilogue=(EpilogueOp("bias", "bias", dtype=dt), EpilogueOp("relu"))))
+
+
+def sources(case: dict, arch: str) -> list:
+    """The KernelSources measure launches for the case on arch (to build them ahead, in parallel)."""
+    from polysat.backend.gemm.launch import _plan_and_source, concrete_spec
+    return [_plan_and_source(concrete_spec(s, None), arch) for s in specs(case)]
+
+
+def measure(gpu, case: dict, timed, data: Data, measured: list) -> list[dict]:
+    """The two rows of one case (plain, fused); appends (label, kind, launch, shapes, ms) to measured."""
+    from polysat.backend.gemm.launch import prepare as prepare_gemm
+    dname, m, n, k = case["dtype"], case["m"], case["n"], case["k"]
+    torch = gpu.torch
+    a, b = data.randn((m, k), dname), data.randn((k, n), dname)
+    bias = data.randn((n,), dname)
+    c, cf = data.empty((m, n), dname), data.empty((m, n), dname)
+    plain, fused = specs(case)
+    lp = prepare_gemm(plain, {"A": a, "B": b, "C": c})
+    lf = prepare_gemm(fused, {"A": a, "B": b, "bias": bias, "C": cf})
+    t_p, t_f = timed(lp), timed(lf)
+    t_cublas = timed(lambda: torch.matmul(a, b)) if torch is not None else None
+    t_eager = timed(lambda: torch.relu(torch.addmm(bias, a, b))) if torch is not None else None
+    lp()
+    lf()
+    rng = np.random.default_rng(1)
+    shape = label(case)
+    common = {"dtype": dname, "m": m, "n": n, "k": k, "flops": 2.0 * m * n * k, "missing": gpu.why}
+    rows = [bench_row("gemm", shape, {"polysat": t_p, "cublas": t_cublas}, estimate_us=estimate_us(lp),
+                      plan=lp.kernel.plan.key(), max_rel_err=sampled_err(data, a, b, bias, c, False, rng), **common),
+            bench_row("gemm_bias_relu", shape, {"polysat": t_f, "torch_bias_relu": t_eager, "cublas": t_cublas},
+                      estimate_us=estimate_us(lf), plan=lf.kernel.plan.key(),
+                      max_rel_err=sampled_err(data, a, b, bias, cf, True, rng), **common)]
+    shapes = {"m": m, "n": n, "k": k}
+    measured += [(f"gemm {dname} {shape}", "gemm", lp, shapes, t_p),
+                 (f"gemm+bias+relu {dname} {shape}", "gemm", lf, shapes, t_f)]
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,62 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1024,2048,4096,8192")
     ap.add_argument("--no-odd", action="store_true", help="skip the odd shapes")
     args = parse_args(ap, argv, "gemm_results.json")
-    gpu = open_gpu("bench/gemm.py", "PyTorch is needed for the cuBLAS baseline")
+    gpu = open_device("bench/gemm.py")
     if gpu is None:
         return 0
-    rt, torch = gpu
-
-    from polysat.backend.common.spec import EpilogueOp
-    from polysat.backend.gemm.launch import prepare as prepare_gemm
-    from polysat.backend.gemm.spec import GemmSpec
-
-    dev = rt.device()
-    shapes = [(s, s, s) for s in (int(x) for x in args.sizes.split(",") if x)]
-    if not args.no_odd:
-        shapes += ODD_SHAPES
-    tdt = dtypes(torch)
-    timed = timer(torch, args)
-    rows, measured = [], []
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    for dname in args.dtypes.split(","):
-        dt, tt = tdt[dname]
-        for m, n, k in shapes:
-            a = torch.randn(m, k, device="cuda", dtype=tt, generator=gen)
-            b = torch.randn(k, n, device="cuda", dtype=tt, generator=gen)
-            bias = torch.randn(n, device="cuda", dtype=tt, generator=gen)
-            c = torch.empty(m, n, device="cuda", dtype=tt)
-            cf = torch.empty(m, n, device="cuda", dtype=tt)
-            plain = GemmSpec(f"bench_{dname}", m, n, k, in_dtype=dt, out_dtype=dt)
-            fused = GemmSpec(f"bench_{dname}_bias_relu", m, n, k, in_dtype=dt, out_dtype=dt,
-                             epilogue=(EpilogueOp("bias", "bias", dtype=dt), EpilogueOp("relu")))
-            lp = prepare_gemm(plain, {"A": a, "B": b, "C": c})
-            lf = prepare_gemm(fused, {"A": a, "B": b, "bias": bias, "C": cf})
-            flops = 2.0 * m * n * k
-            t = {
-                "polysat": timed(lp),
-                "cublas": timed(lambda: torch.matmul(a, b)),
-                "polysat_bias_relu": timed(lf),
-                "torch_bias_relu": timed(lambda: torch.relu(torch.addmm(bias, a, b))),
-            }
-            ref = torch.matmul(a.float(), b.float())
-            lp()
-            lf()
-            torch.cuda.synchronize()
-            err = ((c.float() - ref).abs().max() / ref.abs().max()).item()
-            err_f = ((cf.float() - torch.relu(ref + bias.float())).abs().max() / ref.abs().max()).item()
-            row = {"dtype": dname, "m": m, "n": n, "k": k, "plan": lp.kernel.plan.key(), "plan_fused": lf.kernel.plan.key(),
-                   **{f"{key}_ms": v for key, v in t.items()},
-                   **{f"{key}_tflops": tflops(flops, v) for key, v in t.items()},
-                   "max_rel_err": err, "max_rel_err_fused": err_f}
-            rows.append(row)
-            shapes = {"m": m, "n": n, "k": k}
-            measured += [(f"gemm {dname} {m}x{n}x{k}", "gemm", lp, shapes, t["polysat"]),
-                         (f"gemm+bias+relu {dname} {m}x{n}x{k}", "gemm", lf, shapes, t["polysat_bias_relu"])]
-            print(f"{dname} {m:>5}x{n:>5}x{k:>5}  polysat {row['polysat_tflops']:7.1f}  cuBLAS {row['cublas_tflops']:7.1f}"
-                  f"  ({row['polysat_tflops'] / row['cublas_tflops']:5.1%})  | fused {row['polysat_bias_relu_tflops']:7.1f}"
-                  f"  torch+bias+relu {row['torch_bias_relu_tflops']:7.1f}  | err {err:.1e}  {row['plan']}", flush=True)
-    write_results(torch, dev, args.json, iters=args.iters, rows=rows)
-    log_kernels("bench/gemm.py", dev, measured)
+    sizes = tuple(int(x) for x in args.sizes.split(",") if x)
+    todo = cases(tuple(args.dtypes.split(",")), sizes, () if args.no_odd else tuple(ODD_SHAPES))
+    data, timed, measured = Data(gpu.torch), timer(args), []
+    rows = run_cases("gemm", todo, lambda c: measure(gpu, c, timed, data, measured), label)
+    write_results(gpu, args.json, iters=args.iters, rows=rows)
+    log_kernels("bench/gemm.py", gpu.dev, measured)
     return 0
 
 

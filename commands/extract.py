@@ -38,6 +38,7 @@ def extract_result(c: Compilation) -> dict:
         total["unfused_kernels"] = len(search.baseline.priced)
         total["unfused_time_est_us"] = round(search.baseline.total, 4)
         total["search_evaluations"] = search.evaluations
+        total["search_stop"], total["search_groups_priced"] = search.stop, search.groups_priced
     from .. import kernels
     gathers = [k for k in kernels(c) if k["name"].startswith("gather_")] if c.split.sites else []
     out = {"model": c.origin, "regions": regions, "total": total, "gathers": gathers,
@@ -91,7 +92,8 @@ def format_table(result: dict) -> str:
                      f"outside the e-graph, not priced  {', '.join(g['reads'])} -> {', '.join(g['writes'])}")
     if "unfused_time_est_us" in t:
         lines.append(f"  one kernel per op: {t['unfused_kernels']} kernels, {t['unfused_time_est_us']:.3f} µs "
-                     f"({t['search_evaluations']} partitions priced)")
+                     f"({t['search_evaluations']} partitions priced; merge search: {t['search_stop']}, "
+                     f"{t['search_groups_priced']} groups priced)")
     lines.append(format_report(result["_report"]))
     e = result["egraph"]
     lines.append(f"  e-graph: {e['enodes']} e-nodes, {e['eclasses']} e-classes")

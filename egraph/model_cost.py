@@ -10,24 +10,22 @@ kernels' ``analyses.cost_model.price`` (time_est_us on the shapes ``params`` bin
 region content (tensor and statement names canonicalized), so a kernel met again, in another
 candidate or another identical layer, is priced once.
 
-The search starts from every site cut (``saturate_unfused`` loads the program with every compute
-edge cut: one kernel per op), or from the loaded default partition's decisions when Poly Core prices
-those lower (egraph/partition_search.py), so it never ends above ``--cost size``. With at most
-EXACT_SITES sites it is a descent: each round prices fusing every site still cut (and, once that
-gains nothing, cutting every fused site again), takes the best move, then the other improving ones
-while they still improve, until none improves. A cut site whose read composes to the value itself
-(an identity read) is materialized by the partition (totiny.to_tiny), not by the extraction. With
-more (a deep stack), a merge phase first fuses producer kernels into their single consumer kernel
-on the Tiny partition (fusion deltas of two kernels, docs/DESIGN.md §Cost model),
-then the decisions are realized in the e-graph and priced whole.
-After a merge phase the descent does not cut the merged fusions again (each lowered the modelled
-time of the two kernels it joined). A program of repeated blocks (egraph/segment.py) is searched once
-per distinct segment and stitched (egraph/segment_stitch.py, ``saturate_unfused`` and ``search``).
-Every candidate is checked against the legality classes on its chosen terms (the rules' class-level
-facts over-approximate): a reduction may be read inside its consumer's kernel only one-to-one, by a
-window (compute-at with halo), at a prefix of the consumer's loop order, or by a projection whose
-skipped axes a loop order of the consumer can own (a softmax over a middle axis); a broadcast of it
-(many-to-many, GEMM -> GEMM) makes the candidate illegal.
+The search: the loaded default partition's decisions (egraph/partition_search.py, what ``--cost
+size`` keeps) are realized and priced; the global merge search (egraph/merge_search.py: a bounded
+branch and bound over the groupings of the one-kernel-per-op kernels, exact when its stop reason is
+"exhausted") chooses the kernels by the sum of their prices; its decisions are realized in the e-graph
+and priced whole, and the cheaper of the two is kept, so the search never ends above ``--cost size``.
+With at most EXACT_SITES sites a descent then polishes: each round prices fusing every site still cut
+(and, once that gains nothing, cutting every fused site again), takes the best move, then the other
+improving ones while they still improve, until none improves; it may cut a merge search fusion again
+(the merge search prices a group on its Poly-View, a whole partition is priced as the backend binds
+each kernel). A larger program instead tries streaming every softmax-weighted sum at once. A cut site
+whose read composes to the value itself (an identity read) is materialized by the partition
+(totiny.to_tiny), not by the extraction. A program of repeated blocks (egraph/segment.py) is searched
+once per distinct segment and stitched (egraph/segment_stitch.py, ``saturate_unfused`` and ``search``).
+Legality is the rules' (rules/fusion.egg ``fusion-facts``): a candidate, or a group of the merge
+search, that fuses every site of one of their conflicts (a reduction read many-to-many, GEMM -> GEMM)
+is illegal (egraph/legality.py ``violations``, a subset test).
 
 Streaming (docs/DESIGN.md §Streaming, rules/streaming.egg) adds a second kind of decision: a value whose class holds a
 ``SoftmaxSum`` is either streamed (one kernel walks the keys: its other spellings are ruled out) or
@@ -38,9 +36,11 @@ any fusion; streamed kernels are priced per key block (``mark_streams``, analyse
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..analyses.cost_model import Cost, price
 from ..analyses.isl_util import isl_name
@@ -56,7 +56,8 @@ from .cost import Needs, SearchingCost, SizeCost, register
 from .extract import solve
 from .graph import EGraphView, export
 from ..knobs import price_symbol_size
-from .legality import illegal_fusions
+from .legality import violations
+from .merge_search import Limits, merge_phase
 from .partition_search import apply, default_fused, masks, moves, site_values
 from .state import EGraphState
 from .stream import BLOCK, groups
@@ -65,7 +66,7 @@ from .segment_stitch import SegmentedState, merge_reports, stitch
 from .totiny import to_tiny
 
 MAX_ROUNDS = 64  # rounds of the exact boundary search
-EXACT_SITES = 24  # above this many boundaries, merge locally first; the exact search runs on at most this many
+EXACT_SITES = 24  # a program with at most this many sites is polished by the descent after the merge search
 
 
 def default_symbol_size() -> int:
@@ -300,13 +301,25 @@ class Candidate:
 @dataclass
 class Search:
     """The boundary search's result: the chosen candidate, the baseline (every site cut) and the
-    fusions tried and rejected (for --explain)."""
+    fusions tried and rejected (for --explain and the benches: ``baseline`` and ``rejected`` are priced
+    on first access; the search itself does not need them)."""
     best: Candidate
-    baseline: Candidate
-    rejected: list  # Rejection
-    evaluations: int
+    baselines: Callable  # () -> Candidate, every site cut
+    rejections: Callable  # () -> list of Rejection
+    evaluations: int  # partitions priced whole
     sites: dict = field(default_factory=dict)  # Mat class -> (cut e-nodes, fused e-nodes)
     streamed: list = field(default_factory=list)  # Streamed: the stream decisions taken, with both prices
+    stop: str = "exhausted"  # why the merge search ended (egraph/merge_search.py)
+    nodes: int = 0  # subproblems of the merge search
+    groups_priced: int = 0  # candidate kernels the merge search priced
+
+    @functools.cached_property
+    def baseline(self) -> Candidate:
+        return self.baselines()
+
+    @functools.cached_property
+    def rejected(self) -> list:
+        return self.rejections()
 
 
 class ModelCost(SearchingCost):
@@ -317,8 +330,9 @@ class ModelCost(SearchingCost):
     needs = Needs(arch=True, params=True, search=True)
 
     def __init__(self, params: "dict | None" = None, arch: str = "sm90", max_rounds: int = MAX_ROUNDS,
-                 exact_sites: int = EXACT_SITES):
+                 exact_sites: int = EXACT_SITES, limits: Limits = Limits()):
         self.params, self.arch, self.max_rounds, self.exact_sites = dict(params or {}), arch, max_rounds, exact_sites
+        self.limits = limits
 
     def enode_cost(self, node, view) -> float:
         return SizeCost().enode_cost(node, view)
@@ -326,7 +340,7 @@ class ModelCost(SearchingCost):
     def for_program(self, program: Program, params: dict) -> "ModelCost":
         """This model for a part of the program (a segment): params restricted to its symbols."""
         mine = {k: v for k, v in params.items() if k in program_symbols(program)}
-        return type(self)(mine, self.arch, self.max_rounds, self.exact_sites)
+        return type(self)(mine, self.arch, self.max_rounds, self.exact_sites, self.limits)
 
     # the search proper
     def search(self, state: "EGraphState | SegmentedState", stream: bool = True) -> Search:
@@ -343,58 +357,72 @@ class ModelCost(SearchingCost):
         streams = frozenset(stream_sites(view))
         memo: dict = {}
 
-        def evaluate(fused: frozenset) -> Candidate:
-            if fused in memo:
-                return memo[fused]
-            excl, hard, kept = masks(view, st, streams, fused)
-            best, _ = solve(view, _Masked(excl, hard))
-            cand = Candidate(fused, None)
-            if all(r in best and best[r].total < math.inf for r in roots):
-                chosen, stack = {}, list(roots)
-                while stack:
-                    c = stack.pop()
-                    if c not in chosen:
-                        chosen[c] = best[c].node
-                        stack.extend(best[c].node.children)
-                prog, part = to_tiny(state, view, chosen, roots, kept)
-                cand.extraction = Extraction(prog, part, 0.0, chosen, tuple(roots))
-                cand.illegal = illegal_fusions(prog, part)
-                cand.priced = price_kernels(prog, part, params, self.arch)
+        extracted: dict = {}
+
+        def extract(fused: frozenset) -> Candidate:
+            """The candidate of a decision set, its terms chosen, not yet checked or priced."""
+            if fused not in extracted:
+                excl, hard, kept = masks(view, st, streams, fused)
+                best, _ = solve(view, _Masked(excl, hard))
+                cand = Candidate(fused, None)
+                if all(r in best and best[r].total < math.inf for r in roots):
+                    chosen, stack = {}, list(roots)
+                    while stack:
+                        c = stack.pop()
+                        if c not in chosen:
+                            chosen[c] = best[c].node
+                            stack.extend(best[c].node.children)
+                    prog, part = to_tiny(state, view, chosen, roots, kept)
+                    cand.extraction = Extraction(prog, part, 0.0, chosen, tuple(roots))
+                extracted[fused] = cand
+            return extracted[fused]
+
+        def evaluate(fused: frozenset, price_illegal: bool = False) -> Candidate:
+            """The candidate checked and priced (an illegal one is priced only when asked: --explain)."""
+            cand = extract(fused)
+            if fused not in memo and cand.extraction is not None:
+                cand.illegal = violations(view, fused, cand.extraction.chosen)  # the rules' conflicts (rules/fusion.egg)
+            memo[fused] = cand
+            if cand.extraction is not None and not cand.priced and (price_illegal or not cand.illegal):
+                cand.priced = price_kernels(cand.extraction.program, cand.extraction.partition, params, self.arch)
                 t = total_us(cand.priced)
                 cand.extraction = dataclasses.replace(cand.extraction, cost=t)
                 cand.total = math.inf if cand.illegal else t
-            memo[fused] = cand
             return cand
 
-        base = evaluate(frozenset())
+        base = extract(frozenset())  # every site cut; priced on demand (Search.baseline)
         if base.extraction is None:
             fail("InternalError", "extraction", "no term with every kernel boundary cut")
-        cur, local, deltas = base, (), {}
         seed = evaluate(default_fused(state, view, st, streams))  # the loaded default partition
-        if seed.total < cur.total:
-            cur = seed
-        value_of = site_values(view, st)  # Mat site -> the class of the value it materializes
-        if len([m for m in st if m in base.extraction.chosen or value_of.get(m) in base.extraction.chosen]) \
-                > self.exact_sites:
-            local, deltas = _local_merge(state, view, st, roots, base, params, self.arch)
-        if local:
-            cand = evaluate(frozenset(local))
+        cur = seed
+        # the global merge search over the one-kernel-per-op partition (egraph/merge_search.py)
+        merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
+                                                    lambda sites: violations(view, sites), self.limits, seed.fused)
+        big = len(st) > self.exact_sites
+        # realized: streaming every softmax-weighted sum at once first on a large program (the merge
+        # search's space has no streams), then the merge search's decisions alone
+        for fused in ([merged | streams] if stream and big and streams else []) + [merged] if merged else []:
+            cand = evaluate(frozenset(fused))
             if cand.total < cur.total:
                 cur = cand
+                break
+        if cur.total == math.inf:  # neither is legal: every site cut
+            cur = evaluate(frozenset())
+        value_of = site_values(view, st)  # Mat site -> the class of the value it materializes
 
         def live(cand: Candidate) -> list:  # sites whose cut the extraction actually uses
             ch = cand.extraction.chosen
             return [m for m in st if (m in ch or value_of.get(m) in ch) and m not in cand.fused
                     and (stream or m not in streams)]
-        exact = not deltas and len(live(cur)) <= self.exact_sites  # after a merge phase, its deltas explain
+        # a few sites left: a descent over them in the e-graph (recomputed values, streams) polishes
+        exact = not big and len(live(cur)) <= self.exact_sites
         if stream and not exact and streams and not streams <= cur.fused:
-            # after a merge phase: stream every softmax-weighted sum at once; the boundaries that leaves
-            # (a stream's scores, say) are searched exactly when they are few enough
-            cand = evaluate(cur.fused | streams)
+            cand = evaluate(cur.fused | streams)  # stream every softmax-weighted sum at once
             if cand.total < cur.total:
                 cur = cand
-                exact = len(live(cur)) <= self.exact_sites
-        kept = frozenset(local) & cur.fused  # the merge phase's fusions: the descent does not cut them again
+        # on a large program the descent does not run; on a small one it may cut a merge search fusion again:
+        # the merge search prices a group on its Poly-View, the whole partition is priced as the backend binds it
+        kept = frozenset()
         for _ in range(self.max_rounds if exact else 0):
             gain = []
             for kind in ("fuse", "cut"):  # cutting again is tried once fusing gains nothing
@@ -413,19 +441,24 @@ class ModelCost(SearchingCost):
         streamed = [Streamed(c, cur.total, len(cur.priced), int(cur.extraction.chosen[c].args[1]))
                     for c in sorted(streams & cur.fused) if cur.extraction.chosen.get(c) is not None
                     and cur.extraction.chosen[c].op == "SoftmaxSum"]
-        rejected = []
-        for c in live(cur):
-            if exact or c not in deltas:
-                cand = evaluate(cur.fused | {c})
+        final = cur
+
+        def rejections() -> list:  # priced on demand (--explain): the search does not need them
+            out, deltas = [], merge_rejected() if not exact else {}
+            for c in live(final):
+                if c in deltas:
+                    sep, fused, why, n = deltas[c]
+                    out.append(Rejection(c, why, sep, fused, n, n - 1, local=True))
+                    continue
+                cand = evaluate(final.fused | {c}, price_illegal=True)
                 bad = "; ".join(b[3] for b in cand.illegal)
                 why = ("illegal: " + original_ids(bad, state.program, cand.extraction.program)) if cand.illegal else \
                     ("no fused term" if cand.extraction is None else "priced higher")
                 fused = total_us(cand.priced) if cand.extraction is not None else None
-                rejected.append(Rejection(c, why, cur.total, fused, len(cur.priced), len(cand.priced)))
-            elif c in deltas:
-                sep, fused, why, n = deltas[c]
-                rejected.append(Rejection(c, why, sep, fused, n, n - 1, local=True))
-        return Search(cur, base, rejected, len(memo), st, streamed)
+                out.append(Rejection(c, why, final.total, fused, len(final.priced), len(cand.priced)))
+            return out
+        return Search(cur, lambda: evaluate(frozenset(), price_illegal=True), rejections, len(memo), st, streamed,
+                      merge.stop, merge.nodes, merge.priced)
 
 
 @dataclass(frozen=True)
@@ -450,98 +483,6 @@ class Streamed:
     total_us: float
     kernels: int
     passes: int  # walks over the keys: 1 online, 2 max and sum first
-
-
-def _local_merge(state, view: EGraphView, st: dict, roots: list, base: Candidate, params: dict, arch: str) -> tuple:
-    """Greedy producer-into-consumer merging on the one-kernel-per-op Tiny partition (the fusion
-    delta of docs/DESIGN.md §Cost model, priced on regions of one Poly-View): repeatedly fuse the kernel whose
-    value only one other kernel reads into that kernel, taking the merge that lowers the modelled
-    time most, if legal (a partition computes each value in one kernel, so a value read by several
-    kernels stays materialized here; the exact search may still fuse it).
-    Returns (the Mat classes fused, {Mat class: (separate µs, fused µs, why, kernels)} for the
-    fusions left; fused µs None where a legality rule decided, as an illegal merge is not priced).
-    Cheap: only the kernels around a boundary are priced, cached by content."""
-    from ..analyses.indexbook import checked_indexbook
-    from ..analyses.poly_from_view import region_from_polyview
-    from ..analyses.polyview import build_polyview
-    from .partition import Kernel, Partition
-    from .totiny import TermBuilder
-    prog, part = base.extraction.program, base.extraction.partition
-    tb = TermBuilder(state, view, base.extraction.chosen)
-    for r in roots:
-        tb.value(r)
-    site_of: dict = {}
-    for m in st:
-        for n in view.classes[m]:
-            if n.op == "Mat" and n.children[0] in tb.made:
-                site_of[tb.made[n.children[0]].id] = m
-    pv = build_polyview(checked_indexbook(prog))
-    outs = {nid for _, nid in prog.outputs}
-    groups = {k.name: (frozenset(k.nodes), frozenset(k.outputs)) for k in part.kernels}
-    cache: dict = {}
-
-    def cost(nodes: frozenset, outputs: frozenset) -> float:
-        key = (nodes, outputs)
-        if key not in cache:
-            r = region_from_polyview(pv, nodes, outputs, params, "g")
-            cache[key] = price(canonical(r), arch).time_est_us if r.statements else 0.0
-        return cache[key]
-
-    def inputs(nodes: frozenset) -> tuple:
-        return tuple(dict.fromkeys(s for i in nodes for s in prog[i].src if s not in nodes))
-    users: dict = {}  # node id -> the compute nodes reading it (through views)
-    for n in reversed(prog.nodes):
-        for s in n.src:
-            users.setdefault(s, set()).update(users.get(n.id, set()) if n.op in GroupOp.Movement else {n.id})
-    holders: dict = {}  # node id -> groups evaluating it
-    for g, (n, _) in groups.items():
-        for i in n:
-            holders.setdefault(i, set()).add(g)
-    ver = {g: 0 for g in groups}
-    memo: dict = {}
-    fused = set()
-
-    def consider(a: str) -> "tuple | None":
-        """(separate µs, fused µs, why, merged groups, illegal) of fusing group a into its readers."""
-        na, oa = groups[a]
-        (o,) = oa if len(oa) == 1 else (None,)
-        if o is None or o in outs or o not in site_of:
-            return None
-        cons = sorted({g for u in users.get(o, ()) for g in holders.get(u, ()) if g != a})
-        if len(cons) != 1:  # a partition computes each value in one kernel: no copies across kernels
-            return None
-        key = (a, ver[a], tuple((c, ver[c]) for c in cons))
-        if key not in memo:
-            merged = {c: (groups[c][0] | na, groups[c][1]) for c in cons}
-            ks = [Kernel(c, n, tuple(oc), inputs(n)) for c, (n, oc) in merged.items()]
-            bad = illegal_fusions(prog, Partition(tuple(ks)))
-            sep = cost(na, oa) + sum(cost(*groups[c]) for c in cons)
-            new = None if bad else sum(cost(*merged[c]) for c in cons)  # a rule decided: no price needed
-            why = ("illegal: " + original_ids("; ".join(b[3] for b in bad), state.program, prog)) if bad else "priced higher"
-            memo[key] = (sep, new, why, merged, bool(bad))
-        return memo[key]
-    while True:
-        best, deltas = None, {}
-        for a in list(groups):
-            d = consider(a)
-            if d is None:
-                continue
-            sep, new, why, merged, bad = d
-            deltas[site_of[next(iter(groups[a][1]))]] = (sep, new, why, len(groups))
-            if not bad and new < sep and (best is None or new - sep < best[0]):
-                best = (new - sep, a, merged)
-        if best is None:
-            return fused, deltas
-        _, a, merged = best
-        fused.add(site_of[next(iter(groups[a][1]))])
-        for i in groups[a][0]:
-            holders[i].discard(a)
-        del groups[a]
-        for c, (n, oc) in merged.items():
-            groups[c] = (n, oc)
-            ver[c] += 1
-            for i in n:
-                holders.setdefault(i, set()).add(c)
 
 
 register(ModelCost)

@@ -165,12 +165,15 @@ def segment(prog: Program) -> list:
     sig = [(prog[comp[k]].op, prog[comp[k]].dtype, prog[comp[k]].shape, _arg_key(prog[comp[k]])) for k in heavy]
     weight = {k: sum(1 for h in heavy if h < k) for k in set(entry) | set(exits)}  # non-view nodes before each boundary
     at = {w: k for k, w in weight.items()}
-    keys: dict = {}
+    made: dict = {}  # (start, end) -> its Segment, built once
+
+    def seg(a: int, b: int) -> Segment:
+        if (a, b) not in made:
+            made[(a, b)] = _canonical(prog, free, comp[a:b], entry[a], exits[b])
+        return made[(a, b)]
 
     def key(a: int, b: int) -> str:
-        if (a, b) not in keys:
-            keys[(a, b)] = _canonical(prog, free, comp[a:b], entry[a], exits[b]).key
-        return keys[(a, b)]
+        return seg(a, b).key
     best = None  # (nodes covered, -period, start, bounds)
     starts = sorted(entry)
     for a in starts:
@@ -191,7 +194,7 @@ def segment(prog: Program) -> list:
         return whole
     run = best[3]
     bounds = sorted({0, end} | set(run))
-    out = [_canonical(prog, free, comp[x:y], entry[x], exits[y]) for x, y in zip(bounds, bounds[1:])]
+    out = [seg(x, y) for x, y in zip(bounds, bounds[1:])]
     if not any(u.op == Ops.REDUCE for u in out[bounds.index(run[0])].program.nodes):
         return whole
     return out

@@ -156,7 +156,7 @@ def stitch(s: SegmentedState, found: dict):
     from .partition import Kernel, Partition
     view = s.export()
     taken = {n.id for n in s.program.nodes}
-    nodes, kernels, priced, base_priced, chosen, rejected, sites, streamed = [], [], [], [], {}, [], {}, []
+    nodes, kernels, priced, chosen, rejected, sites, streamed = [], [], [], {}, [], {}, []
     fused: set = set()
     bounds: list = []  # the Mat classes of the segment boundaries
     prev_exit = None
@@ -191,14 +191,13 @@ def stitch(s: SegmentedState, found: dict):
         priced += [Priced(kmap[p.kernel.name], p.region,
                           None if p.cost is None else dataclasses.replace(p.cost, region=kmap[p.kernel.name].name))
                    for p in res.best.priced]
-        base_priced += res.baseline.priced
         c = inst.coff
         chosen.update({k + c: inst.nodes[n] for k, n in x.chosen.items()})
         if inst.entry_class is not None:
             chosen[inst.entry_class] = view.classes[inst.entry_class][0]
             bounds.append(inst.entry_class)
         fused |= {m + c for m in res.best.fused}
-        rejected += [(r, c, seg, res) for r in res.rejected]
+        rejected.append((c, seg, res))
         sites.update({m + c: tuple(tuple(inst.nodes[n] for n in part) for part in v) for m, v in res.sites.items()})
         streamed += [(r, c) for r in res.streamed]
         prev_exit = ids[x.program.outputs[0][1]]
@@ -210,9 +209,17 @@ def stitch(s: SegmentedState, found: dict):
     part.check(prog)
     total = sum(p.cost.time_est_us for p in priced if p.cost is not None)
     best = Candidate(frozenset(fused), Extraction(prog, part, total, chosen, roots), priced, [], total)
-    base = Candidate(frozenset(), None, base_priced,
-                     total=sum(p.cost.time_est_us for p in base_priced if p.cost is not None))
+
+    def base() -> Candidate:  # priced on demand, as each segment's
+        ps = [p for seg in s.segments for p in found[seg.key].baseline.priced]
+        return Candidate(frozenset(), None, ps, total=sum(p.cost.time_est_us for p in ps if p.cost is not None))
     streamed = [Streamed(r.value + c, total, len(priced), r.passes) for r, c in streamed]
-    rejected = [_whole(r, c, seg, total - res.best.total, len(priced) - len(res.best.priced)) for r, c, seg, res in rejected]
-    rejected += [Rejection(b, BOUNDARY, total, None, len(priced), len(priced)) for b in bounds]
-    return Search(best, base, rejected, sum(found[k].evaluations for k in found), sites, streamed)
+
+    def rejections() -> list:  # priced on demand, as each segment's (--explain)
+        out = [_whole(r, c, seg, total - res.best.total, len(priced) - len(res.best.priced))
+               for c, seg, res in rejected for r in res.rejected]
+        return out + [Rejection(b, BOUNDARY, total, None, len(priced), len(priced)) for b in bounds]
+    first = [found[k] for k in found]
+    stop = next((f.stop for f in first if f.stop != "exhausted"), "exhausted")
+    return Search(best, base, rejections, sum(f.evaluations for f in first), sites, streamed, stop,
+                  sum(f.nodes for f in first), sum(f.groups_priced for f in first))

@@ -62,7 +62,8 @@ def _model_bytes(c) -> bytes:
     return json.dumps(doc, sort_keys=True, default=str).encode()  # weights are inputs: they shape no kernel
 
 
-def _prices(c, env: Mapping[str, int], arch: str) -> dict:
+def prices(c, env: Mapping[str, int], arch: str) -> dict:
+    """Poly Core's price (Cost.to_json) of each kernel of compilation c at the sizes env on arch, by kernel name."""
     from ..egraph.model_cost import bind_params, price_kernels, program_symbols
     x = c.extraction
     syms = set(program_symbols(c.program))
@@ -115,7 +116,7 @@ def compile_model(c, inputs: Mapping[str, Any], arch: str, cc: tuple) -> Compile
                         "plan": ks.plan.to_json(ks.spec), "cubin": name})
     doc = {"model": c.origin, "arch": arch, "env": env, "params": sorted(params & _read(regions)),
            "regions": regions_json(regions), "memory": plan_memory(steps, env, params).to_json(),
-           "kernels": kernels, "prices": _prices(c, env, arch)}
+           "kernels": kernels, "prices": prices(c, env, arch)}
     doc = json.loads(json.dumps(doc, default=str))
     try:
         directory = cache.store(key, doc, cubins)

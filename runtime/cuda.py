@@ -121,3 +121,34 @@ class CudaRuntime(ReplayRuntime):
     def replay(self, captured: Any) -> None:
         drv = driver()
         ck(drv.cuGraphLaunch(captured, self.stream), "cuGraphLaunch")  # the copy out waits on the stream
+
+
+def run_once(regions, inputs: Mapping[str, np.ndarray], params: frozenset = frozenset(), prepare=None) -> dict:
+    """Every region's kernel launched exactly once on the default stream, the context synchronised and checked
+    after each launch: no timing repeats and no graph capture (what compute-sanitizer should see of a model).
+    ``prepare(kind name, spec, tensors, env)`` gives a launch (default: the kind's own, runtime/kernels.py); a
+    region no kind takes runs on the CPU (playback) inside the same arena, saying so."""
+    from .regions import run_regions
+    drv = driver()
+    make = prepare or kernels.prepare
+
+    def copy_in(v: DeviceView, host: np.ndarray) -> None:
+        host = np.ascontiguousarray(host)
+        if v.nbytes:
+            ck(drv.cuMemcpyHtoD(drv.CUdeviceptr(v.ptr), host.ctypes.data, v.nbytes), "cuMemcpyHtoD")
+
+    def copy_out(v: DeviceView) -> np.ndarray:
+        out = np.empty(v.shape, v.dtype)
+        if v.nbytes:
+            ck(drv.cuCtxSynchronize(), "cuCtxSynchronize")
+            ck(drv.cuMemcpyDtoH(out.ctypes.data, drv.CUdeviceptr(v.ptr), v.nbytes), "cuMemcpyDtoH")
+        return out
+
+    def launch(kind, spec, tensors, env, out) -> None:
+        make(kind.name, spec, {**tensors, spec.c: out}, env)(0)
+        ck(drv.cuCtxSynchronize(), f"{kind.name} kernel {spec.name!r}")
+
+    from ..backend.common.gpu import device
+    device()  # the context is current before the first allocation
+    return run_regions(regions, inputs, alloc=_alloc, view=_view, copy_in=copy_in, copy_out=copy_out, launch=launch,
+                       params=params)

@@ -123,10 +123,12 @@ static void store_tile(const float (&acc)[WM * WN][BM / WM / 16][BN / WN / 8][32
 }
 
 // the whole GEMM, CTA tile by CTA tile, as gemm_sm80 runs it: st = {a_ld, a_bstride, b_ld, b_bstride, c_ld,
-// c_bstride} in elements, the sm80 kernel's stride arguments (ld 0: packed; batch stride 0: broadcast)
+// c_bstride} in elements, the sm80 kernel's stride arguments (ld 0: packed; batch stride 0: broadcast); an
+// operand reading a run of the batch dims reads matrix batch_index(b, div, mod)
 template <int BM, int BN, int BK, int WM, int WN, bool AK, bool BKM, int VA, int VB>
 static void gemm_tiles(const std::vector<float>& A, const std::vector<float>& B, std::vector<float>& C, int M, int N,
-                       int K, int batch, const long long (&st)[6]) {
+                       int K, int batch, const long long (&st)[6], int a_div = 1, int a_mod = 0, int b_div = 1,
+                       int b_mod = 0) {
   constexpr int THREADS = WM * WN * 32, MI = BM / WM / 16, NI = BN / WN / 8;
   constexpr int A_ROWS = AK ? BM : BK, A_COLS = AK ? BK : BM, B_ROWS = BKM ? BN : BK, B_COLS = BKM ? BK : BN;
   std::vector<float> sA, sB;
@@ -136,8 +138,8 @@ static void gemm_tiles(const std::vector<float>& A, const std::vector<float>& B,
         static float acc[WM * WN][MI][NI][32][4];
         for (auto& w : acc) for (auto& x : w) for (auto& y : x) for (auto& z : y) for (float& v : z) v = 0.0f;
         for (int k0 = 0; k0 < K; k0 += BK) {
-          load<A_ROWS, A_COLS, VA, THREADS, AK>(sA, A, elem_offset(b, st[1], 0, 0, 0), st[0], m0, k0, M, K);
-          load<B_ROWS, B_COLS, VB, THREADS, BKM>(sB, B, elem_offset(b, st[3], 0, 0, 0), st[2], n0, k0, N, K);
+          load<A_ROWS, A_COLS, VA, THREADS, AK>(sA, A, elem_offset(batch_index(b, a_div, a_mod), st[1], 0, 0, 0), st[0], m0, k0, M, K);
+          load<B_ROWS, B_COLS, VB, THREADS, BKM>(sB, B, elem_offset(batch_index(b, b_div, b_mod), st[3], 0, 0, 0), st[2], n0, k0, N, K);
           mma_step<BM, BN, BK, WM, WN, AK, BKM>(sA, sB, acc);
         }
         store_tile<BM, BN, WM, WN>(acc, C, b, st[5], st[4], m0, n0, M, N);

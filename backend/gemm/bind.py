@@ -195,11 +195,13 @@ def _m_axis(r: Region, out_axes: tuple, a_axes: tuple, b_axes: tuple) -> str:
 
 
 def _strided_ok(r: Region, axes: tuple, batch: tuple, batch_axes: tuple, what: str) -> None:
-    """A tensor's dims in storage order: all batch axes (in the output's order) or none, adjacent, and a
+    """A tensor's dims in storage order: a consecutive run of the batch axes (in the output's order; all of
+    them for the output, none for a broadcast operand), adjacent, and a
     matrix dim innermost (unit stride): one row stride and one batch stride address it."""
-    if batch not in ((), batch_axes):
-        _reject(r, f"{what} reads batch axes [{', '.join(batch)}] of [{', '.join(batch_axes)}]; "
-                   "the template needs all of them, in order, or none (broadcast)")
+    at = batch_axes.index(batch[0]) if batch else 0
+    if batch != batch_axes[at:at + len(batch)]:
+        _reject(r, f"{what} reads batch axes [{', '.join(batch)}] of [{', '.join(batch_axes)}]; the template "
+                   "needs a consecutive run of them, in order (broadcast along the others)")
     if axes[-1] in batch_axes:
         _reject(r, f"{what} is stored [{', '.join(axes)}] with batch axis {axes[-1]} innermost; the template "
                    "reads matrix rows with unit stride")

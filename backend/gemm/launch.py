@@ -26,7 +26,7 @@ from ..common.render import KernelSource
 from .plan import choose_plan, fits_runtime
 from .reference import check_inputs
 from .render import render
-from .spec import GemmSpec, packed_dims, strides
+from .spec import GemmSpec, batch_map, packed_dims, partial_batch, strides
 
 
 def concrete_spec(spec: GemmSpec, env: Mapping[str, int] | None) -> GemmSpec:
@@ -60,12 +60,15 @@ def prepare(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, int] |
     roles = {"A": cspec.a, "B": cspec.b, "C": cspec.c, **{f"B{j}": p for j, (p, _) in enumerate(cspec.b_pieces)}}
     widths = {f"B{j}": w for j, (_, w) in enumerate(cspec.b_pieces)}
     tmaps = {}
+    (a_div, a_mod), (b_div, b_mod) = batch_map(cspec, "a"), batch_map(cspec, "b")
+    bmap = {"a_bdiv": a_div, "a_bmod": a_mod if partial_batch(cspec, "a") else 0,
+            "b_bdiv": b_div, "b_bmod": b_mod if partial_batch(cspec, "b") else 0}
     if ks.skeleton == "sm90":
         for op in ks.tma:
-            own = {**sizes, "n": widths[op.role]} if op.role in widths else sizes
+            own = {**sizes, "n": widths[op.role]} if op.role in widths else {**sizes, **bmap}
             tmaps[op.role] = tensor_map(op, ptrs[roles[op.role]], own, cspec.in_dtype)
     b, m, n, k = sizes["batch"], sizes["m"], sizes["n"], sizes["k"]
-    scalars = {"M": m, "N": n, "K": k, "batch": b, **_strides(cspec)}
+    scalars = {"M": m, "N": n, "K": k, "batch": b, **_strides(cspec), **bmap}
 
     def arg(p):
         if p.kind == "tmap":

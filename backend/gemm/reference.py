@@ -2,7 +2,8 @@
 
 Inputs are rounded to their storage dtypes, products accumulate in fp32, the epilogue runs on fp32
 values in order (``cast`` rounds and continues in fp32), and the result is rounded to the output dtype.
-Tensors stored in another order than the packed one (``GemmSpec.a_dims`` ..) are read and written in theirs.
+Tensors stored in another order than the packed one (``GemmSpec.a_dims`` ..) are read and written in theirs;
+an operand reading only some batch dims is broadcast along the others.
 """
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from .spec import GemmSpec, packed_dims
 def _packed(spec: GemmSpec, role: str, x: np.ndarray) -> np.ndarray:
     """role's tensor, stored in spec.dims(role) order, as the packed order's view."""
     dims = spec.dims(role)
+    for d in packed_dims(spec, role):  # a batch dim the operand does not read: size 1 (numpy broadcasts it)
+        if d not in dims:
+            x, dims = x[np.newaxis], (d,) + dims
     return np.transpose(x, [dims.index(d) for d in packed_dims(spec, role)])
 
 

@@ -10,6 +10,9 @@ sm80: A, B, C, epilogue tensors..., M, N, K, batch, a_bstride, b_bstride (elemen
 sm90: tmA, tmB (CUtensorMap by value), C, epilogue tensors..., M, N, K, batch, c_ld, c_bstride
 A strided operand's tensor map carries its row and batch strides (``TmaOperand.strides``), so the sm90
 skeleton reads it in place; the batch is the map's outermost dim.
+When an operand reads only a run of the batch dims (``spec.batch_map``), both skeletons take four more i32
+arguments a_bdiv, a_bmod, b_bdiv, b_bmod last: the operand reads matrix (t / div) % mod of flat batch t
+(mod 0: t); its tensor map's batch dim has mod matrices.
 A B concatenated along N (``spec.b_pieces``) is passed as one pointer / tensor map per piece
 (``B0, B1, ..`` / ``tmB0, tmB1, ..``) in place of B.
 """
@@ -22,7 +25,9 @@ from ..common.names import c_ident
 from ..common.render import (CTYPE, KernelSource, Param, TmaOperand, cbool, epilogue_args, jinja_env, skeleton_header,
                              specialisation_hash)
 from .gpu_ir import build_gpu_ir
-from .spec import GemmSpec, packed_dims, static_strides
+from .spec import GemmSpec, packed_dims, partial_batch, static_strides
+
+BATCH_MAP = ("a_bdiv", "a_bmod", "b_bdiv", "b_bmod")  # the (div, mod) of each operand's batch index
 
 
 def kernel_name(spec: GemmSpec, plan: SchedulePlan) -> str:
@@ -44,6 +49,7 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
     summary = (f"C[{'batch,' if spec.batch else ''}M,N] = "
                f"{'+'.join(o['kind'] for o in ops) or 'id'}(A({spec.a_layout}) @ B({spec.b_layout})), "
                f"{spec.in_dtype.value}->{spec.out_dtype.value}")
+    has_map = partial_batch(spec, "a") or partial_batch(spec, "b")
     layouts = []
     if plan.skeleton == "sm90":
         layouts = [("la", sm90_operand(plan.a_kmajor, bm)), ("lb", sm90_operand(plan.b_kmajor, bn))]
@@ -52,7 +58,9 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
         in_t=CTYPE[spec.in_dtype], out_t=CTYPE[spec.out_dtype], tensors=tensors, ops=ops, threads=plan.threads,
         bm=bm, bn=bn, bk=bk, wm=wm, wn=wn, stages=plan.stages, consumers=plan.warps[0],
         a_kmajor=cbool(plan.a_kmajor), b_kmajor=cbool(plan.b_kmajor), vec_a=plan.vec_a, vec_b=plan.vec_b,
-        a_rank3=cbool(a_rank3), b_rank3=cbool(b_rank3), pieces=_pieces(spec))
+        a_rank3=cbool(a_rank3), b_rank3=cbool(b_rank3), pieces=_pieces(spec),
+        bmap_params="".join(f", int {x}" for x in BATCH_MAP) if has_map else "",
+        bmap_args="".join(f", {x}" for x in BATCH_MAP) if has_map else "")
     bs = [f"B{j}" for j in range(len(spec.b_pieces))] or ["B"]  # B, or one parameter per piece of B
     if plan.skeleton == "sm90":
         params = [Param("tmA", "tmap", "A")] + [Param("tm" + b, "tmap", b) for b in bs]
@@ -64,10 +72,12 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
     if plan.skeleton == "sm80":
         params += [Param(x, "i64", x) for x in ("a_bstride", "b_bstride", "a_ld", "b_ld")]
     params += [Param(x, "i64", x) for x in ("c_ld", "c_bstride")]
+    if has_map:
+        params += [Param(x, "i32", x) for x in BATCH_MAP]
     tma: tuple[TmaOperand, ...] = ()
     if plan.skeleton == "sm90":
-        tma = (_tma("A", layouts[0][1], "m", a_rank3, _tma_strides(spec, "a")),) + tuple(
-            _tma(b, layouts[1][1], "n", b_rank3, _tma_strides(spec, "b")) for b in bs)
+        tma = (_tma("A", layouts[0][1], "m", a_rank3, _tma_strides(spec, "a"), _batch_dim(spec, "a")),) + tuple(
+            _tma(b, layouts[1][1], "n", b_rank3, _tma_strides(spec, "b"), _batch_dim(spec, "b")) for b in bs)
     return KernelSource(kname, plan.arch, plan.skeleton, src, plan.threads, plan.smem_bytes, tuple(params), tma, plan, spec)
 
 
@@ -84,9 +94,15 @@ def _tma_strides(spec: GemmSpec, role: str) -> tuple[int, ...]:
     return (ld, bs) if bs else (ld,)
 
 
-def _tma(role: str, lay, mn: str, rank3: bool, strides: tuple[int, ...] = ()) -> TmaOperand:
+def _batch_dim(spec: GemmSpec, role: str) -> str:
+    """The size name of role's tensor-map batch dim: ``batch``, or ``a_bmod`` / ``b_bmod`` (the product of the
+    run of batch dims it reads) for an operand reading only some."""
+    return f"{role}_bmod" if partial_batch(spec, role) else "batch"
+
+
+def _tma(role: str, lay, mn: str, rank3: bool, strides: tuple[int, ...] = (), batch: str = "batch") -> TmaOperand:
     dims = ("k", mn) if lay.kmajor else (mn, "k")
     box = lay.box
     if rank3:
-        dims, box = dims + ("batch",), box + (1,)
+        dims, box = dims + (batch,), box + (1,)
     return TmaOperand(role, dims, box, strides)

@@ -20,6 +20,11 @@ Such a tensor is still whole and row-major in its own order; its innermost dim i
 matrix dim (unit stride: the copies stay vectorised) and its batch dims are adjacent and in order (one
 batch stride). The kernel reads it through its row stride and batch stride (:func:`strides`).
 
+An operand may also read only a consecutive run of the batch dims (``a_dims`` holds b_i..b_j, in order):
+it is broadcast along the others. Flat batch index t (over C's batch dims) reads its matrix
+(t / div) % mod (:func:`batch_map`): an operand reading the trailing batch dims has div 1, one reading
+the leading ones has div = the product of the trailing ones.
+
 Sizes are ints or symbol names (runtime parameters, bound by ``env`` at launch).
 """
 from __future__ import annotations
@@ -201,6 +206,10 @@ def _check_dims(s: GemmSpec, at: str) -> None:
         if not got:
             continue
         want = packed_dims(s, role)
+        run = [d for d in got if d.startswith("b")]
+        labels = [d for d in want if d.startswith("b")]
+        if role != "c" and run and _is_run(run, labels):
+            want = tuple(run) + want[len(labels):]  # an operand reading a run of the batch dims
         if sorted(got) != sorted(want):
             fail("InvalidAttribute", at, f"{role}_dims {list(got)} must order the labels {list(want)}")
         if tuple(d for d in got if not d.startswith("b")) != want[-2:] or got[-1] != want[-1]:
@@ -209,6 +218,30 @@ def _check_dims(s: GemmSpec, at: str) -> None:
         pos = [i for i, d in enumerate(got) if d.startswith("b")]
         if [got[i] for i in pos] != list(want[:-2]) or (pos and pos[-1] - pos[0] != len(pos) - 1):
             fail("InvalidAttribute", at, f"{role}_dims {list(got)}: the batch dims must be adjacent and in order")
+
+
+def _is_run(run: list, labels: list) -> bool:
+    """Whether run is labels[i:j] for some i < j (a consecutive run of the batch labels, in order)."""
+    return bool(run) and run[0] in labels and labels[labels.index(run[0]):labels.index(run[0]) + len(run)] == run
+
+
+def batch_map(s: GemmSpec, role: str, env: Mapping[str, int] | None = None) -> tuple[int, int]:
+    """(div, mod) taking the flat batch index t (over all of C's batch dims, row-major) to role's own batch
+    index (t / div) % mod: role reads the run b_i..b_j of the batch dims, mod is their product, div the
+    product of the batch dims after b_j. (1, batch) for an operand reading every batch dim; (1, 1) for a
+    broadcast one (it reads none)."""
+    env = env or {}
+    size = [d if isinstance(d, int) else env[d] for d in s.batch]
+    run = [int(d[1:]) for d in s.dims(role) if d.startswith("b")]
+    if not run:
+        return 1, 1
+    return math.prod(size[run[-1] + 1:]), math.prod(size[run[0]:run[-1] + 1])
+
+
+def partial_batch(s: GemmSpec, role: str) -> bool:
+    """Whether role reads some of the batch dims, not all and not none (a broadcast along the others)."""
+    n = sum(d.startswith("b") for d in s.dims(role))
+    return 0 < n < len(s.batch)
 
 
 def validate(s: GemmSpec) -> None:

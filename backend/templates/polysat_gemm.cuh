@@ -65,6 +65,9 @@ template <> struct Pair<__nv_bfloat16> { using V = __nv_bfloat162; static __devi
 // output, heads interleaved, has others); store_pair applies the epilogue to two accumulators and stores them.
 // element offset of (row, col) of matrix b in a tensor with row stride ld and batch stride bstride (elements);
 // __host__ too, so the host emulators address strided operands as the kernels do
+// the batch index an operand reads at flat batch index t when it reads a run of C's batch dims: (t / div) % mod
+// (mod 0: every batch dim, t itself)
+__host__ __device__ __forceinline__ int batch_index(int t, int div, int mod) { return mod ? (t / div) % mod : t; }
 __host__ __device__ __forceinline__ long long elem_offset(int b, long long bstride, int row, long long ld, int col) {
   return (long long)b * bstride + (long long)row * ld + col;
 }
@@ -386,22 +389,25 @@ __device__ __forceinline__ void store_acc_sm80(const Epi& epi, const float (&acc
 
 // One CTA computes the BM x BN tile (tile_m, tile_n) of batch b: plain operands through TileProducer,
 // epilogue on the accumulators with predicated paired stores. a_ld / b_ld: the operands' row strides
-// (0: packed); the batch strides are per operand (0: broadcast).
+// (0: packed); the batch strides are per operand (0: broadcast); an operand reading a run of the batch dims
+// reads matrix batch_index(b, div, mod) (mod 0: b).
 template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool A_KMAJOR, bool B_KMAJOR,
           int VEC_A, int VEC_B, class Epi>
 __device__ __forceinline__ void gemm_sm80(const T* __restrict__ A, const T* __restrict__ B, const Epi& epi,
                                           int M, int N, int K, long long a_bstride, long long b_bstride,
                                           unsigned char* smem, int b_lo = 0, int NB = -1, long long a_ld = 0,
-                                          long long b_ld = 0) {
+                                          long long b_ld = 0, int a_bdiv = 1, int a_bmod = 0, int b_bdiv = 1,
+                                          int b_bmod = 0) {
   constexpr int THREADS = WM * WN * 32;
   // tile shapes as stored: [rows][cols], cols contiguous in global memory
   constexpr int A_ROWS = A_KMAJOR ? BM : BK, A_COLS = A_KMAJOR ? BK : BM;
   constexpr int B_ROWS = B_KMAJOR ? BN : BK, B_COLS = B_KMAJOR ? BK : BN;
   const int b = blockIdx.z;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  TileProducer<T, A_KMAJOR, A_ROWS, A_COLS, VEC_A, THREADS, BK> pa{A + elem_offset(b, a_bstride, 0, 0, 0), m0, M, K, a_ld};
+  TileProducer<T, A_KMAJOR, A_ROWS, A_COLS, VEC_A, THREADS, BK> pa{A + elem_offset(batch_index(b, a_bdiv, a_bmod), a_bstride, 0, 0, 0),
+                                                                 m0, M, K, a_ld};
   // B's N tile from its own tensor: B itself, or the piece b_lo.. of NB columns that holds it
-  TileProducer<T, B_KMAJOR, B_ROWS, B_COLS, VEC_B, THREADS, BK> pb{B + elem_offset(b, b_bstride, 0, 0, 0), n0 - b_lo,
+  TileProducer<T, B_KMAJOR, B_ROWS, B_COLS, VEC_B, THREADS, BK> pb{B + elem_offset(batch_index(b, b_bdiv, b_bmod), b_bstride, 0, 0, 0), n0 - b_lo,
                                                                  NB < 0 ? N : NB, K, b_ld};
   float acc[BM / WM / 16][BN / WN / 8][4];
   mainloop_sm80<T, BM, BN, BK, WM, WN, STAGES, A_KMAJOR, B_KMAJOR>(pa, pb, K, smem, acc);
@@ -511,10 +517,11 @@ __device__ __forceinline__ void named_bar_sync(int id, int count) {
 template <bool KMAJOR, bool RANK3, class L, int ROWS>
 struct TmaOperand {
   const void* tmap;
+  int bdiv = 1, bmod = 0;  // reads batch coordinate batch_index(b, bdiv, bmod) (a run of the batch dims)
   static constexpr bool kGather = false;
   static constexpr int kTmaBytes = L::bytes;
-  __device__ __forceinline__ void issue(unsigned char* dst, u64* bar, int tmn, int k0, int b) const {
-    const int mn0 = tmn * ROWS;
+  __device__ __forceinline__ void issue(unsigned char* dst, u64* bar, int tmn, int k0, int t) const {
+    const int mn0 = tmn * ROWS, b = batch_index(t, bdiv, bmod);
 #pragma unroll
     for (int j = 0; j < L::boxes; ++j) {
       if constexpr (KMAJOR) tma_load<RANK3>(dst, tmap, bar, k0, mn0, b);
@@ -679,9 +686,10 @@ __device__ __forceinline__ void ws_sm90(PA& pa, PB& pb, const Out& out, int tile
 template <class T, int BM, int BN, int STAGES, int NC, bool A_KMAJOR, bool B_KMAJOR, bool A_RANK3, bool B_RANK3,
           class LA, class LB, class Epi>
 __device__ __forceinline__ void gemm_sm90(const void* tmA, const void* tmB, const Epi& epi, int M, int N, int K,
-                                          int batch, unsigned char* smem_raw) {
-  TmaOperand<A_KMAJOR, A_RANK3, LA, BM> pa{tmA};
-  TmaOperand<B_KMAJOR, B_RANK3, LB, BN> pb{tmB};
+                                          int batch, unsigned char* smem_raw, int a_bdiv = 1, int a_bmod = 0,
+                                          int b_bdiv = 1, int b_bmod = 0) {
+  TmaOperand<A_KMAJOR, A_RANK3, LA, BM> pa{tmA, a_bdiv, a_bmod};
+  TmaOperand<B_KMAJOR, B_RANK3, LB, BN> pb{tmB, b_bdiv, b_bmod};
   const StoreOut<Epi> out{epi};
   ws_sm90<T, BM, BN, STAGES, NC, A_KMAJOR, B_KMAJOR, LA, LB, 40, 232>(pa, pb, out, (M + BM - 1) / BM,
                                                                      (N + BN - 1) / BN, batch, K, smem_raw);

@@ -1,0 +1,346 @@
+"""The global merge search of the ``--cost model`` boundary search (docs/DESIGN.md §Fusion, §Cost model).
+
+The space: partitions of the one-kernel-per-op extraction's kernels into groups (one group = one
+kernel). A group has one *root*, whose outputs it writes; every other member is a kernel whose single
+value is a site (it may be fused away) and whose readers all lie in the same group, so it is computed
+inside the group and never materialized. A group must be legal (the legality check of the kernel's
+terms; monotone: a group holding an illegal one is illegal too). The price of a partition is the sum of
+its groups' prices (Poly Core's ``price`` of the group's region, cached by content).
+
+The search is exact: a dynamic program over the kernels in dependency order whose state is the set of
+*pending* kernels (absorbed, waiting for the root of their group), each decision "absorb" (pending) or
+"root" (the kernel closes its group: itself and the pending kernels all of whose readers are in it, priced
+then), with branch and bound inside: a subproblem is solved under a budget (the best total found so far
+minus what the prefix costs) and its result memoized as exact, or as a lower bound when the budget cut it
+off; a root is priced only when an admissible lower bound of its group (``lower``: launch time plus the
+bytes of the root's outputs at full bandwidth; the roofline's time is never below it) plus that of the
+kernels left that can only be roots does not already exceed the budget. Bounded by ``Limits`` (subproblems
+visited, groups priced, CPU seconds); ``stop`` says which limit ended it ("exhausted": the partition
+returned is the optimum of the space under the same prices; otherwise the best one found, which
+``merge_phase`` then polishes by joining groups while that lowers the total).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Item:
+    """One kernel of the one-kernel-per-op partition (``producers``/``readers``: names of the kernels it
+    reads / that read its value; ``candidate``: its value is a site that may be fused away)."""
+    name: str
+    candidate: bool
+    producers: tuple
+    readers: tuple
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds of the merge search. The limits on prices and time stop only the search for a better
+    partition once a first one is complete (the preferred decisions, tried first)."""
+    nodes: int = 200000  # subproblems visited
+    prices: int = 12  # groups priced
+    seconds: float = 2.0  # CPU seconds
+
+
+@dataclass
+class MergeResult:
+    groups: dict  # root name -> frozenset of member names (the root included); {} when a limit hit
+    total: float  # priced sum (inf: none found)
+    stop: str  # "exhausted" or the limit that ended the search
+    nodes: int
+    priced: int  # groups priced by this search (new keys of ``price``)
+    absorbed: frozenset = field(default_factory=frozenset)  # names of the non-root members
+
+
+class _Stop(Exception):
+    pass
+
+
+def merge_search(items: list, price: Callable, lower: Callable, legal: Callable, limits: Limits = Limits(),
+                 prefer: Callable = lambda name: True) -> MergeResult:
+    """The cheapest partition of ``items`` (in dependency order) in the space of the module docstring.
+    ``price(root, members)`` -> µs of a group, ``lower(root)`` -> an admissible lower bound of any group
+    rooted at root, ``legal(members)`` -> whether a group may hold these members; ``prefer(name)``: try
+    absorbing that kernel first (the order only changes how soon the bound bites)."""
+    n = len(items)
+    readers = {it.name: frozenset(it.readers) for it in items}
+    prices: dict = {}
+    legal_memo: dict = {}
+
+    def is_legal(members: frozenset) -> bool:
+        if members not in legal_memo:
+            legal_memo[members] = legal(members)
+        return legal_memo[members]
+    root_only = {it.name for it in items if not (it.candidate and it.readers)}  # no site: always a root
+    forced = [0.0] * (n + 1)  # lower bound of the kernels from i on that can only be roots
+    for i in range(n - 1, -1, -1):
+        forced[i] = forced[i + 1] + (lower(items[i].name) if items[i].name in root_only else 0.0)
+    incumbent = {"total": math.inf, "groups": None}
+    path: list = []  # the groups closed on the way to the current subproblem
+    memo: dict = {}  # (i, pending) -> (value, exact, (group or None, next pending))
+    stats = {"nodes": 0, "priced": 0, "stop": "exhausted"}
+    t0 = time.process_time()
+
+    def group_price(root: str, members: frozenset) -> float:
+        key = (root, members)
+        if key not in prices:
+            if not is_legal(members):
+                prices[key] = math.inf
+                return math.inf
+            if stats["priced"] >= limits.prices and incumbent["groups"] is not None:
+                stats["stop"] = f"price limit ({limits.prices} groups priced)"
+                raise _Stop
+            stats["priced"] += 1
+            prices[key] = price(root, members)
+        return prices[key]
+
+    def close(i: int, pending: frozenset) -> "tuple | None":
+        """(group, pending left) when items[i] is a root, None when a pending kernel it reads could
+        then never join a group."""
+        name = items[i].name
+        group, grew = {name}, True
+        while grew:
+            grew = False
+            for p in pending:
+                if p not in group and readers[p] <= group:
+                    group.add(p)
+                    grew = True
+        if any(readers[p] & group for p in pending - group):
+            return None
+        g = frozenset(group)
+        return g, pending - g
+
+    def solve(i: int, pending: frozenset, budget: float, spent: float) -> float:
+        key = (i, pending)
+        if key in memo:
+            v, exact, _ = memo[key]
+            if exact or v >= budget:
+                return v
+        stats["nodes"] += 1
+        if stats["nodes"] > limits.nodes:  # (also before a first partition: then none is returned)
+            stats["stop"] = f"node limit ({limits.nodes} subproblems)"
+            raise _Stop
+        if stats["nodes"] % 64 == 0 and incumbent["groups"] is not None and time.process_time() - t0 > limits.seconds:
+            stats["stop"] = f"time limit ({limits.seconds:g} s CPU)"
+            raise _Stop
+        if i == n:
+            v = 0.0 if not pending else math.inf
+            memo[key] = (v, True, None)
+            if v == 0.0 and spent < incumbent["total"]:  # the best partition so far, kept if a limit stops
+                incumbent["total"], incumbent["groups"] = spent, dict(path)
+            return v
+        it = items[i]
+        options = []
+        if it.name not in root_only and is_legal(frozenset({it.name}) | readers[it.name]):
+            # (absorbed, it shares a group with its readers: legality is monotone)
+            options.append(("absorb", None, pending | {it.name}))
+        closed = close(i, pending)
+        if closed is not None:
+            options.insert(0 if not prefer(it.name) else len(options), ("root",) + closed)
+        best, choice, bound = math.inf, None, math.inf
+        for kind, group, nxt in options:
+            cut = min(budget, best)
+            if kind == "root":
+                low = lower(it.name) + forced[i + 1]
+                if low >= cut:
+                    bound = min(bound, low)
+                    continue
+                c = group_price(it.name, group)
+            else:
+                c = 0.0
+            if c + forced[i + 1] >= cut:
+                bound = min(bound, c + forced[i + 1])
+                continue
+            if group is not None:
+                path.append((it.name, group))
+            v = c + solve(i + 1, nxt, cut - c, spent + c)
+            if group is not None:
+                path.pop()
+            if v < best:
+                best, choice = v, (group, nxt)
+            bound = min(bound, v)
+        if best < budget:
+            memo[key] = (best, True, choice)
+            return best
+        memo[key] = (bound, False, None)
+        return bound
+
+    try:
+        total = solve(0, frozenset(), math.inf, 0.0)
+    except _Stop:  # the best partition found before the limit (none proven optimal)
+        found = incumbent["groups"] or {}
+        return MergeResult(found, incumbent["total"], stats["stop"], stats["nodes"], stats["priced"],
+                           frozenset(m for r, ms in found.items() for m in ms if m != r))
+    groups, i, pending = {}, 0, frozenset()
+    while i < n and total < math.inf:
+        _, _, (group, nxt) = memo[(i, pending)]
+        if group is not None:
+            groups[items[i].name] = group
+        i, pending = i + 1, nxt
+    absorbed = frozenset(m for r, ms in groups.items() for m in ms if m != r)
+    return MergeResult(groups, total, stats["stop"], stats["nodes"], stats["priced"], absorbed)
+
+
+# ---- the space of a base extraction ----------------------------------------------------------------
+
+@dataclass
+class Space:
+    """The merge search's space over one base extraction: its kernels as Items, the group price, lower
+    bound and legality check, and the site (Mat class) of each kernel's value (``site_of``: value id)."""
+    items: list
+    price: Callable  # (root, members) -> µs
+    lower: Callable  # root -> µs
+    why_illegal: Callable  # members -> list of legality violations (of the sites the group fuses)
+    kernels: dict  # name -> egraph.partition.Kernel
+    site_of: dict  # value id -> Mat class
+
+    def site(self, name: str):
+        return self.site_of.get(self.kernels[name].outputs[0])
+
+
+def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable) -> Space:
+    """The space of the one-kernel-per-op partition of ``base`` (a Candidate of every site cut).
+    ``illegal(sites)``: the legality violations of fusing those Mat sites into one kernel (the rules'
+    conflicts, egraph/legality.py ``violations``)."""
+    from ..analyses.devices import device
+    from ..analyses.indexbook import checked_indexbook
+    from ..analyses.poly_from_view import region_from_polyview
+    from ..analyses.polyview import build_polyview
+    from ..ir.shapes import bind as bind_shape
+    from ..ir.tiny import GroupOp
+    from . import model_cost  # its ``price`` (bench/pricing.py times the calls there)
+    from .totiny import TermBuilder
+    prog, part = base.extraction.program, base.extraction.partition
+    tb = TermBuilder(state, view, base.extraction.chosen)
+    for r in roots:
+        tb.value(r)
+    site_of: dict = {}
+    for m in st:
+        for n in view.classes[m]:
+            if n.op == "Mat" and n.children[0] in tb.made:
+                site_of[tb.made[n.children[0]].id] = m
+    pv = build_polyview(checked_indexbook(prog))
+    with_blocks = {b.value_id for b in pv.blocks}
+    outs = {nid for _, nid in prog.outputs}
+    ks = {k.name: k for k in part.kernels}
+    out_of = {o: k.name for k in part.kernels for o in k.outputs}
+
+    def source(i: str) -> "str | None":  # the kernel materializing value i (through views)
+        while i not in out_of and prog[i].op in GroupOp.Movement:
+            i = prog[i].src[0]
+        return out_of.get(i)
+    prods = {k.name: sorted({p for i in k.nodes for s in prog[i].src if s not in k.nodes
+                             for p in [source(s)] if p is not None and p != k.name}) for k in part.kernels}
+    readers: dict = {k: set() for k in ks}
+    for k, ps in prods.items():
+        for p in ps:
+            readers[p].add(k)
+    items = [Item(k.name, len(k.outputs) == 1 and k.outputs[0] not in outs and k.outputs[0] in site_of
+                  and bool(readers[k.name]), tuple(prods[k.name]), tuple(sorted(readers[k.name])))
+             for k in part.kernels]
+    dev = device(arch)
+
+    def nodes_of(members) -> frozenset:
+        return frozenset().union(*(ks[m].nodes for m in members))
+
+    def price(root: str, members: frozenset) -> float:
+        r = region_from_polyview(pv, nodes_of(members), ks[root].outputs, params, "g")
+        return model_cost.price(model_cost.canonical(r), arch).time_est_us if r.statements else 0.0
+
+    def lower(root: str) -> float:
+        if not (ks[root].nodes & with_blocks):
+            return 0.0
+        out_bytes = sum(math.prod(bind_shape(prog[o].shape, params)) * prog[o].dtype.itemsize for o in ks[root].outputs)
+        return (dev.launch_us + out_bytes / (dev.dram_tbps * 1e12) * 1e6) * (1 - 1e-9)
+
+    def why_illegal(members) -> list:  # the sites a group fuses: its members read only inside it
+        return illegal(frozenset(site_of[ks[m].outputs[0]] for m in members
+                                 if readers[m] and readers[m] <= members and ks[m].outputs[0] in site_of))
+    return Space(items, price, lower, why_illegal, ks, site_of)
+
+
+def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable,
+                limits: Limits = Limits(), hint: "frozenset | None" = None) -> tuple:
+    """The merge search over the one-kernel-per-op partition of ``base`` (a Candidate of every site
+    cut). Returns (the Mat site classes fused, MergeResult, ``rejected()``: {Mat class: (separate µs,
+    fused µs or None where a legality rule decided, why, groups)} for each site the best partition
+    keeps whose readers share one group; priced on demand, for --explain). ``hint``: the Mat classes a
+    known good partition fuses, tried first."""
+    from ..ir.user_names import original_ids
+    sp = merge_space(state, view, st, roots, base, params, arch, illegal)
+    prices: dict = {}
+    verdicts: dict = {}
+
+    def price(root: str, members: frozenset) -> float:
+        if (root, members) not in prices:
+            prices[root, members] = sp.price(root, members)
+        return prices[root, members]
+
+    def why_illegal(members: frozenset) -> list:
+        if members not in verdicts:
+            verdicts[members] = sp.why_illegal(members)
+        return verdicts[members]
+
+    def legal(members: frozenset) -> bool:
+        return not why_illegal(members)
+    res = merge_search(sp.items, price, sp.lower, legal, limits,
+                       (lambda k: sp.site(k) in hint) if hint is not None else (lambda k: True))
+    if res.stop != "exhausted":
+        res = _polish(sp.items, res, price, sp.lower, legal)
+    fused = frozenset(sp.site(m) for m in res.absorbed)
+    rho = {m: r for r, ms in res.groups.items() for m in ms}
+
+    def rejected() -> dict:
+        out = {}
+        for it in sp.items:
+            if not it.candidate or it.name in res.absorbed or it.name not in rho:
+                continue
+            shared = {rho[r] for r in it.readers}
+            if len(shared) != 1:
+                continue
+            (g,) = shared  # it is a root: its whole group joins its readers' group
+            sep = price(it.name, res.groups[it.name]) + price(g, res.groups[g])
+            merged = res.groups[g] | res.groups[it.name]
+            bad = why_illegal(merged)
+            fused_us = None if bad else price(g, merged)
+            why = ("illegal: " + original_ids("; ".join(b[3] for b in bad), state.program, base.extraction.program)) \
+                if bad else "priced higher" if fused_us >= sep else \
+                f"not reached: the merge search stopped at its {res.stop}"
+            out[sp.site(it.name)] = (sep, fused_us, why, len(res.groups))
+        return out
+    return fused, res, rejected
+
+
+def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, legal: Callable,
+            rounds: int = 8) -> MergeResult:
+    """After a search a limit stopped: while joining one group into the group all its root's readers
+    share lowers the total, take the join that lowers it most and search again from there (its first
+    path is the joined partition; no further prices)."""
+    done, stop, priced = 0, res.stop, res.priced
+    for _ in range(rounds):
+        rho = {m: r for r, ms in res.groups.items() for m in ms}
+        best = None
+        for it in items:
+            shared = {rho[r] for r in it.readers}
+            if not it.candidate or it.name not in res.groups or len(shared) != 1:
+                continue
+            (g,) = shared
+            merged = res.groups[g] | res.groups[it.name]
+            if not legal(merged):
+                continue
+            gain = price(it.name, res.groups[it.name]) + price(g, res.groups[g]) - price(g, merged)
+            if gain > 1e-9 and (best is None or gain > best[0]):
+                best = (gain, it.name)
+        if best is None:
+            break
+        prefer = res.absorbed | {best[1]}
+        nxt = merge_search(items, price, lower, legal, Limits(prices=0), lambda k: k in prefer)
+        if not nxt.total < res.total:
+            break
+        res, done, priced = nxt, done + 1, priced + nxt.priced
+    return res if not done else dataclasses.replace(res, stop=f"{stop}, then {done} join(s)", priced=priced)

@@ -1,0 +1,162 @@
+"""The merge search (egraph/merge_search.py) finds the optimum that an exhaustive enumeration of the
+same space finds, priced by the same cost, on small random kernel graphs; and says which limit stopped it."""
+import itertools
+import math
+import random
+
+import pytest
+
+from polysat.egraph.merge_search import Item, Limits, merge_search
+
+
+def random_graph(rng: random.Random, n: int) -> list:
+    prods = {i: sorted(rng.sample(range(i), k=min(i, rng.choice((0, 1, 1, 2))))) for i in range(n)}
+    readers = {i: sorted(j for j in range(n) if i in prods[j]) for i in range(n)}
+    return [Item(f"k{i}", bool(readers[i]) and rng.random() < 0.85, tuple(f"k{p}" for p in prods[i]),
+                 tuple(f"k{r}" for r in readers[i])) for i in range(n)]
+
+
+def pricing(rng: random.Random, items: list):
+    lows = {it.name: rng.uniform(1.0, 3.0) for it in items}
+    work = {it.name: rng.uniform(0.0, 4.0) for it in items}
+    bad = {frozenset(rng.sample([it.name for it in items], 2))} if len(items) > 2 else set()
+
+    def lower(root):
+        return lows[root]
+
+    def price(root, members):  # not additive: a group is cheaper or dearer than its parts
+        h = random.Random(hash((root, tuple(sorted(members)))) & 0xFFFF).uniform(-1.0, 2.5)
+        return lows[root] + max(0.0, sum(work[m] for m in members) * 0.6 + h)
+
+    def legal(members):  # monotone: a group holding an illegal pair is illegal
+        return not any(b <= members for b in bad)
+    return price, lower, legal
+
+
+def partitions(names: list):
+    if not names:
+        yield []
+        return
+    first, rest = names[0], names[1:]
+    for p in partitions(rest):
+        for i in range(len(p)):
+            yield p[:i] + [p[i] | {first}] + p[i + 1:]
+        yield p + [{first}]
+
+
+def exhaustive(items: list, price, legal) -> float:
+    """Every set partition of the kernels; a group is valid when it is legal and one root r holds it:
+    every other member is a candidate whose readers all lie in the group."""
+    by = {it.name: it for it in items}
+    best = math.inf
+    for part in partitions([it.name for it in items]):
+        total = 0.0
+        for g in part:
+            ok_roots = [r for r in g if all(by[m].candidate and by[m].readers and set(by[m].readers) <= g
+                                            for m in g - {r})]
+            if len(ok_roots) != 1 or not legal(frozenset(g)):
+                total = math.inf
+                break
+            total += price(ok_roots[0], frozenset(g))
+        best = min(best, total)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_finds_the_exhaustive_optimum(seed):
+    rng = random.Random(seed)
+    items = random_graph(rng, rng.randint(2, 7))
+    price, lower, legal = pricing(rng, items)
+    res = merge_search(items, price, lower, legal)
+    assert res.stop == "exhausted"
+    want = exhaustive(items, price, legal)
+    assert res.total == pytest.approx(want, abs=1e-9)
+    assert sum(price(r, g) for r, g in res.groups.items()) == pytest.approx(want, abs=1e-9)
+    assert sorted(m for g in res.groups.values() for m in g) == sorted(it.name for it in items)
+
+
+def test_a_limit_is_the_stop_reason():
+    rng = random.Random(7)
+    items = random_graph(rng, 9)
+    price, lower, legal = pricing(rng, items)
+    full = merge_search(items, price, lower, legal)
+    assert full.stop == "exhausted" and full.priced > 2
+    res = merge_search(items, price, lower, legal, Limits(prices=2))
+    assert res.stop == "price limit (2 groups priced)"
+    # anytime: the first partition is completed before the price limit may stop the search; it is a
+    # valid partition priced by the same cost, never below the optimum
+    assert sorted(m for g in res.groups.values() for m in g) == sorted(it.name for it in items)
+    assert res.total == pytest.approx(sum(price(r, g) for r, g in res.groups.items()))
+    assert res.total >= full.total - 1e-9
+    res = merge_search(items, price, lower, legal, Limits(nodes=3))  # hard: stops before any partition
+    assert res.stop == "node limit (3 subproblems)" and res.groups == {} and res.total == math.inf
+
+
+def _space(prog):
+    """The merge search's space of prog's one-kernel-per-op extraction, priced by Poly Core."""
+    from polysat.egraph.graph import export
+    from polysat.egraph.merge_search import merge_space
+    from polysat.egraph.legality import violations
+    from polysat.egraph.model_cost import ModelCost, bind_params, saturate_unfused, sites
+    state, _ = saturate_unfused(prog)
+    params = bind_params(prog, {})
+    base = ModelCost(params).search(state).baseline
+    view = export(state)
+    roots = [view.by_index[state.index[nid]] for _, nid in prog.outputs]
+    return merge_space(state, view, sites(view), roots, base, params, "sm90", lambda s: violations(view, s))
+
+
+def _programs():
+    import json
+    import pathlib
+
+    import numpy as np
+
+    from polysat.egraph.randprog import motif_programs, random_program
+    from polysat.frontend import program_from_doc
+    ex = pathlib.Path(__file__).resolve().parent.parent / "examples"
+    motifs = motif_programs(np.random.default_rng(0))
+    return {"motif2": lambda: motifs[2], "motif4": lambda: motifs[4], "motif6": lambda: motifs[6],
+            "random3": lambda: random_program(np.random.default_rng(3), size=10),
+            **{e: (lambda e=e: program_from_doc(json.loads((ex / f"{e}.json").read_text()), "model"))
+               for e in ("softmax", "gemm_bias_relu", "conv_relu_maxpool")}}
+
+
+@pytest.mark.parametrize("name", sorted(_programs()))
+def test_real_prices_the_exhaustive_optimum(name):
+    """On small programs (3 to 8 kernels one per op), with Poly Core's prices, the search finds the
+    optimum of the enumeration of every partition."""
+    sp = _space(_programs()[name]())
+    assert 3 <= len(sp.items) <= 8
+    memo: dict = {}
+
+    def price(root, members):
+        if (root, members) not in memo:
+            memo[root, members] = sp.price(root, members)
+        return memo[root, members]
+
+    def legal(ms):
+        return not sp.why_illegal(ms)
+    res = merge_search(sp.items, price, sp.lower, legal, Limits(prices=10**6, seconds=600))
+    assert res.stop == "exhausted"
+    want = exhaustive(sp.items, price, legal)
+    assert res.total == pytest.approx(want, rel=1e-12)
+    assert len(res.groups) < len(sp.items)  # something was fused
+    for (r, g), v in memo.items():  # the lower bound is admissible on every group priced
+        assert sp.lower(r) <= v
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_polish_after_a_limit_only_lowers_the_total(seed):
+    """After a limit stopped the search on its first partition (every kernel its own group), joining
+    groups keeps a valid partition, never raises the total and never goes below the optimum."""
+    from polysat.egraph.merge_search import _polish
+    rng = random.Random(100 + seed)
+    items = random_graph(rng, rng.randint(3, 7))
+    price, lower, legal = pricing(rng, items)
+    first = merge_search(items, price, lower, legal, Limits(prices=0), prefer=lambda k: False)
+    assert first.stop == "price limit (0 groups priced)" or first.stop == "exhausted"
+    res = _polish(items, first, price, lower, legal)
+    assert sorted(m for g in res.groups.values() for m in g) == sorted(it.name for it in items)
+    assert res.total == pytest.approx(sum(price(r, g) for r, g in res.groups.items()))
+    assert exhaustive(items, price, legal) - 1e-9 <= res.total <= first.total + 1e-9
