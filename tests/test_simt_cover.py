@@ -34,7 +34,7 @@ TEST_COSTS = {"onnx": ["size"], "torch": []}
 TESTED = [g for g in GROUPS if TEST_COSTS.get(g, COSTS)]
 # models that do not compile today for a reason outside the backend, each with the text of its diagnostic;
 # the test fails when one starts compiling (then delete it here)
-KNOWN_FAILURES = {("conv_symbolic_silu", "model"): "E1305 UnboundSymbol"}
+KNOWN_FAILURES: dict = {}
 PER_KIND = 4  # distinct plan shapes built per (kind, arch)
 
 
