@@ -427,6 +427,6 @@ def fusion_class(s: str, m: str, red: str) -> str:
 def use_through(kind: str, in_shape: str, a: str, b: str, m: str) -> str:
     """Where a movement op's operand (of shape in_shape) is read when the op's result is read at m:
     the op's view map after m; "opaque" when it is not affine."""
-    f = fold_map(kind, in_shape, E.identity_map(len(E.parse_shape(in_shape))), a, b)
-    return reach_compose(f, m) if f else OPAQUE
+    v = view(kind, in_shape, a, b)  # no range check as fold_map's: this places a use, it rewrites nothing
+    return reach_compose(E.tup(v[1]), m) if v is not None and v[1] is not None else OPAQUE
 
