@@ -426,7 +426,10 @@ def fusion_class(s: str, m: str, red: str) -> str:
 @helper("use-through")
 def use_through(kind: str, in_shape: str, a: str, b: str, m: str) -> str:
     """Where a movement op's operand (of shape in_shape) is read when the op's result is read at m:
-    the op's view map after m; "opaque" when it is not affine."""
+    the op's view map after m (a pad's: the shift by its low pads, as legality reads pads); "opaque"
+    when it is not affine."""
+    if kind == "pad":  # the padded value at i reads the operand at i - lo (the pad's guard aside: a shift)
+        return reach_compose(E.tup(Expr.var(f"i{k}") - lo for k, (lo, _) in enumerate(E.parse_pads(a))), m)
     v = view(kind, in_shape, a, b)  # no range check as fold_map's: this places a use, it rewrites nothing
     return reach_compose(E.tup(v[1]), m) if v is not None and v[1] is not None else OPAQUE
 
