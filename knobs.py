@@ -137,3 +137,10 @@ def measure_log() -> str | None:
     v = os.environ.get("POLYSAT_MEASURE_LOG") or os.path.join(os.path.expanduser("~"), ".cache", "polysat",
                                                                "measurements.csv")
     return None if v.strip().lower() == "off" else v
+
+
+def default_measure_log(path: str) -> None:
+    """POLYSAT_MEASURE_LOG for this process and its children: path, unless the variable already names one
+    (that stays the default); the GPU check writes its run's measurements beside its report."""
+    if not os.environ.get("POLYSAT_MEASURE_LOG"):
+        os.environ["POLYSAT_MEASURE_LOG"] = path

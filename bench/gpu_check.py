@@ -54,6 +54,7 @@ from typing import Any, Callable
 
 from polysat.bench import gpu_report as R
 from polysat.bench import harness
+from polysat import knobs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -363,7 +364,7 @@ def main(argv: "list[str] | None" = None) -> int:
     if any(x not in R.PARTS[1:] for x in parts):
         ap.error(f"--part takes {', '.join(R.PARTS[1:])}")
     os.makedirs(a.out, exist_ok=True)
-    os.environ.setdefault("POLYSAT_MEASURE_LOG", os.path.join(os.path.abspath(a.out), "measurements.csv"))
+    knobs.default_measure_log(os.path.join(os.path.abspath(a.out), "measurements.csv"))
     t0 = time.monotonic()
     env = collect_env()
     report = R.new_report(env)

@@ -19,12 +19,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..ir.dtypes import DType
+from ..ir.stream_tags import TAG, parse_tag
 from ..ir.tiny import Ops, Program
 
-TAG = "softmax_sum"
 LOG2E = 1.4426950408889634
-ROLES = ("max", "max_row", "max_b", "shift", "log2e", "scaled", "exp", "sum", "sum_row", "sum_b", "norm", "p", "pf",
-         "p_row", "p_b", "prod", "acc", "out")
 BLOCK = 64  # keys per step of the recurrence (playback; the kernel picks its own)
 
 
@@ -89,14 +87,6 @@ class Group:
     def reduces(self) -> tuple:
         """The three running reductions: max, sum and the weighted sum."""
         return self.roles["max"], self.roles["sum"], self.acc
-
-
-def parse_tag(t: "str | None") -> "tuple | None":
-    """(group, role) of a streaming tag, else None."""
-    if not t or not t.startswith(TAG + ":"):
-        return None
-    _, group, role = t.split(":", 2)
-    return (group, role) if role in ROLES else None
 
 
 def groups(program: Program) -> dict:

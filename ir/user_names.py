@@ -15,7 +15,7 @@ from .tiny import Ops, Program
 
 def node_names(original: Program, program: "Program | None" = None) -> dict:
     """{node id of program (default: original): the user's op or input tensor it computes}."""
-    from ..egraph.stream import parse_tag  # the streaming spelling's role tags (egraph/stream.py) are no op names
+    from .stream_tags import parse_tag  # the streaming spelling's role tags (egraph/stream.py) are no op names
     program = program or original
     orig = {n.id: n for n in original.nodes}
     out: dict = {}

@@ -18,6 +18,12 @@ ALLOWED = {
     "backend": {"ir", "analyses", "knobs"},
 }
 
+# the stated exceptions (docs/DESIGN.md §Layers): module -> what it may import beyond its folder's ALLOWED
+EXCEPTIONS = {
+    # a kernel is priced as the kind the backend binds it to: pricing asks the synthesis and the binders
+    "analyses/poly_from_view.py": {"egraph", "backend"},
+}
+
 
 def _imports(path: pathlib.Path) -> set:
     """The polysat top-level names a module imports (relative imports resolved against its package)."""
@@ -45,7 +51,7 @@ def _imports(path: pathlib.Path) -> set:
 def test_a_folder_imports_only_what_comes_before_it(folder):
     bad = {}
     for p in sorted((ROOT / folder).rglob("*.py")):
-        extra = _imports(p) - ALLOWED[folder] - {folder}
+        extra = _imports(p) - ALLOWED[folder] - {folder} - EXCEPTIONS.get(str(p.relative_to(ROOT)), set())
         if extra:
             bad[str(p.relative_to(ROOT))] = sorted(extra)
     assert not bad, f"imports against the data flow: {bad}"
