@@ -31,8 +31,6 @@ class EGraphView:
     dtype: dict  # class id -> dtype string
     by_index: dict  # N index -> class id
     nodes: int
-    vetoed: frozenset = frozenset()  # read classes a rule vetoes fusing ((fuse-veto e) = 1, rules/fusion.egg)
-    conflicts: tuple = ()  # (Mat site classes no partition fuses together, the Reduce the path starts in or None)
 
     def parents(self) -> dict:
         out: dict = {c: [] for c in self.classes}
@@ -74,28 +72,6 @@ def export(st: EGraphState) -> EGraphView:
     by_index = {g.value_to_i64(r.inputs[0]): cid(r.output) for r in fz.functions["N"].rows}
     shape = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz.functions["has-shape"].rows}
     dtype = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz.functions["has-dtype"].rows}
-    veto = fz.functions.get("fuse-veto")
-    vetoed = frozenset(cid(r.inputs[0]) for r in (veto.rows if veto is not None else ()) if g.value_to_i64(r.output))
-    conflicts = _conflicts(g, fz, cid)
     for c in list(ids.values()):
         classes.setdefault(c, [])
-    return EGraphView(classes, shape, dtype, by_index, order, vetoed, conflicts)
-
-
-def _conflicts(g, fz, cid) -> tuple:
-    """The (fuse-conflict P) facts of rules/fusion.egg, each P (a Sites list) as (frozenset of its site
-    classes, the class of the Reduce whose body the path starts from, or None for a value's root)."""
-    cons = fz.functions.get("Site")
-    rows = fz.functions.get("fuse-conflict")
-    if cons is None or rows is None:
-        return ()
-    link = {r.output: (cid(r.inputs[0]), r.inputs[1]) for r in cons.rows}
-    root = {r.output: cid(r.inputs[0]) for r in (fz.functions["Root"].rows if "Root" in fz.functions else ())}
-
-    def members(v) -> tuple:
-        out = []
-        while v in link:
-            c, v = link[v]
-            out.append(c)
-        return frozenset(out), root.get(v)
-    return tuple(dict.fromkeys(members(r.inputs[0]) for r in rows.rows))
+    return EGraphView(classes, shape, dtype, by_index, order)

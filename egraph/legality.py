@@ -1,8 +1,6 @@
-"""Fusion legality (docs/DESIGN.md §Fusion). The rules decide it (rules/fusion.egg): their
-``fuse-conflict`` facts name the sets of sites no partition may fuse together, and ``violations``
-reads them for the search (a subset test, no analysis). ``illegal_fusions`` is an independent check
-on an extracted partition (Tiny IR), on the chosen terms: the tests run it on every partition the
-e-graph gives, and ``--explain`` on the partitions ``--cost=size`` keeps.
+"""Fusion legality on an extracted partition (Tiny IR): the legality classes of a read of a reduction
+inside its consumer's kernel, checked on the chosen terms (the rules' class-level facts in
+rules/fusion.egg over-approximate: a read class does not know its consumer's loop order).
 
 One-to-one and window reads (compute-at with halo) are legal; a read at a prefix of the consumer's
 loop order, or a projection whose skipped axes a loop order of the consumer can own ("owned": a
@@ -19,20 +17,6 @@ from . import encode as E
 from .boundaries import loop_order, movement_map, operand_reads
 from .ixfns import compose, read_kind
 from .stream import group_of
-
-
-def violations(view, fused, chosen=None) -> list:
-    """(rule, sites, None, why) for each conflict of the rules (rules/fusion.egg many-to-many) whose
-    sites the decision set ``fused`` (Mat site classes) fuses together; [] when the partition is legal.
-    With ``chosen`` (class -> e-node, an extraction), a conflict counts only when the Reduce its path
-    starts from is the extracted node of its class: a path from a spelling the extraction left out
-    (the two-pass softmax under a streamed one, say) is in no kernel. The reason names the reduction the
-    path starts from by its class, ``@N`` (``--explain`` says the user's op name there)."""
-    fused = frozenset(fused)
-    return [("many-to-many", sorted(c), r, f"fused into {'a reduction' if r is None else f'the reduction @{r}'}, it would read a reduction by "
-             "broadcast inside one kernel (many-to-many): never legal (rule many-to-many, rules/fusion.egg)")
-            for c, r in view.conflicts
-            if c <= fused and (chosen is None or r is None or (r in chosen and chosen[r].op == "Reduce"))]
 
 
 def _kind(p: Program, c, m: "tuple | None", space: tuple, reducer=None) -> str:

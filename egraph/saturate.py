@@ -47,7 +47,6 @@ class StopReason(str, enum.Enum):
 class Phase:
     name: str
     rulesets: tuple
-    fixpoint: bool = False  # one iteration runs the rulesets to their fixpoint (facts only: no e-nodes)
 
 
 @dataclass
@@ -89,34 +88,16 @@ class RunReport:
                                    "seconds": round(r.seconds, 5)} for r in self.rules.values()}}
 
 
-OPT_IN = ("fusion-facts", "fusion-search", "streaming")  # rulesets only a schedule that names them runs (model_cost.py does)
-FUSION = ("fusion-facts", "fusion-search")  # the legality facts, to a fixpoint, then the fused alternatives
+OPT_IN = ("fusion-search", "streaming")  # rulesets only a schedule that names them runs (model_cost.py does)
 
 
 def default_schedule(rulesets: list, opt_in: tuple = ()) -> tuple:
     """Movement normalization first (views into reads), then every ruleset together (the OPT_IN
-    ones only when named in opt_in). Naming ``fusion-search`` names its facts too, and orders them
-    (rules/fusion.egg): after every rewrite (streaming included, so the facts see every use it
-    makes), ``fusion-facts`` runs to a fixpoint
-    (where each value is evaluated, through which boundaries, and which reductions so reached are
-    legal), then
-    ``fusion-search`` adds the fused alternatives and the conflicts, with the rulesets of SETTLE that
-    simplify the fused terms: they only move views and rewrite elementwise ops, so no fused
-    alternative meets a reduction, or a Reduce loop order, that the facts did not see."""
-    fusing = "fusion-search" in opt_in
-    opt_in = tuple(opt_in) + (("fusion-facts",) if fusing else ())
+    ones only when named in opt_in)."""
     rulesets = [r for r in rulesets if r not in OPT_IN or r in opt_in]
     first = tuple(r for r in rulesets if r == "movement")
-    if not fusing:
-        phases = [Phase("normalize", first)] if first else []
-        return tuple(phases + [Phase("rewrite", tuple(rulesets))]) if rulesets else tuple(phases)
-    rest = tuple(r for r in rulesets if r not in FUSION)
-    phases = [Phase("normalize", first), Phase("rewrite", rest), Phase("fusion-facts", ("fusion-facts",), True),
-              Phase("fusion-search", ("fusion-search",) + tuple(r for r in SETTLE if r in rulesets))]
-    return tuple(ph for ph in phases if ph.rulesets)
-
-
-SETTLE = ("movement", "algebra", "contraction")  # run again with fusion-search (default_schedule)
+    phases = [Phase("normalize", first)] if first else []
+    return tuple(phases + [Phase("rewrite", tuple(rulesets))]) if rulesets else tuple(phases)
 
 
 def rule_files(rules_dirs=None, builtin: bool = True) -> list:
@@ -149,8 +130,6 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
         if not ph.rulesets:
             continue
         body = " ".join(f"(run {r})" for r in ph.rulesets)
-        if ph.fixpoint:
-            body = f"(saturate {body} (run analysis))"
         while True:
             if len(rep.iterations) >= lim.iterations:
                 rep.stop = StopReason.iter_limit
@@ -182,7 +161,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
                 break
             grew = after != nodes or _updated(report)
             nodes = after
-            if not grew or ph.fixpoint:  # a fixpoint phase is done in one iteration
+            if not grew:
                 break
         if rep.stop != StopReason.saturated:
             break

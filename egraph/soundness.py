@@ -57,9 +57,8 @@ def _isolated(files: list) -> tuple:
 
 
 def _facts_only(text: str) -> bool:
-    """A rule whose actions only assert relations or set lattice facts (no union): bookkeeping other
-    rules read (rules/fusion.egg's fuse-veto is such a fact)."""
-    return text.lstrip("(").startswith("rule") and not re.search(r"\((union|delete|subsume)\b", text)
+    """A rule whose actions only assert relations (no union, no set): bookkeeping other rules read."""
+    return text.lstrip("(").startswith("rule") and not re.search(r"\((union|set|delete|subsume)\b", text)
 
 
 def _selected(rule, only: list) -> bool:
@@ -81,8 +80,7 @@ class Checker:
         add_rule_files(self.eg, [RuleFile("<isolated rules>", text, (), ())])
         self.rng, self.cases = rng, cases
         self.facts = [k for k, r in self.by_set.items() if _facts_only(r.text)]
-        self.fact_relations = {head(a[1]) if head(a) == "set" else head(a)  # (set (f x) v) asserts f
-                               for k in self.facts for a in parse_sexp(self.by_set[k].text)[2]}
+        self.fact_relations = {head(a) for k in self.facts for a in parse_sexp(self.by_set[k].text)[2]}
         self.pool: list = []
         self.programs = 0
         self.pool_size: "int | None" = None

@@ -104,9 +104,10 @@ def test_matvec_and_a_skinny_contraction_match_numpy():
 
 
 def _transformer_contractions(seq: int) -> tuple[list, dict]:
-    """The bench transformer's SIMT regions with a tiled final pass (--cost size), with their inputs at
-    sequence length seq as playback makes them."""
-    doc = transformer(1)
+    """The SIMT regions with a tiled final pass (--cost size) of a small fp32 bench transformer (fp32
+    operands: no tensor-core kind takes its contractions), with their inputs at sequence length seq as
+    playback makes them."""
+    doc = transformer(1, d_model=64, heads=2, d_ff=128, dtype="fp32")
     c = Compilation(doc)
     rng = np.random.default_rng(0)
     inputs = {}
@@ -120,8 +121,6 @@ def _transformer_contractions(seq: int) -> tuple[list, dict]:
 
 def test_bench_transformer_contractions_choose_a_micro_tile_and_match_the_reference():
     regions, tensors = _transformer_contractions(37)
-    # attention's P V (a strided batch the gemm kind does not take); the output projection binds to gemm
-    # since intermediates are stored in the layout their readers view packed (ir/region_layout.py)
     assert regions, [r.name for r in regions]
     cases = []
     for r in regions:

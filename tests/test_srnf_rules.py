@@ -1,9 +1,9 @@
 """SRNF is decided by the rules of rules/srnf.egg firing in the e-graph (docs/DESIGN.md §RB-SSA, SRNF).
 
 Every SRNF rule fires on a shipped example program: examples/channel_pool.json (a CBAM-style channel
-pooling head: relu, then a mean over W then H and a max over W then H) under the default schedule. Under the
-model cost's load every edge is cut, and the rules run before the fusion facts, so they meet no nested
-Reduce there (a weakness: that search keeps the two-Reduce spelling). The regions then hold the merged, hoisted form the rules produced,
+pooling head: relu, then a mean over W then H and a max over W then H) under the default schedule and
+under the unfused (`--cost model`) load, and examples/conv_relu_maxpool.json under the unfused load
+(the pool's max over a fused relu). The regions then hold the merged, hoisted form the rules produced,
 playback equals the numpy reference, and `polysat rules --check --only srnf.egg` passes.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pathlib
 import numpy as np
 
 from polysat.egraph.api import extract
+from polysat.egraph.model_cost import saturate_unfused
 from polysat.egraph.region_synth import synthesize
 from polysat.egraph.rulefiles import list_rules
 from polysat.egraph.saturate import saturate
@@ -35,13 +36,19 @@ def srnf_matches(rep) -> dict:
 
 
 def test_every_srnf_rule_fires_on_a_named_example():
-    pool = example("channel_pool")
+    pool, conv = example("channel_pool"), example("conv_relu_maxpool")
     default = srnf_matches(saturate(pool)[1])
+    unfused = srnf_matches(saturate_unfused(pool)[1])
+    conv_unfused = srnf_matches(saturate_unfused(conv)[1])
     assert {n: default[n] > 0 for n in ("srnf-merge-sum", "srnf-merge-max-min", "srnf-hoist-div-const",
                                         "srnf-epilogue-max-relu")} == dict.fromkeys(
         ("srnf-merge-sum", "srnf-merge-max-min", "srnf-hoist-div-const", "srnf-epilogue-max-relu"), True), default
+    assert {n: unfused[n] > 0 for n in ("srnf-merge-fused", "srnf-hoist-div-const-fused",
+                                        "srnf-epilogue-max-relu-fused")} == dict.fromkeys(
+        ("srnf-merge-fused", "srnf-hoist-div-const-fused", "srnf-epilogue-max-relu-fused"), True), unfused
+    assert conv_unfused["srnf-epilogue-max-relu-fused"] > 0, conv_unfused
     shipped = {name for f, name, rs, _ in list_rules() if rs == "srnf"}
-    fired = {n for n, c in default.items() if c}
+    fired = {n for d in (default, unfused, conv_unfused) for n, c in d.items() if c}
     assert shipped and shipped == fired, shipped - fired
 
 
@@ -67,4 +74,4 @@ def test_regions_read_the_normal_form_the_rules_produced():
 
 def test_srnf_rules_check_sound_and_exercised():
     rep = check_rules(cases=2, only=["srnf.egg"], seed=11, budget=4)
-    assert rep.exit_status == 0 and len(rep.verdicts) == 4, rep.format()
+    assert rep.exit_status == 0 and len(rep.verdicts) == 7, rep.format()
