@@ -152,7 +152,7 @@ def all_cuts(p: Program) -> set:
 
 # ---- pricing, cached by region content ------------------------------------------------------------
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?=\s*\[)")  # tuple names only: a symbol may share a tensor's name
 
 
 def canonical(region: PolyRegion) -> PolyRegion:

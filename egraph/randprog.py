@@ -201,9 +201,9 @@ def motif_programs(rng: np.random.Generator) -> list:
         (pp, pv, pr, pt, pe, ph, pn, vh, ex, rs, ce, cr, rn, r2, e2, p2, bb))]))
 
     b = Builder("l")  # two layers: the second contraction reads the first through a kernel boundary
-    x = b.input("X", DType.fp32, (m, k), at=AT)  # a hidden width > 1: fused, the second reads the first many-to-many
-    w1 = b.input("W1", DType.fp32, (k, n + 1), at=AT)
-    w2 = b.input("W2", DType.fp32, (n + 1, 2), at=AT)
+    x = b.input("X", DType.fp32, (m, k), at=AT)
+    w1 = b.input("W1", DType.fp32, (k, n), at=AT)
+    w2 = b.input("W2", DType.fp32, (n, 2), at=AT)
     h1 = b.add(Ops.RELU, [_gemm(b, x, w1)], at=AT)
     p16 = b.cast(b.cast(b.add(Ops.EXP2, [_gemm(b, x, w1)], at=AT), DType.fp16, at=AT), DType.fp32, at=AT)
     u = b.input("U", DType.fp32, (m, 1), at=AT)

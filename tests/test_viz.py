@@ -56,7 +56,9 @@ def test_regions_picture_labels_tensors_with_their_bytes(pictures):
     assert f"reads X {1 * 16 * 34 * 34 * 2 / 1024:.1f} KiB" in text
     assert f"reads W {32 * 16 * 9 * 2 / 1024:.1f} KiB" in text
     assert f"P {32 * 17 * 17 * 2 / 1024:.1f} KiB (output)" in text
-    assert any(t.startswith("conv, relu, pool") for t in text)
+    # the one kernel's ops: the reduction normal form (R3) moves the relu after the pool's max, and the node
+    # the rule makes is named after the value it computes (pool), so the label lists conv and pool
+    assert any(t.startswith("conv, pool") or t.startswith("conv, relu, pool") for t in text)
 
 
 def test_roofline_has_one_point_per_kernel(pictures):
