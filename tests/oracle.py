@@ -274,6 +274,25 @@ def conv_model(x, w, attrs, dt="fp16", bias=False, act=None, residual=False, poo
     return {"signature": {"inputs": ins, "outputs": [{"tensor": cur}]}, "tensors": t, "graph": g}
 
 
+def build_host_emulator(source: str, workdir, name: str) -> str:
+    """Build a host emulator (C++ over the kernel templates' __host__ __device__ helpers and the headers
+    beside the tests) with nvcc into workdir/name; fails the test with nvcc's error. Returns the executable."""
+    import os
+    import subprocess
+
+    from polysat.backend.common.nvcc import nvcc_path
+    from polysat.backend.common.render import TEMPLATES
+    nvcc = nvcc_path()
+    assert nvcc, "nvcc is needed to build the host emulator"
+    src, exe = os.path.join(str(workdir), f"{name}.cu"), os.path.join(str(workdir), name)
+    with open(src, "w", encoding="utf-8") as f:
+        f.write(source)
+    build = subprocess.run([nvcc, "-std=c++17", "-O1", "-I", TEMPLATES, "-I", os.path.dirname(os.path.abspath(__file__)),
+                            "-o", exe, src], capture_output=True, text=True, check=False)
+    assert build.returncode == 0, build.stderr[-4000:]
+    return exe
+
+
 def nvcc_builds(index: list, what: str) -> list:
     """Build each (label, arch, kernel source) with nvcc (2 workers, cached by source hash) and return
     (label, arch, kernel source, report); fails the test when nvcc is missing, prints the build time."""

@@ -9,7 +9,6 @@ arguments, compute the region's output; both skeletons build with tensor-core in
 from __future__ import annotations
 
 import importlib.util
-import os
 import pathlib
 import subprocess
 
@@ -157,19 +156,10 @@ int main(int argc, char** argv) {
 def test_sm80_index_helpers_compute_the_partial_batch_region_on_the_host(tmp_path):
     """batch_index / elem_offset with the launch's arguments, on the host with the mma model: each region's
     output equals the reference evaluator's playback (small integers: exact)."""
-    from polysat.backend.common.nvcc import nvcc_path
-    from polysat.backend.common.render import TEMPLATES
     from polysat.backend.gemm.launch import _strides, concrete_spec
     from polysat.backend.gemm.render import BATCH_MAP
     from polysat.backend.gemm.spec import partial_batch
-    src = tmp_path / "bcast.cu"
-    src.write_text(EMULATOR)
-    exe = tmp_path / "bcast"
-    nvcc = nvcc_path()
-    assert nvcc, "nvcc is needed to build the host emulator"
-    build = subprocess.run([nvcc, "-std=c++17", "-O1", "-I", TEMPLATES, "-I", os.path.dirname(__file__), "-o", str(exe),
-                            str(src)], capture_output=True, text=True, check=False)
-    assert build.returncode == 0, build.stderr[-4000:]
+    exe = oracle.build_host_emulator(EMULATOR, tmp_path, "bcast")
     rng = np.random.default_rng(2)
     for case in sorted(MODELS):
         (r,) = Compilation(MODELS[case], cost="size").regions

@@ -9,7 +9,6 @@ skeleton's index helpers, run on the host against the mma model, compute the reg
 from __future__ import annotations
 
 import importlib.util
-import os
 import pathlib
 import subprocess
 
@@ -162,8 +161,6 @@ def test_sm80_index_helpers_compute_the_region_on_the_host(pv, tmp_path):
     """The skeleton's tile_origin / copy_coord / swz_offset / frag_coord / acc_coord and elem_offset with the
     launch's strides, on the host with the mma model: the P.V region's output equals the reference
     evaluator's playback (small integers: exact)."""
-    from polysat.backend.common.nvcc import nvcc_path
-    from polysat.backend.common.render import TEMPLATES
     from polysat.backend.gemm.launch import _strides, concrete_spec
     r = pv[0]
     _, b = bind(r)
@@ -178,14 +175,7 @@ def test_sm80_index_helpers_compute_the_region_on_the_host(pv, tmp_path):
     sizes = spec.sizes()
     assert st["a_ld"] == 0 and st["b_ld"] == 768 and st["c_ld"] == 768 and st["b_bstride"] == st["c_bstride"] == 64
     lds = [st["a_ld"], st["a_bstride"], st["b_ld"], st["b_bstride"], st["c_ld"], st["c_bstride"]]
-    src = tmp_path / "strided.cu"
-    src.write_text(EMULATOR)
-    exe = tmp_path / "strided"
-    nvcc = nvcc_path()
-    assert nvcc, "nvcc is needed to build the host emulator"
-    build = subprocess.run([nvcc, "-std=c++17", "-O1", "-I", TEMPLATES, "-I", os.path.dirname(__file__), "-o", str(exe),
-                            str(src)], capture_output=True, text=True, check=False)
-    assert build.returncode == 0, build.stderr[-4000:]
+    exe = oracle.build_host_emulator(EMULATOR, tmp_path, "strided")
     a, bm = (np.ascontiguousarray(ins[n], np.float32) for n in (spec.a, spec.b))
     c_size = int(np.prod(spec.shapes()[spec.c]))
     argv = [sizes[k] for k in ("m", "n", "k", "batch")] + lds + [a.size, bm.size, c_size]
