@@ -23,11 +23,9 @@ each kernel). A larger program instead tries streaming every softmax-weighted su
 whose read composes to the value itself (an identity read) is materialized by the partition
 (totiny.to_tiny), not by the extraction. A program of repeated blocks (egraph/segment.py) is searched
 once per distinct segment and stitched (egraph/segment_stitch.py, ``saturate_unfused`` and ``search``).
-Every candidate is checked against the legality classes on its chosen terms (the rules' class-level
-facts over-approximate): a reduction may be read inside its consumer's kernel only one-to-one, by a
-window (compute-at with halo), at a prefix of the consumer's loop order, or by a projection whose
-skipped axes a loop order of the consumer can own (a softmax over a middle axis); a broadcast of it
-(many-to-many, GEMM -> GEMM) makes the candidate illegal.
+Legality is the rules' (rules/fusion.egg ``fusion-facts``, ``fusion-conflicts``): a candidate, or a group
+of the merge search, that fuses every site of one of their conflicts (a reduction read many-to-many,
+GEMM -> GEMM) on a path its extraction holds is illegal (egraph/legality.py ``violations``).
 
 Streaming (docs/DESIGN.md §Streaming, rules/streaming.egg) adds a second kind of decision: a value whose class holds a
 ``SoftmaxSum`` is either streamed (one kernel walks the keys: its other spellings are ruled out) or
@@ -58,7 +56,7 @@ from .cost import Needs, SearchingCost, SizeCost, register
 from .extract import solve
 from .graph import EGraphView, export
 from ..knobs import price_symbol_size
-from .legality import illegal_fusions
+from .legality import violations
 from .merge_search import Limits, merge_phase
 from .partition_search import apply, default_fused, masks, moves, site_values
 from .state import EGraphState
@@ -383,7 +381,7 @@ class ModelCost(SearchingCost):
             """The candidate checked and priced (an illegal one is priced only when asked: --explain)."""
             cand = extract(fused)
             if fused not in memo and cand.extraction is not None:
-                cand.illegal = legality_violations(cand.extraction.program, cand.extraction.partition)
+                cand.illegal = violations(view, fused, cand.extraction.chosen)  # the rules' conflicts (rules/fusion.egg)
             memo[fused] = cand
             if cand.extraction is not None and not cand.priced and (price_illegal or not cand.illegal):
                 cand.priced = price_kernels(cand.extraction.program, cand.extraction.partition, params, self.arch)
@@ -399,7 +397,7 @@ class ModelCost(SearchingCost):
         cur = seed
         # the global merge search over the one-kernel-per-op partition (egraph/merge_search.py)
         merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
-                                                    legality_violations, self.limits, seed.fused)
+                                                    lambda sites: violations(view, sites, base.extraction.chosen), self.limits, seed.fused)
         big = len(st) > self.exact_sites
         # realized: streaming every softmax-weighted sum at once first on a large program (the merge
         # search's space has no streams), then the merge search's decisions alone
@@ -461,12 +459,6 @@ class ModelCost(SearchingCost):
             return out
         return Search(cur, lambda: evaluate(frozenset(), price_illegal=True), rejections, len(memo), st, streamed,
                       merge.stop, merge.nodes, merge.priced)
-
-
-def legality_violations(prog: Program, part) -> list:
-    """The one call of the boundary search into legality (egraph/legality.py): (kernel, consumer,
-    reduce, why) for each illegal fusion in the kernels of part."""
-    return illegal_fusions(prog, part)
 
 
 @dataclass(frozen=True)
