@@ -495,12 +495,15 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
 
     def beaten(sizes):  # no price of these sizes can undercut a best that hits no hard STOP
         return not key(best)[0] and _lower_bound(region, dev, sizes) > best.time_est_us * (1 + 1e-9) + 1e-9
-    best = None
-    for sizes in candidate_tiles(b, dev):
-        if best is None or not beaten(sizes):
-            c = cost(sizes)
-            if best is None or key(c) < key(best):
-                best = c
+    best, first = None, None
+    # the candidates in the order of their lower bounds, so an early best rules more of them out unpriced;
+    # ties go to the earlier candidate, as in candidate order, so the tile chosen is the same
+    tiles = candidate_tiles(b, dev)
+    for k in sorted(range(len(tiles)), key=lambda k: _lower_bound(region, dev, tiles[k])):
+        if best is None or not beaten(tiles[k]):
+            c = cost(tiles[k])
+            if best is None or (key(c), k) < (key(best), first):
+                best, first = c, k
     steps = 0
     improved = True
     while improved and steps < SEARCH_STEPS:
@@ -528,8 +531,7 @@ def _lower_bound(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> f
     f = _facts(region)
     full = dict(zip(b.driver.dims, extents(b.driver.domain), strict=True))
     count = prod(ceil((full[d][1] - full[d][0] + 1) / n) for d, n in normalize_tile(b, dict(sizes)).items())
-    occ = max(_occupancy(count, c, 256, dev) for c in range(1, dev.max_ctas_per_sm + 1))
-    occ_m = max(_bandwidth_share(count, c, 256, dev, dev.dram_tbps) for c in range(1, dev.max_ctas_per_sm + 1))
+    occ, occ_m = _best_shares(count, dev)
     simt = dev.fp32_tflops * 1e12 * SIMT_EFF
     epi, epi_sfu = (f.epilogue, f.epilogue_sfu) if f.mma else (0, 0)
     compute = (f.useful["tensor"] / (dev.tensor_tflops * 1e12 * dev.mma_eff)
@@ -537,6 +539,14 @@ def _lower_bound(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> f
     mem = (f.in_useful + f.out_useful) / (dev.dram_tbps * 1e12) / occ_m
     layout = max(0.0, (f.dram - f.in_useful - f.out_useful) / (dev.dram_tbps * 1e12)) / occ_m  # the layout penalty
     return dev.launch_us + (max(compute, mem) + PREDICATE_COST * f.predicated * compute + layout) * 1e6
+
+
+@lru_cache(maxsize=4096)
+def _best_shares(count: int, dev: Device) -> tuple:
+    """(the best occupancy, the best DRAM bandwidth share) any CTAs-per-SM gives a kernel of ``count`` tiles."""
+    ctas = range(1, dev.max_ctas_per_sm + 1)
+    return (max(_occupancy(count, c, 256, dev) for c in ctas),
+            max(_bandwidth_share(count, c, 256, dev, dev.dram_tbps) for c in ctas))
 
 
 def _hard(stop: str) -> bool:
