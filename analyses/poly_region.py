@@ -19,6 +19,7 @@ scores and their exponentials) once per pass.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Mapping, Sequence
@@ -273,6 +274,34 @@ def _parse(kind, text: str, what: str):
              "Write domains and accesses as isl text with affine (+ floordiv) expressions.")
 
 
+_SRC, _DST = "polysat_src", "polysat_dst"  # placeholder tuple names (no statement or tensor is named so)
+
+
+def _parse_named(kind, text: str, what: str, src: str, dst: "str | None" = None):
+    """``_parse(kind, text)`` where the text's tuple is named ``src`` (a map's range ``dst``): parsed once
+    per text with those names replaced by placeholders, then named. The statements of the candidate
+    regions differ mostly by their canonical names (S3 here, S5 there), so few texts are really parsed."""
+    def named(name: str, ph: str, t: str) -> str:
+        return re.sub(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?=\s*\[)", ph, t)
+    if dst == src or _SRC in text or _DST in text:
+        return _parse(kind, text, what)
+    generic = named(src, _SRC, text if dst is None else named(dst, _DST, text))
+    try:
+        obj = _parse_generic(kind, generic)
+    except isl.Error:
+        return _parse(kind, text, what)  # the error names the user's text
+    if kind is isl.Set:
+        return obj.set_tuple_name(src) if obj.get_tuple_name() == _SRC else _parse(kind, text, what)
+    if obj.get_tuple_name(isl.dim_type.in_) != _SRC or obj.get_tuple_name(isl.dim_type.out) != _DST:
+        return _parse(kind, text, what)  # not of the form src[...] -> dst[...]: checked by the caller
+    return obj.set_tuple_name(isl.dim_type.in_, src).set_tuple_name(isl.dim_type.out, dst)
+
+
+@lru_cache(maxsize=8192)
+def _parse_generic(kind, text: str):
+    return kind(text)
+
+
 def _reduce_dims(write: isl.Map, dims: Sequence[str]) -> tuple:
     """Dims along which two instances write the same element: the write ignores them."""
     same = write.apply_range(write.reverse())  # S -> S' writing the same cell
@@ -331,7 +360,7 @@ def _bind_statement(region_name: str, st: Statement, env_key: tuple, used: tuple
     binding, and one statement recurs in many candidate regions: bound once per text and shapes."""
     env, shapes = dict(env_key), dict(used)
     what = f"statement {st.name} of region {region_name}"
-    dom = _fix_params(_parse(isl.Set, st.domain, what), env, what)
+    dom = _fix_params(_parse_named(isl.Set, st.domain, what, st.name), env, what)
     if dom.get_tuple_name() != st.name:
         fail("MalformedStructure", what, f"the domain's tuple is {dom.get_tuple_name()!r}, not {st.name!r}")
     dims = tuple(dom.get_dim_name(isl.dim_type.set, k) for k in range(dom.dim(isl.dim_type.set)))
@@ -342,7 +371,7 @@ def _bind_statement(region_name: str, st: Statement, env_key: tuple, used: tuple
         fail("InvalidPermutation", what, f"loop order {order} is not a permutation of the dims {dims}")
 
     def acc(a: Access):
-        m = _fix_params(_parse(isl.Map, a.relation, what), env, what)
+        m = _fix_params(_parse_named(isl.Map, a.relation, what, st.name, a.tensor), env, what)
         if m.get_tuple_name(isl.dim_type.out) != a.tensor:
             fail("UnknownTensor", what, f"access {a.relation!r} targets {m.get_tuple_name(isl.dim_type.out)!r}, "
                                         f"declared as {a.tensor!r}")
