@@ -125,6 +125,12 @@ def _operand_dims(s: BoundStatement) -> tuple:
     return tuple(d for d in par if d in ua and d not in ub), tuple(d for d in par if d in ub and d not in ua)
 
 
+@lru_cache(maxsize=8192)
+def _operand_dims_of(region: PolyRegion, name: str) -> tuple:
+    """_operand_dims of the region's statement ``name`` (no tile changes it)."""
+    return _operand_dims(region.bind().stmt(name))
+
+
 def _mma_eff(b: BoundRegion, slices: Mapping, dev: Device) -> tuple:
     """Useful fraction of the MMA instruction shape the tile fills, per tensor statement, and the
     STOP reasons (sm90: M tile a multiple of 64, N a multiple of 8 up to 256)."""
@@ -134,7 +140,7 @@ def _mma_eff(b: BoundRegion, slices: Mapping, dev: Device) -> tuple:
         if s.stmt.unit != "tensor" or s.name not in slices or slices[s.name].is_empty():
             continue
         ext = dict(zip(s.dims, extents(slices[s.name]), strict=True))
-        md, nd = _operand_dims(s)
+        md, nd = _operand_dims_of(b.region, s.name)
         M = prod(ext[d][1] - ext[d][0] + 1 for d in md) if md else 1
         N = prod(ext[d][1] - ext[d][0] + 1 for d in nd) if nd else 1
         effs[s.name] = (M / (ceil(M / mm) * mm)) * (N / (ceil(N / mn) * mn))
@@ -494,12 +500,15 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
         return (any(_hard(s) for s in c.stops), c.time_est_us)
 
     def beaten(sizes):  # no price of these sizes can undercut a best that hits no hard STOP
-        return not key(best)[0] and _lower_bound(region, dev, sizes) > best.time_est_us * (1 + 1e-9) + 1e-9
+        return not key(best)[0] and (_lower_bound(region, dev, sizes) > best.time_est_us * (1 + 1e-9) + 1e-9
+                                     or _shape_stopped(b, dev, sizes))
     best, first = None, None
-    # the candidates in the order of their lower bounds, so an early best rules more of them out unpriced;
-    # ties go to the earlier candidate, as in candidate order, so the tile chosen is the same
+    # the candidates an MMA shape STOP leaves free first, then in the order of their lower bounds, so an
+    # early best rules more of them out unpriced; the best is the least (hard STOP, time, candidate
+    # index), which no order changes, so the tile chosen is the one candidate order gives
     tiles = candidate_tiles(b, dev)
-    for k in sorted(range(len(tiles)), key=lambda k: _lower_bound(region, dev, tiles[k])):
+    for k in sorted(range(len(tiles)),
+                    key=lambda k: (_shape_stopped(b, dev, tiles[k]), _lower_bound(region, dev, tiles[k]))):
         if best is None or not beaten(tiles[k]):
             c = cost(tiles[k])
             if best is None or (key(c), k) < (key(best), first):
@@ -520,6 +529,14 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
                 if key(c) < key(best):
                     best, improved = c, True
     return best
+
+
+def _shape_stopped(b: BoundRegion, dev: Device, sizes: Mapping[str, int]) -> bool:
+    """Whether a tile of these sizes hits the MMA shape STOP (a hard one) that ``_price`` would report: from
+    the tile's slices alone, so the tile search skips it unpriced once it has a best that hits no hard STOP
+    (most of the tiles it would otherwise price on a GEMM region)."""
+    t = make_tile(b, normalize_tile(b, dict(sizes)))
+    return bool(_mma_eff(b, stream_tile(b, t).slices, dev)[1])
 
 
 def _lower_bound(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> float:
