@@ -348,9 +348,15 @@ def _bind(region: PolyRegion) -> BoundRegion:
 
 @lru_cache(maxsize=4096)
 def _tensor_set(name: str, shape: tuple) -> isl.Set:
+    return _box(shape).set_tuple_name(name)
+
+
+@lru_cache(maxsize=4096)
+def _box(shape: tuple) -> isl.Set:
+    """The elements of a tensor of this shape, its tuple unnamed (parsed once per shape)."""
     axes = [f"a{i}" for i in range(len(shape))]
     cs = " and ".join(f"0 <= {a} < {s}" for a, s in zip(axes, shape, strict=True))
-    return isl.Set(f"{{ {name}[{', '.join(axes)}]" + (f" : {cs} }}" if cs else " }"))
+    return isl.Set(f"{{ [{', '.join(axes)}]" + (f" : {cs} }}" if cs else " }"))
 
 
 @lru_cache(maxsize=8192)
