@@ -503,16 +503,26 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
         return not key(best)[0] and (_lower_bound(region, dev, sizes) > best.time_est_us * (1 + 1e-9) + 1e-9
                                      or _shape_stopped(b, dev, sizes))
     best, first = None, None
-    # the candidates an MMA shape STOP leaves free first, then in the order of their lower bounds, so an
-    # early best rules more of them out unpriced; the best is the least (hard STOP, time, candidate
-    # index), which no order changes, so the tile chosen is the one candidate order gives
+
+    def consider(k: int, later: "list | None") -> None:
+        nonlocal best, first
+        if best is not None and beaten(tiles[k]):
+            return
+        if later is not None and _shape_stopped(b, dev, tiles[k]):
+            later.append(k)  # a hard STOP: priced only if no tile free of one comes first
+            return
+        c = cost(tiles[k])
+        if best is None or (key(c), k) < (key(best), first):
+            best, first = c, k
+    # the candidates in the order of their lower bounds, those with an MMA shape STOP after the rest, so an
+    # early best rules more of them out unpriced; the best is the least (hard STOP, time, candidate index),
+    # which no order changes, so the tile chosen is the one candidate order gives
     tiles = candidate_tiles(b, dev)
-    for k in sorted(range(len(tiles)),
-                    key=lambda k: (_shape_stopped(b, dev, tiles[k]), _lower_bound(region, dev, tiles[k]))):
-        if best is None or not beaten(tiles[k]):
-            c = cost(tiles[k])
-            if best is None or (key(c), k) < (key(best), first):
-                best, first = c, k
+    later: list = []
+    for k in sorted(range(len(tiles)), key=lambda k: _lower_bound(region, dev, tiles[k])):
+        consider(k, later)
+    for k in later:
+        consider(k, None)
     steps = 0
     improved = True
     while improved and steps < SEARCH_STEPS:
