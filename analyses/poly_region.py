@@ -362,8 +362,53 @@ def _box(shape: tuple) -> isl.Set:
 @lru_cache(maxsize=8192)
 def _bind_statement(region_name: str, st: Statement, env_key: tuple, used: tuple) -> tuple:
     """(domain, dims, loop order, reads, write, reduce dims) of one statement with the symbols fixed
-    (`used`: (tensor, concrete shape) of every tensor it accesses). isl parsing is the slow part of
-    binding, and one statement recurs in many candidate regions: bound once per text and shapes."""
+    (`used`: (tensor, concrete shape) of every tensor it accesses). isl work is the slow part of
+    binding, and one statement recurs in many candidate regions, under other canonical names (S3 here,
+    S5 there): it is bound once per text and shapes with its statement and tensor names as placeholders,
+    then named. A statement that fails is bound again under its own names, so the diagnostic names it."""
+    gen = _generic(st, used)
+    if gen is None:
+        return _bind_named(region_name, st, env_key, used)
+    gst, gused, tensors = gen
+    try:
+        dom, dims, order, reads, write, rdims = _bind_generic(gst, env_key, gused)
+    except PolysatError:
+        return _bind_named(region_name, st, env_key, used)
+
+    def named(m, tensor: str):
+        return m.set_tuple_name(isl.dim_type.in_, st.name).set_tuple_name(isl.dim_type.out, tensor)
+    return (dom.set_tuple_name(st.name), dims, order, tuple((tensors[t], named(m, tensors[t])) for t, m in reads),
+            named(write, st.write.tensor), rdims)
+
+
+_STMT = "polysat_s"
+
+
+def _generic(st: Statement, used: tuple) -> "tuple | None":
+    """(st with its name and tensor names as placeholders, used likewise, placeholder -> tensor), or None
+    when a placeholder could be confused with a name of the texts."""
+    accs = st.reads + (st.write,)
+    texts = [st.domain] + [a.relation for a in accs]
+    ph = {t: f"polysat_t{k}" for k, t in enumerate(dict.fromkeys(a.tensor for a in accs))}
+    if st.name in ph or any("polysat_" in x for x in texts + [st.name] + list(ph)):
+        return None
+    ren = {st.name: _STMT, **ph}
+    pat = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(re.escape(n) for n in sorted(ren, key=len, reverse=True))
+                     + r")(?=\s*\[)")
+
+    def sub(x: str) -> str:
+        return pat.sub(lambda mt: ren[mt.group(1)], x)
+    gst = Statement(_STMT, sub(st.domain), tuple(Access(ph[a.tensor], sub(a.relation)) for a in st.reads),
+                    Access(ph[st.write.tensor], sub(st.write.relation)), st.flops, st.unit, st.combine, st.loop_order)
+    return gst, tuple(sorted((ph[t], shape) for t, shape in used)), {v: k for k, v in ph.items()}
+
+
+@lru_cache(maxsize=8192)
+def _bind_generic(gst: Statement, env_key: tuple, gused: tuple) -> tuple:
+    return _bind_named("", gst, env_key, gused)
+
+
+def _bind_named(region_name: str, st: Statement, env_key: tuple, used: tuple) -> tuple:
     env, shapes = dict(env_key), dict(used)
     what = f"statement {st.name} of region {region_name}"
     dom = _fix_params(_parse_named(isl.Set, st.domain, what, st.name), env, what)
