@@ -30,6 +30,7 @@ import islpy as isl
 from ..ir.diagnostics import PolysatError, fail
 from .buffers import SMEM_BUDGET, edges, halo_matters, staged_operands, staging_bytes
 from .devices import Device, device
+from .occupancy import bandwidth_share, best_shares, occupancy
 from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
                         tile_footprint)
 from .poly_region import BoundRegion, BoundStatement, PolyRegion
@@ -38,7 +39,6 @@ from .roofline import roofline
 
 SECTOR = 32
 SIMT_EFF = 0.6  # estimate: fraction of fp32 peak elementwise/reduction code reaches (not FMA-only)
-WARPS_TO_SATURATE = 8  # estimate: warps per SM that hide latency with async copies in flight
 PREDICATE_COST = 0.03  # estimate: share of compute time a predicated (guarded) access adds
 BASE_REGS = 32  # registers per thread besides accumulators and on-chip values (addresses, indices)
 MAX_ACC = 128 * 256  # accumulator cells of the largest MMA sub-tile one CTA holds (128x256 CTA tile)
@@ -323,31 +323,6 @@ def _resources(b: BoundRegion, t, es: list, ring: int, dev: Device) -> tuple:
     return smem, threads, regs, ctas, by_regs, by_smem
 
 
-def _occupancy(tiles: int, ctas: int, threads: int, dev: Device) -> float:
-    """SM utilisation (wave quantization) x latency hiding (resident warps): the share of the device's
-    compute rates a kernel of `tiles` CTAs reaches."""
-    return _sm_util(tiles, ctas, dev) * _hiding(tiles, ctas, threads, dev)
-
-
-def _sm_util(tiles: int, ctas: int, dev: Device) -> float:
-    slots = dev.sms * ctas
-    return min(tiles, dev.sms) / dev.sms if tiles <= slots else tiles / (ceil(tiles / slots) * slots)
-
-
-def _hiding(tiles: int, ctas: int, threads: int, dev: Device) -> float:
-    warps = min(ctas, ceil(tiles / dev.sms)) * threads // 32
-    return min(1.0, warps / WARPS_TO_SATURATE)
-
-
-def _bandwidth_share(tiles: int, ctas: int, threads: int, dev: Device, tbps: float) -> float:
-    """The share of a memory level's bandwidth (`tbps`: DRAM or L2) a kernel of `tiles` CTAs reaches: the busy
-    SMs each draw at most their own load port (Device.sm_load_gbps), so a few SMs saturate the level
-    (Device.sms_to_saturate), not all of them; x latency hiding. A 2-CTA kernel on H100 reads DRAM at
-    2 x 117 GB/s, not at 2/132 of 3 TB/s."""
-    ports = min(1.0, _sm_util(tiles, ctas, dev) * dev.sms / dev.sms_to_saturate(tbps))
-    return ports * _hiding(tiles, ctas, threads, dev)
-
-
 @lru_cache(maxsize=4096)
 def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     b = region.bind()
@@ -363,9 +338,9 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     dram, in_useful, out_useful, spill_bytes, l2 = _traffic(b, t, es)
     l2 += _rewalk_l2(b, t)
     smem, threads, regs, ctas, by_regs, by_smem = _resources(b, ts, es, ring, dev)
-    occ = _occupancy(t.count, ctas, threads, dev)
-    dram_occ = _bandwidth_share(t.count, ctas, threads, dev, dev.dram_tbps)
-    l2_occ = _bandwidth_share(t.count, ctas, threads, dev, dev.l2_tbps)
+    occ = occupancy(t.count, ctas, threads, dev)
+    dram_occ = bandwidth_share(t.count, ctas, threads, dev, dev.dram_tbps)
+    l2_occ = bandwidth_share(t.count, ctas, threads, dev, dev.l2_tbps)
 
     # roofline terms (us)
     effs, stops = _mma_eff(b, ts.slices, dev)
@@ -558,7 +533,7 @@ def _lower_bound(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> f
     f = _facts(region)
     full = dict(zip(b.driver.dims, extents(b.driver.domain), strict=True))
     count = prod(ceil((full[d][1] - full[d][0] + 1) / n) for d, n in normalize_tile(b, dict(sizes)).items())
-    occ, occ_m = _best_shares(count, dev)
+    occ, occ_m = best_shares(count, dev)
     simt = dev.fp32_tflops * 1e12 * SIMT_EFF
     epi, epi_sfu = (f.epilogue, f.epilogue_sfu) if f.mma else (0, 0)
     compute = (f.useful["tensor"] / (dev.tensor_tflops * 1e12 * dev.mma_eff)
@@ -566,14 +541,6 @@ def _lower_bound(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> f
     mem = (f.in_useful + f.out_useful) / (dev.dram_tbps * 1e12) / occ_m
     layout = max(0.0, (f.dram - f.in_useful - f.out_useful) / (dev.dram_tbps * 1e12)) / occ_m  # the layout penalty
     return dev.launch_us + (max(compute, mem) + PREDICATE_COST * f.predicated * compute + layout) * 1e6
-
-
-@lru_cache(maxsize=4096)
-def _best_shares(count: int, dev: Device) -> tuple:
-    """(the best occupancy, the best DRAM bandwidth share) any CTAs-per-SM gives a kernel of ``count`` tiles."""
-    ctas = range(1, dev.max_ctas_per_sm + 1)
-    return (max(_occupancy(count, c, 256, dev) for c in ctas),
-            max(_bandwidth_share(count, c, 256, dev, dev.dram_tbps) for c in ctas))
 
 
 def _hard(stop: str) -> bool:
