@@ -30,6 +30,7 @@ import islpy as isl
 from ..ir.diagnostics import PolysatError, fail
 from .buffers import SMEM_BUDGET, edges, halo_matters, staged_operands, staging_bytes
 from .devices import Device, device
+from .occupancy import bandwidth_share, best_shares, occupancy
 from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
                         tile_footprint)
 from .poly_region import BoundRegion, BoundStatement, PolyRegion
@@ -38,7 +39,6 @@ from .roofline import roofline
 
 SECTOR = 32
 SIMT_EFF = 0.6  # estimate: fraction of fp32 peak elementwise/reduction code reaches (not FMA-only)
-WARPS_TO_SATURATE = 8  # estimate: warps per SM that hide latency with async copies in flight
 PREDICATE_COST = 0.03  # estimate: share of compute time a predicated (guarded) access adds
 BASE_REGS = 32  # registers per thread besides accumulators and on-chip values (addresses, indices)
 MAX_ACC = 128 * 256  # accumulator cells of the largest MMA sub-tile one CTA holds (128x256 CTA tile)
@@ -125,6 +125,12 @@ def _operand_dims(s: BoundStatement) -> tuple:
     return tuple(d for d in par if d in ua and d not in ub), tuple(d for d in par if d in ub and d not in ua)
 
 
+@lru_cache(maxsize=8192)
+def _operand_dims_of(region: PolyRegion, name: str) -> tuple:
+    """_operand_dims of the region's statement ``name`` (no tile changes it)."""
+    return _operand_dims(region.bind().stmt(name))
+
+
 def _mma_eff(b: BoundRegion, slices: Mapping, dev: Device) -> tuple:
     """Useful fraction of the MMA instruction shape the tile fills, per tensor statement, and the
     STOP reasons (sm90: M tile a multiple of 64, N a multiple of 8 up to 256)."""
@@ -134,7 +140,7 @@ def _mma_eff(b: BoundRegion, slices: Mapping, dev: Device) -> tuple:
         if s.stmt.unit != "tensor" or s.name not in slices or slices[s.name].is_empty():
             continue
         ext = dict(zip(s.dims, extents(slices[s.name]), strict=True))
-        md, nd = _operand_dims(s)
+        md, nd = _operand_dims_of(b.region, s.name)
         M = prod(ext[d][1] - ext[d][0] + 1 for d in md) if md else 1
         N = prod(ext[d][1] - ext[d][0] + 1 for d in nd) if nd else 1
         effs[s.name] = (M / (ceil(M / mm) * mm)) * (N / (ceil(N / mn) * mn))
@@ -317,31 +323,6 @@ def _resources(b: BoundRegion, t, es: list, ring: int, dev: Device) -> tuple:
     return smem, threads, regs, ctas, by_regs, by_smem
 
 
-def _occupancy(tiles: int, ctas: int, threads: int, dev: Device) -> float:
-    """SM utilisation (wave quantization) x latency hiding (resident warps): the share of the device's
-    compute rates a kernel of `tiles` CTAs reaches."""
-    return _sm_util(tiles, ctas, dev) * _hiding(tiles, ctas, threads, dev)
-
-
-def _sm_util(tiles: int, ctas: int, dev: Device) -> float:
-    slots = dev.sms * ctas
-    return min(tiles, dev.sms) / dev.sms if tiles <= slots else tiles / (ceil(tiles / slots) * slots)
-
-
-def _hiding(tiles: int, ctas: int, threads: int, dev: Device) -> float:
-    warps = min(ctas, ceil(tiles / dev.sms)) * threads // 32
-    return min(1.0, warps / WARPS_TO_SATURATE)
-
-
-def _bandwidth_share(tiles: int, ctas: int, threads: int, dev: Device, tbps: float) -> float:
-    """The share of a memory level's bandwidth (`tbps`: DRAM or L2) a kernel of `tiles` CTAs reaches: the busy
-    SMs each draw at most their own load port (Device.sm_load_gbps), so a few SMs saturate the level
-    (Device.sms_to_saturate), not all of them; x latency hiding. A 2-CTA kernel on H100 reads DRAM at
-    2 x 117 GB/s, not at 2/132 of 3 TB/s."""
-    ports = min(1.0, _sm_util(tiles, ctas, dev) * dev.sms / dev.sms_to_saturate(tbps))
-    return ports * _hiding(tiles, ctas, threads, dev)
-
-
 @lru_cache(maxsize=4096)
 def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     b = region.bind()
@@ -357,9 +338,9 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     dram, in_useful, out_useful, spill_bytes, l2 = _traffic(b, t, es)
     l2 += _rewalk_l2(b, t)
     smem, threads, regs, ctas, by_regs, by_smem = _resources(b, ts, es, ring, dev)
-    occ = _occupancy(t.count, ctas, threads, dev)
-    dram_occ = _bandwidth_share(t.count, ctas, threads, dev, dev.dram_tbps)
-    l2_occ = _bandwidth_share(t.count, ctas, threads, dev, dev.l2_tbps)
+    occ = occupancy(t.count, ctas, threads, dev)
+    dram_occ = bandwidth_share(t.count, ctas, threads, dev, dev.dram_tbps)
+    l2_occ = bandwidth_share(t.count, ctas, threads, dev, dev.l2_tbps)
 
     # roofline terms (us)
     effs, stops = _mma_eff(b, ts.slices, dev)
@@ -494,13 +475,29 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
         return (any(_hard(s) for s in c.stops), c.time_est_us)
 
     def beaten(sizes):  # no price of these sizes can undercut a best that hits no hard STOP
-        return not key(best)[0] and _lower_bound(region, dev, sizes) > best.time_est_us * (1 + 1e-9) + 1e-9
-    best = None
-    for sizes in candidate_tiles(b, dev):
-        if best is None or not beaten(sizes):
-            c = cost(sizes)
-            if best is None or key(c) < key(best):
-                best = c
+        return not key(best)[0] and (_lower_bound(region, dev, sizes) > best.time_est_us * (1 + 1e-9) + 1e-9
+                                     or _shape_stopped(b, dev, sizes))
+    best, first = None, None
+
+    def consider(k: int, later: "list | None") -> None:
+        nonlocal best, first
+        if best is not None and beaten(tiles[k]):
+            return
+        if later is not None and _shape_stopped(b, dev, tiles[k]):
+            later.append(k)  # a hard STOP: priced only if no tile free of one comes first
+            return
+        c = cost(tiles[k])
+        if best is None or (key(c), k) < (key(best), first):
+            best, first = c, k
+    # the candidates in the order of their lower bounds, those with an MMA shape STOP after the rest, so an
+    # early best rules more of them out unpriced; the best is the least (hard STOP, time, candidate index),
+    # which no order changes, so the tile chosen is the one candidate order gives
+    tiles = candidate_tiles(b, dev)
+    later: list = []
+    for k in sorted(range(len(tiles)), key=lambda k: _lower_bound(region, dev, tiles[k])):
+        consider(k, later)
+    for k in later:
+        consider(k, None)
     steps = 0
     improved = True
     while improved and steps < SEARCH_STEPS:
@@ -519,6 +516,14 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
     return best
 
 
+def _shape_stopped(b: BoundRegion, dev: Device, sizes: Mapping[str, int]) -> bool:
+    """Whether a tile of these sizes hits the MMA shape STOP (a hard one) that ``_price`` would report: from
+    the tile's slices alone, so the tile search skips it unpriced once it has a best that hits no hard STOP
+    (most of the tiles it would otherwise price on a GEMM region)."""
+    t = make_tile(b, normalize_tile(b, dict(sizes)))
+    return bool(_mma_eff(b, stream_tile(b, t).slices, dev)[1])
+
+
 def _lower_bound(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> float:
     """A time no tile of these sizes can beat, from the tile count alone: launch plus the larger of the
     useful work at full MMA efficiency and the useful bytes, each at the best occupancy (resp. bandwidth
@@ -528,8 +533,7 @@ def _lower_bound(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> f
     f = _facts(region)
     full = dict(zip(b.driver.dims, extents(b.driver.domain), strict=True))
     count = prod(ceil((full[d][1] - full[d][0] + 1) / n) for d, n in normalize_tile(b, dict(sizes)).items())
-    occ = max(_occupancy(count, c, 256, dev) for c in range(1, dev.max_ctas_per_sm + 1))
-    occ_m = max(_bandwidth_share(count, c, 256, dev, dev.dram_tbps) for c in range(1, dev.max_ctas_per_sm + 1))
+    occ, occ_m = best_shares(count, dev)
     simt = dev.fp32_tflops * 1e12 * SIMT_EFF
     epi, epi_sfu = (f.epilogue, f.epilogue_sfu) if f.mma else (0, 0)
     compute = (f.useful["tensor"] / (dev.tensor_tflops * 1e12 * dev.mma_eff)

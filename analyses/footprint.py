@@ -18,6 +18,7 @@ from typing import Mapping
 import islpy as isl
 
 from ..ir.diagnostics import fail
+from .isl_util import parse_map
 from .poly_region import BoundRegion, BoundStatement
 
 
@@ -98,7 +99,7 @@ def _sectors(s: isl.Set, itemsize: int, sector: int, merged: tuple = ()) -> int:
     k = n - len(merged) if merged else n - 1
     strides = [prod(merged[i + 1:]) for i in range(len(merged))] if merged else [1]
     linear = " + ".join(f"{st}*x{k + i}" if st != 1 else f"x{k + i}" for i, st in enumerate(strides))
-    m = isl.Map(f"{{ {head}[{', '.join(xs)}] -> [{', '.join(xs[:k] + [f'floor(({linear})/{per})'])}] }}")
+    m = parse_map(f"{{ {head}[{', '.join(xs)}] -> [{', '.join(xs[:k] + [f'floor(({linear})/{per})'])}] }}")
     return card(s.apply(m))
 
 

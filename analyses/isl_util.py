@@ -68,12 +68,41 @@ def _parse(cls, what: str, text: str):
 
 @lru_cache(maxsize=8192)
 def parse_set(text: str) -> isl.Set:
-    return _parse(isl.Set, "set", text)
+    return _parse_named(isl.Set, "set", text)
 
 
 @lru_cache(maxsize=8192)
 def parse_map(text: str) -> isl.Map:
-    return _parse(isl.Map, "map", text)
+    return _parse_named(isl.Map, "map", text)
+
+
+_TUPLE = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)(?=\s*\[)")
+_PLACE = ("polysat_p0", "polysat_p1")
+
+
+def _parse_named(cls, what: str, text: str):
+    """``_parse(cls, what, text)``, parsed once per text with its tuple names (a set's one, a map's
+    domain and range) replaced by placeholders, then named: the access maps of different nodes differ
+    mostly by their statement and tensor names."""
+    names = list(dict.fromkeys(_TUPLE.findall(text)))
+    want = 1 if cls is isl.Set else 2
+    if len(names) != want or any(p in text for p in _PLACE):
+        return _parse(cls, what, text)
+    generic = _TUPLE.sub(lambda m: _PLACE[names.index(m.group(1))], text)
+    try:
+        obj = _parse_generic(cls, generic)
+    except isl.Error:
+        return _parse(cls, what, text)  # the diagnostic quotes the real text
+    if cls is isl.Set:
+        return obj.set_tuple_name(names[0]) if obj.get_tuple_name() == _PLACE[0] else _parse(cls, what, text)
+    if (obj.get_tuple_name(isl.dim_type.in_), obj.get_tuple_name(isl.dim_type.out)) != _PLACE:
+        return _parse(cls, what, text)
+    return obj.set_tuple_name(isl.dim_type.in_, names[0]).set_tuple_name(isl.dim_type.out, names[1])
+
+
+@lru_cache(maxsize=8192)
+def _parse_generic(cls, text: str):
+    return cls(text)
 
 
 def is_isl_identifier(name: str) -> bool:

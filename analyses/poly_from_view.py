@@ -106,7 +106,7 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     from ..ir.region_layout import store_for_readers
     from ..ir.region_narrow import narrow_boundaries
     try:
-        emitted = {r.name: r for r in store_for_readers(narrow_boundaries(synthesize(program, partition)))}
+        emitted = {r.name: r for r in store_for_readers(narrow_boundaries(_near(synthesize(program, partition), regions)))}
     except PolysatError:
         return regions
     out = []
@@ -117,6 +117,15 @@ def as_emitted(program: Program, partition, regions: list) -> list:
                                             for st in r.statements))
         out.append(r)
     return out
+
+
+def _near(rbs: list, regions: list) -> list:
+    """The RB-SSA regions that decide how the kernels of ``regions`` store and read memory: those kernels,
+    and every writer and reader of a buffer they read or write (the boundary narrowing and the layout
+    pass decide a buffer by its writer and all its readers, each buffer on its own)."""
+    want = {r.name for r in regions}
+    bufs = {b.name for r in rbs if r.name in want for b in (*r.inputs, *r.outputs)}
+    return [r for r in rbs if r.name in want or any(b.name in bufs for b in (*r.inputs, *r.outputs))]
 
 
 def _kind(region) -> "str | None":

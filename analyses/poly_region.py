@@ -19,6 +19,7 @@ scores and their exponentials) once per pass.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Mapping, Sequence
@@ -273,6 +274,34 @@ def _parse(kind, text: str, what: str):
              "Write domains and accesses as isl text with affine (+ floordiv) expressions.")
 
 
+_SRC, _DST = "polysat_src", "polysat_dst"  # placeholder tuple names (no statement or tensor is named so)
+
+
+def _parse_named(kind, text: str, what: str, src: str, dst: "str | None" = None):
+    """``_parse(kind, text)`` where the text's tuple is named ``src`` (a map's range ``dst``): parsed once
+    per text with those names replaced by placeholders, then named. The statements of the candidate
+    regions differ mostly by their canonical names (S3 here, S5 there), so few texts are really parsed."""
+    def named(name: str, ph: str, t: str) -> str:
+        return re.sub(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?=\s*\[)", ph, t)
+    if dst == src or _SRC in text or _DST in text:
+        return _parse(kind, text, what)
+    generic = named(src, _SRC, text if dst is None else named(dst, _DST, text))
+    try:
+        obj = _parse_generic(kind, generic)
+    except isl.Error:
+        return _parse(kind, text, what)  # the error names the user's text
+    if kind is isl.Set:
+        return obj.set_tuple_name(src) if obj.get_tuple_name() == _SRC else _parse(kind, text, what)
+    if obj.get_tuple_name(isl.dim_type.in_) != _SRC or obj.get_tuple_name(isl.dim_type.out) != _DST:
+        return _parse(kind, text, what)  # not of the form src[...] -> dst[...]: checked by the caller
+    return obj.set_tuple_name(isl.dim_type.in_, src).set_tuple_name(isl.dim_type.out, dst)
+
+
+@lru_cache(maxsize=8192)
+def _parse_generic(kind, text: str):
+    return kind(text)
+
+
 def _reduce_dims(write: isl.Map, dims: Sequence[str]) -> tuple:
     """Dims along which two instances write the same element: the write ignores them."""
     same = write.apply_range(write.reverse())  # S -> S' writing the same cell
@@ -319,19 +348,70 @@ def _bind(region: PolyRegion) -> BoundRegion:
 
 @lru_cache(maxsize=4096)
 def _tensor_set(name: str, shape: tuple) -> isl.Set:
+    return _box(shape).set_tuple_name(name)
+
+
+@lru_cache(maxsize=4096)
+def _box(shape: tuple) -> isl.Set:
+    """The elements of a tensor of this shape, its tuple unnamed (parsed once per shape)."""
     axes = [f"a{i}" for i in range(len(shape))]
     cs = " and ".join(f"0 <= {a} < {s}" for a, s in zip(axes, shape, strict=True))
-    return isl.Set(f"{{ {name}[{', '.join(axes)}]" + (f" : {cs} }}" if cs else " }"))
+    return isl.Set(f"{{ [{', '.join(axes)}]" + (f" : {cs} }}" if cs else " }"))
 
 
 @lru_cache(maxsize=8192)
 def _bind_statement(region_name: str, st: Statement, env_key: tuple, used: tuple) -> tuple:
     """(domain, dims, loop order, reads, write, reduce dims) of one statement with the symbols fixed
-    (`used`: (tensor, concrete shape) of every tensor it accesses). isl parsing is the slow part of
-    binding, and one statement recurs in many candidate regions: bound once per text and shapes."""
+    (`used`: (tensor, concrete shape) of every tensor it accesses). isl work is the slow part of
+    binding, and one statement recurs in many candidate regions, under other canonical names (S3 here,
+    S5 there): it is bound once per text and shapes with its statement and tensor names as placeholders,
+    then named. A statement that fails is bound again under its own names, so the diagnostic names it."""
+    gen = _generic(st, used)
+    if gen is None:
+        return _bind_named(region_name, st, env_key, used)
+    gst, gused, tensors = gen
+    try:
+        dom, dims, order, reads, write, rdims = _bind_generic(gst, env_key, gused)
+    except PolysatError:
+        return _bind_named(region_name, st, env_key, used)
+
+    def named(m, tensor: str):
+        return m.set_tuple_name(isl.dim_type.in_, st.name).set_tuple_name(isl.dim_type.out, tensor)
+    return (dom.set_tuple_name(st.name), dims, order, tuple((tensors[t], named(m, tensors[t])) for t, m in reads),
+            named(write, st.write.tensor), rdims)
+
+
+_STMT = "polysat_s"
+
+
+def _generic(st: Statement, used: tuple) -> "tuple | None":
+    """(st with its name and tensor names as placeholders, used likewise, placeholder -> tensor), or None
+    when a placeholder could be confused with a name of the texts."""
+    accs = st.reads + (st.write,)
+    texts = [st.domain] + [a.relation for a in accs]
+    ph = {t: f"polysat_t{k}" for k, t in enumerate(dict.fromkeys(a.tensor for a in accs))}
+    if st.name in ph or any("polysat_" in x for x in texts + [st.name] + list(ph)):
+        return None
+    ren = {st.name: _STMT, **ph}
+    pat = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(re.escape(n) for n in sorted(ren, key=len, reverse=True))
+                     + r")(?=\s*\[)")
+
+    def sub(x: str) -> str:
+        return pat.sub(lambda mt: ren[mt.group(1)], x)
+    gst = Statement(_STMT, sub(st.domain), tuple(Access(ph[a.tensor], sub(a.relation)) for a in st.reads),
+                    Access(ph[st.write.tensor], sub(st.write.relation)), st.flops, st.unit, st.combine, st.loop_order)
+    return gst, tuple(sorted((ph[t], shape) for t, shape in used)), {v: k for k, v in ph.items()}
+
+
+@lru_cache(maxsize=8192)
+def _bind_generic(gst: Statement, env_key: tuple, gused: tuple) -> tuple:
+    return _bind_named("", gst, env_key, gused)
+
+
+def _bind_named(region_name: str, st: Statement, env_key: tuple, used: tuple) -> tuple:
     env, shapes = dict(env_key), dict(used)
     what = f"statement {st.name} of region {region_name}"
-    dom = _fix_params(_parse(isl.Set, st.domain, what), env, what)
+    dom = _fix_params(_parse_named(isl.Set, st.domain, what, st.name), env, what)
     if dom.get_tuple_name() != st.name:
         fail("MalformedStructure", what, f"the domain's tuple is {dom.get_tuple_name()!r}, not {st.name!r}")
     dims = tuple(dom.get_dim_name(isl.dim_type.set, k) for k in range(dom.dim(isl.dim_type.set)))
@@ -342,7 +422,7 @@ def _bind_statement(region_name: str, st: Statement, env_key: tuple, used: tuple
         fail("InvalidPermutation", what, f"loop order {order} is not a permutation of the dims {dims}")
 
     def acc(a: Access):
-        m = _fix_params(_parse(isl.Map, a.relation, what), env, what)
+        m = _fix_params(_parse_named(isl.Map, a.relation, what, st.name, a.tensor), env, what)
         if m.get_tuple_name(isl.dim_type.out) != a.tensor:
             fail("UnknownTensor", what, f"access {a.relation!r} targets {m.get_tuple_name(isl.dim_type.out)!r}, "
                                         f"declared as {a.tensor!r}")

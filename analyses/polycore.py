@@ -240,10 +240,12 @@ def driver_reach(region: PolyRegion, name: str):
 
 
 def _on_chip_bytes(b: BoundRegion, sizes: Mapping[str, int]) -> int:
-    t = make_tile(b, dict(sizes))
     staged = load_path(b)
-    return max([card(tile_footprint(b, t, x.name)) * x.dtype.itemsize
-                for x in b.region.tensors if x.role == "internal" and x.name not in staged], default=0)
+    held = [x for x in b.region.tensors if x.role == "internal" and x.name not in staged]
+    if not held:  # nothing held on chip: no tile to make
+        return 0
+    t = make_tile(b, dict(sizes))
+    return max(card(tile_footprint(b, t, x.name)) * x.dtype.itemsize for x in held)
 
 
 def analyze(region: PolyRegion, arch: "str | Device" = "sm90", tile: Mapping[str, int] | None = None,

@@ -31,8 +31,12 @@ from polysat.bench.report import run_cases
 
 HERE = pathlib.Path(__file__).resolve().parent
 IMPORTS = ("egglog", "islpy", "polysat.egraph.api", "polysat.egraph.model_cost", "polysat.egraph.saturate",
-           "polysat.egraph.extract", "polysat.egraph.totiny", "polysat.analyses.cost_model",
-           "polysat.analyses.poly_from_view", "polysat.analyses.polyview", "polysat.analyses.indexbook")
+           "polysat.egraph.extract", "polysat.egraph.totiny", "polysat.egraph.soundness_lint",
+           "polysat.egraph.region_synth", "polysat.analyses.cost_model", "polysat.analyses.poly_from_view",
+           "polysat.analyses.polyview", "polysat.analyses.indexbook", "polysat.ir.region_layout",
+           "polysat.ir.region_narrow", "polysat.backend.kinds",
+           # the kernel kinds the pricing binds a region to (backend/kinds.py loads them on first use)
+           *(f"polysat.backend.{k}.kind" for k in ("gemm", "attention", "scores", "conv", "conv_pool", "simt")))
 EXAMPLES = HERE.parent / "examples"
 
 

@@ -8,6 +8,7 @@ shape ``[M, N, 64]``; tuple (map, perm, axes, dims) ``(i0, 2*i1 + 1)``; pads, sh
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from ..ir.dtypes import DType
 from ..ir.expr import Expr
@@ -27,14 +28,17 @@ def _items(text: str) -> list:
     return [p.strip() for p in body.split(",")] if body else []
 
 
+@lru_cache(maxsize=65536)  # the rule helpers parse the same few attribute texts again and again
 def parse_shape(text: str) -> tuple:
     return tuple(dim(p) for p in _items(text))
 
 
+@lru_cache(maxsize=65536)
 def parse_map(text: str) -> tuple:
     return tuple(Expr.of(p) for p in _items(text))
 
 
+@lru_cache(maxsize=65536)
 def parse_ints(text: str) -> tuple:
     return tuple(int(p) for p in _items(text))
 
@@ -44,6 +48,7 @@ def pads(p) -> str:
     return ";".join(f"{lo}:{hi}" for lo, hi in p)
 
 
+@lru_cache(maxsize=65536)
 def parse_pads(text: str) -> tuple:
     return tuple((dim(lo), dim(hi)) for lo, hi in (r.split(":") for r in text.split(";"))) if text else ()
 
@@ -52,6 +57,7 @@ def shrink(lo, hi, step) -> str:
     return ";".join(f"{a}:{b}:{int(s)}" for a, b, s in zip(lo, hi, step, strict=True))
 
 
+@lru_cache(maxsize=65536)
 def parse_shrink(text: str) -> tuple:
     rows = [r.split(":") for r in text.split(";")] if text else []
     return tuple(dim(r[0]) for r in rows), tuple(dim(r[1]) for r in rows), tuple(int(r[2]) for r in rows)

@@ -5,7 +5,8 @@ kernel). A group has one *root*, whose outputs it writes; every other member is 
 value is a site (it may be fused away) and whose readers all lie in the same group, so it is computed
 inside the group and never materialized. A group must be legal (the legality check of the kernel's
 terms; monotone: a group holding an illegal one is illegal too). The price of a partition is the sum of
-its groups' prices (Poly Core's ``price`` of the group's region, cached by content).
+its groups' prices (Poly Core's ``price`` of the group's region as the kind the backend binds the
+group's kernel to, cached by content).
 
 The search is exact: a dynamic program over the kernels in dependency order whose state is the set of
 *pending* kernels (absorbed, waiting for the root of their group), each decision "absorb" (pending) or
@@ -209,7 +210,7 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
     conflicts, egraph/legality.py ``violations``)."""
     from ..analyses.devices import device
     from ..analyses.indexbook import checked_indexbook
-    from ..analyses.poly_from_view import region_from_polyview
+    from ..analyses.poly_from_view import as_emitted, region_from_polyview
     from ..analyses.polyview import build_polyview
     from ..ir.shapes import bind as bind_shape
     from ..ir.tiny import GroupOp
@@ -249,8 +250,14 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
         return frozenset().union(*(ks[m].nodes for m in members))
 
     def price(root: str, members: frozenset) -> float:
-        r = region_from_polyview(pv, nodes_of(members), ks[root].outputs, params, "g")
-        return model_cost.price(model_cost.canonical(r), arch).time_est_us if r.statements else 0.0
+        ns = nodes_of(members)
+        r = region_from_polyview(pv, ns, ks[root].outputs, params, "g")
+        if not r.statements:
+            return 0.0
+        g = Kernel("g", ns, ks[root].outputs, tuple(dict.fromkeys(s for i in ns for s in prog[i].src if s not in ns)))
+        whole = Partition(tuple(g if k.name == root else k for k in part.kernels if k.name == root or k.name not in members))
+        (r,) = as_emitted(prog, whole, [r])  # priced as the kind the backend binds the group to
+        return model_cost.price(model_cost.canonical(r), arch).time_est_us
 
     def lower(root: str) -> float:
         if not (ks[root].nodes & with_blocks):

@@ -18,8 +18,7 @@ and priced whole, and the cheaper of the two is kept, so the search never ends a
 With at most EXACT_SITES sites a descent then polishes: each round prices fusing every site still cut
 (and, once that gains nothing, cutting every fused site again), takes the best move, then the other
 improving ones while they still improve, until none improves; it may cut a merge search fusion again
-(the merge search prices a group on its Poly-View, a whole partition is priced as the backend binds
-each kernel). A larger program instead tries streaming every softmax-weighted sum at once. A cut site
+(the merge search prices each group alone, a whole partition prices its kernels together). A larger program instead tries streaming every softmax-weighted sum at once. A cut site
 whose read composes to the value itself (an identity read) is materialized by the partition
 (totiny.to_tiny), not by the extraction. A program of repeated blocks (egraph/segment.py) is searched
 once per distinct segment and stitched (egraph/segment_stitch.py, ``saturate_unfused`` and ``search``).

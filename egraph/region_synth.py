@@ -518,8 +518,7 @@ def _synthesize(program: Program, partition: Partition) -> list[Region]:
     symbols = program.symbols()
     regions = []
     for k, kern in enumerate(partition.kernels):
-        s = _KernelSynth(program, kern, names, symbols)
-        yields, _ = s.synthesize()
+        yields, iters, raxes, inputs, lets = _kernel_parts(program, kern, names, symbols)
         outputs, ys = [], []
         for let_name, nid, cast, ax in yields:
             node = program[nid]
@@ -528,12 +527,34 @@ def _synthesize(program: Program, partition: Partition) -> list[Region]:
             for t in out_names.get(nid, [names[nid]]):
                 outputs.append(Buffer(t, MemRef(tuple(node.shape), node.dtype), "deferred" if deferred else "gmem", is_out))
                 ys.append(Yield(let_name, t, cast, ax))
-        iters = tuple((a, s.axes[a]) for a in s.iter_names)
-        raxes = tuple((a, sz) for a, sz in s.axes.items() if a not in s.iter_names)
-        inputs = tuple(Buffer(t, m) for t, m in s.inputs.items())
-        regions.append(Region(kern.name, iters, raxes, inputs, tuple(outputs), tuple(s.lets), tuple(ys)))
+        regions.append(Region(kern.name, iters, raxes, inputs, tuple(outputs), lets, tuple(ys)))
     regions.extend(_copy_regions(program, out_names))
     return regions
+
+
+_PARTS: dict = {}  # (id(program), kernel, the tensor names it uses) -> (program, parts), the latest 512
+_PARTS_MAX = 512
+
+
+def _kernel_parts(program: Program, kern: Kernel, names: dict, symbols) -> tuple:
+    """(yields, iteration axes, reduction axes, input buffers, lets) of one kernel: a kernel depends only on
+    its own nodes and the names of the tensors it reads and writes, so the partitions the merge search
+    prices as emitted (one group joined, every other kernel as in the base) synthesize each other kernel
+    once. The program is kept with its entry: an id is never reused while the entry lives."""
+    used = tuple((i, names[i]) for i in sorted(kern.nodes | set(kern.inputs) | set(kern.outputs)) if i in names)
+    key = (id(program), kern, used)
+    hit = _PARTS.get(key)
+    if hit is not None and hit[0] is program:
+        return hit[1]
+    s = _KernelSynth(program, kern, names, symbols)
+    yields, _ = s.synthesize()
+    parts = (yields, tuple((a, s.axes[a]) for a in s.iter_names),
+             tuple((a, sz) for a, sz in s.axes.items() if a not in s.iter_names),
+             tuple(Buffer(t, m) for t, m in s.inputs.items()), tuple(s.lets))
+    if len(_PARTS) >= _PARTS_MAX:
+        _PARTS.pop(next(iter(_PARTS)))
+    _PARTS[key] = (program, parts)
+    return parts
 
 
 def _copy_regions(program: Program, out_names: dict) -> list:

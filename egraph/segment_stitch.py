@@ -62,7 +62,7 @@ class _Instance:
     """Segment j's offsets in the stitched view and its e-node map."""
     coff: int
     ioff: int
-    nodes: dict  # segment ENode -> stitched ENode
+    nodes: dict  # a segment ENode's order (its position in the segment's export) -> the stitched ENode
     entry_class: "int | None"  # the segment's class of the tensor it reads from the segment before
 
 
@@ -89,7 +89,7 @@ def _stitch_view(s: SegmentedState) -> tuple:
                     m = ENode("Tensor", (n.args[0].replace(tid, real),), (), c + coff, order + n.order)
                 else:
                     m = ENode(n.op, n.args, tuple(ch + coff for ch in n.children), c + coff, order + n.order)
-                nodes[n] = m
+                nodes[n.order] = m
                 out.append(m)
             classes[c + coff] = out
         shape.update({c + coff: x for c, x in v.shape.items()})
@@ -194,13 +194,13 @@ def stitch(s: SegmentedState, found: dict):
                           None if p.cost is None else dataclasses.replace(p.cost, region=kmap[p.kernel.name].name))
                    for p in res.best.priced]
         c = inst.coff
-        chosen.update({k + c: inst.nodes[n] for k, n in x.chosen.items()})
+        chosen.update({k + c: inst.nodes[n.order] for k, n in x.chosen.items()})
         if inst.entry_class is not None:
             chosen[inst.entry_class] = view.classes[inst.entry_class][0]
             bounds.append(inst.entry_class)
         fused |= {m + c for m in res.best.fused}
         rejected.append((c, seg, res))
-        sites.update({m + c: tuple(tuple(inst.nodes[n] for n in part) for part in v) for m, v in res.sites.items()})
+        sites.update({m + c: tuple(tuple(inst.nodes[n.order] for n in part) for part in v) for m, v in res.sites.items()})
         streamed += [(r, c) for r in res.streamed]
         prev_exit = ids[x.program.outputs[0][1]]
         roots = tuple(r + c for r in x.roots)

@@ -53,14 +53,16 @@ def add_rule_files(eg: EGraph, files: list) -> None:
 _VALID: set = set()  # (path, text) tuples of file lists already validated in this process
 
 
-def validate(files: list) -> None:
-    """Load the files into a scratch e-graph first, so a bad file never reaches the real one."""
+def validate(files: list, eg: "EGraph | None" = None) -> None:
+    """Lint the files and load them into ``eg`` (default: a scratch e-graph), so a bad file never reaches
+    an e-graph that is kept: ``eg`` is one that a failure discards. Files validated before (in this process)
+    are only loaded."""
     key = tuple((rf.path, rf.text) for rf in files)
-    if key in _VALID:
-        return
-    from .soundness_lint import lint_files, raise_if_any
-    raise_if_any(lint_files(files))
-    add_rule_files(base_egraph(), files)
+    if key not in _VALID:
+        from .soundness_lint import lint_files, raise_if_any
+        raise_if_any(lint_files(files))
+    if key not in _VALID or eg is not None:
+        add_rule_files(base_egraph() if eg is None else eg, files)
     _VALID.add(key)
 
 
@@ -95,9 +97,8 @@ class EGraphState:
 
 
 def new_state(program: Program, files: list, cuts: "set | None" = None) -> EGraphState:
-    validate(files)
     eg = base_egraph()
-    add_rule_files(eg, files)
+    validate(files, eg)  # a failure discards eg: no scratch e-graph needed
     st = EGraphState(eg, program, tuple(files))
     load_program(st, default_cuts(program) if cuts is None else cuts)
     return st

@@ -62,3 +62,43 @@ def test_each_kind_prices_a_contraction():
     seen = {kind for name, model in _models() for cost in ("model", "size")
             for p, kind in _priced(name, model, cost) if p.region is not None and _contraction(p.region)}
     assert {"gemm", "conv", "conv_pool", "attention", "softmax_scores", "simt"} <= seen, sorted(seen)
+
+
+@pytest.mark.parametrize("name, model", _models(), ids=[n for n, _ in _models()])
+def test_every_group_the_merge_search_prices_is_priced_as_the_kind_it_binds_to(name, model, monkeypatch):
+    """Inside the search too: each group the merge search prices is priced with tensor-core statements exactly
+    when a tensor-core kind binds the group's kernel, built as the pipeline builds it (synthesis, narrowing,
+    layout pass) in the partition where the group is one kernel and every other kernel is the base's."""
+    from polysat.egraph import merge_search, model_cost
+    from polysat.egraph.partition import Kernel, Partition
+    from polysat.egraph.region_synth import synthesize
+    from polysat.ir.region_layout import store_for_readers
+    from polysat.ir.region_narrow import narrow_boundaries
+    seen, checked = [], []
+    real_price, real_space = model_cost.price, merge_search.merge_space
+    monkeypatch.setattr(model_cost, "price", lambda r, arch: seen.append(r) or real_price(r, arch))
+
+    def space(state, view, st, roots, base, params, arch, illegal):
+        sp = real_space(state, view, st, roots, base, params, arch, illegal)
+        prog, part, ks = base.extraction.program, base.extraction.partition, sp.kernels
+
+        def price(root, members):
+            seen.clear()
+            us = real_group_price(root, members)
+            ns = frozenset().union(*(ks[m].nodes for m in members))
+            g = Kernel("g", ns, ks[root].outputs, tuple(dict.fromkeys(s for i in ns for s in prog[i].src if s not in ns)))
+            whole = Partition(tuple(g if k.name == root else k for k in part.kernels if k.name == root or k.name not in members))
+            rb = {r.name: r for r in store_for_readers(narrow_boundaries(synthesize(prog, whole)))}["g"]
+            if seen and _contraction(seen[-1]):
+                kind = bind(rb)[0].name
+                tensor = any(s.unit == "tensor" for s in seen[-1].statements)
+                assert tensor == (kind != "simt"), (name, root, sorted(members), kind)
+                checked.append(kind)
+            return us
+        real_group_price = sp.price
+        sp.price = price
+        return sp
+    monkeypatch.setattr(merge_search, "merge_space", space)
+    Compilation(model, cost="model").search
+    if name in ("gemm_bias_relu.json", "transformer_1", "mlp.json"):
+        assert checked, name  # groups with a contraction were priced
