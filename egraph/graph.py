@@ -85,10 +85,12 @@ def export(st: EGraphState) -> EGraphView:
 
 class Conflict(NamedTuple):
     """One (fuse-conflict P r) fact of rules/fusion.egg: the Mat site classes of P, the class of the Reduce
-    whose body the path starts from (None for a value's root), and the reduction r it reaches."""
+    whose body the path starts from (None for a value's root), the reduction r it reaches, and for a
+    value's root the value (the root of the kernel the path starts in)."""
     sites: frozenset
     root: "int | None"
     reduce: int
+    top: "int | None" = None  # the value whose kernel the path starts from (a value's root, (Top x))
 
 
 def _conflicts(g, fz, cid) -> tuple:
@@ -99,11 +101,12 @@ def _conflicts(g, fz, cid) -> tuple:
         return ()
     link = {r.output: (cid(r.inputs[0]), r.inputs[2]) for r in cons.rows}
     root = {r.output: cid(r.inputs[0]) for r in (fz.functions["Root"].rows if "Root" in fz.functions else ())}
+    top = {r.output: cid(r.inputs[0]) for r in (fz.functions["Top"].rows if "Top" in fz.functions else ())}
 
     def members(v, r) -> Conflict:
         sites = []
         while v in link:
             c, v = link[v]
             sites.append(c)
-        return Conflict(frozenset(sites), root.get(v), cid(r))
+        return Conflict(frozenset(sites), root.get(v), cid(r), top.get(v))
     return tuple(dict.fromkeys(members(r.inputs[0], r.inputs[1]) for r in rows.rows))

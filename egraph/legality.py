@@ -28,9 +28,11 @@ def violations(view, fused, chosen=None) -> list:
 
 def on_path(view, k, chosen: dict, fused: frozenset) -> bool:
     """Whether the chosen terms reach the reduction of conflict k from its root (the chosen Reduce's body;
-    any chosen class for a value's root) crossing exactly k's sites, the way rules/fusion.egg's eval rules
-    walk: through elementwise and movement nodes, across a read of a site (Read(Mat z) or View(z)), never
-    into another Reduce's body. A value whose class holds its own identity read back (Read(Mat(x)) landed
+    for a value's root, the root of a kernel of the partition: a chosen value whose site is cut, or a
+    program root) crossing exactly k's sites, the way rules/fusion.egg's eval rules
+    walk: through elementwise and movement nodes, across a read of a site (Read(Mat z) or View(z); a
+    site whose value is a View of an unmaterialized value, the sibling concatenation, into that value),
+    never into another Reduce's body. A value whose class holds its own identity read back (Read(Mat(x)) landed
     in x's class) is materialized by the partition unless its site is fused: the rules see no boundary
     there, the walk stops at it when that site is cut."""
     mat = _mats(view)
@@ -41,7 +43,9 @@ def on_path(view, k, chosen: dict, fused: frozenset) -> bool:
             return False
         starts = [(chosen[k.root].children[0], frozenset(), True)]
     else:
-        starts = [(c, frozenset(), False) for c in chosen]
+        inner = {c for n in chosen.values() for c in n.children}
+        starts = [(c, frozenset(), False) for c in chosen  # a kernel's root: a cut site's value or a program root
+                  if (k.top is None or c == k.top) and ((c in site_of and site_of[c] not in fused) or c not in inner)]
     seen, stack = set(), list(starts)
     while stack:
         x, crossed, edge = stack.pop()
@@ -63,6 +67,9 @@ def on_path(view, k, chosen: dict, fused: frozenset) -> bool:
                 stack.append((mat[m], crossed | {m}, False))
         elif n.op == "View" and n.children and n.children[0] != x and site_of.get(n.children[0]) in k.sites:
             stack.append((n.children[0], crossed | {site_of[n.children[0]]}, False))  # a fused read
+        elif n.op == "View" and n.children and not edge and n.children[0] not in site_of:
+            if crossed == k.sites and k.reduce in _pieces(view, n.children[0]):
+                return True  # a materialized view (the sibling concatenation): its pieces' reductions
     return False
 
 
@@ -87,3 +94,16 @@ def _sites_of(view) -> dict:
     if "_site_of" not in view.__dict__:
         view.__dict__["_site_of"] = {z: m for m, z in _mats(view).items()}
     return view.__dict__["_site_of"]
+
+
+def _pieces(view, y: int) -> set:
+    """The classes reached from y through any elementwise or movement node, never through a read
+    (rules/fusion.egg piece-of: the pieces of a materialized view, up to their reductions)."""
+    out, stack = set(), [y]
+    while stack:
+        x = stack.pop()
+        if x in out:
+            continue
+        out.add(x)
+        stack.extend(c for n in view.classes.get(x, ()) if n.op in ELEMENTWISE or n.op in MOVEMENT for c in n.children)
+    return out

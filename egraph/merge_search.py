@@ -215,6 +215,7 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
     from ..ir.shapes import bind as bind_shape
     from ..ir.tiny import GroupOp
     from . import model_cost  # its ``price`` (bench/pricing.py times the calls there)
+    from .partition import Kernel, Partition
     from .totiny import TermBuilder
     prog, part = base.extraction.program, base.extraction.partition
     tb = TermBuilder(state, view, base.extraction.chosen)

@@ -272,6 +272,23 @@ def stream_sites(view: EGraphView) -> dict:
     return out
 
 
+def streamed_terms(view: EGraphView, chosen: dict, roots: list) -> dict:
+    """chosen with every softmax-weighted sum rules/streaming.egg can stream taken streamed (its
+    SoftmaxSum e-node), restricted to the classes the roots then reach."""
+    ch = dict(chosen)
+    for c, (_, ss) in stream_sites(view).items():
+        if c in ch:
+            ch[c] = next((n for n in ss if n.args[1] == "1"), ss[0])
+    out, stack = {}, [r for r in roots if r in ch]
+    while stack:
+        x = stack.pop()
+        if x in out or x not in ch:
+            continue
+        out[x] = ch[x]
+        stack.extend(ch[x].children)
+    return out
+
+
 def sites(view: EGraphView) -> dict:
     """Mat class -> (cut e-nodes reading it, their classes' other e-nodes), for each Mat some read of
     which has a fused alternative: the decision unit is "is this value materialized"; and the stream
@@ -393,14 +410,20 @@ class ModelCost(SearchingCost):
         if base.extraction is None:
             fail("InternalError", "extraction", "no term with every kernel boundary cut")
         seed = evaluate(default_fused(state, view, st, streams))  # the loaded default partition
+        # a group is judged as it is realized: its softmax-weighted sums streamed (the realized partition
+        # is checked again on its own extraction below)
+        grouped = streamed_terms(view, base.extraction.chosen, roots) if stream else base.extraction.chosen
         cur = seed
         # the global merge search over the one-kernel-per-op partition (egraph/merge_search.py)
         merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
-                                                    lambda sites: violations(view, sites, base.extraction.chosen), self.limits, seed.fused)
+                                                    lambda sites: violations(view, sites, grouped), self.limits, seed.fused)
         big = len(st) > self.exact_sites
         # realized: streaming every softmax-weighted sum at once first on a large program (the merge
         # search's space has no streams), then the merge search's decisions alone
-        for fused in ([merged | streams] if stream and big and streams else []) + [merged] if merged else []:
+        # (on a small one, streamed when the merge search's decisions alone are illegal)
+        tries = ([merged | streams] if stream and big and streams else []) + [merged] + \
+            ([merged | streams] if stream and not big and streams else [])
+        for fused in tries if merged else []:
             cand = evaluate(frozenset(fused))
             if cand.total < cur.total:
                 cur = cand

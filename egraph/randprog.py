@@ -263,3 +263,15 @@ def sibling_programs(rng: np.random.Generator) -> list:
     out.append(b.program(group(b, b.input("X", dt, (m + 2, k), at=AT), "fg", [2, n])
                          + group(b, b.input("Z", dt, (m, k), at=AT), "hij", [n, 3, n + 1])))
     return out
+
+
+def owned_programs(rng: np.random.Generator) -> list:
+    """A softmax over a middle axis: its max and sum are read at a projection of the consumer's axes,
+    which a kernel owning the whole reduced extent computes once per tile (rules/fusion.egg legal-owned)."""
+    a, n, c = (int(v) for v in rng.integers(2, 5, 3))  # no unit axis: a unit axis is never a broadcast axis
+    b = Builder("o")
+    x = b.input("X", DType.fp32, (a, n + 1, c), at=AT)
+    mx = b.reduce(x, "MAX", (1,), DType.fp32, at=AT)
+    e = b.add(Ops.EXP2, [b.alu(Ops.SUB, x, b.reshape(mx, (a, 1, c), at=AT), at=AT)], at=AT)
+    z = b.reduce(e, "SUM", (1,), DType.fp32, at=AT)
+    return [b.program([("p", b.alu(Ops.FDIV, e, b.reshape(z, (a, 1, c), at=AT), at=AT))])]
