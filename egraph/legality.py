@@ -39,9 +39,12 @@ def on_path(view, k, chosen: dict, fused: frozenset) -> bool:
     own = _own_reads(view)
     site_of = _sites_of(view)
     if k.root is not None:
-        if k.root not in chosen or chosen[k.root].op != "Reduce":
+        if k.root in chosen and chosen[k.root].op == "Reduce":
+            starts = [(chosen[k.root].children[0], frozenset(), True)]
+        else:  # a streamed softmax-weighted sum computes the reduction k.root: it reads its values as it did
+            starts = [(n.children[1], frozenset(), True) for n in _streams_over(view, k.root, chosen)]
+        if not starts:
             return False
-        starts = [(chosen[k.root].children[0], frozenset(), True)]
     else:
         inner = {c for n in chosen.values() for c in n.children}
         starts = [(c, frozenset(), False) for c in chosen  # a kernel's root: a cut site's value or a program root
@@ -59,6 +62,10 @@ def on_path(view, k, chosen: dict, fused: frozenset) -> bool:
             if n.op == "Reduce" and crossed == k.sites:
                 return True
             continue
+        if n.op == "SoftmaxSum":  # streamed: it computes its P V and row sum; like a Reduce, the walk stops
+            if crossed == k.sites and k.reduce in _streamed(view, x):
+                return True
+            continue
         if n.op in ELEMENTWISE or n.op in MOVEMENT:
             stack.extend((c, crossed, True) for c in n.children)
         elif n.op == "Read" and n.children and n.children[0] in mat and mat[n.children[0]] != x:
@@ -71,6 +78,34 @@ def on_path(view, k, chosen: dict, fused: frozenset) -> bool:
             if crossed == k.sites and k.reduce in _pieces(view, n.children[0]):
                 return True  # a materialized view (the sibling concatenation): its pieces' reductions
     return False
+
+
+def _streams_over(view, r: int, chosen: dict) -> list:
+    """The chosen SoftmaxSum e-nodes that compute the Reduce class r (see ``_streamed``); their value
+    operand (children[1]) is what that Reduce read by broadcast along the queries."""
+    return [n for c, n in chosen.items() if n.op == "SoftmaxSum" and r in _streamed(view, c)]
+
+
+def _streamed(view, c: int) -> frozenset:
+    """The Reduce classes a SoftmaxSum's class c computes in its other spelling (the weighted sum P V and
+    the row sum, reached through elementwise nodes: the division by the row sum)."""
+    memo = view.__dict__.setdefault("_streamed", {})
+    if c not in memo:
+        out, seen = set(), set()
+        stack = [m for m in view.classes.get(c, ()) if m.op != "SoftmaxSum"]
+        while stack:
+            m = stack.pop()
+            for ch in m.children:
+                if ch in seen:
+                    continue
+                seen.add(ch)
+                for e in view.classes.get(ch, ()):
+                    if e.op == "Reduce":
+                        out.add(ch)
+                    elif e.op in ELEMENTWISE:
+                        stack.append(e)
+        memo[c] = frozenset(out)
+    return memo[c]
 
 
 def _mats(view) -> dict:

@@ -150,7 +150,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
             continue
         body = " ".join(f"(run {r})" for r in ph.rulesets)
         if ph.fixpoint:
-            body = f"(saturate {body} (run analysis))"
+            body = f"(saturate {body})"
         while True:
             if len(rep.iterations) >= lim.iterations:
                 rep.stop = StopReason.iter_limit
