@@ -289,6 +289,17 @@ def streamed_terms(view: EGraphView, chosen: dict, roots: list) -> dict:
     return out
 
 
+def chosen_terms(best: dict, roots: list) -> dict:
+    """class -> the e-node an extraction ``best`` (class -> choice) takes, for the classes the roots reach."""
+    chosen, stack = {}, list(roots)
+    while stack:
+        c = stack.pop()
+        if c not in chosen:
+            chosen[c] = best[c].node
+            stack.extend(best[c].node.children)
+    return chosen
+
+
 def sites(view: EGraphView) -> dict:
     """Mat class -> (cut e-nodes reading it, their classes' other e-nodes), for each Mat some read of
     which has a fused alternative: the decision unit is "is this value materialized"; and the stream
@@ -382,12 +393,7 @@ class ModelCost(SearchingCost):
                 best, _ = solve(view, _Masked(excl, hard))
                 cand = Candidate(fused, None)
                 if all(r in best and best[r].total < math.inf for r in roots):
-                    chosen, stack = {}, list(roots)
-                    while stack:
-                        c = stack.pop()
-                        if c not in chosen:
-                            chosen[c] = best[c].node
-                            stack.extend(best[c].node.children)
+                    chosen = chosen_terms(best, roots)
                     prog, part = to_tiny(state, view, chosen, roots, kept)
                     cand.extraction = Extraction(prog, part, 0.0, chosen, tuple(roots))
                 extracted[fused] = cand

@@ -16,7 +16,7 @@ from polysat.egraph.extract import solve
 from polysat.egraph.graph import export
 from polysat.commands.partition_legality import illegal_fusions
 from polysat.egraph.legality import violations
-from polysat.egraph.model_cost import ModelCost, _Masked, all_cuts, saturate_unfused, sites, stream_sites
+from polysat.egraph.model_cost import ModelCost, _Masked, all_cuts, chosen_terms, saturate_unfused, sites, stream_sites
 from polysat.egraph.partition_search import masks
 from polysat.egraph.randprog import motif_programs, random_program
 from polysat.egraph.saturate import OPT_IN, default_schedule, rule_files, run
@@ -43,12 +43,7 @@ def _partitions(st, rng, count: int, legal: bool = True):
         best, _ = solve(view, _Masked(excl, hard))
         if not all(r in best and best[r].total < math.inf for r in roots):
             continue
-        chosen, stack = {}, list(roots)
-        while stack:
-            c = stack.pop()
-            if c not in chosen:
-                chosen[c] = best[c].node
-                stack.extend(best[c].node.children)
+        chosen = chosen_terms(best, roots)
         if legal and violations(view, fused, chosen):
             continue
         yield to_tiny(st, view, chosen, roots, kept)
