@@ -81,22 +81,29 @@ _PLACE = ("polysat_p0", "polysat_p1")
 
 
 def _parse_named(cls, what: str, text: str):
-    """``_parse(cls, what, text)``, parsed once per text with its tuple names (a set's one, a map's
-    domain and range) replaced by placeholders, then named: the access maps of different nodes differ
-    mostly by their statement and tensor names."""
+    """``_parse(cls, what, text)`` through ``parse_renamed`` with the text's own tuple names."""
     names = list(dict.fromkeys(_TUPLE.findall(text)))
-    want = 1 if cls is isl.Set else 2
-    if len(names) != want or any(p in text for p in _PLACE):
-        return _parse(cls, what, text)
-    generic = _TUPLE.sub(lambda m: _PLACE[names.index(m.group(1))], text)
+    obj = parse_renamed(cls, text, names) if len(names) == (1 if cls is isl.Set else 2) else None
+    return obj if obj is not None else _parse(cls, what, text)
+
+
+def parse_renamed(cls, text: str, names: Sequence[str]):
+    """``cls(text)`` (an isl Set or Map) whose tuples are named ``names`` (a set's one, a map's domain and
+    range), parsed once per text with those names replaced by placeholders, then named: access maps and
+    statements of different nodes and candidate regions differ mostly by their names. None when the text
+    is not of that form or does not parse: the caller parses it itself, for its own diagnostic."""
+    names = list(names)
+    if len(set(names)) != len(names) or any(p in text for p in _PLACE):
+        return None
+    pat = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(re.escape(n) for n in names) + r")(?=\s*\[)")
     try:
-        obj = _parse_generic(cls, generic)
+        obj = _parse_generic(cls, pat.sub(lambda m: _PLACE[names.index(m.group(1))], text))
     except isl.Error:
-        return _parse(cls, what, text)  # the diagnostic quotes the real text
+        return None
     if cls is isl.Set:
-        return obj.set_tuple_name(names[0]) if obj.get_tuple_name() == _PLACE[0] else _parse(cls, what, text)
-    if (obj.get_tuple_name(isl.dim_type.in_), obj.get_tuple_name(isl.dim_type.out)) != _PLACE:
-        return _parse(cls, what, text)
+        return obj.set_tuple_name(names[0]) if obj.get_tuple_name() == _PLACE[0] else None
+    if len(names) != 2 or (obj.get_tuple_name(isl.dim_type.in_), obj.get_tuple_name(isl.dim_type.out)) != _PLACE:
+        return None
     return obj.set_tuple_name(isl.dim_type.in_, names[0]).set_tuple_name(isl.dim_type.out, names[1])
 
 

@@ -30,6 +30,7 @@ from ..ir.diagnostics import PolysatError, fail
 from ..ir.dtypes import DType
 from ..ir.expr import Expr
 from ..ir.shapes import Dim, dim as to_dim
+from .isl_util import parse_renamed
 
 ROLES = ("input", "output", "internal")
 UNITS = ("tensor", "fp32", "sfu")  # tensor cores (MMA), FP32 SIMT pipes, special-function unit
@@ -274,32 +275,12 @@ def _parse(kind, text: str, what: str):
              "Write domains and accesses as isl text with affine (+ floordiv) expressions.")
 
 
-_SRC, _DST = "polysat_src", "polysat_dst"  # placeholder tuple names (no statement or tensor is named so)
-
-
 def _parse_named(kind, text: str, what: str, src: str, dst: "str | None" = None):
-    """``_parse(kind, text)`` where the text's tuple is named ``src`` (a map's range ``dst``): parsed once
-    per text with those names replaced by placeholders, then named. The statements of the candidate
-    regions differ mostly by their canonical names (S3 here, S5 there), so few texts are really parsed."""
-    def named(name: str, ph: str, t: str) -> str:
-        return re.sub(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?=\s*\[)", ph, t)
-    if dst == src or _SRC in text or _DST in text:
-        return _parse(kind, text, what)
-    generic = named(src, _SRC, text if dst is None else named(dst, _DST, text))
-    try:
-        obj = _parse_generic(kind, generic)
-    except isl.Error:
-        return _parse(kind, text, what)  # the error names the user's text
-    if kind is isl.Set:
-        return obj.set_tuple_name(src) if obj.get_tuple_name() == _SRC else _parse(kind, text, what)
-    if obj.get_tuple_name(isl.dim_type.in_) != _SRC or obj.get_tuple_name(isl.dim_type.out) != _DST:
-        return _parse(kind, text, what)  # not of the form src[...] -> dst[...]: checked by the caller
-    return obj.set_tuple_name(isl.dim_type.in_, src).set_tuple_name(isl.dim_type.out, dst)
-
-
-@lru_cache(maxsize=8192)
-def _parse_generic(kind, text: str):
-    return kind(text)
+    """``_parse(kind, text)`` where the text's tuple is named ``src`` (a map's range ``dst``), through
+    ``isl_util.parse_renamed``: the statements of the candidate regions differ mostly by their canonical
+    names (S3 here, S5 there), so few texts are really parsed."""
+    obj = parse_renamed(kind, text, [src] if dst is None else [src, dst])
+    return obj if obj is not None else _parse(kind, text, what)
 
 
 def _reduce_dims(write: isl.Map, dims: Sequence[str]) -> tuple:

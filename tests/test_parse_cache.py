@@ -37,10 +37,10 @@ def _region(stmt: str, tin: str, tout: str) -> PolyRegion:
 
 
 def test_renamed_statements_share_one_parse():
-    poly_region._parse_generic.cache_clear()
+    isl_util._parse_generic.cache_clear()
     poly_region._bind_generic.cache_clear()
     a, b = _region("S3", "T0", "T1").bind(), _region("S7", "T4", "T1").bind()
-    assert poly_region._parse_generic.cache_info().misses == 3  # the domain, the read, the write: once
+    assert isl_util._parse_generic.cache_info().misses == 3  # the domain, the read, the write: once
     assert poly_region._bind_generic.cache_info().misses == 1  # the statement: bound once, then named
     sa, sb = a.statements[0], b.statements[0]
     assert sb.domain.get_tuple_name() == "S7" and sb.write.get_tuple_name(isl.dim_type.in_) == "S7"
