@@ -419,6 +419,7 @@ def fusion_class(s: str, m: str, red: str) -> str:
         return kind
     used = {int(v[1:]) for e in mp for v in e.variables() if re.fullmatch(r"i\d+", v)}
     par = {k for k in range(len(shape)) if k not in ax and shape[k] != 1}  # a size-1 axis needs no tile
+    used = {k for k in used if shape[k] != 1}  # ... nor is it a use: i0 of a size-1 axis is 0
     return "owned" if kind == "owned" and (used <= par or par <= used) else "broadcast"
 
 

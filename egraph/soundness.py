@@ -26,7 +26,8 @@ from ..ir.diagnostics import PolysatError, diag
 from ..ir.tiny import Program
 from .boundaries import default_cuts
 from .graph import export
-from .randprog import attention_programs, motif_programs, owned_programs, random_program, sibling_programs
+from .randprog import (attention_programs, chained_gemm_programs, motif_programs, owned_programs, random_program,
+                       sibling_programs)
 from .rulefiles import RuleFile, discover, parse_file
 from .soundness_diff import StepResult, check_step
 from .soundness_explain import counterexample, consistent
@@ -237,6 +238,7 @@ class Checker:
             # checker's draws (the inputs of every program) stay what they were without them
             self.pool.extend(sibling_programs(np.random.default_rng(len(self.pool))))
             self.pool.extend(owned_programs(np.random.default_rng(len(self.pool))))  # a softmax on a middle axis
+            self.pool.extend(chained_gemm_programs(np.random.default_rng(len(self.pool))))  # GEMM -> GEMM
         for prog in self.pool:
             if v.fired >= self.cases or v.unsound:
                 break

@@ -153,3 +153,13 @@ def test_the_rules_report_names_the_conflict():
     search = ModelCost().search(st)
     assert any("many-to-many" in r.why for r in search.rejected), [r.why for r in search.rejected]
     json.dumps(rep.to_json())
+
+
+def test_a_size_one_axis_is_not_an_axis_the_kernel_must_own():
+    """$fusion-class: LayerNorm's row mean of x [1, S, D] read at (i0, i1) in the row's kernel is owned
+    (the ONNX importer's batch axis of size one is read at 0, no tile's); a read along an axis no
+    tile owns stays a broadcast."""
+    from polysat.egraph.ixfns import fusion_class
+    assert fusion_class("[1, 16, 64]", "(i0, i1)", "()") == "owned"
+    assert fusion_class("[1, 16, 64, 64]", "(i0, i1)", "(3)") == "owned"
+    assert fusion_class("[1, 16, 64, 64]", "(0, (i3)//16, i1, i3 - 16*((i3)//16))", "()") == "broadcast"
