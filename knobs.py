@@ -53,8 +53,8 @@ def egraph_nodes() -> int:
 
 
 def egraph_iters() -> int:
-    """POLYSAT_EGRAPH_ITERS: iterations of one saturation, over all its phases together (default 30)."""
-    return _num("POLYSAT_EGRAPH_ITERS", 30)
+    """POLYSAT_EGRAPH_ITERS: iterations of one saturation, over all its phases together (default 60)."""
+    return _num("POLYSAT_EGRAPH_ITERS", 60)
 
 
 def egraph_seconds() -> float:

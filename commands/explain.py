@@ -8,13 +8,15 @@ replaced; and the modelled time of the hand-style partition (egraph/hand_partiti
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 from ..analyses.cost_model import price
 from ..analyses.indexbook import checked_indexbook
 from ..analyses.poly_from_view import region_from_polyview
 from ..analyses.polyview import build_polyview
-from ..egraph.model_cost import canonical, illegal_fusions
+from .partition_legality import illegal_fusions
+from ..egraph.model_cost import canonical
 from ..egraph.hand_partition import hand_partition
 from ..egraph.partition import FREE_OPS, Kernel, Partition
 from ..egraph.stream import parse_tag
@@ -59,6 +61,9 @@ class _Named(dict):
         return default
 
 
+_CLASS = re.compile(r"@(\d+)")  # an e-class a legality rule names (egraph/legality.py violations)
+
+
 def _label(name: str) -> str:
     """A tensor name for text: an op's intermediate (``fc1·n0``) is said as such, without the node id."""
     op, dot, _ = name.partition("\u00b7")
@@ -88,8 +93,9 @@ def explain_model(result: dict) -> list:
     for r in search.rejected:
         tried.add(r.mat)
         x = next((n.children[0] for n in view.classes[r.mat] if n.op == "Mat"), r.mat)
+        why = _CLASS.sub(lambda m: _label(names.get(int(m.group(1)), "a reduction")), r.why)  # the rules' @class
         out.append({"value": names.get(x, f"e-class {x}"), "verdict": r.why.split(":")[0],
-                    "decided_by": _decider(r.why), "why": _said_once(r.why, result["_op_names"]),
+                    "decided_by": _decider(r.why), "why": _said_once(why, result["_op_names"]),
                     "separate_us": round(r.separate_us, 4),
                     "fused_us": None if r.fused_us is None else round(r.fused_us, 4),
                     "kernels": [r.kernels_before, r.kernels_after],
@@ -148,7 +154,7 @@ def explain_size(result: dict, arch: str) -> list:
 def hand_style(result: dict, original) -> dict:
     """The hand-style partition (egraph/hand_partition.py) of the chosen partition's program, priced with the same
     cost: its kernels (the user's ops of each), their modelled time, and any legality class it breaks."""
-    from ..egraph.legality import illegal_fusions
+    from .partition_legality import illegal_fusions
     from ..egraph.model_cost import price_kernels, total_us
     x = result["_extraction"]
     prog, part = hand_partition(original, x.program)

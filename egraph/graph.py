@@ -6,6 +6,7 @@ egglog: ``freeze()`` copies the tables in milliseconds and every e-node is decod
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .schema import CHILDREN, MEMORY
 from .state import EGraphState
@@ -31,6 +32,8 @@ class EGraphView:
     dtype: dict  # class id -> dtype string
     by_index: dict  # N index -> class id
     nodes: int
+    vetoed: frozenset = frozenset()  # read classes a rule vetoes fusing ((fuse-veto e) = 1, rules/fusion.egg)
+    conflicts: tuple = ()  # (Mat site classes no partition fuses together, the Reduce the path starts in or None)
 
     def parents(self) -> dict:
         out: dict = {c: [] for c in self.classes}
@@ -72,6 +75,38 @@ def export(st: EGraphState) -> EGraphView:
     by_index = {g.value_to_i64(r.inputs[0]): cid(r.output) for r in fz.functions["N"].rows}
     shape = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz.functions["has-shape"].rows}
     dtype = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz.functions["has-dtype"].rows}
+    veto = fz.functions.get("fuse-veto")
+    vetoed = frozenset(cid(r.inputs[0]) for r in (veto.rows if veto is not None else ()) if g.value_to_i64(r.output))
+    conflicts = _conflicts(g, fz, cid)
     for c in list(ids.values()):
         classes.setdefault(c, [])
-    return EGraphView(classes, shape, dtype, by_index, order)
+    return EGraphView(classes, shape, dtype, by_index, order, vetoed, conflicts)
+
+
+class Conflict(NamedTuple):
+    """One (fuse-conflict P r) fact of rules/fusion.egg: the Mat site classes of P, the class of the Reduce
+    whose body the path starts from (None for a value's root), the reduction r it reaches, and for a
+    value's root the value (the root of the kernel the path starts in)."""
+    sites: frozenset
+    root: "int | None"
+    reduce: int
+    top: "int | None" = None  # the value whose kernel the path starts from (a value's root, (Top x))
+
+
+def _conflicts(g, fz, cid) -> tuple:
+    """The (fuse-conflict P r) facts of rules/fusion.egg, each as a Conflict."""
+    cons = fz.functions.get("Site")
+    rows = fz.functions.get("fuse-conflict")
+    if cons is None or rows is None:
+        return ()
+    link = {r.output: (cid(r.inputs[0]), r.inputs[2]) for r in cons.rows}
+    root = {r.output: cid(r.inputs[0]) for r in (fz.functions["Root"].rows if "Root" in fz.functions else ())}
+    top = {r.output: cid(r.inputs[0]) for r in (fz.functions["Top"].rows if "Top" in fz.functions else ())}
+
+    def members(v, r) -> Conflict:
+        sites = []
+        while v in link:
+            c, v = link[v]
+            sites.append(c)
+        return Conflict(frozenset(sites), root.get(v), cid(r), top.get(v))
+    return tuple(dict.fromkeys(members(r.inputs[0], r.inputs[1]) for r in rows.rows))

@@ -383,3 +383,53 @@ def pv_out_ok(ss: str, so: str, dl: str, sb: str, dims: str, ax: str, sv: str, p
     if len(v) != len(s) + 1 or out != v[:-1] or E.parse_ints(dl) != tuple(range(len(s) - 1)):
         return None
     return pv_ok(ss, ss, dl, sb, dims, ax, sv, p)
+
+
+# ---- fusion legality (rules/fusion.egg) ------------------------------------------------------------
+
+OPAQUE = "opaque"  # a reach map no affine composition gives (a PAD on the way): never fusable
+
+
+@helper("reach-compose")
+@functools.lru_cache(maxsize=65536)
+def reach_compose(inner: str, m: str) -> str:
+    """The map from a read's space to a reduction it reaches: inner (the read value's space -> the
+    reduction's) after the read's map m; "opaque" when either is."""
+    if OPAQUE in (inner, m):
+        return OPAQUE
+    return compose_maps(inner, m) or OPAQUE
+
+
+@helper("fusion-class")
+@functools.lru_cache(maxsize=65536)
+def fusion_class(s: str, m: str, red: str) -> str:
+    """The legality class (docs/DESIGN.md §Fusion) of a reduction read at map m inside a kernel
+    iterating space s in the loop order of a Reduce over axes ``red`` of s ("()": no Reduce encloses
+    the read, every axis is parallel): "halo" (one-to-one or a window), "prefix" (at a prefix of the
+    loop order), "owned" (a projection whose axes are all parallel or include every parallel axis:
+    the kernel tiles the axes it uses and owns the whole extent of the others, a softmax on any
+    axis), "broadcast" (along an axis no tile owns) or "opaque" (no affine map)."""
+    if m == OPAQUE:
+        return OPAQUE
+    shape, mp, ax = E.parse_shape(s), E.parse_map(m), set(E.parse_ints(red))
+    order = [k for k in range(len(shape)) if k not in ax] + sorted(ax)
+    pos = {f"i{k}": Expr.var(f"i{j}") for j, k in enumerate(order)}
+    kind = read_kind(E.shape(shape[k] for k in order), E.tup(e.subs(pos) for e in mp))
+    if kind in ("halo", "prefix"):
+        return kind
+    used = {int(v[1:]) for e in mp for v in e.variables() if re.fullmatch(r"i\d+", v)}
+    par = {k for k in range(len(shape)) if k not in ax and shape[k] != 1}  # a size-1 axis needs no tile
+    used = {k for k in used if shape[k] != 1}  # ... nor is it a use: i0 of a size-1 axis is 0
+    return "owned" if kind == "owned" and (used <= par or par <= used) else "broadcast"
+
+
+@helper("use-through")
+def use_through(kind: str, in_shape: str, a: str, b: str, m: str) -> str:
+    """Where a movement op's operand (of shape in_shape) is read when the op's result is read at m:
+    the op's view map after m (a pad's: the shift by its low pads, as legality reads pads); "opaque"
+    when it is not affine."""
+    if kind == "pad":  # the padded value at i reads the operand at i - lo (the pad's guard aside: a shift)
+        return reach_compose(E.tup(Expr.var(f"i{k}") - lo for k, (lo, _) in enumerate(E.parse_pads(a))), m)
+    v = view(kind, in_shape, a, b)  # no range check as fold_map's: this places a use, it rewrites nothing
+    return reach_compose(E.tup(v[1]), m) if v is not None and v[1] is not None else OPAQUE
+

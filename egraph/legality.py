@@ -1,119 +1,144 @@
-"""Fusion legality on an extracted partition (Tiny IR): the legality classes of a read of a reduction
-inside its consumer's kernel, checked on the chosen terms (the rules' class-level facts in
-rules/fusion.egg over-approximate: a read class does not know its consumer's loop order).
-
-One-to-one and window reads (compute-at with halo) are legal; a read at a prefix of the consumer's
-loop order, or a projection whose skipped axes a loop order of the consumer can own ("owned": a
-softmax over any axis), is legal; a broadcast of a reduction along an axis no tile can own
-(GEMM -> GEMM) is many-to-many, never legal.
+"""The search's reading of the fusion legality the rules decide (docs/DESIGN.md §Fusion). The rules of
+rules/fusion.egg put ``fuse-conflict`` facts in the e-graph (exported by egraph/graph.py): fusing every
+Mat site of a conflict together computes its reduction where no loop order of the kernel owns it
+(many-to-many). ``violations`` applies them to a decision set: a conflict counts when its sites are all
+fused and, given an extraction, when the extraction holds its path. The facts range over every e-node of
+a class (a spelling the extraction leaves out included), so ``on_path`` checks that the chosen terms
+reach the conflict's reduction from its root across exactly its sites; which reads are legal is the
+rules' alone.
 """
 from __future__ import annotations
 
-import re
-
-from ..ir.expr import Expr
-from ..ir.tiny import GroupOp, Ops, Program
-from . import encode as E
-from .boundaries import loop_order, movement_map, operand_reads
-from .ixfns import compose, read_kind
-from .stream import group_of
+ELEMENTWISE = frozenset({"Unary", "Binary", "Cast", "Where", "Select"})
+MOVEMENT = frozenset({"BroadcastInDim", "Transpose", "Permute", "Reshape", "Expand", "Pad"})
 
 
-def _kind(p: Program, c, m: "tuple | None", space: tuple, reducer=None) -> str:
-    """read_kind of map m (over c's iteration space `space`) in c's loop order; "opaque" when the
-    map is not affine (a PAD on the way). An "owned" read (a projection) stays "owned" when a loop
-    order exists that computes the value once per tile and owns the rest: the axes it uses are all
-    parallel or include every parallel axis of c, or of the REDUCE ``reducer`` that c feeds
-    elementwise in the kernel (its loop order is that reduce's); else it is "broadcast"."""
-    if m is None:
-        return "opaque"
-    order = loop_order(c, p[c.src[0]])
-    perm = {k: j for j, k in enumerate(order)}  # rename axes to loop order positions
-    shape = tuple(space[k] for k in order)
-    mm = tuple(e.subs({f"i{k}": Expr.var(f"i{perm[k]}") for k in range(len(space))}) for e in m)
-    kind = read_kind(E.shape(shape), E.tup(mm)) or "opaque"
-    if kind != "owned":
-        return kind
-    r = reducer if reducer is not None else c if c.op == Ops.REDUCE else None
-    red = set(r.arg["axes"]) if r is not None and len(space) == len(p[r.src[0]].shape) else set()
-    used = {int(v[1:]) for e in m for v in e.variables() if re.fullmatch(r"i\d+", v)}
-    par = {k for k in range(len(space)) if k not in red and space[k] != 1}
-    return "owned" if used <= par or par <= used else "broadcast"
+def violations(view, fused, chosen=None) -> list:
+    """(rule, sites, reduction class, why) for each conflict of the rules (rules/fusion.egg many-to-many)
+    whose sites the decision set ``fused`` (Mat site classes) fuses together and, with ``chosen`` (class
+    -> e-node, the classes an extraction reaches from its roots), whose path that extraction holds;
+    [] when the partition is legal. The reason names the reduction by its class, ``@N`` (``--explain``
+    says the user's op name there)."""
+    fused = frozenset(fused)
+    return [("many-to-many", sorted(k.sites), k.reduce, f"fused into {'a kernel' if k.root is None else f'the reduction @{k.root}'}, "
+             f"the reduction @{k.reduce} would be read by broadcast inside one kernel (many-to-many): never legal "
+             "(rule many-to-many, rules/fusion.egg)")
+            for k in view.conflicts if k.sites <= fused and (chosen is None or on_path(view, k, chosen, fused))]
 
 
-def _reducers(p: Program, inside: frozenset) -> dict:
-    """node id -> the REDUCE inside the kernel it feeds through same-shape elementwise ops (its loop
-    order is that reduce's)."""
-    out: dict = {}
-    for n in p.nodes:
-        if n.id in inside and n.op == Ops.REDUCE:
-            stack = [n.src[0]]
-            while stack:
-                i = stack.pop()
-                q = p[i]
-                if i in out or i not in inside or q.op in GroupOp.Movement or q.op in GroupOp.Leaf or \
-                        q.op in GroupOp.Reduce or q.shape != p[n.src[0]].shape:
-                    continue
-                out[i] = n
-                stack.extend(q.src)
-    return out
-
-
-def fusion_class(p: Program, c, pos: int) -> str:
-    """How consumer c reads operand pos: "halo" (one-to-one or a window), "prefix" (at a prefix of
-    c's loop order) or "broadcast" (one-to-many); "opaque" when the view is not affine. A PAD reads
-    its source shifted (boundaries.pad_shift): MaxPool2D's -inf border around a conv is a window."""
-    _, _, m, space = operand_reads(p, c, pads_as_shifts=True)[pos]
-    return _kind(p, c, m, space)
-
-
-def _reached_reduces(p: Program, q, m: "tuple | None", inside: frozenset) -> list:
-    """(reduce node, composed map) for each REDUCE in q's cone inside the kernel, with the map from
-    the consumer's space to the reduce's output (elementwise ops keep the index, views compose)."""
-    out, stack, seen = [], [(q, m)], set()
+def on_path(view, k, chosen: dict, fused: frozenset) -> bool:
+    """Whether the chosen terms reach the reduction of conflict k from its root (the chosen Reduce's body;
+    for a value's root, the root of a kernel of the partition: a chosen value whose site is cut, or a
+    program root) crossing exactly k's sites, the way rules/fusion.egg's eval rules
+    walk: through elementwise and movement nodes, across a read of a site (Read(Mat z) or View(z); a
+    site whose value is a View of an unmaterialized value, the sibling concatenation, into that value),
+    never into another Reduce's body. A value whose class holds its own identity read back (Read(Mat(x)) landed
+    in x's class) is materialized by the partition unless its site is fused: the rules see no boundary
+    there, the walk stops at it when that site is cut."""
+    mat = _mats(view)
+    own = _own_reads(view)
+    site_of = _sites_of(view)
+    if k.root is not None:
+        if k.root in chosen and chosen[k.root].op == "Reduce":
+            starts = [(chosen[k.root].children[0], frozenset(), True)]
+        else:  # a streamed softmax-weighted sum computes the reduction k.root: it reads its values as it did
+            starts = [(n.children[1], frozenset(), True) for n in _streams_over(view, k.root, chosen)]
+        if not starts:
+            return False
+    else:
+        inner = {c for n in chosen.values() for c in n.children}
+        starts = [(c, frozenset(), False) for c in chosen  # a kernel's root: a cut site's value or a program root
+                  if (k.top is None or c == k.top) and ((c in site_of and site_of[c] not in fused) or c not in inner)]
+    seen, stack = set(), list(starts)
     while stack:
-        n, mp = stack.pop()
-        key = (n.id, mp)
-        if key in seen or n.id not in inside:
+        x, crossed, edge = stack.pop()
+        if (x, crossed, edge) in seen or x not in chosen:
             continue
-        seen.add(key)
-        if n.op in GroupOp.Reduce:
-            out.append((n, mp))
+        seen.add((x, crossed, edge))
+        if edge and x in own and own[x] not in fused:  # its readers read it from memory
             continue
-        if n.op in GroupOp.Movement:
-            src = p[n.src[0]]
-            f = movement_map(n, src, pads_as_shifts=True)
-            stack.append((src, None if f is None or mp is None else compose(f, mp)))
+        n = chosen[x]
+        if x == k.reduce:
+            if n.op == "Reduce" and crossed == k.sites:
+                return True
             continue
-        stack.extend((p[s], mp) for s in n.src)
+        if n.op == "SoftmaxSum":  # streamed: it computes its P V and row sum; like a Reduce, the walk stops
+            if crossed == k.sites and k.reduce in _streamed(view, x):
+                return True
+            continue
+        if n.op in ELEMENTWISE or n.op in MOVEMENT:
+            stack.extend((c, crossed, True) for c in n.children)
+        elif n.op == "Read" and n.children and n.children[0] in mat and mat[n.children[0]] != x:
+            m = n.children[0]
+            if m in k.sites:
+                stack.append((mat[m], crossed | {m}, False))
+        elif n.op == "View" and n.children and n.children[0] != x and site_of.get(n.children[0]) in k.sites:
+            stack.append((n.children[0], crossed | {site_of[n.children[0]]}, False))  # a fused read
+        elif n.op == "View" and n.children and not edge and n.children[0] not in site_of:
+            if crossed == k.sites and k.reduce in _pieces(view, n.children[0]):
+                return True  # a materialized view (the sibling concatenation): its pieces' reductions
+    return False
+
+
+def _streams_over(view, r: int, chosen: dict) -> list:
+    """The chosen SoftmaxSum e-nodes that compute the Reduce class r (see ``_streamed``); their value
+    operand (children[1]) is what that Reduce read by broadcast along the queries."""
+    return [n for c, n in chosen.items() if n.op == "SoftmaxSum" and r in _streamed(view, c)]
+
+
+def _streamed(view, c: int) -> frozenset:
+    """The Reduce classes a SoftmaxSum's class c computes in its other spelling (the weighted sum P V and
+    the row sum, reached through elementwise nodes: the division by the row sum)."""
+    memo = view.__dict__.setdefault("_streamed", {})
+    if c not in memo:
+        out, seen = set(), set()
+        stack = [m for m in view.classes.get(c, ()) if m.op != "SoftmaxSum"]
+        while stack:
+            m = stack.pop()
+            for ch in m.children:
+                if ch in seen:
+                    continue
+                seen.add(ch)
+                for e in view.classes.get(ch, ()):
+                    if e.op == "Reduce":
+                        out.add(ch)
+                    elif e.op in ELEMENTWISE:
+                        stack.append(e)
+        memo[c] = frozenset(out)
+    return memo[c]
+
+
+def _mats(view) -> dict:
+    """Mat site class -> the class of the value it materializes."""
+    if "_mats" not in view.__dict__:
+        view.__dict__["_mats"] = {c: n.children[0] for c, ns in view.classes.items() for n in ns if n.op == "Mat"}
+    return view.__dict__["_mats"]
+
+
+def _own_reads(view) -> dict:
+    """Class x holding its own read back, Read(Mat(x)) -> that Mat site class."""
+    if "_own" not in view.__dict__:
+        mat = _mats(view)
+        view.__dict__["_own"] = {c: n.children[0] for c, ns in view.classes.items() for n in ns
+                                 if n.op == "Read" and n.children and mat.get(n.children[0]) == c}
+    return view.__dict__["_own"]
+
+
+def _sites_of(view) -> dict:
+    """Value class -> the Mat site class that materializes it."""
+    if "_site_of" not in view.__dict__:
+        view.__dict__["_site_of"] = {z: m for m, z in _mats(view).items()}
+    return view.__dict__["_site_of"]
+
+
+def _pieces(view, y: int) -> set:
+    """The classes reached from y through any elementwise or movement node, never through a read
+    (rules/fusion.egg piece-of: the pieces of a materialized view, up to their reductions)."""
+    out, stack = set(), [y]
+    while stack:
+        x = stack.pop()
+        if x in out:
+            continue
+        out.add(x)
+        stack.extend(c for n in view.classes.get(x, ()) if n.op in ELEMENTWISE or n.op in MOVEMENT for c in n.children)
     return out
-
-
-def illegal_fusions(p: Program, part) -> list:
-    """(kernel name, consumer id, reduce id, why) for every reduction computed inside a kernel that
-    some consumer in the same kernel reads (through elementwise ops and views) by broadcast: its
-    element feeds many consumer points along an axis the block does not own; together with the
-    reduction that is many-to-many, never legal (GEMM -> GEMM). Reads one-to-one, by a window
-    (compute-at with halo) or at a prefix of the consumer's loop order (a block owns the reduced
-    extent: softmax, layernorm, attention's row sum) are legal, as are projections on any axis whose
-    consumer's loop order can own the axes they skip ("owned", _kind: a softmax over a middle axis). A streamed softmax-weighted sum
-    (egraph/stream.py) whose nodes all sit in the kernel is one consumer of its scores and values: its
-    running max and sums are read at each key block as they are updated, not broadcast."""
-    bad = []
-    member = group_of(p)
-    for k in part.kernels:
-        inside = frozenset(i for i in k.nodes if i not in k.inputs)
-        feeds = _reducers(p, inside)
-        for c in (p[i] for i in sorted(inside)):
-            if c.op in GroupOp.Movement or c.op in GroupOp.Leaf:
-                continue
-            g = member.get(c.id)
-            for _, q, m, space in operand_reads(p, c, pads_as_shifts=True):
-                if g is not None and q.id in g.nodes and g.nodes <= inside:
-                    continue  # inside a streamed softmax-weighted sum: its max and sums run along (stream.py)
-                for r, mr in _reached_reduces(p, q, m, inside):
-                    kind = _kind(p, c, mr, space, feeds.get(c.id))
-                    if kind in ("broadcast", "opaque"):
-                        bad.append((k.name, c.id, r.id, f"{c.id} reads the reduction {r.id} by {kind} inside one "
-                                    f"kernel: many-to-many fusion is never legal"))
-    return bad

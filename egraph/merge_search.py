@@ -196,7 +196,7 @@ class Space:
     items: list
     price: Callable  # (root, members) -> µs
     lower: Callable  # root -> µs
-    why_illegal: Callable  # members -> list of legality violations
+    why_illegal: Callable  # members -> list of legality violations (of the sites the group fuses)
     kernels: dict  # name -> egraph.partition.Kernel
     site_of: dict  # value id -> Mat class
 
@@ -205,7 +205,9 @@ class Space:
 
 
 def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable) -> Space:
-    """The space of the one-kernel-per-op partition of ``base`` (a Candidate of every site cut)."""
+    """The space of the one-kernel-per-op partition of ``base`` (a Candidate of every site cut).
+    ``illegal(sites)``: the legality violations of fusing those Mat sites into one kernel (the rules'
+    conflicts, egraph/legality.py ``violations``)."""
     from ..analyses.devices import device
     from ..analyses.indexbook import checked_indexbook
     from ..analyses.poly_from_view import as_emitted, region_from_polyview
@@ -264,10 +266,9 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
         out_bytes = sum(math.prod(bind_shape(prog[o].shape, params)) * prog[o].dtype.itemsize for o in ks[root].outputs)
         return (dev.launch_us + out_bytes / (dev.dram_tbps * 1e12) * 1e6) * (1 - 1e-9)
 
-    def why_illegal(members) -> list:
-        ns = nodes_of(members)
-        ins = tuple(dict.fromkeys(s for i in ns for s in prog[i].src if s not in ns))
-        return illegal(prog, Partition((Kernel("g", ns, (), ins),)))
+    def why_illegal(members) -> list:  # the sites a group fuses: its members read only inside it
+        return illegal(frozenset(site_of[ks[m].outputs[0]] for m in members
+                                 if readers[m] and readers[m] <= members and ks[m].outputs[0] in site_of))
     return Space(items, price, lower, why_illegal, ks, site_of)
 
 

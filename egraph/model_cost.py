@@ -22,11 +22,9 @@ improving ones while they still improve, until none improves; it may cut a merge
 whose read composes to the value itself (an identity read) is materialized by the partition
 (totiny.to_tiny), not by the extraction. A program of repeated blocks (egraph/segment.py) is searched
 once per distinct segment and stitched (egraph/segment_stitch.py, ``saturate_unfused`` and ``search``).
-Every candidate is checked against the legality classes on its chosen terms (the rules' class-level
-facts over-approximate): a reduction may be read inside its consumer's kernel only one-to-one, by a
-window (compute-at with halo), at a prefix of the consumer's loop order, or by a projection whose
-skipped axes a loop order of the consumer can own (a softmax over a middle axis); a broadcast of it
-(many-to-many, GEMM -> GEMM) makes the candidate illegal.
+Legality is the rules' (rules/fusion.egg ``fusion-facts``, ``fusion-conflicts``): a candidate, or a group
+of the merge search, that fuses every site of one of their conflicts (a reduction read many-to-many,
+GEMM -> GEMM) on a path its extraction holds is illegal (egraph/legality.py ``violations``).
 
 Streaming (docs/DESIGN.md §Streaming, rules/streaming.egg) adds a second kind of decision: a value whose class holds a
 ``SoftmaxSum`` is either streamed (one kernel walks the keys: its other spellings are ruled out) or
@@ -57,7 +55,7 @@ from .cost import Needs, SearchingCost, SizeCost, register
 from .extract import solve
 from .graph import EGraphView, export
 from ..knobs import price_symbol_size
-from .legality import illegal_fusions
+from .legality import violations
 from .merge_search import Limits, merge_phase
 from .partition_search import apply, default_fused, masks, moves, site_values
 from .state import EGraphState
@@ -274,6 +272,34 @@ def stream_sites(view: EGraphView) -> dict:
     return out
 
 
+def streamed_terms(view: EGraphView, chosen: dict, roots: list) -> dict:
+    """chosen with every softmax-weighted sum rules/streaming.egg can stream taken streamed (its
+    SoftmaxSum e-node), restricted to the classes the roots then reach."""
+    ch = dict(chosen)
+    for c, (_, ss) in stream_sites(view).items():
+        if c in ch:
+            ch[c] = next((n for n in ss if n.args[1] == "1"), ss[0])
+    out, stack = {}, [r for r in roots if r in ch]
+    while stack:
+        x = stack.pop()
+        if x in out or x not in ch:
+            continue
+        out[x] = ch[x]
+        stack.extend(ch[x].children)
+    return out
+
+
+def chosen_terms(best: dict, roots: list) -> dict:
+    """class -> the e-node an extraction ``best`` (class -> choice) takes, for the classes the roots reach."""
+    chosen, stack = {}, list(roots)
+    while stack:
+        c = stack.pop()
+        if c not in chosen:
+            chosen[c] = best[c].node
+            stack.extend(best[c].node.children)
+    return chosen
+
+
 def sites(view: EGraphView) -> dict:
     """Mat class -> (cut e-nodes reading it, their classes' other e-nodes), for each Mat some read of
     which has a fused alternative: the decision unit is "is this value materialized"; and the stream
@@ -367,12 +393,7 @@ class ModelCost(SearchingCost):
                 best, _ = solve(view, _Masked(excl, hard))
                 cand = Candidate(fused, None)
                 if all(r in best and best[r].total < math.inf for r in roots):
-                    chosen, stack = {}, list(roots)
-                    while stack:
-                        c = stack.pop()
-                        if c not in chosen:
-                            chosen[c] = best[c].node
-                            stack.extend(best[c].node.children)
+                    chosen = chosen_terms(best, roots)
                     prog, part = to_tiny(state, view, chosen, roots, kept)
                     cand.extraction = Extraction(prog, part, 0.0, chosen, tuple(roots))
                 extracted[fused] = cand
@@ -382,7 +403,7 @@ class ModelCost(SearchingCost):
             """The candidate checked and priced (an illegal one is priced only when asked: --explain)."""
             cand = extract(fused)
             if fused not in memo and cand.extraction is not None:
-                cand.illegal = legality_violations(cand.extraction.program, cand.extraction.partition)
+                cand.illegal = violations(view, fused, cand.extraction.chosen)  # the rules' conflicts (rules/fusion.egg)
             memo[fused] = cand
             if cand.extraction is not None and not cand.priced and (price_illegal or not cand.illegal):
                 cand.priced = price_kernels(cand.extraction.program, cand.extraction.partition, params, self.arch)
@@ -395,14 +416,20 @@ class ModelCost(SearchingCost):
         if base.extraction is None:
             fail("InternalError", "extraction", "no term with every kernel boundary cut")
         seed = evaluate(default_fused(state, view, st, streams))  # the loaded default partition
+        # a group is judged as it is realized: its softmax-weighted sums streamed (the realized partition
+        # is checked again on its own extraction below)
+        grouped = streamed_terms(view, base.extraction.chosen, roots) if stream else base.extraction.chosen
         cur = seed
         # the global merge search over the one-kernel-per-op partition (egraph/merge_search.py)
         merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
-                                                    legality_violations, self.limits, seed.fused)
+                                                    lambda sites: violations(view, sites, grouped), self.limits, seed.fused)
         big = len(st) > self.exact_sites
         # realized: streaming every softmax-weighted sum at once first on a large program (the merge
         # search's space has no streams), then the merge search's decisions alone
-        for fused in ([merged | streams] if stream and big and streams else []) + [merged] if merged else []:
+        # (on a small one, streamed when the merge search's decisions alone are illegal)
+        tries = ([merged | streams] if stream and big and streams else []) + [merged] + \
+            ([merged | streams] if stream and not big and streams else [])
+        for fused in tries if merged else []:
             cand = evaluate(frozenset(fused))
             if cand.total < cur.total:
                 cur = cand
@@ -460,12 +487,6 @@ class ModelCost(SearchingCost):
             return out
         return Search(cur, lambda: evaluate(frozenset(), price_illegal=True), rejections, len(memo), st, streamed,
                       merge.stop, merge.nodes, merge.priced)
-
-
-def legality_violations(prog: Program, part) -> list:
-    """The one call of the boundary search into legality (egraph/legality.py): (kernel, consumer,
-    reduce, why) for each illegal fusion in the kernels of part."""
-    return illegal_fusions(prog, part)
 
 
 @dataclass(frozen=True)

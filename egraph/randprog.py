@@ -263,3 +263,25 @@ def sibling_programs(rng: np.random.Generator) -> list:
     out.append(b.program(group(b, b.input("X", dt, (m + 2, k), at=AT), "fg", [2, n])
                          + group(b, b.input("Z", dt, (m, k), at=AT), "hij", [n, 3, n + 1])))
     return out
+
+
+def owned_programs(rng: np.random.Generator) -> list:
+    """A softmax over a middle axis: its max and sum are read at a projection of the consumer's axes,
+    which a kernel owning the whole reduced extent computes once per tile (rules/fusion.egg legal-owned)."""
+    a, n, c = (int(v) for v in rng.integers(2, 5, 3))  # no unit axis: a unit axis is never a broadcast axis
+    b = Builder("o")
+    x = b.input("X", DType.fp32, (a, n + 1, c), at=AT)
+    mx = b.reduce(x, "MAX", (1,), DType.fp32, at=AT)
+    e = b.add(Ops.EXP2, [b.alu(Ops.SUB, x, b.reshape(mx, (a, 1, c), at=AT), at=AT)], at=AT)
+    z = b.reduce(e, "SUM", (1,), DType.fp32, at=AT)
+    return [b.program([("p", b.alu(Ops.FDIV, e, b.reshape(z, (a, 1, c), at=AT), at=AT))])]
+
+
+def chained_gemm_programs(rng: np.random.Generator) -> list:
+    """(A B) C: the second GEMM reads the first's reduction at (m, k) inside its own (m, n, k) loop, along
+    its N axis, which no kernel tile owns whole (rules/fusion.egg many-to-many: the fusion is never legal)."""
+    m, k, n, p = (int(v) for v in rng.integers(2, 5, 4))  # no unit axis: a unit axis is never a broadcast axis
+    b = Builder("h")
+    ab = _gemm(b, b.input("A", DType.fp32, (m, k), at=AT), b.input("B", DType.fp32, (k, n), at=AT))
+    return [b.program([("y", _gemm(b, ab, b.input("C", DType.fp32, (n, p), at=AT)))])]
+

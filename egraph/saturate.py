@@ -47,6 +47,7 @@ class StopReason(str, enum.Enum):
 class Phase:
     name: str
     rulesets: tuple
+    fixpoint: bool = False  # one iteration runs the rulesets to their fixpoint (facts only: no e-nodes)
 
 
 @dataclass
@@ -88,16 +89,34 @@ class RunReport:
                                    "seconds": round(r.seconds, 5)} for r in self.rules.values()}}
 
 
-OPT_IN = ("fusion-search", "streaming")  # rulesets only a schedule that names them runs (model_cost.py does)
+OPT_IN = ("fusion-facts", "fusion-conflicts", "fusion-search", "streaming")  # rulesets only a schedule that names them runs (model_cost.py does)
+FUSION = ("fusion-search", "fusion-facts", "fusion-conflicts")  # the fused alternatives, then the legality facts and conflicts
 
 
 def default_schedule(rulesets: list, opt_in: tuple = ()) -> tuple:
     """Movement normalization first (views into reads), then every ruleset together (the OPT_IN
-    ones only when named in opt_in)."""
+    ones only when named in opt_in). Naming ``fusion-search`` names the legality rulesets too, and
+    orders them (rules/fusion.egg): after every rewrite (streaming included), ``fusion-search`` adds the
+    fused alternatives, with the rulesets of SETTLE (the reduction normal form's ``-fused`` rules match
+    the fused reads it adds); then, on that final e-graph, ``fusion-facts`` runs to a fixpoint (where
+    each value is evaluated, through which boundaries, and which reductions so reached are legal) and
+    ``fusion-conflicts`` names the sets of sites no partition may fuse together. The facts add no
+    e-node, so every term the search extracts was seen by them."""
+    fusing = "fusion-search" in opt_in
+    opt_in = tuple(opt_in) + (FUSION if fusing else ())
     rulesets = [r for r in rulesets if r not in OPT_IN or r in opt_in]
     first = tuple(r for r in rulesets if r == "movement")
-    phases = [Phase("normalize", first)] if first else []
-    return tuple(phases + [Phase("rewrite", tuple(rulesets))]) if rulesets else tuple(phases)
+    if not fusing:
+        phases = [Phase("normalize", first)] if first else []
+        return tuple(phases + [Phase("rewrite", tuple(rulesets))]) if rulesets else tuple(phases)
+    rest = tuple(r for r in rulesets if r not in FUSION)
+    phases = [Phase("normalize", first), Phase("rewrite", rest),
+              Phase("fusion-search", ("fusion-search",) + tuple(r for r in SETTLE if r in rulesets)),
+              Phase("fusion-facts", ("fusion-facts",), True), Phase("fusion-conflicts", ("fusion-conflicts",), True)]
+    return tuple(ph for ph in phases if ph.rulesets)
+
+
+SETTLE = ("movement", "algebra", "contraction", "srnf")  # run again with fusion-search (default_schedule)
 
 
 def rule_files(rules_dirs=None, builtin: bool = True) -> list:
@@ -130,6 +149,8 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
         if not ph.rulesets:
             continue
         body = " ".join(f"(run {r})" for r in ph.rulesets)
+        if ph.fixpoint:
+            body = f"(saturate {body})"
         while True:
             if len(rep.iterations) >= lim.iterations:
                 rep.stop = StopReason.iter_limit
@@ -161,7 +182,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
                 break
             grew = after != nodes or _updated(report)
             nodes = after
-            if not grew:
+            if not grew or ph.fixpoint:  # a fixpoint phase is done in one iteration
                 break
         if rep.stop != StopReason.saturated:
             break

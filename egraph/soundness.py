@@ -26,7 +26,8 @@ from ..ir.diagnostics import PolysatError, diag
 from ..ir.tiny import Program
 from .boundaries import default_cuts
 from .graph import export
-from .randprog import attention_programs, motif_programs, random_program, sibling_programs
+from .randprog import (attention_programs, chained_gemm_programs, motif_programs, owned_programs, random_program,
+                       sibling_programs)
 from .rulefiles import RuleFile, discover, parse_file
 from .soundness_diff import StepResult, check_step
 from .soundness_explain import counterexample, consistent
@@ -57,8 +58,9 @@ def _isolated(files: list) -> tuple:
 
 
 def _facts_only(text: str) -> bool:
-    """A rule whose actions only assert relations (no union, no set): bookkeeping other rules read."""
-    return text.lstrip("(").startswith("rule") and not re.search(r"\((union|set|delete|subsume)\b", text)
+    """A rule whose actions only assert relations or set lattice facts (no union): bookkeeping other
+    rules read (rules/fusion.egg's fuse-veto is such a fact)."""
+    return text.lstrip("(").startswith("rule") and not re.search(r"\((union|delete|subsume)\b", text)
 
 
 def _selected(rule, only: list) -> bool:
@@ -80,7 +82,8 @@ class Checker:
         add_rule_files(self.eg, [RuleFile("<isolated rules>", text, (), ())])
         self.rng, self.cases = rng, cases
         self.facts = [k for k, r in self.by_set.items() if _facts_only(r.text)]
-        self.fact_relations = {head(a) for k in self.facts for a in parse_sexp(self.by_set[k].text)[2]}
+        self.fact_relations = {head(a[1]) if head(a) == "set" else head(a)  # (set (f x) v) asserts f
+                               for k in self.facts for a in parse_sexp(self.by_set[k].text)[2]}
         self.pool: list = []
         self.programs = 0
         self.pool_size: "int | None" = None
@@ -222,6 +225,7 @@ class Checker:
         return counterexample(res, v0, val0, inputs, roots=len(inst.roots), source="built from the rule's left-hand side")
 
     def _pool_check(self, name: str, v: RuleVerdict) -> None:
+        from .model_cost import all_cuts  # the --cost=model load: every compute edge cut
         if not self.pool:
             self.pool.extend(attention_programs(self.rng, 10))
             for _ in range(2):
@@ -233,13 +237,15 @@ class Checker:
             # last, so only rules the others left unexercised reach them; their own generator, so the
             # checker's draws (the inputs of every program) stay what they were without them
             self.pool.extend(sibling_programs(np.random.default_rng(len(self.pool))))
+            self.pool.extend(owned_programs(np.random.default_rng(len(self.pool))))  # a softmax on a middle axis
+            self.pool.extend(chained_gemm_programs(np.random.default_rng(len(self.pool))))  # GEMM -> GEMM
         for prog in self.pool:
             if v.fired >= self.cases or v.unsound:
                 break
             inputs = {n.arg["tensor_id"]: tricky(tuple(int(d) for d in n.shape), n.dtype.value, self.rng)
                       for n in prog.inputs}
             self.programs += 1
-            for cuts in (default_cuts(prog), set()):
+            for cuts in (default_cuts(prog), set(), all_cuts(prog)):
                 got = self.run_pool(name, v.rule, prog, cuts, inputs)
                 if got is None:
                     continue

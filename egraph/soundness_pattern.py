@@ -186,6 +186,8 @@ def read_query(text: str, line0: int, name: str, side: int = 0) -> Query:
     roots = {id(p) for p in q.binds.values()}
     used = set()
     for p in q.patterns:
+        if p.op not in CHILDREN:
+            continue  # a function's argument (a lattice fact such as fuse-veto) is a root to build
         for a in p.args:
             if isinstance(a, Atom) and a.text in q.binds:
                 used.add(a.text)

@@ -44,8 +44,8 @@ def test_explain_cli_prints_the_hand_style_line(capsys):
     extract_command(Compilation(os.path.join(EX, "mlp.json"), cost="model"), explain=True)
     out = capsys.readouterr().out.splitlines()
     assert any(HAND.match(x) for x in out), out[-6:]
-    assert "gelu: rule — fc2 reads the reduction fc1 by broadcast inside one kernel: many-to-many fusion is never " \
-           "legal (separate" in "\n".join(out)
+    assert "gelu: rule — fused into the reduction fc2, the reduction fc1 would be read by broadcast inside one " \
+           "kernel (many-to-many): never legal (rule many-to-many, rules/fusion.egg) (separate" in "\n".join(out)
 
 
 @pytest.mark.parametrize("name, cost", [("mlp", "model"), ("mlp", "size"), ("transformer_1", "model")])

@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as hs
 from polysat.egraph import check_rules, list_rules
 from polysat.egraph.graph import export
 from polysat.egraph.ixfns import read_kind
-from polysat.egraph.model_cost import ModelCost, all_cuts, illegal_fusions, saturate_unfused
+from polysat.commands.partition_legality import illegal_fusions
+from polysat.egraph.model_cost import ModelCost, all_cuts, saturate_unfused
 from polysat.egraph.partition import Kernel, Partition
 from polysat.egraph.rulefiles import RULES_DIR
 from polysat.frontend import load_model
@@ -77,8 +78,10 @@ def test_window_read_of_conv_gets_a_fused_alternative_and_the_load_is_one_kernel
     windows = [(c, n, x, v) for c, n, x, v in reads if read_kind(n.args[0], n.args[1]) == "halo"
                and any(m.op == "Reduce" for m in v.classes[x])]
     assert windows, "the pool's window read of the conv (a reduce) must be a cut read"
-    for c, n, x, v in windows:
-        assert any(m.op == "View" and m.children == (x,) for m in v.classes[c]), "no fused alternative"
+    # the loaded reads get their fused alternative; a read a recomputation made (fuse-recompute-unary:
+    # relu recomputed in the pool over the conv read from memory) stays a cut read
+    fused = [c for c, n, x, v in windows if any(m.op == "View" and m.children == (x,) for m in v.classes[c])]
+    assert len(fused) >= len(windows) - 1 and fused, "no fused alternative"
     s = ModelCost().search(st)
     assert len(s.baseline.priced) > len(s.best.priced) == 1
 
@@ -92,17 +95,18 @@ def test_prefix_read_of_a_reduction_gets_a_fused_alternative():
 
 
 def test_many_to_many_is_never_taken():
-    # GEMM2 reads GEMM1's result by a projection (i0, i2): the rules offer the fused alternative
-    # ("owned": a tile owning i1 could compute it once), but the contraction's loop order keeps its
-    # reduced axis i2 inner, so no tile owns i1: the search rejects it as many-to-many
+    # GEMM2 reads GEMM1's result by a projection (i0, i2) inside its body, whose loop order keeps the
+    # reduced axis i2 inner, so no tile owns i1: rule many-to-many (rules/fusion.egg) makes fusing
+    # GEMM1's site a conflict, and no partition the search takes fuses it
     st, _ = saturate_unfused(load_model(GEMM_GEMM))
-    owned = [(c, x, v) for c, n, x, v in _classes_with_cut_reads(st)
+    owned = [(n.children[0], v) for c, n, x, v in _classes_with_cut_reads(st)
              if read_kind(n.args[0], n.args[1]) == "owned" and any(m.op == "Reduce" for m in v.classes[x])]
     assert owned, "GEMM2 must read GEMM1's result through a cut projection read"
+    site, v = owned[0]
+    assert any(k.sites == frozenset({site}) for k in v.conflicts), (v.conflicts, site)
     s = ModelCost().search(st)
     assert len(s.best.priced) == 2
-    assert any("many-to-many" in r.why for r in s.rejected), s.rejected
-    assert any("many-to-many" in r.why or r.why.startswith("illegal") for r in s.rejected) or not s.rejected
+    assert illegal_fusions(s.best.extraction.program, s.best.extraction.partition) == []
 
 
 # ---- the legality post-check on extracted kernels ----------------------------------------------
@@ -136,8 +140,13 @@ def test_all_cuts_cut_every_compute_edge_outside_contractions():
 def test_fusion_rules_are_named_with_laws_and_sound():
     rules = [r for r in list_rules() if pathlib.Path(r[0]).name == "fusion.egg"]
     names = {r[1] for r in rules}
-    assert {"fuse-halo", "fuse-prefix", "fuse-broadcast-recompute", "fuse-materialized-read",
+    assert {"fuse-halo", "fuse-prefix", "fuse-recompute", "many-to-many", "fuse-materialized-read",
             "split-reduce-before-broadcast"} <= names
     assert all(r[3] for r in rules)
     rep = check_rules([str(RULES_DIR / "fusion.egg")], cases=1, builtin=False, seed=0)
-    assert rep.ok, [(v.rule.name, v.counterexample) for v in rep.verdicts if v.unsound] + rep.errors
+    assert not rep.errors and not any(v.unsound or v.error for v in rep.verdicts), \
+        [(v.rule.name, v.counterexample) for v in rep.verdicts if v.unsound] + rep.errors
+    # the pieces of a materialized view exist only where rules/siblings.egg concatenates sibling GEMMs:
+    # the full check (tests/test_rules_check.py) exercises those with it
+    concat = {"piece-operand", "want-piece-view-of", "piece-view-of", "want-eval-cut-read-view", "eval-cut-read-view"}
+    assert [v.rule.name for v in rep.verdicts if v.fired < 1] == sorted(concat, key=[v.rule.name for v in rep.verdicts].index)

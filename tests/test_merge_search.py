@@ -96,13 +96,14 @@ def _space(prog):
     """The merge search's space of prog's one-kernel-per-op extraction, priced by Poly Core."""
     from polysat.egraph.graph import export
     from polysat.egraph.merge_search import merge_space
-    from polysat.egraph.model_cost import ModelCost, bind_params, legality_violations, saturate_unfused, sites
+    from polysat.egraph.legality import violations
+    from polysat.egraph.model_cost import ModelCost, bind_params, saturate_unfused, sites
     state, _ = saturate_unfused(prog)
     params = bind_params(prog, {})
     base = ModelCost(params).search(state).baseline
     view = export(state)
     roots = [view.by_index[state.index[nid]] for _, nid in prog.outputs]
-    return merge_space(state, view, sites(view), roots, base, params, "sm90", legality_violations)
+    return merge_space(state, view, sites(view), roots, base, params, "sm90", lambda s: violations(view, s))
 
 
 def _programs():

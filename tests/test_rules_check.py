@@ -30,7 +30,7 @@ def test_every_shipped_rule_is_exercised_and_sound():
     assert rep.exit_status == 0, rep.format()
     assert all(v.fired >= 1 and v.checked_pairs >= 0 for v in rep.verdicts)
     # rules that rewrite are compared, not merely matched
-    rewriting = [v for v in rep.verdicts if not v.rule.name.startswith("mark-")]
+    rewriting = [v for v in rep.verdicts if not v.rule.law.startswith("bookkeeping only")]
     assert all(v.checked_pairs >= 1 for v in rewriting), [v.rule.name for v in rewriting if not v.checked_pairs]
 
 
