@@ -147,17 +147,26 @@ def build(model: dict, params: dict) -> list:
     return [env[o["tensor"]] for o in model["signature"]["outputs"]]
 
 
+def timed_linear(outs: list) -> tuple:
+    """(linear, seconds): tinygrad's schedule of the tensors ``outs`` (``schedule_linear``: kernelize +
+    rangeify + linearize; nothing executes) and the wall time of building it. The tensors now stand for
+    the schedule's buffers: ``run_linear(linear)`` computes them."""
+    t0 = time.perf_counter()
+    linear = outs[0].schedule_linear(*outs[1:])
+    return linear, time.perf_counter() - t0
+
+
+def kernel_count(linear) -> int:
+    """The kernels of a schedule: its calls of a compiled program (copies and buffer views are not)."""
+    from tinygrad.uop.ops import Ops
+    return sum(1 for s in linear.src if s.op == Ops.CALL and s.src and s.src[0].op == Ops.SINK)
+
+
 def schedule(model: dict, params: dict) -> tuple:
     """(kernels, seconds): tinygrad's kernel count for the model and the wall time of building its
-    schedule (``schedule_linear``: kernelize + rangeify + linearize; nothing executes). tinygrad's
-    schedule cache is off so a graph met before is scheduled again."""
+    schedule (``timed_linear``). tinygrad's schedule cache is off so a graph met before is scheduled again."""
     from tinygrad.helpers import Context
-    from tinygrad.uop.ops import Ops
     with Context(DEV="PYTHON", SCACHE=0):
         outs = build(model, params)
-        t0 = time.perf_counter()
-        linear = outs[0].schedule_linear(*outs[1:])
-        dt = time.perf_counter() - t0
-    kernels = sum(1 for s in linear.src if s.op == Ops.CALL and s.src and s.src[0].op == Ops.SINK)
-    return kernels, dt
-
+        linear, dt = timed_linear(outs)
+    return kernel_count(linear), dt
