@@ -245,6 +245,47 @@ def hoist_dims(y_shape: str, s: str, dims: str, axes: str) -> "str | None":
     return None if r is None else r[1]
 
 
+@functools.lru_cache(maxsize=4096)
+def _drop_axes(m: str, s: str, axes: str) -> "tuple | None":
+    """(shape, map) of a read over shape s at map m with the axes ``axes`` of s removed, when m does
+    not depend on them (R1/R2: a value invariant along the reduced axes K). An axis of extent 1 may
+    appear in m (its index is always 0); any other K axis in m means m depends on K: None."""
+    shp, mp, ax = E.parse_shape(s), E.parse_map(m), set(E.parse_ints(axes))
+    if not ax or any(not 0 <= k < len(shp) for k in ax):
+        return None
+    index = {f"i{k}" for k in range(len(shp))}
+    used = set().union(*(e.variables() for e in mp)) if mp else set()
+    if any(re.fullmatch(r"i\d+", v) and v not in index for v in used):
+        return None  # a map over another shape
+    if any(f"i{k}" in used and shp[k] != 1 for k in ax):
+        return None  # depends on K
+    kept = [k for k in range(len(shp)) if k not in ax]
+    env = {f"i{k}": Expr.const(0) for k in ax}
+    env.update({f"i{k}": Expr.var(f"i{j}") for j, k in enumerate(kept)})
+    return E.shape(shp[k] for k in kept), E.tup(e.subs(env) for e in mp)
+
+
+@helper("drop-axes-map")
+def drop_axes_map(m: str, s: str, axes: str) -> "str | None":
+    """The map of Read(mem, s, m) seen over s with the axes ``axes`` removed, when m does not depend
+    on them (the read is invariant along them), else None."""
+    r = _drop_axes(m, s, axes)
+    return None if r is None else r[1]
+
+
+@helper("axes-count")
+def axes_count(s: str, axes: str) -> "str | None":
+    """The number of points of the axes ``axes`` of shape s as a float constant's text ("16.0"), when
+    they are static and at most 2**24 (exact in fp32), else None."""
+    shp, ax = E.parse_shape(s), E.parse_ints(axes)
+    if not ax or len(set(ax)) != len(ax) or any(not 0 <= k < len(shp) or not isinstance(shp[k], int) for k in ax):
+        return None
+    n = 1
+    for k in ax:
+        n *= shp[k]
+    return E.value(float(n)) if 0 < n <= 2 ** 24 else None
+
+
 @helper("is-identity")
 def is_identity(m: str, mem_shape: str, s: str) -> str:
     """"yes" when the read map is the identity and the read shape is the memory's shape."""
