@@ -62,6 +62,18 @@ def egraph_seconds() -> float:
     return _num("POLYSAT_EGRAPH_SECONDS", 20.0, float)
 
 
+def search_prices() -> int:
+    """POLYSAT_SEARCH_PRICES: groups the ``--cost model`` merge search may price once it holds a first
+    complete partition (default 12); a large value lets it run to ``exhausted`` (the optimum of its space)."""
+    return _num("POLYSAT_SEARCH_PRICES", 12)
+
+
+def search_seconds() -> float:
+    """POLYSAT_SEARCH_SECONDS: CPU seconds of one merge search once it holds a first complete partition
+    (default 2)."""
+    return _num("POLYSAT_SEARCH_SECONDS", 2.0, float)
+
+
 def load_chunk() -> int:
     """POLYSAT_EGRAPH_CHUNK: loader commands per egglog program when a model is loaded into the e-graph
     (flat loading; default 200)."""

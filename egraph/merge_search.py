@@ -47,6 +47,17 @@ class Limits:
     prices: int = 12  # groups priced
     seconds: float = 2.0  # CPU seconds
 
+    @classmethod
+    def from_knobs(cls) -> "Limits":
+        """The limits POLYSAT_SEARCH_PRICES and POLYSAT_SEARCH_SECONDS set (knobs.py)."""
+        from .. import knobs
+        return cls(prices=knobs.search_prices(), seconds=knobs.search_seconds())
+
+    @classmethod
+    def lifted(cls) -> "Limits":
+        """No limit that a search of a real program reaches: the search runs to ``exhausted``."""
+        return cls(nodes=10 ** 8, prices=10 ** 8, seconds=1e9)
+
 
 @dataclass
 class MergeResult:

@@ -357,9 +357,9 @@ class ModelCost(SearchingCost):
     needs = Needs(arch=True, params=True, search=True)
 
     def __init__(self, params: "dict | None" = None, arch: str = "sm90", max_rounds: int = MAX_ROUNDS,
-                 exact_sites: int = EXACT_SITES, limits: Limits = Limits()):
+                 exact_sites: int = EXACT_SITES, limits: "Limits | None" = None):
         self.params, self.arch, self.max_rounds, self.exact_sites = dict(params or {}), arch, max_rounds, exact_sites
-        self.limits = limits
+        self.limits = limits if limits is not None else Limits.from_knobs()  # POLYSAT_SEARCH_PRICES, _SECONDS
 
     def enode_cost(self, node, view) -> float:
         return SizeCost().enode_cost(node, view)
