@@ -18,7 +18,9 @@ and priced whole, and the cheaper of the two is kept, so the search never ends a
 With at most EXACT_SITES sites a descent then polishes: each round prices fusing every site still cut
 (and, once that gains nothing, cutting every fused site again), takes the best move, then the other
 improving ones while they still improve, until none improves; it may cut a merge search fusion again
-(the merge search prices each group alone, a whole partition prices its kernels together). A larger program instead tries streaming every softmax-weighted sum at once. A cut site
+(the merge search prices each group alone, a whole partition prices its kernels together). A larger program instead tries streaming every softmax-weighted sum at once,
+then at most FUSE_ROUNDS rounds of the descent's fuse moves alone (a value read by several kernels, outside the
+merge search's space, recomputed in each where that prices lower). A cut site
 whose read composes to the value itself (an identity read) is materialized by the partition
 (totiny.to_tiny), not by the extraction. A program of repeated blocks (egraph/segment.py) is searched
 once per distinct segment and stitched (egraph/segment_stitch.py, ``saturate_unfused`` and ``search``).
@@ -66,6 +68,7 @@ from .totiny import to_tiny
 
 MAX_ROUNDS = 64  # rounds of the exact boundary search
 EXACT_SITES = 24  # a program with at most this many sites is polished by the descent after the merge search
+FUSE_ROUNDS = 4  # rounds of the fuse-only descent that polishes a larger program (recomputed values)
 
 
 def default_symbol_size() -> int:
@@ -448,12 +451,15 @@ class ModelCost(SearchingCost):
             cand = evaluate(cur.fused | streams)  # stream every softmax-weighted sum at once
             if cand.total < cur.total:
                 cur = cand
-        # on a large program the descent does not run; on a small one it may cut a merge search fusion again:
-        # the merge search prices a group on its Poly-View, the whole partition is priced as the backend binds it
+        # on a small program the descent may cut a merge search fusion again (the merge search prices a
+        # group on its Poly-View, the whole partition is priced as the backend binds it); on a large one it
+        # only fuses, for at most FUSE_ROUNDS rounds: a value whose readers end in different kernels is
+        # outside the merge search's space (a member's readers all lie in its group), and recomputing it
+        # in each reader's kernel (one-to-many) is priced here
         kept = frozenset()
-        for _ in range(self.max_rounds if exact else 0):
+        for _ in range(self.max_rounds if exact else FUSE_ROUNDS):
             gain = []
-            for kind in ("fuse", "cut"):  # cutting again is tried once fusing gains nothing
+            for kind in ("fuse", "cut") if exact else ("fuse",):  # cutting again is tried once fusing gains nothing
                 tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, live(cur), streams, kept)
                                 if mv[0] == kind), key=lambda km: km[0].total)
                 gain = [(k, mv) for k, mv in tried if k.total < cur.total]
@@ -481,7 +487,8 @@ class ModelCost(SearchingCost):
                 cand = evaluate(final.fused | {c}, price_illegal=True)
                 bad = "; ".join(b[3] for b in cand.illegal)
                 why = ("illegal: " + original_ids(bad, state.program, cand.extraction.program)) if cand.illegal else \
-                    ("no fused term" if cand.extraction is None else "priced higher")
+                    ("no fused term" if cand.extraction is None else "priced higher" if cand.total >= final.total
+                     else f"not reached: the descent stopped after its {FUSE_ROUNDS} rounds")
                 fused = total_us(cand.priced) if cand.extraction is not None else None
                 out.append(Rejection(c, why, final.total, fused, len(final.priced), len(cand.priced)))
             return out
