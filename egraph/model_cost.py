@@ -255,6 +255,23 @@ class _Masked(SizeCost):
         return AVOID if node in self.excluded else super().enode_cost(node, view)
 
 
+def _computes_reduction(view: EGraphView, chosen: dict, value) -> bool:
+    """Whether the chosen term of class ``value`` computes a reduction in its own kernel (a Reduce or a
+    streamed SoftmaxSum reached before any cut read): such a value is no cheap value to recompute."""
+    stack, seen = [value], set()
+    while stack:
+        c = stack.pop()
+        if c is None or c in seen or c not in chosen:
+            continue
+        seen.add(c)
+        n = chosen[c]
+        if n.op in ("Reduce", "SoftmaxSum"):
+            return True
+        if not _is_cut(n, view):
+            stack.extend(n.children)
+    return False
+
+
 def _is_cut(n, view: EGraphView) -> bool:
     return n.op == "Read" and any(m.op == "Mat" for m in view.classes[n.children[0]])
 
@@ -453,14 +470,19 @@ class ModelCost(SearchingCost):
                 cur = cand
         # on a small program the descent may cut a merge search fusion again (the merge search prices a
         # group on its Poly-View, the whole partition is priced as the backend binds it); on a large one it
-        # only fuses, for at most FUSE_ROUNDS rounds: a value whose readers end in different kernels is
-        # outside the merge search's space (a member's readers all lie in its group), and recomputing it
-        # in each reader's kernel (one-to-many) is priced here
+        # only fuses values that compute no reduction (elementwise, movement, casts), for at most FUSE_ROUNDS
+        # rounds: a value whose readers end in different kernels is outside the merge search's space (a
+        # member's readers all lie in its group), and recomputing it in each reader's kernel (one-to-many)
+        # is priced here
         kept = frozenset()
+
+        def open_sites(cand: Candidate) -> list:  # the sites the descent moves: on a large program, cheap values
+            return live(cand) if exact else [m for m in live(cand)
+                                             if not _computes_reduction(view, cand.extraction.chosen, value_of.get(m))]
         for _ in range(self.max_rounds if exact else FUSE_ROUNDS):
             gain = []
             for kind in ("fuse", "cut") if exact else ("fuse",):  # cutting again is tried once fusing gains nothing
-                tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, live(cur), streams, kept)
+                tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, open_sites(cur), streams, kept)
                                 if mv[0] == kind), key=lambda km: km[0].total)
                 gain = [(k, mv) for k, mv in tried if k.total < cur.total]
                 if gain:
