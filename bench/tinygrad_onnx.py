@@ -84,6 +84,21 @@ def _failed_node(e: BaseException) -> str:
     return ""
 
 
+def _gather_constant_indices_of_any_rank(runner) -> None:
+    """tinygrad 0.14's ONNX Gather has a fast path for constant indices that takes a scalar or a 1-D list
+    only: constant indices of rank 2 (GPT-2's (1, S) position ids) fail there comparing a list with an
+    int. Such indices go to its general path as a Tensor instead (the path run-time indices take), so the
+    graph stays the one polysat reads and the kernels counted are tinygrad's own."""
+    from tinygrad import Tensor, dtypes
+    gather = runner.onnx_ops["Gather"]
+
+    def any_rank(x, indices, axis: int = 0):
+        if isinstance(indices, (list, tuple)) and any(isinstance(i, (list, tuple)) for i in indices):
+            indices = Tensor(indices, dtype=dtypes.int32, device=x.device)
+        return gather(x, indices, axis=axis)
+    runner.onnx_ops = {**runner.onnx_ops, "Gather": any_rank}
+
+
 def outputs(model_bytes: bytes, inputs: dict) -> list:
     """The model's graph outputs as lazy tinygrad Tensors on the current device, built by tinygrad's
     ``OnnxRunner`` from ``model_bytes`` over ``inputs`` (realized, as are the initializers). An error
@@ -91,9 +106,11 @@ def outputs(model_bytes: bytes, inputs: dict) -> list:
     from tinygrad import Tensor
     from tinygrad.nn.onnx import OnnxRunner
     runner = OnnxRunner(Tensor(np.frombuffer(model_bytes, dtype=np.uint8).copy()))
-    Tensor.realize(*(v for v in runner.graph_values.values() if isinstance(v, Tensor)))
+    _gather_constant_indices_of_any_rank(runner)
     xs = {k: Tensor(v) for k, v in inputs.items()}
-    Tensor.realize(*xs.values())
+    held = [v for v in runner.graph_values.values() if isinstance(v, Tensor)] + list(xs.values())
+    if held:  # (Tensor.realize takes at least one tensor)
+        Tensor.realize(*held)
     try:
         out = runner(xs)
     except Exception as e:  # noqa: BLE001 — say which node tinygrad could not take
