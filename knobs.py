@@ -9,7 +9,7 @@ import os
 def _num(name: str, default, cast=int):
     try:
         return cast(os.environ.get(name, default))
-    except ValueError:
+    except (ValueError, OverflowError):
         return default
 
 
@@ -65,12 +65,12 @@ def egraph_seconds() -> float:
 def search_prices() -> int:
     """POLYSAT_SEARCH_PRICES: groups the ``--cost model`` merge search may price once it holds a first
     complete partition (default 12); a large value lets it run to ``exhausted`` (the optimum of its space)."""
-    return _num("POLYSAT_SEARCH_PRICES", 12)
+    return _num("POLYSAT_SEARCH_PRICES", 12, lambda v: int(float(v)))
 
 
 def search_seconds() -> float:
-    """POLYSAT_SEARCH_SECONDS: CPU seconds of one merge search once it holds a first complete partition
-    (default 2)."""
+    """POLYSAT_SEARCH_SECONDS: CPU seconds of one merge search, checked once it holds a first complete
+    partition (default 2); with POLYSAT_SEARCH_PRICES set high, a large value lets it run to ``exhausted``."""
     return _num("POLYSAT_SEARCH_SECONDS", 2.0, float)
 
 

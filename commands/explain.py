@@ -78,9 +78,11 @@ def _said_once(why: str, names: dict) -> str:
 
 def _decider(why: str) -> str:
     """What decided a rejection: "rule" (illegal, no fused term), "price", "segment" or "search limit"
-    (the merge search stopped before it reached the fusion)."""
+    (the merge search or the descent stopped before it reached the fusion, or the descent of a large
+    program does not try it: its value computes a reduction)."""
     head = why.split(":")[0]
-    return {"priced higher": "price", "segment boundary": "segment", "not reached": "search limit"}.get(head, "rule")
+    return {"priced higher": "price", "segment boundary": "segment", "not reached": "search limit",
+            "not tried": "search limit"}.get(head, "rule")
 
 
 def explain_model(result: dict) -> list:

@@ -94,7 +94,8 @@ def format_table(result: dict) -> str:
         lines.append(f"  one kernel per op: {t['unfused_kernels']} kernels, {t['unfused_time_est_us']:.3f} µs "
                      f"({t['search_evaluations']} partitions priced; merge search: {t['search_stop']}, "
                      f"{t['search_groups_priced']} groups priced"
-                     + ("; POLYSAT_SEARCH_PRICES lifts its limit" if t["search_stop"].startswith("price limit") else "") + ")")
+                     + ("; POLYSAT_SEARCH_PRICES and POLYSAT_SEARCH_SECONDS lift its limits"
+                        if t["search_stop"].startswith(("price limit", "time limit")) else "") + ")")
     lines.append(format_report(result["_report"]))
     e = result["egraph"]
     lines.append(f"  e-graph: {e['enodes']} e-nodes, {e['eclasses']} e-classes")

@@ -19,8 +19,9 @@ With at most EXACT_SITES sites a descent then polishes: each round prices fusing
 (and, once that gains nothing, cutting every fused site again), takes the best move, then the other
 improving ones while they still improve, until none improves; it may cut a merge search fusion again
 (the merge search prices each group alone, a whole partition prices its kernels together). A larger program instead tries streaming every softmax-weighted sum at once,
-then at most FUSE_ROUNDS rounds of the descent's fuse moves alone (a value read by several kernels, outside the
-merge search's space, recomputed in each where that prices lower). A cut site
+then at most FUSE_ROUNDS rounds of the descent's fuse moves alone, over the sites whose value computes no
+reduction (a value read by several kernels, outside the merge search's space, recomputed in each where that
+prices lower). A cut site
 whose read composes to the value itself (an identity read) is materialized by the partition
 (totiny.to_tiny), not by the extraction. A program of repeated blocks (egraph/segment.py) is searched
 once per distinct segment and stitched (egraph/segment_stitch.py, ``saturate_unfused`` and ``search``).
@@ -477,9 +478,10 @@ class ModelCost(SearchingCost):
         kept = frozenset()
 
         def open_sites(cand: Candidate) -> list:  # the sites the descent moves: on a large program, cheap values
-            return live(cand) if exact else [m for m in live(cand)
-                                             if not _computes_reduction(view, cand.extraction.chosen, value_of.get(m))]
-        for _ in range(self.max_rounds if exact else FUSE_ROUNDS):
+            return live(cand) if exact else [m for m in live(cand) if m not in streams
+                                             and not _computes_reduction(view, cand.extraction.chosen, value_of.get(m))]
+        rounds = self.max_rounds if exact else FUSE_ROUNDS
+        for _ in range(rounds):
             gain = []
             for kind in ("fuse", "cut") if exact else ("fuse",):  # cutting again is tried once fusing gains nothing
                 tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, open_sites(cur), streams, kept)
@@ -510,7 +512,9 @@ class ModelCost(SearchingCost):
                 bad = "; ".join(b[3] for b in cand.illegal)
                 why = ("illegal: " + original_ids(bad, state.program, cand.extraction.program)) if cand.illegal else \
                     ("no fused term" if cand.extraction is None else "priced higher" if cand.total >= final.total
-                     else f"not reached: the descent stopped after its {FUSE_ROUNDS} rounds")
+                     else f"not reached: the descent stopped after its {rounds} rounds" if c in open_sites(final)
+                     else "not tried: its value computes a reduction, and a large program's descent fuses only "
+                          "values that compute none")
                 fused = total_us(cand.priced) if cand.extraction is not None else None
                 out.append(Rejection(c, why, final.total, fused, len(final.priced), len(cand.priced)))
             return out

@@ -85,38 +85,21 @@ def test_a_small_transformer_block_plays_back_in_the_hand_partition_kernel_count
 
 
 @pytest.mark.parametrize("name", ["gpt2_block", "bert_encoder"])
-def test_no_single_fusion_left_cut_would_lower_the_price_of_a_large_program(name):
+def test_no_cheap_value_left_cut_would_lower_the_price_of_a_large_program(name):
     """A large program (more sites than the exact descent takes) is polished by a fuse-only descent after
-    the merge search: a value whose readers end in different kernels (one-to-many, outside the merge
-    search's space) is recomputed in each where that prices lower. So no site the chosen partition keeps
-    cut is a legal fusion priced below it (the embedding sum of the ONNX GPT-2 block, read by the first
-    LayerNorm and the residual, was written by a kernel of its own before: 7 kernels, 14.7 µs), and the
-    partition still computes the model (playback against onnxruntime)."""
-    import onnxruntime as ort
-
-    from polysat.cli import TARGETS
+    the merge search: a value that computes no reduction and whose readers end in different kernels
+    (one-to-many, outside the merge search's space) is recomputed in each where that prices lower. So
+    --explain finds no site the partition keeps cut whose fusion is legal, priced lower and not reached
+    (the embedding sum of the ONNX GPT-2 block, read by the first LayerNorm and the residual, had a kernel
+    of its own before: 7 kernels, 14.7 µs, and --explain called its 12.7 µs fusion "priced higher").
+    tests/test_onnx_models.py plays these partitions back against onnxruntime."""
     from polysat.egraph.model_cost import EXACT_SITES
     from polysat.examples.onnx_models import build
-    from polysat.frontend import with_parameters
     from polysat.frontend.onnx import import_onnx
     from polysat.pipeline import Compilation
-    m = build(name)
-    doc = import_onnx(m)
-    c = Compilation(doc, cost="model")
-    s = c.search
+    s = Compilation(import_onnx(build(name)), cost="model").search
     assert len(s.sites) > EXACT_SITES  # else the exact descent ran and this case proves nothing
-    for r in s.rejected:
-        assert not r.why.startswith("not reached"), r
-        if r.why == "priced higher" and not r.local:
-            assert r.fused_us >= r.separate_us - 1e-9, r
-    rng = np.random.default_rng(3)
-    feeds = {i.name: (rng.integers(0, 100, [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.int64)
-                      if i.type.tensor_type.elem_type == 7 else
-                      rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32))
-             for i in m.graph.input}
-    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = TARGETS["playback"](c, with_parameters(doc, feeds))
-    for e, w in zip(doc["signature"]["outputs"], want, strict=True):
-        np.testing.assert_allclose(got[e["tensor"]], w, rtol=1e-3, atol=1e-3)
-    if name == "gpt2_block":
-        assert len(s.best.priced) <= 6
+    # a cheaper legal fusion left cut would be "not reached" (the descent ran out of rounds) or "not tried"
+    # (a reduction's value, which the descent leaves to the merge search)
+    assert not [r for r in s.rejected if r.why.startswith(("not reached", "not tried"))]
+    assert len(s.best.priced) <= {"gpt2_block": 6, "bert_encoder": 9}[name]

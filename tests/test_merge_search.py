@@ -174,13 +174,15 @@ def _limited_cases():
 
 
 @pytest.mark.parametrize("name", sorted(_limited_cases()))
-def test_the_bounded_search_returns_the_optimum_the_lifted_search_proves(name):
+def test_the_bounded_search_returns_the_optimum_the_lifted_search_proves(name, monkeypatch):
     """The programs whose merge search stops at its price limit under the default knobs (bench/fusion.py):
     with the limits lifted the same search runs to ``exhausted``, so its total is the optimum of the space
     under the same prices, and the bounded search's partition (priced whole, as realized) is no worse."""
     from polysat.egraph.merge_search import Limits
     from polysat.egraph.model_cost import ModelCost
     from polysat.pipeline import Compilation
+    monkeypatch.delenv("POLYSAT_SEARCH_PRICES", raising=False)  # the default price limit, and no time
+    monkeypatch.setenv("POLYSAT_SEARCH_SECONDS", "600")  # limit that a slow machine could reach first
     model = _limited_cases()[name]()
     bounded = Compilation(model, cost="model")
     assert bounded.search.stop.startswith("price limit")  # else this case proves nothing
