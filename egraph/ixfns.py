@@ -403,12 +403,12 @@ def row_axis_ok(ss: str, ax: str) -> "str | None":
 @helper("pv-ok")
 def pv_ok(ss: str, sl: str, dl: str, sb: str, dims: str, ax: str, sv: str, p: str) -> "str | None":
     """"yes" for the second contraction of attention in the C-CON1 form: P ([*x, N], rounded to the
-    16-bit float p) broadcast into the body [*x, Dv, N] along every axis but Dv, times the values
+    16-bit float p, or fp32 P) broadcast into the body [*x, Dv, N] along every axis but Dv, times the values
     term of that shape, summed over N (the body's last axis); the normaliser l ([*x]) of P's row
     broadcast back over N (shape sl, dims dl)."""
     s, body, v = E.parse_shape(ss), E.parse_shape(sb), E.parse_shape(sv)
     r = len(s)
-    if p not in ("fp16", "bf16") or r < 1 or len(body) != r + 1 or body != v:
+    if p not in ("fp16", "bf16", "fp32") or r < 1 or len(body) != r + 1 or body != v:
         return None
     if body[:r - 1] != s[:-1] or body[-1] != s[-1] or E.parse_shape(sl) != s:
         return None

@@ -214,11 +214,13 @@ def motif_programs(rng: np.random.Generator) -> list:
     return out
 
 
-def _attention(rng: np.random.Generator, m: int, n: int, dv: int) -> Program:
+def _attention(rng: np.random.Generator, m: int, n: int, dv: int, p: "DType | None" = None) -> Program:
     """softmax(mask(scale·S)) V as the frontend lowers attention (rules/streaming.egg): row max, exp2,
-    sum, divide, P cast to V's 16-bit type, batched dot with fp32 accumulation; some rows fully masked."""
+    sum, divide, P cast to V's 16-bit type (or, a model computed in fp32, P and V fp32 with no cast), batched
+    dot with fp32 accumulation; some rows fully masked."""
     b = Builder("t")
-    p = DType.fp16 if rng.random() < 0.6 else DType.bf16
+    p = p or (DType.fp16 if rng.random() < 0.6 else DType.bf16)
+    wide = p == DType.fp32
     s = b.alu(Ops.MUL, b.input("S", DType.fp32, (2, m + 1, n + 1), at=AT), b.const(0.5, DType.fp32, (2, m + 1, n + 1), at=AT), at=AT)
     keep = b.alu(Ops.CMPLT, b.input("R", DType.fp32, (m + 1, n + 1), at=AT), b.const(0.6, DType.fp32, (m + 1, n + 1), at=AT), at=AT)
     keep = b.expand(b.reshape(keep, (1, m + 1, n + 1), at=AT), (2, m + 1, n + 1), at=AT)
@@ -227,17 +229,19 @@ def _attention(rng: np.random.Generator, m: int, n: int, dv: int) -> Program:
     e = b.add(Ops.EXP2, [b.alu(Ops.MUL, b.alu(Ops.SUB, s, mx, at=AT),
                                 b.const(1.4426950408889634, DType.fp32, (2, m + 1, n + 1), at=AT), at=AT)], at=AT)
     z = b.reshape(b.reduce(e, "SUM", (2,), DType.fp32, at=AT), (2, m + 1, 1), at=AT)
-    p16 = b.cast(b.alu(Ops.FDIV, e, z, at=AT), p, at=AT)
-    v = b.cast(b.input("V", p, (2, n + 1, dv), at=AT), DType.fp32, at=AT)
-    x = b.reshape(b.cast(p16, DType.fp32, at=AT), (2, m + 1, 1, n + 1), at=AT)
+    q = b.alu(Ops.FDIV, e, z, at=AT)
+    v = b.input("V", p, (2, n + 1, dv), at=AT)
+    v = v if wide else b.cast(v, DType.fp32, at=AT)
+    x = b.reshape(q if wide else b.cast(b.cast(q, p, at=AT), DType.fp32, at=AT), (2, m + 1, 1, n + 1), at=AT)
     w = b.permute(b.reshape(v, (2, 1, n + 1, dv), at=AT), (0, 1, 3, 2), at=AT)
     o = b.reduce(b.alu(Ops.MUL, x, w, at=AT), "SUM", (3,), DType.fp32, at=AT)
-    return b.program([("o", b.cast(o, p, at=AT))])
+    return b.program([("o", o if wide else b.cast(o, p, at=AT))])
 
 
-def attention_programs(rng: np.random.Generator, count: int) -> list:
-    """count attention programs of random small sizes (the streaming rules' shapes)."""
-    return [_attention(rng, *(int(v) for v in rng.integers(1, 5, 3))) for _ in range(count)]
+def attention_programs(rng: np.random.Generator, count: int, p: "DType | None" = None) -> list:
+    """count attention programs of random small sizes (the streaming rules' shapes); P fp16 or bf16 at
+    random, or the dtype p (fp32: a model computed in fp32)."""
+    return [_attention(rng, *(int(v) for v in rng.integers(1, 5, 3)), p=p) for _ in range(count)]
 
 
 def sibling_programs(rng: np.random.Generator) -> list:

@@ -26,6 +26,7 @@ from ..ir.diagnostics import PolysatError, diag
 from ..ir.tiny import Program
 from .boundaries import default_cuts
 from .graph import export
+from ..ir.dtypes import DType
 from .randprog import (attention_programs, chained_gemm_programs, motif_programs, owned_programs, random_program,
                        sibling_programs)
 from .rulefiles import RuleFile, discover, parse_file
@@ -239,6 +240,7 @@ class Checker:
             self.pool.extend(sibling_programs(np.random.default_rng(len(self.pool))))
             self.pool.extend(owned_programs(np.random.default_rng(len(self.pool))))  # a softmax on a middle axis
             self.pool.extend(chained_gemm_programs(np.random.default_rng(len(self.pool))))  # GEMM -> GEMM
+            self.pool.extend(attention_programs(np.random.default_rng(len(self.pool)), 6, DType.fp32))  # fp32 P
         for prog in self.pool:
             if v.fired >= self.cases or v.unsound:
                 break

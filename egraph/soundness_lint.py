@@ -47,7 +47,7 @@ def _canon(kind: str, text: str) -> str:
 
 
 _OPS = {"unary": UNARY_OPS, "binary": BINARY_OPS, "reduce": frozenset(REDUCE_OPS), "dtype": DTYPES,
-        "init": frozenset({"0", "-inf", "inf"}), "p": frozenset({"fp16", "bf16"}), "passes": frozenset({"1", "2"})}
+        "init": frozenset({"0", "-inf", "inf"}), "p": frozenset({"fp16", "bf16", "fp32"}), "passes": frozenset({"1", "2"})}
 # constructor -> {argument position: kind of the string there}
 SLOTS = {
     "Unary": {0: "unary"}, "Binary": {0: "binary"}, "Cast": {0: "dtype"},

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import pathlib
 
+import pytest
+
 from polysat.egraph import check_rules, list_rules, saturate
 from polysat.egraph.graph import export
 from polysat.egraph.model_cost import saturate_unfused
@@ -16,7 +18,8 @@ from polysat.frontend import load_model
 
 EX = pathlib.Path(__file__).resolve().parent.parent / "examples"
 STREAMING = RULES_DIR / "streaming.egg"
-NAMES = {"softmax-normalizer-out", "softmax-sum-online", "softmax-sum-two-pass"}
+NAMES = {"softmax-normalizer-out", "softmax-sum-online", "softmax-sum-two-pass", "softmax-normalizer-out-fp32",
+         "softmax-sum-online-fp32"}
 
 
 def softmax_sums(st) -> list:
@@ -38,6 +41,22 @@ def test_cost_model_saturation_finds_both_streamed_forms_and_cost_size_none():
     assert softmax_sums(st) == [("fp16", "1"), ("fp16", "2")]
     st2, _ = saturate(p)
     assert softmax_sums(st2) == []
+
+
+@pytest.mark.parametrize("name", ["bert_encoder", "gpt2_block"])
+def test_an_fp32_model_streams_its_attention_in_one_pass(name):
+    """A model computed in fp32 (the ONNX BERT and GPT-2 layers: P is never rounded to 16 bits) gets the
+    one-pass SoftmaxSum ("fp32", "1") from the fp32 rules, and the search takes it: the scores, softmax and
+    P V are one kernel, P is never written (tests/test_onnx_models.py plays the partition back against
+    onnxruntime)."""
+    from polysat.examples.onnx_models import build
+    from polysat.frontend.onnx import import_onnx
+    from polysat.pipeline import Compilation
+    c = Compilation(import_onnx(build(name)), cost="model")
+    assert softmax_sums(c.saturated[0]) == [("fp32", "1")]
+    s = c.search
+    assert [x.passes for x in s.streamed] == [1]
+    assert len(s.best.priced) == {"bert_encoder": 8, "gpt2_block": 5}[name]
 
 
 def test_bf16_p_only_streams_in_two_passes():
