@@ -5,6 +5,7 @@ from __future__ import annotations
 TAG = "softmax_sum"
 ROLES = ("max", "max_row", "max_b", "shift", "log2e", "scaled", "exp", "sum", "sum_row", "sum_b", "norm", "p", "pf",
          "p_row", "p_b", "prod", "acc", "out")
+SOFTMAX_ROLES = frozenset(ROLES[:ROLES.index("norm") + 1])  # the softmax's part: its max, exp, row sum and norm
 
 
 def parse_tag(t: "str | None") -> "tuple | None":

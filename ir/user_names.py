@@ -26,7 +26,33 @@ def node_names(original: Program, program: "Program | None" = None) -> dict:
             out[n.id] = orig[n.id].tag
         elif n.tag and parse_tag(n.tag) is None:  # a streaming role is named after the op it computes for
             out[n.id] = n.tag
+    out.update(_softmax_roles(original, program, out))
     return _inherit(program, out)
+
+
+def _softmax_roles(original: Program, program: Program, named: dict) -> dict:
+    """The softmax part of a streamed softmax-weighted sum (its max, exp and row sum) named after the
+    user's op that read the scores in the original program with a name of its own (an ONNX Softmax
+    between the score and the P V MatMuls), so the fused kernel lists it; {} where no such op exists."""
+    from .stream_tags import SOFTMAX_ROLES, parse_tag
+    groups: dict = {}
+    for n in program.nodes:
+        gr = parse_tag(n.tag)
+        if gr is not None and gr[1] in SOFTMAX_ROLES:
+            groups.setdefault(gr[0], []).append(n)
+    if not groups:
+        return {}
+    orig = {n.id: n for n in original.nodes}
+    readers = original.consumers()
+    out: dict = {}
+    for nodes in groups.values():
+        mx = next((n for n in nodes if parse_tag(n.tag)[1] == "max"), None)
+        s = mx.src[0] if mx is not None else None
+        own = named.get(s) or (orig[s].tag if s in orig else None)
+        tags = [orig[c].tag for c in readers.get(s, ()) if c in orig and orig[c].tag and orig[c].tag != own]
+        if tags:
+            out.update({n.id: tags[0] for n in nodes})
+    return out
 
 
 def _inherit(program: Program, out: dict) -> dict:

@@ -57,6 +57,11 @@ def test_an_fp32_model_streams_its_attention_in_one_pass(name):
     s = c.search
     assert [x.passes for x in s.streamed] == [1]
     assert len(s.best.priced) == {"bert_encoder": 8, "gpt2_block": 5}[name]
+    # the fused kernel lists the user's ops it computes, the Softmax between the two MatMuls included
+    from polysat.commands.extract import run_extract
+    (ops,) = [r["ops"] for r in run_extract(import_onnx(build(name)), cost="model")["regions"]
+              if any(o.startswith("Softmax") for o in r["ops"])]
+    assert sum(o.startswith("MatMul") for o in ops) == 2, ops
 
 
 def test_bf16_p_only_streams_in_two_passes():
