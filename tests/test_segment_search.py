@@ -142,7 +142,9 @@ def test_explain_names_each_blocks_own_ops_and_whole_program_prices(blocks):
     assert {e["value"][:2] for e in entries} == {"b0", "b1", "b2"}
     for e in entries:
         assert {m for m in re.findall(r"\bb([0-9])_", e["why"])} <= {e["value"][1]}, e
-        if e["scope"] == "the whole partition":  # both sides priced over all three blocks
+        if e["scope"] == "the whole partition" and e["verdict"] == "streamed":  # taken: the streamed side is the partition
+            assert e["fused_us"] == pytest.approx(s.best.total, rel=1e-3) and e["kernels"][1] == len(s.best.priced)
+        elif e["scope"] == "the whole partition":  # both sides priced over all three blocks
             assert e["separate_us"] == pytest.approx(s.best.total, rel=1e-3) and e["kernels"][0] == len(s.best.priced)
     assert [e["verdict"] for e in entries].count("segment boundary") == 2
 
