@@ -245,11 +245,12 @@ def hoist_dims(y_shape: str, s: str, dims: str, axes: str) -> "str | None":
     return None if r is None else r[1]
 
 
+@helper("drop-axes-map")
 @functools.lru_cache(maxsize=4096)
-def _drop_axes(m: str, s: str, axes: str) -> "tuple | None":
-    """(shape, map) of a read over shape s at map m with the axes ``axes`` of s removed, when m does
-    not depend on them (R1/R2: a value invariant along the reduced axes K). An axis of extent 1 may
-    appear in m (its index is always 0); any other K axis in m means m depends on K: None."""
+def drop_axes_map(m: str, s: str, axes: str) -> "str | None":
+    """The map of Read(mem, s, m) seen over s with the axes ``axes`` removed, when m does not depend on
+    them (R1/R2: a value invariant along the reduced axes K), else None. An axis of extent 1 may appear
+    in m (its index is always 0); any other K axis in m means m depends on K."""
     shp, mp, ax = E.parse_shape(s), E.parse_map(m), set(E.parse_ints(axes))
     if not ax or any(not 0 <= k < len(shp) for k in ax):
         return None
@@ -262,15 +263,7 @@ def _drop_axes(m: str, s: str, axes: str) -> "tuple | None":
     kept = [k for k in range(len(shp)) if k not in ax]
     env = {f"i{k}": Expr.const(0) for k in ax}
     env.update({f"i{k}": Expr.var(f"i{j}") for j, k in enumerate(kept)})
-    return E.shape(shp[k] for k in kept), E.tup(e.subs(env) for e in mp)
-
-
-@helper("drop-axes-map")
-def drop_axes_map(m: str, s: str, axes: str) -> "str | None":
-    """The map of Read(mem, s, m) seen over s with the axes ``axes`` removed, when m does not depend
-    on them (the read is invariant along them), else None."""
-    r = _drop_axes(m, s, axes)
-    return None if r is None else r[1]
+    return E.tup(e.subs(env) for e in mp)
 
 
 @helper("axes-count")

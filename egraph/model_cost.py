@@ -503,6 +503,7 @@ class ModelCost(SearchingCost):
 
         def rejections() -> list:  # priced on demand (--explain): the search does not need them
             out, deltas = [], merge_rejected() if not exact else {}
+            moved = open_sites(final)
             for c in live(final):
                 if c in deltas:
                     sep, fused, why, n = deltas[c]
@@ -512,7 +513,7 @@ class ModelCost(SearchingCost):
                 bad = "; ".join(b[3] for b in cand.illegal)
                 why = ("illegal: " + original_ids(bad, state.program, cand.extraction.program)) if cand.illegal else \
                     ("no fused term" if cand.extraction is None else "priced higher" if cand.total >= final.total
-                     else f"not reached: the descent stopped after its {rounds} rounds" if c in open_sites(final)
+                     else f"not reached: the descent stopped after its {rounds} rounds" if c in moved
                      else "not tried: its value computes a reduction, and a large program's descent fuses only "
                           "values that compute none")
                 fused = total_us(cand.priced) if cand.extraction is not None else None

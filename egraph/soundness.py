@@ -23,10 +23,10 @@ import numpy as np
 
 from .. import knobs
 from ..ir.diagnostics import PolysatError, diag
+from ..ir.dtypes import DType
 from ..ir.tiny import Program
 from .boundaries import default_cuts
 from .graph import export
-from ..ir.dtypes import DType
 from .randprog import (attention_programs, chained_gemm_programs, motif_programs, owned_programs, random_program,
                        sibling_programs)
 from .rulefiles import RuleFile, discover, parse_file

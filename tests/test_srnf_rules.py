@@ -6,7 +6,7 @@ under the unfused (`--cost model`) load, examples/conv_relu_maxpool.json under t
 (the pool's max over a fused relu), and the ONNX mlp_mixer of examples/onnx_models.py under `--cost
 model` (its mean over the patches of the last LayerNorm: gamma and beta do not vary along the patches,
 so R1 hoists gamma and R2 distributes beta out of the sum). The regions then hold the merged, hoisted
-form the rules produced, playback equals the numpy reference (onnxruntime for mlp_mixer), and
+form the rules produced, playback equals the numpy reference (onnxruntime for mlp_mixer, tests/test_onnx_models.py), and
 `polysat rules --check --only srnf.egg` passes.
 """
 from __future__ import annotations
@@ -91,12 +91,9 @@ def test_regions_read_the_normal_form_the_rules_produced():
 
 def test_mlp_mixer_mean_applies_layernorm_gamma_and_beta_to_the_accumulator():
     """R1 and R2 on the ONNX mlp_mixer under --cost model: the mean over the patches sums the normalized
-    value and applies gamma and 16 * beta to the [1, 32] accumulator; no kernel is added, and the
-    model still matches onnxruntime."""
-    import onnxruntime as ort
-    from polysat.cli import TARGETS
+    value and applies gamma and 16 * beta to the [1, 32] accumulator, and no kernel is added
+    (tests/test_onnx_models.py plays this partition back against onnxruntime)."""
     from polysat.examples.onnx_models import build
-    from polysat.frontend import with_parameters
     m = build("mlp_mixer")
     doc = onnx_mixer()
     c = Compilation(doc, cost="model")
@@ -116,13 +113,6 @@ def test_mlp_mixer_mean_applies_layernorm_gamma_and_beta_to_the_accumulator():
     assert hoisted, "gamma is not applied to a sum's accumulator"
     beta_reads = [n for r in c.regions for lt in r.lets for n in walk(lt.expr) if n.op == R.READ and n.arg[0] == beta]
     assert beta_reads and all(n.axes == ("i1",) for n in beta_reads), beta_reads  # read once per output, not per patch
-    rng = np.random.default_rng(7)
-    feeds = {"image": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
-    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    inputs = with_parameters(doc, feeds)
-    for target in ("reference", "playback"):
-        got = TARGETS[target](c, inputs)[doc["signature"]["outputs"][0]["tensor"]]
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=target)
 
 
 def test_srnf_rules_check_sound_and_exercised():
