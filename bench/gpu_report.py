@@ -126,13 +126,16 @@ def test_counts(rows: list[dict]) -> dict:
 
 
 # ---- sanitize: compute-sanitizer's summary ----------------------------------------------------------------------
-_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
+# memcheck and synccheck close with "ERROR SUMMARY: N errors"; racecheck with "RACECHECK SUMMARY: H hazards displayed
+# (N errors, W warnings)" and no ERROR SUMMARY (as compute-sanitizer 2025.3 printed on an H200)
+_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error|RACECHECK SUMMARY:[^(\n]*\(\s*(\d+)\s+error")
 
 
 def sanitizer_errors(text: str) -> "int | None":
-    """The error count of compute-sanitizer's ``ERROR SUMMARY: N errors`` line (the largest, where several
-    processes printed one); None where there is none (the tool did not finish)."""
-    found = [int(x) for x in _SUMMARY.findall(text)]
+    """The error count of compute-sanitizer's ``ERROR SUMMARY: N errors`` line, or racecheck's ``RACECHECK
+    SUMMARY: ... (N errors, W warnings)`` (the largest, where several processes printed one); None where there is
+    none (the tool did not finish)."""
+    found = [int(a or b) for a, b in _SUMMARY.findall(text)]
     return max(found) if found else None
 
 
@@ -143,7 +146,7 @@ def sanitize_status(rc: int, text: str, timed_out: bool = False) -> tuple[str, "
     if timed_out:
         return FAIL, errors, "timed out"
     if errors is None:
-        return FAIL, None, f"no ERROR SUMMARY (exit status {rc})"
+        return FAIL, None, f"no ERROR or RACECHECK SUMMARY (exit status {rc})"
     if errors:
         return FAIL, errors, f"{errors} error(s)"
     if rc != 0:

@@ -119,6 +119,17 @@ def test_compute_sanitizer_runs_are_ok_only_with_zero_errors_and_a_clean_exit():
     assert R.sanitize_status(134, "Segmentation fault")[1] is None
 
 
+def test_racecheck_closes_with_its_own_summary_line():
+    # racecheck prints no ERROR SUMMARY: these are its closing lines as compute-sanitizer 2025.3.1 printed them on
+    # an H200 (every racecheck run of the first GPU check was a FAIL "no ERROR SUMMARY" before this)
+    clean = ("========= COMPUTE-SANITIZER\n{\"item\": \"gemm_sm90\", \"ok\": true}\n"
+             "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n")
+    racy = "========= RACECHECK SUMMARY: 4 hazards displayed (3 errors, 1 warnings)\n"
+    assert R.sanitize_status(0, clean) == ("ok", 0, "")
+    assert R.sanitize_status(0, racy) == ("FAIL", 3, "3 error(s)")
+    assert R.sanitize_status(0, "========= RACECHECK SUMMARY: 0 hazards displayed")[1] is None  # cut short
+
+
 def test_reports_of_several_runs_merge_and_the_results_file_names_the_device(tmp_path):
     env = {"device": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "cuda": "13.0"}
     row = R.bench_row("gemm", "8192x8192x8192", {"polysat": 1.4, "cublas": 1.38}, flops=2.0 * 8192 ** 3, dtype="bf16")
