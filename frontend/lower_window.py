@@ -225,3 +225,26 @@ def avgpool3d(ctx: Ctx, ins: list) -> list:
     """AvgPool2D over (N, C, D, H, W): ``pad`` [front, back, top, bottom, left, right] counts when
     ``count_include_pad``, ``extra`` [back, bottom, right] never does."""
     return avgpool(ctx, ins, 3)
+
+
+@lowering("CumSum", attrs={"axis": Attr("int", REQUIRED, "the axis summed along (negative counts from the end)"),
+                           "exclusive": Attr("bool", False, "leave each element out of its own sum"),
+                           "reverse": Attr("bool", False, "sum from the end of the axis")})
+def cumsum(ctx: Ctx, ins: list) -> list:
+    """Y[.., i, ..] = the sum of X[.., j, ..] over j <= i (j < i when exclusive; j >= i, j > i when reverse):
+    a window as wide as the axis sliding over X zero-padded on one side (PAD + VIEW + REDUCE(SUM)), floats
+    summed in fp32, integers in their own dtype. The axis must have a static size."""
+    (x,) = ins
+    ax = ctx.axis(ctx.int_attr("axis"), x.ndim)
+    n = x.shape[ax]
+    if not isinstance(n, int):
+        fail("UnaddressableShape", ctx.at, f"CumSum along axis {ax} of symbolic size {n}: the window needs a static size")
+    excl, rev = int(ctx.bool_attr("exclusive")), ctx.bool_attr("reverse")
+    lo, hi, off = (0, n - 1 + excl, excl) if rev else (n - 1 + excl, 0, 0)
+    b, at = ctx.b, ctx.at
+    acc = DType.fp32 if x.dtype.is_float else x.dtype
+    xp = b.pad(b.cast(x, acc, at=at) if acc != x.dtype else x,
+               tuple((lo, hi) if d == ax else (0, 0) for d in range(x.ndim)), 0, at=at)
+    imap = tuple(f"i{d} + i{x.ndim}" + (f" + {off}" if off else "") if d == ax else f"i{d}" for d in range(x.ndim))
+    y = b.reduce(b.view(xp, x.shape + (n,), imap, at=at), "SUM", (x.ndim,), acc, at=at)
+    return [b.cast(y, x.dtype, at=at) if acc != x.dtype else y]

@@ -280,13 +280,9 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
         if vi.name in imp.consts:
             continue  # an initializer listed as input (IR < 4 style): a constant
         elem = vi.type.tensor_type.elem_type
-        if elem == 7 and _index_only(g, vi.name):  # int64 read only as indices: computed as i32, checked at run time
+        if elem == 7:  # int64 (token ids, positions): computed as i32, its values checked to fit when they arrive
             narrowed[vi.name] = "int64"
             elem = 6
-        elif elem == 7:
-            fail("UnsupportedDtype", vi.name, f"graph input {vi.name!r} is int64 and some op computes with it; polysat "
-                 "takes an int64 input only where every reader takes it as gather indices (directly or through "
-                 "movement ops), which it reads as i32")
         dt = dtype_of_onnx(elem, vi.name, f"graph input {vi.name!r}")
         shape = _input_shape(vi, vi.name)
         imp.add_input(vi.name, dt, shape)
@@ -301,20 +297,6 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
         outputs.append({"tensor": t})
     return {"signature": {"inputs": imp.inputs, "outputs": outputs}, "tensors": imp.tensors, "graph": imp.nodes,
             "parameters": imp.params, "onnx_outputs": [vi.name for vi in g.output], "narrowed_inputs": narrowed}
-
-
-# ONNX operand positions that are indices into another tensor: an int64 graph input read only there, directly or
-# through movement ops, is narrowed to i32 (frontend.narrow_index checks its values when they arrive)
-INDEX_OPERANDS = {("Gather", 1), ("GatherElements", 1)}
-_INDEX_MOVES = {"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Transpose", "Expand"}
-
-
-def _index_only(g, name: str) -> bool:
-    if name in {o.name for o in g.output}:
-        return False
-    uses = [(n, k) for n in g.node for k, x in enumerate(n.input) if x == name]
-    return bool(uses) and all((n.op_type, k) in INDEX_OPERANDS or (
-        n.op_type in _INDEX_MOVES and k == 0 and all(_index_only(g, o) for o in n.output if o)) for n, k in uses)
 
 
 def _upgrade(model, origin: str):
@@ -366,10 +348,33 @@ def translate_node(imp: Importer, proto, k: int) -> None:
                 imp.bind(o, t)
 
 
+def _gather_elements(data: np.ndarray, index: np.ndarray, axis: int = 0) -> np.ndarray:
+    """ONNX GatherElements: out[p] = data[p with p[axis] replaced by index[p]] (negative indices count from the
+    end; index may be smaller than data along the other axes)."""
+    axis = axis % data.ndim
+    index = np.where(index < 0, index + data.shape[axis], index)
+    if index.size and (index.min() < 0 or index.max() >= data.shape[axis]):
+        raise IndexError(f"index values outside [-{data.shape[axis]}, {data.shape[axis] - 1}] along axis {axis}")
+    grid = list(np.indices(index.shape, sparse=True))
+    grid[axis] = index
+    return data[tuple(grid)]
+
+
+# ops whose onnx.reference implementation is wrong on some inputs: folded by numpy here (onnx 1.23's GatherElements
+# falls back, for more than 32 choices, to a loop that keeps one element per row)
+_NUMPY_FOLDS = {"GatherElements": lambda node, x, i: _gather_elements(x, i, int(node.attr("axis", 0)))}
+
+
 def _fold(imp: Importer, node: OnnxNode) -> None:
-    """Evaluate a node of constants with onnx's reference evaluator (exact ONNX semantics)."""
+    """Evaluate a node of constants with onnx's reference evaluator (exact ONNX semantics), or numpy where that
+    evaluator is wrong (``_NUMPY_FOLDS``)."""
     from onnx.reference import ReferenceEvaluator
     try:
+        if node.op in _NUMPY_FOLDS:
+            outs = [_NUMPY_FOLDS[node.op](node, *[imp.consts[x] for x in node.inputs])]
+            for o, v in zip(node.outputs, outs):
+                imp.consts[o] = np.asarray(v)
+            return
         ref = ReferenceEvaluator(node.proto)
         feeds = {x: imp.consts[x] for x in node.inputs if x}
         outs = ref.run(None, feeds)

@@ -154,6 +154,8 @@ def cast(imp: Importer, node: OnnxNode) -> list:
     x = e.input(0)
     if node.op == "CastLike":
         to = imp.dtype(e.input(1))
+    elif node.attr("to") == 7 and e.dtype(x) in (DType.i32, DType.bool):
+        to = DType.i32  # int64 of int32 or bool values: the same values, computed as i32 as every int64 input is
     else:
         to = dtype_of_onnx(node.attr("to"), node.name, "Cast's target type")
     sat = node.attr("saturate", 1)
@@ -172,9 +174,12 @@ def identity(imp: Importer, node: OnnxNode) -> list:
             tm = imp.const(node.inputs[2])
             if tm is None or bool(np.asarray(tm).reshape(-1)[0]):
                 node.unsupported("training_mode must be a constant false (inference)")
-        if len(node.outputs) > 1 and node.outputs[1]:
-            node.unsupported("the mask output is not supported")
     x = imp.value(node.inputs[0], node.name)
+    if node.op == "Dropout" and len(node.outputs) > 1 and node.outputs[1]:  # inference: every element is kept
+        shape = imp.shape(x)
+        if not all(isinstance(d, int) for d in shape):
+            node.unsupported("the mask output of a symbolic shape")
+        return [x, imp.materialize(np.ones(shape, dtype=bool), f"{node.name}/mask", node.name)]
     return [x]
 
 

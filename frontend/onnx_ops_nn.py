@@ -269,3 +269,31 @@ def reduce(imp: Importer, node: OnnxNode) -> list:
     elif op == "ReduceLogSum":
         y = e.ew("log", y)
     return [e.cast(y, dt)]
+
+
+@handler("LRN")
+def lrn(imp: Importer, node: OnnxNode) -> list:
+    """Local response normalization across channels: x / (bias + alpha/size * sum of x^2 over the size channels
+    around c)^beta. The channel window is an average pool of x^2 (N, 1, C, H*W) with a (size, 1) kernel and the
+    ONNX padding (floor((size-1)/2) before, ceil after), padding counted, so its mean is the sum / size."""
+    e = Emit(imp, node)
+    x = e.input(0)
+    xs = e.shape(x)
+    if len(xs) < 3:
+        node.unsupported(f"LRN needs an (N, C, ...) input, got rank {len(xs)}")
+    size = int(node.attr("size"))
+    alpha, beta, bias = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75)), float(node.attr("bias", 1.0))
+    rest = 1
+    for d in xs[2:]:
+        if not isinstance(d, int):
+            node.unsupported("LRN needs static spatial sizes")
+        rest *= d
+    xf = e.cast(x, DType.fp32)
+    sq = e.op("Reshape", [e.ew("mul", xf, xf)], {"shape": [str(xs[0]), 1, str(xs[1]), rest]})
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    mean = e.op("AvgPool2D", [sq], {"kernel": [size, 1], "stride": [1, 1], "dilation": [1, 1],
+                                    "pad": [lo, hi, 0, 0], "extra": [0, 0], "count_include_pad": True})
+    mean = e.op("Reshape", [mean], {"shape": [str(d) for d in xs]})
+    scale = e.ew("add", e.ew("mul", mean, e.const_of(alpha, DType.fp32)), e.const_of(bias, DType.fp32))
+    y = e.ew("div", xf, e.ew("pow", scale, e.const_of(beta, DType.fp32)))
+    return [e.cast(y, e.dtype(x))]

@@ -168,3 +168,13 @@ def isinf(imp: Importer, node: OnnxNode) -> list:
     if not hits:
         return [e.op("Constant", [], {"value": False, "dtype": "bool", "shape": [str(d) for d in e.shape(x)]})]
     return [hits[0] if len(hits) == 1 else e.ew("max", hits[0], hits[1])]
+
+
+@handler("CumSum")
+def cumsum(imp: Importer, node: OnnxNode) -> list:
+    """The running sum along a constant axis (frontend/lower_window.py CumSum)."""
+    e = Emit(imp, node)
+    x = e.input(0)
+    axis = int(np.asarray(e.const(1, "axis")).reshape(-1)[0])
+    return [e.op("CumSum", [x], {"axis": axis, "exclusive": bool(node.attr("exclusive", 0)),
+                                 "reverse": bool(node.attr("reverse", 0))})]

@@ -322,15 +322,6 @@ def gather(c: Call, x, dim, index, sparse_grad=False):
     return c.onnx("GatherElements", [x, index], axis=int(dim))
 
 
-# (ATen op, operand position) that read a tensor as indices: an int64 input read only there is narrowed to i32
-INDEX_OPERANDS = {("aten.embedding.default", 1), ("aten.index_select.default", 2), ("aten.gather.default", 2)}
-
-
-def _index_only(n) -> bool:
-    uses = [(str(u.target), k) for u in n.users for k, a in enumerate(u.args) if a is n]
-    return bool(uses) and len(uses) == len(n.users) and all(x in INDEX_OPERANDS for x in uses)
-
-
 def _onnx_dtype(c: Call, dtype) -> int:
     import torch
     table = {torch.float32: 1, torch.float16: 10, torch.bfloat16: 16, torch.int32: 6, torch.bool: 9,
@@ -379,7 +370,7 @@ def import_graph(gm, user_inputs: list, consts: dict, outputs: list, origin: str
                 imp.consts[n.name] = _np(consts[n.name])
             elif n.name in user_inputs:
                 v = n.meta["val"]
-                if str(v.dtype) == "torch.int64" and _index_only(n):  # indices: i32, checked when they arrive
+                if str(v.dtype) == "torch.int64":  # ids, positions: computed as i32, checked to fit when they arrive
                     narrowed[n.name] = "int64"
                     imp.add_input(n.name, DType.i32, _shape_of(v))
                 else:

@@ -110,11 +110,29 @@ def test_unread_attribute_is_never_ignored():
     assert d.code == "E1102" and "'fancy'" in d.why
 
 
-@pytest.mark.parametrize("elem", [TensorProto.INT64, TensorProto.DOUBLE, TensorProto.INT8])
+@pytest.mark.parametrize("elem", [TensorProto.DOUBLE, TensorProto.INT8])
 def test_dtypes_polysat_does_not_compute_in_are_refused(elem):
     m = _model([helper.make_node("Neg", ["x"], ["y"])], [_vi("x", [4], elem)], [_vi("y", [4], elem)])
     d = _diag(m)
     assert d.code == "E1011" and d.at == "x"
+
+
+def test_int64_ids_in_arithmetic_compute_exactly_in_int32_and_values_past_it_are_refused():
+    """RoBERTa's position ids from int64 token ids: ne(pad) -> cast -> cumsum -> mul -> add, as onnxruntime gives
+    them; the input is computed as i32, its values checked to fit when they arrive (E1011 past int32)."""
+    nodes = [helper.make_node("Equal", ["ids", "pad"], ["is_pad"]), helper.make_node("Not", ["is_pad"], ["keep"]),
+             helper.make_node("Cast", ["keep"], ["mask"], to=TensorProto.INT32),
+             helper.make_node("CumSum", ["mask", "axis"], ["run"]), helper.make_node("Mul", ["run", "mask"], ["inc"]),
+             helper.make_node("Cast", ["inc"], ["inc64"], to=TensorProto.INT64),
+             helper.make_node("Add", ["inc64", "pad"], ["pos"])]
+    m = _model(nodes, [_vi("ids", [2, 6], TensorProto.INT64)], [_vi("pos", [2, 6], TensorProto.INT64)],
+               [("pad", np.asarray(1, np.int64)), ("axis", np.asarray(1, np.int64))])
+    ids = np.asarray([[0, 5, 9, 1, 1, 1], [7, 1, 3, 3, 2**20, 1]], np.int64)
+    got, _ = _polysat(m, {"ids": ids})
+    np.testing.assert_array_equal(got[0], _ort(m, {"ids": ids})[0])
+    with pytest.raises(PolysatError) as ei:
+        _polysat(m, {"ids": ids + 2**31})
+    assert ei.value.diagnostics[0].code == "E1011"
 
 
 def test_cast_to_int64_at_run_time_is_refused():
@@ -239,3 +257,43 @@ def test_4d_conv_is_declined_with_the_ranks_taken():
                [("W", np.ones((1, 1, 1, 1, 1, 1), np.float32))])
     d = _diag(m)
     assert d.code == "E1102" and "1-D, 2-D and 3-D" in d.why
+
+
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("elem,axis", [(TensorProto.FLOAT, 1), (TensorProto.INT32, -2), (TensorProto.FLOAT16, 0)])
+def test_cumsum_matches_onnxruntime(exclusive, reverse, elem, axis):
+    """CumSum on every axis form and flag, float (summed in fp32) and int32 (exact), playback too."""
+    from polysat.cli import TARGETS
+    from polysat.pipeline import Compilation
+    m = _model([helper.make_node("CumSum", ["x", "ax"], ["y"], exclusive=exclusive, reverse=reverse)],
+               [_vi("x", [3, 5, 4], elem)], [_vi("y", [3, 5, 4], elem)], [("ax", np.asarray(axis, np.int64))])
+    rng = np.random.default_rng(abs(axis) + 3 * exclusive + 5 * reverse)
+    np_dt = {TensorProto.FLOAT: np.float32, TensorProto.INT32: np.int32, TensorProto.FLOAT16: np.float16}[elem]
+    x = (rng.integers(-50, 50, (3, 5, 4)) if elem == TensorProto.INT32 else rng.standard_normal((3, 5, 4))).astype(np_dt)
+    want = _ort(m, {"x": x})[0]
+    got, doc = _polysat(m, {"x": x})
+    tol = dict(rtol=1e-3, atol=1e-3) if elem != TensorProto.INT32 else dict(rtol=0, atol=0)
+    np.testing.assert_allclose(np.asarray(got[0], np.float64), want.astype(np.float64), **tol)
+    c = Compilation(doc, cost="model")
+    pb = TARGETS["playback"](c, with_parameters(doc, {"x": x}))[doc["signature"]["outputs"][0]["tensor"]]
+    np.testing.assert_allclose(np.asarray(pb, np.float64), want.astype(np.float64), **tol)
+
+
+def test_lrn_matches_onnxruntime():
+    """AlexNet's LRN (size 5) and size 3 against onnxruntime (which takes odd sizes only)."""
+    for size in (5, 3):
+        m = _model([helper.make_node("LRN", ["x"], ["y"], size=size, alpha=1e-2, beta=0.75, bias=2.0)],
+                   [_vi("x", [2, 7, 3, 3])], [_vi("y", [2, 7, 3, 3])])
+        x = np.random.default_rng(size).standard_normal((2, 7, 3, 3)).astype(np.float32) * 3
+        got, _ = _polysat(m, {"x": x})
+        np.testing.assert_allclose(got[0], _ort(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_dropout_mask_at_inference_is_all_ones():
+    m = _model([helper.make_node("Dropout", ["x"], ["y", "mask"], seed=3)], [_vi("x", [2, 3])],
+               [_vi("y", [2, 3]), _vi("mask", [2, 3], TensorProto.BOOL)])
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    got, _ = _polysat(m, {"x": x})
+    want = _ort(m, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
