@@ -33,7 +33,8 @@ from .model import Node, _freeze
 
 MIN_OPSET = 13
 # Ops taken only by folding at import (they make constants: shapes, ranges, filled tensors).
-FOLD_ONLY = frozenset({"Constant", "ConstantOfShape", "Range", "Shape", "Size", "EyeLike", "OneHot"})
+FOLD_ONLY = frozenset({"Constant", "ConstantOfShape", "Range", "Shape", "Size", "EyeLike", "OneHot",
+                       "Sin", "Cos"})  # Sin/Cos: rotary tables of constant positions (Tiny IR has no sine)
 
 # ONNX TensorProto element types polysat computes in (int64 only where a constant folds or narrows).
 _ONNX_DTYPES = {1: DType.fp32, 10: DType.fp16, 16: DType.bf16, 6: DType.i32, 9: DType.bool}

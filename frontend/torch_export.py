@@ -89,7 +89,7 @@ def ne(c: Call, a, b):
 
 _UNARY = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "log": "Log", "sqrt": "Sqrt",
           "reciprocal": "Reciprocal", "neg": "Neg", "abs": "Abs", "erf": "Erf", "logical_not": "Not", "sign": "Sign",
-          "isnan": "IsNaN"}
+          "isnan": "IsNaN", "sin": "Sin", "cos": "Cos"}
 for _n, _o in _UNARY.items():
     aten(f"aten.{_n}.default")(lambda c, x, _o=_o: c.onnx(_o, [x]))
 
@@ -287,11 +287,107 @@ def pad(c: Call, x, pads, value=0.0):
     return c.onnx("Pad", [x, _i64(begins + ends), c.like(value, x)])
 
 
+@aten("aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten._assert_async.msg",
+      "aten.sym_constrain_range_for_size.default")
+def assertion(c: Call, *args, **kw):
+    """A check torch.export records about shapes and dtypes it traced (the import checks them itself): nothing
+    to compute."""
+    return None
+
+
+@aten("aten.arange.start_step", "aten.arange.start", "aten.arange.default")
+def arange(c: Call, start, end=None, step=1, dtype=None, **kw):
+    """A constant (position ids, masks): folded wherever it meets other constants."""
+    if end is None:
+        start, end = 0, start
+    name = c.imp.fresh(c.name)
+    floats = any(isinstance(v, float) for v in (start, end, step))
+    c.imp.consts[name] = np.arange(start, end, step, dtype=_np_dtype(dtype, 1.0 if floats else 1))
+    return name
+
+
+@aten("aten.hardtanh.default")
+def hardtanh(c: Call, x, min_val=-1.0, max_val=1.0):
+    return c.onnx("Clip", [x, c.like(min_val, x), c.like(max_val, x)])
+
+
+@aten("aten.cumsum.default")
+def cumsum(c: Call, x, dim, dtype=None):
+    y = c.onnx("CumSum", [x, np.asarray(dim, dtype=np.int64)])
+    return y if dtype is None else c.onnx("Cast", [y], to=_onnx_dtype(c, dtype))
+
+
+@aten("aten.any.dim", "aten.any.dims", "aten.any.default")
+def any_(c: Call, x, dim=None, keepdim=False):
+    """True where some element along dim is: the max of the mask as int32."""
+    axes = list(range(len(c.shape(x)))) if dim is None else list(dim if isinstance(dim, (list, tuple)) else [dim])
+    m = c.onnx("ReduceMax", [c.onnx("Cast", [x], to=6), _i64(axes)], keepdims=int(bool(keepdim)))
+    return c.onnx("Cast", [m], to=9)
+
+
+@aten("aten.index.Tensor")
+def index(c: Call, x, indices):
+    """x[..., idx, ...] with one index tensor (the others None): a Gather along its axis."""
+    given = [(k, t) for k, t in enumerate(indices) if t is not None]
+    if len(given) != 1:
+        c.unsupported(f"indexing by {len(given)} tensors at once (polysat takes one index tensor)")
+    axis, idx = given[0]
+    return c.onnx("Gather", [x, idx], axis=axis)
+
+
+@aten("aten.as_strided.default")
+def as_strided(c: Call, x, size, stride, storage_offset=0):
+    """A strided view of x's (contiguous) elements: a Gather of the flattened x at constant indices, which the
+    importer folds when x is a constant and the region reads as a non-affine gather otherwise."""
+    n = int(np.prod(c.shape(x))) if c.shape(x) else 1
+    idx = np.full(tuple(size), int(storage_offset or 0), dtype=np.int64)
+    for k, (sz, st) in enumerate(zip(size, stride)):
+        idx = idx + (np.arange(sz, dtype=np.int64) * st).reshape((1,) * k + (sz,) + (1,) * (len(size) - k - 1))
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        c.unsupported(f"size {list(size)}, stride {list(stride)} and offset {storage_offset} reach past x's {n} elements")
+    return c.onnx("Gather", [c.onnx("Reshape", [x, _i64([n])]), idx], axis=0)
+
+
 @aten("aten.full.default")
 def full(c: Call, size, value, dtype=None, **kw):
     name = c.imp.fresh(c.name)
     c.imp.consts[name] = np.full(list(size), value, dtype=_np_dtype(dtype, value))
     return name
+
+
+@aten("aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default")
+def full_like(c: Call, x, value=None, dtype=None, **kw):
+    fill = {"aten.zeros_like.default": 0, "aten.ones_like.default": 1}.get(c.op, value)
+    if dtype is None:
+        dtype = _torch_dtype_of(c, x)
+    return full(c, list(c.shape(x)), fill, dtype)
+
+
+@aten("aten.new_zeros.default", "aten.new_ones.default", "aten.new_full.default", "aten.zeros.default",
+      "aten.ones.default")
+def new_full(c: Call, *args, dtype=None, **kw):
+    """x.new_zeros(size) and friends, torch.zeros(size): a constant of x's dtype where none is named."""
+    if c.op.startswith("aten.new_"):
+        x, size, *rest = args
+        dtype = dtype or _torch_dtype_of(c, x)
+    else:
+        size, *rest = args
+    fill = rest[0] if c.op == "aten.new_full.default" else (0 if "zeros" in c.op else 1)
+    return full(c, list(size), fill, dtype or _default_float())
+
+
+def _default_float():
+    import torch
+    return torch.float32
+
+
+def _torch_dtype_of(c: Call, x):
+    import ml_dtypes
+    import torch
+    dt = np.dtype(c.imp.consts[x].dtype) if x in c.imp.consts else c.imp.uop(c.imp.value(x, c.name)).dtype.np
+    return {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16, np.dtype(np.int32): torch.int32,
+            np.dtype(np.int64): torch.int64, np.dtype(np.bool_): torch.bool,
+            np.dtype(ml_dtypes.bfloat16): torch.bfloat16}.get(np.dtype(dt), torch.float32)
 
 
 @aten("aten.scalar_tensor.default")
@@ -303,8 +399,9 @@ def _np_dtype(dtype, value) -> Any:
     import torch
     if dtype is None:
         return np.float32 if isinstance(value, float) else (np.bool_ if isinstance(value, bool) else np.int64)
+    import ml_dtypes
     return {torch.float32: np.float32, torch.float16: np.float16, torch.int32: np.int32, torch.int64: np.int64,
-            torch.bool: np.bool_, torch.float64: np.float64}.get(dtype, np.float32)
+            torch.bool: np.bool_, torch.float64: np.float64, torch.bfloat16: ml_dtypes.bfloat16}.get(dtype, np.float32)
 
 
 @aten("aten.index_select.default")

@@ -47,8 +47,20 @@ class Split:
         return _redefer(_order(rest + gathers))
 
 
+def _uniform_gathers(program: Program) -> Program:
+    """A GATHER from a uniform constant reads that constant at every index: the constant itself, in the gather's
+    shape (a buffer of zeros an exporter expanded and gathered from, as RoBERTa's token-type ids)."""
+    if not any(n.op in GroupOp.Indirect and program[n.src[0]].op == Ops.CONST for n in program.nodes):
+        return program
+    nodes = tuple(make_uop(n.id, Ops.CONST, [], {"value": program[n.src[0]].arg["value"], "dtype": n.dtype,
+                                                 "shape": n.shape}, n.tag)
+                  if n.op in GroupOp.Indirect and program[n.src[0]].op == Ops.CONST else n for n in program.nodes)
+    return Program(nodes, program.outputs)
+
+
 def split_gathers(program: Program) -> Split:
     """The program cut at its GATHER nodes (the program itself when it has none)."""
+    program = _uniform_gathers(program)
     sites_nodes = [n for n in program.nodes if n.op in GroupOp.Indirect]
     if not sites_nodes:
         return Split(program, (), frozenset())
@@ -87,9 +99,6 @@ def split_gathers(program: Program) -> Split:
 
     sites = []
     for n in sites_nodes:
-        if program[n.src[0]].op == Ops.CONST:
-            fail("UnsupportedOp", n.tag or n.id, "a gather from a tensor whose elements are all one constant",
-                 "Use the constant itself (every in-range index reads it).")
         data, index = (buffer_of(s) for s in n.src)
         sites.append(Site(n, data, index, out_name[n.id], n.id in dict((v, k) for k, v in program.outputs)))
     nodes = [make_uop(n.id, Ops.INPUT, [], {"tensor_id": out_name[n.id], "dtype": n.dtype, "shape": n.shape},

@@ -297,3 +297,23 @@ def test_dropout_mask_at_inference_is_all_ones():
     want = _ort(m, {"x": x})
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_a_gather_from_a_uniform_constant_is_that_constant():
+    """RoBERTa's token-type ids: a buffer of zeros expanded and gathered from at run-time indices; playback too."""
+    from polysat.cli import TARGETS
+    from polysat.pipeline import Compilation
+    nodes = [helper.make_node("Expand", ["zero", "shape"], ["buf"]),
+             helper.make_node("GatherElements", ["buf", "ids"], ["tt"], axis=1),
+             helper.make_node("Cast", ["tt"], ["ttf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "ttf"], ["y"])]
+    m = _model(nodes, [_vi("x", [2, 5]), _vi("ids", [2, 5], TensorProto.INT64)], [_vi("y", [2, 5])],
+               [("zero", np.asarray([[0]], np.int64)), ("shape", np.asarray([2, 9], np.int64))])
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32),
+             "ids": np.asarray([[0, 3, 8, 1, 1], [2, 2, 7, 0, 5]], np.int64)}
+    got, doc = _polysat(m, feeds)
+    want = _ort(m, feeds)[0]
+    np.testing.assert_allclose(got[0], want, rtol=1e-6)
+    c = Compilation(doc, cost="model")
+    pb = TARGETS["playback"](c, with_parameters(doc, feeds))[doc["signature"]["outputs"][0]["tensor"]]
+    np.testing.assert_allclose(pb, want, rtol=1e-6)
