@@ -219,11 +219,30 @@ def avg_pool(c: Call, x, kernel, stride=(), padding=0, ceil_mode=False, count_in
                   pads=_per_axis(padding, n) * 2, ceil_mode=int(ceil_mode), count_include_pad=int(count_include_pad))
 
 
-@aten("aten._adaptive_avg_pool2d.default")
+@aten("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default")
 def adaptive_avg_pool(c: Call, x, size):
-    if list(size) != [1, 1]:
-        c.unsupported(f"output size {list(size)} (polysat takes (1, 1), a global average)")
-    return c.onnx("GlobalAveragePool", [x])
+    """Output bin i of an axis of n averages elements [floor(i n / o), ceil((i + 1) n / o)): a global average
+    for (1, 1), else two contractions with constant averaging matrices (exact for every size, the upsampling
+    case of n < o too): Y = P_h X P_w^T."""
+    if list(size) == [1, 1]:
+        return c.onnx("GlobalAveragePool", [x])
+    *lead, h, w = c.shape(x)
+    if not all(isinstance(d, int) for d in (h, w)):
+        c.unsupported("adaptive average pooling of symbolic spatial sizes")
+    ph, pw = (_bins(n, int(o)) for n, o in ((h, size[0]), (w, size[1])))
+    y = c.onnx("MatMul", [x, np.ascontiguousarray(pw.T)])                    # (.., H, Ow)
+    y = c.onnx("Transpose", [y], perm=list(range(len(lead))) + [len(lead) + 1, len(lead)])  # (.., Ow, H)
+    y = c.onnx("MatMul", [y, np.ascontiguousarray(ph.T)])                    # (.., Ow, Oh)
+    return c.onnx("Transpose", [y], perm=list(range(len(lead))) + [len(lead) + 1, len(lead)])
+
+
+def _bins(n: int, o: int) -> np.ndarray:
+    """(o, n): row i averages torch's adaptive bin i of an axis of n elements."""
+    p = np.zeros((o, n), dtype=np.float32)
+    for i in range(o):
+        lo, hi = (i * n) // o, -((-(i + 1) * n) // o)
+        p[i, lo:hi] = 1.0 / (hi - lo)
+    return p
 
 
 @aten("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")

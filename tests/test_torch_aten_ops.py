@@ -45,9 +45,18 @@ class Views(torch.nn.Module):  # Swin's bias table indexed by constant indices; 
         return y * torch.ones_like(y[..., :1]) + y.new_zeros(y.shape[-1]) + torch.full_like(y, 0.5)
 
 
+class Adaptive(torch.nn.Module):  # VGG's 7x7 and AlexNet's 6x6 adaptive pools, upsampling and uneven bins
+    def forward(self, x):
+        a = torch.nn.functional.adaptive_avg_pool2d(x, (7, 7))
+        b = torch.nn.functional.adaptive_avg_pool2d(x, (2, 3))
+        return a.sum(dim=(2, 3)) + b.mean(dim=(2, 3))
+
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
          "masks": (Masks, lambda: (torch.tensor([[0, 5, 1, 1, 7], [1, 9, 9, 2, 1]]), torch.randn(2, 5, 3) * 2)),
-         "views": (Views, lambda: (torch.randn(2, 3, 4),))}
+         "views": (Views, lambda: (torch.randn(2, 3, 4),)),
+         "adaptive": (Adaptive, lambda: (torch.randn(2, 3, 5, 4),))}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -65,3 +74,4 @@ def test_aten_ops_match_eager(name):
     for target in ("reference", "playback"):
         got = TARGETS[target](c, feeds)[doc["signature"]["outputs"][0]["tensor"]]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} on {target}")
+
