@@ -345,8 +345,10 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
         rho = {m: r for r, ms in res.groups.items() for m in ms}
         best = None
         for it in items:
+            if not it.candidate or it.name not in res.groups or any(r not in rho for r in it.readers):
+                continue  # a reader absorbed into another's group (recomputed there) has no group of its own
             shared = {rho[r] for r in it.readers}
-            if not it.candidate or it.name not in res.groups or len(shared) != 1:
+            if len(shared) != 1:
                 continue
             (g,) = shared
             merged = res.groups[g] | res.groups[it.name]
