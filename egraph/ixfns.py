@@ -467,3 +467,28 @@ def use_through(kind: str, in_shape: str, a: str, b: str, m: str) -> str:
     v = view(kind, in_shape, a, b)  # no range check as fold_map's: this places a use, it rewrites nothing
     return reach_compose(E.tup(v[1]), m) if v is not None and v[1] is not None else OPAQUE
 
+
+
+_GENERIC = 97  # a symbolic size in range checks: every symbol bound alike (views relate sizes, not symbols)
+
+
+@helper("in-range")
+def in_range(s_in: str, s_out: str, m: str) -> str:
+    """"yes" when map m over shape s_out reads inside shape s_in on every axis (symbols bound to one generic
+    size), else "". A read that can go out of range exists only under a Select, whose guard is written in that
+    read's base axes: composing such a read into a read of another base would leave the guard on the wrong
+    axes, so the composing rules (read-view, fuse-materialized-read) require this."""
+    from ..ir.infer import expr_bounds
+
+    def size(d) -> int:
+        e = Expr.of(d)
+        return int(e.evaluate({v: _GENERIC for v in e.variables()}))
+    sin, sout, mp = E.parse_shape(s_in), E.parse_shape(s_out), E.parse_map(m)
+    box = {f"i{k}": (0, size(d) - 1) for k, d in enumerate(sout)}
+    for e, d in zip(mp, sin, strict=True):
+        e = Expr.of(e)
+        sym = {v for v in e.variables() if v not in box}
+        lo, hi = expr_bounds(e.subs({v: _GENERIC for v in sym}) if sym else e, box)
+        if lo < 0 or hi >= size(d):
+            return None
+    return "yes"

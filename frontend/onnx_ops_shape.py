@@ -145,9 +145,13 @@ def expand(imp: Importer, node: OnnxNode) -> list:
 @handler("Concat")
 def concat(imp: Importer, node: OnnxNode) -> list:
     e = Emit(imp, node)
-    xs = [e.input(k) for k in range(len(node.inputs)) if node.has(k)]
+    given = [k for k in range(len(node.inputs)) if node.has(k)]
+    empty = [k for k in given if imp.is_const(node.inputs[k]) and np.asarray(imp.const(node.inputs[k])).size == 0]
+    keep = [k for k in given if k not in empty] or given[:1]  # an empty piece (an empty KV cache) adds nothing
+    xs = [e.input(k) for k in keep]
     rank = len(e.shape(xs[0]))
-    return [e.op("Concat", xs, {"axis": _axis(node, node.attr("axis"), rank)})]
+    axis = _axis(node, node.attr("axis"), rank)
+    return [e.op("Concat", xs, {"axis": axis}) if len(xs) > 1 else e.op("Reshape", [xs[0]], {"shape": [str(d) for d in e.shape(xs[0])]})]
 
 
 def _slice_axis(e: Emit, x: str, axis: int, start: int, end: int, step: int) -> str:

@@ -35,6 +35,7 @@ class Split:
     program: Program  # the affine rest: every GATHER an INPUT, every computed operand an output
     sites: tuple  # Site, in program order
     operands: frozenset  # buffer names the rest writes only for a gathering kernel
+    source: "Program | None" = None  # the program the sites were read from (gathers of uniform constants folded)
 
     def regions(self, rest: list, source: Program) -> list[Region]:
         """The rest's regions with a gathering region per site, in an order where every buffer is written
@@ -42,7 +43,7 @@ class Split:
         if not self.sites:
             return list(rest)
         written = {b.name: b.memref for r in rest for b in r.outputs}
-        gathers = [_gather_region(s, source, written) for s in self.sites]
+        gathers = [_gather_region(s, self.source or source, written) for s in self.sites]
         rest = [_unflag(r, self.operands) for r in rest]
         return _redefer(_order(rest + gathers))
 
@@ -113,7 +114,7 @@ def split_gathers(program: Program) -> Split:
             live.add(nid)
             stack.extend(by_id[nid].src)
     rest = Program(tuple(n for n in nodes if n.id in live), outputs)
-    return Split(rest, tuple(sites), frozenset(operands))
+    return Split(rest, tuple(sites), frozenset(operands), program)
 
 
 def _gather_region(s: Site, source: Program, written: dict) -> Region:
