@@ -7,7 +7,7 @@ COST ?= model
 
 .PHONY: demo test bench-compile bench-fusion gpu-check gpu-wheels install clean
 
-$(BIN)/polysat: pyproject.toml
+$(BIN)/polysat: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'

@@ -42,10 +42,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable
 
-from .diagnostics import fail
 from .dtypes import DType
 from .expr import Expr
-from .shapes import Dim, dim, dim_json
+from .shapes import Dim, dim_json
 
 
 class R(enum.Enum):
