@@ -7,7 +7,7 @@ COST ?= model
 
 .PHONY: demo test bench-compile bench-fusion gpu-check gpu-wheels install clean
 
-$(BIN)/polysat: pyproject.toml
+$(BIN)/polysat: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
@@ -30,7 +30,7 @@ bench-fusion: install
 	$(BIN)/python -m polysat.bench.fusion $(QUICK)
 
 # On a GPU machine: every gpu test, compute-sanitizer on one launch of every kernel kind, every bench, one report
-# (bench/gpu_check.py; README.md, GPU check). Runs the package from this checkout under the name polysat, with
+# (bench/gpu_check.py; docs/gpu_check.md). Runs the package from this checkout under the name polysat, with
 # the python that has PyTorch (python3 on the lent GPU machines); GPU_ARGS="--part tests,sanitize --quick" etc.
 GPU_PY ?= python3
 GPU_OUT ?= out/gpu-check

@@ -13,19 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 
-def _version() -> str:
-    """The version pyproject.toml declares (the source tree's, else the installed package's)."""
-    import pathlib
-    import tomllib
-    py = pathlib.Path(__file__).resolve().parent / "pyproject.toml"
-    if py.is_file():
-        with open(py, "rb") as f:
-            return tomllib.load(f)["project"]["version"]
-    from importlib.metadata import version
-    return version("polysat")
-
-
-__version__ = _version()
+def __getattr__(name: str) -> Any:
+    """``polysat.__version__`` (version.py), read on first use: a relative import at the top of this file
+    would break pytest's collection from the source tree, whose root is this package."""
+    if name == "__version__":
+        from .version import __version__
+        return __version__
+    raise AttributeError(f"module 'polysat' has no attribute {name!r}")
 
 
 def compile(model: "str | dict", *, arch: str = "sm90", cost: str = "size", rules: tuple = ()) -> Any:  # noqa: A001
@@ -50,18 +44,6 @@ def run(compilation: Any, inputs: dict, target: str = "reference") -> dict:
 
 def kernels(compilation: Any) -> list:
     """The kernels extraction made (under the compilation's cost model), named by the user's ops and
-    tensors: [{"name", "ops", "reads", "writes"}]."""
-    from .ir.user_names import node_names, region_names
-    sp = compilation.split
-    out = []
-    if sp.program.outputs:
-        x = compilation.extraction
-        names = region_names(compilation.program, x.program)
-        out = [{"name": k.name, **names(k)} for k in x.partition.kernels]
-    ops = node_names(compilation.program)
-    out += [{"name": f"gather_{s.node.id}", "ops": [ops[s.node.id]], "reads": [s.data, s.index], "writes": [s.out]}
-            for s in sp.sites]  # a data-dependent gather: a kernel of its own (ir/gather_split.py)
-    if sp.sites:  # in the order they run
-        order = {r.name: k for k, r in enumerate(compilation.regions)}
-        out.sort(key=lambda k: order.get(k["name"], len(order)))
-    return out
+    tensors: [{"name", "ops", "reads", "writes"}] (pipeline.py ``kernels``)."""
+    from .pipeline import kernels as kernels_of
+    return kernels_of(compilation)

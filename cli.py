@@ -97,7 +97,7 @@ def cmd_compile(a) -> int:
 
 def _kernels(c) -> list:
     """The kernels extraction made (under --cost), named by the user's ops and tensors."""
-    from . import kernels
+    from .pipeline import kernels
     return kernels(c)
 
 
@@ -159,7 +159,7 @@ def random_inputs(program, bind: dict, seed: int) -> dict:
     env = dict(bind)
     for n in program.inputs:
         for s in sorted(symbols(n.shape)):
-            env.setdefault(s, knobs.default_symbol_size())
+            env.setdefault(s, knobs.demo_symbol_size())
     rng = np.random.default_rng(seed)
     return {n.arg["tensor_id"]: rng.standard_normal(bind_shape(n.shape, env)).astype(np.float32)
             for n in program.inputs}
@@ -229,7 +229,7 @@ def cmd_extract(a) -> int:
 
 @functools.lru_cache(maxsize=1)
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .version import __version__
     from .pipeline import ARCHS, DUMPS
     p = argparse.ArgumentParser(prog="polysat", description="polysat: fusion as an e-graph search priced by "
                                 "polyhedral analyses; CUDA for sm80/sm90 from one MMA template.")

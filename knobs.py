@@ -1,5 +1,5 @@
 """Every knob of polysat in one place: environment variables, each read at use by one function here that
-states its default and meaning (the README's knobs table lists them all). A malformed value falls back
+states its default and meaning (docs/knobs.md lists them all in one table). A malformed value falls back
 to the default."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def debug() -> int:
     return _num("POLYSAT_DEBUG", 0)
 
 
-def default_symbol_size() -> int:
+def demo_symbol_size() -> int:
     """POLYSAT_SYMBOL_SIZE: size given to unbound symbols by `polysat demo`'s random inputs (default 37,
     odd, to exercise tails)."""
     return _num("POLYSAT_SYMBOL_SIZE", 37)

@@ -1,26 +1,197 @@
-"""The compiler as one straight line of named stages (docs/DESIGN.md §Pipeline), each dumpable.
+"""The compiler as one ordered list of named stages (docs/DESIGN.md §Pipeline), each dumpable.
 
-``Compilation`` computes each stage's artifact on first use, so a dump of a late stage runs exactly
-the stages before it. Every verb (``compile``, ``run``, ``demo``, ``extract``) and the compile-time
-bench go through it, so the options reach every stage that needs them: ``arch`` the device table of
-the cost model, Poly Core's report and the backend; ``bind`` (symbol sizes) the prices, the report and
-the plan search; ``cost`` the saturation and the extraction; ``rules_dirs`` the saturation.
-``DUMPS`` maps a stage name to the JSON it writes as ``<stage>.json`` (or, for
-the pictures, the SVG text it writes as ``<stage>.svg``).
+``STAGES`` is the pipeline: each :class:`Stage` has one name, used as its cache key, as the attribute of a
+:class:`Compilation` (``c.tiny``, ``c.extraction``, ...) and, for a dumped stage, as the dump's name
+(``--dump=tiny`` writes ``tiny.json``; the pictures are SVG text written as ``<stage>.svg``); the function
+that makes it; and what it needs (the options, ``doc``, ``origin``, ``arch``, ``cost``, ``bind``,
+``rules_dirs``, and earlier stages). A stage is made on first use, reading only what it declares, so a
+dump of a late stage runs exactly the stages before it. Every verb (``compile``, ``run``, ``demo``,
+``extract``) and the compile-time bench go through it. ``program`` and ``regions`` are the Python API's
+names for ``tiny`` and ``region`` (docs/python_api.md). Each stage's function lives in its own layer and is
+imported on first use (``_call``), which keeps ``polysat run``'s start-up light.
+
+    python -c "import polysat.pipeline as p; print(p.describe())"
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .frontend import frontend_from_doc, program_from_doc, read_model
-from .ir.diagnostics import fail
-from .ir.tiny import Program
-from .ir.tiny_json import dump_tiny
+from .frontend import read_model
+from .ir.diagnostics import PolysatError, fail
 
 ARCHS = ("sm80", "sm90")
+OPTIONS = ("doc", "origin", "arch", "cost", "bind", "rules_dirs")
+ALIASES = {"program": "tiny", "regions": "region"}  # the Python API's names (docs/python_api.md)
+COST_MODULES = ("egraph.cost", "search.model")  # where the cost models ``--cost`` offers are defined (and registered)
+
+
+def _call(ref: str, *args, **kw) -> Any:
+    """``module:function`` of the package, imported on first use."""
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(f"polysat.{module}"), name)(*args, **kw)
+
+
+def _get(ref: str) -> Any:
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(f"polysat.{module}"), name)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # cache key, attribute of Compilation, dump name
+    make: Callable  # (a view of the compilation that holds only ``needs``) -> the stage's value
+    needs: tuple = ()  # options and earlier stages it reads
+    dump: "Callable | None" = None  # (compilation, out dir) -> JSON document or SVG text; None: not dumped
+    doc: str = ""
+
+
+# ---- the stages' glue (each reads only what its stage declares) -------------------------------------
+
+def _cost_model(s):
+    """The ``cost`` model, built with what it declares it needs (egraph/cost.py ``Needs``)."""
+    for m in COST_MODULES:
+        importlib.import_module(f"polysat.{m}")
+    needs = _call("egraph.cost:lookup", s.cost).needs
+    return _call("egraph.cost:make", s.cost, s.arch, _call("pricing.symbols:bind_params", s.tiny, s.bind)
+                 if needs.params else None)
+
+
+def _saturated(s):
+    return _call("egraph.api:saturate_for", s.split.program, s.cost_model, list(s.rules_dirs) or None)
+
+
+def _search(s):
+    m = s.cost_model
+    return m.search(s.saturated[0]) if m.needs.search else None
+
+
+def _extraction(s):
+    return s.search.best.extraction if s.search is not None else _call("egraph.api:extract_full", s.saturated[0],
+                                                                       s.cost_model)
+
+
+def _priced(s):
+    if s.search is not None and not isinstance(s.saturated[0], _get("search.stitch:SegmentedState")):
+        return s.search.best.priced  # a stitched search's regions are its segments' (their names)
+    x = s.extraction
+    return _call("pricing.kernels:price_kernels", x.program, x.partition, s.params, s.arch)
+
+
+def _region(s):
+    sp = s.split
+    rest = []
+    if sp.program.outputs:
+        x = s.extraction
+        rest = _call("ir.region_narrow:narrow_boundaries", _call("egraph.region_synth:synthesize", x.program, x.partition))
+    regions = _call("ir.region_layout:store_for_readers", sp.regions(rest, s.tiny))
+    errors = [d for d in _call("analyses.region_validate:validate_regions", regions) if d.is_error]
+    if errors:
+        raise PolysatError(errors)
+    return regions
+
+
+# ---- the dumps ---------------------------------------------------------------------------------------
+
+def _frontend_dump(c, d) -> dict:
+    g = c.frontend
+    return g.to_json() if g is not None else {"note": "the model is Tiny IR; no Frontend IR stage"}
+
+
+def _region_dump(c, d) -> dict:
+    """The regions (``ir/region.py``'s format), each with ``user``: the user's ops it computes and the
+    tensors it reads and writes, by the model's names."""
+    x = c.extraction
+    names = _call("ir.user_names:region_names", c.tiny, x.program)
+    kernels = {k.name: names(k) for k in x.partition.kernels}
+    doc = _call("ir.region:regions_json", c.region)
+    for r in doc["regions"]:
+        if r["region"]["name"] in kernels:
+            r["user"] = kernels[r["region"]["name"]]
+    return doc
+
+
+def _analysis_dump(c, d) -> dict:
+    """The Poly Core report (docs/DESIGN.md §Poly Core) of every extracted region for ``arch``, priced
+    on concrete shapes (``params``: --bind, else POLYSAT_PRICE_SYMBOL_SIZE)."""
+    return {"arch": c.arch, "device": _call("analyses.devices:device", c.arch).to_json(), "params": c.params,
+            "regions": [{"name": p.kernel.name, **(_call("analyses.price:report", p.region, c.arch)
+                                                   if p.region is not None else {"analysis": None})}
+                        for p in c.priced]}
+
+
+def backend(c, stage: str, *args):
+    """A backend stage (backend/stages.py) over the compilation's regions for its arch and binding."""
+    return _call(f"backend.stages:{stage}", c.region, c.arch, *args, bind=c.bind)
+
+
+def _cu_dump(c, d) -> dict:
+    return {"files": _call("backend.common.cu_header:add_headers", backend(c, "write_cu", d), backend(c, "kernel_sources"))}
+
+
+# ---- the pipeline ------------------------------------------------------------------------------------
+
+_BACKEND = ("region", "arch", "bind")  # what the backend's dumps read
+_PICTURE = ("extraction", "tiny", "frontend", "arch", "origin", "cost")  # what the kernels' pictures read
+
+STAGES = (
+    Stage("frontend", lambda s: _call("frontend:frontend_from_doc", s.doc, s.origin), ("doc", "origin"),
+          _frontend_dump, "the parsed Frontend IR graph (None for a Tiny IR model)"),
+    Stage("tiny", lambda s: _call("frontend:program_from_doc", s.doc, s.origin), ("doc", "origin"),
+          lambda c, d: _call("ir.tiny_json:dump_tiny", c.tiny), "the model lowered to Tiny IR"),
+    Stage("indexbook", lambda s: _call("analyses.indexbook:checked_indexbook", s.tiny), ("tiny",),
+          lambda c, d: _call("analyses.indexbook:book_to_json", c.indexbook), "axes, domains and index maps per value"),
+    Stage("poly_view", lambda s: _call("analyses.polyview:build_polyview", s.indexbook), ("indexbook",),
+          lambda c, d: _call("analyses.polyview:polyview_to_json", c.poly_view), "SCoP domains and access relations"),
+    Stage("params", lambda s: _call("pricing.symbols:bind_params", s.tiny, s.bind), ("tiny", "bind"), None,
+          "every symbol bound: from --bind, else POLYSAT_PRICE_SYMBOL_SIZE"),
+    Stage("cost_model", _cost_model, ("cost", "arch", "tiny", "bind"), None, "the --cost model, built with what it needs"),
+    Stage("split", lambda s: _call("ir.gather_split:split_gathers", s.tiny), ("tiny",), None,
+          "the program cut at its data-dependent gathers: the affine rest, and a kernel per gather"),
+    Stage("saturated", _saturated, ("split", "cost_model", "rules_dirs"), None,
+          "(EGraphState, RunReport): the rest loaded and saturated as the cost model needs"),
+    Stage("search", _search, ("cost_model", "saturated"), None,
+          "the boundary search of a cost model that picks the boundaries itself; None for the others"),
+    Stage("extraction", _extraction, ("search", "saturated", "cost_model"), None,
+          "the cheapest terms: rewritten Tiny IR and the kernel partition"),
+    Stage("egraph", None, ("saturated", "extraction"), lambda c, d: _call("egraph.api:dump", *c.saturated, c.extraction),
+          "the saturation's report, the extracted terms and the partition (a dump only)"),
+    Stage("priced", _priced, ("search", "saturated", "extraction", "params", "arch"), None,
+          "every kernel with its Poly Core region and price"),
+    Stage("region", _region, ("split", "extraction", "tiny"), _region_dump,
+          "RB-SSA regions, one per kernel, narrowed, laid out for their readers and validated"),
+    Stage("analysis", None, ("arch", "params", "priced"), _analysis_dump, "the Poly Core report of every region (a dump only)"),
+    Stage("plan", None, _BACKEND, lambda c, d: backend(c, "plan_json"), "each region's kind and Schedule Plan (a dump only)"),
+    Stage("gpu", None, _BACKEND, lambda c, d: backend(c, "gpu_json"), "each kernel's GPU IR (a dump only)"),
+    Stage("cu", None, _BACKEND, _cu_dump, "a standalone .cu file per kernel (a dump only)"),
+    Stage("egraph_svg", None, ("saturated", "extraction", "origin", "cost"), lambda c, d: _call("viz.dumps:egraph_picture", c), "the e-graph, drawn"),
+    Stage("regions_svg", None, _PICTURE, lambda c, d: _call("viz.dumps:regions_picture", c), "the kernels over the user's ops"),
+    Stage("roofline", None, _PICTURE, lambda c, d: _call("viz.dumps:roofline_picture", c), "every kernel on the roofline"),
+)
+BY_NAME = {s.name: s for s in STAGES}
+DUMPS = {s.name: s.dump for s in STAGES if s.dump is not None}  # name -> (compilation, out dir) -> JSON or SVG
+
+
+def describe() -> str:
+    """The pipeline as a list: each stage with what it needs and whether it is dumped."""
+    return "\n".join(f"{k:2d} {s.name:12s} <- {', '.join(s.needs) or '-':36s} {'dump ' if s.dump else '     '}{s.doc}"
+                     for k, s in enumerate(STAGES))
+
+
+class _Needs:
+    """What a stage's function sees of the compilation: the values it declares, nothing else."""
+
+    def __init__(self, c: "Compilation", stage: Stage, mine: bool = False):
+        self._c, self._stage = c, stage
+        self._allowed = set(stage.needs) | ({stage.name} if mine else set())  # a dump reads its own stage too
+
+    def __getattr__(self, name: str) -> Any:
+        if ALIASES.get(name, name) not in self._allowed:
+            raise AttributeError(f"stage {self._stage.name!r} reads {name!r}, which it does not declare it needs")
+        return getattr(self._c, name)
 
 
 @dataclass
@@ -44,178 +215,36 @@ class Compilation:
     def origin(self) -> str:
         return self.model.path if isinstance(self.model, _Loaded) else "model"
 
-    def stage(self, name: str, make: Callable[[], Any]) -> Any:
-        """The stage's artifact, made once; a stage that failed with a diagnostic fails again at once
+    def __getattr__(self, name: str) -> Any:
+        name = ALIASES.get(name, name)
+        stage = BY_NAME.get(name)
+        if stage is None or stage.make is None or name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__} has no stage {name!r}")
+        return self.get(stage)
+
+    def get(self, stage: Stage) -> Any:
+        """The stage's value, made once; a stage that failed with a diagnostic fails again at once
         (later dumps that need it report it without recomputing)."""
-        from .ir.diagnostics import PolysatError
-        if name not in self._cache:
+        if stage.name not in self._cache:
             try:
-                self._cache[name] = make()
+                self._cache[stage.name] = stage.make(_Needs(self, stage))
             except PolysatError as e:
-                self._cache[name] = e
-        got = self._cache[name]
+                self._cache[stage.name] = e
+        got = self._cache[stage.name]
         if isinstance(got, PolysatError):
             raise PolysatError(got.diagnostics)
         return got
 
-    @property
-    def frontend(self):
-        return self.stage("frontend", lambda: frontend_from_doc(self.doc, self.origin))
-
-    @property
-    def program(self) -> Program:
-        return self.stage("tiny", lambda: program_from_doc(self.doc, self.origin))
-
-    @property
-    def indexbook(self):
-        from .analyses.indexbook import checked_indexbook
-        return self.stage("indexbook", lambda: checked_indexbook(self.program))
-
-    @property
-    def poly_view(self):
-        from .analyses.polyview import build_polyview
-        return self.stage("poly_view", lambda: build_polyview(self.indexbook))
-
-    @property
-    def params(self) -> dict:
-        """Every symbol of the model bound to a size: from ``bind``, else POLYSAT_PRICE_SYMBOL_SIZE."""
-        from .egraph.model_cost import bind_params
-        return self.stage("params", lambda: bind_params(self.program, self.bind))
-
-    @property
-    def cost_model(self):
-        """The ``cost`` model, built with what it declares it needs (egraph/cost.py ``Needs``)."""
-        from .egraph.cost import lookup, make
-        needs = lookup(self.cost).needs
-        return self.stage("cost_model", lambda: make(self.cost, self.arch, self.params if needs.params else None))
-
-    @property
-    def split(self):
-        """The program cut at its data-dependent gathers (ir/gather_split.py): the affine rest goes to the
-        e-graph, each gather is a kernel of its own."""
-        from .ir.gather_split import split_gathers
-        return self.stage("gathers", lambda: split_gathers(self.program))
-
-    @property
-    def saturated(self):
-        """(EGraphState, RunReport): the Tiny IR loaded into the e-graph, saturated by the rule files the
-        cost model needs (one kernel per op for a model that searches the boundaries)."""
-        from .egraph.api import saturate_for
-        return self.stage("saturate", lambda: saturate_for(self.split.program, self.cost_model, list(self.rules_dirs) or None))
-
-    @property
-    def search(self):
-        """The boundary search of a cost model that picks the boundaries itself; None for the others."""
-        m = self.cost_model
-        return self.stage("search", lambda: m.search(self.saturated[0]) if m.needs.search else None)
-
-    @property
-    def extraction(self):
-        """The cheapest terms under the cost model: rewritten Tiny IR + the kernel partition."""
-        from .egraph.api import extract_full
-        return self.stage("extract", lambda: self.search.best.extraction if self.search is not None
-                          else extract_full(self.saturated[0], self.cost_model))
-
-    @property
-    def priced(self) -> list:
-        """Every kernel of the extraction with its Poly Core region and price on ``params`` for ``arch``."""
-        def make():
-            from .egraph.model_cost import price_kernels
-            from .egraph.segment_stitch import SegmentedState
-            if self.search is not None and not isinstance(self.saturated[0], SegmentedState):
-                return self.search.best.priced  # a stitched search's regions are its segments' (their names)
-            x = self.extraction
-            return price_kernels(x.program, x.partition, self.params, self.arch)
-        return self.stage("priced", make)
-
-    @property
-    def regions(self):
-        """RB-SSA regions (one per kernel) synthesized from the extraction, each intermediate that all its
-        readers round stored rounded (ir/region_narrow.py) and in the dim order its readers view as packed
-        matrices (ir/region_layout.py), validated (docs/DESIGN.md §RB-SSA)."""
-        def make():
-            from .analyses.region_validate import validate_regions
-            from .egraph.region_synth import synthesize
-            from .ir.diagnostics import PolysatError
-            from .ir.region_narrow import narrow_boundaries
-            sp = self.split
-            rest = []
-            if sp.program.outputs:
-                x = self.extraction
-                rest = narrow_boundaries(synthesize(x.program, x.partition))
-            regions = sp.regions(rest, self.program)
-            regions = _lazy("ir.region_layout", "store_for_readers")(regions)
-            errors = [d for d in validate_regions(regions) if d.is_error]
-            if errors:
-                raise PolysatError(errors)
-            return regions
-        return self.stage("region", make)
+    def made(self, name: str) -> bool:
+        """Whether stage ``name`` is already made (and did not fail)."""
+        got = self._cache.get(name)
+        return name in self._cache and not isinstance(got, PolysatError)
 
 
 @dataclass(frozen=True)
 class _Loaded:
     path: str
     doc: Any
-
-
-def _frontend_dump(c: Compilation) -> dict:
-    g = c.frontend
-    return g.to_json() if g is not None else {"note": "the model is Tiny IR; no Frontend IR stage"}
-
-
-DUMPS: dict[str, Callable[[Compilation, str], dict]] = {
-    "frontend": lambda c, d: _frontend_dump(c),
-    "tiny": lambda c, d: dump_tiny(c.program),
-    "indexbook": lambda c, d: _lazy("analyses.indexbook", "book_to_json")(c.indexbook),
-    "poly_view": lambda c, d: _lazy("analyses.polyview", "polyview_to_json")(c.poly_view),
-    "egraph": lambda c, d: _lazy("egraph.api", "dump")(*c.saturated, c.extraction),
-    "region": lambda c, d: _region_dump(c),
-    "analysis": lambda c, d: _analysis_dump(c),
-    "plan": lambda c, d: backend(c, "plan_json"),
-    "gpu": lambda c, d: backend(c, "gpu_json"),
-    "cu": lambda c, d: {"files": _lazy("backend.common.cu_header", "add_headers")(
-        backend(c, "write_cu", d), backend(c, "kernel_sources"))},
-    # pictures (SVG text, written as <stage>.svg)
-    "egraph_svg": lambda c, d: _lazy("viz.dumps", "egraph_picture")(c),
-    "regions_svg": lambda c, d: _lazy("viz.dumps", "regions_picture")(c),
-    "roofline": lambda c, d: _lazy("viz.dumps", "roofline_picture")(c),
-}
-
-
-def backend(c: Compilation, stage: str, *args):
-    """A backend stage (backend/stages.py) over the compilation's regions for its arch and binding."""
-    return _lazy("backend.stages", stage)(c.regions, c.arch, *args, bind=c.bind)
-
-
-def _region_dump(c: Compilation) -> dict:
-    """The regions (``ir/region.py``'s format), each with ``user``: the user's ops it computes and the
-    tensors it reads and writes, by the model's names."""
-    from .ir.region import regions_json
-    from .ir.user_names import region_names
-    x = c.extraction
-    names = region_names(c.program, x.program)
-    kernels = {k.name: names(k) for k in x.partition.kernels}
-    doc = regions_json(c.regions)
-    for r in doc["regions"]:
-        if r["region"]["name"] in kernels:
-            r["user"] = kernels[r["region"]["name"]]
-    return doc
-
-
-def _analysis_dump(c: Compilation) -> dict:
-    """The Poly Core report (docs/DESIGN.md §Poly Core) of every extracted region for ``arch``, priced
-    on concrete shapes (``params``: --bind, else POLYSAT_PRICE_SYMBOL_SIZE)."""
-    from .analyses.cost_model import report
-    from .analyses.devices import device
-    return {"arch": c.arch, "device": device(c.arch).to_json(), "params": c.params,
-            "regions": [{"name": p.kernel.name, **(report(p.region, c.arch) if p.region is not None else {"analysis": None})}
-                        for p in c.priced]}
-
-
-def _lazy(module: str, name: str):
-    """A later stage's function, imported on use (keeps `polysat run` start-up light)."""
-    import importlib
-    return getattr(importlib.import_module(f"polysat.{module}"), name)
 
 
 def check_stages(stages: list[str]) -> None:
@@ -228,14 +257,14 @@ def check_stages(stages: list[str]) -> None:
 def user_named(c: Compilation, diags: list) -> list:
     """diags naming the user's ops and tensors instead of kernels' and nodes' ids, where the stages
     they need are already computed (naming never compiles more)."""
-    from .ir.user_names import named_diagnostics, region_names, tensor_names
-    if not hasattr(c._cache.get("extract"), "partition"):
-        if not isinstance(c._cache.get("tiny"), Program):
+    if not c.made("extraction"):
+        if not c.made("tiny"):
             return diags
-        return named_diagnostics(diags, {}, tensor_names(c.program))
+        return _call("ir.user_names:named_diagnostics", diags, {}, _call("ir.user_names:tensor_names", c.tiny))
     x = c.extraction
-    names = region_names(c.program, x.program)
-    return named_diagnostics(diags, {k.name: names(k)["ops"] for k in x.partition.kernels}, names.tensors)
+    names = _call("ir.user_names:region_names", c.tiny, x.program)
+    return _call("ir.user_names:named_diagnostics", diags, {k.name: names(k)["ops"] for k in x.partition.kernels},
+                 names.tensors)
 
 
 def expand_stages(stages: list[str]) -> list[str]:
@@ -250,7 +279,6 @@ def write_dumps(c: Compilation, stages: list[str], out_dir: str, tolerant: bool 
     stop the stages after it that do not need it: with ``tolerant`` (the demo) it is reported in the
     returned list as ``stage: unavailable (...)``; otherwise its diagnostics go to ``errors`` (each
     once), or are raised at the end when no list is given."""
-    from .ir.diagnostics import PolysatError
     stages = expand_stages(stages)
     check_stages(stages)
     os.makedirs(out_dir, exist_ok=True)
@@ -258,7 +286,7 @@ def write_dumps(c: Compilation, stages: list[str], out_dir: str, tolerant: bool 
     failed: list = []
     for s in stages:
         try:
-            doc = DUMPS[s](c, out_dir)
+            doc = BY_NAME[s].dump(_Needs(c, BY_NAME[s], mine=True), out_dir)
         except PolysatError as e:
             diags = user_named(c, e.diagnostics)
             failed += [d for d in diags if d not in failed]
@@ -281,3 +309,21 @@ def write_dumps(c: Compilation, stages: list[str], out_dir: str, tolerant: bool 
             raise PolysatError(failed)
         errors += failed
     return written
+
+
+def kernels(compilation: Any) -> list:
+    """The kernels extraction made (under the compilation's cost model), named by the user's ops and
+    tensors: [{"name", "ops", "reads", "writes"}]."""
+    sp = compilation.split
+    out = []
+    if sp.program.outputs:
+        x = compilation.extraction
+        names = _call("ir.user_names:region_names", compilation.tiny, x.program)
+        out = [{"name": k.name, **names(k)} for k in x.partition.kernels]
+    ops = _call("ir.user_names:node_names", compilation.tiny)
+    out += [{"name": f"gather_{s.node.id}", "ops": [ops[s.node.id]], "reads": [s.data, s.index], "writes": [s.out]}
+            for s in sp.sites]  # a data-dependent gather: a kernel of its own (ir/gather_split.py)
+    if sp.sites:  # in the order they run
+        order = {r.name: k for k, r in enumerate(compilation.region)}
+        out.sort(key=lambda k: order.get(k["name"], len(order)))
+    return out

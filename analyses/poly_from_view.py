@@ -9,7 +9,6 @@ Symbols are bound by ``params`` (Poly Core counts on concrete shapes).
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 from typing import Iterable, Mapping
 
@@ -23,10 +22,9 @@ COMBINE = {"SUM": "sum", "MAX": "max", "MIN": "min"}
 
 
 def _statement(pv: PolyView, blk: Block) -> Statement:
-    memo = pv.__dict__.setdefault("_statements", {})  # isl printed once per block of a view
-    st = memo.get(blk.name)
+    st = pv.statements.get(blk.name)
     if st is None:
-        st = memo[blk.name] = _make_statement(pv, blk)
+        st = pv.statements[blk.name] = _make_statement(pv, blk)
     return st
 
 
@@ -87,55 +85,8 @@ def regions_from_partition(program: Program, partition, params: Mapping[str, int
     """One PolyRegion per kernel of an extraction partition (``egraph.partition.Partition``:
     kernels with ``nodes`` and ``outputs``), in its order."""
     pv = _view(program, None if symbols is None else tuple(symbols))
-    regions = [region_from_polyview(pv, k.nodes, k.outputs, params, k.name) for k in partition.kernels
-               if any(b.value_id in k.nodes for b in pv.blocks)]
-    return as_emitted(program, partition, regions)
-
-
-def as_emitted(program: Program, partition, regions: list) -> list:
-    """The regions priced as the kind the backend binds each kernel to (docs/DESIGN.md §Cost model): a Poly-View
-    contraction is a tensor-core statement, which is how the MMA kinds (gemm, conv, conv_pool, attention,
-    softmax_scores) compute it; when none of them binds the kernel's RB-SSA region (synthesized, narrowed and
-    laid out as the pipeline does, then ``backend.kinds.tensor_core_kind``) the SIMT kind computes it, so its
-    statements run on the FP32 pipes. Regions without a contraction are returned as they are. A partition
-    the RB-SSA synthesis refuses keeps the Poly-View's units (no kernel of it is ever emitted)."""
-    if not any(st.unit == "tensor" for r in regions for st in r.statements):
-        return regions
-    from ..egraph.region_synth import synthesize
-    from ..ir.diagnostics import PolysatError
-    from ..ir.region_layout import store_for_readers
-    from ..ir.region_narrow import narrow_boundaries
-    try:
-        emitted = {r.name: r for r in store_for_readers(narrow_boundaries(_near(synthesize(program, partition), regions)))}
-    except PolysatError:
-        return regions
-    out = []
-    for r in regions:
-        rb = emitted.get(r.name)
-        if rb is not None and any(st.unit == "tensor" for st in r.statements) and _kind(rb) is None:
-            r = replace(r, statements=tuple(replace(st, unit="fp32") if st.unit == "tensor" else st
-                                            for st in r.statements))
-        out.append(r)
-    return out
-
-
-def _near(rbs: list, regions: list) -> list:
-    """The RB-SSA regions that decide how the kernels of ``regions`` store and read memory: those kernels,
-    and every writer and reader of a buffer they read or write (the boundary narrowing and the layout
-    pass decide a buffer by its writer and all its readers, each buffer on its own)."""
-    want = {r.name for r in regions}
-    bufs = {b.name for r in rbs if r.name in want for b in (*r.inputs, *r.outputs)}
-    return [r for r in rbs if r.name in want or any(b.name in bufs for b in (*r.inputs, *r.outputs))]
-
-
-def _kind(region) -> "str | None":
-    return _kind_of(replace(region, name="kernel"))  # the kernel's name does not change its kind
-
-
-@lru_cache(maxsize=4096)
-def _kind_of(region) -> "str | None":
-    from ..backend.kinds import tensor_core_kind
-    return tensor_core_kind(region)
+    return [region_from_polyview(pv, k.nodes, k.outputs, params, k.name) for k in partition.kernels
+            if any(b.value_id in k.nodes for b in pv.blocks)]
 
 
 @lru_cache(maxsize=64)

@@ -62,6 +62,8 @@ class PolyView:
     edges: list  # {"from", "to", "tensor"}
     non_scop: list  # {"value", "why"}
     tensors: dict  # value id -> tensor name
+    statements: dict = field(default_factory=dict, repr=False, compare=False)  # block name -> its Statement
+    # (analyses/poly_from_view.py: isl printed once per block of a view)
 
     def block(self, value_id: str) -> Block:
         for b in self.blocks:

@@ -4,7 +4,9 @@ One region = one kernel. Each kind (``gemm``, ``attention``, ``softmax_scores``,
 package each under ``backend/``, with the same file names) knows how to recognise a region (``bind``: a
 Binding, or :class:`NoBind` saying why not), plan it (``search``), render its CUDA text (``render``), show its
 GPU IR (``gpu_ir``) and launch it on a GPU (``launch``); ``reference`` is the spec's numpy meaning that
-kernels are checked against. The backend stages (:mod:`.stages`) only talk to this table.
+kernels are checked against; ``source`` is the kernel text planned for one set of sizes (the model cache and
+the measurement log) and ``prepare`` its launch on device tensors (the runtime's eager run and CUDA Graph
+capture). The backend stages (:mod:`.stages`) and the runtime only talk to this table.
 
 Protocols the kinds share:
   Binding: ``.spec`` and ``.arrays(arrays, env, reshape) -> {spec tensor name: array in the spec's shape}``.
@@ -39,6 +41,8 @@ class KernelKind:
     gpu_ir: Callable[[Any, Any], Any]
     launch: Callable[[Any, Mapping[str, Any], Mapping[str, int] | None, Any], None]
     reference: Callable[[Any, Mapping[str, Any], Mapping[str, int] | None], Any]  # the spec's numpy meaning
+    source: Callable[[Any, Mapping[str, int] | None, str], Any]  # (spec, sizes, arch) -> the KernelSource launched there
+    prepare: Callable[[Any, Mapping[str, Any], Mapping[str, int] | None], Any]  # (spec, device tensors, sizes) -> Launch
 
 
 @lru_cache(maxsize=None)
@@ -83,7 +87,7 @@ def _first(region: Region, candidates) -> tuple:
 def tensor_core_kind(region: Region) -> "str | None":
     """The name of the tensor-core kind :func:`bind` gives the region, or None when the SIMT kind (tried last)
     computes it; SIMT's binder is not run. The cost model prices a region's contractions on tensor cores
-    exactly when this is not None (analyses/poly_from_view.py ``as_emitted``), so the price follows this fixed
+    exactly when this is not None (pricing/kernels.py ``as_emitted``), so the price follows this fixed
     order of preference, as the backend does (docs/DESIGN.md §Cost model)."""
     assert _PACKAGES[-1] == "simt"
     if any(n.op == R.GATHER for let in region.lets for n in walk(let.expr)):

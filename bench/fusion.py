@@ -35,9 +35,9 @@ import time
 from polysat.bench.report import run_cases
 
 HERE = pathlib.Path(__file__).resolve().parent
-IMPORTS = ("egglog", "islpy", "polysat.egraph.api", "polysat.egraph.model_cost", "polysat.egraph.saturate",
-           "polysat.egraph.extract", "polysat.egraph.totiny", "polysat.egraph.soundness_lint",
-           "polysat.egraph.region_synth", "polysat.analyses.cost_model", "polysat.analyses.poly_from_view",
+IMPORTS = ("egglog", "islpy", "polysat.egraph.api", "polysat.search.model", "polysat.egraph.saturate",
+           "polysat.egraph.extract", "polysat.egraph.totiny", "polysat.egraph.rule_lint",
+           "polysat.egraph.region_synth", "polysat.analyses.price", "polysat.analyses.poly_from_view",
            "polysat.analyses.polyview", "polysat.analyses.indexbook", "polysat.ir.region_layout",
            "polysat.ir.region_narrow", "polysat.backend.kinds",
            # the kernel kinds the pricing binds a region to (backend/kinds.py loads them on first use)
@@ -74,7 +74,7 @@ def _load_modules() -> None:
 def polysat_row(model: dict, arch: str) -> dict:
     """polysat's partitions of model: --cost model (searched), --cost size and one kernel per op, each
     priced by Poly Core; compile time of the model search (load + saturation + search)."""
-    from ..egraph.model_cost import total_us
+    from ..pricing.kernels import total_us
     from ..ir.diagnostics import PolysatError
     from ..pipeline import Compilation
     _load_modules()
@@ -93,7 +93,7 @@ def polysat_row(model: dict, arch: str) -> dict:
         return {"error": str(e).splitlines()[0][:160]}
     moved = sum(p.cost.bytes for p in s.best.priced if p.cost is not None)
     st = c.saturated[0]
-    segs = getattr(st, "segments", None)  # a segmented program (egraph/segment.py): blocks, distinct ones searched
+    segs = getattr(st, "segments", None)  # a segmented program (search/segment.py): blocks, distinct ones searched
     return {"params": c.params, "kernels": len(s.best.priced), "time_est_us": round(s.best.total, 3),
             "size_kernels": len(size), "size_time_est_us": round(total_us(size), 3),
             "unfused_kernels": len(s.baseline.priced), "unfused_time_est_us": round(s.baseline.total, 3),
@@ -190,7 +190,7 @@ def table(rows: list) -> str:
             lines.append(f"{r['model']}: tinygrad {r['tinygrad']['error']}")
     lines.append("kern x = polysat kernels / tinygrad kernels; time x = polysat compile s / tinygrad schedule s; "
                  "m/size = --cost model µs / --cost size µs (Poly Core prices); ps s = load + saturation + search from Tiny IR, "
-                 "search s = the search alone; search stop = why the merge search ended (egraph/merge_search.py), with the groups it priced")
+                 "search s = the search alone; search stop = why the merge search ended (search/merge.py), with the groups it priced")
     return "\n".join(lines)
 
 

@@ -35,7 +35,7 @@ arguments.
 On the lent GPU machines (python3 there has PyTorch with CUDA, cuda-python, pytest, pytest-xdist, nvcc and
 compute-sanitizer, but not egglog or islpy): ``make gpu-wheels`` here fetches those as cp312 wheels into
 ``.whl`` (about 52 MiB), and the device call carries ``.whl`` and starts with ``python3 -m pip install -q
---no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site`` (README.md, GPU check).
+--no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site`` (docs/gpu_check.md).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pricing bench: how long the cost model (analyses/cost_model.py ``price``) takes to price every region of
+"""Pricing bench: how long the cost model (analyses/price.py ``price``) takes to price every region of
 tests/data/prices.json.gz from cold caches — the kernels of the examples and bench models and the regions
 the ``--cost model`` search prices on the way — and the analyses' share of the transformer_1 search
 (``price`` and ``regions_from_partition``, CPU seconds), each in its own process. Prints the figures and
@@ -22,7 +22,7 @@ FIXTURE = HERE.parent / "tests" / "data" / "prices.json.gz"
 
 
 def price_fixture() -> dict:
-    from polysat.analyses.cost_model import price
+    from polysat.analyses.price import price
     from polysat.analyses.poly_region import PolyRegion
     rows = json.loads(gzip.decompress(FIXTURE.read_bytes()))
     regions = [(PolyRegion.from_json(r["region"]), r["arch"]) for r in rows]
@@ -35,11 +35,11 @@ def price_fixture() -> dict:
 
 def search_share() -> dict:
     """CPU seconds of the transformer_1 ``--cost model`` search, and of the analyses it calls."""
-    from polysat.egraph import model_cost
+    from polysat.pricing import kernels
     from polysat.pipeline import Compilation
     from polysat.bench.models import transformer
     spent = {"price": 0.0, "regions_from_partition": 0.0}
-    real = {name: getattr(model_cost, name) for name in spent}
+    real = {name: getattr(kernels, name) for name in spent}
 
     def timed(name):
         def f(*a, **k):
@@ -50,7 +50,7 @@ def search_share() -> dict:
                 spent[name] += time.process_time() - t
         return f
     for name in spent:
-        setattr(model_cost, name, timed(name))
+        setattr(kernels, name, timed(name))
     try:
         c = Compilation(transformer(1), cost="model")
         t = time.process_time()
@@ -58,7 +58,7 @@ def search_share() -> dict:
         total = time.process_time() - t
     finally:
         for name, fn in real.items():
-            setattr(model_cost, name, fn)
+            setattr(kernels, name, fn)
     return {"search_cpu_s": round(total, 3), **{f"{k}_cpu_s": round(v, 3) for k, v in spent.items()},
             "kernels": len(c.priced)}
 

@@ -3,7 +3,7 @@
 class, in the user's op names), the price (Poly Core prices the fused partition higher: both prices), or the
 segmenter (a boundary between repeated blocks); the softmax-weighted sums it streamed (docs/DESIGN.md
 §Streaming: one pass over the keys, rules/streaming.egg) with the price of the two-pass spelling they
-replaced; and the modelled time of the hand-style partition (egraph/hand_partition.py) beside the chosen one.
+replaced; and the modelled time of the hand-style partition (search/hand_partition.py) beside the chosen one.
 """
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import math
 import re
 from dataclasses import replace
 
-from ..analyses.cost_model import price
+from ..analyses.price import price
 from ..analyses.indexbook import checked_indexbook
 from ..analyses.poly_from_view import region_from_polyview
 from ..analyses.polyview import build_polyview
 from .partition_legality import illegal_fusions
-from ..egraph.model_cost import canonical
-from ..egraph.hand_partition import hand_partition
+from ..pricing.kernels import canonical
+from ..search.hand_partition import hand_partition
 from ..egraph.partition import FREE_OPS, Kernel, Partition
 from ..egraph.stream import parse_tag
 from ..ir.user_names import humanize, node_names
@@ -61,7 +61,7 @@ class _Named(dict):
         return default
 
 
-_CLASS = re.compile(r"@(\d+)")  # an e-class a legality rule names (egraph/legality.py violations)
+_CLASS = re.compile(r"@(\d+)")  # an e-class a legality rule names (search/legality.py violations)
 
 
 def _label(name: str) -> str:
@@ -154,10 +154,10 @@ def explain_size(result: dict, arch: str) -> list:
 
 
 def hand_style(result: dict, original) -> dict:
-    """The hand-style partition (egraph/hand_partition.py) of the chosen partition's program, priced with the same
+    """The hand-style partition (search/hand_partition.py) of the chosen partition's program, priced with the same
     cost: its kernels (the user's ops of each), their modelled time, and any legality class it breaks."""
     from .partition_legality import illegal_fusions
-    from ..egraph.model_cost import price_kernels, total_us
+    from ..pricing.kernels import price_kernels, total_us
     x = result["_extraction"]
     prog, part = hand_partition(original, x.program)
     priced = price_kernels(prog, part, result["_params"], result["total"]["arch"])

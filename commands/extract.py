@@ -39,7 +39,7 @@ def extract_result(c: Compilation) -> dict:
         total["unfused_time_est_us"] = round(search.baseline.total, 4)
         total["search_evaluations"] = search.evaluations
         total["search_stop"], total["search_groups_priced"] = search.stop, search.groups_priced
-    from .. import kernels
+    from ..pipeline import kernels
     gathers = [k for k in kernels(c) if k["name"].startswith("gather_")] if c.split.sites else []
     out = {"model": c.origin, "regions": regions, "total": total, "gathers": gathers,
            "egraph": {"enodes": rep.nodes, "eclasses": len(view.classes), "iterations": len(rep.iterations),

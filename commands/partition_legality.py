@@ -1,6 +1,6 @@
 """Fusion legality of a partition that is not the e-graph's (Tiny IR): ``--explain`` judges the partitions
 ``--cost=size`` keeps and the hand-style partition with it, and the tests use it as an independent
-cross-check of the rules (the search's legality is the rules': rules/fusion.egg, egraph/legality.py).
+cross-check of the rules (the search's legality is the rules': rules/fusion.egg, search/legality.py).
 
 One-to-one and window reads (compute-at with halo) are legal; a read at a prefix of the consumer's
 loop order, or a projection whose skipped axes a loop order of the consumer can own ("owned": a

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from ..egraph.rulefiles import list_rules
-from ..egraph.soundness import check_rules
+from ..checker.check import check_rules
 
 
 def rules_command(check: bool = False, rules_dirs=None, cases: "int | None" = None, as_json: bool = False,

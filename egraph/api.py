@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.tiny import Program
+from ..ir.tiny_json import dump_tiny
 from .cost import CostModel, lookup, make
 from .extract import extract_classes
 from .graph import export
 from .partition import Partition
+from .printer import format_terms
 from .state import EGraphState
 from .totiny import to_tiny
 
@@ -44,21 +46,15 @@ def extract_full(state: EGraphState, cost: "str | CostModel" = "size", arch: str
 
 
 def saturate_for(program: Program, cost: "str | CostModel" = "size", rules_dirs=None, limits=None) -> tuple:
-    """(EGraphState, RunReport): the saturation the cost model needs. A model that searches the
-    boundaries starts from one kernel per op with the opt-in fusion rules (``saturate_unfused``); every
-    other model keeps the loaded default partition."""
-    from .model_cost import saturate_unfused
-    from .saturate import saturate
-    if lookup(cost).needs.search:
-        return saturate_unfused(program, rules_dirs, limits)
-    return saturate(program, rules_dirs, limits)
+    """(EGraphState, RunReport): the saturation the cost model needs (``CostModel.saturate``): a model that
+    searches the boundaries starts from one kernel per op with the opt-in fusion rules
+    (search/model.py ``saturate_unfused``); every other model keeps the loaded default partition."""
+    return lookup(cost).saturate(program, rules_dirs, limits)
 
 
 def dump(state: EGraphState, report, extraction: Extraction) -> dict:
     """The e-graph stage as JSON (for ``--dump=egraph``): run report, extracted terms, rewritten
     Tiny IR and the kernel partition."""
-    from ..ir.tiny_json import dump_tiny
-    from .printer import format_terms
     return {"saturation": report.to_json(), "cost": extraction.cost,
             "terms": format_terms(extraction.chosen, extraction.roots).splitlines(),
             "tiny": dump_tiny(extraction.program), "partition": extraction.partition.to_json()}

@@ -10,7 +10,9 @@ order; a REDUCE puts its reduced axes innermost. A prefix projection reads q at
 reused (compute-at), as a row max is inside a softmax. PAD in the chain counts as non-prefix.
 
 Under ``--cost=size`` these boundaries are what extraction keeps; rules in ``rules/fusion.egg`` add
-alternatives that a region-level cost can prefer.
+alternatives that a region-level cost can prefer. ``all_cuts`` cuts every compute edge instead (one
+kernel per op): the load of a cost model that searches the boundaries (search/model.py) and of the rule
+checker's fusion cases.
 """
 from __future__ import annotations
 
@@ -127,3 +129,34 @@ def _prefix(m: tuple, q_shape: tuple, order: list, space: tuple) -> bool:
 
 def _widens(src: UOp, cast: UOp) -> bool:
     return src.dtype.is_float and cast.dtype.is_float and src.dtype.itemsize < cast.dtype.itemsize
+
+
+# ---- one kernel per op (the --cost model load) ----------------------------------------------------
+
+def _contraction_muls(p: Program) -> set:
+    """MUL nodes that a REDUCE(SUM) reads: with the REDUCE (and widening casts of their operands)
+    they are one contraction (CONTRACT = MUL -> REDUCE(SUM), docs/DESIGN.md §Tiny IR; one Poly-View block)."""
+    out = set()
+    for c in p.nodes:
+        if c.op == Ops.REDUCE and str(c.arg["op"]).upper() == "SUM":
+            q = operand_reads(p, c)[0][1]
+            if q.op == Ops.MUL:
+                out.add(q.id)
+    return out
+
+
+def all_cuts(p: Program) -> set:
+    """Every edge from a compute producer to a compute consumer, except inside a contraction (its
+    MUL, and the widening casts of its operands, stay with the REDUCE): one kernel per op."""
+    cuts, muls = set(), _contraction_muls(p)
+    for c in p.nodes:
+        if c.op in GroupOp.Movement or c.op in GroupOp.Leaf:
+            continue
+        for edge, node, _, _ in operand_reads(p, c):
+            if node.op in GroupOp.Leaf or node.op in GroupOp.Movement:
+                continue
+            if node.id in muls and c.op == Ops.REDUCE or c.id in muls and node.op == Ops.CAST and _widens(p[node.src[0]], node):
+                continue
+            cuts.add(edge)
+    return cuts
+

@@ -20,10 +20,19 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterable
 
 from ..ir.diagnostics import fail
+from .saturate import saturate as _loaded_partition
+
+REGISTRY: dict = {}  # name -> CostModel subclass, each registered where it is defined
+
+
+def register(model: type) -> type:
+    """Register a CostModel subclass under its ``name`` (a class decorator at its definition)."""
+    REGISTRY[model.name] = model
+    return model
 
 
 @dataclass(frozen=True)
-class Region:
+class KernelClasses:
     """One kernel seen by a cost model: the Mat e-node's class, its root value class, the classes it
     evaluates and the e-node chosen for each."""
     mat_class: int
@@ -47,7 +56,14 @@ class CostModel(abc.ABC):
     def enode_cost(self, node, view) -> float:
         """The price of choosing e-node `node` (every concrete model defines it)."""
 
-    def region_cost(self, region: Region, view) -> float:
+    @classmethod
+    def saturate(cls, program, rules_dirs=None, limits=None) -> tuple:
+        """(EGraphState, RunReport): the saturation this model extracts from; by default the program loaded
+        with its default partition (egraph/saturate.py). A model that picks the boundaries itself loads it
+        one kernel per op instead."""
+        return _loaded_partition(program, rules_dirs, limits)
+
+    def region_cost(self, region: KernelClasses, view) -> float:
         return 0.0
 
     def combine(self, parts: Iterable[float]) -> float:
@@ -64,6 +80,7 @@ class SearchingCost(CostModel):
         """The boundary search over the saturated e-graph; its ``.best.extraction`` is the extraction."""
 
 
+@register
 class SizeCost(CostModel):
     """Number of e-nodes in the extracted DAG. A kernel boundary (Mat) counts as a node, so size
     never adds a boundary that the loaded default partition does not have."""
@@ -71,18 +88,6 @@ class SizeCost(CostModel):
 
     def enode_cost(self, node, view) -> float:
         return 0.0 if node.op == "Tensor" else 1.0
-
-
-REGISTRY: dict = {}  # name -> CostModel subclass
-
-
-def register(model: type) -> type:
-    """Register a CostModel subclass under its ``name`` (usable as a class decorator)."""
-    REGISTRY[model.name] = model
-    return model
-
-
-register(SizeCost)
 
 
 def lookup(name: "str | CostModel") -> type:

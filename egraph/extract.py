@@ -13,7 +13,7 @@ import heapq
 from dataclasses import dataclass
 
 from ..ir.diagnostics import fail
-from .cost import CostModel, Region, make
+from .cost import CostModel, KernelClasses, make
 from .graph import ENode, EGraphView
 
 
@@ -102,7 +102,7 @@ def extract_classes(view: EGraphView, roots: list, cost: "str | CostModel" = "si
     return chosen, model.combine(parts)
 
 
-def _region(mat: ENode, best: dict) -> Region:
+def _region(mat: ENode, best: dict) -> KernelClasses:
     (x,) = mat.children
     inside: dict = {}
     stack = [x]
@@ -115,4 +115,4 @@ def _region(mat: ENode, best: dict) -> Region:
             continue
         inside[c] = node
         stack.extend(ch for ch in node.children)
-    return Region(mat.eclass, x, inside)
+    return KernelClasses(mat.eclass, x, inside)

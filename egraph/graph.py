@@ -45,7 +45,7 @@ class EGraphView:
 
 
 def export(st: EGraphState) -> EGraphView:
-    if not isinstance(st, EGraphState):  # a segmented program (egraph/segment_stitch.py): its stitched view
+    if not isinstance(st, EGraphState):  # a segmented program (search/stitch.py): its stitched view
         return st.export()
     g = st.eg._egraph  # noqa: SLF001
     fz = g.freeze()

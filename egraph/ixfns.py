@@ -333,7 +333,7 @@ def read_kind(s: str, m: str) -> str:
     "owned" when m reads x plainly at some of s's axes in another order or skipping inner ones (a
     projection: a kernel that tiles the axes m uses and owns the whole extent of the others computes
     x once per tile, as a softmax over a middle axis computes its max; whether the consumer's loop
-    order allows that is checked on the chosen partition, egraph/model_cost.py);
+    order allows that is checked on the chosen partition, search/model.py);
     "broadcast" otherwise (one-to-many: x would be recomputed per use)."""
     shape, mp = E.parse_shape(s), E.parse_map(m)
     used = set()

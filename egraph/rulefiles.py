@@ -123,7 +123,7 @@ def parse_file(path: str) -> RuleFile:
         names.add(name.group(1))
         rules.append(RuleInfo(path, line, name.group(1), rs.group(1), law, form))
     rf = RuleFile(path, text, tuple(rules), tuple(rulesets))
-    from .soundness_lint import lint_file, raise_if_any
+    from .rule_lint import lint_file, raise_if_any
     raise_if_any(lint_file(rf))
     return rf
 

@@ -89,7 +89,7 @@ class RunReport:
                                    "seconds": round(r.seconds, 5)} for r in self.rules.values()}}
 
 
-OPT_IN = ("fusion-facts", "fusion-conflicts", "fusion-search", "streaming")  # rulesets only a schedule that names them runs (model_cost.py does)
+OPT_IN = ("fusion-facts", "fusion-conflicts", "fusion-search", "streaming")  # rulesets only a schedule that names them runs (search/model.py does)
 FUSION = ("fusion-search", "fusion-facts", "fusion-conflicts")  # the fused alternatives, then the legality facts and conflicts
 
 

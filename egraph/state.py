@@ -59,7 +59,7 @@ def validate(files: list, eg: "EGraph | None" = None) -> None:
     are only loaded."""
     key = tuple((rf.path, rf.text) for rf in files)
     if key not in _VALID:
-        from .soundness_lint import lint_files, raise_if_any
+        from .rule_lint import lint_files, raise_if_any
         raise_if_any(lint_files(files))
     if key not in _VALID or eg is not None:
         add_rule_files(base_egraph() if eg is None else eg, files)

@@ -21,7 +21,7 @@ from ..ir.expr import Expr
 from ..ir.infer import as_dtype, check_bound_symbols
 from ..ir.shapes import fmt_shape, subs
 from ..ir.tiny import Program, UOp
-from .model import FrontendGraph, Node
+from .graph import FrontendGraph, Node
 
 _MISSING = object()
 

@@ -6,70 +6,15 @@ out of ``tensors``: lowering infers them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ..ir.diagnostics import fail
-from ..ir.dtypes import DType, parse_dtype
-from ..ir.shapes import Shape, shape_of
+from ..ir.dtypes import parse_dtype
+from ..ir.shapes import shape_of
 from ..ir.tiny import Arg
 from ..ir.toposort import stable_topo
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    dtype: DType | None
-    shape: Shape | None
-
-
-@dataclass(frozen=True)
-class SignatureEntry:
-    tensor: str
-    role: str = "data"
-    mutability: str = "immutable"
-    storage: str | None = None
-
-
-@dataclass(frozen=True)
-class Node:
-    op: str
-    name: str
-    inputs: tuple
-    outputs: tuple
-    attrs: Arg
-
-
-@dataclass(frozen=True)
-class FrontendGraph:
-    inputs: tuple  # SignatureEntry
-    outputs: tuple  # SignatureEntry
-    tensors: tuple  # TensorSpec
-    nodes: tuple  # Node, topological order
-
-    def spec(self, name: str) -> TensorSpec | None:
-        for t in self.tensors:
-            if t.name == name:
-                return t
-        return None
-
-    def to_json(self) -> dict:
-        from ..ir.tiny_json import jsonable
-        return {
-            "signature": {"inputs": [_sig_json(e) for e in self.inputs], "outputs": [_sig_json(e) for e in self.outputs]},
-            "tensors": {t.name: {k: v for k, v in (("dtype", t.dtype.value if t.dtype else None),
-                                                   ("shape", jsonable(t.shape) if t.shape is not None else None)) if v is not None}
-                        for t in self.tensors},
-            "graph": [{"op": n.op, "name": n.name, "inputs": list(n.inputs), "outputs": list(n.outputs),
-                       "attrs": jsonable(dict(n.attrs))} for n in self.nodes],
-        }
-
-
-def _sig_json(e: SignatureEntry) -> dict:
-    d = {"tensor": e.tensor, "role": e.role, "mutability": e.mutability}
-    if e.storage:
-        d["storage"] = e.storage
-    return d
+from .graph import FrontendGraph, Node, SignatureEntry, TensorSpec
+from .lower import op_table, unknown_attrs
 
 
 NODE_FIELDS = ("op", "name", "inputs", "outputs", "attrs", "fn")
@@ -90,7 +35,6 @@ def check_fields(r: dict, name: str) -> None:
     if extra:
         fail("MalformedStructure", name, f"unknown node field {', '.join(map(repr, extra))}; a node has "
              f"{', '.join(NODE_FIELDS)}", "Put the op's parameters under \"attrs\".")
-    from .lower import op_table, unknown_attrs
     attrs = {**(r.get("attrs") or {}), **({"fn": r["fn"]} if "fn" in r else {})}
     unknown = unknown_attrs(r["op"], attrs)
     if unknown:

@@ -28,32 +28,15 @@ from ..ir.diagnostics import PolysatError, fail
 from ..ir.dtypes import DType
 from ..ir.shapes import is_static, shape_of
 from ..ir.tiny import UOp
-from .lower import LOWERINGS, Ctx
+from .lower import LOWERINGS, Ctx, op_table
 from .model import Node, _freeze
+from .onnx_ops import HANDLERS, NO_FOLD  # every handler module loaded
+from .onnx_dtypes import NP_DTYPES, dtype_of_onnx
 
 MIN_OPSET = 13
 # Ops taken only by folding at import (they make constants: shapes, ranges, filled tensors).
 FOLD_ONLY = frozenset({"Constant", "ConstantOfShape", "Range", "Shape", "Size", "EyeLike", "OneHot",
                        "Sin", "Cos"})  # Sin/Cos: rotary tables of constant positions (Tiny IR has no sine)
-
-# ONNX TensorProto element types polysat computes in (int64 only where a constant folds or narrows).
-_ONNX_DTYPES = {1: DType.fp32, 10: DType.fp16, 16: DType.bf16, 6: DType.i32, 9: DType.bool}
-_ONNX_NAMES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "string",
-               9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
-_NP_DTYPES = {np.dtype(np.float32): DType.fp32, np.dtype(np.float16): DType.fp16, np.dtype(np.int32): DType.i32,
-              np.dtype(np.bool_): DType.bool}
-ONNX_OF_DTYPE = {DType.fp32: 1, DType.fp16: 10, DType.bf16: 16, DType.i32: 6, DType.bool: 9}
-
-
-def onnx_dtype_name(elem: int) -> str:
-    return _ONNX_NAMES.get(elem, f"element type {elem}")
-
-
-def dtype_of_onnx(elem: int, at: str, what: str) -> DType:
-    if elem not in _ONNX_DTYPES:
-        fail("UnsupportedDtype", at, f"{what} has ONNX type {onnx_dtype_name(elem)}, which polysat does not compute in")
-    return _ONNX_DTYPES[elem]
-
 
 @dataclass
 class OnnxNode:
@@ -149,8 +132,8 @@ class Importer:
         return name
 
     def _const_dtype(self, arr: np.ndarray, hint: str, at: str) -> DType:
-        if arr.dtype in _NP_DTYPES:
-            return _NP_DTYPES[arr.dtype]
+        if arr.dtype in NP_DTYPES:
+            return NP_DTYPES[arr.dtype]
         if arr.dtype.name == "bfloat16":
             return DType.bf16
         if arr.dtype.kind in "iu" and (arr.size == 0 or (arr.min() >= -2**31 and arr.max() < 2**31)):
@@ -255,9 +238,7 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
     """An ``onnx.ModelProto`` -> Frontend IR document with ``"parameters"`` (name -> ndarray).
     ``bindings`` gives graph inputs a value to take as constants (a backend specializing on shapes)."""
     from onnx import numpy_helper
-    from . import onnx_ops  # noqa: F401  (fill HANDLERS)
-    from .lower import lower  # noqa: F401  (fill LOWERINGS)
-    from . import lower_elementwise, lower_linear, lower_movement, lower_gather, lower_window  # noqa: F401
+    op_table()  # every lowering loaded (the shadow builder lowers each emitted node)
     if 0 < _default_opset(model) < MIN_OPSET:
         model = _upgrade(model, origin)
     g = model.graph
@@ -313,7 +294,6 @@ def _upgrade(model, origin: str):
 
 def translate_node(imp: Importer, proto, k: int) -> None:
     from onnx import helper
-    from .onnx_ops import HANDLERS, NO_FOLD
     name = proto.name or f"{proto.op_type}_{k}"
     node = OnnxNode(proto.op_type, name, list(proto.input), list(proto.output),
                     {a.name: helper.get_attribute_value(a) for a in proto.attribute}, proto, imp.opset)

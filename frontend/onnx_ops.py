@@ -1,83 +1,25 @@
 """ONNX op handlers, part 1: the table, and the elementwise ops (unary, binary, comparisons, logic,
 Where, Cast, Clip, activations), each written with Frontend IR ``Elementwise`` / ``Constant`` nodes.
 
-A handler takes ``(Importer, OnnxNode)`` and returns the Frontend tensor of each ONNX output. It reads
+The table itself is frontend/onnx_table.py (re-exported here with every handler module loaded). A handler
+takes ``(Importer, OnnxNode)`` and returns the Frontend tensor of each ONNX output. It reads
 every attribute it honours through ``node.attr`` (an unread attribute is E1102) and refuses an
 attribute value it cannot honour with ``node.unsupported``.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..ir.dtypes import DType
-from .onnx import Importer, OnnxNode, dtype_of_onnx
+from .onnx_dtypes import dtype_of_onnx
+from .onnx_table import HANDLERS, NO_FOLD, Emit, handler
 
-Handler = Callable[[Importer, OnnxNode], list]
-HANDLERS: dict[str, Handler] = {}
-NO_FOLD: set = set()  # ops never evaluated at import even on constants (none so far)
+if TYPE_CHECKING:  # annotations only (frontend/onnx.py loads the handlers)
+    from .onnx import Importer, OnnxNode
 
-
-def handler(*ops: str):
-    def deco(fn: Handler) -> Handler:
-        for op in ops:
-            HANDLERS[op] = fn
-        return fn
-    return deco
-
-
-class Emit:
-    """Shorthands over an importer for one ONNX node: every emitted node is named after it."""
-
-    def __init__(self, imp: Importer, node: OnnxNode):
-        self.imp, self.node = imp, node
-        self.k = 0
-
-    def name(self) -> str:
-        self.k += 1
-        return self.node.name if self.k == 1 else f"{self.node.name}/{self.k}"
-
-    def input(self, k: int) -> str:
-        return self.imp.value(self.node.inputs[k], self.node.name)
-
-    def op(self, op: str, inputs: list, attrs: dict | None = None, out: str | None = None) -> str:
-        return self.imp.emit(op, inputs, attrs, name=self.name(), out=out)
-
-    def ew(self, fn: str, *xs: str, **attrs) -> str:
-        return self.op("Elementwise", list(xs), {"fn": fn, **attrs})
-
-    def scalar(self, v, like: str) -> str:
-        dt = self.imp.dtype(like)
-        return self.op("Constant", [], {"value": _jsonable(v, dt), "dtype": dt.value, "shape": []})
-
-    def const_of(self, v, dt: DType) -> str:
-        return self.op("Constant", [], {"value": _jsonable(v, dt), "dtype": dt.value, "shape": []})
-
-    def cast(self, x: str, dt: DType) -> str:
-        return x if self.imp.dtype(x) == dt else self.ew("cast", x, to=dt.value)
-
-    def shape(self, x: str) -> tuple:
-        return self.imp.shape(x)
-
-    def dtype(self, x: str) -> DType:
-        return self.imp.dtype(x)
-
-    def const(self, k: int, what: str) -> np.ndarray:
-        """Input k, which must fold to a constant at import (a shape, axes, pads, indices)."""
-        name = self.node.inputs[k]
-        v = self.imp.const(name)
-        if v is None:
-            self.node.unsupported(f"input {k} ({what}) must be a constant at import; it is computed at run time")
-        return v
-
-
-def _jsonable(v, dt: DType):
-    v = float(v) if dt.is_float else (bool(v) if dt == DType.bool else int(v))
-    if dt.is_float and not np.isfinite(v):
-        return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
-    return v
-
+__all__ = ["HANDLERS", "NO_FOLD", "Emit", "handler"]
 
 def _same_float(e: Emit, x: str, y: str) -> str:
     """y computed in fp32 from x's value, returned in x's float dtype (fp32 for integer inputs)."""

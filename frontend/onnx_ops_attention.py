@@ -7,13 +7,17 @@ the optional QK output in each of its modes.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 import numpy as np
 
 from ..ir.dtypes import DType
-from .onnx import Importer, OnnxNode
-from .onnx_ops import Emit, handler
+from .onnx_table import Emit, handler
+
+if TYPE_CHECKING:  # annotations only (frontend/onnx.py loads the handlers)
+    from .onnx import Importer, OnnxNode
 
 
 def _s(shape) -> list:

@@ -5,11 +5,15 @@ convolutions and pools run as 2-D ones with H = 1.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..ir.dtypes import DType
-from .onnx import Importer, OnnxNode
-from .onnx_ops import Emit, handler
+from .onnx_table import Emit, handler
+
+if TYPE_CHECKING:  # annotations only (frontend/onnx.py loads the handlers)
+    from .onnx import Importer, OnnxNode
 
 
 def _back(e: Emit, y: str, dt: DType) -> str:

@@ -4,11 +4,15 @@ LpNormalization), Trilu, Swish, IsNaN and IsInf. Statistics are computed in fp32
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..ir.dtypes import DType
-from .onnx import Importer, OnnxNode
-from .onnx_ops import Emit, handler
+from .onnx_table import Emit, handler
+
+if TYPE_CHECKING:  # annotations only (frontend/onnx.py loads the handlers)
+    from .onnx import Importer, OnnxNode
 
 
 def _mean(e: Emit, x: str, axes: list) -> str:

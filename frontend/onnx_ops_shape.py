@@ -6,14 +6,18 @@ the resulting sizes are resolved here, so the Frontend IR nodes carry explicit s
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
 from ..ir.expr import Expr
 from ..ir.shapes import dim, is_static, numel
-from .onnx import Importer, OnnxNode
-from .onnx_ops import Emit, handler
+from .onnx_table import Emit, handler
+
+if TYPE_CHECKING:  # annotations only (frontend/onnx.py loads the handlers)
+    from .onnx import Importer, OnnxNode
 
 
 def _s(shape) -> list:

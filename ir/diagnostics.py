@@ -39,7 +39,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     _k("E1011", "UnsupportedDtype", "polysat computes in fp16, bf16, fp32, i32 and bool; int64 is accepted only where it folds at import (shapes, constant indices). Cast the model's inputs, or keep such tensors constant."),
     # graph structure
     _k("E1101", "UnknownOp", "Use one of the documented ops (see `polysat compile --help`)."),
-    _k("E1102", "UnsupportedOp", "polysat has no lowering for this imported op or attribute value; rewrite the model without it (the README lists the ONNX ops taken)."),
+    _k("E1102", "UnsupportedOp", "polysat has no lowering for this imported op or attribute value; rewrite the model without it (docs/usage.md lists the ONNX ops taken)."),
     _k("E1103", "UnknownDtype", "Use one of fp16, bf16, fp32, i32, bool."),
     _k("E1104", "UnknownTensor", "Every input of a node is a signature input or an output of another node."),
     _k("E1105", "DanglingSrc", "Every src names a node id defined in the same program."),

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..ir.diagnostics import fail
-from ..ir.region import regions_from_json, regions_json
+from ..ir.region import regions_json
+from ..ir.region_load import regions_from_json
 from . import cache, measure
 from .model import parameter_names, plan_memory, steps_of
 
@@ -64,7 +65,8 @@ def _model_bytes(c) -> bytes:
 
 def prices(c, env: Mapping[str, int], arch: str) -> dict:
     """Poly Core's price (Cost.to_json) of each kernel of compilation c at the sizes env on arch, by kernel name."""
-    from ..egraph.model_cost import bind_params, price_kernels, program_symbols
+    from ..pricing.kernels import price_kernels
+    from ..pricing.symbols import bind_params, program_symbols
     x = c.extraction
     syms = set(program_symbols(c.program))
     params = bind_params(c.program, {k: v for k, v in env.items() if k in syms})
@@ -100,7 +102,7 @@ def compile_model(c, inputs: Mapping[str, Any], arch: str, cc: tuple) -> Compile
     steps = steps_of(regions)
     env = bind_region_symbols(regions, inputs)
     params = parameter_names(c.doc)
-    from .. import kernels as user_kernels
+    from ..pipeline import kernels as user_kernels
     ops = {k["name"]: k["ops"] for k in user_kernels(c)}  # the user's op names each kernel computes
     kernels, cubins = [], {}
     for s in steps:

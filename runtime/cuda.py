@@ -19,7 +19,7 @@ from ..backend.common.cuda_driver import ck, driver
 from ..backend.common.device_tensors import DeviceArray
 from ..ir.dtypes import DType
 from . import kernels
-from .model import Memory, steps_of
+from .model import Memory, ModelRuntime, steps_of
 from .replay import ReplayRuntime
 
 TIMED_REPS = 5
@@ -128,7 +128,6 @@ def run_once(regions, inputs: Mapping[str, np.ndarray], params: frozenset = froz
     after each launch: no timing repeats and no graph capture (what compute-sanitizer should see of a model).
     ``prepare(kind name, spec, tensors, env)`` gives a launch (default: the kind's own, runtime/kernels.py); a
     region no kind takes runs on the CPU (playback) inside the same arena, saying so."""
-    from .regions import run_regions
     drv = driver()
     make = prepare or kernels.prepare
 
@@ -150,5 +149,5 @@ def run_once(regions, inputs: Mapping[str, np.ndarray], params: frozenset = froz
 
     from ..backend.common.gpu import device
     device()  # the context is current before the first allocation
-    return run_regions(regions, inputs, alloc=_alloc, view=_view, copy_in=copy_in, copy_out=copy_out, launch=launch,
-                       params=params)
+    mem = Memory(alloc=_alloc, view=_view, copy_in=copy_in, copy_out=copy_out, launch=launch)
+    return ModelRuntime(steps_of(list(regions)), mem, params).run(inputs)

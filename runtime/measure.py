@@ -27,7 +27,7 @@ FIELDS = ("time", "source", "model", "kernel", "ops", "kind", "arch", "shapes", 
 
 def row(*, source: str, model: str, kernel: str, kind: str, arch: str, shapes: Mapping[str, int],
         ops: Iterable[str] = (), price: "Mapping[str, Any] | None", actual_us: "float | None", plan: Any) -> dict:
-    """One row; price is a Poly Core price as JSON (analyses/cost_model.py ``Cost.to_json``) or None (a kernel
+    """One row; price is a Poly Core price as JSON (analyses/price.py ``Cost.to_json``) or None (a kernel
     with no statement to price)."""
     cost = price or {}
     return {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "source": source,

@@ -14,8 +14,8 @@ import gzip
 import json
 import os
 
-from polysat.analyses import cost_model
-from polysat.analyses.cost_model import Cost
+from polysat.analyses import price as cost_model
+from polysat.analyses.price import Cost
 from polysat.analyses.poly_region import PolyRegion
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +38,7 @@ def cost_json(c: Cost) -> dict:
 
 
 def collect() -> list:
-    from polysat.egraph.model_cost import canonical
+    from polysat.pricing.kernels import canonical
     from polysat.pipeline import Compilation
     seen: dict = {}
 

@@ -228,7 +228,8 @@ def test_the_kind_is_in_the_table():
 
 def test_a_region_no_kind_computes_names_every_kind():
     from polysat.pipeline import Compilation
-    from polysat.ir.region import region_from_json, region_json
+    from polysat.ir.region import region_json
+    from polysat.ir.region_load import region_from_json
     soft = Compilation("examples/softmax.json").regions
     doc = region_json(soft[0])  # softmax with a column-major output: no kind writes that layout
     doc["region"]["outputs"][0]["memref"]["layout"] = {"kind": "col_major"}

@@ -176,7 +176,8 @@ def test_pool_tile_pre_image_is_poly_cores_compute_at_slice(model):
     X window it reads are what Poly Core's isl analysis finds for the same tile: the dependence pre-image
     of the pool tile (compute-at, docs/DESIGN.md §Fusion), and X's footprint of it."""
     from polysat.analyses.polycore import analyze
-    from polysat.egraph.model_cost import bind_params, price_kernels
+    from polysat.pricing.kernels import price_kernels
+    from polysat.pricing.symbols import bind_params
 
     comp = Compilation(MODELS[model], cost="model")
     x = comp.extraction

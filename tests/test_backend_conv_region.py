@@ -34,7 +34,8 @@ from polysat.backend.conv.reference import reference as conv_reference, random_i
 from polysat.backend.conv.spec import ConvSpec
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.playback import playback
-from polysat.ir.region import region_from_json, region_json
+from polysat.ir.region import region_json
+from polysat.ir.region_load import region_from_json
 from polysat.pipeline import Compilation
 
 TOL = dict(rtol=1e-3, atol=1e-3)

@@ -64,7 +64,8 @@ def test_bind_changes_the_plan():
 
 
 def test_a_region_no_kind_binds_is_e1504_with_every_kinds_reason():
-    from polysat.ir.region import region_from_json, region_json
+    from polysat.ir.region import region_json
+    from polysat.ir.region_load import region_from_json
     (soft,) = Compilation("examples/softmax.json", cost="size").regions
     assert isinstance(gemm_bind(soft), NoBind)
     doc = region_json(soft)  # the SIMT kind takes softmax; with a column-major output no kind does

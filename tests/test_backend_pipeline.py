@@ -23,7 +23,8 @@ from polysat.backend.common.nvcc import missing_instructions, REQUIRED_PTX
 from polysat.backend.common.gpu import cuda_available
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.playback import playback
-from polysat.ir.region import region_from_json, region_json
+from polysat.ir.region import region_json
+from polysat.ir.region_load import region_from_json
 from polysat.pipeline import Compilation
 
 _oracle_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))

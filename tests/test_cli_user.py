@@ -92,7 +92,7 @@ def test_python_api_compiles_and_runs_against_numpy():
 
 
 def test_region_dump_names_the_users_ops_and_still_loads(tmp_path):
-    from polysat.ir.region import regions_from_json
+    from polysat.ir.region_load import regions_from_json
     rc, out, err = oracle.cli(["compile", str(ROOT / "examples" / "attention_row_softmax.json"), "--dump=region",
                                "--out", str(tmp_path)])
     assert rc == 0, err

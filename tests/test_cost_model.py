@@ -3,9 +3,9 @@ against the measured anchors, exact FLOP and byte counts, STOP conditions, the f
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from polysat.analyses.cost_model import Cost, fusion_delta, price, price_partition, price_tile, report
+from polysat.analyses.price import Cost, fusion_delta, price, price_partition, price_tile, report
 from polysat.analyses.devices import DEVICES, device
-from polysat.analyses.poly_examples import (attention, conv_relu_maxpool, gemm, gemm_bias_relu, layernorm, merge,
+from polysat.tests.poly_examples import (attention, conv_relu_maxpool, gemm, gemm_bias_relu, layernorm, merge,
                                             mlp_residual, softmax, split_per_statement)
 from polysat.analyses.polycore import analyze
 from polysat.ir.diagnostics import PolysatError

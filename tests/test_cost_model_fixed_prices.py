@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from polysat.analyses.cost_model import price
+from polysat.analyses.price import price
 from polysat.analyses.poly_region import PolyRegion
 
 _spec = importlib.util.spec_from_file_location("polysat_test_price_fixture",

@@ -69,14 +69,15 @@ def test_every_group_the_merge_search_prices_is_priced_as_the_kind_it_binds_to(n
     """Inside the search too: each group the merge search prices is priced with tensor-core statements exactly
     when a tensor-core kind binds the group's kernel, built as the pipeline builds it (synthesis, narrowing,
     layout pass) in the partition where the group is one kernel and every other kernel is the base's."""
-    from polysat.egraph import merge_search, model_cost
+    from polysat.pricing import kernels as pricing
+    from polysat.search import merge as merge_search
     from polysat.egraph.partition import Kernel, Partition
     from polysat.egraph.region_synth import synthesize
     from polysat.ir.region_layout import store_for_readers
     from polysat.ir.region_narrow import narrow_boundaries
     seen, checked = [], []
-    real_price, real_space = model_cost.price, merge_search.merge_space
-    monkeypatch.setattr(model_cost, "price", lambda r, arch: seen.append(r) or real_price(r, arch))
+    real_price, real_space = pricing.price, merge_search.merge_space
+    monkeypatch.setattr(pricing, "price", lambda r, arch: seen.append(r) or real_price(r, arch))
 
     def space(state, view, st, roots, base, params, arch, illegal):
         sp = real_space(state, view, st, roots, base, params, arch, illegal)

@@ -8,7 +8,7 @@ import pytest
 
 from polysat.egraph import COST_MODELS, CostModel, extract_full, register_cost, saturate
 from polysat.egraph.cost import make
-from polysat.egraph.numeric import bind_env, random_inputs, same_outputs
+from polysat.tests.numeric import bind_env, random_inputs, same_outputs
 from polysat.frontend import load_model
 from polysat.ir.playback import playback
 from polysat.egraph.region_synth import synthesize
@@ -63,7 +63,7 @@ def test_extracted_program_and_partition_synthesize_regions_that_play_back_corre
     rng = np.random.default_rng(2)
     inputs = random_inputs(p, rng, bind_env(p, rng))
     from polysat.ir.evaluate import evaluate
-    from polysat.egraph.numeric import close
+    from polysat.tests.numeric import close
     ref = evaluate(p, inputs)
     out = playback(synthesize(x.program, x.partition), inputs)
     assert all(close(ref[k], out[k]) for k in ref)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from polysat.egraph import extract, extract_full, saturate
-from polysat.egraph.numeric import bind_env, random_inputs, same_outputs
+from polysat.tests.numeric import bind_env, random_inputs, same_outputs
 from polysat.egraph.partition import Kernel, Partition
 from polysat.egraph.state import new_state
 from polysat.frontend import load_model

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from polysat.egraph import extract, saturate
-from polysat.egraph.numeric import bind_env, random_inputs, same_outputs
-from polysat.egraph.randprog import motif_programs, random_program
+from polysat.tests.numeric import bind_env, random_inputs, same_outputs
+from polysat.checker.randprog import motif_programs, random_program
 from polysat.ir.printer import format_program
 
 

@@ -6,7 +6,7 @@ import pathlib
 import numpy as np
 
 from polysat.egraph import extract_full, saturate
-from polysat.egraph.numeric import bind_env, random_inputs, same_outputs
+from polysat.tests.numeric import bind_env, random_inputs, same_outputs
 from polysat.egraph.printer import format_terms
 from polysat.frontend import load_model
 from polysat.ir.tiny import Ops

@@ -1,6 +1,6 @@
 """``polysat extract --explain``: the user's op names everywhere (never a node id or an e-class), one line per
 rejected fusion saying the rule or the price that decided it (each reason once), and the hand-style partition
-(egraph/hand_partition.py) priced with the same cost beside the chosen one (docs/DESIGN.md §Cost model)."""
+(search/hand_partition.py) priced with the same cost beside the chosen one (docs/DESIGN.md §Cost model)."""
 import glob
 import os
 import re

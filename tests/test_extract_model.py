@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from polysat.commands.extract import extract_command, run_extract
-from polysat.egraph.numeric import bind_env, close, random_inputs, same_outputs
+from polysat.tests.numeric import bind_env, close, random_inputs, same_outputs
 from polysat.frontend import load_model
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.evaluate import evaluate

@@ -1,5 +1,5 @@
 """Fusion legality decided by rules (rules/fusion.egg, docs/DESIGN.md §Fusion): every partition the
-e-graph gives under a decision set the rules' conflicts allow (egraph/legality.py violations) is legal
+e-graph gives under a decision set the rules' conflicts allow (search/legality.py violations) is legal
 by the independent Python check (illegal_fusions, kept as this cross-check), and a user's rule file can
 make a fusion legal or illegal."""
 from __future__ import annotations
@@ -15,10 +15,12 @@ from polysat.bench.models import conv_relu_conv, mlp_stack, softmax_axis
 from polysat.egraph.extract import solve
 from polysat.egraph.graph import export
 from polysat.commands.partition_legality import illegal_fusions
-from polysat.egraph.legality import violations
-from polysat.egraph.model_cost import ModelCost, _Masked, all_cuts, chosen_terms, saturate_unfused, sites, stream_sites
-from polysat.egraph.partition_search import masks
-from polysat.egraph.randprog import motif_programs, random_program
+from polysat.search.legality import violations
+from polysat.egraph.boundaries import all_cuts
+from polysat.search.model import ModelCost, saturate_unfused
+from polysat.search.sites import Masked, chosen_terms, sites, stream_sites
+from polysat.search.sites import masks
+from polysat.checker.randprog import motif_programs, random_program
 from polysat.egraph.saturate import OPT_IN, default_schedule, rule_files, run
 from polysat.egraph.state import new_state
 from polysat.egraph.totiny import to_tiny
@@ -40,7 +42,7 @@ def _partitions(st, rng, count: int, legal: bool = True):
         [frozenset(keys) - {k} for k in keys]  # every site fused but one
     for fused in choices:
         excl, hard, kept = masks(view, st_, streams, fused)
-        best, _ = solve(view, _Masked(excl, hard))
+        best, _ = solve(view, Masked(excl, hard))
         if not all(r in best and best[r].total < math.inf for r in roots):
             continue
         chosen = chosen_terms(best, roots)

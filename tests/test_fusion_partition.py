@@ -12,7 +12,7 @@ import pytest
 
 from polysat.bench.models import conv_relu_conv, sibling_gemms, softmax_axis
 from polysat.commands.extract import run_extract
-from polysat.egraph.numeric import bind_env, random_inputs
+from polysat.tests.numeric import bind_env, random_inputs
 from polysat.frontend import load_model
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
@@ -93,7 +93,7 @@ def test_no_cheap_value_left_cut_would_lower_the_price_of_a_large_program(name):
     (the embedding sum of the ONNX GPT-2 block, read by the first LayerNorm and the residual, had a kernel
     of its own before: 7 kernels, 14.7 µs, and --explain called its 12.7 µs fusion "priced higher").
     tests/test_onnx_models.py plays these partitions back against onnxruntime."""
-    from polysat.egraph.model_cost import EXACT_SITES
+    from polysat.search.model import EXACT_SITES
     from polysat.examples.onnx_models import build
     from polysat.frontend.onnx import import_onnx
     from polysat.pipeline import Compilation

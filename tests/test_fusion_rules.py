@@ -7,11 +7,13 @@ import pathlib
 
 from hypothesis import given, settings, strategies as hs
 
-from polysat.egraph import check_rules, list_rules
+from polysat.checker import check_rules
+from polysat.egraph import list_rules
 from polysat.egraph.graph import export
 from polysat.egraph.ixfns import read_kind
 from polysat.commands.partition_legality import illegal_fusions
-from polysat.egraph.model_cost import ModelCost, all_cuts, saturate_unfused
+from polysat.egraph.boundaries import all_cuts
+from polysat.search.model import ModelCost, saturate_unfused
 from polysat.egraph.partition import Kernel, Partition
 from polysat.egraph.rulefiles import RULES_DIR
 from polysat.frontend import load_model

@@ -8,7 +8,8 @@ import pytest
 
 from polysat.cli import TARGETS
 from polysat.ir.diagnostics import PolysatError
-from polysat.ir.region import regions_from_json, regions_json
+from polysat.ir.region import regions_json
+from polysat.ir.region_load import regions_from_json
 from polysat.pipeline import Compilation
 
 

@@ -1,4 +1,4 @@
-"""The merge search (egraph/merge_search.py) finds the optimum that an exhaustive enumeration of the
+"""The merge search (search/merge.py) finds the optimum that an exhaustive enumeration of the
 same space finds, priced by the same cost, on small random kernel graphs; and says which limit stopped it."""
 import itertools
 import math
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from polysat.egraph.merge_search import Item, Limits, merge_search
+from polysat.search.merge import Item, SearchLimits, merge_search
 
 
 def random_graph(rng: random.Random, n: int) -> list:
@@ -81,23 +81,25 @@ def test_a_limit_is_the_stop_reason():
     price, lower, legal = pricing(rng, items)
     full = merge_search(items, price, lower, legal)
     assert full.stop == "exhausted" and full.priced > 2
-    res = merge_search(items, price, lower, legal, Limits(prices=2))
+    res = merge_search(items, price, lower, legal, SearchLimits(prices=2))
     assert res.stop == "price limit (2 groups priced)"
     # anytime: the first partition is completed before the price limit may stop the search; it is a
     # valid partition priced by the same cost, never below the optimum
     assert sorted(m for g in res.groups.values() for m in g) == sorted(it.name for it in items)
     assert res.total == pytest.approx(sum(price(r, g) for r, g in res.groups.items()))
     assert res.total >= full.total - 1e-9
-    res = merge_search(items, price, lower, legal, Limits(nodes=3))  # hard: stops before any partition
+    res = merge_search(items, price, lower, legal, SearchLimits(nodes=3))  # hard: stops before any partition
     assert res.stop == "node limit (3 subproblems)" and res.groups == {} and res.total == math.inf
 
 
 def _space(prog):
     """The merge search's space of prog's one-kernel-per-op extraction, priced by Poly Core."""
     from polysat.egraph.graph import export
-    from polysat.egraph.merge_search import merge_space
-    from polysat.egraph.legality import violations
-    from polysat.egraph.model_cost import ModelCost, bind_params, saturate_unfused, sites
+    from polysat.search.merge import merge_space
+    from polysat.search.legality import violations
+    from polysat.pricing.symbols import bind_params
+    from polysat.search.model import ModelCost, saturate_unfused
+    from polysat.search.sites import sites
     state, _ = saturate_unfused(prog)
     params = bind_params(prog, {})
     base = ModelCost(params).search(state).baseline
@@ -112,7 +114,7 @@ def _programs():
 
     import numpy as np
 
-    from polysat.egraph.randprog import motif_programs, random_program
+    from polysat.checker.randprog import motif_programs, random_program
     from polysat.frontend import program_from_doc
     ex = pathlib.Path(__file__).resolve().parent.parent / "examples"
     motifs = motif_programs(np.random.default_rng(0))
@@ -137,7 +139,7 @@ def test_real_prices_the_exhaustive_optimum(name):
 
     def legal(ms):
         return not sp.why_illegal(ms)
-    res = merge_search(sp.items, price, sp.lower, legal, Limits(prices=10**6, seconds=600))
+    res = merge_search(sp.items, price, sp.lower, legal, SearchLimits(prices=10**6, seconds=600))
     assert res.stop == "exhausted"
     want = exhaustive(sp.items, price, legal)
     assert res.total == pytest.approx(want, rel=1e-12)
@@ -150,11 +152,11 @@ def test_real_prices_the_exhaustive_optimum(name):
 def test_polish_after_a_limit_only_lowers_the_total(seed):
     """After a limit stopped the search on its first partition (every kernel its own group), joining
     groups keeps a valid partition, never raises the total and never goes below the optimum."""
-    from polysat.egraph.merge_search import _polish
+    from polysat.search.merge import _polish
     rng = random.Random(100 + seed)
     items = random_graph(rng, rng.randint(3, 7))
     price, lower, legal = pricing(rng, items)
-    first = merge_search(items, price, lower, legal, Limits(prices=0), prefer=lambda k: False)
+    first = merge_search(items, price, lower, legal, SearchLimits(prices=0), prefer=lambda k: False)
     assert first.stop == "price limit (0 groups priced)" or first.stop == "exhausted"
     res = _polish(items, first, price, lower, legal)
     assert sorted(m for g in res.groups.values() for m in g) == sorted(it.name for it in items)
@@ -178,15 +180,15 @@ def test_the_bounded_search_returns_the_optimum_the_lifted_search_proves(name, m
     """The programs whose merge search stops at its price limit under the default knobs (bench/fusion.py):
     with the limits lifted the same search runs to ``exhausted``, so its total is the optimum of the space
     under the same prices, and the bounded search's partition (priced whole, as realized) is no worse."""
-    from polysat.egraph.merge_search import Limits
-    from polysat.egraph.model_cost import ModelCost
+    from polysat.search.merge import SearchLimits
+    from polysat.search.model import ModelCost
     from polysat.pipeline import Compilation
     monkeypatch.delenv("POLYSAT_SEARCH_PRICES", raising=False)  # the default price limit, and no time
     monkeypatch.setenv("POLYSAT_SEARCH_SECONDS", "600")  # limit that a slow machine could reach first
     model = _limited_cases()[name]()
     bounded = Compilation(model, cost="model")
     assert bounded.search.stop.startswith("price limit")  # else this case proves nothing
-    lifted = Compilation(model, cost=ModelCost(bounded.params, "sm90", limits=Limits.lifted()))
+    lifted = Compilation(model, cost=ModelCost(bounded.params, "sm90", limits=SearchLimits.lifted()))
     assert lifted.search.stop == "exhausted"
     assert lifted.search.groups_priced > bounded.search.groups_priced
     assert bounded.search.best.total <= lifted.search.best.total * (1 + 1e-9)

@@ -15,8 +15,8 @@ import pytest
 
 from polysat.bench.models import sibling_gemms, transformer
 from polysat.commands.extract import run_extract
-from polysat.egraph.numeric import bind_env, random_inputs
-from polysat.egraph.randprog import random_program
+from polysat.tests.numeric import bind_env, random_inputs
+from polysat.checker.randprog import random_program
 from polysat.ir.evaluate import evaluate
 from polysat.ir.tiny_json import dump_tiny
 

@@ -7,12 +7,13 @@ import pathlib
 
 import pytest
 
-from polysat.analyses.cost_model import price
+from polysat.analyses.price import price
 from polysat.analyses.devices import device
 from polysat.cli import main
 from polysat.commands.extract import run_extract
 from polysat.egraph.cost import Needs, SizeCost, lookup, make
-from polysat.egraph.model_cost import ModelCost, canonical
+from polysat.pricing.kernels import canonical
+from polysat.search.model import ModelCost
 from polysat.pipeline import Compilation
 
 EX = pathlib.Path(__file__).resolve().parent.parent / "examples"

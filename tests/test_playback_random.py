@@ -19,7 +19,8 @@ from polysat.ir.builder import Builder
 from polysat.ir.dtypes import DType
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
-from polysat.ir.region import regions_from_json, regions_json
+from polysat.ir.region import regions_json
+from polysat.ir.region_load import regions_from_json
 from polysat.egraph.region_synth import default_partition, partition_from_materialized, synthesize
 from polysat.analyses.region_validate import validate_regions
 from polysat.ir.tiny import GroupOp, Ops

@@ -3,7 +3,7 @@ equality), and the parallel / reduce axes they leave."""
 import islpy as isl
 
 from polysat.analyses.dependences import dependences
-from polysat.analyses.poly_examples import T, attention, conv_relu_maxpool, gemm, softmax, stmt
+from polysat.tests.poly_examples import T, attention, conv_relu_maxpool, gemm, softmax, stmt
 from polysat.analyses.poly_region import PolyRegion
 from polysat.analyses.polycore import analyze
 

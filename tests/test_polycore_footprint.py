@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 
 from polysat.analyses.footprint import card, footprint, halo, make_tile, sectors
 from polysat.analyses.isl_util import points
-from polysat.analyses.poly_examples import conv, conv_relu_maxpool, gemm, maxpool, softmax
+from polysat.tests.poly_examples import conv, conv_relu_maxpool, gemm, maxpool, softmax
 from polysat.analyses.polycore import analyze
 
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import islpy as isl
 import pytest
 
-from polysat.analyses.cost_model import price, price_partition
-from polysat.analyses.poly_examples import split_per_statement
+from polysat.analyses.price import price, price_partition
+from polysat.tests.poly_examples import split_per_statement
 from polysat.analyses.poly_from_view import region_from_program, regions_from_partition
 from polysat.analyses.polycore import analyze
 from polysat.egraph.partition import Kernel, Partition

@@ -3,7 +3,7 @@ and coded diagnostics for malformed regions (never a traceback)."""
 import islpy as isl
 import pytest
 
-from polysat.analyses.poly_examples import T, conv_relu_maxpool, gemm, merge, split_per_statement, stmt
+from polysat.tests.poly_examples import T, conv_relu_maxpool, gemm, merge, split_per_statement, stmt
 from polysat.analyses.poly_region import Access, PolyRegion, Statement, TensorInfo
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType

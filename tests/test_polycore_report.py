@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from polysat.analyses.poly_examples import (attention, conv_relu_maxpool, gemm, gemm_bias_relu, layernorm,
+from polysat.tests.poly_examples import (attention, conv_relu_maxpool, gemm, gemm_bias_relu, layernorm,
                                             mlp_residual, softmax)
 from polysat.analyses.polycore import analyze
 from polysat.ir.diagnostics import PolysatError

@@ -9,7 +9,8 @@ import pytest
 from polysat.egraph.partition import Kernel, Partition
 from polysat.frontend import load_model
 from polysat.ir.diagnostics import PolysatError
-from polysat.ir.region import region_from_json, regions_from_json, regions_json
+from polysat.ir.region import regions_json
+from polysat.ir.region_load import region_from_json, regions_from_json
 from polysat.egraph.region_synth import default_partition, synthesize
 from polysat.ir.tiny import Ops
 

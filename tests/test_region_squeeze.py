@@ -150,7 +150,8 @@ def test_recomputed_row_statistics_must_recompute_the_same_scores():
     import json
 
     from polysat.backend.scores.bind import bind as scores_binding
-    from polysat.ir.region import region_from_json, region_json
+    from polysat.ir.region import region_json
+    from polysat.ir.region_load import region_from_json
 
     k0 = squeeze_units(Compilation(attention(1, 2, 40, 56, 64, True), cost="size").regions[0])
     assert scores_binding(k0).spec.causal

@@ -18,7 +18,8 @@ from polysat.ir.dtypes import DType
 from polysat.ir.expr import Expr
 from polysat.ir import region as rg
 from polysat.ir.playback import playback
-from polysat.ir.region import Buffer, Let, MemRef, Region, Yield, regions_from_json, regions_json
+from polysat.ir.region import Buffer, Let, MemRef, Region, Yield, regions_json
+from polysat.ir.region_load import regions_from_json
 from polysat.egraph.region_synth import default_partition, synthesize
 from polysat.analyses.region_validate import validate_regions
 

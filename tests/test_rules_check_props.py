@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 
 from polysat.egraph.boundaries import default_cuts
 from polysat.egraph.graph import export
-from polysat.egraph.randprog import motif_programs, random_program
+from polysat.checker.randprog import motif_programs, random_program
 from polysat.egraph.rulefiles import discover, parse_file
-from polysat.egraph.soundness import Checker, _facts_only
-from polysat.egraph.soundness_diff import check_step, class_map
-from polysat.egraph.soundness_instance import instantiate
-from polysat.egraph.soundness_numerics import EPS, agree, tricky
-from polysat.egraph.soundness_pattern import read_query
-from polysat.egraph.soundness_values import Valuer
+from polysat.checker.check import Checker, _facts_only
+from polysat.checker.diff import check_step, class_map
+from polysat.checker.instance import instantiate
+from polysat.checker.numerics import EPS, agree, tricky
+from polysat.egraph.rule_pattern import read_query
+from polysat.checker.values import Valuer
 from polysat.egraph.state import load_program
 from polysat.ir.dtypes import DType, round_to
 from polysat.ir.evaluate import evaluate

@@ -20,7 +20,8 @@ from polysat.backend.scores.spec import ScoresSpec
 from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType, round_to
 from polysat.ir.playback import bind_region_symbols, playback
-from polysat.ir.region import region_from_json, region_json
+from polysat.ir.region import region_json
+from polysat.ir.region_load import region_from_json
 from polysat.pipeline import Compilation
 
 _spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))

@@ -1,5 +1,5 @@
 """Repeated blocks are found, saturated, searched and priced once, and the stitched partition keeps
-the program's values (egraph/segment.py, egraph/segment_stitch.py)."""
+the program's values (search/segment.py, search/stitch.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from polysat.bench.models import mlp_stack, transformer
-from polysat.egraph import model_cost
-from polysat.egraph.numeric import bind_env, close, max_error, random_inputs, same_outputs
+from polysat.search import model as search_model
+from polysat.tests.numeric import bind_env, close, max_error, random_inputs, same_outputs
 from polysat.egraph.region_synth import synthesize
-from polysat.egraph.segment import segment
-from polysat.egraph.segment_stitch import SegmentedState
+from polysat.search.segment import segment
+from polysat.search.stitch import SegmentedState
 from polysat.frontend import program_from_doc
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
@@ -53,17 +53,17 @@ def test_elementwise_repeats_are_not_cut():
 def _searched(doc: dict) -> tuple:
     """(doc, Compilation, Search, [nodes of each program a partition of was priced]) under --cost model."""
     calls = []
-    real = model_cost.price_kernels
+    real = search_model.price_kernels
 
     def counting(prog, part, params, arch):
         calls.append(len(prog.nodes))
         return real(prog, part, params, arch)
-    model_cost.price_kernels = counting
+    search_model.price_kernels = counting
     try:
         c = Compilation(doc, cost="model")
         s = c.search
     finally:
-        model_cost.price_kernels = real
+        search_model.price_kernels = real
     return doc, c, s, calls
 
 
@@ -152,8 +152,8 @@ def test_explain_names_each_blocks_own_ops_and_whole_program_prices(blocks):
 def test_random_programs_load_under_the_model_cost():
     """A program whose outputs include a program input or a view of one (hypothesis-style random
     programs) is one segment, loaded as it is (the segmenter once failed on it with a KeyError)."""
-    from polysat.egraph.model_cost import saturate_unfused
-    from polysat.egraph.randprog import random_program
+    from polysat.search.model import saturate_unfused
+    from polysat.checker.randprog import random_program
     for seed in range(40):
         p = random_program(np.random.default_rng(seed))
         segs = segment(p)
@@ -166,7 +166,7 @@ def test_random_programs_load_under_the_model_cost():
 def test_the_model_search_partition_of_a_random_program_plays_back_equal_to_the_reference(seed):
     """Whatever partition ``--cost model`` returns for a random program, playback of its regions equals
     the reference evaluator (rtol = atol = 1e-3)."""
-    from polysat.egraph.randprog import random_program
+    from polysat.checker.randprog import random_program
     from polysat.ir.tiny_json import dump_tiny
     rng = np.random.default_rng(seed)
     p = random_program(rng)

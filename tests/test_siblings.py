@@ -9,7 +9,7 @@ import pytest
 
 from polysat.backend.common.gpu import cuda_available, device
 from polysat.bench.models import sibling_gemms, transformer
-from polysat.egraph import check_rules
+from polysat.checker import check_rules
 from polysat.egraph.cost import SizeCost
 from polysat.egraph.extract import extract_classes
 from polysat.egraph.graph import export

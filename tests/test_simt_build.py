@@ -105,7 +105,8 @@ def test_a_bool_function_the_kernel_cannot_compute_is_refused_at_bind_with_its_r
     """or/and of bool values bind; another bool function (here sub, spelled into the region) is a NoBind
     with its reason at bind time, never an error while rendering."""
     from polysat.backend.common.region_match import NoBind
-    from polysat.ir.region import region_from_json, region_json
+    from polysat.ir.region import region_json
+    from polysat.ir.region_load import region_from_json
     doc = {"signature": {"inputs": ["x", "y"], "outputs": ["z"]},
            "tensors": {t: {"dtype": "bool", "shape": [4, 8]} for t in "xyz"},
            "graph": [{"op": "Elementwise", "name": "either", "inputs": ["x", "y"], "outputs": ["z"], "attrs": {"fn": "max"}}]}

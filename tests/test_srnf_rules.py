@@ -17,11 +17,11 @@ import pathlib
 import numpy as np
 
 from polysat.egraph.api import extract
-from polysat.egraph.model_cost import saturate_unfused
+from polysat.search.model import saturate_unfused
 from polysat.egraph.region_synth import synthesize
 from polysat.egraph.rulefiles import list_rules
 from polysat.egraph.saturate import saturate
-from polysat.egraph.soundness import check_rules
+from polysat.checker.check import check_rules
 from polysat.frontend import load_model
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback

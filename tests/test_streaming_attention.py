@@ -218,7 +218,8 @@ def test_two_kernel_regions_are_not_attention():
 
 
 def test_a_mask_other_than_bottom_right_causal_is_rejected():
-    from polysat.ir.region import region_from_json, region_json
+    from polysat.ir.region import region_json
+    from polysat.ir.region_load import region_from_json
     (r,) = compiled("fp16", True).regions
     doc = region_json(r)
     text = json.dumps(doc).replace('"-M + N + m - n"', '"m - n"')

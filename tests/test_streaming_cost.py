@@ -9,10 +9,10 @@ import pathlib
 
 import pytest
 
-from polysat.analyses.cost_model import price, stream_tile
+from polysat.analyses.price import price, stream_tile
 from polysat.analyses.footprint import card, extents, make_tile
 from polysat.commands.extract import run_extract
-from polysat.egraph.model_cost import ModelCost, saturate_unfused
+from polysat.search.model import ModelCost, saturate_unfused
 from polysat.frontend import load_model
 
 EX = pathlib.Path(__file__).resolve().parent.parent / "examples"

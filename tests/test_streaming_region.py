@@ -14,7 +14,8 @@ from polysat.ir.diagnostics import PolysatError
 from polysat.ir.dtypes import DType, round_to
 from polysat.ir.expr import Expr
 from polysat.ir.playback import playback
-from polysat.ir.region import Buffer, Let, MemRef, Region, Yield, region_from_json, region_json
+from polysat.ir.region import Buffer, Let, MemRef, Region, Yield, region_json
+from polysat.ir.region_load import region_from_json
 from polysat.analyses.region_validate import validate_regions
 
 F32 = np.float32

@@ -9,9 +9,10 @@ import pathlib
 
 import pytest
 
-from polysat.egraph import check_rules, list_rules, saturate
+from polysat.checker import check_rules
+from polysat.egraph import list_rules, saturate
 from polysat.egraph.graph import export
-from polysat.egraph.model_cost import saturate_unfused
+from polysat.search.model import saturate_unfused
 from polysat.egraph.rulefiles import RULES_DIR
 from polysat.egraph.saturate import OPT_IN, StopReason
 from polysat.frontend import load_model

@@ -1,7 +1,7 @@
 """A Conv2D + SiLU over symbolic N, H, W whose weight tensor is named like a symbol ("W") compiles
 under both costs, and its playback equals the reference evaluator and a numpy convolution.
 
-Pricing renames a region's tensors to T0.. (egraph/model_cost.py canonical) so equal kernels share
+Pricing renames a region's tensors to T0.. (pricing/kernels.py canonical) so equal kernels share
 a price; the renaming must touch only isl tuple names, never the symbol W the domains mention.
 """
 from __future__ import annotations

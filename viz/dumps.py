@@ -9,7 +9,8 @@ def _names(c):
 
 
 def _priced(c):
-    from ..egraph.model_cost import bind_params, price_kernels
+    from ..pricing.kernels import price_kernels
+    from ..pricing.symbols import bind_params
     x = c.extraction
     params = bind_params(c.program, None)
     return params, price_kernels(x.program, x.partition, params, c.arch)

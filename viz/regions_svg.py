@@ -22,7 +22,7 @@ def tensor_bytes(node, params: dict) -> int:
 def regions_svg(prog, part, names: dict, tensors: dict, params: dict, priced: "list | None" = None,
                 title: str = "") -> str:
     """prog, part: the extraction; names: node id -> the user's op; tensors: node id -> tensor name;
-    params: symbol sizes; priced: egraph.model_cost.Priced per kernel, or None."""
+    params: symbol sizes; priced: pricing.kernels.Priced per kernel, or None."""
     cost = {p.kernel.name: p.cost for p in priced or [] if p.cost is not None}
     made = {o: k.name for k in part.kernels for o in k.outputs}
     ids = [k.name for k in part.kernels]  # model inputs are listed inside the kernels that read them

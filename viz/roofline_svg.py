@@ -15,7 +15,7 @@ COLORS = {"compute": "#c92a2a", "memory": "#1864ab", "latency": "#5f3dc4"}
 
 
 def roofline_svg(priced: list, dev, measured: "dict | None" = None, title: str = "") -> str:
-    """priced: egraph.model_cost.Priced per kernel; dev: analyses.devices.Device."""
+    """priced: pricing.kernels.Priced per kernel; dev: analyses.devices.Device."""
     pts = [(p.kernel.name, p.cost) for p in priced if p.cost is not None and p.cost.time_est_us > 0]
     ai = [max(c.flops, 1) / max(c.bytes, 1) for _, c in pts] or [1.0]
     perf = [max(c.flops, 1) / (c.time_est_us * 1e-6) / 1e12 for _, c in pts] or [1.0]

@@ -47,7 +47,17 @@ def _launch(spec, tensors, env, out) -> None:
     run(spec, tensors, env, out=out, algo=region_algo(spec))
 
 
+def _source(spec, env, arch: str):
+    from . import launch
+    return launch._plan_and_source(launch.concrete_spec(spec, env), arch, region_algo(spec))
+
+
+def _prepare(spec, tensors, env):
+    from .launch import prepare
+    return prepare(spec, tensors, env, algo=region_algo(spec))
+
+
 assert set(ALGO_OF_PASSES.values()) == set(ALGOS)
 
 KIND = KernelKind("attention", bind=bind, search=_search, render=render, gpu_ir=build_gpu_ir,
-                  launch=_launch, reference=reference)
+                  launch=_launch, reference=reference, source=_source, prepare=_prepare)

@@ -14,5 +14,15 @@ def _launch(spec, tensors, env, out) -> None:
     run(spec, tensors, out=out)
 
 
+def _source(spec, env, arch: str):  # conv and conv_pool: static shapes, the sizes change nothing
+    from . import launch
+    return launch._source(spec, arch)
+
+
+def _prepare(spec, tensors, env):
+    from .launch import prepare
+    return prepare(spec, tensors)
+
+
 KIND = KernelKind("conv", bind=bind, search=search, render=render, gpu_ir=build_gpu_ir, launch=_launch,
-                  reference=reference)
+                  reference=reference, source=_source, prepare=_prepare)

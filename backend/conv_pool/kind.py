@@ -7,4 +7,4 @@ from .bind import bind
 from .reference import reference
 
 KIND = KernelKind("conv_pool", bind=bind, search=CONV.search, render=CONV.render, gpu_ir=CONV.gpu_ir,
-                  launch=CONV.launch, reference=reference)
+                  launch=CONV.launch, reference=reference, source=CONV.source, prepare=CONV.prepare)

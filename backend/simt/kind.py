@@ -25,5 +25,15 @@ def reference(spec, tensors, env=None):
     return outs[spec.c]
 
 
+def _source(spec, env, arch: str):
+    from . import launch
+    return launch._source(spec, arch, tuple(sorted(launch._env(spec, env).items())))
+
+
+def _prepare(spec, tensors, env):
+    from .launch import prepare
+    return prepare(spec, tensors, env)
+
+
 KIND = KernelKind("simt", bind=bind, search=search, render=render, gpu_ir=build_gpu_ir, launch=_launch,
-                  reference=reference)
+                  reference=reference, source=_source, prepare=_prepare)

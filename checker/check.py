@@ -3,13 +3,13 @@
 Every rule sits alone in its own ruleset of one e-graph that holds all the rule files (the shipped
 ones are context for a user's). For each checked rule, test programs come from two sources:
   1. rule-directed: random well-typed instances of the rule's own left-hand side
-     (``soundness_instance``), loaded alone, so the rule fires on them without help;
+     (``checker/instance.py``), loaded alone, so the rule fires on them without help;
   2. the random pool (``randprog``): motif and random programs, loaded and rewritten for a couple of
      rounds by the other rules, then handed to the rule (for patterns only other rules produce, such
      as the streaming softmax).
 On each, the rule runs once, alone (``egglog`` push/pop keeps the e-graph), and everything it changed
-is compared (``soundness_diff``): every e-node it added against the value of its class, every pair
-of classes it merged, on inputs chosen to expose rounding (``soundness_numerics``). The first
+is compared (``checker/diff.py``): every e-node it added against the value of its class, every pair
+of classes it merged, on inputs chosen to expose rounding (``checker/numerics.py``). The first
 disagreement makes the rule unsound; the report names that rule (no other rule ran in between), with
 the smallest counterexample found by redrawing smaller instances, and both values.
 """
@@ -22,22 +22,22 @@ import time
 import numpy as np
 
 from .. import knobs
+from ..egraph.boundaries import all_cuts, default_cuts
+from ..egraph.graph import export
+from ..egraph.rule_pattern import head, parse_sexp, read_query
+from ..egraph.rulefiles import RuleFile, discover, parse_file
+from ..egraph.state import EGraphState, add_rule_files, base_egraph, load_program, validate
 from ..ir.diagnostics import PolysatError, diag
 from ..ir.dtypes import DType
 from ..ir.tiny import Program
-from .boundaries import default_cuts
-from .graph import export
+from .diff import Finding, StepResult, check_step
+from .explain import counterexample, consistent
+from .instance import Builder, Reject, instantiate
+from .numerics import tricky
 from .randprog import (attention_programs, chained_gemm_programs, motif_programs, owned_programs, random_program,
                        sibling_programs)
-from .rulefiles import RuleFile, discover, parse_file
-from .soundness_diff import StepResult, check_step
-from .soundness_explain import counterexample, consistent
-from .soundness_instance import instantiate
-from .soundness_numerics import tricky
-from .soundness_pattern import head, parse_sexp, read_query
-from .soundness_report import CheckReport, RuleVerdict
-from .soundness_values import Valuer
-from .state import EGraphState, add_rule_files, base_egraph, load_program, validate
+from .report import CheckReport, RuleVerdict
+from .values import Valuer
 
 POOL_NODES = 4000  # stop the context rounds of a pool program past this many e-nodes
 
@@ -155,7 +155,6 @@ class Checker:
         v1 = export(st)
         res = check_step(v0, val0, v1, inputs)
         if sizes.get("shape-conflict") or sizes.get("dtype-conflict"):
-            from .soundness_diff import Finding
             res.findings.insert(0, Finding("conflict", -1, None, why="it equated values of different shapes or dtypes"))
         if pool and res.findings and not consistent(v0, val0):
             return None  # the other rules left the e-graph inconsistent: not this rule's doing
@@ -226,7 +225,6 @@ class Checker:
         return counterexample(res, v0, val0, inputs, roots=len(inst.roots), source="built from the rule's left-hand side")
 
     def _pool_check(self, name: str, v: RuleVerdict) -> None:
-        from .model_cost import all_cuts  # the --cost=model load: every compute edge cut
         if not self.pool:
             self.pool.extend(attention_programs(self.rng, 10))
             for _ in range(2):
@@ -260,7 +258,6 @@ class Checker:
 
 
 def _unbuildable(q) -> str:
-    from .soundness_instance import Builder, Reject
     b = Builder(q, np.random.default_rng(0))
     try:
         for r in q.roots:

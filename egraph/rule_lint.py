@@ -15,7 +15,7 @@ from ..ir.diagnostics import PolysatError, diag
 from ..ir.tiny import GroupOp, REDUCE_OPS
 from . import encode as E
 from .schema import CHILDREN
-from .soundness_pattern import Atom, Pattern, actions, read_query
+from .rule_pattern import Atom, Pattern, actions, read_query
 
 UNARY_OPS = frozenset(o.value for o in GroupOp.Unary) - {"CAST"}
 BINARY_OPS = frozenset(o.value for o in GroupOp.Binary)

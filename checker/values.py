@@ -8,7 +8,7 @@ is finite. An e-node is evaluated on its children's values by the reference eval
 uses); reads of memory are gathered here, with a mask where a read outside a ``Select`` guard is
 undefined. Alongside each value go a magnitude bound (the value evaluated with absolute values and
 no cancellation, times the length of every sum: the running error bound) and the coarsest rounding
-unit in the term, which set the tolerance (``soundness_numerics``).
+unit in the term, which set the tolerance (``checker/numerics.py``).
 """
 from __future__ import annotations
 
@@ -17,18 +17,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..egraph import encode as E
+from ..egraph.graph import ENode, EGraphView
+from ..egraph.totiny import TermBuilder
 from ..ir.diagnostics import PolysatError
 from ..ir.dtypes import DType
 from ..ir.evaluate import evaluate
 from ..ir.expr import Expr
 from ..ir.tiny import Arg, Ops, Program, UOp
-from . import encode as E
+from .numerics import eps
 
 _parse_shape = functools.lru_cache(maxsize=8192)(E.parse_shape)  # attributes are immutable strings
 _parse_map = functools.lru_cache(maxsize=8192)(E.parse_map)
-from .graph import ENode, EGraphView
-from .soundness_numerics import eps
-from .totiny import TermBuilder
 
 _MOVES = ("Reshape", "Permute", "Transpose", "Expand", "Pad", "Shrink", "Flip", "View", "BroadcastInDim")
 

@@ -25,8 +25,8 @@ from dataclasses import replace
 
 from ..ir.tiny import GroupOp, Ops, Program
 from ..ir.user_names import node_names
-from .partition import FREE_OPS, Kernel, Partition
-from .stream import groups as stream_groups
+from ..egraph.partition import FREE_OPS, Kernel, Partition
+from ..egraph.stream import groups as stream_groups
 
 
 def hand_partition(original: Program, program: Program) -> tuple:

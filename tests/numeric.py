@@ -1,13 +1,13 @@
 """Random inputs and output comparison for the e-graph tests (rtol = atol = 1e-3, docs/DESIGN.md
-§Verification); the soundness checker draws and compares its own (``soundness_numerics``)."""
+§Verification); the soundness checker draws and compares its own (``checker/numerics.py``)."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir.dtypes import DType
-from ..ir.evaluate import evaluate
-from ..ir.shapes import bind
-from ..ir.tiny import Program
+from polysat.ir.dtypes import DType
+from polysat.ir.evaluate import evaluate
+from polysat.ir.shapes import bind
+from polysat.ir.tiny import Program
 
 RTOL = ATOL = 1e-3
 

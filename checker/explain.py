@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import ENode, EGraphView
-from .printer import format_terms
-from .soundness_diff import StepResult, compare
-from .soundness_values import Unevaluable, Valuer
+from ..egraph.graph import ENode, EGraphView
+from ..egraph.printer import format_terms
+from .diff import StepResult, compare
+from .values import Unevaluable, Valuer
 
 
 def consistent(v0: EGraphView, val0: Valuer) -> bool:

@@ -1,4 +1,4 @@
-"""A program of repeated segments (egraph/segment.py) saturated and searched once per distinct
+"""A program of repeated segments (search/segment.py) saturated and searched once per distinct
 segment, and the results stitched back into one whole-program answer (docs/DESIGN.md §Fusion,
 "Segments").
 
@@ -15,10 +15,15 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+from ..egraph.api import Extraction
+from ..egraph.graph import ENode, EGraphView, export
+from ..egraph.partition import Kernel, Partition
+from ..egraph.saturate import StopReason
+from ..egraph.stream import parse_tag, tag
 from ..ir.tiny import Ops, Program
-from .graph import ENode, EGraphView
+from ..pricing.kernels import Priced
+from .result import Candidate, Rejection, Search, Streamed
 from .segment import Segment
-from .stream import parse_tag, tag
 
 
 BOUNDARY = ("segment boundary: the only value flowing from one repeated block to the next is materialized, "
@@ -67,7 +72,6 @@ class _Instance:
 
 
 def _stitch_view(s: SegmentedState) -> tuple:
-    from .graph import export
     views = {k: export(st) for k, st in s.states.items()}
     classes, shape, dtype, by_index, index, insts = {}, {}, {}, {}, {}, []
     coff = ioff = order = 0
@@ -137,7 +141,6 @@ def _whole(r, c: int, seg: Segment, others_us: float, others_kernels: int):
 def merge_reports(reports: list):
     """One RunReport for the distinct segments' saturations: nodes and seconds summed, iterations in
     turn, rule matches summed, the first stop that is not saturation."""
-    from .saturate import StopReason
     first = reports[0]
     rules: dict = {}
     for r in reports:
@@ -153,9 +156,6 @@ def merge_reports(reports: list):
 
 def stitch(s: SegmentedState, found: dict):
     """The whole program's Search from ``found[key]`` (the Search of each distinct segment)."""
-    from .api import Extraction
-    from .model_cost import Candidate, Priced, Rejection, Search, Streamed
-    from .partition import Kernel, Partition
     view = s.export()
     taken = {n.id for n in s.program.nodes}
     nodes, kernels, priced, chosen, rejected, sites, streamed = [], [], [], {}, [], {}, []

@@ -1,6 +1,6 @@
 """Rule-directed test terms: random well-typed instances of a rule's left-hand side.
 
-A :class:`~.soundness_pattern.Query` is instantiated bottom-up: every constructor of the pattern
+A :class:`~polysat.egraph.rule_pattern.Query` is instantiated bottom-up: every constructor of the pattern
 becomes a term node whose string attributes are the pattern's literals, or values already bound
 to the same pattern variable, or values derived from a ``has-shape``/``has-dtype`` fact about a
 term built already, or fresh random draws valid for the operand (shapes, permutations, axes,
@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..egraph import encode as E
+from ..egraph.ixfns import HELPERS, pad_guard, pad_map, shape_after
+from ..egraph.rule_pattern import Atom, Pattern, Query
+from ..egraph.schema import CHILDREN
 from ..ir.infer import expr_bounds
-from . import encode as E
 
 _parse_shape = functools.lru_cache(maxsize=8192)(E.parse_shape)  # attributes are immutable strings
 _parse_map = functools.lru_cache(maxsize=8192)(E.parse_map)
-from .ixfns import HELPERS, pad_guard, pad_map, shape_after
-from .schema import CHILDREN
-from .soundness_pattern import Atom, Pattern, Query
 
 UNARY = ("NEG", "RELU", "EXP2", "RECIPROCAL", "SQRT", "LOG2")
 BINARY = ("ADD", "SUB", "MUL", "FDIV", "MAX", "MIN", "CMPLT")

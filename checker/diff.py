@@ -4,7 +4,7 @@ Two exports of the same e-graph, before (``v0``) and after (``v1``) one rule ran
 structurally: a class of v0 maps to the class of v1 that holds its e-nodes (a union only merges
 classes, so the map is a function). An e-node of v1 whose key (constructor, attributes, mapped
 children) no v0 node has is new: the rule made it. Every new e-node is evaluated on its children's
-values (``soundness_values``) and compared with its class's value: the value the class had before
+values (``checker/values.py``) and compared with its class's value: the value the class had before
 the rule ran, or for a class the rule created, the value of its first evaluable e-node. Classes of v0
 that the rule merged are compared with each other. A new e-node that cannot be evaluated is a
 finding too, never skipped. Rewrites are checked as refinements: where the value before is NaN (an
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .graph import ENode, EGraphView
-from .soundness_numerics import MOVED_ROUNDING, agree, eps
-from .soundness_values import Unevaluable, Val, Valuer
+from ..egraph.graph import ENode, EGraphView
+from .numerics import MOVED_ROUNDING, agree, eps
+from .values import Unevaluable, Val, Valuer
 
 
 @dataclass

@@ -15,7 +15,7 @@ then), with branch and bound inside: a subproblem is solved under a budget (the 
 minus what the prefix costs) and its result memoized as exact, or as a lower bound when the budget cut it
 off; a root is priced only when an admissible lower bound of its group (``lower``: launch time plus the
 bytes of the root's outputs at full bandwidth; the roofline's time is never below it) plus that of the
-kernels left that can only be roots does not already exceed the budget. Bounded by ``Limits`` (subproblems
+kernels left that can only be roots does not already exceed the budget. Bounded by ``SearchLimits`` (subproblems
 visited, groups priced, CPU seconds); ``stop`` says which limit ended it ("exhausted": the partition
 returned is the optimum of the space under the same prices; otherwise the best one found, which
 ``merge_phase`` then polishes by joining groups while that lowers the total).
@@ -27,6 +27,18 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+
+from .. import knobs
+from ..analyses.devices import device
+from ..analyses.indexbook import checked_indexbook
+from ..analyses.poly_from_view import region_from_polyview
+from ..analyses.polyview import build_polyview
+from ..egraph.partition import Kernel, Partition
+from ..egraph.totiny import TermBuilder
+from ..ir.shapes import bind as bind_shape
+from ..ir.tiny import GroupOp
+from ..ir.user_names import original_ids
+from ..pricing import kernels as pricing  # its ``price`` (bench/pricing.py times the calls there)
 
 
 @dataclass(frozen=True)
@@ -40,7 +52,7 @@ class Item:
 
 
 @dataclass(frozen=True)
-class Limits:
+class SearchLimits:
     """Bounds of the merge search. The limits on prices and time stop only the search for a better
     partition once a first one is complete (the preferred decisions, tried first)."""
     nodes: int = 200000  # subproblems visited
@@ -48,13 +60,12 @@ class Limits:
     seconds: float = 2.0  # CPU seconds
 
     @classmethod
-    def from_knobs(cls) -> "Limits":
+    def from_knobs(cls) -> "SearchLimits":
         """The limits POLYSAT_SEARCH_PRICES and POLYSAT_SEARCH_SECONDS set (knobs.py)."""
-        from .. import knobs
         return cls(prices=knobs.search_prices(), seconds=knobs.search_seconds())
 
     @classmethod
-    def lifted(cls) -> "Limits":
+    def lifted(cls) -> "SearchLimits":
         """No limit that a search of a real program reaches: the search runs to ``exhausted``."""
         return cls(nodes=10 ** 8, prices=10 ** 8, seconds=1e9)
 
@@ -73,7 +84,7 @@ class _Stop(Exception):
     pass
 
 
-def merge_search(items: list, price: Callable, lower: Callable, legal: Callable, limits: Limits = Limits(),
+def merge_search(items: list, price: Callable, lower: Callable, legal: Callable, limits: SearchLimits = SearchLimits(),
                  prefer: Callable = lambda name: True) -> MergeResult:
     """The cheapest partition of ``items`` (in dependency order) in the space of the module docstring.
     ``price(root, members)`` -> µs of a group, ``lower(root)`` -> an admissible lower bound of any group
@@ -218,16 +229,7 @@ class Space:
 def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable) -> Space:
     """The space of the one-kernel-per-op partition of ``base`` (a Candidate of every site cut).
     ``illegal(sites)``: the legality violations of fusing those Mat sites into one kernel (the rules'
-    conflicts, egraph/legality.py ``violations``)."""
-    from ..analyses.devices import device
-    from ..analyses.indexbook import checked_indexbook
-    from ..analyses.poly_from_view import as_emitted, region_from_polyview
-    from ..analyses.polyview import build_polyview
-    from ..ir.shapes import bind as bind_shape
-    from ..ir.tiny import GroupOp
-    from . import model_cost  # its ``price`` (bench/pricing.py times the calls there)
-    from .partition import Kernel, Partition
-    from .totiny import TermBuilder
+    conflicts, search/legality.py ``violations``)."""
     prog, part = base.extraction.program, base.extraction.partition
     tb = TermBuilder(state, view, base.extraction.chosen)
     for r in roots:
@@ -268,8 +270,8 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
             return 0.0
         g = Kernel("g", ns, ks[root].outputs, tuple(dict.fromkeys(s for i in ns for s in prog[i].src if s not in ns)))
         whole = Partition(tuple(g if k.name == root else k for k in part.kernels if k.name == root or k.name not in members))
-        (r,) = as_emitted(prog, whole, [r])  # priced as the kind the backend binds the group to
-        return model_cost.price(model_cost.canonical(r), arch).time_est_us
+        (r,) = pricing.as_emitted(prog, whole, [r])  # priced as the kind the backend binds the group to
+        return pricing.price(pricing.canonical(r), arch).time_est_us
 
     def lower(root: str) -> float:
         if not (ks[root].nodes & with_blocks):
@@ -284,13 +286,12 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
 
 
 def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable,
-                limits: Limits = Limits(), hint: "frozenset | None" = None) -> tuple:
+                limits: SearchLimits = SearchLimits(), hint: "frozenset | None" = None) -> tuple:
     """The merge search over the one-kernel-per-op partition of ``base`` (a Candidate of every site
     cut). Returns (the Mat site classes fused, MergeResult, ``rejected()``: {Mat class: (separate µs,
     fused µs or None where a legality rule decided, why, groups)} for each site the best partition
     keeps whose readers share one group; priced on demand, for --explain). ``hint``: the Mat classes a
     known good partition fuses, tried first."""
-    from ..ir.user_names import original_ids
     sp = merge_space(state, view, st, roots, base, params, arch, illegal)
     prices: dict = {}
     verdicts: dict = {}
@@ -360,7 +361,7 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
         if best is None:
             break
         prefer = res.absorbed | {best[1]}
-        nxt = merge_search(items, price, lower, legal, Limits(prices=0), lambda k: k in prefer)
+        nxt = merge_search(items, price, lower, legal, SearchLimits(prices=0), lambda k: k in prefer)
         if not nxt.total < res.total:
             break
         res, done, priced = nxt, done + 1, priced + nxt.priced

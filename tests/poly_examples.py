@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..ir.dtypes import DType
-from .poly_region import Access, PolyRegion, Statement, TensorInfo
+from polysat.ir.dtypes import DType
+from polysat.analyses.poly_region import Access, PolyRegion, Statement, TensorInfo
 
 F16, F32 = DType.fp16, DType.fp32
 

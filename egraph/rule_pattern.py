@@ -5,8 +5,8 @@ Rule files are egglog text; this module reads one ``rule``/``rewrite``/``birewri
 string literals), the variables bound to patterns (``(= e (Reduce ...))``), and the side conditions
 (``has-shape``/``has-dtype`` facts, ``!=`` tests, ``(= v (py-to-string (py-call $helper ...)))``
 helper calls, and relations such as ``computed`` that only the e-graph can decide).
-``rules --check`` builds random well-typed terms from it (``soundness_instance``); the load-time
-checks (``soundness_lint``) read the literals of each constructor slot from it.
+``rules --check`` builds random well-typed terms from it (``checker/instance.py``); the load-time
+checks (``egraph/rule_lint.py``) read the literals of each constructor slot from it.
 """
 from __future__ import annotations
 

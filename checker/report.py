@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .rulefiles import RuleInfo
+from ..egraph.rulefiles import RuleInfo
 
 
 @dataclass

@@ -1,0 +1,158 @@
+"""A partition's kernels priced as the backend emits them (docs/DESIGN.md §Cost model).
+
+Each kernel becomes its Poly-View region (analyses/poly_from_view.py), with its streamed softmax-weighted
+sums marked (``mark_streams``) and its contractions priced on the unit the kind that computes it uses
+(``as_emitted``: the MMA kinds run them on tensor cores, the SIMT kind on the FP32 pipes), then priced by
+``analyses/price.py price`` on its canonical form (tensor and statement names renumbered), so a kernel met
+again, in another candidate or another identical layer, hits the price caches. The pipeline, the
+``--cost model`` search, the compiled model's measurement log, the pictures and ``--explain`` price with it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from ..analyses.isl_util import isl_name
+from ..analyses.poly_from_view import regions_from_partition
+from ..analyses.poly_region import Access, PolyRegion, Statement, TensorInfo
+from ..analyses.price import Cost, price
+from ..backend.kinds import tensor_core_kind
+from ..egraph.region_synth import synthesize
+from ..egraph.stream import BLOCK, groups
+from ..ir.diagnostics import PolysatError
+from ..ir.region_layout import store_for_readers
+from ..ir.region_narrow import narrow_boundaries
+from ..ir.tiny import GroupOp, Ops, Program
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?=\s*\[)")  # tuple names only: a symbol may share a tensor's name
+
+
+def kernel_regions(program: Program, partition, params: "dict | None" = None) -> list:
+    """One PolyRegion per kernel of ``partition`` that computes something, priced as emitted (``as_emitted``)."""
+    return as_emitted(program, partition, regions_from_partition(program, partition, params))
+
+
+def as_emitted(program: Program, partition, regions: list) -> list:
+    """The regions priced as the kind the backend binds each kernel to (docs/DESIGN.md §Cost model): a Poly-View
+    contraction is a tensor-core statement, which is how the MMA kinds (gemm, conv, conv_pool, attention,
+    softmax_scores) compute it; when none of them binds the kernel's RB-SSA region (synthesized, narrowed and
+    laid out as the pipeline does, then ``backend.kinds.tensor_core_kind``) the SIMT kind computes it, so its
+    statements run on the FP32 pipes. Regions without a contraction are returned as they are. A partition
+    the RB-SSA synthesis refuses keeps the Poly-View's units (no kernel of it is ever emitted)."""
+    if not any(st.unit == "tensor" for r in regions for st in r.statements):
+        return regions
+    try:
+        emitted = {r.name: r for r in store_for_readers(narrow_boundaries(_near(synthesize(program, partition), regions)))}
+    except PolysatError:
+        return regions
+    out = []
+    for r in regions:
+        rb = emitted.get(r.name)
+        if rb is not None and any(st.unit == "tensor" for st in r.statements) and _kind(rb) is None:
+            r = replace(r, statements=tuple(replace(st, unit="fp32") if st.unit == "tensor" else st
+                                            for st in r.statements))
+        out.append(r)
+    return out
+
+
+def _near(rbs: list, regions: list) -> list:
+    """The RB-SSA regions that decide how the kernels of ``regions`` store and read memory: those kernels,
+    and every writer and reader of a buffer they read or write (the boundary narrowing and the layout
+    pass decide a buffer by its writer and all its readers, each buffer on its own)."""
+    want = {r.name for r in regions}
+    bufs = {b.name for r in rbs if r.name in want for b in (*r.inputs, *r.outputs)}
+    return [r for r in rbs if r.name in want or any(b.name in bufs for b in (*r.inputs, *r.outputs))]
+
+
+def _kind(region) -> "str | None":
+    return _kind_of(replace(region, name="kernel"))  # the kernel's name does not change its kind
+
+
+@lru_cache(maxsize=4096)
+def _kind_of(region) -> "str | None":
+    return tensor_core_kind(region)
+
+
+
+def canonical(region: PolyRegion) -> PolyRegion:
+    """region with statements S0.. and tensors T0..: equal kernels from different extractions (or
+    layers) compare equal, so the price caches hit."""
+    ren: dict = {}
+    for k, s in enumerate(region.statements):
+        ren[s.name] = f"S{k}"
+    j = 0
+    for t in region.tensors:  # inputs too: the same layer over other weights is the same kernel
+        if t.name not in ren:
+            ren[t.name] = f"T{j}"
+            j += 1
+
+    def sub(text: str) -> str:
+        return _NAME.sub(lambda mt: ren.get(mt.group(0), mt.group(0)), text)
+
+    tensors = tuple(TensorInfo(ren[t.name], t.shape, t.dtype, t.role) for t in region.tensors)
+    stmts = tuple(Statement(ren[s.name], sub(s.domain), tuple(Access(ren[a.tensor], sub(a.relation)) for a in s.reads),
+                            Access(ren[s.write.tensor], sub(s.write.relation)), s.flops, s.unit, s.combine,
+                            s.loop_order) for s in region.statements)
+    return PolyRegion("kernel", tensors, stmts, region.params, tuple(ren[s] for s in region.stream), region.stream_block,
+                      tuple(ren[s] for s in region.stream_recompute))
+
+
+@dataclass
+class Priced:
+    """One kernel of a partition with its Poly Core region and price."""
+    kernel: object  # egraph.partition.Kernel
+    region: "PolyRegion | None"  # None: a kernel with no statement (a pure copy of memory)
+    cost: "Cost | None"
+
+
+def mark_streams(prog: Program, part, regions: list) -> list:
+    """regions with the streamed softmax-weighted sums of each kernel marked (PolyRegion.stream: the
+    statements of their running max, sum and weighted sum, advancing BLOCK keys at a time), so Poly
+    Core prices their internal values per key block (analyses/price.py)."""
+    gs = list(groups(prog).values())
+    if not gs:
+        return regions
+    kernels = {k.name: k for k in part.kernels}
+    out = []
+    for r in regions:
+        k = kernels.get(r.name)
+        names = {s.name for s in r.statements}
+        mine = [g for g in gs if k is not None and g.nodes <= k.nodes]
+        marks = tuple(s for s in (f"S_{isl_name(i)}" for g in mine for i in g.reduces) if s in names)
+        again = tuple(s for s in (f"S_{isl_name(i)}" for g in mine if g.passes == 2 for i in _rewalked(prog, k, g))
+                      if s in names)
+        out.append(dataclasses.replace(r, stream=marks, stream_block=BLOCK, stream_recompute=again) if marks else r)
+    return out
+
+
+def _rewalked(prog: Program, k, g) -> list:
+    """The compute nodes a two-pass stream evaluates in both passes: the scores (their cone inside
+    kernel k) and the exponentials."""
+    out, stack, seen = [g.roles[r] for r in ("shift", "scaled", "exp")], [g.s], set()
+    while stack:
+        i = stack.pop()
+        if i in seen or i not in k.nodes or i in k.inputs:
+            continue
+        seen.add(i)
+        if prog[i].op not in GroupOp.Movement and prog[i].op != Ops.CONST:
+            out.append(i)
+        stack.extend(prog[i].src)
+    return out
+
+
+def price_kernels(prog: Program, part, params: dict, arch: str) -> list:
+    regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params))}
+    out = []
+    for k in part.kernels:
+        r = regions.get(k.name)
+        c = None if r is None else dataclasses.replace(price(canonical(r), arch), region=k.name)
+        out.append(Priced(k, r, c))
+    return out
+
+
+def total_us(priced: list) -> float:
+    return sum(p.cost.time_est_us for p in priced if p.cost is not None)
+

@@ -1,0 +1,251 @@
+"""The ``model`` cost: extraction that picks kernel boundaries by Poly Core's modelled time
+(docs/DESIGN.md §Cost model, §Fusion).
+
+Kernel boundaries are terms: a *site* is a materialized value, ``Mat(x)``, some read
+``Read(Mat(x), s, m)`` of which has a fused alternative from ``rules/fusion.egg`` (``View(x, s, m)``
+or forms derived from it). A partition is a decision per site (cut | fuse: every read of x fused);
+extraction under a decision prices the other kind of e-node there out and takes the smallest terms
+elsewhere (the greedy DAG extractor, so a shared subterm is paid once). Its price is the sum of the
+kernels' ``analyses/price.py price`` (time_est_us on the shapes ``params`` binds), each cached by
+region content (pricing/kernels.py: tensor and statement names canonicalized), so a kernel met again, in another
+candidate or another identical layer, is priced once.
+
+The search: the loaded default partition's decisions (search/sites.py, what ``--cost
+size`` keeps) are realized and priced; the global merge search (search/merge.py: a bounded
+branch and bound over the groupings of the one-kernel-per-op kernels, exact when its stop reason is
+"exhausted") chooses the kernels by the sum of their prices; its decisions are realized in the e-graph
+and priced whole, and the cheaper of the two is kept, so the search never ends above ``--cost size``.
+With at most EXACT_SITES sites a descent then polishes: each round prices fusing every site still cut
+(and, once that gains nothing, cutting every fused site again), takes the best move, then the other
+improving ones while they still improve, until none improves; it may cut a merge search fusion again
+(the merge search prices each group alone, a whole partition prices its kernels together). A larger program instead tries streaming every softmax-weighted sum at once,
+then at most FUSE_ROUNDS rounds of the descent's fuse moves alone, over the sites whose value computes no
+reduction (a value read by several kernels, outside the merge search's space, recomputed in each where that
+prices lower). A cut site
+whose read composes to the value itself (an identity read) is materialized by the partition
+(totiny.to_tiny), not by the extraction. A program of repeated blocks (search/segment.py) is searched
+once per distinct segment and stitched (search/stitch.py, ``saturate_unfused`` and ``search``).
+Legality is the rules' (rules/fusion.egg ``fusion-facts``, ``fusion-conflicts``): a candidate, or a group
+of the merge search, that fuses every site of one of their conflicts (a reduction read many-to-many,
+GEMM -> GEMM) on a path its extraction holds is illegal (search/legality.py ``violations``).
+
+Streaming (docs/DESIGN.md §Streaming, rules/streaming.egg) adds a second kind of decision: a value whose class holds a
+``SoftmaxSum`` is either streamed (one kernel walks the keys: its other spellings are ruled out) or
+not (the SoftmaxSum is ruled out, the two-kernel softmax -> P V stays). The search prices both like
+any fusion; streamed kernels are priced per key block (``mark_streams``, analyses/price.py), and
+``search(stream=False)`` gives the best partition without streaming (for --explain).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..egraph.api import Extraction
+from ..egraph.boundaries import all_cuts
+from ..egraph.cost import Needs, SearchingCost, SizeCost, register
+from ..egraph.extract import solve
+from ..egraph.graph import export
+from ..egraph.saturate import OPT_IN, default_schedule, rule_files, run
+from ..egraph.state import EGraphState, new_state
+from ..egraph.totiny import to_tiny
+from ..ir.diagnostics import fail
+from ..ir.tiny import Program
+from ..ir.user_names import original_ids
+from ..knobs import streaming
+from ..pricing.kernels import price_kernels, total_us
+from ..pricing.symbols import bind_params, program_symbols
+from .legality import violations
+from .merge import SearchLimits, merge_phase
+from .result import Candidate, Rejection, Search, Streamed
+from .segment import segment
+from .sites import (Masked, apply, chosen_terms, computes_reduction, default_fused, masks, moves, site_values, sites,
+                    stream_sites, streamed_terms)
+from .stitch import SegmentedState, merge_reports, stitch
+
+MAX_ROUNDS = 64  # rounds of the exact boundary search
+EXACT_SITES = 24  # a program with at most this many sites is polished by the descent after the merge search
+FUSE_ROUNDS = 4  # rounds of the fuse-only descent that polishes a larger program (recomputed values)
+
+
+@register
+class ModelCost(SearchingCost):
+    """Poly Core priced extraction (see the module docstring). ``params`` binds symbols (missing ones
+    get POLYSAT_PRICE_SYMBOL_SIZE), ``arch`` picks the device table; both come from the pipeline's --bind
+    and --arch (``needs``)."""
+    name = "model"
+    needs = Needs(arch=True, params=True, search=True)
+
+    def __init__(self, params: "dict | None" = None, arch: str = "sm90", max_rounds: int = MAX_ROUNDS,
+                 exact_sites: int = EXACT_SITES, limits: "SearchLimits | None" = None):
+        self.params, self.arch, self.max_rounds, self.exact_sites = dict(params or {}), arch, max_rounds, exact_sites
+        self.limits = limits if limits is not None else SearchLimits.from_knobs()  # POLYSAT_SEARCH_PRICES, _SECONDS
+
+    @classmethod
+    def saturate(cls, program: Program, rules_dirs=None, limits=None) -> tuple:
+        """One kernel per op with the opt-in fusion rules (``saturate_unfused``)."""
+        return saturate_unfused(program, rules_dirs, limits)
+
+    def enode_cost(self, node, view) -> float:
+        return SizeCost().enode_cost(node, view)
+
+    def for_program(self, program: Program, params: dict) -> "ModelCost":
+        """This model for a part of the program (a segment): params restricted to its symbols."""
+        mine = {k: v for k, v in params.items() if k in program_symbols(program)}
+        return type(self)(mine, self.arch, self.max_rounds, self.exact_sites, self.limits)
+
+    # the search proper
+    def search(self, state: "EGraphState | SegmentedState", stream: bool = True) -> Search:
+        """The boundary search; with stream=False no value is streamed (the two-pass partition). A
+        segmented program is searched once per distinct segment and stitched (search/stitch.py)."""
+        if isinstance(state, SegmentedState):
+            params = bind_params(state.program, self.params)
+            found = {k: self.for_program(st.program, params).search(st, stream) for k, st in state.states.items()}
+            return stitch(state, found)
+        view = export(state)
+        roots = [view.by_index[state.index[nid]] for _, nid in state.program.outputs]
+        params = bind_params(state.program, self.params)
+        st = sites(view)
+        streams = frozenset(stream_sites(view))
+        memo: dict = {}
+
+        extracted: dict = {}
+
+        def extract(fused: frozenset) -> Candidate:
+            """The candidate of a decision set, its terms chosen, not yet checked or priced."""
+            if fused not in extracted:
+                excl, hard, kept = masks(view, st, streams, fused)
+                best, _ = solve(view, Masked(excl, hard))
+                cand = Candidate(fused, None)
+                if all(r in best and best[r].total < math.inf for r in roots):
+                    chosen = chosen_terms(best, roots)
+                    prog, part = to_tiny(state, view, chosen, roots, kept)
+                    cand.extraction = Extraction(prog, part, 0.0, chosen, tuple(roots))
+                extracted[fused] = cand
+            return extracted[fused]
+
+        def evaluate(fused: frozenset, price_illegal: bool = False) -> Candidate:
+            """The candidate checked and priced (an illegal one is priced only when asked: --explain)."""
+            cand = extract(fused)
+            if fused not in memo and cand.extraction is not None:
+                cand.illegal = violations(view, fused, cand.extraction.chosen)  # the rules' conflicts (rules/fusion.egg)
+            memo[fused] = cand
+            if cand.extraction is not None and not cand.priced and (price_illegal or not cand.illegal):
+                cand.priced = price_kernels(cand.extraction.program, cand.extraction.partition, params, self.arch)
+                t = total_us(cand.priced)
+                cand.extraction = dataclasses.replace(cand.extraction, cost=t)
+                cand.total = math.inf if cand.illegal else t
+            return cand
+
+        base = extract(frozenset())  # every site cut; priced on demand (Search.baseline)
+        if base.extraction is None:
+            fail("InternalError", "extraction", "no term with every kernel boundary cut")
+        seed = evaluate(default_fused(state, view, st, streams))  # the loaded default partition
+        # a group is judged as it is realized: its softmax-weighted sums streamed (the realized partition
+        # is checked again on its own extraction below)
+        grouped = streamed_terms(view, base.extraction.chosen, roots) if stream else base.extraction.chosen
+        cur = seed
+        # the global merge search over the one-kernel-per-op partition (search/merge.py)
+        merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
+                                                    lambda sites: violations(view, sites, grouped), self.limits, seed.fused)
+        big = len(st) > self.exact_sites
+        # realized: streaming every softmax-weighted sum at once first on a large program (the merge
+        # search's space has no streams), then the merge search's decisions alone
+        # (on a small one, streamed when the merge search's decisions alone are illegal)
+        tries = ([merged | streams] if stream and big and streams else []) + [merged] + \
+            ([merged | streams] if stream and not big and streams else [])
+        for fused in tries if merged else []:
+            cand = evaluate(frozenset(fused))
+            if cand.total < cur.total:
+                cur = cand
+                break
+        if cur.total == math.inf:  # neither is legal: every site cut
+            cur = evaluate(frozenset())
+        value_of = site_values(view, st)  # Mat site -> the class of the value it materializes
+
+        def live(cand: Candidate) -> list:  # sites whose cut the extraction actually uses
+            ch = cand.extraction.chosen
+            return [m for m in st if (m in ch or value_of.get(m) in ch) and m not in cand.fused
+                    and (stream or m not in streams)]
+        # a few sites left: a descent over them in the e-graph (recomputed values, streams) polishes
+        exact = not big and len(live(cur)) <= self.exact_sites
+        if stream and not exact and streams and not streams <= cur.fused:
+            cand = evaluate(cur.fused | streams)  # stream every softmax-weighted sum at once
+            if cand.total < cur.total:
+                cur = cand
+        # on a small program the descent may cut a merge search fusion again (the merge search prices a
+        # group on its Poly-View, the whole partition is priced as the backend binds it); on a large one it
+        # only fuses values that compute no reduction (elementwise, movement, casts), for at most FUSE_ROUNDS
+        # rounds: a value whose readers end in different kernels is outside the merge search's space (a
+        # member's readers all lie in its group), and recomputing it in each reader's kernel (one-to-many)
+        # is priced here
+        kept = frozenset()
+
+        def open_sites(cand: Candidate) -> list:  # the sites the descent moves: on a large program, cheap values
+            return live(cand) if exact else [m for m in live(cand) if m not in streams
+                                             and not computes_reduction(view, cand.extraction.chosen, value_of.get(m))]
+        rounds = self.max_rounds if exact else FUSE_ROUNDS
+        for _ in range(rounds):
+            gain = []
+            for kind in ("fuse", "cut") if exact else ("fuse",):  # cutting again is tried once fusing gains nothing
+                tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, open_sites(cur), streams, kept)
+                                if mv[0] == kind), key=lambda km: km[0].total)
+                gain = [(k, mv) for k, mv in tried if k.total < cur.total]
+                if gain:
+                    break
+            if not gain:
+                break
+            cur = gain[0][0]
+            for _, mv in gain[1:]:  # apply the other improving moves too, while each still improves
+                nxt = evaluate(apply(cur.fused, mv))
+                if nxt.total < cur.total:
+                    cur = nxt
+        streamed = [Streamed(c, cur.total, len(cur.priced), int(cur.extraction.chosen[c].args[1]))
+                    for c in sorted(streams & cur.fused) if cur.extraction.chosen.get(c) is not None
+                    and cur.extraction.chosen[c].op == "SoftmaxSum"]
+        final = cur
+
+        def rejections() -> list:  # priced on demand (--explain): the search does not need them
+            out, deltas = [], merge_rejected() if not exact else {}
+            moved = open_sites(final)
+            for c in live(final):
+                if c in deltas:
+                    sep, fused, why, n = deltas[c]
+                    out.append(Rejection(c, why, sep, fused, n, n - 1, local=True))
+                    continue
+                cand = evaluate(final.fused | {c}, price_illegal=True)
+                bad = "; ".join(b[3] for b in cand.illegal)
+                why = ("illegal: " + original_ids(bad, state.program, cand.extraction.program)) if cand.illegal else \
+                    ("no fused term" if cand.extraction is None else "priced higher" if cand.total >= final.total
+                     else f"not reached: the descent stopped after its {rounds} rounds" if c in moved
+                     else "not tried: its value computes a reduction, and a large program's descent fuses only "
+                          "values that compute none")
+                fused = total_us(cand.priced) if cand.extraction is not None else None
+                out.append(Rejection(c, why, final.total, fused, len(final.priced), len(cand.priced)))
+            return out
+        return Search(cur, lambda: evaluate(frozenset(), price_illegal=True), rejections, len(memo), st, streamed,
+                      merge.stop, merge.nodes, merge.priced)
+
+
+def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:
+    """(EGraphState, RunReport) with program loaded one kernel per op (every compute edge cut) and
+    the rules run: the fused alternatives come from rules/fusion.egg, the streamed softmax-weighted sums
+    from rules/streaming.egg (unless POLYSAT_STREAMING=0). A program of repeated segments
+    (search/segment.py) gives a SegmentedState: each distinct segment saturated once."""
+    segs = segment(program)
+    if len(segs) > 1:
+        done: dict = {}
+        for sg in segs:
+            if sg.key not in done:
+                done[sg.key] = _saturate_one(sg.program, rules_dirs, limits, builtin)
+        states = {k: st for k, (st, _) in done.items()}
+        rep = merge_reports([r for _, r in done.values()])
+        return SegmentedState(program, segs, states, {k: r for k, (_, r) in done.items()}, states[segs[0].key].files), rep
+    return _saturate_one(program, rules_dirs, limits, builtin)
+
+
+def _saturate_one(program: Program, rules_dirs, limits, builtin: bool) -> tuple:
+    st = new_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program))
+    opt_in = tuple(r for r in OPT_IN if r != "streaming" or streaming())
+    return st, run(st, default_schedule(st.rulesets, opt_in), limits)
+
+
