@@ -129,3 +129,87 @@ def test_a_meaningless_knob_falls_back_to_its_default_with_a_warning(box, monkey
     monkeypatch.setenv(name, value)
     assert fn() == default
     assert f"{name}={value!r} is ignored" in box.capsys.readouterr().err
+
+
+# ---- caches are untrusted ----------------------------------------------------------------------------------
+
+FAKE_CUBIN = b"\x7fELF" + bytes(60)
+
+
+@pytest.fixture
+def kernel(box, monkeypatch):
+    """A kernel source and the kernel cache module with a compiler that returns FAKE_CUBIN (and counts)."""
+    from types import SimpleNamespace
+    from polysat.backend.common import kernel_cache
+    runs = []
+    monkeypatch.setattr(kernel_cache, "_include_dirs", lambda: [])
+    monkeypatch.setattr(kernel_cache, "_nvcc_cubin", lambda *a: runs.append(a) or FAKE_CUBIN)
+    monkeypatch.setattr(kernel_cache, "_WARNED", set())
+    ks = SimpleNamespace(source="__global__ void k() {}", skeleton="sm80")
+    return SimpleNamespace(kc=kernel_cache, ks=ks, runs=runs, name=kernel_cache.cubin_name(ks, "sm80", (8, 0)))
+
+
+def test_a_link_in_the_kernel_cache_is_not_written_through(box, kernel):
+    kdir = box.run_dir / "kcache"
+    kdir.mkdir()
+    (kdir / kernel.name).symlink_to(box.sentinel / "notes.txt")
+    (kdir / (kernel.name + ".tmp")).symlink_to(box.sentinel / "SECRET.bin")
+    assert kernel.kc.cubin_for(kernel.ks, "sm80", (8, 0)) == FAKE_CUBIN and len(kernel.runs) == 1
+    assert (kdir / kernel.name).read_bytes() == FAKE_CUBIN and not (kdir / kernel.name).is_symlink()
+
+
+def test_a_truncated_cubin_is_compiled_again(box, kernel):
+    kdir = box.run_dir / "kcache"
+    kdir.mkdir()
+    (kdir / kernel.name).write_bytes(b"\x7fELF\x02\x01\x01")
+    assert kernel.kc.cubin_for(kernel.ks, "sm80", (8, 0)) == FAKE_CUBIN and len(kernel.runs) == 1
+    assert kernel.kc.cubin_for(kernel.ks, "sm80", (8, 0)) == FAKE_CUBIN and len(kernel.runs) == 1  # now cached
+
+
+@pytest.mark.parametrize("how", ["file", "read-only"])
+def test_an_unusable_kernel_cache_is_a_warning_and_a_cacheless_run(box, kernel, how):
+    kdir = box.run_dir / "kcache"
+    if how == "file":
+        kdir.write_text("not a folder")
+    else:
+        kdir.mkdir()
+        kdir.chmod(0o500)
+    try:
+        assert kernel.kc.cubin_for(kernel.ks, "sm80", (8, 0)) == FAKE_CUBIN
+    finally:
+        if how != "file":
+            kdir.chmod(0o700)
+    if os.geteuid() != 0 or how == "file":  # root writes a read-only folder
+        assert "warning: the kernel cache" in box.capsys.readouterr().err
+
+
+def _entry(box, name: str, **over) -> None:
+    from polysat.runtime import cache
+    d = box.run_dir / "mcache" / name
+    d.mkdir(parents=True)
+    doc = {"schema": cache.SCHEMA, "key": name, "model": "m", "arch": "sm80", "env": {}, "params": [], "regions": [],
+           "memory": {}, "prices": {}, "kernels": [{"region": "k0", "kind": "gemm", "cubin": "a" * 40 + ".cubin"}]}
+    (d / ("a" * 40 + ".cubin")).write_bytes(FAKE_CUBIN)
+    doc.update(over)
+    (d / "entry.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("over", [
+    {"kernels": [{"region": "k0", "kind": "gemm", "cubin": "../../../sentinel/SECRET.bin"}]},
+    {"kernels": [{"region": "k0", "kind": "gemm", "cubin": "/etc/passwd"}]},
+    {"schema": "polysat-compiled-model/0"}, {"kernels": "all of them"}, {"env": [1, 2]}, {"key": "another"}])
+def test_a_model_cache_entry_that_is_not_one_is_a_miss(box, over):
+    from polysat.runtime import cache
+    _entry(box, "k" * 32)
+    assert cache.load("k" * 32) is not None  # the well-formed entry is a hit
+    import shutil
+    shutil.rmtree(box.run_dir / "mcache")
+    _entry(box, "k" * 32, **over)
+    assert cache.load("k" * 32) is None
+
+
+def test_a_model_cache_entry_with_a_truncated_cubin_is_a_miss(box):
+    from polysat.runtime import cache
+    _entry(box, "k" * 32)
+    (box.run_dir / "mcache" / ("k" * 32) / ("a" * 40 + ".cubin")).write_bytes(b"\x7fELF")
+    assert cache.load("k" * 32) is None
