@@ -213,3 +213,68 @@ def test_a_model_cache_entry_with_a_truncated_cubin_is_a_miss(box):
     _entry(box, "k" * 32)
     (box.run_dir / "mcache" / ("k" * 32) / ("a" * 40 + ".cubin")).write_bytes(b"\x7fELF")
     assert cache.load("k" * 32) is None
+
+
+# ---- outputs: --out, npz member names, an output that is an input ------------------------------------------
+
+PASS = {"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": "X"}, {"tensor": "../../x"}]},
+        "tensors": {"X": {"dtype": "fp32", "shape": [4]}, "../../x": {"dtype": "fp32", "shape": [4]}},
+        "graph": [{"op": "Elementwise", "name": "r", "inputs": ["X"], "outputs": ["../../x"], "attrs": {"fn": "relu"}}]}
+
+
+def _pass_model(box) -> tuple:
+    (box.run_dir / "m.json").write_text(json.dumps(PASS))
+    x = np.arange(4, dtype=np.float32) - 2
+    np.savez(box.run_dir / "in.npz", X=x)
+    return "m.json", x
+
+
+@pytest.mark.parametrize("target", ["reference", "playback"])
+def test_an_output_that_is_an_input_is_written_and_member_names_stay_inside(box, target):
+    model, x = _pass_model(box)
+    rc, out, err = box.cli("run", model, "--inputs", "in.npz", "--target", target, "--out", "o.npz")
+    assert rc == 0, err
+    with np.load(box.run_dir / "o.npz") as z:
+        assert sorted(z.files) == ["X", "x"]
+        np.testing.assert_array_equal(z["X"], x)
+        np.testing.assert_array_equal(z["x"], np.maximum(x, 0))
+    import zipfile
+    assert all(".." not in n and not n.startswith("/") for n in zipfile.ZipFile(box.run_dir / "o.npz").namelist())
+
+
+@pytest.mark.parametrize("out", ["adir", "/dev/null", "", "missing/o.npz", "ro/o.npz"])
+def test_out_writes_the_path_it_names_or_is_e1506(box, out):
+    model, _ = _pass_model(box)
+    (box.run_dir / "adir").mkdir()
+    (box.run_dir / "ro").mkdir()
+    (box.run_dir / "ro").chmod(0o500)
+    try:
+        rc, _, err = box.cli("run", model, "--inputs", "in.npz", "--out", out)
+    finally:
+        (box.run_dir / "ro").chmod(0o700)
+    if out == "ro/o.npz" and os.geteuid() == 0:  # root writes a read-only folder: then it is written
+        assert rc == 0 and (box.run_dir / out).is_file()
+        return
+    assert rc == 1
+    _coded(err, "E1506")
+    assert not (box.run_dir / "adir.npz").exists() and not os.path.exists("/dev/null.npz")
+
+
+def test_out_without_npz_suffix_writes_exactly_that_path(box):
+    model, _ = _pass_model(box)
+    rc, out, _ = box.cli("run", model, "--inputs", "in.npz", "--out", "plain")
+    assert rc == 0 and (box.run_dir / "plain").is_file() and not (box.run_dir / "plain.npz").exists()
+    assert "wrote plain " in out
+
+
+def test_npz_inputs_load_only_the_keys_the_model_needs_and_check_sizes_first(box, monkeypatch):
+    model, x = _pass_model(box)
+    with open(box.run_dir / "in.npz", "wb") as f:  # one unused member that would be 4 GiB decompressed
+        np.savez_compressed(f, X=x, unused=np.zeros((1 << 20,), np.float32))
+    monkeypatch.setenv("POLYSAT_EVAL_MAX_ELEMENTS", "1000")
+    rc, _, err = box.cli("run", model, "--inputs", "in.npz", "--out", "o.npz")
+    assert rc == 0, err
+    np.savez(box.run_dir / "in.npz", X=np.zeros((2000,), np.float32))
+    rc, _, err = box.cli("run", model, "--inputs", "in.npz", "--out", "o.npz")
+    assert rc == 1
+    _coded(err, "E1505")
