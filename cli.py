@@ -205,8 +205,9 @@ def cmd_run(a) -> int:
         fail("InvalidAttribute", "--out", "run needs --out (the output .npz) unless --compile-only")
     if a.out is not None and not a.compile_only:
         check_out(a.out)  # before the run: a bad --out costs no compile
-    from .frontend import with_parameters
+    from .frontend import check_int_inputs, with_parameters
     inputs = with_parameters(c.doc, load_npz(a.inputs, {n.arg["tensor_id"] for n in c.program.inputs}))
+    check_int_inputs(c.program, inputs)
     try:
         outs = _run_cuda(c, inputs, compile_only=True) if a.compile_only else TARGETS[a.target](c, inputs)
     except PolysatError as e:

@@ -278,3 +278,87 @@ def test_npz_inputs_load_only_the_keys_the_model_needs_and_check_sizes_first(box
     rc, _, err = box.cli("run", model, "--inputs", "in.npz", "--out", "o.npz")
     assert rc == 1
     _coded(err, "E1505")
+
+
+# ---- model files: ONNX initializers and folds, integer inputs -----------------------------------------------
+
+def _onnx(path, nodes, inits, inp=("X", 2), out=("Y", 2), ir=8):
+    import onnx
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info(inp[0], TensorProto.FLOAT, [inp[1]])
+    y = helper.make_tensor_value_info(out[0], TensorProto.FLOAT, [out[1]])
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = ir
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def test_an_onnx_initializer_named_like_an_input_is_a_default_the_input_overrides(box):
+    from onnx import helper, numpy_helper
+    model = _onnx(box.run_dir / "m.onnx", [helper.make_node("Relu", ["X"], ["Y"])],
+                  [numpy_helper.from_array(np.zeros(2, np.float32), "X")])
+    np.savez(box.run_dir / "in.npz", X=np.ones(2, np.float32))
+    rc, _, err = box.cli("run", model, "--inputs", "in.npz", "--out", "o.npz")
+    assert rc == 0, err
+    with np.load(box.run_dir / "o.npz") as z:
+        np.testing.assert_array_equal(z["Y"], [1, 1])  # onnxruntime's answer; the default gave 0
+    np.savez(box.run_dir / "in.npz", other=np.ones(2, np.float32))
+    rc, _, err = box.cli("run", model, "--inputs", "in.npz", "--out", "o.npz")
+    assert rc == 0, err
+    with np.load(box.run_dir / "o.npz") as z:
+        np.testing.assert_array_equal(z["Y"], [0, 0])  # not given: the initializer is its value
+
+
+def test_a_constant_of_shape_of_4_gib_folds_without_the_memory(box):
+    import resource
+    from onnx import helper, numpy_helper
+    nodes = [helper.make_node("ConstantOfShape", ["s"], ["c"], value=numpy_helper.from_array(np.ones(1, np.float32))),
+             helper.make_node("ReduceMax", ["c"], ["r"], keepdims=0), helper.make_node("Add", ["X", "r"], ["Y"])]
+    model = _onnx(box.run_dir / "m.onnx", nodes, [numpy_helper.from_array(np.array([1 << 30], np.int64), "s")])
+    np.savez(box.run_dir / "in.npz", X=np.ones(2, np.float32))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rc, _, err = box.cli("compile", model)
+    assert rc == 0, err
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 1 << 20  # KiB: under 1 GiB more
+    nodes[0] = helper.make_node("ConstantOfShape", ["s"], ["c"])
+    model = _onnx(box.run_dir / "m2.onnx", [helper.make_node("Tile", ["X", "s"], ["t"]),
+                                             helper.make_node("ReduceMax", ["t"], ["r"], keepdims=0),
+                                             helper.make_node("Add", ["X", "r"], ["Y"])],
+                  [numpy_helper.from_array(np.array([1 << 31], np.int64), "s"),
+                   numpy_helper.from_array(np.ones(2, np.float32), "X")], ir=3)
+    rc, _, err = box.cli("compile", model)
+    assert rc == 1
+    _coded(err, "E1505")
+
+
+@pytest.mark.parametrize("how,code", [("length", "E1109"), ("type", "E1011")])
+def test_a_bad_onnx_initializer_is_a_coded_diagnostic(box, how, code):
+    from onnx import TensorProto, helper
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])
+    if how == "length":
+        w.dims[0] = 3
+    else:
+        w.data_type = 99
+    model = _onnx(box.run_dir / "m.onnx", [helper.make_node("Add", ["X", "w"], ["Y"])], [w])
+    rc, _, err = box.cli("compile", model)
+    assert rc == 1
+    _coded(err, code)
+
+
+GATHER = {"signature": {"inputs": [{"tensor": "X"}, {"tensor": "I"}], "outputs": [{"tensor": "G"}]},
+          "tensors": {"X": {"dtype": "fp32", "shape": [5]}, "I": {"dtype": "i32", "shape": [2]},
+                      "G": {"dtype": "fp32", "shape": [2]}},
+          "graph": [{"op": "Gather", "name": "g", "inputs": ["X", "I"], "outputs": ["G"], "attrs": {"axis": 0}}]}
+
+
+@pytest.mark.parametrize("idx", [np.array([2 ** 32 + 1, 0], np.int64), np.array([1.5, 0.0]),
+                                 np.array([2 ** 32 - 1, 0], np.uint32)])
+def test_gather_indices_that_do_not_fit_i32_are_refused_not_wrapped(box, idx):
+    (box.run_dir / "m.json").write_text(json.dumps(GATHER))
+    np.savez(box.run_dir / "in.npz", X=np.arange(5, dtype=np.float32), I=idx)
+    rc, _, err = box.cli("run", "m.json", "--inputs", "in.npz", "--out", "o.npz")
+    assert rc == 1
+    _coded(err, "E1011")
+    np.savez(box.run_dir / "in.npz", X=np.arange(5, dtype=np.float32), I=np.array([3, 1], np.int64))
+    rc, _, err = box.cli("run", "m.json", "--inputs", "in.npz", "--out", "o.npz")
+    assert rc == 0, err
