@@ -389,6 +389,27 @@ def _report(diags: list[Diagnostic], as_json: bool) -> None:
             print(f"error: {dg}" if dg.is_error else f"warning: {dg}", file=sys.stderr)
 
 
+DEEP_RECURSION = 50_000  # frames a command may nest (walks that recurse along a model's depth)
+
+
+def deep_stack(fn: Callable, *args):
+    """fn(*args) with DEEP_RECURSION as the recursion limit, so the walks that recurse along a model's depth
+    (printers, region synthesis, isl conversions) take chains of thousands of ops (Python 3.11 calls between
+    Python functions use no C stack). Its traceback is printed under POLYSAT_DEBUG=1."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, DEEP_RECURSION))
+    try:
+        return fn(*args)
+    except PolysatError:
+        raise
+    except BaseException:
+        if knobs.debug():
+            traceback.print_exc()
+        raise
+    finally:
+        sys.setrecursionlimit(old)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
@@ -397,18 +418,18 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or a usage error (2)
         return int(e.code or 0)
     try:
-        return args.fn(args)
+        return deep_stack(args.fn, args)
     except PolysatError as e:
         _report(e.diagnostics, as_json)
         return 1
     except BrokenPipeError:  # output piped into `head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except RecursionError:
-        _report([diag("UnaddressableShape", args.model, "the model is too deeply nested to process")], as_json)
+    except RecursionError:  # past DEEP_RECURSION frames: a bound, not a bug in the model
+        _report([diag("ResourceLimit", getattr(args, "model", "polysat"), f"a walk over the model went deeper than "
+                      f"{DEEP_RECURSION} frames", "Compile a shallower model (or split it); POLYSAT_DEBUG=1 shows "
+                      "where.")], as_json)
         return 1
     except Exception as e:  # noqa: BLE001 — a bug must still not dump a traceback on the user
-        if knobs.debug():
-            traceback.print_exc()
         _report([diag("InternalError", getattr(args, "model", "polysat"), f"{type(e).__name__}: {e}")], as_json)
         return 1

@@ -49,8 +49,9 @@ def seed() -> int:
 
 
 def eval_max_elements() -> int:
-    """POLYSAT_EVAL_MAX_ELEMENTS: largest tensor the numpy evaluators materialise (default 2**31)."""
-    return _num("POLYSAT_EVAL_MAX_ELEMENTS", 2 ** 31, lo=1)
+    """POLYSAT_EVAL_MAX_ELEMENTS: largest tensor the numpy evaluators (reference, playback), import-time folding and
+    npz inputs materialise, intermediates included (default 2**27: 512 MiB of fp32, a few GiB with temporaries)."""
+    return _num("POLYSAT_EVAL_MAX_ELEMENTS", 2 ** 27, lo=1)
 
 
 # ---- analyses ----------------------------------------------------------------------------------------

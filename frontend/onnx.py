@@ -403,16 +403,16 @@ def _fold(imp: Importer, node: OnnxNode) -> None:
     from ..knobs import eval_max_elements
     feeds = {x: imp.consts[x] for x in node.inputs if x}
     size, limit = _folded_size(node, feeds), eval_max_elements()
-    if size is not None and size > limit:
-        fail("ResourceLimit", node.name, f"ONNX {node.op} on constants would fold to {size} elements at import, over "
-             f"POLYSAT_EVAL_MAX_ELEMENTS = {limit}", "Make the tensor a graph input, or raise POLYSAT_EVAL_MAX_ELEMENTS.")
-    if node.op == "ConstantOfShape" and size is not None:  # a filled tensor stays one value broadcast (no memory)
+    if node.op == "ConstantOfShape" and size is not None:  # one value broadcast: no memory, so no limit
         from onnx import numpy_helper
         value = node.attr("value", None)
         v = numpy_helper.to_array(value).reshape(-1)[:1] if value is not None else np.zeros(1, np.float32)
         imp.consts[node.outputs[0]] = np.broadcast_to(v.reshape(()), tuple(int(d) for d in np.asarray(
             feeds[node.inputs[0]]).reshape(-1)))
         return
+    if size is not None and size > limit:
+        fail("ResourceLimit", node.name, f"ONNX {node.op} on constants would fold to {size} elements at import, over "
+             f"POLYSAT_EVAL_MAX_ELEMENTS = {limit}", "Make the tensor a graph input, or raise POLYSAT_EVAL_MAX_ELEMENTS.")
     try:
         ref = ReferenceEvaluator(node.proto)
         outs = ref.run(None, feeds)

@@ -362,3 +362,33 @@ def test_gather_indices_that_do_not_fit_i32_are_refused_not_wrapped(box, idx):
     np.savez(box.run_dir / "in.npz", X=np.arange(5, dtype=np.float32), I=np.array([3, 1], np.int64))
     rc, _, err = box.cli("run", "m.json", "--inputs", "in.npz", "--out", "o.npz")
     assert rc == 0, err
+
+
+@pytest.mark.parametrize("target,code", [("reference", "E1007"), ("playback", "E1505")])
+def test_the_evaluators_refuse_a_broadcast_product_past_the_element_limit(box, monkeypatch, target, code):
+    m = {"signature": {"inputs": [{"tensor": "A"}, {"tensor": "B"}], "outputs": [{"tensor": "C"}]},
+         "tensors": {"A": {"dtype": "fp32", "shape": [20, 20]}, "B": {"dtype": "fp32", "shape": [20, 20]},
+                     "C": {"dtype": "fp32", "shape": [20, 20]}},
+         "graph": [{"op": "GEMM", "name": "mm", "inputs": ["A", "B"], "outputs": ["C"], "attrs": {}}]}
+    (box.run_dir / "m.json").write_text(json.dumps(m))
+    np.savez(box.run_dir / "in.npz", A=np.ones((20, 20), np.float32), B=np.ones((20, 20), np.float32))
+    monkeypatch.setenv("POLYSAT_EVAL_MAX_ELEMENTS", "4000")  # the outputs fit (400); the 8000-element product not
+    rc, _, err = box.cli("run", "m.json", "--inputs", "in.npz", "--target", target, "--out", "o.npz")
+    assert rc == 1
+    _coded(err, code)
+
+
+# ---- no recursion error on long chains -----------------------------------------------------------------------
+
+def test_a_1000_op_chain_dumps_its_egraph(box):
+    graph, prev = [], "X"
+    for k in range(1000):
+        graph.append({"op": "Elementwise", "name": f"e{k}", "inputs": [prev], "outputs": [f"t{k}"],
+                      "attrs": {"fn": "relu" if k % 2 else "neg"}})
+        prev = f"t{k}"
+    tensors = {t: {"dtype": "fp32", "shape": [4]} for t in ["X"] + [f"t{k}" for k in range(1000)]}
+    doc = {"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": prev}]}, "tensors": tensors, "graph": graph}
+    (box.run_dir / "m.json").write_text(json.dumps(doc))
+    rc, out, err = box.cli("compile", "m.json", "--dump=egraph", "--out", "dumps")
+    assert rc == 0, err
+    assert (box.run_dir / "dumps" / "egraph.json").is_file()
