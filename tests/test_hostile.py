@@ -1,4 +1,4 @@
-"""Hostile and careless input stays contained (issue 28): rule files, caches, model files, npz inputs, knobs and
+"""Hostile and careless input stays contained: rule files, caches, model files, npz inputs, knobs and
 ``--out`` give a coded diagnostic (never E1999) or the right result, and touch no file outside the run's folder
 and its caches. Every case runs the command in-process with its working directory in a fresh folder whose
 caches are pointed into it by the knobs; a sentinel folder beside it must come out unchanged."""
