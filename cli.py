@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
+import re
 import sys
 import traceback
 from typing import Callable
@@ -38,7 +40,7 @@ def _run_reference(c, inputs: dict) -> dict:
 def _run_playback(c, inputs: dict) -> dict:
     """CPU playback of the extracted RB-SSA regions (not the Tiny IR), docs/DESIGN.md §Verification."""
     from .ir.playback import playback
-    return playback(c.regions, inputs)
+    return _passed_through(c, inputs, playback(c.regions, inputs))
 
 
 @target("cuda")
@@ -47,7 +49,23 @@ def _run_cuda(c, inputs: dict, compile_only: bool = False) -> "dict | None":
     sequence a CUDA Graph; the compiled model cached on disk, one measurement-log row per kernel (runtime/).
     Needs a GPU, except with compile_only (the compiled model is stored, nothing runs)."""
     from .runtime.compiled import run_cuda_model
-    return run_cuda_model(c, inputs, compile_only=compile_only)
+    outs = run_cuda_model(c, inputs, compile_only=compile_only)
+    return None if outs is None else _passed_through(c, inputs, outs)
+
+
+def _passed_through(c, inputs: dict, outs: dict) -> dict:
+    """outs with the program outputs that are its inputs (no region computes them), in the program's order."""
+    from .ir.dtypes import round_to
+    from .ir.tiny import Ops
+    prog = c.program
+    done = {}
+    for name, nid in prog.outputs:
+        n = prog[nid]
+        if name in outs:
+            done[name] = outs[name]
+        elif n.op == Ops.INPUT and n.arg["tensor_id"] in inputs:
+            done[name] = round_to(np.asarray(inputs[n.arg["tensor_id"]]), n.dtype)
+    return {**done, **{k: v for k, v in outs.items() if k not in done}}
 
 
 # ---- verbs -------------------------------------------------------------------------------------
@@ -101,25 +119,79 @@ def _kernels(c) -> list:
     return kernels(c)
 
 
-def load_npz(path: str) -> dict:
+def load_npz(path: str, wanted: "set | None" = None) -> dict:
+    """The arrays of an .npz, only the keys in wanted (default all), each read only after its header shows at most
+    POLYSAT_EVAL_MAX_ELEMENTS elements (E1505 ResourceLimit otherwise); an unused key is never decompressed."""
     if not os.path.isfile(path):
         fail("FileNotFound", path, f"no such file: {path}")
+    limit = knobs.eval_max_elements()
+    arrays = {}
     try:
         with np.load(path, allow_pickle=False) as z:
-            arrays = {k: np.asarray(z[k]) for k in z.files}
+            for k in z.files:
+                if wanted is not None and k not in wanted:
+                    continue
+                with z.zip.open(f"{k}.npy") as f:
+                    fmt = np.lib.format
+                    read = fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else fmt.read_array_header_2_0
+                    shape, _, dtype = read(f)
+                if math.prod(shape) > limit:
+                    fail("ResourceLimit", f"{path}:{k}", f"array {k!r} has shape {list(shape)}: "
+                         f"{math.prod(shape)} elements, over POLYSAT_EVAL_MAX_ELEMENTS = {limit}")
+                if dtype.kind not in "fiub":
+                    fail("BadInputFile", f"{path}:{k}", f"array {k!r} has non-numeric dtype {dtype}")
+                arrays[k] = np.asarray(z[k])
+    except PolysatError:
+        raise
     except Exception as e:  # noqa: BLE001 — any unreadable file is the user's input problem
         fail("BadInputFile", path, f"cannot read as .npz: {type(e).__name__}: {e}")
-    for k, v in arrays.items():
-        if v.dtype.kind not in "fiub":
-            fail("BadInputFile", f"{path}:{k}", f"array {k!r} has non-numeric dtype {v.dtype}")
     return arrays
 
 
-def save_npz(path: str, outputs: dict) -> None:
-    """Outputs under their tensor names; bf16 is saved as fp32 (npz has no portable bf16)."""
-    out = {k: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for k, v in outputs.items()}
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    np.savez(path, **out)
+def npz_members(names) -> dict:
+    """Tensor name -> its npz member name: the name's '/'-separated parts without empty, '.' and '..' parts or
+    control characters (a member never leaves the archive's root when unpacked), made unique."""
+    out: dict = {}
+    for name in names:
+        parts = [p for p in re.split(r"[/\\]+", re.sub(r"[\x00-\x1f\x7f:]", "_", str(name))) if p not in ("", ".", "..")]
+        base = "/".join(parts) or "_"
+        member, k = base, 0
+        while member in out.values():
+            k += 1
+            member = f"{base}_{k}"
+        out[name] = member
+    return out
+
+
+def check_out(path: str) -> None:
+    """--out names the file run writes: E1506 for '', a folder, a device, or a path whose folder cannot take it."""
+    why = None
+    if not path:
+        why = "--out is empty"
+    elif os.path.lexists(path) and not os.path.isfile(path):
+        why = f"{path} exists and is not a regular file (a folder, a device or a broken link)"
+    else:
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            why = f"the folder {folder} does not exist"
+        elif not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+            why = f"{path} cannot be written (no permission)"
+    if why:
+        fail("BadOutputPath", "--out", why)
+
+
+def save_npz(path: str, outputs: dict) -> dict:
+    """Outputs in the .npz file path (exactly that path) under their member names (:func:`npz_members`); bf16 is
+    saved as fp32 (npz has no portable bf16). Returns tensor name -> member name."""
+    members = npz_members(outputs)
+    out = {members[k]: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for k, v in outputs.items()}
+    check_out(path)
+    try:
+        with open(path, "wb") as f:
+            np.savez(f, **out)
+    except OSError as e:
+        fail("BadOutputPath", "--out", f"{path} cannot be written: {e.strerror or e}")
+    return members
 
 
 def cmd_run(a) -> int:
@@ -129,10 +201,13 @@ def cmd_run(a) -> int:
     c.program  # compile first: model errors before input errors
     if a.compile_only and a.target != "cuda":
         fail("InvalidAttribute", "--compile-only", f"--compile-only compiles for --target cuda, not {a.target}")
-    if not a.out and not a.compile_only:
+    if a.out is None and not a.compile_only:
         fail("InvalidAttribute", "--out", "run needs --out (the output .npz) unless --compile-only")
-    from .frontend import with_parameters
-    inputs = with_parameters(c.doc, load_npz(a.inputs))
+    if a.out is not None and not a.compile_only:
+        check_out(a.out)  # before the run: a bad --out costs no compile
+    from .frontend import check_int_inputs, with_parameters
+    inputs = with_parameters(c.doc, load_npz(a.inputs, {n.arg["tensor_id"] for n in c.program.inputs}))
+    check_int_inputs(c.program, inputs)
     try:
         outs = _run_cuda(c, inputs, compile_only=True) if a.compile_only else TARGETS[a.target](c, inputs)
     except PolysatError as e:
@@ -142,13 +217,14 @@ def cmd_run(a) -> int:
         if a.json:
             print(json.dumps({"target": a.target, "compiled": True}))
         return 0
-    save_npz(a.out, outs)
+    members = save_npz(a.out, outs)
     if a.json:
-        print(json.dumps({"target": a.target, "outputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)}
-                                                           for k, v in outs.items()}, "out": a.out}))
+        print(json.dumps({"target": a.target, "outputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape),
+                                                               "member": members[k]} for k, v in outs.items()},
+                          "out": a.out}))
     else:
         for k, v in outs.items():
-            print(f"{k}: {v.dtype}{list(v.shape)}")
+            print(f"{k}: {v.dtype}{list(v.shape)}" + (f" (saved as {members[k]!r})" if members[k] != k else ""))
         print(f"wrote {a.out} (target {a.target})")
     return 0
 
@@ -313,6 +389,27 @@ def _report(diags: list[Diagnostic], as_json: bool) -> None:
             print(f"error: {dg}" if dg.is_error else f"warning: {dg}", file=sys.stderr)
 
 
+DEEP_RECURSION = 50_000  # frames a command may nest (walks that recurse along a model's depth)
+
+
+def deep_stack(fn: Callable, *args):
+    """fn(*args) with DEEP_RECURSION as the recursion limit, so the walks that recurse along a model's depth
+    (printers, region synthesis, isl conversions) take chains of thousands of ops (Python 3.11 calls between
+    Python functions use no C stack). Its traceback is printed under POLYSAT_DEBUG=1."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, DEEP_RECURSION))
+    try:
+        return fn(*args)
+    except PolysatError:
+        raise
+    except BaseException:
+        if knobs.debug():
+            traceback.print_exc()
+        raise
+    finally:
+        sys.setrecursionlimit(old)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
@@ -321,18 +418,18 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or a usage error (2)
         return int(e.code or 0)
     try:
-        return args.fn(args)
+        return deep_stack(args.fn, args)
     except PolysatError as e:
         _report(e.diagnostics, as_json)
         return 1
     except BrokenPipeError:  # output piped into `head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except RecursionError:
-        _report([diag("UnaddressableShape", args.model, "the model is too deeply nested to process")], as_json)
+    except RecursionError:  # past DEEP_RECURSION frames: a bound, not a bug in the model
+        _report([diag("ResourceLimit", getattr(args, "model", "polysat"), f"a walk over the model went deeper than "
+                      f"{DEEP_RECURSION} frames", "Compile a shallower model (or split it); POLYSAT_DEBUG=1 shows "
+                      "where.")], as_json)
         return 1
     except Exception as e:  # noqa: BLE001 — a bug must still not dump a traceback on the user
-        if knobs.debug():
-            traceback.print_exc()
         _report([diag("InternalError", getattr(args, "model", "polysat"), f"{type(e).__name__}: {e}")], as_json)
         return 1

@@ -1,16 +1,33 @@
 """Every knob of polysat in one place: environment variables, each read at use by one function here that
-states its default and meaning (docs/knobs.md lists them all in one table). A malformed value falls back
-to the default."""
+states its default and meaning (docs/knobs.md lists them all in one table). A malformed value, and one out
+of the knob's range (nan, inf, a negative count or duration, a zero size), falls back to the default with a
+warning on stderr."""
 from __future__ import annotations
 
+import math
 import os
+import sys
+
+_WARNED: set = set()
 
 
-def _num(name: str, default, cast=int):
-    try:
-        return cast(os.environ.get(name, default))
-    except (ValueError, OverflowError):
+def _num(name: str, default, cast=int, lo=None):
+    """The variable as a number >= lo (when given), finite; anything else is the default, with a warning."""
+    text = os.environ.get(name)
+    if text is None or not text.strip():
         return default
+    try:
+        v = cast(text)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError("not a finite number")
+        if lo is not None and v < lo:
+            raise ValueError(f"below {lo}")
+    except (ValueError, OverflowError, TypeError) as e:
+        if (name, text) not in _WARNED:
+            _WARNED.add((name, text))
+            print(f"polysat: warning: {name}={text!r} is ignored ({e}); using the default {default}", file=sys.stderr)
+        return default
+    return v
 
 
 # ---- the command and the evaluators -------------------------------------------------------------------
@@ -23,17 +40,18 @@ def debug() -> int:
 def demo_symbol_size() -> int:
     """POLYSAT_SYMBOL_SIZE: size given to unbound symbols by `polysat demo`'s random inputs (default 37,
     odd, to exercise tails)."""
-    return _num("POLYSAT_SYMBOL_SIZE", 37)
+    return _num("POLYSAT_SYMBOL_SIZE", 37, lo=1)
 
 
 def seed() -> int:
     """POLYSAT_SEED: seed of the random inputs `polysat demo` draws (default 0)."""
-    return _num("POLYSAT_SEED", 0)
+    return _num("POLYSAT_SEED", 0, lo=0)
 
 
 def eval_max_elements() -> int:
-    """POLYSAT_EVAL_MAX_ELEMENTS: largest tensor the numpy evaluators materialise (default 2**31)."""
-    return _num("POLYSAT_EVAL_MAX_ELEMENTS", 2 ** 31)
+    """POLYSAT_EVAL_MAX_ELEMENTS: largest tensor the numpy evaluators (reference, playback), import-time folding and
+    npz inputs materialise, intermediates included (default 2**27: 512 MiB of fp32, a few GiB with temporaries)."""
+    return _num("POLYSAT_EVAL_MAX_ELEMENTS", 2 ** 27, lo=1)
 
 
 # ---- analyses ----------------------------------------------------------------------------------------
@@ -41,7 +59,7 @@ def eval_max_elements() -> int:
 def max_pieces() -> int:
     """POLYSAT_MAX_PIECES: most guarded (piecewise) pieces a read may carry before W2101 ExcessivePiecewise
     (default 8)."""
-    return _num("POLYSAT_MAX_PIECES", 8)
+    return _num("POLYSAT_MAX_PIECES", 8, lo=1)
 
 
 # ---- the e-graph -------------------------------------------------------------------------------------
@@ -49,45 +67,58 @@ def max_pieces() -> int:
 def egraph_nodes() -> int:
     """POLYSAT_EGRAPH_NODES: a saturation stops (rolling the last iteration back) past this many e-nodes
     (default 20000)."""
-    return _num("POLYSAT_EGRAPH_NODES", 20000)
+    return _num("POLYSAT_EGRAPH_NODES", 20000, lo=1)
 
 
 def egraph_iters() -> int:
     """POLYSAT_EGRAPH_ITERS: iterations of one saturation, over all its phases together (default 60)."""
-    return _num("POLYSAT_EGRAPH_ITERS", 60)
+    return _num("POLYSAT_EGRAPH_ITERS", 60, lo=0)
 
 
 def egraph_seconds() -> float:
     """POLYSAT_EGRAPH_SECONDS: wall-clock budget of one saturation in seconds (default 20)."""
-    return _num("POLYSAT_EGRAPH_SECONDS", 20.0, float)
+    return _num("POLYSAT_EGRAPH_SECONDS", 20.0, float, lo=0)
+
+
+def egraph_rows() -> int:
+    """POLYSAT_EGRAPH_ROWS: a saturation stops (rolling the last iteration back) past this many rows of all its
+    tables (e-nodes, relation and function rows, analysis facts), or when one rule matches more in one iteration
+    (default 1000000)."""
+    return _num("POLYSAT_EGRAPH_ROWS", 1_000_000, lo=1)
+
+
+def egraph_memory_mb() -> int:
+    """POLYSAT_EGRAPH_MEMORY_MB: a saturation stops (rolling the last iteration back) when the process's resident
+    memory has grown by this many MiB since it began (default 4096)."""
+    return _num("POLYSAT_EGRAPH_MEMORY_MB", 4096, lo=1)
 
 
 def search_prices() -> int:
     """POLYSAT_SEARCH_PRICES: groups the ``--cost model`` merge search may price once it holds a first
     complete partition (default 12); a large value lets it run to ``exhausted`` (the optimum of its space)."""
-    return _num("POLYSAT_SEARCH_PRICES", 12, lambda v: int(float(v)))
+    return _num("POLYSAT_SEARCH_PRICES", 12, lambda v: int(float(v)), lo=0)
 
 
 def search_seconds() -> float:
     """POLYSAT_SEARCH_SECONDS: CPU seconds of one merge search, checked once it holds a first complete
     partition (default 2); with POLYSAT_SEARCH_PRICES set high, a large value lets it run to ``exhausted``."""
-    return _num("POLYSAT_SEARCH_SECONDS", 2.0, float)
+    return _num("POLYSAT_SEARCH_SECONDS", 2.0, float, lo=0)
 
 
 def load_chunk() -> int:
     """POLYSAT_EGRAPH_CHUNK: loader commands per egglog program when a model is loaded into the e-graph
     (flat loading; default 200)."""
-    return max(1, _num("POLYSAT_EGRAPH_CHUNK", 200))
+    return max(1, _num("POLYSAT_EGRAPH_CHUNK", 200, lo=1))
 
 
 def check_cases() -> int:
     """POLYSAT_RULE_CASES: programs each rule must fire on in ``polysat rules --check`` (default 3)."""
-    return _num("POLYSAT_RULE_CASES", 3)
+    return _num("POLYSAT_RULE_CASES", 3, lo=0)
 
 
 def check_seed() -> int:
     """POLYSAT_RULE_SEED: seed of the soundness checker's random programs and inputs (default 0)."""
-    return _num("POLYSAT_RULE_SEED", 0)
+    return _num("POLYSAT_RULE_SEED", 0, lo=0)
 
 
 # ---- the cost model and the fusion search ------------------------------------------------------------
@@ -95,7 +126,7 @@ def check_seed() -> int:
 def price_symbol_size() -> int:
     """POLYSAT_PRICE_SYMBOL_SIZE: size the cost model and Poly Core's report (--dump=analysis) give to
     symbols `--bind` leaves unbound (default 256)."""
-    return max(1, _num("POLYSAT_PRICE_SYMBOL_SIZE", 256))
+    return max(1, _num("POLYSAT_PRICE_SYMBOL_SIZE", 256, lo=1))
 
 
 def streaming() -> bool:
@@ -109,7 +140,7 @@ def streaming() -> bool:
 def viz_max_classes() -> int:
     """POLYSAT_VIZ_MAX_CLASSES: most e-classes `--dump=egraph_svg` draws, nearest the outputs first
     (default 400; the picture's title says when it is cut)."""
-    return max(1, _num("POLYSAT_VIZ_MAX_CLASSES", 400))
+    return max(1, _num("POLYSAT_VIZ_MAX_CLASSES", 400, lo=1))
 
 
 # ---- backend: the CUDA toolchain and the kernel caches ---------------------------------------------

@@ -259,6 +259,9 @@ def analyze(region: PolyRegion, arch: "str | Device" = "sm90", tile: Mapping[str
     except PolysatError:
         raise
     except Exception as e:  # an isl failure on a malformed region: report it, never a traceback
+        from ..knobs import debug
+        if debug():  # POLYSAT_DEBUG=1: the command prints the traceback
+            raise
         fail("InternalError", f"Poly Core on region {region.name}", f"{type(e).__name__}: {e}")
 
 

@@ -17,6 +17,11 @@ from ..ir.diagnostics import PolysatError, diag
 
 RULES_DIR = pathlib.Path(__file__).resolve().parent.parent / "rules"
 _RULE_HEADS = ("rule", "rewrite", "birewrite")
+# A rule file declares: rules, rulesets, the tables and sorts they use, and (check ...) goals. Every other egglog
+# command (output, input, run, run-schedule, extract, push, pop, include, print-*, let, union, set, ...) would run
+# at load, outside the saturation's limits, and may read or write files: it is E1403 at its line.
+DECLARATIONS = frozenset(_RULE_HEADS + ("ruleset", "relation", "function", "constructor", "datatype", "datatype*",
+                                        "sort", "check"))
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,10 @@ def parse_file(path: str) -> RuleFile:
         form = text[start:end]
         head = re.match(r"\(\s*([^\s()]+)", form)
         head = head.group(1) if head else ""
+        if head not in DECLARATIONS:
+            _fail(path, line, None, f"({head or form[:20]} ...) is not a declaration: a rule file "
+                  "holds rules, rulesets, relation/function/datatype/sort declarations and (check ...) goals only",
+                  "Remove the command; polysat runs the rules itself, under its limits.")
         if head == "ruleset":
             rulesets.append(form[1:-1].split()[1])
         if head not in _RULE_HEADS:

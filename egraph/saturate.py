@@ -1,15 +1,18 @@
-"""The saturation driver: rulesets run by an explicit schedule under node, iteration and time limits,
-checked between iterations (egglog has none built in; docs/DESIGN.md §E-graph), with a typed stop reason and a
+"""The saturation driver: rulesets run by an explicit schedule under node, row, memory, iteration and time limits
+(egglog has none built in; docs/DESIGN.md §E-graph), with a typed stop reason and a
 per-rule report (egg's StopReason/Report).
 
-One iteration runs every ruleset of the current phase once, then the analyses to a fixpoint. When an
-iteration ends past the node limit it is rolled back (egglog ``push``/``pop``), so the e-graph handed
-to extraction always respects the limit. A shape or dtype conflict after an iteration means a rule
+One iteration runs every ruleset of the current phase once, then the analyses to a fixpoint, in steps whose rows
+and memory are checked (a fixpoint runs in chunks, time checked between them; :class:`Limits`). An iteration
+that crosses a limit is rolled back (egglog ``push``/``pop`` near the limits, else by replaying the iterations
+before it on a fresh e-graph), so the e-graph handed to extraction always respects the limits. The loaded
+program's own analysis crossing a limit is E1505 ResourceLimit. A shape or dtype conflict after an iteration means a rule
 equated values of different types: that is E1404 UnsoundRule naming the rules that fired.
 """
 from __future__ import annotations
 
 import enum
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -23,15 +26,21 @@ from .state import EGraphState, new_state
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds on one saturation, enforced between iterations (egglog has none built in)."""
+    """Bounds on one saturation (egglog has none built in): nodes, rows and memory are checked after every step
+    (one iteration of a phase's rulesets, or a chunk of a fixpoint), time between steps; an iteration that
+    crosses one is rolled back."""
     nodes: int  # stop (and roll back the last iteration) past this many e-nodes
     iterations: int  # iterations over all phases together
     seconds: float  # wall-clock budget of the whole saturation
+    rows: int = 1_000_000  # rows of every table together (e-nodes, relation and function rows, analysis facts)
+    memory_mb: int = 4096  # growth of the process's resident memory during the saturation, in MiB
 
 
 def default_limits(**override) -> Limits:
-    """The knobs' limits (POLYSAT_EGRAPH_NODES, _ITERS, _SECONDS), with ``override``'s non-None values."""
-    base = dict(nodes=knobs.egraph_nodes(), iterations=knobs.egraph_iters(), seconds=knobs.egraph_seconds())
+    """The knobs' limits (POLYSAT_EGRAPH_NODES, _ITERS, _SECONDS, _ROWS, _MEMORY_MB), with ``override``'s
+    non-None values."""
+    base = dict(nodes=knobs.egraph_nodes(), iterations=knobs.egraph_iters(), seconds=knobs.egraph_seconds(),
+                rows=knobs.egraph_rows(), memory_mb=knobs.egraph_memory_mb())
     base.update({k: v for k, v in override.items() if v is not None})
     return Limits(**base)
 
@@ -41,6 +50,8 @@ class StopReason(str, enum.Enum):
     node_limit = "node_limit"
     iter_limit = "iter_limit"
     time_limit = "time_limit"
+    row_limit = "row_limit"  # the tables' rows, or one rule's matches in one iteration
+    memory_limit = "memory_limit"
 
 
 @dataclass(frozen=True)
@@ -82,7 +93,8 @@ class RunReport:
     def to_json(self) -> dict:
         return {"stop": self.stop.value, "nodes": self.nodes, "seconds": round(self.seconds, 4),
                 "rolled_back": self.rolled_back,
-                "limits": {"nodes": self.limits.nodes, "iterations": self.limits.iterations, "seconds": self.limits.seconds},
+                "limits": {"nodes": self.limits.nodes, "iterations": self.limits.iterations, "seconds": self.limits.seconds,
+                           "rows": self.limits.rows, "memory_mb": self.limits.memory_mb},
                 "iterations": [{"index": it.index, "phase": it.phase, "nodes": it.nodes, "seconds": round(it.seconds, 4),
                                 "matches": it.matches} for it in self.iterations],
                 "rules": {r.name: {"ruleset": r.ruleset, "file": r.file, "matches": r.matches,
@@ -131,6 +143,17 @@ def saturate(program: Program, rules_dirs=None, limits: "Limits | None" = None, 
     return st, run(st, schedule or default_schedule(st.rulesets), limits)
 
 
+CHUNK = (4, 128)  # iterations of a fixpoint per egglog call: the first, doubling to the last while the rows grow slowly
+
+
+class _Stop(Exception):
+    """A limit crossed inside an iteration: the iteration is undone."""
+
+    def __init__(self, reason: StopReason):
+        super().__init__(reason.value)
+        self.reason = reason
+
+
 def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> RunReport:
     lim = limits or default_limits()
     known = set(st.rulesets)
@@ -143,14 +166,19 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
         for r in rf.rules:
             rep.rules[r.name] = RuleStats(r.name, r.ruleset, rf.path, r.law)
     t0 = time.perf_counter()
-    _run_schedule(st, "(saturate (run analysis))")
+    drive = _Driver(st, lim, rep, t0)
+    try:
+        drive.fixpoint(("analysis",), max(lim.seconds, 1.0))  # the loaded program's facts: at least a second
+    except _Stop as e:
+        fail("ResourceLimit", "e-graph analysis", f"the analysis of the loaded program stopped at the e-graph's "
+             f"{e.reason.value.replace('_', ' ')} before its fixpoint ({drive.rows} rows, {lim.rows} allowed; "
+             f"{time.perf_counter() - t0:.1f}s of {lim.seconds:g}s)",
+             "Raise POLYSAT_EGRAPH_ROWS / _SECONDS / _MEMORY_MB, or compile a smaller model; a rule file whose "
+             "analysis rules grow without end must be fixed.")
     nodes = st.enodes()
     for ph in schedule:
         if not ph.rulesets:
             continue
-        body = " ".join(f"(run {r})" for r in ph.rulesets)
-        if ph.fixpoint:
-            body = f"(saturate {body})"
         while True:
             if len(rep.iterations) >= lim.iterations:
                 rep.stop = StopReason.iter_limit
@@ -158,29 +186,33 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
             if time.perf_counter() - t0 > lim.seconds:
                 rep.stop = StopReason.time_limit
                 break
-            guard = nodes * 8 > lim.nodes  # one iteration can grow the graph ~5x
+            done = len(rep.iterations)
+            guard = nodes * 8 > lim.nodes or drive.rows * 8 > lim.rows  # one iteration can grow the graph ~5x
             if guard:
                 st.run("(push)")
             ti = time.perf_counter()
-            report = _run_schedule(st, f"(seq {body} (saturate (run analysis)))")
+            drive.matches = {}
+            stop = None
+            try:
+                grew = drive.iteration(ph)
+            except _Stop as e:
+                stop, grew = e.reason, True
             after = st.enodes()
-            matches = {k: v for k, v in report.num_matches_per_rule.items() if k in rep.rules and v}
-            rep.iterations.append(Iteration(len(rep.iterations), ph.name, after, time.perf_counter() - ti, matches))
-            for k, v in matches.items():
-                rep.rules[k].matches += v
-            for k, secs in _rule_seconds(report).items():
-                if k in rep.rules:
-                    rep.rules[k].seconds += secs
-            _check_conflicts(st, matches)
-            if after > lim.nodes:
+            rep.iterations.append(Iteration(done, ph.name, after, time.perf_counter() - ti, dict(drive.matches)))
+            if stop is None:
+                _check_conflicts(st, drive.matches)
+                if after > lim.nodes:
+                    stop = StopReason.node_limit
+            if stop is not None:
                 if guard:
                     st.run("(pop)")
-                    rep.rolled_back = True
-                    after = st.enodes()
-                rep.stop = StopReason.node_limit
-                nodes = after
+                else:  # no snapshot: rebuild the e-graph and replay the iterations before this one
+                    _replay(st, schedule, lim, done)
+                rep.rolled_back = True
+                rep.stop = stop
+                nodes = st.enodes()
                 break
-            grew = after != nodes or _updated(report)
+            grew = grew or after != nodes
             nodes = after
             if not grew or ph.fixpoint:  # a fixpoint phase is done in one iteration
                 break
@@ -189,6 +221,85 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
     rep.nodes = nodes
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+class _Driver:
+    """Runs iterations in steps small enough to check: one egglog call per iteration of a phase's rulesets, a
+    fixpoint (the analysis, a fixpoint phase) in chunks of CHUNK iterations; rows and memory are checked after
+    each step, time between the chunks of a fixpoint. (egglog 13.2's back-off scheduler, which would bound one
+    rule's matches inside an iteration, panics on a rule whose actions use none of its variables.)"""
+
+    def __init__(self, st: EGraphState, lim: Limits, rep: RunReport, t0: float, check: bool = True):
+        self.st, self.lim, self.rep, self.t0, self.check = st, lim, rep, t0, check
+        self.rows = 0
+        self.matches: dict = {}
+        self.rss0 = _rss_mb()
+
+    def iteration(self, ph: Phase) -> bool:
+        grew = self.fixpoint(ph.rulesets) if ph.fixpoint else self.step(ph.rulesets, 1)[0]
+        return self.fixpoint(("analysis",)) or grew
+
+    def fixpoint(self, rulesets: tuple, seconds: "float | None" = None) -> bool:
+        grew, k = False, CHUNK[0]
+        while True:
+            before = self.rows
+            changed, last = self.step(rulesets, k)
+            k = min(2 * k, CHUNK[1]) if self.rows < 1.5 * before + 1000 else 1  # fast growth: check every iteration
+            grew |= changed
+            if not last:
+                return grew
+            if self.check and time.perf_counter() - self.t0 > (self.lim.seconds if seconds is None else seconds):
+                raise _Stop(StopReason.time_limit)
+
+    def step(self, rulesets: tuple, k: int) -> tuple:
+        """Run rulesets k times -> (anything changed, the last iteration changed)."""
+        lim = self.lim
+        body = " ".join(f"(run {r})" for r in rulesets)
+        report = _run_schedule(self.st, f"(repeat {k} (seq {body}))" if k > 1 else f"(seq {body})")
+        for name, v in report.num_matches_per_rule.items():
+            if v and name in self.rep.rules:
+                self.matches[name] = self.matches.get(name, 0) + v
+                self.rep.rules[name].matches += v
+        for name, secs in _rule_seconds(report).items():
+            if name in self.rep.rules:
+                self.rep.rules[name].seconds += secs
+        its = report.iterations
+        changed = [it.rule_set_report.changed for it in its]
+        self.rows = sum(self.st.sizes().values())
+        if self.check:
+            if self.rows > lim.rows:
+                raise _Stop(StopReason.row_limit)
+            if _rss_mb() - self.rss0 > lim.memory_mb:
+                raise _Stop(StopReason.memory_limit)
+        return any(changed), any(changed[-len(rulesets):])
+
+
+def _replay(st: EGraphState, schedule: tuple, lim: Limits, iterations: int) -> None:
+    """st rebuilt from its program and rule files and run for its first ``iterations`` iterations again (egglog is
+    deterministic): an iteration that crossed a limit with no snapshot taken is undone."""
+    from .state import new_state
+    fresh = new_state(st.program, list(st.files), set(st.cuts))
+    st.eg, st.index, st.tensors = fresh.eg, fresh.index, fresh.tensors
+    rep = RunReport(StopReason.saturated, lim)
+    drive = _Driver(st, lim, rep, time.perf_counter(), check=False)
+    drive.fixpoint(("analysis",))
+    done = 0
+    for ph in schedule:
+        while ph.rulesets and done < iterations:
+            grew = drive.iteration(ph)
+            done += 1
+            if not grew or ph.fixpoint:
+                break
+
+
+def _rss_mb() -> float:
+    """The process's resident memory in MiB (Linux /proc; elsewhere its peak, from resource)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    except (OSError, ValueError, IndexError, AttributeError):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _rule_seconds(report) -> dict:
@@ -207,10 +318,6 @@ def _rule_seconds(report) -> dict:
 
 _RULE_TIME = re.compile(r'"([^"]+)": \[RuleReport \{ plan: [^,]*, search_and_apply_time: ([0-9.]+)(ns|µs|us|ms|s),')
 _UNITS = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-
-
-def _updated(report) -> bool:
-    return bool(report.updated) and any(report.num_matches_per_rule.values())
 
 
 def _run_schedule(st: EGraphState, sched: str):
@@ -240,7 +347,7 @@ def format_report(rep: RunReport, top: int = 12) -> str:
     """A short text form of a run report: stop reason, size, and the busiest rules."""
     lines = [f"saturation: {rep.stop.value} after {len(rep.iterations)} iteration(s), {rep.nodes} e-nodes, "
              f"{rep.seconds:.3f}s (limits: {rep.limits.nodes} nodes, {rep.limits.iterations} iterations, "
-             f"{rep.limits.seconds:g}s)" + (" [last iteration rolled back]" if rep.rolled_back else "")]
+             f"{rep.limits.seconds:g}s, {rep.limits.rows} rows, {rep.limits.memory_mb} MiB)" + (" [last iteration rolled back]" if rep.rolled_back else "")]
     if rep.iterations:
         lines.append("  nodes per iteration: " + " ".join(str(it.nodes) for it in rep.iterations))
     busy = sorted((r for r in rep.rules.values() if r.matches), key=lambda r: (-r.matches, r.name))

@@ -33,11 +33,36 @@ def read_model(path: str) -> Any:
 
 
 def with_parameters(doc: Any, inputs: dict) -> dict:
-    """The inputs a target runs on: the document's parameter arrays (an imported model's weights)
-    plus the user's inputs."""
+    """The inputs a target runs on: the document's parameter arrays (an imported model's weights), the defaults
+    of inputs that have one (an ONNX initializer named like a graph input, IR >= 4), then the user's inputs,
+    which override a default."""
     params = doc.get("parameters") if isinstance(doc, dict) else None
     narrowed = doc.get("narrowed_inputs", {}) if isinstance(doc, dict) else {}
-    return {**(params or {}), **{k: narrow_index(v, k) if k in narrowed else v for k, v in inputs.items()}}
+    defaults = doc.get("input_defaults") if isinstance(doc, dict) else None  # ONNX: an initializer named like an input
+    return {**(params or {}), **(defaults or {}),
+            **{k: narrow_index(v, k) if k in narrowed else v for k, v in inputs.items()}}
+
+
+def check_int_inputs(program: Program, inputs: dict) -> dict:
+    """inputs, with every array an i32 input takes checked to hold int32 values exactly (E1011 UnsupportedDtype for
+    an integer outside int32 or a float that is not an integer: never wrapped or truncated)."""
+    import numpy as np
+    from ..ir.diagnostics import fail
+    from ..ir.dtypes import DType
+    for n in program.inputs:
+        name = n.arg["tensor_id"]
+        if n.dtype != DType.i32 or name not in inputs:
+            continue
+        a = np.asarray(inputs[name])
+        if a.size == 0 or a.dtype == np.int32 or a.dtype.kind == "b":
+            continue
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a) & (np.trunc(a) == a)):
+            fail("UnsupportedDtype", name, f"i32 input {name!r} is given as {a.dtype} with values that are not "
+                 "integers", "Give integer arrays for integer inputs (indices are never rounded).")
+        if a.dtype.kind in "iuf" and (a.min() < -2**31 or a.max() >= 2**31):
+            fail("UnsupportedDtype", name, f"i32 input {name!r} holds {a.dtype} values outside int32 "
+                 f"([{a.min()}, {a.max()}]); they would wrap", "Pass values that fit int32.")
+    return inputs
 
 
 def narrow_index(v: Any, name: str) -> Any:

@@ -119,8 +119,9 @@ class Importer:
         dt = self._const_dtype(arr, hint, at)
         if arr.size == 0:
             fail("UnaddressableShape", at, f"constant {hint!r} has shape {list(arr.shape)} with no elements")
-        flat = arr.reshape(-1)
-        if np.all(flat == flat[0]) or (dt.is_float and np.all(np.isnan(flat))):
+        filled = all(st == 0 for st in arr.strides)  # one value broadcast (a folded ConstantOfShape)
+        flat = arr.reshape(-1)[:1] if filled else arr.reshape(-1)
+        if filled or np.all(flat == flat[0]) or (dt.is_float and np.all(np.isnan(flat))):
             v = flat[0].item()
             return self.emit("Constant", [], {"value": _json_scalar(v), "dtype": dt.value, "shape": list(arr.shape)},
                              name=f"{hint}/const", out=hint if exact else self.fresh(hint))
@@ -254,7 +255,12 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
                 fail("UnsupportedOp", used[0].name or used[0].op_type, f"op {used[0].op_type} of domain "
                      f"{dom.domain!r}: polysat imports only the default ONNX domain")
     for init in g.initializer:
-        imp.consts[init.name] = numpy_helper.to_array(init)
+        imp.consts[init.name] = _initializer(init, numpy_helper)
+    defaults: dict = {}
+    if model.ir_version >= 4:  # an initializer named like a graph input is the input's default, not a constant
+        for vi in g.input:
+            if vi.name in imp.consts and vi.name not in (bindings or {}):
+                defaults[vi.name] = imp.consts.pop(vi.name)
     for name, v in (bindings or {}).items():
         imp.consts[name] = np.asarray(v)
     narrowed: dict = {}
@@ -268,6 +274,8 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
         dt = dtype_of_onnx(elem, vi.name, f"graph input {vi.name!r}")
         shape = _input_shape(vi, vi.name)
         imp.add_input(vi.name, dt, shape)
+        if vi.name in defaults:
+            defaults[vi.name] = np.asarray(defaults[vi.name]).astype(dt.np if dt != DType.bf16 else np.float32)
     for k, proto in enumerate(g.node):
         translate_node(imp, proto, k)
     outputs = []
@@ -278,7 +286,30 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
                          name=f"{vi.name}/output", out=vi.name)
         outputs.append({"tensor": t})
     return {"signature": {"inputs": imp.inputs, "outputs": outputs}, "tensors": imp.tensors, "graph": imp.nodes,
-            "parameters": imp.params, "onnx_outputs": [vi.name for vi in g.output], "narrowed_inputs": narrowed}
+            "parameters": imp.params, "onnx_outputs": [vi.name for vi in g.output], "narrowed_inputs": narrowed,
+            "input_defaults": defaults}
+
+
+def _initializer(init, numpy_helper) -> np.ndarray:
+    """An initializer's array; E1011 for an element type onnx cannot read, E1109 when its data disagrees with
+    its dims, E1505 past POLYSAT_EVAL_MAX_ELEMENTS."""
+    from ..knobs import eval_max_elements
+    n = int(np.prod([int(d) for d in init.dims], dtype=object)) if init.dims else 1
+    if n > eval_max_elements():
+        fail("ResourceLimit", init.name, f"initializer {init.name!r} has dims {list(init.dims)}: {n} elements, over "
+             f"POLYSAT_EVAL_MAX_ELEMENTS = {eval_max_elements()}")
+    if init.data_type not in _ONNX_NAMES or init.data_type == 8:
+        fail("UnsupportedDtype", init.name, f"initializer {init.name!r} has ONNX type {onnx_dtype_name(init.data_type)}, "
+             "which polysat does not read")
+    try:
+        arr = numpy_helper.to_array(init)
+    except Exception as e:  # noqa: BLE001 — an initializer onnx cannot read is the model's error
+        fail("MalformedStructure", init.name, f"initializer {init.name!r} cannot be read: {type(e).__name__}: "
+             f"{str(e)[:200]}", "Each initializer's data must hold exactly the elements its dims and type name.")
+    if arr.size != n:
+        fail("MalformedStructure", init.name, f"initializer {init.name!r} holds {arr.size} elements, its dims "
+             f"{list(init.dims)} name {n}")
+    return arr
 
 
 def _upgrade(model, origin: str):
@@ -350,6 +381,19 @@ def _fold(imp: Importer, node: OnnxNode) -> None:
     """Evaluate a node of constants with onnx's reference evaluator (exact ONNX semantics), or numpy where that
     evaluator is wrong (``_NUMPY_FOLDS``)."""
     from onnx.reference import ReferenceEvaluator
+    from ..knobs import eval_max_elements
+    feeds = {x: imp.consts[x] for x in node.inputs if x}
+    size, limit = _folded_size(node, feeds), eval_max_elements()
+    if node.op == "ConstantOfShape" and size is not None:  # one value broadcast: no memory, so no limit
+        from onnx import numpy_helper
+        value = node.attr("value", None)
+        v = numpy_helper.to_array(value).reshape(-1)[:1] if value is not None else np.zeros(1, np.float32)
+        imp.consts[node.outputs[0]] = np.broadcast_to(v.reshape(()), tuple(int(d) for d in np.asarray(
+            feeds[node.inputs[0]]).reshape(-1)))
+        return
+    if size is not None and size > limit:
+        fail("ResourceLimit", node.name, f"ONNX {node.op} on constants would fold to {size} elements at import, over "
+             f"POLYSAT_EVAL_MAX_ELEMENTS = {limit}", "Make the tensor a graph input, or raise POLYSAT_EVAL_MAX_ELEMENTS.")
     try:
         if node.op in _NUMPY_FOLDS:
             outs = [_NUMPY_FOLDS[node.op](node, *[imp.consts[x] for x in node.inputs])]
@@ -357,7 +401,6 @@ def _fold(imp: Importer, node: OnnxNode) -> None:
                 imp.consts[o] = np.asarray(v)
             return
         ref = ReferenceEvaluator(node.proto)
-        feeds = {x: imp.consts[x] for x in node.inputs if x}
         outs = ref.run(None, feeds)
     except PolysatError:
         raise
@@ -365,7 +408,35 @@ def _fold(imp: Importer, node: OnnxNode) -> None:
         fail("InvalidAttribute", node.name, f"ONNX {node.op} on constants cannot be evaluated: {type(e).__name__}: {e}")
     for o, v in zip(node.outputs, outs):
         if o:
+            if np.size(v) > limit:
+                fail("ResourceLimit", node.name, f"ONNX {node.op} on constants folded to {np.size(v)} elements at "
+                     f"import, over POLYSAT_EVAL_MAX_ELEMENTS = {limit}")
             imp.consts[o] = np.asarray(v)
+
+
+def _folded_size(node: OnnxNode, feeds: dict) -> "int | None":
+    """Elements a fold of node would make, where its inputs say so before it runs (the ops that make a large
+    tensor from small constants); None when unknown."""
+    def vals(k):
+        x = feeds.get(node.inputs[k]) if len(node.inputs) > k and node.inputs[k] else None
+        return None if x is None else [int(v) for v in np.asarray(x).reshape(-1)]
+    try:
+        if node.op == "ConstantOfShape":
+            return int(np.prod(vals(0) or [1], dtype=object))
+        if node.op == "Expand":
+            x, shape = feeds[node.inputs[0]], vals(1)
+            r = max(np.ndim(x), len(shape))
+            a = [1] * (r - np.ndim(x)) + list(np.shape(x))
+            b = [1] * (r - len(shape)) + shape
+            return int(np.prod([max(u, v) for u, v in zip(a, b)], dtype=object))
+        if node.op == "Tile":
+            return int(np.size(feeds[node.inputs[0]]) * np.prod(vals(1), dtype=object))
+        if node.op == "Range":
+            start, limit, delta = (float(np.asarray(feeds[x]).reshape(-1)[0]) for x in node.inputs[:3])
+            return max(0, int(np.ceil((limit - start) / delta))) if delta else None
+    except (KeyError, TypeError, ValueError, OverflowError, IndexError):
+        return None
+    return None
 
 
 def _fold_shape(imp: Importer, node: OnnxNode) -> None:

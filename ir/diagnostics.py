@@ -71,6 +71,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     _k("E1502", "UnknownTarget", "Choose a target from `polysat run --help`."),
     _k("E1503", "BadInputFile", "Give an .npz file whose keys are the model's input tensor names."),
     _k("E1504", "NoKernelTemplate", "Run it with --target playback (templates: GEMM + epilogue, conv, conv + pool, attention, softmax scores, SIMT for row-major outputs)."),
+    _k("E1505", "ResourceLimit", "A stage crossed its bound (time, memory or size): raise the knob the message names, or compile a smaller model."),
+    _k("E1506", "BadOutputPath", "--out names the .npz file to write: a new or regular file in a writable folder (not a folder, a device or '')."),
     _k("E1999", "InternalError", "This is a polysat bug: rerun with POLYSAT_DEBUG=1 for the traceback and report it."),
     # warnings
     _k("W2101", "ExcessivePiecewise", "Simplify pad/slice chains (gist/coalesce/remove_redundancies) or cut a region boundary."),

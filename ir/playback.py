@@ -19,10 +19,12 @@ two-pass softmax of the reference evaluator gives.
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import numpy as np
 
+from ..knobs import eval_max_elements
 from .diagnostics import fail
 from .dtypes import DType, round_to
 from .evaluate import _BINARY, _UNARY, _compute, wrap_index
@@ -100,6 +102,7 @@ class _RegionRun:
         self.offsets: dict = {}  # axis -> first index, while an online_softmax_sum runs one key block
         self.lets: dict = {}
         self.memo: dict = {}
+        self.limit = eval_max_elements()
 
     def shape(self, axes: tuple) -> tuple:
         return tuple(self.sizes[a] for a in axes)
@@ -122,6 +125,12 @@ class _RegionRun:
         key = (id(n), None if guard is None else id(guard))
         if key in self.memo:
             return self.memo[key][1]
+        axes = n.axes + (tuple(n.arg[1]) if n.op == R.REDUCE else ())  # a reduce's body is laid out over both
+        elems = math.prod(self.shape(axes))
+        if elems > self.limit:
+            fail("ResourceLimit", self.r.name, f"playback of {n.op.value} would materialise {elems} elements (axes "
+                 f"{list(axes)}), over POLYSAT_EVAL_MAX_ELEMENTS = {self.limit}",
+                 "Run smaller shapes on the CPU evaluators, or raise POLYSAT_EVAL_MAX_ELEMENTS.")
         v = self._eval(n, guard)
         self.memo[key] = (n, v, guard)  # keep n and guard alive so their ids stay unique
         return v

@@ -7,6 +7,11 @@ The key (:func:`model_key`) is a hash of the model's bytes, the input shapes and
 built for, the compile options (cost model, ``--bind``, extra rule files and their text) and polysat's own source
 (:func:`source_hash`: every ``.py``, ``.egg``, ``.j2`` and ``.cuh`` file of the package), so a change to any of
 them is a miss. Entries are written to a temporary directory and renamed: a reader never sees half an entry.
+
+An entry is untrusted input: it is used only when ``entry.json`` has this polysat's :data:`SCHEMA` and the
+fields a compiled model needs with their types, its key is the one asked for, and every cubin it names is a
+plain cache name (:data:`~polysat.backend.common.kernel_cache.CUBIN_NAME`, no folder part) holding a cubin, read
+without following links; anything else is a miss.
 """
 from __future__ import annotations
 
@@ -24,6 +29,9 @@ import numpy as np
 from .. import knobs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+SCHEMA = "polysat-compiled-model/1"  # entry.json's "schema": another value is a miss
+_FIELDS = {"model": str, "arch": str, "env": dict, "params": list, "regions": (list, dict), "memory": dict, "kernels": list,
+           "prices": dict}
 SOURCE_SUFFIXES = (".py", ".egg", ".j2", ".cuh")
 _SKIP = ("tests", "bench", "docs", "examples", ".venv", "build", ".git")
 
@@ -59,33 +67,46 @@ def cache_dir() -> str:
 
 
 def load(key: str) -> "tuple[dict, dict[str, bytes]] | None":
-    """(entry document, cubin name -> bytes) of a stored entry, or None (missing or unreadable: a miss)."""
+    """(entry document, cubin name -> bytes) of a stored entry, or None (missing, unreadable, of another schema,
+    naming a file outside the entry or holding no cubin: a miss)."""
+    from ..backend.common.kernel_cache import CUBIN_NAME, is_cubin, read_confined
     d = os.path.join(cache_dir(), key)
+    raw = read_confined(d, "entry.json", limit=256 << 20)
     try:
-        with open(os.path.join(d, "entry.json"), encoding="utf-8") as f:
-            doc = json.load(f)
-        cubins = {}
-        for k in doc.get("kernels", ()):
-            if k.get("cubin"):
-                with open(os.path.join(d, k["cubin"]), "rb") as f:
-                    cubins[k["cubin"]] = f.read()
-    except (OSError, ValueError):
+        doc = json.loads(raw.decode("utf-8")) if raw is not None else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
-    return (doc, cubins) if doc.get("key") == key else None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("key") != key:
+        return None
+    if any(not isinstance(doc.get(f), t) for f, t in _FIELDS.items()):
+        return None
+    cubins = {}
+    for k in doc["kernels"]:
+        if not isinstance(k, dict) or not isinstance(k.get("region"), str) or not isinstance(k.get("kind"), str):
+            return None
+        name = k.get("cubin")
+        if name is None and k["kind"] == "playback":
+            continue
+        if not isinstance(name, str) or not CUBIN_NAME.fullmatch(name):
+            return None
+        data = read_confined(d, name)
+        if data is None or not is_cubin(data):
+            return None
+        cubins[name] = data
+    return doc, cubins
 
 
 def store(key: str, doc: dict, cubins: Mapping[str, bytes]) -> str:
     """Write the entry atomically; returns its directory (OSError when the cache directory is not writable)."""
+    from ..backend.common.kernel_cache import write_confined
     root = cache_dir()
     os.makedirs(root, exist_ok=True)
     final = os.path.join(root, key)
     tmp = tempfile.mkdtemp(prefix=f".{key}-", dir=root)
     try:
         for name, data in cubins.items():
-            with open(os.path.join(tmp, name), "wb") as f:
-                f.write(data)
-        with open(os.path.join(tmp, "entry.json"), "w", encoding="utf-8") as f:
-            json.dump({**doc, "key": key}, f, indent=1)
+            write_confined(tmp, name, data)
+        write_confined(tmp, "entry.json", json.dumps({**doc, "key": key, "schema": SCHEMA}, indent=1).encode())
         if os.path.isdir(final):
             shutil.rmtree(final, ignore_errors=True)
         try:

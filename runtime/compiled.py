@@ -82,22 +82,17 @@ def _arch_flag(arch: str, cc: tuple) -> str:
 def compile_model(c, inputs: Mapping[str, Any], arch: str, cc: tuple) -> CompiledModel:
     """The compiled model of compilation c at the shapes of inputs for arch (cc: the compute capability the
     cubins are built for), from the cache when there; otherwise compiled (regions, plans, cubins) and stored."""
-    from ..backend.common.kernel_cache import cubin_for, cubin_name, kernel_cache_dir
+    from ..backend.common.kernel_cache import cubin_for, cubin_name, store_cubin
     from ..ir.playback import bind_region_symbols
     from .kernels import source
     key = cache.model_key(_model_bytes(c), inputs, _arch_flag(arch, cc),
                           {"cost": c.cost, "bind": c.bind, "rules": list(c.rules_dirs), "price_arch": c.arch})
-    hit = cache.load(key)
+    hit = _cached(key)
     if hit is not None:
-        doc, cubins = hit
-        kdir = kernel_cache_dir()
-        os.makedirs(kdir, exist_ok=True)
+        cm, cubins = hit
         for name, data in cubins.items():  # the runtime loads kernels from the kernel cache: no compiler runs
-            path = os.path.join(kdir, name)
-            if not os.path.exists(path):
-                with open(path, "wb") as f:
-                    f.write(data)
-        return _from_doc(key, os.path.join(cache.cache_dir(), key), doc, True)
+            store_cubin(name, data)
+        return cm
     regions = c.regions
     steps = steps_of(regions)
     env = bind_region_symbols(regions, inputs)
@@ -126,6 +121,19 @@ def compile_model(c, inputs: Mapping[str, Any], arch: str, cc: tuple) -> Compile
         print(f"polysat: warning: the compiled model could not be stored in {cache.cache_dir()} ({e})", file=sys.stderr)
         directory = ""
     return _from_doc(key, directory, doc, False)
+
+
+def _cached(key: str) -> "tuple[CompiledModel, dict] | None":
+    """The stored entry of key as a compiled model with its cubins, or None (a miss: missing, or an entry that is
+    not one, runtime/cache.py)."""
+    hit = cache.load(key)
+    if hit is None:
+        return None
+    doc, cubins = hit
+    try:
+        return _from_doc(key, os.path.join(cache.cache_dir(), key), doc, True), cubins
+    except Exception:  # noqa: BLE001 — a damaged entry of the right schema is a miss too
+        return None
 
 
 def _read(regions) -> set:

@@ -74,8 +74,10 @@ def test_kernels_compile_to_cached_cubins(tmp_path, monkeypatch):
     assert first[:4] == b"\x7fELF"
     files = list(tmp_path.iterdir())
     assert len(files) == 1 and files[0].suffix == ".cubin"
-    files[0].write_bytes(b"\x7fELF-cached")
-    assert cubin_for(ks, "sm90") == b"\x7fELF-cached"  # keyed by source hash + arch: served from disk
+    files[0].write_bytes(b"\x7fELF-cached".ljust(64, b"\0"))
+    assert cubin_for(ks, "sm90") == b"\x7fELF-cached".ljust(64, b"\0")  # keyed by source hash + arch: served from disk
+    files[0].write_bytes(b"\x7fELF-c")  # a truncated cubin is compiled again
+    assert cubin_for(ks, "sm90") == first
 
 
 def test_a_plan_that_assumes_alignment_is_refused_for_an_unaligned_shape():

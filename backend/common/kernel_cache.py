@@ -4,12 +4,20 @@ NVRTC (cuda-python) compiles when it and the CUDA headers are installed, nvcc ot
 refuses a kernel). The cache lives in
 ``$POLYSAT_KERNEL_CACHE`` (default ``~/.cache/polysat/kernels``); a kernel's source already names
 every specialisation parameter, so the hash is the whole key.
+
+The cache is untrusted: a file is read without following links and used only when it is a cubin (ELF magic,
+at least an ELF header long), otherwise the kernel is compiled again; a cubin is written to a fresh temporary
+file (``O_CREAT | O_EXCL | O_NOFOLLOW``) renamed into place, under a name that is a hash (no folder part); a
+cache folder that cannot be made or written is a warning and the kernel runs uncached.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import secrets
 import subprocess
+import sys
 import tempfile
 
 from ... import knobs
@@ -18,10 +26,76 @@ from .nvcc import ARCH_FLAGS, nvcc_path
 from .render import KernelSource
 
 
-def kernel_cache_dir() -> str:
+CUBIN_NAME = re.compile(r"[0-9a-f]{40}\.cubin")  # cubin_name's form
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")  # a file name in its folder: no separator, no '..'
+ELF_HEADER = 64  # bytes of an ELF64 header: a shorter file is no cubin
+
+
+def kernel_cache_dir() -> "str | None":
+    """The kernel cache folder, made when missing; None (with a warning) when it cannot be made."""
     d = knobs.kernel_cache_dir()
-    os.makedirs(d, exist_ok=True)
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        _warn(f"the kernel cache {d} cannot be used ({e.strerror or e}); kernels are compiled uncached")
+        return None
     return d
+
+
+_WARNED: set = set()
+
+
+def _warn(text: str) -> None:
+    if text not in _WARNED:
+        _WARNED.add(text)
+        print(f"polysat: warning: {text}", file=sys.stderr)
+
+
+def is_cubin(data: bytes) -> bool:
+    return len(data) >= ELF_HEADER and data[:4] == b"\x7fELF"
+
+
+def read_confined(folder: str, name: str, limit: int = 1 << 30) -> "bytes | None":
+    """The bytes of file ``name`` in ``folder`` (a plain name, no link followed), or None."""
+    if not PLAIN_NAME.fullmatch(name or ""):
+        return None
+    try:
+        fd = os.open(os.path.join(folder, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    return data if len(data) <= limit else None
+
+
+def write_confined(folder: str, name: str, data: bytes) -> None:
+    """Write ``name`` in ``folder`` atomically: a fresh temporary file (O_EXCL | O_NOFOLLOW: never through a link)
+    renamed over it. OSError when the folder is not writable."""
+    if not PLAIN_NAME.fullmatch(name or ""):
+        raise OSError(f"refusing to write {name!r}: not a cache file name")
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, os.path.join(folder, name))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def store_cubin(name: str, data: bytes) -> None:
+    """Put a cubin into the kernel cache (when there is a usable one; a failure is a warning)."""
+    d = kernel_cache_dir()
+    if d is None or not is_cubin(data):
+        return
+    try:
+        write_confined(d, name, data)
+    except OSError as e:
+        _warn(f"the kernel cache {d} cannot be written ({e.strerror or e}); kernels are compiled uncached")
 
 
 def _gpu_arch_flag(skeleton: str, dev_arch: str, cc: tuple[int, int] | None = None) -> str:
@@ -98,10 +172,11 @@ def cubin_name(ks: KernelSource, dev_arch: str, cc: tuple[int, int] | None = Non
 
 def cubin_for(ks: KernelSource, dev_arch: str, cc: tuple[int, int] | None = None) -> bytes:
     arch_flag = _gpu_arch_flag(ks.skeleton, dev_arch, cc)
-    path = os.path.join(kernel_cache_dir(), cubin_name(ks, dev_arch, cc))
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            return f.read()
+    name = cubin_name(ks, dev_arch, cc)
+    folder = kernel_cache_dir()
+    cached = read_confined(folder, name) if folder else None
+    if cached is not None and is_cubin(cached):
+        return cached
     # NVRTC needs the CUDA headers (cuda_fp16.h); without them nvcc, which knows its own, compiles. A kernel
     # NVRTC refuses goes to nvcc too where there is one (the templates include no C library header, which
     # NVRTC does not ship; tests/test_backend_runtime.py builds every kind there).
@@ -113,7 +188,5 @@ def cubin_for(ks: KernelSource, dev_arch: str, cc: tuple[int, int] | None = None
             if nvcc_path() is None:
                 raise
     cubin = cubin or _nvcc_cubin(ks.source, arch_flag)
-    with open(path + ".tmp", "wb") as f:
-        f.write(cubin)
-    os.replace(path + ".tmp", path)
+    store_cubin(name, cubin)
     return cubin
