@@ -1,7 +1,7 @@
 """The model zoo's architectures, built in code from their libraries with random weights (no downloads).
 
 ``transformers`` models come from their configs at tiny sizes (hidden 64, 2 layers, sequence 16, images 32 px;
-``HF_HUB_OFFLINE=1``), ``torchvision`` models with ``weights=None`` and 10 classes at 32-64 px, and onnx's light
+models made from a config fetch nothing), ``torchvision`` models with ``weights=None`` and 10 classes at 32-64 px, and onnx's light
 models (the ONNX model zoo's graphs shipped without weights in the onnx package's backend test data) with seeded
 weights. Each entry builds ``(module or ModelProto, example inputs)``; torch modules are in eval mode.
 
@@ -15,9 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 SEQ, VOCAB = 16, 256
 

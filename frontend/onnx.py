@@ -31,7 +31,7 @@ from ..ir.tiny import UOp
 from .lower import LOWERINGS, Ctx, op_table
 from .model import Node, _freeze
 from .onnx_ops import HANDLERS, NO_FOLD  # every handler module loaded
-from .onnx_dtypes import NP_DTYPES, dtype_of_onnx
+from .onnx_dtypes import NP_DTYPES, dtype_of_onnx, onnx_dtype_name, onnx_numeric
 
 MIN_OPSET = 13
 # Ops taken only by folding at import (they make constants: shapes, ranges, filled tensors).
@@ -298,7 +298,7 @@ def _initializer(init, numpy_helper) -> np.ndarray:
     if n > eval_max_elements():
         fail("ResourceLimit", init.name, f"initializer {init.name!r} has dims {list(init.dims)}: {n} elements, over "
              f"POLYSAT_EVAL_MAX_ELEMENTS = {eval_max_elements()}")
-    if init.data_type not in _ONNX_NAMES or init.data_type == 8:
+    if not onnx_numeric(init.data_type):
         fail("UnsupportedDtype", init.name, f"initializer {init.name!r} has ONNX type {onnx_dtype_name(init.data_type)}, "
              "which polysat does not read")
     try:

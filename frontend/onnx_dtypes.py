@@ -14,6 +14,11 @@ NP_DTYPES = {np.dtype(np.float32): DType.fp32, np.dtype(np.float16): DType.fp16,
               np.dtype(np.bool_): DType.bool}
 
 
+def onnx_numeric(elem: int) -> bool:
+    """Whether elem is an ONNX element type onnx reads as numbers (every named one but string)."""
+    return elem in _ONNX_NAMES and elem != 8
+
+
 def onnx_dtype_name(elem: int) -> str:
     return _ONNX_NAMES.get(elem, f"element type {elem}")
 
