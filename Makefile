@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 EXAMPLE ?= examples/gemm_bias_relu.json
 COST ?= model
 
-.PHONY: demo test bench-compile bench-fusion gpu-check gpu-wheels install clean
+.PHONY: demo test bench-compile bench-fusion bench-zoo gpu-check gpu-wheels install clean
 
 $(BIN)/polysat: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,11 @@ bench-compile: install
 QUICK ?= --quick
 bench-fusion: install
 	$(BIN)/python -m polysat.bench.fusion $(QUICK)
+
+# the model zoo: transformers / torchvision / onnx light models through the ONNX file, torch.export and
+# torch.compile, beside tinygrad and Inductor (bench/zoo.py); QUICK= for every model
+bench-zoo: install
+	$(BIN)/python -m polysat.bench.zoo $(QUICK)
 
 # On a GPU machine: every gpu test, compute-sanitizer on one launch of every kernel kind, every bench, one report
 # (bench/gpu_check.py; docs/gpu_check.md). Runs the package from this checkout under the name polysat, with
