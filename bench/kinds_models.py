@@ -170,6 +170,8 @@ def _movement() -> dict:
     out["gather_constant_indices"] = _one("Gather", {"X": ("fp16", [6, 5])}, indices=[[0, -1], [2, 3]], axis=0)
     out["gather_runtime_indices"] = _one("Gather", {"X": ("fp32", [10, 8]), "I": ("i32", [3])}, axis=0)
     out["gather_elements"] = _one("GatherElements", {"X": ("fp32", [4, 5]), "I": ("i32", [4, 3])}, axis=1)
+    out["cumsum"] = _one("CumSum", {"X": ("fp16", [3, 7])}, axis=1)
+    out["cumsum_i32_exclusive_reverse"] = _one("CumSum", {"X": ("i32", [5, 4])}, axis=0, exclusive=True, reverse=True)
     return out
 
 

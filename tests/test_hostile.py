@@ -122,7 +122,7 @@ def test_a_meaningless_knob_falls_back_to_its_default_with_a_warning(box, monkey
     monkeypatch.setattr(knobs, "_WARNED", set())
     monkeypatch.setenv(name, value)
     fn = {"POLYSAT_EGRAPH_SECONDS": knobs.egraph_seconds, "POLYSAT_EGRAPH_NODES": knobs.egraph_nodes,
-          "POLYSAT_SEED": knobs.seed, "POLYSAT_SYMBOL_SIZE": knobs.default_symbol_size,
+          "POLYSAT_SEED": knobs.seed, "POLYSAT_SYMBOL_SIZE": knobs.demo_symbol_size,
           "POLYSAT_EVAL_MAX_ELEMENTS": knobs.eval_max_elements}[name]
     monkeypatch.delenv(name)
     default = fn()
