@@ -369,49 +369,43 @@ def as_strided(c: Call, x, size, stride, storage_offset=0):
 
 @aten("aten.full.default")
 def full(c: Call, size, value, dtype=None, **kw):
+    return _constant(c, size, value, _np_dtype(dtype, value))
+
+
+def _constant(c: Call, size, value, np_dtype) -> str:
     name = c.imp.fresh(c.name)
-    c.imp.consts[name] = np.full(list(size), value, dtype=_np_dtype(dtype, value))
+    c.imp.consts[name] = np.full(list(size), value, dtype=np_dtype)
     return name
 
 
 @aten("aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default")
 def full_like(c: Call, x, value=None, dtype=None, **kw):
     fill = {"aten.zeros_like.default": 0, "aten.ones_like.default": 1}.get(c.op, value)
-    if dtype is None:
-        dtype = _torch_dtype_of(c, x)
-    return full(c, list(c.shape(x)), fill, dtype)
+    return _constant(c, c.shape(x), fill, _np_of(c, x) if dtype is None else _np_dtype(dtype, fill))
 
 
 @aten("aten.new_zeros.default", "aten.new_ones.default", "aten.new_full.default", "aten.zeros.default",
       "aten.ones.default")
 def new_full(c: Call, *args, dtype=None, **kw):
-    """x.new_zeros(size) and friends, torch.zeros(size): a constant of x's dtype where none is named."""
+    """x.new_zeros(size) and friends (x's dtype where none is named), torch.zeros(size) (float32 by default)."""
     if c.op.startswith("aten.new_"):
         x, size, *rest = args
-        dtype = dtype or _torch_dtype_of(c, x)
     else:
-        size, *rest = args
+        x, (size, *rest) = None, args
     fill = rest[0] if c.op == "aten.new_full.default" else (0 if "zeros" in c.op else 1)
-    return full(c, list(size), fill, dtype or _default_float())
-
-
-def _default_float():
-    import torch
-    return torch.float32
-
-
-def _torch_dtype_of(c: Call, x):
-    import ml_dtypes
-    import torch
-    dt = np.dtype(c.imp.consts[x].dtype) if x in c.imp.consts else c.imp.uop(c.imp.value(x, c.name)).dtype.np
-    return {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16, np.dtype(np.int32): torch.int32,
-            np.dtype(np.int64): torch.int64, np.dtype(np.bool_): torch.bool,
-            np.dtype(ml_dtypes.bfloat16): torch.bfloat16}.get(np.dtype(dt), torch.float32)
+    if dtype is not None:
+        return _constant(c, size, fill, _np_dtype(dtype, fill))
+    return _constant(c, size, fill, _np_of(c, x) if x is not None else np.float32)
 
 
 @aten("aten.scalar_tensor.default")
 def scalar_tensor(c: Call, value, dtype=None, **kw):
     return full(c, [], value, dtype)
+
+
+def _np_of(c: Call, x: str):
+    """The numpy dtype of tensor x (a constant's own, or the computed tensor's)."""
+    return c.imp.consts[x].dtype if x in c.imp.consts else c.imp.uop(c.imp.value(x, c.name)).dtype.np
 
 
 def _np_dtype(dtype, value) -> Any:
