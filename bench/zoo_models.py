@@ -104,7 +104,7 @@ def _light(name: str):
     positive)."""
     def make():
         import onnx
-        from onnx import numpy_helper
+        from onnx import helper, numpy_helper
         path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx")
         m = onnx.load(path, load_external_data=False)
         rng = np.random.default_rng(0)
@@ -117,8 +117,7 @@ def _light(name: str):
             if "var" in t.name.lower() or (len(dims) == 1 and "scale" not in t.name.lower() and "bias" not in t.name.lower()
                                            and "mean" not in t.name.lower()):
                 arr = np.abs(arr) + 0.5
-            inits.append(numpy_helper.from_array(arr.astype(numpy_helper.to_array(t).dtype if t.raw_data else np.float32),
-                                                 t.name))
+            inits.append(numpy_helper.from_array(arr.astype(helper.tensor_dtype_to_np_dtype(t.data_type)), t.name))
         del m.graph.initializer[:]
         m.graph.initializer.extend(inits)
         init_names = {t.name for t in inits}
