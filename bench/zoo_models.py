@@ -99,34 +99,46 @@ def _tv(builder: str, px: int, **kw):
 
 
 def _light(name: str):
-    """An onnx light model with seeded weights: every initializer the file names but does not carry is drawn
-    (normal, scaled by 1/sqrt(fan-in) so activations stay finite through deep stacks; BatchNorm variances
-    positive)."""
+    """An onnx light model with seeded weights. The light files keep biases and other small initializers, and
+    make each weight with ``ConstantOfShape(shape)`` (one value everywhere); each such node becomes a seeded
+    initializer of its shape (normal, scaled by 1/sqrt(fan-in) so activations stay finite through deep stacks;
+    BatchNorm variances positive)."""
     def make():
         import onnx
         from onnx import helper, numpy_helper
         path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx")
         m = onnx.load(path, load_external_data=False)
         rng = np.random.default_rng(0)
-        inits = []
-        for t in m.graph.initializer:
-            dims = tuple(t.dims)
-            arr = rng.standard_normal(dims).astype(np.float32)
-            fan_in = int(np.prod(dims[1:])) if len(dims) > 1 else 1
-            arr /= np.sqrt(max(fan_in, 1))
-            if "var" in t.name.lower() or (len(dims) == 1 and "scale" not in t.name.lower() and "bias" not in t.name.lower()
-                                           and "mean" not in t.name.lower()):
-                arr = np.abs(arr) + 0.5
-            inits.append(numpy_helper.from_array(arr.astype(helper.tensor_dtype_to_np_dtype(t.data_type)), t.name))
+        inits = {t.name: t for t in m.graph.initializer}
+        variances = {n.input[4] for n in m.graph.node if n.op_type == "BatchNormalization" and len(n.input) > 4}
+        keep, seeded = [], []
+        for n in m.graph.node:
+            if n.op_type == "ConstantOfShape" and n.input and n.input[0] in inits:
+                dims = tuple(int(d) for d in numpy_helper.to_array(inits[n.input[0]]))
+                value = helper.get_attribute_value(n.attribute[0]) if n.attribute else None
+                dt = helper.tensor_dtype_to_np_dtype(value.data_type) if value is not None else np.float32
+                fan_in = int(np.prod(dims[1:])) if len(dims) > 1 else 1
+                arr = rng.standard_normal(dims) / np.sqrt(max(fan_in, 1))
+                if n.output[0] in variances:  # a BatchNorm variance is positive
+                    arr = np.abs(arr) + 0.5
+                seeded.append(numpy_helper.from_array(arr.astype(dt), n.output[0]))
+            else:
+                keep.append(n)
+        used = {x for n in keep for x in n.input}
+        del m.graph.node[:]
+        m.graph.node.extend(keep)
+        rest = [t for t in m.graph.initializer if t.name in used]
         del m.graph.initializer[:]
-        m.graph.initializer.extend(inits)
-        init_names = {t.name for t in inits}
+        m.graph.initializer.extend(rest + seeded)
+        names = {t.name for t in m.graph.initializer}
+        inputs = [i for i in m.graph.input if i.name in names or i.name not in inits]  # dropped shapes leave too
+        del m.graph.input[:]
+        m.graph.input.extend(inputs)
         feeds = {}
         for i in m.graph.input:
-            if i.name in init_names:
-                continue
-            shape = [d.dim_value or 1 for d in i.type.tensor_type.shape.dim]
-            feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+            if i.name not in names:
+                shape = [d.dim_value or 1 for d in i.type.tensor_type.shape.dim]
+                feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
         return m, feeds
     return make
 
