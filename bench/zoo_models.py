@@ -132,6 +132,8 @@ def _light(name: str):
         m.graph.initializer.extend(rest + seeded)
         names = {t.name for t in m.graph.initializer}
         inputs = [i for i in m.graph.input if i.name in names or i.name not in inits]  # dropped shapes leave too
+        if m.ir_version < 4:  # an initializer is a graph input there too (onnx's version converter asks so)
+            inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in seeded]
         del m.graph.input[:]
         m.graph.input.extend(inputs)
         feeds = {}
