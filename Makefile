@@ -18,8 +18,10 @@ install: $(BIN)/polysat
 demo: install
 	$(BIN)/python -m polysat demo $(EXAMPLE) --cost $(COST)
 
+# one pytest worker per core (CI has 2); a test file's module fixtures stay on one worker (--dist loadscope)
+JOBS ?= auto
 test: install
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadscope tests
 
 bench-compile: install
 	$(BIN)/python -m polysat.bench.compile_time

@@ -22,12 +22,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'polysat' has no attribute {name!r}")
 
 
-def compile(model: "str | dict", *, arch: str = "sm90", cost: str = "size", rules: tuple = ()) -> Any:  # noqa: A001
+def compile(model: "str | dict", *, arch: str = "sm90", cost: "str | None" = None, rules: tuple = ()) -> Any:  # noqa: A001
     """A lazily staged :class:`polysat.pipeline.Compilation` of a model file's path or a Frontend IR /
-    Tiny IR document: ``.program`` (Tiny IR), ``.extraction``, ``.regions``. A bad
-    model raises :class:`polysat.ir.diagnostics.PolysatError` with coded diagnostics."""
+    Tiny IR document: ``.program`` (Tiny IR), ``.extraction``, ``.regions``; ``cost`` names the extraction's
+    cost model (default ``knobs.DEFAULT_COST``, the searched partition). A bad model raises :class:`polysat.ir.diagnostics.PolysatError` with coded diagnostics."""
+    from . import knobs
     from .pipeline import Compilation
-    c = Compilation(model, arch=arch, rules_dirs=tuple(rules), cost=cost)
+    c = Compilation(model, arch=arch, rules_dirs=tuple(rules), cost=cost or knobs.DEFAULT_COST)
     c.program  # noqa: B018 — lower now: model errors surface here
     return c
 

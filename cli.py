@@ -319,7 +319,7 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", help="machine-readable output (diagnostics as JSON too)")
         sp.add_argument("--rules", action="append", metavar="DIR",
                         help="extra rule directory (.egg files), in addition to the shipped rules/; repeatable")
-        sp.add_argument("--cost", default="size", help="extraction cost model: size | model (default size)")
+        sp.add_argument("--cost", default=knobs.DEFAULT_COST, help=f"extraction cost model: model | size (default {knobs.DEFAULT_COST})")
         sp.add_argument("--bind", default=None, help="sizes of symbols, e.g. M=4096,N=4096: priced, planned (and the "
                         "demo's random inputs) at these sizes (unbound symbols: POLYSAT_PRICE_SYMBOL_SIZE=256 for "
                         "prices, POLYSAT_SYMBOL_SIZE=37 for the demo's inputs)")

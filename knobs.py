@@ -30,6 +30,12 @@ def _num(name: str, default, cast=int, lo=None):
     return v
 
 
+# The cost model every verb and the Python API extract under unless told otherwise (a fixed default, not an
+# environment knob): `model`, the searched partition priced on the device table (docs/DESIGN.md §Cost model);
+# `--cost size` keeps the smallest-term extraction.
+DEFAULT_COST = "model"
+
+
 # ---- the command and the evaluators -------------------------------------------------------------------
 
 def debug() -> int:

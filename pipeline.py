@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import knobs
 from .frontend import read_model
 from .ir.diagnostics import PolysatError, fail
 
@@ -199,7 +200,7 @@ class Compilation:
     model: "str | dict"
     arch: str = "sm90"
     rules_dirs: tuple = ()
-    cost: str = "size"
+    cost: str = knobs.DEFAULT_COST
     bind: "dict | None" = None  # symbol -> size (--bind); unbound symbols are priced at POLYSAT_PRICE_SYMBOL_SIZE
     _cache: dict = field(default_factory=dict)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from .. import knobs
 from ..analyses.polycore import analyze
 from ..egraph.graph import export
 from ..egraph.saturate import format_report
@@ -18,7 +19,7 @@ from .explain import explain_lines, explain_model, explain_size, hand_style
 from ..ir.user_names import node_names, region_names
 
 
-def run_extract(model, cost: str = "size", rules_dirs=None, arch: str = "sm90", bind=None) -> dict:
+def run_extract(model, cost: str = knobs.DEFAULT_COST, rules_dirs=None, arch: str = "sm90", bind=None) -> dict:
     """extract_result of the compilation of ``model`` (a path or a parsed document) with these options."""
     return extract_result(Compilation(model, arch=arch, rules_dirs=tuple(rules_dirs or ()), cost=cost, bind=bind))
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from onnx.backend.base import Backend, BackendRep
 
+from .. import knobs
 from ..frontend.onnx import FOLD_ONLY, _default_opset, dtype_of_onnx, import_onnx
 from ..ir.diagnostics import PolysatError, fail
 
@@ -52,7 +53,7 @@ class PolysatRep(BackendRep):
     """A prepared model: the compilation, its parameters, and the graph's input and output names. A model
     with shape inputs (:func:`shape_inputs`) is compiled when they arrive, once per distinct value."""
 
-    def __init__(self, model, target: str, cost: str = "size"):
+    def __init__(self, model, target: str, cost: str = knobs.DEFAULT_COST):
         self.model, self.target, self.cost = model, target, cost
         self.shape_names = shape_inputs(model)
         self.compiled: dict = {}
@@ -94,7 +95,7 @@ class PolysatRep(BackendRep):
 
 class PolysatBackend(Backend):
     target = "reference"
-    cost = "size"
+    cost = knobs.DEFAULT_COST
     declined: dict = {}
 
     @classmethod

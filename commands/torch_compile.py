@@ -13,12 +13,13 @@ import logging
 
 import numpy as np
 
+from .. import knobs
 from ..ir.diagnostics import PolysatError
 
 log = logging.getLogger("polysat.torch")
 
 
-def compile_graph(gm, example_inputs, target: str = "reference", cost: str = "size"):
+def compile_graph(gm, example_inputs, target: str = "reference", cost: str = knobs.DEFAULT_COST):
     """An ATen FX graph (every placeholder a runtime input) -> a callable over torch tensors."""
     import torch
     from ..cli import TARGETS
@@ -48,7 +49,7 @@ def polysat_backend(gm, example_inputs, options: dict | None = None, mode: str |
     from torch._decomp import core_aten_decompositions
     from torch._functorch.aot_autograd import aot_module_simplified
     options = dict(options or {})
-    target, cost = options.pop("target", "reference"), options.pop("cost", "size")
+    target, cost = options.pop("target", "reference"), options.pop("cost", knobs.DEFAULT_COST)
     if options or mode:
         log.warning("polysat: options %s and mode %r are not known (known options: target, cost)", sorted(options), mode)
 
