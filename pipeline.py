@@ -20,7 +20,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import knobs
 from .frontend import read_model
 from .ir.diagnostics import PolysatError, fail
 
@@ -200,7 +199,8 @@ class Compilation:
     model: "str | dict"
     arch: str = "sm90"
     rules_dirs: tuple = ()
-    cost: str = knobs.DEFAULT_COST
+    cost: str = "size"  # the loaded partition; every user entry point (CLI verbs, polysat.compile, torch.compile,
+    # the ONNX backend) passes knobs.DEFAULT_COST, the searched partition
     bind: "dict | None" = None  # symbol -> size (--bind); unbound symbols are priced at POLYSAT_PRICE_SYMBOL_SIZE
     _cache: dict = field(default_factory=dict)
 
