@@ -13,6 +13,7 @@ outputs are then scheduled and counted as bench/tinygrad_graph.py does (``timed_
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 
@@ -99,6 +100,28 @@ def _gather_constant_indices_of_any_rank(runner) -> None:
     runner.onnx_ops = {**runner.onnx_ops, "Gather": any_rank}
 
 
+@contextlib.contextmanager
+def _python_consts_on_device():
+    """tinygrad 0.14's runner reads shape-like inputs (CumSum's axis, Gather of a Shape, ...) as Python values
+    through ``Tensor.tolist``, which copies a device-less constant through the ``CPU`` device; that device
+    compiles its helper programs with clang at start-up, which a machine without clang lacks. Such a
+    constant is read on the bench's own device instead: the same values, and no kernel of the model's
+    schedule is added or removed (these reads happen while the runner builds, before the clock)."""
+    import tinygrad.nn.onnx as tonnx
+    from tinygrad import Tensor
+    plain = tonnx._to_python_const
+
+    def on_device(t, *args, **kw):
+        if isinstance(t, Tensor) and t.uop.device is None:
+            t = t.clone(DEVICE)
+        return plain(t, *args, **kw)
+    tonnx._to_python_const = on_device
+    try:
+        yield
+    finally:
+        tonnx._to_python_const = plain
+
+
 def outputs(model_bytes: bytes, inputs: dict) -> list:
     """The model's graph outputs as lazy tinygrad Tensors on the current device, built by tinygrad's
     ``OnnxRunner`` from ``model_bytes`` over ``inputs`` (realized, as are the initializers). An error
@@ -112,7 +135,8 @@ def outputs(model_bytes: bytes, inputs: dict) -> list:
     if held:  # (Tensor.realize takes at least one tensor)
         Tensor.realize(*held)
     try:
-        out = runner(xs)
+        with _python_consts_on_device():
+            out = runner(xs)
     except Exception as e:  # noqa: BLE001 — say which node tinygrad could not take
         where = _failed_node(e)
         if not where:
