@@ -63,7 +63,7 @@ def _merged_partition(doc: dict):
 
 
 def _inputs(program, rng) -> dict:
-    return {n.arg["tensor_id"]: (rng.standard_normal(tuple(int(d) for d in n.shape)) * 0.5).astype(np.float16)
+    return {n.arg["tensor_id"]: (rng.standard_normal(tuple(int(d) for d in n.shape)) * 0.5).astype(n.dtype.np)
             for n in program.inputs}
 
 
@@ -78,8 +78,27 @@ def _check_playback(c, prog, part, rng) -> None:
 def test_the_sibling_rules_are_sound_and_exercised():
     rep = check_rules(cases=3, seed=5, budget=3, only=["siblings"])
     assert rep.exit_status == 0, rep.format()
-    assert {v.rule.name for v in rep.verdicts} == {"mark-sibling-candidate", "mark-sibling-gemm", "mark-sibling-group",
-                                                 "sibling-gemms-concat2", "sibling-gemms-concat3"}
+    assert {v.rule.name for v in rep.verdicts} == {"mark-sibling-candidate", "mark-sibling-gemm", "mark-sibling-gemm-fp32",
+                                                 "mark-sibling-group", "sibling-gemms-concat2", "sibling-gemms-concat3"}
+
+
+def _fp32_read_back(width: int = 32) -> dict:
+    """Q/K/V-like fp32 projections of one X, each read by a consumer (an fp32 model, as ONNX exports one)."""
+    doc = sibling_gemms(tokens=8, width=width, dtype="fp32")
+    doc["graph"] += [{"op": "Elementwise", "name": "relu_a", "fn": "relu", "inputs": ["Ya"], "outputs": ["Ra"]},
+                     {"op": "Elementwise", "name": "mix", "fn": "mul", "inputs": ["Ra", "Yb"], "outputs": ["Z"]}]
+    doc["tensors"].update(Ra={"dtype": "fp32"}, Z={"dtype": "fp32"})
+    doc["signature"]["outputs"] = [{"tensor": "Z"}]
+    return doc
+
+
+def test_fp32_siblings_read_back_become_one_kernel_equal_to_the_reference():
+    c, report, cats, prog, part = _merged_partition(_fp32_read_back())
+    assert report.rules["mark-sibling-gemm-fp32"].matches >= 2 and report.rules["sibling-gemms-concat2"].matches >= 1
+    assert len(cats) == 1 and len(next(iter(cats.values()))) == 2
+    gemm = [k for k in part.kernels if sum(prog[i].op.name == "REDUCE" for i in k.nodes) == 2]
+    assert len(gemm) == 1 and list(gemm[0].inputs).count("X") == 1
+    _check_playback(c, prog, part, np.random.default_rng(0))
 
 
 def test_two_sibling_gemms_become_one_kernel_reading_x_once():

@@ -4,7 +4,8 @@ From the yield down to the accumulator: casts, adds of a tensor read (the kind d
 a residual), and any read-free expression f(x) of one value x that dominates the accumulator. f is recognised
 by evaluating it on a probe vector against scale (c*x), identity and every activation (relu, gelu_tanh,
 gelu_erf, silu, sigmoid), so it does not matter how the frontend or the e-graph spells them (max(x,0),
-2*sigmoid(2z)-1 for tanh, Abramowitz-Stegun erf...).
+2*sigmoid(2z)-1 for tanh, Abramowitz-Stegun erf...); any other such f (``y * y``: the value read more than
+once) is its own ops as an ``fn`` program (:mod:`.epilogue_fn`).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from ...ir.dtypes import DType
 from ...ir.region import R, RNode
+from . import epilogue_fn
 from .region_match import Lets, Reject, walk
 from .spec import EpilogueOp
 
@@ -47,47 +49,10 @@ def _dominators(lets: Lets, top: RNode, acc: RNode, dep) -> list[RNode]:
     return sorted(doms, key=lambda d: below[id(d)])
 
 
-_UNARY = {"neg": np.negative, "relu": lambda x: np.maximum(x, 0.0), "exp2": np.exp2, "log2": np.log2,
-          "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "reciprocal": lambda x: 1.0 / x}
-_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
-           "min": np.minimum, "pow": np.power, "cmplt": np.less, "cmpeq": np.equal, "cmpne": np.not_equal}
-
-
 def _probe(lets: Lets, top: RNode, x_node: RNode) -> np.ndarray | None:
     """f(PROBE) for the read-free fp32 expression top(x_node), or None if the block is not such a function."""
-    memo: dict = {}
-
-    def ev(n: RNode):
-        n = lets(n)
-        if n is x_node:
-            return PROBE
-        if id(n) in memo:
-            return memo[id(n)]
-        if n.op == R.CONST and n.dtype in (DType.fp32, DType.bool):
-            v = np.float64(n.arg) if n.dtype == DType.fp32 else bool(n.arg)
-        elif n.op == R.UNARY and n.dtype == DType.fp32 and (n.arg in _UNARY or n.arg == "cast"):
-            a = ev(n.src[0])
-            if a is None or (n.arg == "cast" and lets(n.src[0]).dtype not in (DType.fp32, DType.bool)):
-                return None
-            v = np.asarray(a, np.float64) if n.arg == "cast" else _UNARY[n.arg](a)
-        elif n.op == R.BINARY and n.arg in _BINARY and n.dtype in (DType.fp32, DType.bool):
-            a, b = ev(n.src[0]), ev(n.src[1])
-            if a is None or b is None:
-                return None
-            v = _BINARY[n.arg](a, b)
-        elif n.op == R.SELECT and n.dtype == DType.fp32 and lets(n.src[0]).op != R.PRED:
-            p, a, b = (ev(s) for s in n.src)
-            if p is None or a is None or b is None:
-                return None
-            v = np.where(p, a, b)
-        else:
-            return None  # reads, reductions, broadcasts, index guards, narrow dtypes: not a pointwise f(x)
-        memo[id(n)] = v
-        return v
-
-    with np.errstate(all="ignore"):
-        out = ev(top)
-    return None if out is None else np.broadcast_to(np.asarray(out, np.float64), PROBE.shape)
+    steps = epilogue_fn.from_region(lets, top, x_node)
+    return None if steps is None else epilogue_fn.evaluate(steps, PROBE)
 
 
 def activation_on(kind: str, x: np.ndarray) -> np.ndarray:
@@ -191,15 +156,23 @@ def peel_epilogue(lets: Lets, top: RNode, acc: RNode, out_dtype: DType, addend: 
             ops.append(addend(other))
             t, first = main, False
             continue
-        for d in _dominators(lets, t, acc, dep):
+        doms = _dominators(lets, t, acc, dep)
+        for d in doms:
             f = _probe(lets, t, d)
             found = identify(f) if f is not None else None
             if found is not None:
                 ops.extend(found)
                 t = d
                 break
-        else:
-            reject(f"the epilogue step {t.op.value} {t.arg or ''} is not a bias, residual, cast, scale or "
-                   "activation (relu, gelu_tanh, gelu_erf, silu, sigmoid) of the accumulator")
+        else:  # no named op: the widest read-free function of a dominator, as its program (read any number of times)
+            for d in doms:
+                steps = epilogue_fn.from_region(lets, t, d)
+                if steps is not None:
+                    ops.append(EpilogueOp("fn", steps=steps))
+                    t = d
+                    break
+            else:
+                reject(f"the epilogue step {t.op.value} {t.arg or ''} is not a bias, residual, cast or read-free "
+                       "fp32 function of the accumulator")
         first = False
     return tuple(reversed(ops))

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import jinja2
 
 from ...ir.dtypes import DType
+from . import epilogue_fn
 from .names import unique_idents
 from .spec import EpilogueOp, epilogue_tensors
 
@@ -104,6 +105,8 @@ def epilogue_args(epilogue: tuple[EpilogueOp, ...]) -> tuple[dict[str, str], lis
             d.update(literal=f"{float(op.value):.9e}f")
         elif op.kind == "cast":
             d.update(ctype=CTYPE[op.dtype])
+        elif op.kind == "fn":
+            d.update(lines=epilogue_fn.c_lines(op.steps))
         ops.append(d)
     return idents, tensors, ops
 

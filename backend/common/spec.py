@@ -11,11 +11,12 @@ from typing import Any, Iterable, Mapping, Union
 
 from ...ir.diagnostics import fail
 from ...ir.dtypes import DType, parse_dtype
+from . import epilogue_fn
 
 Size = Union[int, str]
 
 ACTIVATIONS = ("relu", "gelu_tanh", "gelu_erf", "silu", "sigmoid")
-EPILOGUE_KINDS = ("bias", "residual", "scale", "cast") + ACTIVATIONS
+EPILOGUE_KINDS = ("bias", "residual", "scale", "cast", "fn") + ACTIVATIONS
 IN_DTYPES = (DType.fp16, DType.bf16)
 OUT_DTYPES = (DType.fp16, DType.bf16, DType.fp32)
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -26,7 +27,8 @@ class EpilogueOp:
     """One op applied to the fp32 accumulator value v at (batch b, row m, column n).
 
     bias: v + t[n] (axis "n") or v + t[m] (axis "m"); residual: v + t[b, m, n] (same shape as C);
-    scale: v * value; cast: v rounded to dtype (and kept as fp32); activations: v -> f(v).
+    scale: v * value; cast: v rounded to dtype (and kept as fp32); activations: v -> f(v); fn: v -> the
+    program ``steps`` (backend/common/epilogue_fn.py: any read-free fp32 function, v read any number of times).
     ``dtype`` is the tensor's element type for bias/residual, the target type for cast.
     """
     kind: str
@@ -34,6 +36,7 @@ class EpilogueOp:
     axis: str = "n"
     dtype: DType | None = None
     value: float = 1.0
+    steps: tuple = ()
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {"op": self.kind}
@@ -45,6 +48,8 @@ class EpilogueOp:
             d["dtype"] = self.dtype.value
         if self.kind == "scale":
             d["value"] = self.value
+        if self.kind == "fn":
+            d["steps"] = epilogue_fn.to_json(self.steps)
         return d
 
 

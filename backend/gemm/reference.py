@@ -14,6 +14,7 @@ import numpy as np
 
 from ...ir.diagnostics import fail
 from ...ir.dtypes import round_to
+from ..common.epilogue_fn import evaluate
 from .spec import GemmSpec, packed_dims
 
 
@@ -92,6 +93,8 @@ def reference(spec: GemmSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str
             v = v * np.float32(op.value)
         elif op.kind == "cast":
             v = _f32(round_to(v, op.dtype))
+        elif op.kind == "fn":
+            v = evaluate(op.steps, _f32(v))
         else:
             v = activation(op.kind, v)
         v = v.astype(np.float32)

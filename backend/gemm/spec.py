@@ -35,6 +35,7 @@ from typing import Any, Mapping
 
 from ...ir.diagnostics import fail
 from ...ir.dtypes import DType
+from ..common import epilogue_fn
 from ..common.spec import (EPILOGUE_KINDS, IN_DTYPES, OUT_DTYPES, EpilogueOp, Size, check_sizes, epilogue_dtypes,
                            epilogue_tensors, parse_spec_dtype, resolve_size, symbols_of)
 
@@ -154,7 +155,7 @@ class GemmSpec:
         try:
             ops = tuple(EpilogueOp(kind=o["op"], tensor=o.get("tensor"), axis=o.get("axis", "n"),
                                    dtype=parse_spec_dtype(o.get("dtype"), at) if o.get("dtype") is not None else None,
-                                   value=float(o.get("value", 1.0)))
+                                   value=float(o.get("value", 1.0)), steps=epilogue_fn.from_json(o.get("steps")))
                         for o in d.get("epilogue", ()))
             return GemmSpec(name=d["name"], m=d["m"], n=d["n"], k=d["k"], batch=tuple(d.get("batch", ())),
                             in_dtype=parse_spec_dtype(d.get("in_dtype", "fp16"), at), out_dtype=parse_spec_dtype(d.get("out_dtype", "fp16"), at),
@@ -287,6 +288,9 @@ def validate(s: GemmSpec) -> None:
             fail("InvalidAttribute", at, "cast needs a float dtype (fp16, bf16, fp32)")
         if op.kind == "scale" and not math.isfinite(op.value):
             fail("InvalidAttribute", at, f"scale {op.value!r} is not finite")
+        why = epilogue_fn.check(op.steps) if op.kind == "fn" else None
+        if why is not None:
+            fail("InvalidAttribute", at, why)
     for nm in names:
         if not isinstance(nm, str) or not nm:
             fail("InvalidAttribute", at, "tensor names are non-empty strings")

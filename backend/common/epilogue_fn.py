@@ -1,0 +1,188 @@
+"""The ``fn`` epilogue op: any read-free fp32 function of the accumulator, as a straight-line program.
+
+The named epilogue ops (scale, relu, gelu, silu, sigmoid) cover the activations a frontend spells; every other
+elementwise function of the accumulator (``y * y``, ``y * sigmoid(1.702 y)``, ``min(max(y, a), b)``, a value read
+several times) is its RB-SSA ops copied as a program: one step per op, in dependency order, each step's
+arguments the input value ``("v",)``, an earlier step ``("s", i)``, an fp32 constant ``("c", x)`` or a bool one
+``("b", p)``. The same program is the kernel's C code (:func:`c_lines`), the numpy meaning (:func:`evaluate`,
+in the input's float type) and the probe the peeler recognises the named ops by (``epilogue.py``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from ...ir.dtypes import DType
+from ...ir.region import R, RNode
+
+UNARY = {"neg": np.negative, "relu": lambda x: np.maximum(x, x.dtype.type(0)), "exp2": np.exp2, "log2": np.log2,
+         "sqrt": np.sqrt, "rsqrt": lambda x: x.dtype.type(1) / np.sqrt(x), "reciprocal": lambda x: x.dtype.type(1) / x,
+         "cast": None}
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
+          "min": np.minimum, "pow": np.power, "cmplt": np.less, "cmpeq": np.equal, "cmpne": np.not_equal}
+_C_UNARY = {"neg": "(-{0})", "relu": "fmaxf({0}, 0.0f)", "exp2": "exp2f({0})", "log2": "log2f({0})",
+            "sqrt": "sqrtf({0})", "rsqrt": "(1.0f / sqrtf({0}))", "reciprocal": "(1.0f / {0})",
+            "cast": "({0} ? 1.0f : 0.0f)"}
+_C_BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+             "max": "fmaxf({0}, {1})", "min": "fminf({0}, {1})", "pow": "powf({0}, {1})", "cmplt": "({0} < {1})",
+             "cmpeq": "({0} == {1})", "cmpne": "({0} != {1})"}
+COMPARE = ("cmplt", "cmpeq", "cmpne")
+MAX_STEPS = 64  # a longer chain is no epilogue (and would bloat every kernel's register budget)
+
+Arg = tuple
+Step = tuple  # (op, (arg, ...))
+
+
+def from_region(lets: Callable[[RNode], RNode], top: RNode, x_node: RNode) -> tuple[Step, ...] | None:
+    """top as a program of x_node: fp32 (and bool) constants, unary, binary and value selects only; None when
+    top reads memory, reduces, broadcasts, guards an index or computes in another dtype."""
+    steps: list[Step] = []
+    at: dict[int, Arg] = {}
+
+    def go(n: RNode) -> Arg | None:
+        n = lets(n)
+        if n is x_node:
+            return ("v",)
+        if id(n) in at:
+            return at[id(n)]
+        if n.op == R.CONST and n.dtype == DType.fp32:
+            a: Arg = ("c", float(n.arg))
+        elif n.op == R.CONST and n.dtype == DType.bool:
+            a = ("b", bool(n.arg))
+        elif n.op == R.UNARY and n.dtype == DType.fp32 and n.arg in UNARY:
+            src = lets(n.src[0])
+            if n.arg == "cast" and src.dtype == DType.fp32:
+                a = go(src)  # fp32 -> fp32: no step
+            elif n.arg == "cast" and src.dtype != DType.bool:
+                return None
+            else:
+                s = go(src)
+                if s is None:
+                    return None
+                steps.append((n.arg, (s,)))
+                a = ("s", len(steps) - 1)
+        elif n.op == R.BINARY and n.arg in BINARY and n.dtype in (DType.fp32, DType.bool) \
+                and (n.arg in COMPARE) == (n.dtype == DType.bool):
+            args = tuple(go(s) for s in n.src)
+            if any(x is None for x in args) or any(lets(s).dtype != DType.fp32 for s in n.src):
+                return None
+            steps.append((n.arg, args))
+            a = ("s", len(steps) - 1)
+        elif n.op == R.SELECT and n.dtype == DType.fp32 and lets(n.src[0]).op != R.PRED \
+                and lets(n.src[0]).dtype == DType.bool:
+            args = tuple(go(s) for s in n.src)
+            if any(x is None for x in args):
+                return None
+            steps.append(("select", args))
+            a = ("s", len(steps) - 1)
+        else:
+            return None
+        if a is None or len(steps) > MAX_STEPS:
+            return None
+        at[id(n)] = a
+        return a
+
+    out = go(top)  # top's step is the last one made (v itself or a constant is no program)
+    if out is None or out != ("s", len(steps) - 1) or steps[-1][0] in COMPARE:
+        return None
+    return tuple(steps)
+
+
+def evaluate(steps: tuple[Step, ...], v: np.ndarray) -> np.ndarray:
+    """The program on v, computed in v's float type (fp32 for the kernel's meaning, fp64 for the probe)."""
+    v = np.asarray(v)
+    ft = v.dtype.type
+    vals: list[Any] = []
+
+    def arg(a: Arg):
+        return v if a[0] == "v" else vals[a[1]] if a[0] == "s" else ft(a[1]) if a[0] == "c" else np.bool_(a[1])
+
+    with np.errstate(all="ignore"):
+        for op, args in steps:
+            xs = [arg(a) for a in args]
+            if op == "select":
+                r = np.where(xs[0], xs[1], xs[2])
+            elif op == "cast":
+                r = np.asarray(xs[0], dtype=v.dtype)
+            elif op in UNARY:
+                r = UNARY[op](np.asarray(xs[0], dtype=v.dtype))
+            else:
+                r = BINARY[op](*xs)
+            vals.append(np.asarray(r, dtype=np.bool_ if op in COMPARE else v.dtype))
+    return np.broadcast_to(vals[-1], v.shape).astype(v.dtype)
+
+
+def _literal(x: float) -> str:
+    if math.isnan(x):
+        return "NAN"
+    if math.isinf(x):
+        return "INFINITY" if x > 0 else "(-INFINITY)"
+    return f"{x:.9e}f"
+
+
+def c_lines(steps: tuple[Step, ...], var: str = "v") -> list[str]:
+    """The program as C statements that replace the float var by its value (names ``f0, f1, ..`` local to a
+    block the caller opens)."""
+    def arg(a: Arg) -> str:
+        return var if a[0] == "v" else f"f{a[1]}" if a[0] == "s" else _literal(a[1]) if a[0] == "c" else \
+            ("true" if a[1] else "false")
+    lines = []
+    for i, (op, args) in enumerate(steps):
+        xs = [arg(a) for a in args]
+        if op == "select":
+            expr = f"({xs[0]} ? {xs[1]} : {xs[2]})"
+        else:
+            expr = (_C_UNARY if op in _C_UNARY and len(xs) == 1 else _C_BINARY)[op].format(*xs)
+        lines.append(f"const {'bool' if op in COMPARE else 'float'} f{i} = {expr};")
+    lines.append(f"{var} = f{len(steps) - 1};")
+    return lines
+
+
+def check(steps: Any) -> str | None:
+    """Why steps is not a well-formed program, or None."""
+    if not isinstance(steps, tuple) or not steps or len(steps) > MAX_STEPS:
+        return f"an fn epilogue is 1 to {MAX_STEPS} steps"
+    kinds: list[str] = []
+    for i, st in enumerate(steps):
+        if not (isinstance(st, tuple) and len(st) == 2 and isinstance(st[1], tuple)):
+            return f"step {i} is not (op, args)"
+        op, args = st
+        arity = 3 if op == "select" else 1 if op in UNARY else 2 if op in BINARY else None
+        if arity is None or len(args) != arity:
+            return f"step {i}: unknown op {op!r} or wrong argument count"
+        got = []
+        for a in args:
+            if not isinstance(a, tuple) or not a or a[0] not in ("v", "s", "c", "b"):
+                return f"step {i}: bad argument {a!r}"
+            if a[0] == "s" and not (len(a) == 2 and isinstance(a[1], int) and 0 <= a[1] < i):
+                return f"step {i}: argument {a!r} is not an earlier step"
+            if a[0] == "c" and not (len(a) == 2 and isinstance(a[1], float)):
+                return f"step {i}: constant {a!r} is not a float"
+            got.append("bool" if a[0] == "b" or (a[0] == "s" and kinds[a[1]] == "bool") else "float")
+        want = (["bool", "float", "float"] if op == "select" else ["bool"] if op == "cast"
+                else ["float"] * arity)
+        if got != want:
+            return f"step {i}: {op} takes {', '.join(want)}, got {', '.join(got)}"
+        kinds.append("bool" if op in COMPARE else "float")
+    if kinds[-1] != "float":
+        return "an fn epilogue ends in a float"
+    return None
+
+
+def to_json(steps: tuple[Step, ...]) -> list:
+    return [[op, [list(a) for a in args]] for op, args in steps]
+
+
+def from_json(x: Any) -> tuple[Step, ...]:
+    """The program of its JSON form (checked by the spec's validation, not here)."""
+    if not isinstance(x, list):
+        return ()
+    out = []
+    for st in x:
+        if not (isinstance(st, list) and len(st) == 2 and isinstance(st[1], list)):
+            return ()
+        out.append((st[0], tuple((a[0], float(a[1]) if a[0] == "c" else a[1]) if isinstance(a, list) and len(a) == 2
+                                 else tuple(a) if isinstance(a, list) else a for a in st[1])))
+    return tuple(out)
