@@ -10,11 +10,13 @@ kernels' ``analyses/price.py price`` (time_est_us on the shapes ``params`` binds
 region content (pricing/kernels.py: tensor and statement names canonicalized), so a kernel met again, in another
 candidate or another identical layer, is priced once.
 
-The search: the loaded default partition's decisions (search/sites.py, what ``--cost
-size`` keeps) are realized and priced; the global merge search (search/merge.py: a bounded
+The search: two complete partitions are realized and priced first, one kernel per op (every site cut)
+and the loaded default partition's decisions (search/sites.py, what ``--cost size`` keeps), the cheaper
+one the incumbent; the global merge search (search/merge.py: a bounded
 branch and bound over the groupings of the one-kernel-per-op kernels, exact when its stop reason is
 "exhausted") chooses the kernels by the sum of their prices; its decisions are realized in the e-graph
-and priced whole, and the cheaper of the two is kept, so the search never ends above ``--cost size``.
+and priced whole, and replace the incumbent only when cheaper, so the search never ends above one kernel
+per op or ``--cost size``, whichever limit stops it.
 With at most EXACT_SITES sites a descent then polishes: each round prices fusing every site still cut
 (and, once that gains nothing, cutting every fused site again), takes the best move, then the other
 improving ones while they still improve, until none improves; it may cut a merge search fusion again
@@ -139,14 +141,20 @@ class ModelCost(SearchingCost):
         base = extract(frozenset())  # every site cut; priced on demand (Search.baseline)
         if base.extraction is None:
             fail("InternalError", "extraction", "no term with every kernel boundary cut")
-        seed = evaluate(default_fused(state, view, st, streams))  # the loaded default partition
+        # the two complete partitions priced first, the cheaper one the incumbent: one kernel per op (every
+        # site cut: legal, since no conflict fuses nothing) and the loaded default partition (what --cost
+        # size keeps); every later step replaces the incumbent only by a cheaper one, so the search never
+        # returns a partition priced above either, whichever limit stops it
+        unfused = evaluate(frozenset())
+        seed = evaluate(default_fused(state, view, st, streams))
+        cur = seed if seed.total <= unfused.total else unfused
         # a group is judged as it is realized: its softmax-weighted sums streamed (the realized partition
         # is checked again on its own extraction below)
         grouped = streamed_terms(view, base.extraction.chosen, roots) if stream else base.extraction.chosen
-        cur = seed
-        # the global merge search over the one-kernel-per-op partition (search/merge.py)
+        # the global merge search over the one-kernel-per-op partition (search/merge.py), its first path
+        # the incumbent's decisions
         merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
-                                                    lambda sites: violations(view, sites, grouped), self.limits, seed.fused)
+                                                    lambda sites: violations(view, sites, grouped), self.limits, cur.fused)
         big = len(st) > self.exact_sites
         # realized: streaming every softmax-weighted sum at once first on a large program (the merge
         # search's space has no streams), then the merge search's decisions alone
@@ -158,8 +166,6 @@ class ModelCost(SearchingCost):
             if cand.total < cur.total:
                 cur = cand
                 break
-        if cur.total == math.inf:  # neither is legal: every site cut
-            cur = evaluate(frozenset())
         value_of = site_values(view, st)  # Mat site -> the class of the value it materializes
 
         def live(cand: Candidate) -> list:  # sites whose cut the extraction actually uses
