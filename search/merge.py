@@ -92,6 +92,7 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
     absorbing that kernel first (the order only changes how soon the bound bites)."""
     n = len(items)
     readers = {it.name: frozenset(it.readers) for it in items}
+    order = {it.name: k for k, it in enumerate(items)}
     prices: dict = {}
     legal_memo: dict = {}
 
@@ -126,19 +127,19 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
         """(group, pending left) when items[i] is a root, None when a pending kernel it reads could
         then never join a group."""
         name = items[i].name
-        group, grew = {name}, True
-        while grew:
-            grew = False
-            for p in pending:
-                if p not in group and readers[p] <= group:
-                    group.add(p)
-                    grew = True
+        group = {name}
+        for p in sorted(pending, key=order.__getitem__, reverse=True):  # readers before the kernels they read
+            if readers[p] <= group:
+                group.add(p)
         if any(readers[p] & group for p in pending - group):
             return None
         g = frozenset(group)
         return g, pending - g
 
-    def solve(i: int, pending: frozenset, budget: float, spent: float) -> float:
+    def solve(i: int, pending: frozenset, budget: float, spent: float):
+        """The subproblem's value, as a generator: it yields each sub-subproblem it needs, (i, pending,
+        budget, spent), and is sent its value (``run`` drives them from an explicit stack, so the depth,
+        one level per kernel, is no Python recursion)."""
         key = (i, pending)
         if key in memo:
             v, exact, _ = memo[key]
@@ -181,7 +182,7 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
                 continue
             if group is not None:
                 path.append((it.name, group))
-            v = c + solve(i + 1, nxt, cut - c, spent + c)
+            v = c + (yield i + 1, nxt, cut - c, spent + c)
             if group is not None:
                 path.pop()
             if v < best:
@@ -193,8 +194,21 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
         memo[key] = (bound, False, None)
         return bound
 
+    def run() -> float:
+        stack, value = [solve(0, frozenset(), math.inf, 0.0)], None
+        while stack:
+            try:
+                sub = stack[-1].send(value)
+            except StopIteration as done:
+                stack.pop()
+                value = done.value
+                continue
+            stack.append(solve(*sub))
+            value = None
+        return value
+
     try:
-        total = solve(0, frozenset(), math.inf, 0.0)
+        total = run()
     except _Stop:  # the best partition found before the limit (none proven optimal)
         found = incumbent["groups"] or {}
         return MergeResult(found, incumbent["total"], stats["stop"], stats["nodes"], stats["priced"],

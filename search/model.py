@@ -152,9 +152,9 @@ class ModelCost(SearchingCost):
         # is checked again on its own extraction below)
         grouped = streamed_terms(view, base.extraction.chosen, roots) if stream else base.extraction.chosen
         # the global merge search over the one-kernel-per-op partition (search/merge.py), its first path
-        # the incumbent's decisions
+        # the default partition's decisions
         merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
-                                                    lambda sites: violations(view, sites, grouped), self.limits, cur.fused)
+                                                    lambda sites: violations(view, sites, grouped), self.limits, seed.fused)
         big = len(st) > self.exact_sites
         # realized: streaming every softmax-weighted sum at once first on a large program (the merge
         # search's space has no streams), then the merge search's decisions alone

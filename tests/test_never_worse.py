@@ -67,8 +67,8 @@ def test_motifs_stopped_at_once_keep_the_cheaper_baseline(k, monkeypatch):
 
 
 def test_a_default_partition_priced_above_one_kernel_per_op_is_not_returned(monkeypatch):
-    """Whatever the merge search returns (here: one stopped on its first path, which keeps the hinted
-    incumbent's decisions) and with no descent after it (as on a large program), the dearer baseline is
+    """Whatever the merge search returns (here: one stopped on its first path, which keeps the default
+    partition's decisions) and with no descent after it (as on a large program), the dearer baseline is
     never the answer."""
     real = search_model.merge_phase
     init = search_model.ModelCost.__init__
