@@ -135,6 +135,15 @@ def streaming() -> bool:
     return _num("POLYSAT_STREAMING", 1) != 0
 
 
+def progress() -> "bool | None":
+    """POLYSAT_PROGRESS: 1 shows a compile's stages and progress on stderr, 0 never; unset (the default): shown
+    when stderr is a terminal and the command was not asked for --json."""
+    text = os.environ.get("POLYSAT_PROGRESS")
+    if text is None or not text.strip():
+        return None
+    return _num("POLYSAT_PROGRESS", 0, lo=0) != 0
+
+
 # ---- pictures -----------------------------------------------------------------------------------------
 
 def viz_max_classes() -> int:

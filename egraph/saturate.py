@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import knobs
+from ..ir import progress
 from ..ir.diagnostics import fail
 from ..ir.tiny import Program
 from .rulefiles import discover, parse_file
@@ -199,6 +200,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
                 stop, grew = e.reason, True
             after = st.enodes()
             rep.iterations.append(Iteration(done, ph.name, after, time.perf_counter() - ti, dict(drive.matches)))
+            progress.note(f"iteration {done} ({ph.name}): {after} e-nodes, {time.perf_counter() - ti:.1f} s")
             if stop is None:
                 _check_conflicts(st, drive.matches)
                 if after > lim.nodes:

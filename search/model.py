@@ -50,6 +50,7 @@ from ..egraph.graph import export
 from ..egraph.saturate import OPT_IN, default_schedule, rule_files, run
 from ..egraph.state import EGraphState, new_state
 from ..egraph.totiny import to_tiny
+from ..ir import progress
 from ..ir.diagnostics import fail
 from ..ir.tiny import Program
 from ..ir.user_names import original_ids
@@ -101,7 +102,10 @@ class ModelCost(SearchingCost):
         segmented program is searched once per distinct segment and stitched (search/stitch.py)."""
         if isinstance(state, SegmentedState):
             params = bind_params(state.program, self.params)
-            found = {k: self.for_program(st.program, params).search(st, stream) for k, st in state.states.items()}
+            found = {}
+            for j, (k, st) in enumerate(state.states.items()):
+                with progress.stage(f"segment {j + 1} of {len(state.states)} distinct ({len(st.program.nodes)} nodes)"):
+                    found[k] = self.for_program(st.program, params).search(st, stream)
             return stitch(state, found)
         view = export(state)
         roots = [view.by_index[state.index[nid]] for _, nid in state.program.outputs]
@@ -148,6 +152,7 @@ class ModelCost(SearchingCost):
         unfused = evaluate(frozenset())
         seed = evaluate(default_fused(state, view, st, streams))
         cur = seed if seed.total <= unfused.total else unfused
+        progress.note(f"{len(st)} sites; one kernel per op {unfused.total:.1f} µs, default partition {seed.total:.1f} µs")
         # a group is judged as it is realized: its softmax-weighted sums streamed (the realized partition
         # is checked again on its own extraction below)
         grouped = streamed_terms(view, base.extraction.chosen, roots) if stream else base.extraction.chosen
@@ -155,6 +160,7 @@ class ModelCost(SearchingCost):
         # the default partition's decisions
         merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
                                                     lambda sites: violations(view, sites, grouped), self.limits, seed.fused)
+        progress.note(f"merge search: {merge.stop}, {merge.priced} groups priced")
         big = len(st) > self.exact_sites
         # realized: streaming every softmax-weighted sum at once first on a large program (the merge
         # search's space has no streams), then the merge search's decisions alone
