@@ -105,6 +105,13 @@ def search_seconds() -> float:
     return _num("POLYSAT_SEARCH_SECONDS", 2.0, float, lo=0)
 
 
+def search_total_seconds() -> float:
+    """POLYSAT_SEARCH_TOTAL_SECONDS: CPU seconds of the whole ``--cost model`` search of one program (one
+    distinct segment), its merge search, polish and descent together (default 30); past it the polish and
+    the descent stop with the best complete partition priced, and the stop reason says so."""
+    return _num("POLYSAT_SEARCH_TOTAL_SECONDS", 30.0, float, lo=0)
+
+
 def load_chunk() -> int:
     """POLYSAT_EGRAPH_CHUNK: loader commands per egglog program when a model is loaded into the e-graph
     (flat loading; default 200)."""

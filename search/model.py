@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 
 from ..egraph.api import Extraction
 from ..egraph.boundaries import all_cuts
@@ -107,6 +108,7 @@ class ModelCost(SearchingCost):
                 with progress.stage(f"segment {j + 1} of {len(state.states)} distinct ({len(st.program.nodes)} nodes)"):
                     found[k] = self.for_program(st.program, params).search(st, stream)
             return stitch(state, found)
+        deadline = time.process_time() + self.limits.total  # the polish and the descent stop there
         view = export(state)
         roots = [view.by_index[state.index[nid]] for _, nid in state.program.outputs]
         params = bind_params(state.program, self.params)
@@ -159,7 +161,8 @@ class ModelCost(SearchingCost):
         # the global merge search over the one-kernel-per-op partition (search/merge.py), its first path
         # the default partition's decisions
         merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
-                                                    lambda sites: violations(view, sites, grouped), self.limits, seed.fused)
+                                                    lambda sites: violations(view, sites, grouped), self.limits, seed.fused,
+                                                    deadline)
         progress.note(f"merge search: {merge.stop}, {merge.priced} groups priced")
         big = len(st) > self.exact_sites
         # realized: streaming every softmax-weighted sum at once first on a large program (the merge
@@ -196,13 +199,23 @@ class ModelCost(SearchingCost):
             return live(cand) if exact else [m for m in live(cand) if m not in streams
                                              and not computes_reduction(view, cand.extraction.chosen, value_of.get(m))]
         rounds = self.max_rounds if exact else FUSE_ROUNDS
+        late = False  # the search's total CPU time ran out: the descent keeps what it has
+
+        def priced_moves(kind: str) -> list:
+            nonlocal late
+            out = []
+            for mv in moves(cur.fused, open_sites(cur), streams, kept):
+                if mv[0] == kind:
+                    if time.process_time() > deadline:
+                        late = True
+                        break
+                    out.append((evaluate(apply(cur.fused, mv)), mv))
+            return sorted(out, key=lambda km: km[0].total)
         for _ in range(rounds):
             gain = []
             for kind in ("fuse", "cut") if exact else ("fuse",):  # cutting again is tried once fusing gains nothing
-                tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, open_sites(cur), streams, kept)
-                                if mv[0] == kind), key=lambda km: km[0].total)
-                gain = [(k, mv) for k, mv in tried if k.total < cur.total]
-                if gain:
+                gain = [(k, mv) for k, mv in priced_moves(kind) if k.total < cur.total]
+                if gain or late:
                     break
             if not gain:
                 break
@@ -211,6 +224,8 @@ class ModelCost(SearchingCost):
                 nxt = evaluate(apply(cur.fused, mv))
                 if nxt.total < cur.total:
                     cur = nxt
+            if late:
+                break
         streamed = [Streamed(c, cur.total, len(cur.priced), int(cur.extraction.chosen[c].args[1]))
                     for c in sorted(streams & cur.fused) if cur.extraction.chosen.get(c) is not None
                     and cur.extraction.chosen[c].op == "SoftmaxSum"]
@@ -234,8 +249,9 @@ class ModelCost(SearchingCost):
                 fused = total_us(cand.priced) if cand.extraction is not None else None
                 out.append(Rejection(c, why, final.total, fused, len(final.priced), len(cand.priced)))
             return out
+        stop = merge.stop + (f"; the descent stopped at the time limit ({self.limits.total:g} s CPU)" if late else "")
         return Search(cur, lambda: evaluate(frozenset(), price_illegal=True), rejections, len(memo), st, streamed,
-                      merge.stop, merge.nodes, merge.priced)
+                      stop, merge.nodes, merge.priced)
 
 
 def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:

@@ -210,3 +210,21 @@ def test_the_bounded_search_returns_the_optimum_the_lifted_search_proves(name, m
     assert lifted.search.stop == "exhausted"
     assert lifted.search.groups_priced > bounded.search.groups_priced
     assert bounded.search.best.total <= lifted.search.best.total * (1 + 1e-9)
+
+
+def test_the_polish_stops_at_its_deadline_and_says_so():
+    """Past its deadline the polish takes no further join; it keeps the partition it has and says why."""
+    from polysat.search.merge import _polish
+    stopped = 0
+    for seed in range(12):
+        rng = random.Random(100 + seed)
+        items = random_graph(rng, rng.randint(3, 7))
+        price, lower, legal = pricing(rng, items)
+        first = merge_search(items, price, lower, legal, SearchLimits(prices=0), prefer=lambda k: False)
+        if first.stop == "exhausted" or "join" not in _polish(items, first, price, lower, legal).stop:
+            continue  # nothing to polish
+        late = _polish(items, first, price, lower, legal, deadline=0.0, total=5.0)
+        assert late.stop == "price limit (0 groups priced), then 0 join(s) (the polish stopped at the time limit: 5 s CPU)"
+        assert late.groups == first.groups and late.total == first.total
+        stopped += 1
+    assert stopped

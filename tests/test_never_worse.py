@@ -77,8 +77,17 @@ def test_a_default_partition_priced_above_one_kernel_per_op_is_not_returned(monk
 
     def first_path_only(*args):
         fused, res, rejected = real(*args)
-        return args[-1], dataclasses.replace(res, stop="price limit (0 groups priced)"), rejected
+        return args[9], dataclasses.replace(res, stop="price limit (0 groups priced)"), rejected  # (the hint)
     monkeypatch.setattr(search_model, "merge_phase", first_path_only)
     chosen, unfused, sized, stop = _prices(_gemm_rmsnorm())
     assert sized > 1.5 * unfused  # the case: the default partition is the dearer baseline
     assert _not_above(chosen, unfused, sized) and "price limit" in stop, (chosen, unfused, sized, stop)
+
+
+def test_a_search_out_of_time_says_so_and_keeps_the_best_partition_priced(monkeypatch):
+    """POLYSAT_SEARCH_TOTAL_SECONDS spent (here: none given): the descent after the merge search stops at
+    once, its stop reason says so, and the partition returned is still at or below both baselines."""
+    monkeypatch.setenv("POLYSAT_SEARCH_TOTAL_SECONDS", "0")
+    chosen, unfused, sized, stop = _prices(_gemm_rmsnorm())
+    assert "the descent stopped at the time limit (0 s CPU)" in stop, stop
+    assert _not_above(chosen, unfused, sized), (chosen, unfused, sized)
