@@ -48,7 +48,7 @@ from ..egraph.boundaries import all_cuts
 from ..egraph.cost import Needs, SearchingCost, SizeCost, register
 from ..egraph.extract import solve
 from ..egraph.graph import export
-from ..egraph.saturate import OPT_IN, default_schedule, rule_files, run
+from ..egraph.saturate import OPT_IN, StopReason, default_schedule, rule_files, run
 from ..egraph.state import EGraphState, new_state
 from ..egraph.totiny import to_tiny
 from ..ir import progress
@@ -155,6 +155,8 @@ class ModelCost(SearchingCost):
         seed = evaluate(default_fused(state, view, st, streams))
         cur = seed if seed.total <= unfused.total else unfused
         progress.note(f"{len(st)} sites; one kernel per op {unfused.total:.1f} µs, default partition {seed.total:.1f} µs")
+        if state.no_facts:  # no rule said which fusions are illegal: only the two partitions legal by construction
+            return Search(cur, lambda: unfused, lambda: [], len(memo), st, [], f"not searched: {state.no_facts}", 0, 0)
         # a group is judged as it is realized: its softmax-weighted sums streamed (the realized partition
         # is checked again on its own extraction below)
         grouped = streamed_terms(view, base.extraction.chosen, roots) if stream else base.extraction.chosen
@@ -274,6 +276,9 @@ def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bo
 def _saturate_one(program: Program, rules_dirs, limits, builtin: bool) -> tuple:
     st = new_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program))
     opt_in = tuple(r for r in OPT_IN if r != "streaming" or streaming())
-    return st, run(st, default_schedule(st.rulesets, opt_in), limits)
+    rep = run(st, default_schedule(st.rulesets, opt_in), limits)
+    if rep.stop != StopReason.saturated:  # the legality facts and conflicts are the schedule's last phases
+        st.no_facts = f"the saturation stopped at its {rep.stop.value.replace('_', ' ')} before the fusion legality facts"
+    return st, rep
 
 

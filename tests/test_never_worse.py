@@ -91,3 +91,12 @@ def test_a_search_out_of_time_says_so_and_keeps_the_best_partition_priced(monkey
     chosen, unfused, sized, stop = _prices(_gemm_rmsnorm())
     assert "the descent stopped at the time limit (0 s CPU)" in stop, stop
     assert _not_above(chosen, unfused, sized), (chosen, unfused, sized)
+
+
+def test_a_saturation_stopped_before_the_legality_facts_keeps_a_partition_legal_by_construction(monkeypatch):
+    """No fusion-facts/-conflicts ran (an iteration limit stopped the rewrites): no rule said which fusions
+    are illegal, so the search returns the cheaper of one kernel per op and the default partition, and says so."""
+    monkeypatch.setenv("POLYSAT_EGRAPH_ITERS", "2")
+    chosen, unfused, sized, stop = _prices(_gemm_rmsnorm())
+    assert stop == ("not searched: the saturation stopped at its iter limit before the fusion legality facts"), stop
+    assert chosen == pytest.approx(unfused) and _not_above(chosen, unfused, sized)
