@@ -1,5 +1,5 @@
 """The ``--cost model`` search never returns a partition priced above one kernel per op or above the
-``--cost size`` partition, whatever limit stops it (docs/DESIGN.md §Cost model; issue 26 item 1)."""
+``--cost size`` partition, whatever limit stops it (docs/DESIGN.md §Cost model)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,5 +1,5 @@
 """A long compile shows its stages on stderr when asked (a terminal, or POLYSAT_PROGRESS=1), never on stdout
-and never in a --json command's output unless forced (ir/progress.py; issue 26 item 5)."""
+and never in a --json command's output unless forced (ir/progress.py)."""
 from __future__ import annotations
 
 import json
