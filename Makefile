@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 EXAMPLE ?= examples/gemm_bias_relu.json
 COST ?= model
 
-.PHONY: demo test bench-compile bench-fusion bench-zoo gpu-check gpu-wheels install clean
+.PHONY: demo test bench-compile bench-fusion bench-zoo bench-scale gpu-check gpu-wheels install clean
 
 $(BIN)/polysat: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,12 @@ bench-fusion: install
 # torch.compile, beside tinygrad and Inductor (bench/zoo.py); QUICK= for every model
 bench-zoo: install
 	$(BIN)/python -m polysat.bench.zoo $(QUICK)
+
+# large weight-free ONNX graphs (LLaMA-2-7B / LLaMA-3-8B layers, GPT-2 small..XL, ResNet-50/101/152, a soft MoE of
+# 2..64 experts, a U-Net) through polysat --cost model beside tinygrad's scheduler, CPU seconds and peak RSS of
+# each (bench/scale.py); QUICK= for every graph (an hour or more)
+bench-scale: install
+	$(BIN)/python -m polysat.bench.scale $(QUICK)
 
 # On a GPU machine: every gpu test, compute-sanitizer on one launch of every kernel kind, every bench, one report
 # (bench/gpu_check.py; docs/gpu_check.md). Runs the package from this checkout under the name polysat, with

@@ -111,6 +111,13 @@ def search_seconds() -> float:
     return _num("POLYSAT_SEARCH_SECONDS", 2.0, float, lo=0)
 
 
+def search_total_seconds() -> float:
+    """POLYSAT_SEARCH_TOTAL_SECONDS: CPU seconds of the whole ``--cost model`` search of one program (one
+    distinct segment), its merge search, polish and descent together (default 30); past it the polish and
+    the descent stop with the best complete partition priced, and the stop reason says so."""
+    return _num("POLYSAT_SEARCH_TOTAL_SECONDS", 30.0, float, lo=0)
+
+
 def load_chunk() -> int:
     """POLYSAT_EGRAPH_CHUNK: loader commands per egglog program when a model is loaded into the e-graph
     (flat loading; default 200)."""
@@ -139,6 +146,15 @@ def streaming() -> bool:
     """POLYSAT_STREAMING: 0 keeps `--cost=model` from running rules/streaming.egg (attention's softmax and
     P V stay two kernels, as under `--cost=size`); default 1."""
     return _num("POLYSAT_STREAMING", 1) != 0
+
+
+def progress() -> "bool | None":
+    """POLYSAT_PROGRESS: 1 shows a compile's stages and progress on stderr, 0 never; unset (the default): shown
+    when stderr is a terminal and the command was not asked for --json."""
+    text = os.environ.get("POLYSAT_PROGRESS")
+    if text is None or not text.strip():
+        return None
+    return _num("POLYSAT_PROGRESS", 0, lo=0) != 0
 
 
 # ---- pictures -----------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .frontend import read_model
+from .ir import progress
 from .ir.diagnostics import PolysatError, fail
 
 ARCHS = ("sm80", "sm90")
@@ -228,7 +229,8 @@ class Compilation:
         (later dumps that need it report it without recomputing)."""
         if stage.name not in self._cache:
             try:
-                self._cache[stage.name] = stage.make(_Needs(self, stage))
+                with progress.stage(stage.name):  # stderr, a terminal only (ir/progress.py)
+                    self._cache[stage.name] = stage.make(_Needs(self, stage))
             except PolysatError as e:
                 self._cache[stage.name] = e
         got = self._cache[stage.name]

@@ -48,9 +48,11 @@ def _id_bound(model, name: str, shapes: dict) -> int:
     return min(bounds) if bounds else 2
 
 
-def feeds(model_bytes: bytes, params: dict | None = None, seed: int = 0) -> dict:
+def feeds(model_bytes: bytes, params: dict | None = None, seed: int = 0, empty_floats: bool = False) -> dict:
     """Random graph inputs: floats standard normal, integer inputs valid ids (``_id_bound``), bools
-    random; a ``dim_param`` takes its size from ``params`` (else POLYSAT_PRICE_SYMBOL_SIZE)."""
+    random; a ``dim_param`` takes its size from ``params`` (else POLYSAT_PRICE_SYMBOL_SIZE).
+    ``empty_floats``: floats are unrealized ``Tensor.empty`` buffers instead (a weight-free graph whose
+    weights are its inputs: scheduled, never allocated)."""
     import onnx
     from onnx import helper
 
@@ -71,6 +73,10 @@ def feeds(model_bytes: bytes, params: dict | None = None, seed: int = 0) -> dict
             out[i.name] = rng.random(shape) < 0.5
         elif np.issubdtype(dt, np.integer):
             out[i.name] = rng.integers(0, _id_bound(model, i.name, shapes), shape).astype(dt)
+        elif empty_floats:
+            from tinygrad import Tensor
+            from tinygrad.dtype import _from_np_dtype
+            out[i.name] = Tensor.empty(*shape, dtype=_from_np_dtype(dt))
         else:
             out[i.name] = rng.standard_normal(shape).astype(dt)
     return out
@@ -124,14 +130,16 @@ def _python_consts_on_device():
 
 def outputs(model_bytes: bytes, inputs: dict) -> list:
     """The model's graph outputs as lazy tinygrad Tensors on the current device, built by tinygrad's
-    ``OnnxRunner`` from ``model_bytes`` over ``inputs`` (realized, as are the initializers). An error
+    ``OnnxRunner`` from ``model_bytes`` over ``inputs`` (numpy arrays, realized as the initializers are;
+    or tinygrad Tensors, taken as they are: ``Tensor.empty`` weights of a weight-free graph). An error
     inside the runner is re-raised naming the ONNX node it was at."""
     from tinygrad import Tensor
     from tinygrad.nn.onnx import OnnxRunner
     runner = OnnxRunner(Tensor(np.frombuffer(model_bytes, dtype=np.uint8).copy()))
     _gather_constant_indices_of_any_rank(runner)
-    xs = {k: Tensor(v) for k, v in inputs.items()}
-    held = [v for v in runner.graph_values.values() if isinstance(v, Tensor)] + list(xs.values())
+    xs = {k: v if isinstance(v, Tensor) else Tensor(v) for k, v in inputs.items()}
+    held = [v for v in runner.graph_values.values() if isinstance(v, Tensor)] + \
+        [xs[k] for k, v in inputs.items() if not isinstance(v, Tensor)]  # (a Tensor given stays as it is)
     if held:  # (Tensor.realize takes at least one tensor)
         Tensor.realize(*held)
     try:

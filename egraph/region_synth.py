@@ -532,8 +532,8 @@ def _synthesize(program: Program, partition: Partition) -> list[Region]:
     return regions
 
 
-_PARTS: dict = {}  # (id(program), kernel, the tensor names it uses) -> (program, parts), the latest 512
-_PARTS_MAX = 512
+_PARTS: dict = {}  # (id(program), kernel, the tensor names it uses) -> (program, parts), the latest _PARTS_MAX
+_PARTS_MAX = 16384  # above the kernels of a wide program's partition (an MoE layer of 64 experts: ~2,000)
 
 
 def _kernel_parts(program: Program, kern: Kernel, names: dict, symbols) -> tuple:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import knobs
+from ..ir import progress
 from ..ir.diagnostics import fail
 from ..ir.tiny import Program
 from .rulefiles import discover, parse_file
@@ -183,7 +184,8 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
             if len(rep.iterations) >= lim.iterations:
                 rep.stop = StopReason.iter_limit
                 break
-            if time.perf_counter() - t0 > lim.seconds:
+            last = rep.iterations[-1] if rep.iterations and rep.iterations[-1].phase == ph.name else None
+            if time.perf_counter() - t0 + (last.seconds if last else 0.0) > lim.seconds:  # (at the last one's pace)
                 rep.stop = StopReason.time_limit
                 break
             done = len(rep.iterations)
@@ -199,6 +201,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
                 stop, grew = e.reason, True
             after = st.enodes()
             rep.iterations.append(Iteration(done, ph.name, after, time.perf_counter() - ti, dict(drive.matches)))
+            progress.note(f"iteration {done} ({ph.name}): {after} e-nodes, {time.perf_counter() - ti:.1f} s")
             if stop is None:
                 _check_conflicts(st, drive.matches)
                 if after > lim.nodes:
@@ -226,7 +229,8 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
 class _Driver:
     """Runs iterations in steps small enough to check: one egglog call per iteration of a phase's rulesets, a
     fixpoint (the analysis, a fixpoint phase) in chunks of CHUNK iterations; rows and memory are checked after
-    each step, time between the chunks of a fixpoint. (egglog 13.2's back-off scheduler, which would bound one
+    each step, time between the chunks of a fixpoint, whose length the budget left bounds at the last chunk's
+    pace (an iteration predicted to cross the budget is not started; egglog cannot be interrupted inside one). (egglog 13.2's back-off scheduler, which would bound one
     rule's matches inside an iteration, panics on a rule whose actions use none of its variables.)"""
 
     def __init__(self, st: EGraphState, lim: Limits, rep: RunReport, t0: float, check: bool = True):
@@ -240,15 +244,22 @@ class _Driver:
         return self.fixpoint(("analysis",)) or grew
 
     def fixpoint(self, rulesets: tuple, seconds: "float | None" = None) -> bool:
-        grew, k = False, CHUNK[0]
+        budget = self.lim.seconds if seconds is None else seconds
+        grew, k, per = False, CHUNK[0], 0.0
         while True:
-            before = self.rows
+            if self.check and per:  # a chunk no longer than the budget left allows, at the last chunk's pace
+                left = budget - (time.perf_counter() - self.t0)
+                if left < per:  # even one more iteration would cross the budget
+                    raise _Stop(StopReason.time_limit)
+                k = max(1, min(k, int(left / per)))
+            before, t = self.rows, time.perf_counter()
             changed, last = self.step(rulesets, k)
+            per = (time.perf_counter() - t) / k
             k = min(2 * k, CHUNK[1]) if self.rows < 1.5 * before + 1000 else 1  # fast growth: check every iteration
             grew |= changed
             if not last:
                 return grew
-            if self.check and time.perf_counter() - self.t0 > (self.lim.seconds if seconds is None else seconds):
+            if self.check and time.perf_counter() - self.t0 > budget:
                 raise _Stop(StopReason.time_limit)
 
     def step(self, rulesets: tuple, k: int) -> tuple:

@@ -75,6 +75,7 @@ class EGraphState:
     index: dict = field(default_factory=dict)
     tensors: dict = field(default_factory=dict)  # tensor id -> N index of its Tensor(...) memory
     cuts: frozenset = frozenset()
+    no_facts: str = ""  # why the fusion legality facts are missing (a saturation limit stopped before them); "": complete
 
     @property
     def rulesets(self) -> list:

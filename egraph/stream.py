@@ -89,8 +89,23 @@ class Group:
         return self.roles["max"], self.roles["sum"], self.acc
 
 
+_GROUPS: dict = {}  # id(program) -> (program, its groups), the latest 8: region synthesis asks once per kernel
+
+
 def groups(program: Program) -> dict:
-    """group key -> Group for every complete, well-formed spelling in program."""
+    """group key -> Group for every complete, well-formed spelling in program (found once per program: the
+    program is kept with its entry, so an id is never reused while the entry lives; do not mutate)."""
+    hit = _GROUPS.get(id(program))
+    if hit is not None and hit[0] is program:
+        return hit[1]
+    out = _groups(program)
+    if len(_GROUPS) >= 8:
+        _GROUPS.pop(next(iter(_GROUPS)))
+    _GROUPS[id(program)] = (program, out)
+    return out
+
+
+def _groups(program: Program) -> dict:
     found: dict = {}
     for n in program.nodes:
         pt = parse_tag(n.tag)

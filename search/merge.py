@@ -58,16 +58,17 @@ class SearchLimits:
     nodes: int = 200000  # subproblems visited
     prices: int = 12  # groups priced
     seconds: float = 2.0  # CPU seconds
+    total: float = 30.0  # CPU seconds of one program's (or segment's) whole search: the polish and descent stop there
 
     @classmethod
     def from_knobs(cls) -> "SearchLimits":
-        """The limits POLYSAT_SEARCH_PRICES and POLYSAT_SEARCH_SECONDS set (knobs.py)."""
-        return cls(prices=knobs.search_prices(), seconds=knobs.search_seconds())
+        """The limits POLYSAT_SEARCH_PRICES, _SECONDS and _TOTAL_SECONDS set (knobs.py)."""
+        return cls(prices=knobs.search_prices(), seconds=knobs.search_seconds(), total=knobs.search_total_seconds())
 
     @classmethod
     def lifted(cls) -> "SearchLimits":
         """No limit that a search of a real program reaches: the search runs to ``exhausted``."""
-        return cls(nodes=10 ** 8, prices=10 ** 8, seconds=1e9)
+        return cls(nodes=10 ** 8, prices=10 ** 8, seconds=1e9, total=1e9)
 
 
 @dataclass
@@ -92,6 +93,7 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
     absorbing that kernel first (the order only changes how soon the bound bites)."""
     n = len(items)
     readers = {it.name: frozenset(it.readers) for it in items}
+    order = {it.name: k for k, it in enumerate(items)}
     prices: dict = {}
     legal_memo: dict = {}
 
@@ -126,19 +128,19 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
         """(group, pending left) when items[i] is a root, None when a pending kernel it reads could
         then never join a group."""
         name = items[i].name
-        group, grew = {name}, True
-        while grew:
-            grew = False
-            for p in pending:
-                if p not in group and readers[p] <= group:
-                    group.add(p)
-                    grew = True
+        group = {name}
+        for p in sorted(pending, key=order.__getitem__, reverse=True):  # readers before the kernels they read
+            if readers[p] <= group:
+                group.add(p)
         if any(readers[p] & group for p in pending - group):
             return None
         g = frozenset(group)
         return g, pending - g
 
-    def solve(i: int, pending: frozenset, budget: float, spent: float) -> float:
+    def solve(i: int, pending: frozenset, budget: float, spent: float):
+        """The subproblem's value, as a generator: it yields each sub-subproblem it needs, (i, pending,
+        budget, spent), and is sent its value (``run`` drives them from an explicit stack, so the depth,
+        one level per kernel, is no Python recursion)."""
         key = (i, pending)
         if key in memo:
             v, exact, _ = memo[key]
@@ -181,7 +183,7 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
                 continue
             if group is not None:
                 path.append((it.name, group))
-            v = c + solve(i + 1, nxt, cut - c, spent + c)
+            v = c + (yield i + 1, nxt, cut - c, spent + c)
             if group is not None:
                 path.pop()
             if v < best:
@@ -193,8 +195,21 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
         memo[key] = (bound, False, None)
         return bound
 
+    def run() -> float:
+        stack, value = [solve(0, frozenset(), math.inf, 0.0)], None
+        while stack:
+            try:
+                sub = stack[-1].send(value)
+            except StopIteration as done:
+                stack.pop()
+                value = done.value
+                continue
+            stack.append(solve(*sub))
+            value = None
+        return value
+
     try:
-        total = solve(0, frozenset(), math.inf, 0.0)
+        total = run()
     except _Stop:  # the best partition found before the limit (none proven optimal)
         found = incumbent["groups"] or {}
         return MergeResult(found, incumbent["total"], stats["stop"], stats["nodes"], stats["priced"],
@@ -286,12 +301,13 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
 
 
 def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable,
-                limits: SearchLimits = SearchLimits(), hint: "frozenset | None" = None) -> tuple:
+                limits: SearchLimits = SearchLimits(), hint: "frozenset | None" = None,
+                deadline: float = math.inf) -> tuple:
     """The merge search over the one-kernel-per-op partition of ``base`` (a Candidate of every site
     cut). Returns (the Mat site classes fused, MergeResult, ``rejected()``: {Mat class: (separate µs,
     fused µs or None where a legality rule decided, why, groups)} for each site the best partition
     keeps whose readers share one group; priced on demand, for --explain). ``hint``: the Mat classes a
-    known good partition fuses, tried first."""
+    known good partition fuses, tried first. ``deadline`` (``time.process_time``): the polish stops there."""
     sp = merge_space(state, view, st, roots, base, params, arch, illegal)
     prices: dict = {}
     verdicts: dict = {}
@@ -311,7 +327,7 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
     res = merge_search(sp.items, price, sp.lower, legal, limits,
                        (lambda k: sp.site(k) in hint) if hint is not None else (lambda k: True))
     if res.stop != "exhausted":
-        res = _polish(sp.items, res, price, sp.lower, legal)
+        res = _polish(sp.items, res, price, sp.lower, legal, deadline=deadline, total=limits.total)
     fused = frozenset(sp.site(m) for m in res.absorbed)
     rho = {m: r for r, ms in res.groups.items() for m in ms}
 
@@ -337,12 +353,15 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
 
 
 def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, legal: Callable,
-            rounds: int = 8) -> MergeResult:
+            rounds: int = 8, deadline: float = math.inf, total: float = math.inf) -> MergeResult:
     """After a search a limit stopped: while joining one group into the group all its root's readers
     share lowers the total, take the join that lowers it most and search again from there (its first
-    path is the joined partition; no further prices)."""
-    done, stop, priced = 0, res.stop, res.priced
+    path is the joined partition; no further prices). Past ``deadline`` (CPU, the search's ``total``
+    seconds) it takes the best join found so far and stops, and its stop reason says so."""
+    done, stop, priced, late = 0, res.stop, res.priced, False
     for _ in range(rounds):
+        if late:
+            break
         rho = {m: r for r, ms in res.groups.items() for m in ms}
         best = None
         for it in items:
@@ -355,6 +374,9 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
             merged = res.groups[g] | res.groups[it.name]
             if not legal(merged):
                 continue
+            if time.process_time() > deadline:
+                late = True
+                break
             gain = price(it.name, res.groups[it.name]) + price(g, res.groups[g]) - price(g, merged)
             if gain > 1e-9 and (best is None or gain > best[0]):
                 best = (gain, it.name)
@@ -365,4 +387,8 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
         if not nxt.total < res.total:
             break
         res, done, priced = nxt, done + 1, priced + nxt.priced
-    return res if not done else dataclasses.replace(res, stop=f"{stop}, then {done} join(s)", priced=priced)
+    if late:
+        stop = f"{stop}, then {done} join(s) (the polish stopped at the time limit: {total:g} s CPU)"
+    elif done:
+        stop = f"{stop}, then {done} join(s)"
+    return dataclasses.replace(res, stop=stop, priced=priced)

@@ -10,11 +10,13 @@ kernels' ``analyses/price.py price`` (time_est_us on the shapes ``params`` binds
 region content (pricing/kernels.py: tensor and statement names canonicalized), so a kernel met again, in another
 candidate or another identical layer, is priced once.
 
-The search: the loaded default partition's decisions (search/sites.py, what ``--cost
-size`` keeps) are realized and priced; the global merge search (search/merge.py: a bounded
+The search: two complete partitions are realized and priced first, one kernel per op (every site cut)
+and the loaded default partition's decisions (search/sites.py, what ``--cost size`` keeps), the cheaper
+one the incumbent; the global merge search (search/merge.py: a bounded
 branch and bound over the groupings of the one-kernel-per-op kernels, exact when its stop reason is
 "exhausted") chooses the kernels by the sum of their prices; its decisions are realized in the e-graph
-and priced whole, and the cheaper of the two is kept, so the search never ends above ``--cost size``.
+and priced whole, and replace the incumbent only when cheaper, so the search never ends above one kernel
+per op or ``--cost size``, whichever limit stops it.
 With at most EXACT_SITES sites a descent then polishes: each round prices fusing every site still cut
 (and, once that gains nothing, cutting every fused site again), takes the best move, then the other
 improving ones while they still improve, until none improves; it may cut a merge search fusion again
@@ -39,15 +41,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 
 from ..egraph.api import Extraction
 from ..egraph.boundaries import all_cuts
 from ..egraph.cost import Needs, SearchingCost, SizeCost, register
 from ..egraph.extract import solve
 from ..egraph.graph import export
-from ..egraph.saturate import OPT_IN, default_schedule, rule_files, run
+from ..egraph.saturate import OPT_IN, StopReason, default_schedule, rule_files, run
 from ..egraph.state import EGraphState, new_state
 from ..egraph.totiny import to_tiny
+from ..ir import progress
 from ..ir.diagnostics import fail
 from ..ir.tiny import Program
 from ..ir.user_names import original_ids
@@ -99,8 +103,12 @@ class ModelCost(SearchingCost):
         segmented program is searched once per distinct segment and stitched (search/stitch.py)."""
         if isinstance(state, SegmentedState):
             params = bind_params(state.program, self.params)
-            found = {k: self.for_program(st.program, params).search(st, stream) for k, st in state.states.items()}
+            found = {}
+            for j, (k, st) in enumerate(state.states.items()):
+                with progress.stage(f"segment {j + 1} of {len(state.states)} distinct ({len(st.program.nodes)} nodes)"):
+                    found[k] = self.for_program(st.program, params).search(st, stream)
             return stitch(state, found)
+        deadline = time.process_time() + self.limits.total  # the polish and the descent stop there
         view = export(state)
         roots = [view.by_index[state.index[nid]] for _, nid in state.program.outputs]
         params = bind_params(state.program, self.params)
@@ -139,14 +147,25 @@ class ModelCost(SearchingCost):
         base = extract(frozenset())  # every site cut; priced on demand (Search.baseline)
         if base.extraction is None:
             fail("InternalError", "extraction", "no term with every kernel boundary cut")
-        seed = evaluate(default_fused(state, view, st, streams))  # the loaded default partition
+        # the two complete partitions priced first, the cheaper one the incumbent: one kernel per op (every
+        # site cut: legal, since no conflict fuses nothing) and the loaded default partition (what --cost
+        # size keeps); every later step replaces the incumbent only by a cheaper one, so the search never
+        # returns a partition priced above either, whichever limit stops it
+        unfused = evaluate(frozenset())
+        seed = evaluate(default_fused(state, view, st, streams))
+        cur = seed if seed.total <= unfused.total else unfused
+        progress.note(f"{len(st)} sites; one kernel per op {unfused.total:.1f} µs, default partition {seed.total:.1f} µs")
+        if state.no_facts:  # no rule said which fusions are illegal: only the two partitions legal by construction
+            return Search(cur, lambda: unfused, lambda: [], len(memo), st, [], f"not searched: {state.no_facts}", 0, 0)
         # a group is judged as it is realized: its softmax-weighted sums streamed (the realized partition
         # is checked again on its own extraction below)
         grouped = streamed_terms(view, base.extraction.chosen, roots) if stream else base.extraction.chosen
-        cur = seed
-        # the global merge search over the one-kernel-per-op partition (search/merge.py)
+        # the global merge search over the one-kernel-per-op partition (search/merge.py), its first path
+        # the default partition's decisions
         merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
-                                                    lambda sites: violations(view, sites, grouped), self.limits, seed.fused)
+                                                    lambda sites: violations(view, sites, grouped), self.limits, seed.fused,
+                                                    deadline)
+        progress.note(f"merge search: {merge.stop}, {merge.priced} groups priced")
         big = len(st) > self.exact_sites
         # realized: streaming every softmax-weighted sum at once first on a large program (the merge
         # search's space has no streams), then the merge search's decisions alone
@@ -158,8 +177,6 @@ class ModelCost(SearchingCost):
             if cand.total < cur.total:
                 cur = cand
                 break
-        if cur.total == math.inf:  # neither is legal: every site cut
-            cur = evaluate(frozenset())
         value_of = site_values(view, st)  # Mat site -> the class of the value it materializes
 
         def live(cand: Candidate) -> list:  # sites whose cut the extraction actually uses
@@ -184,13 +201,23 @@ class ModelCost(SearchingCost):
             return live(cand) if exact else [m for m in live(cand) if m not in streams
                                              and not computes_reduction(view, cand.extraction.chosen, value_of.get(m))]
         rounds = self.max_rounds if exact else FUSE_ROUNDS
+        late = False  # the search's total CPU time ran out: the descent keeps what it has
+
+        def priced_moves(kind: str) -> list:
+            nonlocal late
+            out = []
+            for mv in moves(cur.fused, open_sites(cur), streams, kept):
+                if mv[0] == kind:
+                    if time.process_time() > deadline:
+                        late = True
+                        break
+                    out.append((evaluate(apply(cur.fused, mv)), mv))
+            return sorted(out, key=lambda km: km[0].total)
         for _ in range(rounds):
             gain = []
             for kind in ("fuse", "cut") if exact else ("fuse",):  # cutting again is tried once fusing gains nothing
-                tried = sorted(((evaluate(apply(cur.fused, mv)), mv) for mv in moves(cur.fused, open_sites(cur), streams, kept)
-                                if mv[0] == kind), key=lambda km: km[0].total)
-                gain = [(k, mv) for k, mv in tried if k.total < cur.total]
-                if gain:
+                gain = [(k, mv) for k, mv in priced_moves(kind) if k.total < cur.total]
+                if gain or late:
                     break
             if not gain:
                 break
@@ -199,6 +226,8 @@ class ModelCost(SearchingCost):
                 nxt = evaluate(apply(cur.fused, mv))
                 if nxt.total < cur.total:
                     cur = nxt
+            if late:
+                break
         streamed = [Streamed(c, cur.total, len(cur.priced), int(cur.extraction.chosen[c].args[1]))
                     for c in sorted(streams & cur.fused) if cur.extraction.chosen.get(c) is not None
                     and cur.extraction.chosen[c].op == "SoftmaxSum"]
@@ -222,8 +251,9 @@ class ModelCost(SearchingCost):
                 fused = total_us(cand.priced) if cand.extraction is not None else None
                 out.append(Rejection(c, why, final.total, fused, len(final.priced), len(cand.priced)))
             return out
+        stop = merge.stop + (f"; the descent stopped at the time limit ({self.limits.total:g} s CPU)" if late else "")
         return Search(cur, lambda: evaluate(frozenset(), price_illegal=True), rejections, len(memo), st, streamed,
-                      merge.stop, merge.nodes, merge.priced)
+                      stop, merge.nodes, merge.priced)
 
 
 def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:
@@ -246,6 +276,9 @@ def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bo
 def _saturate_one(program: Program, rules_dirs, limits, builtin: bool) -> tuple:
     st = new_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program))
     opt_in = tuple(r for r in OPT_IN if r != "streaming" or streaming())
-    return st, run(st, default_schedule(st.rulesets, opt_in), limits)
+    rep = run(st, default_schedule(st.rulesets, opt_in), limits)
+    if rep.stop != StopReason.saturated:  # the legality facts and conflicts are the schedule's last phases
+        st.no_facts = f"the saturation stopped at its {rep.stop.value.replace('_', ' ')} before the fusion legality facts"
+    return st, rep
 
 

@@ -7,7 +7,9 @@ are free: each part re-reads or recomputes them). The parts between consecutive 
 *atoms*; the residual stream between two transformer blocks, or between the attention and MLP halves
 of a block, is such a value. ``segment`` groups atoms into the longest run of at least two
 consecutive, identical *segments* (same ops, arguments, shapes and dtypes, same wiring; tensor
-identities and user names do not count), with a prefix and a suffix segment around it; only the cut
+identities and user names do not count), then, in the parts before and after it, their own longest runs, and
+so on (the stages of a ResNet, the levels of a U-Net: blocks identical within a run, of another shape in the
+next, each distinct shape searched once), with the parts no run covers as segments between them; only the cut
 values at segment boundaries are used, and each is materialized by the partition (the hand partition
 of a transformer writes the residual stream there too). A program without such a run is one segment.
 
@@ -174,27 +176,37 @@ def segment(prog: Program) -> list:
 
     def key(a: int, b: int) -> str:
         return seg(a, b).key
-    best = None  # (nodes covered, -period, start, bounds)
     starts = sorted(entry)
-    for a in starts:
-        for b in starts:
-            n = weight[b] - weight[a]
-            most = (weight[end] - weight[a]) // n * n if n > 0 else 0  # the most this run could cover
-            if n <= 0 or most < 2 * n or best is not None and most <= best[0]:
-                continue
-            bounds = [a, b]
-            while weight[bounds[-1]] + n in at and sig[weight[a]:weight[b]] == \
-                    sig[weight[bounds[-1]]:weight[bounds[-1]] + n] and \
-                    key(a, b) == key(bounds[-1], at[weight[bounds[-1]] + n]):
-                bounds.append(at[weight[bounds[-1]] + n])
-            cand = ((len(bounds) - 1) * n, -n, a, bounds)
-            if len(bounds) >= 3 and (best is None or cand[:2] > best[:2]):
-                best = cand
-    if best is None:
+
+    def longest(lo: int, hi: int) -> "list | None":
+        """The bounds of the longest run of at least two identical segments inside [lo, hi] whose segment
+        holds a reduction."""
+        best = None  # (nodes covered, -period, start, bounds)
+        inside = [k for k in starts if lo <= k <= hi]
+        for a in inside:
+            for b in inside:
+                n = weight[b] - weight[a]
+                most = (weight[hi] - weight[a]) // n * n if n > 0 else 0  # the most this run could cover
+                if n <= 0 or most < 2 * n or best is not None and most <= best[0]:
+                    continue
+                bounds = [a, b]
+                while weight[bounds[-1]] + n in at and at[weight[bounds[-1]] + n] <= hi and \
+                        sig[weight[a]:weight[b]] == sig[weight[bounds[-1]]:weight[bounds[-1]] + n] and \
+                        key(a, b) == key(bounds[-1], at[weight[bounds[-1]] + n]):
+                    bounds.append(at[weight[bounds[-1]] + n])
+                cand = ((len(bounds) - 1) * n, -n, a, bounds)
+                if len(bounds) >= 3 and (best is None or cand[:2] > best[:2]) and \
+                        any(u.op == Ops.REDUCE for u in seg(a, b).program.nodes):
+                    best = cand
+        return best[3] if best else None
+    cuts, todo = {0, end}, [(0, end)]  # runs found in the parts around each run too: one per shape signature
+    while todo:
+        lo, hi = todo.pop()
+        run = longest(lo, hi)
+        if run:
+            cuts |= set(run)
+            todo += [(lo, run[0]), (run[-1], hi)]
+    if len(cuts) == 2:
         return whole
-    run = best[3]
-    bounds = sorted({0, end} | set(run))
-    out = [seg(x, y) for x, y in zip(bounds, bounds[1:])]
-    if not any(u.op == Ops.REDUCE for u in out[bounds.index(run[0])].program.nodes):
-        return whole
-    return out
+    bounds = sorted(cuts)
+    return [seg(x, y) for x, y in zip(bounds, bounds[1:])]

@@ -1,5 +1,6 @@
 """The merge search (search/merge.py) finds the optimum that an exhaustive enumeration of the
 same space finds, priced by the same cost, on small random kernel graphs; and says which limit stopped it."""
+import dataclasses
 import itertools
 import math
 import random
@@ -90,6 +91,23 @@ def test_a_limit_is_the_stop_reason():
     assert res.total >= full.total - 1e-9
     res = merge_search(items, price, lower, legal, SearchLimits(nodes=3))  # hard: stops before any partition
     assert res.stop == "node limit (3 subproblems)" and res.groups == {} and res.total == math.inf
+
+
+def test_a_graph_wider_and_deeper_than_the_recursion_limit_is_searched():
+    """One subproblem level per kernel, driven from an explicit stack: a chain of 1,100 kernels feeding
+    a 300-wide fan-in (an MoE's experts) is searched past Python's recursion limit."""
+    import sys
+    n, w = 1100, 300
+    last = f"c{n - 1}"
+    chain = [Item(f"c{i}", True, (f"c{i - 1}",) if i else (), (f"c{i + 1}",)) for i in range(n)]
+    wide = [Item(f"e{i}", True, (last,), ("sum",)) for i in range(w)]
+    chain[-1] = dataclasses.replace(chain[-1], readers=("sum",) + tuple(f"e{i}" for i in range(w)))
+    items = chain + wide + [Item("sum", False, (last,) + tuple(f"e{i}" for i in range(w)), ())]
+    assert sys.getrecursionlimit() < n + w
+    res = merge_search(items, lambda root, members: 1.0 + 0.001 * len(members), lambda root: 1.0,
+                       lambda members: True, SearchLimits(prices=4))
+    assert res.total < math.inf and "limit" in res.stop
+    assert sorted(m for g in res.groups.values() for m in g) == sorted(it.name for it in items)
 
 
 def _space(prog):
@@ -192,3 +210,21 @@ def test_the_bounded_search_returns_the_optimum_the_lifted_search_proves(name, m
     assert lifted.search.stop == "exhausted"
     assert lifted.search.groups_priced > bounded.search.groups_priced
     assert bounded.search.best.total <= lifted.search.best.total * (1 + 1e-9)
+
+
+def test_the_polish_stops_at_its_deadline_and_says_so():
+    """Past its deadline the polish takes no further join; it keeps the partition it has and says why."""
+    from polysat.search.merge import _polish
+    stopped = 0
+    for seed in range(12):
+        rng = random.Random(100 + seed)
+        items = random_graph(rng, rng.randint(3, 7))
+        price, lower, legal = pricing(rng, items)
+        first = merge_search(items, price, lower, legal, SearchLimits(prices=0), prefer=lambda k: False)
+        if first.stop == "exhausted" or "join" not in _polish(items, first, price, lower, legal).stop:
+            continue  # nothing to polish
+        late = _polish(items, first, price, lower, legal, deadline=0.0, total=5.0)
+        assert late.stop == "price limit (0 groups priced), then 0 join(s) (the polish stopped at the time limit: 5 s CPU)"
+        assert late.groups == first.groups and late.total == first.total
+        stopped += 1
+    assert stopped

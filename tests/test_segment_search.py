@@ -175,3 +175,30 @@ def test_the_model_search_partition_of_a_random_program_plays_back_equal_to_the_
     want, got = evaluate(c.program, ins), playback(c.regions, ins)
     for name, w in want.items():
         assert close(got[name], w), (name, max_error(got[name], w))
+
+
+def _two_stages():
+    """Three residual blocks of width 32, a projection to 64, three blocks of width 64 (ResNet-like stages:
+    blocks identical within a stage, of another shape in the next)."""
+    from polysat.bench.scale_models import WeightFree, _io
+    from polysat.frontend.onnx import import_onnx
+    g = WeightFree()
+    x = "x"
+    for d in (32, 64):
+        if d == 64:
+            x = g.matmul(x, 32, 64)
+        for _ in range(3):
+            x = g.op("Add", [x, g.matmul(g.op("Relu", [g.matmul(g.layernorm(x, d), d, 3 * d)]), 3 * d, d)])
+    g.op("Identity", [g.layernorm(x, 64)])
+    g.nodes[-1].output[0] = "y"
+    return _program(import_onnx(g.built([_io("x", [8, 32])], "y", [8, 64], "stages")))
+
+
+def test_each_stage_of_blocks_of_another_shape_is_its_own_run():
+    segs = segment(_two_stages())
+    keys = [s.key for s in segs]
+    runs = [k for k in dict.fromkeys(keys) if keys.count(k) >= 2]
+    assert len(runs) == 2, [len(s.program.nodes) for s in segs]  # one block of each width, each met 3 times
+    assert all(keys.count(k) == 3 for k in runs)
+    widths = {s.key: {d for n in s.program.nodes for d in n.shape} for s in segs}
+    assert 96 in widths[runs[0]] and 192 not in widths[runs[0]] and 192 in widths[runs[1]]
