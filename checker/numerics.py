@@ -10,7 +10,8 @@ A rule's test instances cycle through four input regimes (``REGIMES``), so every
     perturbed in its last bits, and a lone tensor is clustered around one value (c(1 + d), |d| <= 2^-6):
     x - y, x == y, x != x, one-pass variances and sums of opposite values meet their worst case;
   * ``special``: IEEE special values sprinkled in: NaN, +-inf, +-0, subnormals and the dtype's largest
-    finite value, so masks, NaN propagation, overflow and signed zeros are exercised.
+    finite value (every tensor holds a NaN and, past one element, an infinity), so masks, NaN
+    propagation, overflow and signed zeros are exercised.
 Integer tensors get small values (with 0: division by zero), then wide ones; bools are random.
 """
 from __future__ import annotations
@@ -82,9 +83,9 @@ def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
             a = tricky(shape, "fp32", rng).astype(np.float64) * 10.0 ** int(rng.choice((-4, -2, 0, 2, 4)))
         elif regime == "paired":
             twin = _twin(seen, shape, dtype)
-            if twin is not None and rng.random() < 0.8:
+            if twin is not None and rng.random() < 0.9:
                 x = out[twin].astype(np.float64)
-                k = int(rng.integers(3))
+                k = int(rng.choice(3, p=(0.2, 0.6, 0.2)))
                 d = 1.0 + rng.uniform(-1, 1, shape) * 2.0 ** -int(rng.choice((9, 12, 20)))
                 a = x if k == 0 else -x * d if k == 1 else x * d
             else:
@@ -92,6 +93,12 @@ def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
                 a = c * (1.0 + rng.uniform(-1, 1, shape) * 2.0 ** -int(rng.choice((6, 12))))
         elif regime == "special":
             a = np.where(rng.random(shape) < 0.3, _ieee(dtype, shape, rng), tricky(shape, "fp32", rng).astype(np.float64))
+            flat = a.reshape(-1)
+            if flat.size:  # a NaN and an infinity in every tensor, whatever its size
+                at = rng.permutation(flat.size)
+                flat[at[0]] = np.nan
+                if flat.size > 1:
+                    flat[at[1]] = float(rng.choice((np.inf, -np.inf)))
         else:
             a = tricky(shape, "fp32", rng).astype(np.float64)
         out[name] = _as(a, dtype)
