@@ -255,8 +255,10 @@ def reduce(op: str, axes: tuple, body: Val, v: np.ndarray, acc: str) -> Val:
         und = body.und.any(axis=axes).reshape(shape)
     if v.dtype.kind == "f" or v.dtype.name == "bfloat16":
         with np.errstate(all="ignore"):
-            fin = np.isfinite(_f64(body.v)).all(axis=axes).reshape(shape)
-            over = ~np.isfinite(_f64(v)) & fin
+            fb = _f64(body.v)
+            fin = np.isfinite(fb).all(axis=axes).reshape(shape)
+            nan_in = np.isnan(fb).any(axis=axes).reshape(shape)
+            over = (~np.isfinite(_f64(v)) & fin) | (np.isnan(_f64(v)) & ~nan_in)  # overflow, or inf - inf
         und = over if und is None else und | over
     return Val(v, err, und if und is not None and und.any() else None)
 

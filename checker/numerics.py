@@ -7,8 +7,9 @@ A rule's test instances cycle through four input regimes (``REGIMES``), so every
   * ``scaled``: each tensor's values times its own power of ten (1e-4 .. 1e4), so one operand is
     absorbed by another (a + b == a) and differences of nearly equal values cancel;
   * ``paired``: a tensor shaped and typed like an earlier one is that one, its negation or a copy
-    perturbed in its last bits, and a lone tensor is clustered around one value (c(1 + d), |d| <= 2^-6):
-    x - y, x == y, x != x, one-pass variances and sums of opposite values meet their worst case;
+    perturbed in its last bits, and a lone tensor is clustered around the draw's one centre c
+    (+-c(1 + d), |d| <= 2^-6; signs one, random, a checkerboard or stripes, along which sums cancel): x - y, x == y, x != x, one-pass variances and sums
+    of opposite values meet their worst case;
   * ``special``: IEEE special values sprinkled in: NaN, +-inf, +-0, subnormals and the dtype's largest
     finite value (every tensor holds a NaN and, past one element, an infinity), so masks, NaN
     propagation, overflow and signed zeros are exercised.
@@ -26,7 +27,7 @@ TINY = {"fp32": float(np.finfo(np.float32).smallest_subnormal), "fp16": float(np
         "bf16": float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_subnormal)}
 MAX = {"fp32": float(np.finfo(np.float32).max), "fp16": float(np.finfo(np.float16).max),
        "bf16": float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)}
-REGIMES = ("ordinary", "scaled", "paired", "special")
+REGIMES = ("ordinary", "paired", "special", "scaled", "paired", "ordinary")  # instance k takes REGIMES[k % 6]
 _SPECIAL = np.array([0.5, -0.5, 1.5, -2.5, 1.0 + 2.0 ** -12, 1.0 + 2.0 ** -9, 2049.0, -4097.0, 1.0 / 3.0,
                      -7.0e4, 7.0e4, 3.0e-8, -3.0e-8, 1.0e3, -1.0e4, 0.0, -0.0, 6.0e4, 12.5], dtype=np.float64)
 
@@ -68,6 +69,7 @@ def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
     """Input arrays for tensors [(name, shape, dtype)] in one regime (see the module docstring)."""
     out: dict = {}
     seen: list = []
+    centre = float(rng.choice((1.0, 3.0, 100.0, 1000.0, 7.5)))
     for name, shape, dtype in tensors:
         shape = tuple(int(d) for d in shape)
         if dtype in ("bool", "i32"):
@@ -88,9 +90,11 @@ def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
                 k = int(rng.choice(3, p=(0.2, 0.6, 0.2)))
                 d = 1.0 + rng.uniform(-1, 1, shape) * 2.0 ** -int(rng.choice((9, 12, 20)))
                 a = x if k == 0 else -x * d if k == 1 else x * d
-            else:
-                c = float(rng.choice((1.0, -3.0, 100.0, -1000.0, 7.5)))
-                a = c * (1.0 + rng.uniform(-1, 1, shape) * 2.0 ** -int(rng.choice((6, 12))))
+            else:  # clustered around the draw's one centre: x - c cancels for every pair of tensors
+                pick = rng.random()
+                sign = (np.where(rng.random(shape) < 0.5, -1.0, 1.0) if pick < 0.2 else float(rng.choice((-1.0, 1.0)))
+                        if pick < 0.35 else 1.0 - 2.0 * (_parity(shape, rng, pick < 0.65) % 2))
+                a = centre * sign * (1.0 + rng.uniform(-1, 1, shape) * 2.0 ** -int(rng.choice((6, 12))))
         elif regime == "special":
             a = np.where(rng.random(shape) < 0.3, _ieee(dtype, shape, rng), tricky(shape, "fp32", rng).astype(np.float64))
             flat = a.reshape(-1)
@@ -104,6 +108,13 @@ def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
         out[name] = _as(a, dtype)
         seen.append((name, shape, dtype))
     return out
+
+
+def _parity(shape: tuple, rng: np.random.Generator, board: bool) -> np.ndarray:
+    """Index parity: of all indices (a checkerboard: every sum cancels) or of one random axis (stripes:
+    sums along it cancel, sums across it grow, so a nested sum rounds large values that then cancel)."""
+    idx = np.indices(shape) if shape else np.zeros((1,), dtype=int)
+    return idx.sum(axis=0) if board or not shape else idx[int(rng.integers(len(shape)))]
 
 
 def _twin(seen: list, shape: tuple, dtype: str) -> "str | None":
