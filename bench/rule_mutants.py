@@ -128,23 +128,26 @@ def mutants(text: str) -> list:
     return res
 
 
-def _renamed(text: str, name: str) -> str:
-    text = re.sub(r':ruleset\s+[^\s()]+', ":ruleset mut", text)
+def _renamed(text: str, name: str, ruleset: str) -> str:
+    text = re.sub(r':ruleset\s+[^\s()]+', f":ruleset {ruleset}", text)
     return re.sub(r':name\s+"[^"]*"', f':name "{name}"', text)
 
 
-def build(per_rule: int, seed: int, limit: "int | None" = None) -> list:
+def build(per_rule: int, seed: int, limit: "int | None" = None, files=None, operators=None) -> list:
     """The mutants of the shipped rules that rewrite: at most per_rule a rule (a seeded sample), at most
-    limit in all (a seeded sample across rules): dicts with rule, name, operator, text, equivalent."""
+    limit in all (a seeded sample across rules), only of the rule files named in files and by the
+    operators given when given: dicts with rule, name, operator, text, equivalent."""
     from ..checker.check import _facts_only
     from ..egraph.rulefiles import discover, parse_file
     rng = np.random.default_rng(seed)
     rows = []
     for path in discover():
+        if files and pathlib.Path(path).name not in files:
+            continue
         for r in parse_file(path).rules:
             if _facts_only(r.text):
                 continue
-            ms = mutants(r.text)
+            ms = [m for m in mutants(r.text) if not operators or m[0] in operators]
             pick = sorted(rng.permutation(len(ms))[:per_rule].tolist())
             for k in pick:
                 op, text, eq = ms[k]
@@ -163,7 +166,7 @@ def run(rows: list, seed: int, budget: int = 12) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for k, r in enumerate(live):
             (pathlib.Path(tmp) / f"m{k:04d}.egg").write_text(
-                f"(ruleset mut)\n; law: mutant of {r['rule']} ({r['operator']})\n{_renamed(r['text'], r['name'])}\n")
+                f"(ruleset mut{k})\n; law: mutant of {r['rule']} ({r['operator']})\n{_renamed(r['text'], r['name'], f'mut{k}')}\n")
         rep = check_rules([tmp], cases=1, only=[tmp], seed=seed, budget=budget)
         dead = {pathlib.Path(d.at.split(":")[0]).name for d in rep.errors}
     verdicts = {v.rule.name: v for v in rep.verdicts}
@@ -199,6 +202,10 @@ def main(argv: "list | None" = None) -> int:
         rs = [r for r in rows if r["operator"] == op]
         print(f"{op:<10} " + " ".join(f"{sum(r['outcome'] == o for r in rs):>{w}}" for o, w in
                                       (("killed", 6), ("survived", 8), ("unexercised", 8), ("stillborn", 9), ("equivalent", 6))))
+    ng = [r for r in rows if r["operator"] != "guard" and r["outcome"] in ("killed", "survived")]
+    if ng:
+        print(f"without guard mutants (a removed guard is often redundant under the refinement policy): score "
+              f"{sum(r['outcome'] == 'killed' for r in ng) / len(ng):.4f} of {len(ng)}")
     print(f"mutation score {summary['score']} ({summary['killed']} killed of {summary['killed'] + summary['survived']} "
           f"non-equivalent exercised mutants; {summary['equivalent']} equivalent, {summary['stillborn']} stillborn, "
           f"{summary['unexercised']} unexercised) in {summary['seconds']}s")
