@@ -247,7 +247,12 @@ def reduce(op: str, axes: tuple, body: Val, v: np.ndarray, acc: str) -> Val:
                 if _kind(body.v) != acc and acc in ("fp16", "bf16"):
                     err[acc] = err.get(acc, 0.0) + eps(acc) * mag  # every term rounded into acc first
             err["fp32"] = err.get("fp32", 0.0) + max(n - 1, 0) * eps("fp32") * mag
-            err = _round(err, v)
+        elif _kind(v):  # an integer body summed into a float: float32 partial sums
+            with np.errstate(all="ignore"):
+                mag = np.abs(_f64(body.v)).sum(axis=axes).reshape(shape)
+            err[acc] = err.get(acc, 0.0) + eps(acc) * mag  # every term rounded into acc first
+            err["fp32"] = err.get("fp32", 0.0) + max(n - 1, 0) * eps("fp32") * mag
+        err = _round(err, v)
     else:
         err = {k: np.broadcast_to(e, body.v.shape).max(axis=axes).reshape(shape) for k, e in body.err.items()}
     und = None
