@@ -155,10 +155,19 @@ class Checker:
         v1 = export(st)
         res = check_step(v0, val0, v1, inputs)
         if sizes.get("shape-conflict") or sizes.get("dtype-conflict"):
-            res.findings.insert(0, Finding("conflict", -1, None, why="it equated values of different shapes or dtypes"))
+            res.findings.insert(0, Finding("conflict", -1, None, why="equated values of different shapes or dtypes: "
+                                           + self._conflicts()))
         if pool and res.findings and not consistent(v0, val0):
             return None  # the other rules left the e-graph inconsistent: not this rule's doing
         return res, v0, val0
+
+    def _conflicts(self) -> str:
+        """The shapes and dtypes a conflict joined, as egglog lists them (the first few)."""
+        rows = []
+        for rel in ("shape-conflict", "dtype-conflict"):
+            text = str(self._run(f"(print-function {rel} 3)")[0])
+            rows += [f"{a} and {b}" for a, b in re.findall(rf'\({rel} .*? "([^"]*)" "([^"]*)"\) ->', text)]
+        return "; ".join(dict.fromkeys(rows)) or "(not listed)"
 
     # ---- one rule ------------------------------------------------------------------------------------
     def check_patterns(self, name: str, v: RuleVerdict, budget: int) -> None:

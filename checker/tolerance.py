@@ -69,7 +69,7 @@ def describe(want: Val, got: Val, at: tuple) -> str:
     if np.isinf(a) or np.isinf(b):
         return f"{float(a)!r} became {float(b)!r}: an infinity must match exactly"
     if want.v.dtype == np.bool_ or want.v.dtype.kind in "iu":
-        return f"{a!r} became {b!r} (exact values)"
+        return f"{float(a)!r} became {float(b)!r} (exact values)"
     ew, eg = common_bound(want, got)
     kinds = sorted(set(want.err) & set(got.err))
     only = sorted(set(want.err) ^ set(got.err))

@@ -227,3 +227,22 @@ def test_a_reassociation_within_rounding_passes_and_lost_digits_fail():
     assert not agree(lost, B.exact(b)).any()
     nan = np.array([np.nan, 1.0], np.float32)
     assert list(agree(B.exact(nan), B.exact(np.array([0.0, 1.0], np.float32)))) == [False, True]
+
+
+def test_an_undeclared_ruleset_is_e1403_at_polysat_rules(tmp_path, capsys):
+    from polysat.cli import main
+    (tmp_path / "a.egg").write_text('; law: --x = x\n(rewrite (Unary "NEG" (Unary "NEG" x)) x :ruleset mine :name "nn-undeclared")\n')
+    with pytest.raises(PolysatError) as e:
+        list_rules([str(tmp_path)])
+    d = e.value.diagnostics[0]
+    assert d.code == "E1403" and "a.egg:2" in d.at and "'mine' is declared by no rule file" in d.why
+    assert main(["rules", "--rules", str(tmp_path)]) == 1
+    assert "E1403" in capsys.readouterr().err
+
+
+def test_a_user_ruleset_runs_with_the_fused_reads_under_the_model_schedule():
+    from polysat.egraph.saturate import default_schedule
+    phases = {ph.name: ph.rulesets for ph in default_schedule(["movement", "algebra", "mine", "fusion-search"],
+                                                              opt_in=("fusion-search",))}
+    assert "mine" in phases["rewrite"] and "mine" in phases["fusion-search"]
+    assert "algebra" in phases["fusion-search"] and "mine" not in phases.get("fusion-facts", ())
