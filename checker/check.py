@@ -33,7 +33,7 @@ from ..ir.tiny import Program
 from .diff import Finding, StepResult, check_step
 from .explain import counterexample, consistent
 from .instance import Builder, Reject, instantiate
-from .numerics import tricky
+from .numerics import REGIMES, draw_inputs, tricky
 from .randprog import (attention_programs, chained_gemm_programs, motif_programs, owned_programs, random_program,
                        sibling_programs)
 from .report import CheckReport, RuleVerdict
@@ -155,10 +155,19 @@ class Checker:
         v1 = export(st)
         res = check_step(v0, val0, v1, inputs)
         if sizes.get("shape-conflict") or sizes.get("dtype-conflict"):
-            res.findings.insert(0, Finding("conflict", -1, None, why="it equated values of different shapes or dtypes"))
+            res.findings.insert(0, Finding("conflict", -1, None, why="equated values of different shapes or dtypes: "
+                                           + self._conflicts()))
         if pool and res.findings and not consistent(v0, val0):
             return None  # the other rules left the e-graph inconsistent: not this rule's doing
         return res, v0, val0
+
+    def _conflicts(self) -> str:
+        """The shapes and dtypes a conflict joined, as egglog lists them (the first few)."""
+        rows = []
+        for rel in ("shape-conflict", "dtype-conflict"):
+            text = str(self._run(f"(print-function {rel} 3)")[0])
+            rows += [f"{a} and {b}" for a, b in re.findall(rf'\({rel} .*? "([^"]*)" "([^"]*)"\) ->', text)]
+        return "; ".join(dict.fromkeys(rows)) or "(not listed)"
 
     # ---- one rule ------------------------------------------------------------------------------------
     def check_patterns(self, name: str, v: RuleVerdict, budget: int) -> None:
@@ -169,19 +178,20 @@ class Checker:
             queries.append(read_query(rule.text, rule.line, rule.name, side=1))
         v.queries = queries
         for k in range(budget):
-            if v.unsound or v.error or (v.built >= 6 and not v.fired):
-                break  # found wrong, or six instances never matched: a rule for the pool's programs
-            inst = instantiate(queries[k % len(queries)], self.rng)
+            if v.unsound or v.error or (v.built >= 12 and not v.fired):
+                break  # found wrong, or twelve instances never matched: a rule for the pool's programs
+            inst = instantiate(queries[k % len(queries)], self.rng, variant=k // len(queries))
             if inst is None:
                 continue
             v.built += 1
-            inputs = {t.args[0]: tricky(t.shape, t.dtype, self.rng) for t in inst.tensors}
+            regime = REGIMES[k % len(REGIMES)]
+            inputs = _inputs(inst, self.rng, regime)
             self.programs += 1
             got = self.run_instance(name, rule, inst, inputs)
             if got is None:
                 continue
             if self._record(name, v, got[0], True):
-                v.counterexample = self._shrink(name, rule, queries[k % len(queries)], inst, inputs, got)
+                v.counterexample = self._shrink(name, rule, queries[k % len(queries)], inst, inputs, got, regime)
 
     def check_pool(self, name: str, v: RuleVerdict) -> None:
         """Source 2, for a rule its own instances did not exercise enough: the random pool."""
@@ -209,7 +219,7 @@ class Checker:
             self.unsound.add(name)
         return True
 
-    def _shrink(self, name, rule, q, inst, inputs, got) -> str:
+    def _shrink(self, name, rule, q, inst, inputs, got, regime) -> str:
         """The smallest failing instance among redraws at smaller sizes."""
         best = (inst.size(), inst, inputs, got)
         for max_dim in (1, 2, 2, 3):
@@ -217,7 +227,7 @@ class Checker:
                 cand = instantiate(q, self.rng, max_dim=max_dim)
                 if cand is None or cand.size() >= best[0]:
                     continue
-                cin = {t.args[0]: tricky(t.shape, t.dtype, self.rng) for t in cand.tensors}
+                cin = _inputs(cand, self.rng, regime)
                 r = self.run_instance(name, rule, cand, cin)
                 if r is not None and r[0].findings:
                     best = (cand.size(), cand, cin, r)
@@ -255,6 +265,10 @@ class Checker:
                                                       source="a random-pool program rewritten by the other rules "
                                                              "first, cut down to the rewritten value's cone")
                 break
+
+
+def _inputs(inst, rng: np.random.Generator, regime: str) -> dict:
+    return draw_inputs([(t.args[0], t.shape, t.dtype) for t in inst.tensors], rng, regime)
 
 
 def _unbuildable(q) -> str:

@@ -7,9 +7,10 @@ children) no v0 node has is new: the rule made it. Every new e-node is evaluated
 values (``checker/values.py``) and compared with its class's value: the value the class had before
 the rule ran, or for a class the rule created, the value of its first evaluable e-node. Classes of v0
 that the rule merged are compared with each other. A new e-node that cannot be evaluated is a
-finding too, never skipped. Rewrites are checked as refinements: where the value before is NaN (an
-invalid operation such as inf - inf or 0 * inf on overflowed intermediates), the value after may be
-anything, the latitude every reassociating compiler takes; a finite or infinite value must be kept.
+finding too, never skipped. Two values agree under the policy of ``checker/tolerance.py``: rewrites
+are refinements (where the value before is undetermined, an overflow or an invalid operation on
+non-NaN values, the value after may be anything), NaN matches NaN, an infinity must match exactly,
+and finite values differ by at most the rounding both terms perform.
 """
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..egraph.graph import ENode, EGraphView
-from .numerics import MOVED_ROUNDING, agree, eps
-from .values import Unevaluable, Val, Valuer
+from .bounds import Val
+from .tolerance import agree, describe
+from .values import Unevaluable, Valuer
 
 
 @dataclass
@@ -55,31 +57,23 @@ def class_map(v0: EGraphView, v1: EGraphView) -> dict:
     return f
 
 
-_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-
-
 def _moved(n: ENode, f: dict) -> ENode:
     return ENode(n.op, n.args, tuple(f[ch] for ch in n.children), f[n.eclass], n.order)
 
 
 def compare(want: Val, got: Val) -> "tuple | None":
-    """None when the values agree, else (why, first differing index)."""
-    dtype_eps = eps(_NAMES.get(want.v.dtype.name, ""))
+    """None when the values agree (``checker/tolerance.py``), else (why, first differing index)."""
     if want.v.shape != got.v.shape:
         return f"shape {list(want.v.shape)} became {list(got.v.shape)}", None
     if (want.mask is None) != (got.mask is None) or (want.mask is not None and not np.array_equal(want.mask, got.mask)):
         return "the two reads are defined on different elements", None
-    unit = max(dtype_eps, min(want.unit, got.unit, MOVED_ROUNDING))
-    with np.errstate(invalid="ignore"):
-        ok = agree(want.v, got.v, np.maximum(want.mag, got.mag), unit)
+    ok = agree(want, got)
     if want.mask is not None:
         ok = ok | ~want.mask
-    if want.v.dtype != np.bool_:
-        ok = ok | np.isnan(want.v.astype(np.float64))  # a NaN before (inf - inf, 0 * inf): any value refines it
     if ok.all():
         return None
     bad = tuple(int(k) for k in np.argwhere(~ok)[0]) if ok.ndim else ()
-    return "values differ", bad
+    return describe(want, got, bad), bad
 
 
 @dataclass

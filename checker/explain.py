@@ -11,6 +11,7 @@ import numpy as np
 from ..egraph.graph import ENode, EGraphView
 from ..egraph.printer import format_terms
 from .diff import StepResult, compare
+from .tolerance import agree
 from .values import Unevaluable, Valuer
 
 
@@ -76,12 +77,17 @@ def counterexample(res: StepResult, v0: EGraphView, val0: Valuer, inputs: dict, 
         if f.first is not None and f.want.v.shape == f.got.v.shape:
             i = f.first
             a, b = np.asarray(f.want.v)[i] if i else f.want.v, np.asarray(f.got.v)[i] if i else f.got.v
-            lines.append(f"    at index {list(i)}: value before {float(a)!r}, after {float(b)!r}")
+            lines.append(f"    at index {list(i)}: value before {float(a)!r}, after {float(b)!r}: {f.why}")
+            bad = np.argwhere(~agree(f.want, f.got) & (f.want.mask if f.want.mask is not None else True))
+            w, g = f.want.v.astype(np.float64), f.got.v.astype(np.float64)
+            lines.append(f"    {len(bad)} of {int(np.size(w))} element(s) differ: " + ", ".join(
+                f"{list(int(k) for k in at)}: {float(w[tuple(at)])!r} -> {float(g[tuple(at)])!r}" for at in bad[:4])
+                + (" ..." if len(bad) > 4 else ""))
             with np.errstate(all="ignore"):
-                d = np.abs(f.want.v.astype(np.float64) - f.got.v.astype(np.float64))
-            d = d[np.isfinite(d)]
-            lines.append(f"    max abs difference {float(d.max()) if d.size else float('nan'):.6g} "
-                         f"({f.why}; {int(np.size(f.want.v))} element(s))")
+                d = np.abs(w - g)
+            fin = [float(d[tuple(at)]) for at in bad if np.isfinite(d[tuple(at)])]
+            if fin:
+                lines.append(f"    max abs difference among finite ones {max(fin):.6g}")
         else:
             lines.append(f"    {f.why}")
         if np.size(f.want.v) <= 24:

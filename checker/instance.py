@@ -33,6 +33,11 @@ BINARY = ("ADD", "SUB", "MUL", "FDIV", "MAX", "MIN", "CMPLT")
 COMPARE = ("CMPLT", "CMPEQ", "CMPNE")
 NEUTRAL = {"SUM": "0", "MAX": "-inf", "MIN": "inf"}
 FLOATS = ("fp32", "fp16", "bf16")
+INT_OPS = ("NEG", "RELU")  # the unary ops the reference evaluator computes on i32 exactly
+INT_BINARY = ("ADD", "SUB", "MUL", "FDIV", "MAX", "MIN")
+# constants and pad values over signs and magnitudes (and the specials a pad or a mask uses)
+CONSTS = ("0.0", "-0.0", "1.0", "-1.0", "0.5", "-1.5", "2.0", "3.0", "-0.25", "1000.0", "-65504.0", "1e-05", "inf", "-inf")
+INT_CONSTS = ("0", "1", "-1", "2", "3", "-7")
 
 
 class Reject(Exception):
@@ -83,6 +88,9 @@ class Builder:
     q: Query
     rng: np.random.Generator
     max_dim: int = 4
+    mode: str = "random"  # "random", or "equal": every axis one size (a guard comparing sizes holds)
+    ints: bool = False  # leaves without a stated dtype are i32 (for rules over integer programs)
+    equal: int = 0  # the one axis size of mode "equal", once drawn
     binds: dict = field(default_factory=dict)  # string variable -> value
     terms: dict = field(default_factory=dict)  # term variable -> T
     tensors: list = field(default_factory=list)
@@ -124,10 +132,15 @@ class Builder:
 
     def shape(self) -> tuple:
         rank = int(self.rng.integers(1, 4))
+        if self.mode == "equal":
+            self.equal = self.equal or int(self.rng.integers(2, max(self.max_dim, 2) + 1))
+            return (self.equal,) * rank
         return tuple(1 if self.rng.random() < 0.15 or self.max_dim < 2 else int(self.rng.integers(2, self.max_dim + 1))
                      for _ in range(rank))
 
     def dtype(self) -> str:
+        if self.ints:
+            return "i32"
         return str(self.rng.choice(FLOATS, p=(0.6, 0.2, 0.2)))
 
     # ---- terms ---------------------------------------------------------------------------------------
@@ -203,7 +216,7 @@ class Builder:
     def _unary(self, p, shape, dtype):
         x = self.term(p.args[1], shape, dtype)
         op = self.slot(p.args[0], lambda: str(self.rng.choice(UNARY)))
-        if x.dtype not in FLOATS:
+        if x.dtype not in FLOATS and not (x.dtype == "i32" and op in INT_OPS):
             raise Reject("unary of a non-float")
         return T("Unary", (op,), (x,), x.shape, x.dtype)
 
@@ -212,7 +225,8 @@ class Builder:
         cmp = isinstance(op_atom, Atom) and op_atom.is_string and op_atom.value in COMPARE
         a, b = self._ordered(p.args[1:], shape, None if cmp else dtype)
         op = self.slot(op_atom, lambda: str(self.rng.choice(BINARY)))
-        if a.dtype not in FLOATS:
+        if a.dtype not in FLOATS and not (a.dtype == "i32" and (op in INT_BINARY or op in COMPARE)) \
+                and not (a.dtype == "bool" and op in ("CMPEQ", "CMPNE")):
             raise Reject("binary of a non-float")
         return T("Binary", (op,), (a, b), a.shape, "bool" if op in COMPARE else a.dtype)
 
@@ -222,7 +236,7 @@ class Builder:
         return T("Where", (), (c, a, b), a.shape, a.dtype)
 
     def _cast(self, p, shape, dtype):
-        to = self.slot(p.args[0], lambda: dtype or self.dtype(), lambda v: v in FLOATS)
+        to = self.slot(p.args[0], lambda: dtype or self.dtype(), lambda v: v in FLOATS + ("i32", "bool"))
         x = self.term(p.args[1], shape)
         return T("Cast", (to,), (x,), x.shape, to)
 
@@ -230,7 +244,8 @@ class Builder:
         shape = shape or _ints(_parse_shape(self.slot(p.args[2], lambda: E.shape(self.shape()))))
         s = self.slot(p.args[2], lambda: E.shape(shape), lambda v: _ints(_parse_shape(v)) == shape)
         dt = self.slot(p.args[1], lambda: dtype or self.dtype())
-        v = self.slot(p.args[0], lambda: str(self.rng.choice(("0.0", "1.0", "0.5", "-1.5", "2.0"))))
+        v = self.slot(p.args[0], lambda: str(self.rng.choice(
+            INT_CONSTS if dt == "i32" else ("true", "false") if dt == "bool" else CONSTS)))
         return T("Const", (v, dt, s), (), shape, dt)
 
     def _reduce(self, p, shape, dtype):
@@ -289,7 +304,7 @@ class Builder:
     def _pad(self, p, shape, dtype):
         x = self.term(p.args[0], None, dtype)
         pd = self.slot(p.args[1], lambda: E.pads(self._pads(len(x.shape))), lambda v: len(E.parse_pads(v)) == len(x.shape))
-        v = self.slot(p.args[2], lambda: str(self.rng.choice(("0.0", "-inf", "1.0"))))
+        v = self.slot(p.args[2], lambda: str(self.rng.choice(INT_CONSTS if x.dtype == "i32" else CONSTS)))
         return T("Pad", (pd, v), (x,),
                  _ints(_parse_shape(shape_after("pad", E.shape(x.shape), pd, ""))), x.dtype)
 
@@ -412,7 +427,8 @@ class Builder:
         read = self._read(rd, None, dtype, forced=(s2, m2))
         g = self.slot(p.args[0], lambda: g)
         if self._is_free(other):
-            c = T("Const", (str(self.rng.choice(("0.0", "-inf"))), read.dtype, E.shape(read.shape)), (), read.shape, read.dtype)
+            v = str(self.rng.choice(("0.0", "-inf", "-1.0"))) if read.dtype in FLOATS else "0"
+            c = T("Const", (v, read.dtype, E.shape(read.shape)), (), read.shape, read.dtype)
             self.terms[other.text] = c
         elif isinstance(other, Pattern) and other.op == "Const":
             c = self._const(other, read.shape, read.dtype)
@@ -495,16 +511,24 @@ def satisfied(b: Builder) -> bool:
     return True
 
 
-def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int = 60) -> "Instance | None":
-    """A random instance of the query's patterns, or None when no draw satisfied it."""
+def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int = 60,
+                variant: int = 0) -> "Instance | None":
+    """A random instance of the query's patterns, or None when no draw satisfied it. Draws alternate
+    between shapes of one axis size (a guard comparing sizes, a square transpose, equal operand shapes)
+    and free ones, equal first for odd variants; variants 2, 6, ... try integer leaves first (a rule
+    whose ops an i32 program can reach is tested on one)."""
     if not q.roots:
         return None
-    for _ in range(tries):
-        b = Builder(q, rng, max_dim)
-        try:
-            roots = [b.term(r) for r in q.roots]
-        except (Reject, ValueError, IndexError, KeyError, ZeroDivisionError):
-            continue
-        if satisfied(b):
-            return Instance(roots, b.tensors)
+    modes = ["equal", "random"] if variant % 2 else ["random", "equal"]
+    kinds = [True, False] if variant % 4 == 2 else [False]
+    for ints in kinds:
+        n = tries // len(kinds)
+        for k in range(n):
+            b = Builder(q, rng, max_dim, mode=modes[0] if k < n // 2 else modes[1], ints=ints)
+            try:
+                roots = [b.term(r) for r in q.roots]
+            except (Reject, ValueError, IndexError, KeyError, ZeroDivisionError):
+                continue
+            if satisfied(b):
+                return Instance(roots, b.tensors)
     return None

@@ -1,34 +1,50 @@
-"""Inputs that expose rounding and domain errors, and a tolerance in units of the compared dtype.
+"""Inputs that reach every case a law can break on, and the rounding units of each dtype.
 
-Inputs mix ordinary values in [-2, 2] with negatives, exact halves (round-half-even cases), values
-that fp16 or bf16 round differently from fp32 (1 + 2^-12, 2049, 1/3), values fp16 cannot hold at
-all (7e4 overflows to inf, 3e-8 flushes to zero) and large magnitudes, so a dropped cast, a moved
-rounding point or an assumed sign shows. Two values agree when they are equal (NaN equal to NaN,
-same infinities) or differ by at most ``ULPS`` machine epsilon of the coarser of (the class's dtype,
-the coarsest rounding both terms perform, that one capped at 1e-3) times the larger of their magnitude
-bounds: the running error bound of floating-point evaluation, so an fp32 reassociation passes, an fp16
-rounding moved (2^-11) passes within the project's output tolerance (rtol 1e-3), a bf16 rounding moved
-(2^-8) or a rounding dropped does not, and neither does a changed value.
+A rule's test instances cycle through four input regimes (``REGIMES``), so every rule sees each:
+  * ``ordinary``: values in [-2, 2] mixed with negatives, exact halves (round-half-even cases), values
+    fp16/bf16 round differently from fp32 (1 + 2^-12, 2049, 1/3), values fp16 cannot hold (7e4, 3e-8)
+    and large magnitudes, so a dropped cast, a moved rounding point or an assumed sign shows;
+  * ``scaled``: each tensor's values times its own power of ten (1e-4 .. 1e4), so one operand is
+    absorbed by another (a + b == a) and differences of nearly equal values cancel;
+  * ``paired``: a tensor shaped and typed like an earlier one is that one, its negation or a copy
+    perturbed in its last bits, and a lone tensor is clustered around the draw's one centre c
+    (+-c(1 + d), |d| <= 2^-6 or 2^-12, 2^-4 in 16-bit types; signs one, random, a checkerboard or stripes, along which sums cancel): x - y, x == y, x != x, one-pass variances and sums
+    of opposite values meet their worst case;
+  * ``special``: IEEE special values sprinkled in: NaN, +-inf, +-0, subnormals and the dtype's largest
+    finite value (every tensor holds a NaN and, past one element, an infinity), so masks, NaN
+    propagation, overflow and signed zeros are exercised.
+Integer tensors get small values (with 0: division by zero), then wide ones; bools are random.
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ..ir.dtypes import DType, round_to
 
 EPS = {"fp32": 2.0 ** -23, "fp16": 2.0 ** -10, "bf16": 2.0 ** -7}
-ULPS = 1.0
-MOVED_ROUNDING = 1e-3  # a 16-bit rounding both terms perform may move within the output contract, rtol 1e-3
+TINY = {"fp32": float(np.finfo(np.float32).smallest_subnormal), "fp16": float(np.finfo(np.float16).smallest_subnormal),
+        "bf16": float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_subnormal)}
+MAX = {"fp32": float(np.finfo(np.float32).max), "fp16": float(np.finfo(np.float16).max),
+       "bf16": float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)}
+REGIMES = ("ordinary", "paired", "special", "paired", "scaled", "paired")  # instance k takes REGIMES[k % 6]
 _SPECIAL = np.array([0.5, -0.5, 1.5, -2.5, 1.0 + 2.0 ** -12, 1.0 + 2.0 ** -9, 2049.0, -4097.0, 1.0 / 3.0,
                      -7.0e4, 7.0e4, 3.0e-8, -3.0e-8, 1.0e3, -1.0e4, 0.0, -0.0, 6.0e4, 12.5], dtype=np.float64)
 
 
 def eps(dtype: str) -> float:
+    """Machine epsilon of a float dtype (0 for i32 and bool: exact)."""
     return EPS.get(dtype, 0.0)
 
 
+def tiny(dtype: str) -> float:
+    """The dtype's smallest subnormal: the absolute error of a rounding that underflows."""
+    return TINY.get(dtype, 0.0)
+
+
 def tricky(shape: tuple, dtype: str, rng: np.random.Generator) -> np.ndarray:
-    """An input array of the declared dtype: mostly ordinary values, about one in three special."""
+    """An input array of the declared dtype in the ordinary regime: mostly ordinary values, about one in
+    three special."""
     if dtype == "bool":
         return rng.random(shape) < 0.5
     if dtype == "i32":
@@ -36,16 +52,74 @@ def tricky(shape: tuple, dtype: str, rng: np.random.Generator) -> np.ndarray:
     base = rng.uniform(-2.0, 2.0, shape)
     pick = rng.random(shape) < 0.4
     special = _SPECIAL[rng.integers(0, len(_SPECIAL), shape)]
-    with np.errstate(over="ignore"):
-        return round_to(np.where(pick, special, base).astype(np.float32), DType(dtype))
+    return _as(np.where(pick, special, base), dtype)
 
 
-def agree(want: np.ndarray, got: np.ndarray, mag: np.ndarray, unit: float) -> np.ndarray:
-    """Elementwise agreement of two values under the tolerance above (mag: the magnitude bound)."""
-    if want.dtype == np.bool_ or got.dtype == np.bool_ or unit == 0.0:
-        a, b = want.astype(np.float64), got.astype(np.float64)
-        return (a == b) | (np.isnan(a) & np.isnan(b))
-    a, b = want.astype(np.float64), got.astype(np.float64)
-    with np.errstate(all="ignore"):
-        tol = np.where(np.isfinite(mag), ULPS * unit * mag, 0.0)
-        return (a == b) | (np.isnan(a) & np.isnan(b)) | (np.abs(a - b) <= tol)
+def _as(a: np.ndarray, dtype: str) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return round_to(np.asarray(a, dtype=np.float64).astype(np.float32), DType(dtype))
+
+
+def _ieee(dtype: str, shape: tuple, rng: np.random.Generator) -> np.ndarray:
+    vals = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 3.0 * TINY[dtype], -5.0 * TINY[dtype], MAX[dtype], -MAX[dtype]])
+    return vals[rng.integers(0, len(vals), shape)]
+
+
+def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
+    """Input arrays for tensors [(name, shape, dtype)] in one regime (see the module docstring)."""
+    out: dict = {}
+    seen: list = []
+    centre = float(rng.choice((3.0, 100.0, 1000.0, 7.5, 2000.0)))
+    for name, shape, dtype in tensors:
+        shape = tuple(int(d) for d in shape)
+        if dtype in ("bool", "i32"):
+            if dtype == "i32" and regime in ("scaled", "special"):
+                out[name] = rng.integers(-3000, 3001, shape).astype(np.int32)
+            elif dtype == "i32" and regime == "paired" and (twin := _twin(seen, shape, dtype)) is not None:
+                out[name] = (out[twin] if rng.random() < 0.5 else -out[twin]).astype(np.int32)
+            else:
+                out[name] = tricky(shape, dtype, rng)
+            seen.append((name, shape, dtype))
+            continue
+        if regime == "scaled":
+            a = tricky(shape, "fp32", rng).astype(np.float64) * 10.0 ** int(rng.choice((-4, -2, 0, 2, 4)))
+        elif regime == "paired":
+            twin = _twin(seen, shape, dtype)
+            if twin is not None and rng.random() < 0.9:
+                x = out[twin].astype(np.float64)
+                k = int(rng.choice(3, p=(0.2, 0.6, 0.2)))
+                d = 1.0 + rng.uniform(-1, 1, shape) * 2.0 ** -int(rng.choice((9, 12, 20)))
+                a = x if k == 0 else -x * d if k == 1 else x * d
+            else:  # clustered around the draw's one centre: x - c cancels for every pair of tensors
+                pick = rng.random()
+                sign = (float(rng.choice((-1.0, 1.0))) if pick < 0.35 else np.where(rng.random(shape) < 0.5, -1.0, 1.0)
+                        if pick < 0.5 else 1.0 - 2.0 * (_parity(shape, rng, pick < 0.75) % 2))
+                spread = 2.0 ** -int(rng.choice((4, 6) if dtype in ("fp16", "bf16") else (6, 12)))  # a spread the dtype holds
+                a = centre * sign * (1.0 + rng.uniform(-1, 1, shape) * spread)
+        elif regime == "special":
+            a = np.where(rng.random(shape) < 0.3, _ieee(dtype, shape, rng), tricky(shape, "fp32", rng).astype(np.float64))
+            flat = a.reshape(-1)
+            if flat.size:  # a NaN and an infinity in every tensor, whatever its size
+                at = rng.permutation(flat.size)
+                flat[at[0]] = np.nan
+                if flat.size > 1:
+                    flat[at[1]] = float(rng.choice((np.inf, -np.inf)))
+        else:
+            a = tricky(shape, "fp32", rng).astype(np.float64)
+        out[name] = _as(a, dtype)
+        seen.append((name, shape, dtype))
+    return out
+
+
+def _parity(shape: tuple, rng: np.random.Generator, board: bool) -> np.ndarray:
+    """Index parity: of all indices (a checkerboard: every sum cancels) or of one random axis (stripes:
+    sums along it cancel, sums across it grow, so a nested sum rounds large values that then cancel)."""
+    idx = np.indices(shape) if shape else np.zeros((1,), dtype=int)
+    return idx.sum(axis=0) if board or not shape else idx[int(rng.integers(len(shape)))]
+
+
+def _twin(seen: list, shape: tuple, dtype: str) -> "str | None":
+    for name, s, d in seen:
+        if s == shape and d == dtype:
+            return name
+    return None

@@ -284,8 +284,11 @@ def owned_programs(rng: np.random.Generator) -> list:
 def chained_gemm_programs(rng: np.random.Generator) -> list:
     """(A B) C: the second GEMM reads the first's reduction at (m, k) inside its own (m, n, k) loop, along
     its N axis, which no kernel tile owns whole (rules/fusion.egg many-to-many: the fusion is never legal)."""
-    m, k, n, p = (int(v) for v in rng.integers(2, 5, 4))  # no unit axis: a unit axis is never a broadcast axis
-    b = Builder("h")
-    ab = _gemm(b, b.input("A", DType.fp32, (m, k), at=AT), b.input("B", DType.fp32, (k, n), at=AT))
-    return [b.program([("y", _gemm(b, ab, b.input("C", DType.fp32, (n, p), at=AT)))])]
+    out = []
+    for _ in range(3):  # three sizes: a rule that must fire on three programs has three to fire on
+        m, k, n, p = (int(v) for v in rng.integers(2, 5, 4))  # no unit axis: a unit axis is never a broadcast axis
+        b = Builder("h")
+        ab = _gemm(b, b.input("A", DType.fp32, (m, k), at=AT), b.input("B", DType.fp32, (k, n), at=AT))
+        out.append(b.program([("y", _gemm(b, ab, b.input("C", DType.fp32, (n, p), at=AT)))]))
+    return out
 

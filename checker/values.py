@@ -6,15 +6,13 @@ rewrite closes never block the valuation and a child is valued through whatever 
 is finite. An e-node is evaluated on its children's values by the reference evaluator
 (``ir/evaluate.py``: one Tiny IR node on stand-in inputs, built by the same converter extraction
 uses); reads of memory are gathered here, with a mask where a read outside a ``Select`` guard is
-undefined. Alongside each value go a magnitude bound (the value evaluated with absolute values and
-no cancellation, times the length of every sum: the running error bound) and the coarsest rounding
-unit in the term, which set the tolerance (``checker/numerics.py``).
+undefined. Alongside each value goes its forward error bound per rounding kind and the elements it
+leaves undetermined (``checker/bounds.py``), which set the tolerance (``checker/tolerance.py``);
+a movement moves the bounds with the same index map.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..egraph import encode as E
@@ -25,20 +23,13 @@ from ..ir.dtypes import DType
 from ..ir.evaluate import evaluate
 from ..ir.expr import Expr
 from ..ir.tiny import Arg, Ops, Program, UOp
-from .numerics import eps
+from . import bounds as B
+from .bounds import Val
 
 _parse_shape = functools.lru_cache(maxsize=8192)(E.parse_shape)  # attributes are immutable strings
 _parse_map = functools.lru_cache(maxsize=8192)(E.parse_map)
 
 _MOVES = ("Reshape", "Permute", "Transpose", "Expand", "Pad", "Shrink", "Flip", "View", "BroadcastInDim")
-
-
-@dataclass
-class Val:
-    v: np.ndarray
-    mag: np.ndarray  # float64 magnitude bound of the computation
-    unit: float  # coarsest machine epsilon of a rounding in the term (0: exact)
-    mask: "np.ndarray | None" = None  # defined elements of a partial read (None: all)
 
 
 class Unevaluable(Exception):
@@ -76,7 +67,7 @@ def tiny_eval(node: ENode, kids: list) -> np.ndarray:
         return evaluate(prog, feed)["v"]
     except PolysatError as e:
         raise Unevaluable(e.diagnostics[0].why) from None
-    except (KeyError, ValueError, IndexError, TypeError, AssertionError) as e:
+    except (KeyError, ValueError, IndexError, TypeError, AssertionError, OverflowError) as e:
         raise Unevaluable(f"{type(e).__name__}: {e}") from None
 
 
@@ -141,26 +132,47 @@ class Valuer:
             pending = rest
 
     def node(self, n: ENode) -> Val:
-        """The value of e-node n from its children's class values."""
+        """The value of e-node n from its children's class values, with its error bound (``bounds.py``)."""
         kids = [self.vals[ch] for ch in n.children]
         op, a = n.op, n.args
         if op == "Tensor":
             if a[0] not in self.inputs:
                 raise Unevaluable(f"no input array for tensor {a[0]!r}")
-            x = self.inputs[a[0]]
-            return Val(x, np.abs(x.astype(np.float64)), 0.0)
+            return B.exact(self.inputs[a[0]])
         if op == "Mat":
             return kids[0]
         if op == "Read":
             v, mask = _gather(kids[0].v, a[0], a[1])
-            mg, _ = _gather(kids[0].mag, a[0], a[1])
-            return Val(v, mg, kids[0].unit, mask)
+            return _moved(kids[0], v, lambda arr: _gather(arr, a[0], a[1])[0], mask)
         if op == "Select":
             return self._select(n, kids)
         if any(k.mask is not None for k in kids):
             raise Unevaluable(f"{op} of a partial read (a read outside its memory, not under a Select guard)")
         v = tiny_eval(n, [k.v for k in kids])
-        return Val(v, self._mag(n, kids, v), self._unit(n, kids, v))
+        if op == "Const":
+            return B.exact(v)
+        if op in _MOVES:
+            src = kids[0].v
+            idx = tiny_eval(_index_node(n), [np.arange(1, src.size + 1, dtype=np.float32).reshape(src.shape)])
+            flat = idx.astype(np.int64).reshape(-1)
+
+            def follow(arr):
+                got = np.broadcast_to(arr, src.shape).reshape(-1)[np.maximum(flat - 1, 0)]
+                return np.where(flat > 0, got, np.zeros((), got.dtype)).reshape(v.shape)
+            return _moved(kids[0], v, follow, None)
+        if op == "Unary":
+            return B.unary(a[0], kids[0], v)
+        if op == "Binary":
+            return B.binary(a[0], kids[0], kids[1], v)
+        if op == "Where":
+            return B.where(kids[0], kids[1], kids[2], v)
+        if op == "Cast":
+            return B.cast(kids[0], v)
+        if op == "Reduce":
+            return B.reduce(a[0], tuple(E.parse_ints(a[1])), kids[0], v, a[3])
+        if op == "SoftmaxSum":
+            return B.softmax_sum(a[0], kids[0], kids[1], v)
+        raise Unevaluable(f"no error bound for {op}")
 
     def _select(self, n: ENode, kids: list) -> Val:
         read = self.via.get(n.children[0])
@@ -175,41 +187,19 @@ class Valuer:
         if other.v.shape != got.v.shape:
             raise Unevaluable("Select branches of different shapes")
         v = np.where(ok, got.v, other.v.astype(got.v.dtype))
-        return Val(v, np.where(ok, got.mag, other.mag), max(got.unit, other.unit))
+        cond = B.exact(ok)
+        return B.where(cond, B.Val(got.v, got.err, got.und), other, v)
 
-    def _mag(self, n: ENode, kids: list, v: np.ndarray) -> np.ndarray:
-        av = np.abs(v.astype(np.float64))
-        op, a = n.op, n.args
-        if op == "Const":
-            return av
-        if op in _MOVES:
-            return tiny_eval(n, [k.mag.astype(np.float32) for k in kids]).astype(np.float64)
-        if op == "Unary":
-            return kids[0].mag if a[0] in ("NEG", "RELU") else av
-        if op == "Cast":
-            return np.maximum(kids[0].mag, av)
-        if op == "Where":
-            return np.maximum(kids[1].mag, kids[2].mag)
-        if op == "Binary":
-            x, y = kids[0].mag, kids[1].mag
-            with np.errstate(all="ignore"):
-                return {"ADD": lambda: x + y, "SUB": lambda: x + y, "MUL": lambda: x * y,
-                        "FDIV": lambda: x / np.abs(kids[1].v.astype(np.float64)), "MAX": lambda: np.maximum(x, y),
-                        "MIN": lambda: np.maximum(x, y)}.get(a[0], lambda: av)()
-        if op == "Reduce":
-            ax = E.parse_ints(a[1])
-            body = kids[0].mag
-            if a[0] == "SUM":
-                count = int(np.prod([body.shape[k] for k in ax])) if ax else 1
-                return body.sum(axis=ax) * count
-            return body.max(axis=ax) if body.size else av
-        if op == "SoftmaxSum":
-            return av + kids[1].mag.max(axis=-1)
-        return av
 
-    def _unit(self, n: ENode, kids: list, v: np.ndarray) -> float:
-        inner = max((k.unit for k in kids), default=0.0)
-        if n.op in ("Const", *_MOVES):
-            return inner
-        extra = eps(n.args[0]) if n.op == "SoftmaxSum" else 0.0
-        return max(inner, extra, eps(_dt(v).value))
+def _index_node(n: ENode) -> ENode:
+    """The movement e-node n with a pad value of 0 (it moves an index array: 0 marks a padded element)."""
+    if n.op == "Pad":
+        return ENode(n.op, (n.args[0], "0.0"), n.children, n.eclass, n.order)
+    return n
+
+
+def _moved(x: "B.Val", v: np.ndarray, follow, mask) -> "B.Val":
+    """x moved to v: its bounds and undetermined elements follow the same index map."""
+    err = {k: follow(np.broadcast_to(e, x.v.shape).astype(np.float64)) for k, e in x.err.items()}
+    und = follow(x.und) if x.und is not None else None
+    return B.Val(v, err, und if und is not None and und.any() else None, mask)

@@ -41,6 +41,8 @@ def _canon(kind: str, text: str) -> str:
     if kind == "value":
         if text in ("true", "false"):
             return text
+        if text.lstrip("-").isdigit():  # an i32 constant, as the loader spells one
+            return repr(int(text))
         v = float(text)
         return E.value(v) if not math.isnan(v) or text == "nan" else text
     return text

@@ -164,6 +164,31 @@ def _fail(path: str, line: int, rule: "str | None", why: str, suggestion: "str |
     raise _err(path, line, rule, why, suggestion)
 
 
+BUILTIN_RULESETS = ("analysis",)  # declared by the schema (egraph/state.py base_egraph), not by a rule file
+
+
+def check_rulesets(files: list) -> None:
+    """Every rule's :ruleset is declared by one of the files (or is built in): E1403 at the rule otherwise,
+    at load time, not when a schedule first runs it."""
+    declared = set(BUILTIN_RULESETS) | {n for rf in files for n in rf.rulesets}
+    for rf in files:
+        for r in rf.rules:
+            if r.ruleset not in declared:
+                _fail(rf.path, r.line, r.name, f"ruleset {r.ruleset!r} is declared by no rule file "
+                      f"(declared: {', '.join(sorted(declared))})",
+                      f"Declare it in the file: (ruleset {r.ruleset}), or use a declared ruleset.")
+
+
 def list_rules(dirs=None, builtin: bool = True) -> list:
-    """[(file, name, ruleset, law)] of every rule in the built-in folder and dirs (for ``polysat rules``)."""
-    return [(r.file, r.name, r.ruleset, r.law) for p in discover(dirs, builtin) for r in parse_file(p).rules]
+    """[(file, name, ruleset, law)] of every rule in the built-in folder and dirs (for ``polysat rules``):
+    the files are linted, their rulesets checked and every file loaded into a scratch e-graph (helpers,
+    relations and constructors resolved), so an error is reported here, not at the first run."""
+    files = [parse_file(p) for p in discover(dirs, builtin)]
+    from .state import validate
+    validate(files)
+    return [(r.file, r.name, r.ruleset, r.law) for rf in files for r in rf.rules]
+
+
+def shipped_rulesets() -> tuple:
+    """The rulesets the shipped rule files declare (any other one is a user's)."""
+    return tuple(n for p in discover(None, True) for n in parse_file(p).rulesets)

@@ -21,7 +21,7 @@ from .. import knobs
 from ..ir import progress
 from ..ir.diagnostics import fail
 from ..ir.tiny import Program
-from .rulefiles import discover, parse_file
+from .rulefiles import discover, parse_file, shipped_rulesets
 from .state import EGraphState, new_state
 
 
@@ -111,7 +111,8 @@ def default_schedule(rulesets: list, opt_in: tuple = ()) -> tuple:
     ones only when named in opt_in). Naming ``fusion-search`` names the legality rulesets too, and
     orders them (rules/fusion.egg): after every rewrite (streaming included), ``fusion-search`` adds the
     fused alternatives, with the rulesets of SETTLE (the reduction normal form's ``-fused`` rules match
-    the fused reads it adds); then, on that final e-graph, ``fusion-facts`` runs to a fixpoint (where
+    the fused reads it adds) and every user ruleset (one no shipped file declares: a user's rule on a
+    fused operand, ``View(...)``, matches there); then, on that final e-graph, ``fusion-facts`` runs to a fixpoint (where
     each value is evaluated, through which boundaries, and which reductions so reached are legal) and
     ``fusion-conflicts`` names the sets of sites no partition may fuse together. The facts add no
     e-node, so every term the search extracts was seen by them."""
@@ -123,8 +124,9 @@ def default_schedule(rulesets: list, opt_in: tuple = ()) -> tuple:
         phases = [Phase("normalize", first)] if first else []
         return tuple(phases + [Phase("rewrite", tuple(rulesets))]) if rulesets else tuple(phases)
     rest = tuple(r for r in rulesets if r not in FUSION)
+    user = tuple(r for r in rest if r not in shipped_rulesets())  # a user's ruleset also sees the fused reads
     phases = [Phase("normalize", first), Phase("rewrite", rest),
-              Phase("fusion-search", ("fusion-search",) + tuple(r for r in SETTLE if r in rulesets)),
+              Phase("fusion-search", ("fusion-search",) + tuple(r for r in SETTLE if r in rulesets) + user),
               Phase("fusion-facts", ("fusion-facts",), True), Phase("fusion-conflicts", ("fusion-conflicts",), True)]
     return tuple(ph for ph in phases if ph.rulesets)
 

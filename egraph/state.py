@@ -16,7 +16,7 @@ from .boundaries import default_cuts, movement_args
 from .ixfns import prelude
 from . import siblings as _siblings  # noqa: F401 — registers the helpers of rules/siblings.egg
 from ..knobs import load_chunk
-from .rulefiles import egg_error
+from .rulefiles import check_rulesets, egg_error
 from .schema import declare_all
 
 ANALYSIS = pathlib.Path(__file__).resolve().parent / "analysis.egg"
@@ -57,6 +57,7 @@ def validate(files: list, eg: "EGraph | None" = None) -> None:
     """Lint the files and load them into ``eg`` (default: a scratch e-graph), so a bad file never reaches
     an e-graph that is kept: ``eg`` is one that a failure discards. Files validated before (in this process)
     are only loaded."""
+    check_rulesets(files)
     key = tuple((rf.path, rf.text) for rf in files)
     if key not in _VALID:
         from .rule_lint import lint_files, raise_if_any

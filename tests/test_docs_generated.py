@@ -42,7 +42,9 @@ def test_rules_doc_worked_rules_are_judged_as_it_says(tmp_path):
     text = (DOCS / "rules.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```lisp\n(.*?)```", text, re.S)
     good, bad = (b for b in blocks if ":name \"cast-after-boundary\"" in b), (b for b in blocks if "wrong on purpose" in b)
-    for name, rule, want in (("cast-after-boundary", next(good), 0), ("sub-after-boundary", next(bad), 1)):
+    fused = (b for b in blocks if ":name \"cast-after-fused-read\"" in b)  # a rule on a fused operand
+    for name, rule, want in (("cast-after-boundary", next(good), 0), ("sub-after-boundary", next(bad), 1),
+                             ("cast-after-fused-read", next(fused), 0)):
         d = tmp_path / name
         d.mkdir()
         (d / "rule.egg").write_text(rule, encoding="utf-8")

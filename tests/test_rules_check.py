@@ -189,3 +189,60 @@ def test_with_unsound_rules_loaded_the_sound_rules_they_touch_are_not_blamed():
     status = {v.rule.name: v.status(2) for v in rep.verdicts}
     assert {n: status[n] for n in shipped} == {n: "ok" for n in shipped}, rep.format()
     assert {n: status[n] for n in bad} == {n: "UNSOUND" for n in bad}, rep.format()
+
+
+def test_mutants_of_shipped_rules_are_caught_on_a_bounded_sample():
+    """bench/rule_mutants.py on a seeded sample of the value-changing operators (the full run is the bench)."""
+    from polysat.bench.rule_mutants import build, run
+    rows = build(per_rule=1, seed=0, limit=6, files={"algebra.egg", "movement.egg", "srnf.egg", "contraction.egg"},
+                 operators={"swap", "op", "cast", "rescale", "const", "axes"})
+    summary = run(rows, seed=0, budget=6)
+    assert summary["killed"] + summary["survived"] >= 3, rows
+    assert summary["score"] >= 0.95, [r for r in rows if r["outcome"] == "survived"]
+    assert all(r["equivalent"].startswith("operands of the commutative") for r in rows if r["outcome"] == "equivalent")
+
+
+def test_special_values_integers_and_cancellation_reach_new_authors_rules():
+    """A few of the rules written for issue 27 as a new author would, each caught at two seeds."""
+    names = ["new-self-ne-false", "new-int-div-mul-cancel", "new-add-sub-cancel", "new-relu-pad-any-value",
+             "new-square-transpose-noop"]
+    for seed in (0, 1):
+        rep = check_rules([str(HERE / "bad_rules")], cases=1, only=names, seed=seed)
+        assert {v.rule.name: v.status(1) for v in rep.verdicts} == {n: "UNSOUND" for n in names}, rep.format()
+
+
+def test_a_reassociation_within_rounding_passes_and_lost_digits_fail():
+    import numpy as np
+    from polysat.checker import bounds as B
+    from polysat.checker.tolerance import agree
+    x = np.array([1.5, 100.25, -3.0, 60.0], np.float32)
+    one = np.ones(4, np.float32)
+    lhs = B.unary("EXP2", B.binary("ADD", B.exact(x), B.exact(one), x + one), np.exp2(x + one))
+    e = B.unary("EXP2", B.exact(x), np.exp2(x))
+    rhs = B.binary("MUL", B.exact(2 * one), e, np.float32(2) * np.exp2(x))
+    assert agree(lhs, rhs).all() and agree(rhs, lhs).all()
+    a, b = np.array([1e4], np.float32), np.array([1e-4], np.float32)
+    s = B.binary("ADD", B.exact(a), B.exact(b), a + b)
+    lost = B.binary("SUB", s, B.exact(a), (a + b) - a)
+    assert not agree(lost, B.exact(b)).any()
+    nan = np.array([np.nan, 1.0], np.float32)
+    assert list(agree(B.exact(nan), B.exact(np.array([0.0, 1.0], np.float32)))) == [False, True]
+
+
+def test_an_undeclared_ruleset_is_e1403_at_polysat_rules(tmp_path, capsys):
+    from polysat.cli import main
+    (tmp_path / "a.egg").write_text('; law: --x = x\n(rewrite (Unary "NEG" (Unary "NEG" x)) x :ruleset mine :name "nn-undeclared")\n')
+    with pytest.raises(PolysatError) as e:
+        list_rules([str(tmp_path)])
+    d = e.value.diagnostics[0]
+    assert d.code == "E1403" and "a.egg:2" in d.at and "'mine' is declared by no rule file" in d.why
+    assert main(["rules", "--rules", str(tmp_path)]) == 1
+    assert "E1403" in capsys.readouterr().err
+
+
+def test_a_user_ruleset_runs_with_the_fused_reads_under_the_model_schedule():
+    from polysat.egraph.saturate import default_schedule
+    phases = {ph.name: ph.rulesets for ph in default_schedule(["movement", "algebra", "mine", "fusion-search"],
+                                                              opt_in=("fusion-search",))}
+    assert "mine" in phases["rewrite"] and "mine" in phases["fusion-search"]
+    assert "algebra" in phases["fusion-search"] and "mine" not in phases.get("fusion-facts", ())

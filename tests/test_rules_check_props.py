@@ -15,7 +15,9 @@ from polysat.egraph.rulefiles import discover, parse_file
 from polysat.checker.check import Checker, _facts_only
 from polysat.checker.diff import check_step, class_map
 from polysat.checker.instance import instantiate
-from polysat.checker.numerics import EPS, agree, tricky
+from polysat.checker.bounds import Val, exact
+from polysat.checker.numerics import EPS, tricky
+from polysat.checker.tolerance import agree
 from polysat.egraph.rule_pattern import read_query
 from polysat.checker.values import Valuer
 from polysat.egraph.state import load_program
@@ -87,13 +89,14 @@ def test_class_values_of_a_loaded_program_are_the_reference_evaluators(checker, 
 @given(x=st.floats(-6e4, 6e4, allow_nan=False, width=32), dt=st.sampled_from(["fp32", "fp16", "bf16"]))
 def test_one_rounding_agrees_and_a_changed_value_does_not(x, dt):
     a = round_to(np.array([x], np.float32), DType(dt)).astype(np.float32)
-    mag = np.abs(a.astype(np.float64))
-    assert agree(a, a, mag, EPS[dt]).all()
+    bound = {dt: EPS[dt] * np.abs(a.astype(np.float64))}  # one rounding into dt on each side
+    assert agree(Val(a, bound), Val(a, bound)).all()
     nudged = round_to(a * np.float32(1 + EPS[dt] / 2), DType(dt)).astype(np.float32)
-    assert agree(a, nudged, np.maximum(mag, np.abs(nudged.astype(np.float64))), EPS[dt]).all()
+    assert agree(Val(a, bound), Val(nudged, {dt: EPS[dt] * np.abs(nudged.astype(np.float64))})).all()
     if abs(x) > 1e-3:
         moved = a * np.float32(1 + 8 * EPS[dt])
-        assert not agree(a, moved, mag, EPS[dt]).any()
+        assert not agree(Val(a, bound), Val(moved, bound)).any()
+        assert not agree(exact(a), Val(nudged, bound)).all() or np.array_equal(a, nudged)  # a rounding one side adds
 
 
 @given(seed=st.integers(0, 2**31 - 1), dt=st.sampled_from(["fp32", "fp16", "bf16"]))
