@@ -390,15 +390,10 @@ def _report(diags: list[Diagnostic], as_json: bool) -> None:
             print(f"error: {dg}" if dg.is_error else f"warning: {dg}", file=sys.stderr)
 
 
-DEEP_RECURSION = 50_000  # frames a command may nest (walks that recurse along a model's depth)
-
-
-def deep_stack(fn: Callable, *args):
-    """fn(*args) with DEEP_RECURSION as the recursion limit, so the walks that recurse along a model's depth
-    (printers, region synthesis, isl conversions) take chains of thousands of ops (Python 3.11 calls between
-    Python functions use no C stack). Its traceback is printed under POLYSAT_DEBUG=1."""
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, DEEP_RECURSION))
+def debugged(fn: Callable, *args):
+    """fn(*args), its traceback printed under POLYSAT_DEBUG=1 when it fails with anything but a diagnostic.
+    The recursion limit stays Python's: no walk over a model recurses along its size (docs/DESIGN.md
+    §Bounds)."""
     try:
         return fn(*args)
     except PolysatError:
@@ -407,8 +402,6 @@ def deep_stack(fn: Callable, *args):
         if knobs.debug():
             traceback.print_exc()
         raise
-    finally:
-        sys.setrecursionlimit(old)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -420,17 +413,17 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or a usage error (2)
         return int(e.code or 0)
     try:
-        return deep_stack(args.fn, args)
+        return debugged(args.fn, args)
     except PolysatError as e:
         _report(e.diagnostics, as_json)
         return 1
     except BrokenPipeError:  # output piped into `head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except RecursionError:  # past DEEP_RECURSION frames: a bound, not a bug in the model
+    except RecursionError:  # a walk that still recurses along the model: a bound, not the model's fault
         _report([diag("ResourceLimit", getattr(args, "model", "polysat"), f"a walk over the model went deeper than "
-                      f"{DEEP_RECURSION} frames", "Compile a shallower model (or split it); POLYSAT_DEBUG=1 shows "
-                      "where.")], as_json)
+                      f"Python's {sys.getrecursionlimit()} frames", "Compile a shallower model (or split it); "
+                      "POLYSAT_DEBUG=1 shows where.")], as_json)
         return 1
     except Exception as e:  # noqa: BLE001 — a bug must still not dump a traceback on the user
         _report([diag("InternalError", getattr(args, "model", "polysat"), f"{type(e).__name__}: {e}")], as_json)

@@ -78,6 +78,7 @@ def parse_map(text: str) -> isl.Map:
 
 _TUPLE = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)(?=\s*\[)")
 _PLACE = ("polysat_p0", "polysat_p1")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _parse_named(cls, what: str, text: str):
@@ -95,9 +96,11 @@ def parse_renamed(cls, text: str, names: Sequence[str]):
     names = list(names)
     if len(set(names)) != len(names) or any(p in text for p in _PLACE):
         return None
-    pat = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(re.escape(n) for n in names) + r")(?=\s*\[)")
+    if not all(_IDENTIFIER.fullmatch(n) for n in names):
+        return None
+    place = dict(zip(names, _PLACE))  # one compiled pattern for every text: a tuple name is an identifier
     try:
-        obj = _parse_generic(cls, pat.sub(lambda m: _PLACE[names.index(m.group(1))], text))
+        obj = _parse_generic(cls, _TUPLE.sub(lambda m: place.get(m.group(1), m.group(1)), text))
     except isl.Error:
         return None
     if cls is isl.Set:
@@ -113,7 +116,7 @@ def _parse_generic(cls, text: str):
 
 
 def is_isl_identifier(name: str) -> bool:
-    return bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)) and name not in _KEYWORDS
+    return bool(_IDENTIFIER.fullmatch(name)) and name not in _KEYWORDS
 
 
 def simplify_map(m: isl.Map) -> isl.Map:

@@ -240,13 +240,20 @@ class BoundRegion:
         return (outs or list(self.statements))[-1]
 
     @cached_property
-    def schedule(self) -> isl.UnionMap:
-        """Sequence order, then each statement's loop order: S -> [pos, d..., 0...]."""
+    def schedule_maps(self) -> dict:
+        """statement name -> its schedule: sequence order, then its loop order, S -> [pos, d..., 0...]."""
         depth = max(len(s.dims) for s in self.statements)
-        um = None
+        out = {}
         for s in self.statements:
             outs = [str(s.index)] + list(s.loop_order) + ["0"] * (depth - len(s.dims))
-            m = isl.Map(f"{{ {_tuple(s)} -> [{', '.join(outs)}] }}").intersect_domain(s.domain)
+            out[s.name] = isl.Map(f"{{ {_tuple(s)} -> [{', '.join(outs)}] }}").intersect_domain(s.domain)
+        return out
+
+    @cached_property
+    def schedule(self) -> isl.UnionMap:
+        """Every statement's schedule (:attr:`schedule_maps`) in one union."""
+        um = None
+        for m in self.schedule_maps.values():
             um = isl.UnionMap.from_map(m) if um is None else um.union(isl.UnionMap.from_map(m))
         return um
 

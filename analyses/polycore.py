@@ -217,26 +217,42 @@ def recompute_factors(b: BoundRegion, t: Tile) -> dict:
     return out
 
 
-@lru_cache(maxsize=4096)
 def driver_reach(region: PolyRegion, name: str):
     """The driver instances that read, through the region's dependences, what statement `name` writes
     (the forward image of its domain); None when it is the driver, reaches all of it (the common case:
     nothing to restrict) or reaches it nowhere (another output)."""
+    return _reaches(region)[name][0]
+
+
+@lru_cache(maxsize=256)
+def _reaches(region: PolyRegion) -> dict:
+    """statement name -> (driver_reach, whether it reaches the whole driver), the later statements first: a
+    forward image stops at the first statement it covers whole that is known to reach the whole driver
+    (a chain costs one image per statement, not one per pair)."""
     b = region.bind()
     drv = b.driver
-    if name == drv.name:
-        return None
-    inst = {name: next(s for s in b.statements if s.name == name).domain}
-    for q in b.statements:
-        for tensor, read in q.reads:
-            p = b.writer(tensor)
-            if p is None or p.index >= q.index or p.name not in inst:
-                continue
-            got = inst[p.name].apply(p.write).apply(read.reverse()).intersect(q.domain)
-            inst[q.name] = got if q.name not in inst else inst[q.name].union(got).coalesce()
-    got = inst.get(drv.name)
-    return None if got is None or got.is_empty() or got.is_equal(drv.domain) else got
-
+    out: dict = {}
+    for st in reversed(b.statements):
+        if st.name == drv.name:
+            out[st.name] = (None, True)
+            continue
+        inst = {st.name: st.domain}
+        whole = False
+        for q in b.statements[st.index + 1:]:
+            for tensor, read in q.reads:
+                p = b.writer(tensor)
+                if p is None or p.index >= q.index or p.name not in inst:
+                    continue
+                got = inst[p.name].apply(p.write).apply(read.reverse()).intersect(q.domain)
+                inst[q.name] = got if q.name not in inst else inst[q.name].union(got).coalesce()
+            if q.name in inst and q.name in out and out[q.name][1] and inst[q.name].is_equal(q.domain):
+                whole = True  # q's whole domain reaches the whole driver, and so does st
+                break
+        got = inst.get(drv.name)
+        if not whole and got is not None and not got.is_empty() and got.is_equal(drv.domain):
+            whole = True
+        out[st.name] = (None if whole or got is None or got.is_empty() else got, whole)
+    return out
 
 
 def _on_chip_bytes(b: BoundRegion, sizes: Mapping[str, int]) -> int:

@@ -30,12 +30,12 @@ backwards from them, carrying the index tuple (Exprs over region axes) at which 
 from __future__ import annotations
 
 import itertools
-import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ..analyses.isl_util import always_true, simplify
 from ..ir import region as rg
+from ..ir import trampoline
 from ..ir.diagnostics import fail
 from ..ir.expr import Expr
 from ..ir.movement import NonAffine, local_map
@@ -255,14 +255,23 @@ class _KernelSynth:
         self.inputs.setdefault(t, MemRef(tuple(n.shape), n.dtype))
         return rg.read(t, index, n.dtype, self.axes)
 
-    def demand(self, nid: str, index: tuple, ctx: _Ctx) -> RNode:
+    def demand_all(self, srcs, index: tuple, ctx: _Ctx):
+        """Each of srcs demanded at index, in order (a walk step: ``yield from``)."""
+        out = []
+        for s in srcs:
+            out.append((yield self.demand(s, index, ctx)))
+        return out
+
+    def demand(self, nid: str, index: tuple, ctx: _Ctx):
+        """The value of nid at index (a walk: run by ir/trampoline.py, one generator per demand, so a chain of
+        thousands of ops needs no Python frames)."""
         n = self.program[nid]
         if n.op == Ops.INPUT or (nid in self.names and nid not in self.kernel.nodes):
             return self.read(nid, index)
         if n.op == Ops.CONST:
             return rg.const(n.arg["value"], n.dtype)
         if n.op in GroupOp.Movement:
-            return self.movement(n, index, ctx)
+            return (yield self.movement(n, index, ctx))
         key = (nid, index)
         self.seen[key] = self.seen.get(key, 0) + 1
         gkey = key + (ctx.guard,)
@@ -282,7 +291,7 @@ class _KernelSynth:
         mkey = gkey + (as_let,) if self.final else gkey
         if mkey in self.memo:
             return self.memo[mkey]
-        value = self.compute(n, index, _Ctx(guard=ctx.guard) if as_let else ctx)
+        value = yield self.compute(n, index, _Ctx(guard=ctx.guard) if as_let else ctx)
         if as_let:
             value = self.let(nid, self.guarded(value, index, ctx.guard))
         self.memo[gkey if as_let else mkey] = value
@@ -307,7 +316,7 @@ class _KernelSynth:
         env = {f"i{k}": e for k, e in enumerate(index)}
         inner = tuple(self.simp(e.subs(env)) for e in lm.exprs)
         guards = [g for g in (self.simp(g.subs(env)) for g in lm.guard) if not always_true(g, self.box())]
-        x = self.demand(src.id, inner, replace(ctx, guard=ctx.guard + tuple(guards)) if guards else ctx)
+        x = yield self.demand(src.id, inner, replace(ctx, guard=ctx.guard + tuple(guards)) if guards else ctx)
         if n.op == Ops.EXPAND and not ctx.in_body:
             grown = [index[k] for k, (a, b) in enumerate(zip(src.shape, n.shape, strict=True)) if a != b]
             extra = set(rg.vars_in_order(grown, self.axes)) - set(x.axes)
@@ -332,22 +341,22 @@ class _KernelSynth:
     def compute(self, n: UOp, index: tuple, ctx: _Ctx) -> RNode:
         g = self.streams.get(n.id)
         if g is not None:
-            return self.online(g, index, ctx)
+            return (yield self.online(g, index, ctx))
         if n.op in GroupOp.Unary:
-            x = self.demand(n.src[0], index, ctx)
+            x = yield self.demand(n.src[0], index, ctx)
             return rg.unary(_UNARY_FN[n.op], x, n.dtype)
         if n.op in GroupOp.Binary:
-            a, b = [self.demand(s, index, ctx) for s in n.src]
+            a, b = yield from self.demand_all(n.src, index, ctx)
             node = rg.binary(_BINARY_FN[n.op], a, b, n.dtype)
             return node if ctx.in_body else self.align_operands(node, index)
         if n.op == Ops.WHERE:
-            c, a, b = [self.demand(s, index, ctx) for s in n.src]
+            c, a, b = yield from self.demand_all(n.src, index, ctx)
             node = rg.select(c, a, b, n.dtype)
             return node if ctx.in_body else self.align_operands(node, index)
         if n.op == Ops.REDUCE:
-            return self.reduce(n, index, ctx)
+            return (yield self.reduce(n, index, ctx))
         if n.op == Ops.CONTRACT:
-            return self.contract(n, index, ctx)
+            return (yield self.contract(n, index, ctx))
         fail("InternalError", n.id, f"region synthesis has no rule for {n.op.name}")
 
     def bind(self, n: UOp, index: tuple, sizes: list, probe, land) -> list:
@@ -415,7 +424,7 @@ class _KernelSynth:
         names = self.bind(n, index, [src.shape[a] for a in raxes], lambda c: self.view_target(src.id, full(c)),
                           lambda: self.landing(n, src.id, full, len(raxes)))
         body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, ctx.stream)
-        body = self.demand(src.id, full(names), body_ctx)
+        body = yield self.demand(src.id, full(names), body_ctx)
         return rg.reduce(n.arg["op"].lower(), names, body, n.arg["dtype"], axis_order=self.axes)
 
     def online(self, g: Group, index: tuple, ctx: _Ctx) -> RNode:
@@ -425,8 +434,8 @@ class _KernelSynth:
         names = self.bind(acc, index, [s.shape[-1]], lambda c: None, lambda: [(acc.id, 0)])
         j = Expr.var(names[0])
         body = _Ctx(ctx.local | frozenset(names), ctx.guard, ctx.stream | frozenset(names))
-        scores = self.demand(g.s, tuple(index[:-1]) + (j,), body)
-        values = self.demand(g.v, tuple(index) + (j,), body)
+        scores = yield self.demand(g.s, tuple(index[:-1]) + (j,), body)
+        values = yield self.demand(g.v, tuple(index) + (j,), body)
         return rg.online_softmax_sum(names, scores, values, g.p, BLOCK, g.passes, axis_order=self.axes)
 
     def contract(self, n: UOp, index: tuple, ctx: _Ctx) -> RNode:
@@ -437,8 +446,8 @@ class _KernelSynth:
         env = dict(zip(n.arg["out_idx"], index)) | {r: Expr.var(v) for r, v in zip(red, names)}
         body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, ctx.stream)
         acc = n.arg["dtype"]
-        a = self.demand(lhs.id, tuple(env[i] for i in n.arg["lhs_idx"]), body_ctx)
-        b = self.demand(rhs.id, tuple(env[i] for i in n.arg["rhs_idx"]), body_ctx)
+        a = yield self.demand(lhs.id, tuple(env[i] for i in n.arg["lhs_idx"]), body_ctx)
+        b = yield self.demand(rhs.id, tuple(env[i] for i in n.arg["rhs_idx"]), body_ctx)
         if a.dtype != acc:
             a = rg.unary("cast", a, acc)
         if b.dtype != acc:
@@ -469,7 +478,7 @@ class _KernelSynth:
             src, cast = nid, node.dtype
             if node.op == Ops.CAST and node.dtype.is_float and self.program[node.src[0]].dtype.is_float:
                 src = node.src[0]  # a final float cast is the yield's cast (docs/DESIGN.md §RB-SSA)
-            value = self.demand(src, index, _Ctx())
+            value = trampoline.run(self.demand(src, index, _Ctx()))
             value = self.coerce(value, ax)
             value = self.let(f"v_{src}", value)
             yields.append((value.arg, nid, cast, ax))
@@ -493,16 +502,7 @@ class _KernelSynth:
 def synthesize(program: Program, partition: Partition) -> list[Region]:
     """RB-SSA regions, one per kernel of the partition, in its (dependency) order."""
     partition.check(program)
-    # demand recurses along the longest chain of a kernel (about four frames per node)
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(min(max(limit, 2000 + 20 * len(program.nodes)), 100_000))
-    try:
-        return _synthesize(program, partition)
-    except RecursionError:
-        fail("InternalError", "region synthesis", "a kernel's values are demanded through chains too deep to "
-             "synthesize", "Choose a finer partition (materialize intermediate values).")
-    finally:
-        sys.setrecursionlimit(limit)
+    return _synthesize(program, partition)
 
 
 def _synthesize(program: Program, partition: Partition) -> list[Region]:

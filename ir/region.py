@@ -39,7 +39,7 @@ import enum
 import math
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Iterable
 
 from .dtypes import DType
@@ -301,12 +301,14 @@ class Region:
     lets: tuple  # Let, SSA order
     yields: tuple  # Yield
 
-    @property
+    @cached_property
     def axis_sizes(self) -> dict:
+        """axis name -> size (made once: a region is frozen; callers only read it)."""
         return dict(self.reduce_axes) | dict(self.iters)
 
-    @property
+    @cached_property
     def let_map(self) -> dict:
+        """let name -> expression (made once: the walks over a region look lets up per node)."""
         return {l.name: l.expr for l in self.lets}
 
 

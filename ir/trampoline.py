@@ -1,0 +1,51 @@
+"""Recursion without Python frames: a walk written as generators, driven by an explicit stack.
+
+A recursive walk over a model (a demand that follows a chain of 5,000 ops, a cost walk through a region's lets)
+would need as many Python frames as the model is deep, and Python stops at 1,000. Written as a generator, the
+walk keeps its shape: each recursive call ``f(x)`` becomes ``(yield f(x))`` (the generator of the call), and
+``run`` steps the innermost generator, handing each finished call's return value to its caller. The depth then
+costs heap, not stack (docs/DESIGN.md §Bounds: no recursion proportional to the input).
+
+    def depth(n):
+        best = 0
+        for c in n.children:
+            best = max(best, (yield depth(c)))
+        return best + 1
+
+    run(depth(root))
+"""
+from __future__ import annotations
+
+from types import GeneratorType
+from typing import Any, Generator
+
+
+def run(walk: "Generator | Any") -> Any:
+    """The return value of the generator ``walk``, every generator it yields run the same way first (its
+    value sent back in); anything else yielded is sent straight back. ``walk`` that is not a generator is
+    its own value (a walk may return early without yielding)."""
+    if not isinstance(walk, GeneratorType):
+        return walk
+    stack = [walk]
+    value: Any = None
+    error: "BaseException | None" = None
+    while stack:
+        top = stack[-1]
+        try:
+            got = top.throw(error) if error is not None else top.send(value)
+        except StopIteration as stop:
+            stack.pop()
+            value, error = stop.value, None
+            continue
+        except BaseException as e:  # noqa: BLE001 — propagated to the caller's generator, as a call would
+            stack.pop()
+            if not stack:
+                raise
+            value, error = None, e
+            continue
+        if isinstance(got, GeneratorType):
+            stack.append(got)
+            value = None
+        else:
+            value = got
+    return value
