@@ -24,7 +24,7 @@ from ..knobs import eval_max_elements
 from .dtypes import DType, round_to
 from .expr import Expr
 from .shapes import bind, fmt_shape
-from .tiny import Ops, Program, UOp
+from .tiny import GroupOp, Ops, Program, UOp
 
 Impl = Callable[[UOp, list, dict], np.ndarray]
 _IMPL: dict[Ops, Impl] = {}
@@ -88,28 +88,46 @@ def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[st
     remaining = {k: len(v) for k, v in consumers.items()}
     outs = {nid for _, nid in program.outputs}
     limit = eval_max_elements()
+    lazy = set() if keep_all else deferred(program, consumers, outs, env, limit)
+
+    def release(s: str) -> None:
+        remaining[s] -= 1
+        if remaining[s] == 0 and s not in outs:
+            if s in lazy:
+                for t in program[s].src:
+                    release(t)
+            else:
+                del vals[s]
+
     for n in program.nodes:
+        if n.id in lazy:
+            continue  # evaluated slice by slice by the REDUCE it feeds
         elems = math.prod(bind(n.shape, env))
         if elems > limit:
-            fail("UnaddressableShape", n.tag or n.id, f"{n.op.value} would materialise {elems} elements "
-                 f"(shape {list(bind(n.shape, env))}), over the evaluator's limit {limit}",
-                 "Run smaller shapes on the CPU evaluators, or raise POLYSAT_EVAL_MAX_ELEMENTS.")
+            _over_limit(n, env, limit)
         if n.op == Ops.INPUT:
             v = round_to(np.asarray(inputs[n.arg["tensor_id"]]), n.dtype)
         else:
             with np.errstate(all="ignore"):
-                v = _IMPL[n.op](n, [vals[s] for s in n.src], env)
+                if n.op == Ops.REDUCE and n.src[0] in lazy:
+                    v = _reduce_in_slices(program, n, vals, lazy, env, limit)
+                else:
+                    v = _IMPL[n.op](n, [vals[s] for s in n.src], env)
         expect = bind(n.shape, env)
         assert v.shape == expect and v.dtype == n.dtype.np, (n, v.shape, expect, v.dtype)
         vals[n.id] = v
         if not keep_all:
             for s in n.src:
-                remaining[s] -= 1
-                if remaining[s] == 0 and s not in outs:
-                    del vals[s]
+                release(s)
     if keep_all:
         return vals
     return {name: vals[nid] for name, nid in program.outputs}
+
+
+def _over_limit(n: UOp, env: Mapping, limit: int):
+    fail("UnaddressableShape", n.tag or n.id, f"{n.op.value} would materialise {math.prod(bind(n.shape, env))} "
+         f"elements (shape {list(bind(n.shape, env))}), over the evaluator's limit {limit}",
+         "Run smaller shapes on the CPU evaluators, or raise POLYSAT_EVAL_MAX_ELEMENTS.")
 
 
 # ---- leaves and movement ------------------------------------------------------------------------
@@ -277,3 +295,72 @@ def _gather(n, xs, env):
         out = np.take(x, i, axis=axis)
         ok = ok.reshape((1,) * axis + ok.shape + (1,) * (x.ndim - axis - 1))
     return np.where(ok, out, np.zeros((), dtype=x.dtype)).astype(x.dtype)
+
+
+# ---- a reduction of a product too large to hold ------------------------------------------------------------
+# A convolution or matmul is lowered as REDUCE(SUM, MUL(EXPAND x, EXPAND w)): the product has every output
+# element times every tap. Past the element limit the EXPANDs and elementwise ops under such a REDUCE are never
+# held whole: the REDUCE evaluates them one box of its kept axes at a time. Each output element is still the
+# same sum of the same rounded products (the reduced axes are whole in every box), so the values are those of
+# the literal evaluation.
+
+def deferred(program: Program, consumers: Mapping, outs: set, env: Mapping, limit: int) -> set:
+    """Ids of the EXPAND and elementwise nodes over the limit that feed only REDUCEs (directly or through
+    other such nodes), same-shaped sources, not program outputs."""
+    lazy: set = set()
+    for n in reversed(program.nodes):
+        if n.id in outs or not consumers[n.id] or math.prod(bind(n.shape, env)) <= limit:
+            continue
+        if n.op == Ops.EXPAND:
+            fits = program[n.src[0]].ndim == n.ndim
+        else:
+            fits = n.op in GroupOp.Elementwise and all(program[s].shape == n.shape for s in n.src)
+        if fits and all(c in lazy or program[c].op == Ops.REDUCE for c in consumers[n.id]):
+            lazy.add(n.id)
+    return lazy
+
+
+def _boxes(shape: tuple, kept: list, limit: int):
+    """[(lo, hi) per axis] covering shape, split along the kept axes (first first) into boxes of at most limit
+    elements."""
+    if math.prod(shape) <= limit:
+        yield [(0, d) for d in shape]
+        return
+    if not kept:
+        yield None  # the reduced axes alone are over the limit
+        return
+    k, rest = kept[0], math.prod(shape) // shape[kept[0]]
+    step = max(1, limit // rest)
+    for lo in range(0, shape[k], step):
+        hi = min(lo + step, shape[k])
+        for box in _boxes(shape[:k] + (hi - lo,) + shape[k + 1:], kept[1:], limit):
+            if box is not None:
+                box[k] = (lo, hi)
+            yield box
+
+
+def _slice_of(program: Program, nid: str, box: tuple, vals: dict, lazy: set, env: Mapping) -> np.ndarray:
+    """Node nid's value over box ((lo, hi) per axis), computing the deferred nodes only there."""
+    if nid not in lazy:
+        return vals[nid][tuple(slice(lo, hi) for lo, hi in box)]
+    n = program[nid]
+    if n.op == Ops.EXPAND:
+        src = program[n.src[0]]
+        sub = tuple((0, 1) if s == 1 else b for s, b in zip(bind(src.shape, env), box, strict=True))
+        x = _slice_of(program, src.id, sub, vals, lazy, env)
+        return np.broadcast_to(x, tuple(hi - lo for lo, hi in box))
+    return _IMPL[n.op](n, [_slice_of(program, s, box, vals, lazy, env) for s in n.src], env)
+
+
+def _reduce_in_slices(program: Program, n: UOp, vals: dict, lazy: set, env: Mapping, limit: int) -> np.ndarray:
+    src = program[n.src[0]]
+    shape = bind(src.shape, env)
+    reduced = {a % len(shape) for a in n.arg["axes"]}
+    kept = [k for k in range(len(shape)) if k not in reduced]
+    out = np.empty(bind(n.shape, env), dtype=n.dtype.np)
+    for box in _boxes(shape, kept, limit):
+        if box is None:
+            _over_limit(src, env, limit)
+        x = np.ascontiguousarray(_slice_of(program, src.id, tuple(box), vals, lazy, env))  # summed as whole
+        out[tuple(slice(*box[k]) for k in kept)] = _reduce(n, [x], env)
+    return out

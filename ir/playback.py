@@ -127,7 +127,7 @@ class _RegionRun:
             return self.memo[key][1]
         axes = n.axes + (tuple(n.arg[1]) if n.op == R.REDUCE else ())  # a reduce's body is laid out over both
         elems = math.prod(self.shape(axes))
-        if elems > self.limit:
+        if elems > self.limit and n.op != R.REDUCE:  # a reduce too large is run in blocks (reduce_in_blocks)
             fail("ResourceLimit", self.r.name, f"playback of {n.op.value} would materialise {elems} elements (axes "
                  f"{list(axes)}), over POLYSAT_EVAL_MAX_ELEMENTS = {self.limit}",
                  "Run smaller shapes on the CPU evaluators, or raise POLYSAT_EVAL_MAX_ELEMENTS.")
@@ -262,14 +262,39 @@ class _RegionRun:
             fail("AccDtypeMissing", self.r.name, "a Reduce has no accumulation dtype")
         if op not in _REDUCE:
             fail("NonAssociativeTransform", self.r.name, f"reduce op {op!r} is not one of sum, max, min")
-        body = self.eval(n.src[0], guard)
         target = n.axes + tuple(axes)
+        if math.prod(self.shape(target)) > self.limit:
+            return self.reduce_in_blocks(n, guard, target)
+        body = self.eval(n.src[0], guard)
         x = np.ascontiguousarray(self.full(body, target))  # reduced axes last and contiguous, as evaluate sums
         x = round_to(x, acc) if acc.is_float else x.astype(acc.np)
         x = _compute(x)
         red = tuple(range(len(n.axes), len(target)))
         out = _COMBINE[op](np.asarray(init, dtype=x.dtype), _REDUCE[op](x, axis=red))
         return Value(round_to(out, acc), n.axes)
+
+    def reduce_in_blocks(self, n: RNode, guard: Value | None, target: tuple) -> Value:
+        """A Reduce whose body is over the element limit (a large convolution's products), one block of its first
+        free kept axis at a time: the axis is narrowed to the block (reads index at its offset, as the streamed
+        softmax's key blocks) and the body evaluated afresh. Every output element is the same whole sum."""
+        free = [a for a in n.axes if a not in self.offsets and self.sizes[a] > 1
+                and (guard is None or a not in guard.axes)]
+        if not free:
+            fail("ResourceLimit", self.r.name, f"playback of a reduce would materialise {math.prod(self.shape(target))} "
+                 f"elements (axes {list(target)}), over POLYSAT_EVAL_MAX_ELEMENTS = {self.limit}",
+                 "Run smaller shapes on the CPU evaluators, or raise POLYSAT_EVAL_MAX_ELEMENTS.")
+        a = free[0]
+        size, memo = self.sizes[a], self.memo
+        block = max(1, self.limit // (math.prod(self.shape(target)) // size))
+        parts = []
+        for lo in range(0, size, block):
+            self.sizes[a], self.offsets[a], self.memo = min(block, size - lo), lo, {}
+            try:
+                parts.append(np.asarray(self.full(self.reduce(n, guard), n.axes)))
+            finally:
+                self.sizes[a], self.memo = size, memo
+                del self.offsets[a]
+        return Value(np.concatenate(parts, axis=n.axes.index(a)), n.axes)
 
     def online(self, n: RNode, guard: Value | None) -> Value:
         """The streamed softmax-weighted sum, one key block at a time (see the module docstring)."""
