@@ -62,5 +62,5 @@ def test_gqa_reads_kv_heads_in_place_and_rope_is_fused(llama1):
     layer = [k for k in ks if any("/layers.0/" in op for op in k["ops"])]
     print(f"\nLLaMA layer: {len(layer)} kernels: " + " | ".join(",".join(o.split("/")[-1] for o in k["ops"]) for k in layer))
     # 8 today (RMSNorm | V | Q+K siblings | RoPE+GQA attention | out-proj+residual | RMSNorm | gate/up siblings |
-    # SiLU x up + down-proj + residual); issue 26 asks for 6: V in the Q/K/V concatenation and one RMSNorm fused
+    # SiLU x up + down-proj + residual); the goal is 6 (DESIGN.md §Fusion): V in the Q/K/V concatenation and one RMSNorm fused
     assert len(layer) <= 8, len(layer)
