@@ -246,3 +246,13 @@ def test_a_user_ruleset_runs_with_the_fused_reads_under_the_model_schedule():
                                                               opt_in=("fusion-search",))}
     assert "mine" in phases["rewrite"] and "mine" in phases["fusion-search"]
     assert "algebra" in phases["fusion-search"] and "mine" not in phases.get("fusion-facts", ())
+
+
+def test_extract_reports_how_often_each_user_rule_matched(tmp_path):
+    from polysat.commands.extract import run_extract
+    (tmp_path / "m.egg").write_text('(ruleset mine)\n; law: a + b = b + a\n'
+                                    '(rewrite (Binary "ADD" a b) (Binary "ADD" b a) :ruleset mine :name "my-add-comm")\n'
+                                    '; law: --x = x\n(rewrite (Unary "NEG" (Unary "NEG" x)) x :ruleset mine :name "my-neg-neg")\n')
+    got = {r["name"]: r for r in run_extract(GEMM, rules_dirs=[str(tmp_path)])["user_rules"]}
+    assert set(got) == {"my-add-comm", "my-neg-neg"} and got["my-add-comm"]["ruleset"] == "mine"
+    assert got["my-add-comm"]["matches"] >= 1 and got["my-neg-neg"]["matches"] == 0
