@@ -1,6 +1,6 @@
 """Bench of ``polysat rules --check``: the time to check each shipped rule file alone (``--only``), the
-whole shipped set, and the catch rate on the known-bad rules of ``tests/bad_rules`` (and the pass rate
-on ``tests/sound_rules``). Wall and CPU seconds are both reported with the load average, since the
+whole shipped set (its false positives, the median seconds per rule), and per seed the catch rate on the
+known-bad rules of ``tests/bad_rules`` (the ``new-*`` ones apart) and the pass rate on ``tests/sound_rules``. Wall and CPU seconds are both reported with the load average, since the
 checker shares its machine. Prints a table and writes ``bench/rules_check_results.json``.
 
     python -m polysat.bench.rules_check [--out PATH] [--seed N]
@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import pathlib
+import statistics
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -29,6 +30,8 @@ def main(argv: "list | None" = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(HERE / "rules_check_results.json"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1, 2, 3],
+                    help="seeds of the tests/bad_rules and tests/sound_rules rows")
     a = ap.parse_args(argv)
     rows = []
     for f in sorted(RULES_DIR.glob("*.egg")):
@@ -37,14 +40,20 @@ def main(argv: "list | None" = None) -> int:
                      "wall_s": wall, "cpu_s": cpu})
     rep, wall, cpu = timed(seed=a.seed)
     rows.append({"check": "shipped set", "rules": len(rep.verdicts), "exit": rep.exit_status, "wall_s": wall,
-                 "cpu_s": cpu, "unexercised": [v.rule.name for v in rep.verdicts if v.fired < rep.cases]})
-    for folder, want in (("bad_rules", "unsound"), ("sound_rules", "sound")):
-        d = str(TESTS / folder)
-        rep, wall, cpu = timed(dirs=[d], only=[d], seed=a.seed)
-        hit = [v for v in rep.verdicts if v.unsound == (want == "unsound") and not v.error]
-        rows.append({"check": f"tests/{folder}", "rules": len(rep.verdicts), "exit": rep.exit_status,
-                     "wall_s": wall, "cpu_s": cpu, want: f"{len(hit)}/{len(rep.verdicts)}",
-                     "missed": [v.rule.name for v in rep.verdicts if v not in hit]})
+                 "cpu_s": cpu, "unexercised": [v.rule.name for v in rep.verdicts if v.fired < rep.cases],
+                 "false_positives": [v.rule.name for v in rep.verdicts if v.unsound],
+                 "median_s_per_rule": round(statistics.median(v.seconds for v in rep.verdicts), 3)})
+    for seed in a.seeds:
+        for folder, want in (("bad_rules", "unsound"), ("sound_rules", "sound")):
+            d = str(TESTS / folder)
+            rep, wall, cpu = timed(dirs=[d], only=[d], seed=seed)
+            hit = [v for v in rep.verdicts if v.unsound == (want == "unsound") and not v.error]
+            new = [v for v in rep.verdicts if v.rule.name.startswith("new-")]
+            rows.append({"check": f"tests/{folder} seed {seed}", "rules": len(rep.verdicts), "exit": rep.exit_status,
+                         "wall_s": wall, "cpu_s": cpu, want: f"{len(hit)}/{len(rep.verdicts)}",
+                         **({"new_caught": f"{sum(v.unsound for v in new)}/{len(new)}"} if new else {}),
+                         "median_s_per_rule": round(statistics.median(v.seconds for v in rep.verdicts), 3),
+                         "missed": [v.rule.name for v in rep.verdicts if v not in hit]})
     print(f"{'check':<28} {'rules':>5} {'exit':>4} {'wall s':>8} {'cpu s':>7}  notes")
     for r in rows:
         notes = {k: v for k, v in r.items() if k not in ("check", "rules", "exit", "wall_s", "cpu_s")}

@@ -315,12 +315,14 @@ def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, see
         for name, v in todo:  # every rule's own instances first: the pool's context then omits unsound rules
             if v.error:
                 continue
+            t1 = time.perf_counter()  # reported per rule, never deciding a verdict
             try:
                 phase(name, v)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as e:  # noqa: BLE001 — a checker failure is reported, never a pass
                 v.error = f"the checker failed on this rule: {type(e).__name__}: {e}"
+            v.seconds += time.perf_counter() - t1
     rep.programs = ck.programs
     rep.seconds = time.perf_counter() - t0
     return rep

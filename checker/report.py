@@ -23,6 +23,7 @@ class RuleVerdict:
     counterexample: str = ""
     why_not: str = ""  # why the rule was not exercised enough
     queries: list = field(default_factory=list)  # the rule's left-hand side(s), read for instantiation
+    seconds: float = 0.0  # wall time spent checking it (reported only)
 
     def status(self, cases: int) -> str:
         if self.unsound:
@@ -76,5 +77,6 @@ class CheckReport:
                 "rules": [{"name": v.rule.name, "file": v.rule.file, "line": v.rule.line, "ruleset": v.rule.ruleset,
                            "status": v.status(self.cases), "fired": v.fired, "from_pattern": v.from_pattern,
                            "compared": v.checked_pairs, "counterexample": v.counterexample or None,
-                           "error": v.error or None, "why_not": v.why_not or None} for v in self.verdicts],
+                           "error": v.error or None, "why_not": v.why_not or None, "seconds": round(v.seconds, 3)}
+                          for v in self.verdicts],
                 "errors": [d.to_json() for d in self.errors]}

@@ -9,6 +9,7 @@ the loaded default partition's boundaries and the regions are priced the same wa
 from __future__ import annotations
 
 import json
+import pathlib
 
 from .. import knobs
 from ..analyses.polycore import analyze
@@ -22,6 +23,13 @@ from ..ir.user_names import node_names, region_names
 def run_extract(model, cost: str = knobs.DEFAULT_COST, rules_dirs=None, arch: str = "sm90", bind=None) -> dict:
     """extract_result of the compilation of ``model`` (a path or a parsed document) with these options."""
     return extract_result(Compilation(model, arch=arch, rules_dirs=tuple(rules_dirs or ()), cost=cost, bind=bind))
+
+
+def user_rules(rep) -> list:
+    """Per rule of a user's file (not rules/): its ruleset, file and how often it matched in the saturation."""
+    from ..egraph.rulefiles import RULES_DIR
+    return [{"name": r.name, "ruleset": r.ruleset, "file": r.file, "matches": r.matches}
+            for r in rep.rules.values() if pathlib.Path(r.file).resolve().parent != RULES_DIR.resolve()]
 
 
 def extract_result(c: Compilation) -> dict:
@@ -45,6 +53,7 @@ def extract_result(c: Compilation) -> dict:
     out = {"model": c.origin, "regions": regions, "total": total, "gathers": gathers,
            "egraph": {"enodes": rep.nodes, "eclasses": len(view.classes), "iterations": len(rep.iterations),
                       "stop_reason": rep.stop.value, "seconds": round(rep.seconds, 4)},
+           "user_rules": user_rules(rep),
            "_report": rep, "_search": search, "_state": st, "_view": view, "_extraction": x, "_params": params,
            "_priced": priced, "_model": c.cost_model,
            "_tensor_names": names.tensors, "_op_names": {**node_names(c.program), **names.ops}}
@@ -119,4 +128,7 @@ def extract_command(c: Compilation, as_json: bool = False, explain: bool = False
         print(format_table(result))
         if rejected is not None:
             print("\n".join(explain_lines(rejected, hand)))
+            for r in result["user_rules"]:
+                print(f"  user rule {r['name']} ({r['ruleset']}, {r['file']}): matched {r['matches']} time(s)"
+                      + ("" if r["matches"] else " (its ruleset ran; no term matched its left-hand side)"))
     return 0

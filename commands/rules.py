@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from ..egraph.rulefiles import list_rules
+from ..egraph.rulefiles import discover, list_rules, parse_file
+from ..egraph.state import validate
 from ..checker.check import check_rules
 
 
@@ -12,7 +13,9 @@ def rules_command(check: bool = False, rules_dirs=None, cases: "int | None" = No
     """Print the rule catalogue, or check the rules' soundness (all, or ``only`` the named rules/files, every
     file loaded as context); the exit status: 0 sound and exercised, 1 unsound or broken, 2 not exercised."""
     if not check:
-        rows = list_rules(rules_dirs)
+        files = [parse_file(p) for p in discover(rules_dirs)]
+        validate(files)  # helpers, relations and rulesets resolved now, not at the first run
+        rows = list_rules(files=files)
         if as_json:
             print(json.dumps([{"file": f, "name": n, "ruleset": r, "law": law} for f, n, r, law in rows], indent=1))
         else:

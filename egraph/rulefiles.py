@@ -179,13 +179,12 @@ def check_rulesets(files: list) -> None:
                       f"Declare it in the file: (ruleset {r.ruleset}), or use a declared ruleset.")
 
 
-def list_rules(dirs=None, builtin: bool = True) -> list:
-    """[(file, name, ruleset, law)] of every rule in the built-in folder and dirs (for ``polysat rules``):
-    the files are linted, their rulesets checked and every file loaded into a scratch e-graph (helpers,
-    relations and constructors resolved), so an error is reported here, not at the first run."""
-    files = [parse_file(p) for p in discover(dirs, builtin)]
-    from .state import validate
-    validate(files)
+def list_rules(dirs=None, builtin: bool = True, files: "list | None" = None) -> list:
+    """[(file, name, ruleset, law)] of every rule in the built-in folder and dirs (or of the parsed files
+    given): the files are linted and their rulesets checked (``polysat rules`` also loads them into a
+    scratch e-graph, ``egraph/state.py validate``), so an error is reported here, not at the first run."""
+    files = files if files is not None else [parse_file(p) for p in discover(dirs, builtin)]
+    check_rulesets(files)
     return [(r.file, r.name, r.ruleset, r.law) for rf in files for r in rf.rules]
 
 
