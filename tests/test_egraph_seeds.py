@@ -98,3 +98,18 @@ def test_attention_materializes_p_before_the_second_contraction():
     (pv,) = first.outputs
     assert x.program[pv].dtype.value == "fp16"  # P is written in fp16 and re-read by P.V
     assert pv in second.inputs
+
+
+def test_terms_of_a_chain_deeper_than_the_recursion_limit_print():
+    """The term printer walks in post-order: a chain of single-use terms longer than Python's recursion limit
+    prints (each term nested in the next)."""
+    import sys
+
+    from polysat.egraph.graph import ENode
+    from polysat.egraph.printer import format_terms
+    n = sys.getrecursionlimit() + 500
+    chosen = {0: ENode("Tensor", ("x",), (), 0, 0)}
+    for c in range(1, n):
+        chosen[c] = ENode("Unary", ("NEG",), (c - 1,), c, c)
+    text = format_terms(chosen, (n - 1,))
+    assert text.startswith("out0 = NEG(NEG(") and text.count("NEG(") == n - 1 and text.endswith("x" + ")" * (n - 1))
