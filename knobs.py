@@ -68,6 +68,12 @@ def max_pieces() -> int:
     return _num("POLYSAT_MAX_PIECES", 8, lo=1)
 
 
+def stage_seconds() -> float:
+    """POLYSAT_STAGE_SECONDS: wall-clock bound of each stage after the search (pricing, regions, Poly Core
+    analysis, plans, GPU IR, .cu rendering) in seconds (default 600); past it, E1505 ResourceLimit."""
+    return _num("POLYSAT_STAGE_SECONDS", 600.0, float, lo=0)
+
+
 # ---- the e-graph -------------------------------------------------------------------------------------
 
 def egraph_nodes() -> int:

@@ -75,7 +75,24 @@ def _extraction(s):
                                                                        s.cost_model)
 
 
+def bounded(stage: str, fn: Callable, *args) -> Any:
+    """fn(*args) under the time bound of a stage after the search (ir/deadline.py, POLYSAT_STAGE_SECONDS)."""
+    with _get("ir.deadline:within")(stage, _get("knobs:stage_seconds")()):
+        return fn(*args)
+
+
+def _made_first(s, *stages: str) -> None:
+    """The stages before a bounded one are made outside its bound (the search's time is not its time)."""
+    for name in stages:
+        getattr(s, name)
+
+
 def _priced(s):
+    _made_first(s, "search", "extraction", "params")
+    return bounded("priced", _priced_in, s)
+
+
+def _priced_in(s):
     if s.search is not None and not isinstance(s.saturated[0], _get("search.stitch:SegmentedState")):
         return s.search.best.priced  # a stitched search's regions are its segments' (their names)
     x = s.extraction
@@ -83,6 +100,11 @@ def _priced(s):
 
 
 def _region(s):
+    _made_first(s, *(("extraction",) if s.split.program.outputs else ()))
+    return bounded("region", _region_in, s)
+
+
+def _region_in(s):
     sp = s.split
     rest = []
     if sp.program.outputs:
@@ -118,15 +140,21 @@ def _region_dump(c, d) -> dict:
 def _analysis_dump(c, d) -> dict:
     """The Poly Core report (docs/DESIGN.md §Poly Core) of every extracted region for ``arch``, priced
     on concrete shapes (``params``: --bind, else POLYSAT_PRICE_SYMBOL_SIZE)."""
-    return {"arch": c.arch, "device": _call("analyses.devices:device", c.arch).to_json(), "params": c.params,
-            "regions": [{"name": p.kernel.name, **(_call("analyses.price:report", p.region, c.arch)
-                                                   if p.region is not None else {"analysis": None})}
-                        for p in c.priced]}
+    priced = c.priced
+    return bounded("analysis", lambda: {"arch": c.arch, "device": _call("analyses.devices:device", c.arch).to_json(),
+                                        "params": c.params, "regions": [_analysis_of(p, c.arch) for p in priced]})
+
+
+def _analysis_of(p, arch: str) -> dict:
+    _call("ir.deadline:check", f"kernel {p.kernel.name}")
+    return {"name": p.kernel.name, **(_call("analyses.price:report", p.region, arch) if p.region is not None
+                                      else {"analysis": None})}
 
 
 def backend(c, stage: str, *args):
     """A backend stage (backend/stages.py) over the compilation's regions for its arch and binding."""
-    return _call(f"backend.stages:{stage}", c.region, c.arch, *args, bind=c.bind)
+    regions = c.region
+    return bounded(stage, _call, f"backend.stages:{stage}", regions, c.arch, *args, bind=c.bind)
 
 
 def _cu_dump(c, d) -> dict:

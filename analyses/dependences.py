@@ -12,6 +12,8 @@ from functools import cached_property
 
 import islpy as isl
 
+from ..ir import deadline
+from .isl_util import val_int
 from .poly_region import BoundRegion, BoundStatement
 
 
@@ -51,8 +53,8 @@ class Dependences:
         out = []
         for d in st.loop_order:
             k = st.dims.index(d)
-            lo, hi = deltas.dim_min_val(k).to_python(), deltas.dim_max_val(k).to_python()
-            if (lo, hi) != (0, 0):
+            # an unbounded distance (None) is carried too
+            if (val_int(deltas.dim_min_val(k)), val_int(deltas.dim_max_val(k))) != (0, 0):
                 out.append(d)
             deltas = deltas.fix_val(isl.dim_type.set, k, isl.Val(0))  # inner dims: only deps equal here
             if deltas.is_empty():
@@ -112,6 +114,7 @@ def dependences(b: BoundRegion, exact: bool = False) -> Dependences:
     before = _Before(b)
     flow, anti, output = [], [], []
     for t, ws in writes.items():
+        deadline.check(f"region {b.region.name}, the dependences on {t}")
         rs = reads.get(t, [])
         output += [before.among(w1, m1, w2, m2) for w1, m1 in ws for w2, m2 in ws]
         anti += [before.among(r, mr, w, mw) for r, mr in rs for w, mw in ws]

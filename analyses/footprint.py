@@ -18,7 +18,7 @@ from typing import Mapping
 import islpy as isl
 
 from ..ir.diagnostics import fail
-from .isl_util import parse_map
+from .isl_util import parse_map, val_int
 from .poly_region import BoundRegion, BoundStatement
 
 
@@ -52,7 +52,22 @@ def extents(s: isl.Set) -> tuple:
 
 
 def _extents(s: isl.Set) -> tuple:
-    return tuple((s.dim_min_val(k).to_python(), s.dim_max_val(k).to_python()) for k in range(s.dim(isl.dim_type.set)))
+    """An empty set spans nothing: (0, -1) per dim (no instance, no tail); a dim with no bound is E1007."""
+    n = s.dim(isl.dim_type.set)
+    if s.is_empty():
+        return ((0, -1),) * n
+    out = []
+    for k in range(n):
+        lo, hi = val_int(s.dim_min_val(k)), val_int(s.dim_max_val(k))
+        if lo is None or hi is None:
+            _unbounded(s, f"dim {k} has no bound")
+        out.append((lo, hi))
+    return tuple(out)
+
+
+def _unbounded(s: isl.Set, why: str):
+    fail("UnaddressableShape", f"the polyhedral set {str(s)[:200]}", f"{why}: Poly Core counts only bounded sets",
+         "Give every view and slice of the model a finite, positive extent.")
 
 
 def card(s: isl.Set) -> int:
@@ -66,7 +81,10 @@ def _card(s: isl.Set) -> int:
     s = s.coalesce()
     if s.n_basic_set() == 1 and s.is_box():
         return prod(hi - lo + 1 for lo, hi in extents(s))
-    return s.count_val().to_python()
+    got = val_int(s.count_val())
+    if got is None:
+        _unbounded(s, "it has infinitely many points")
+    return got
 
 
 def sectors(s: isl.Set, itemsize: int, sector: int = 32, shape: "tuple | None" = None) -> int:

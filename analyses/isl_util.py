@@ -119,6 +119,12 @@ def is_isl_identifier(name: str) -> bool:
     return bool(_IDENTIFIER.fullmatch(name)) and name not in _KEYWORDS
 
 
+def val_int(v: isl.Val) -> "int | None":
+    """An isl value as a Python int; None for the infinite or NaN extreme of an unbounded or empty set (isl's own
+    ``to_python`` raises a bare ValueError there)."""
+    return v.to_python() if v.is_int() else None
+
+
 def simplify_map(m: isl.Map) -> isl.Map:
     """coalesce + remove_redundancies: the same relation, fewer pieces and constraints."""
     return m.coalesce().remove_redundancies()

@@ -30,7 +30,7 @@ from ..ir.diagnostics import PolysatError, fail
 from ..ir.dtypes import DType
 from ..ir.expr import Expr
 from ..ir.shapes import Dim, dim as to_dim
-from .isl_util import parse_renamed
+from .isl_util import parse_renamed, val_int
 
 ROLES = ("input", "output", "internal")
 UNITS = ("tensor", "fp32", "sfu")  # tensor cores (MMA), FP32 SIMT pipes, special-function unit
@@ -297,7 +297,7 @@ def _reduce_dims(write: isl.Map, dims: Sequence[str]) -> tuple:
     if deltas.is_empty():
         return ()
     return tuple(d for k, d in enumerate(dims)
-                 if deltas.dim_max_val(k).to_python() != 0 or deltas.dim_min_val(k).to_python() != 0)
+                 if (val_int(deltas.dim_min_val(k)), val_int(deltas.dim_max_val(k))) != (0, 0))
 
 
 @lru_cache(maxsize=512)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping
 
+from ..ir import deadline
 from ..ir.diagnostics import PolysatError, fail
 from .buffers import (SMEM_BUDGET, barrier_hints, bank_hints, edges, load_path, min_buffer, staged_operands,
                       staging_bytes)
@@ -233,6 +234,7 @@ def _reaches(region: PolyRegion) -> dict:
     drv = b.driver
     out: dict = {}
     for st in reversed(b.statements):
+        deadline.check(f"region {region.name}, statement {st.name}")
         if st.name == drv.name:
             out[st.name] = (None, True)
             continue

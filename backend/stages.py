@@ -17,6 +17,7 @@ import os
 from functools import lru_cache
 from typing import Any, Mapping
 
+from ..ir import deadline
 from ..ir.region import Region
 from .kinds import KernelKind, bind
 
@@ -34,6 +35,7 @@ def _bound(regions) -> list[tuple[Region, KernelKind, Any]]:
     """Every region's kernel kind and binding (E1504 for a region no template computes)."""
     out = []
     for r in regions:
+        deadline.check(f"region {r.name}")
         kind, binding = bind(r)
         out.append((r, kind, binding))
     return out
@@ -43,6 +45,7 @@ def plan_json(regions, arch: str = "sm90", bind: Mapping[str, int] | None = None
     """`--dump=plan`: {"arch", "plans": [{"region", "kind", "spec", <plan>, "ranked", "pruned"...}, ...]}."""
     plans = []
     for r, kind, b in _bound(regions):
+        deadline.check(f"region {r.name}")
         res = _search(kind, b.spec, arch, _env_key(bind))
         plans.append({"region": r.name, "kind": kind.name, "spec": b.spec.to_json(), **res.to_json(b.spec)})
     return {"arch": arch, "plans": plans}
@@ -52,6 +55,7 @@ def gpu_json(regions, arch: str = "sm90", bind: Mapping[str, int] | None = None)
     """`--dump=gpu`: {"arch", "kernels": [{"region", "kind", "spec", <GPU IR of the best plan>}, ...]}."""
     kernels = []
     for r, kind, b in _bound(regions):
+        deadline.check(f"region {r.name}")
         plan = _search(kind, b.spec, arch, _env_key(bind)).best
         kernels.append({"region": r.name, "kind": kind.name, "spec": b.spec.to_json(),
                         **kind.gpu_ir(b.spec, plan).to_json()})
@@ -60,7 +64,11 @@ def gpu_json(regions, arch: str = "sm90", bind: Mapping[str, int] | None = None)
 
 def kernel_sources(regions, arch: str = "sm90", bind: Mapping[str, int] | None = None) -> list:
     """The CUDA text (KernelSource) of each region's best plan (what `--dump=cu` writes and the compile checks build)."""
-    return [kind.render(b.spec, _search(kind, b.spec, arch, _env_key(bind)).best) for _, kind, b in _bound(regions)]
+    out = []
+    for r, kind, b in _bound(regions):
+        deadline.check(f"region {r.name}")
+        out.append(kind.render(b.spec, _search(kind, b.spec, arch, _env_key(bind)).best))
+    return out
 
 
 def write_kernel(ks: Any, out_dir: str) -> str:

@@ -35,7 +35,7 @@ from functools import cached_property
 
 from ..analyses.isl_util import always_true, simplify
 from ..ir import region as rg
-from ..ir import trampoline
+from ..ir import deadline, trampoline
 from ..ir.diagnostics import fail
 from ..ir.expr import Expr
 from ..ir.movement import NonAffine, local_map
@@ -518,6 +518,7 @@ def _synthesize(program: Program, partition: Partition) -> list[Region]:
     symbols = program.symbols()
     regions = []
     for k, kern in enumerate(partition.kernels):
+        deadline.check(f"kernel {kern.name}")
         yields, iters, raxes, inputs, lets = _kernel_parts(program, kern, names, symbols)
         outputs, ys = [], []
         for let_name, nid, cast, ax in yields:

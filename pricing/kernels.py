@@ -21,6 +21,7 @@ from ..analyses.price import Cost, price
 from ..backend.kinds import tensor_core_kind
 from ..egraph.region_synth import synthesize
 from ..egraph.stream import BLOCK, groups
+from ..ir import deadline
 from ..ir.diagnostics import PolysatError
 from ..ir.region_layout import store_for_readers
 from ..ir.region_narrow import narrow_boundaries
@@ -147,6 +148,7 @@ def price_kernels(prog: Program, part, params: dict, arch: str) -> list:
     regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params))}
     out = []
     for k in part.kernels:
+        deadline.check(f"kernel {k.name}")
         r = regions.get(k.name)
         c = None if r is None else dataclasses.replace(price(canonical(r), arch), region=k.name)
         out.append(Priced(k, r, c))
