@@ -32,7 +32,7 @@ import pathlib
 import sys
 import time
 
-from polysat.bench.report import run_cases
+from polysat.bench.report import run_cases, tinygrad_errors
 
 HERE = pathlib.Path(__file__).resolve().parent
 IMPORTS = ("egglog", "islpy", "polysat.egraph.api", "polysat.search.model", "polysat.egraph.saturate",
@@ -185,9 +185,7 @@ def table(rows: list) -> str:
         lines.append(f"{r['model']:<22}| {tgs} | {ps['kernels']:>7}{ps['compile_s']:>8.2f}{ps['search_s']:>9.2f}"
                      f"{ps['time_est_us']:>10.1f}{ps['size_time_est_us']:>10.1f}{ps['unfused_time_est_us']:>11.1f}"
                      f"{ps['bytes'] / 1e6:>9.2f} | {ratios:<22} | {ps['search_stop']}, {ps['groups_priced']} priced")
-    for r in rows:
-        if "error" in r["tinygrad"]:
-            lines.append(f"{r['model']}: tinygrad {r['tinygrad']['error']}")
+    lines += tinygrad_errors(rows, "model")
     lines.append("kern x = polysat kernels / tinygrad kernels; time x = polysat compile s / tinygrad schedule s; "
                  "m/size = --cost model µs / --cost size µs (Poly Core prices); ps s = load + saturation + search from Tiny IR, "
                  "search s = the search alone; search stop = why the merge search ended (search/merge.py), with the groups it priced")

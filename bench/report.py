@@ -27,3 +27,8 @@ def run_cases(cases: Iterable, measure: Callable[[str, dict], dict], table: Call
     pathlib.Path(out).write_text(json.dumps(doc, indent=1), encoding="utf-8")
     print(f"total {doc['total_s']}s; wrote {out}")
     return 0
+
+
+def tinygrad_errors(rows: list, name: str) -> list:
+    """A line under a table for each row whose tinygrad side failed (``row[name]`` names the row)."""
+    return [f"{r[name]}: tinygrad {r['tinygrad']['error']}" for r in rows if "error" in r["tinygrad"]]

@@ -33,6 +33,8 @@ import resource
 import sys
 import time
 
+from .report import tinygrad_errors
+
 HERE = pathlib.Path(__file__).resolve().parent
 
 
@@ -156,9 +158,7 @@ def table(rows: list) -> str:
         lines.append(f"{r['graph']:<16}| {tgs} | {ps['cpu_s']:>7.2f}{ps['peak_mb']:>7.0f}{ps['kernels']:>6}"
                      f"{ps['time_est_us']:>11.1f}{ps['unfused_us']:>11.1f}{ps.get('size_us', float('nan')):>11.1f}"
                      f"{r.get('cpu_ratio', float('nan')):>7.2f} | {ps['saturation_stop']}; {ps['search_stop']}{worse}")
-    for r in rows:
-        if "error" in r["tinygrad"]:
-            lines.append(f"{r['graph']}: tinygrad {r['tinygrad']['error']}")
+    lines += tinygrad_errors(rows, "graph")
     lines.append("s = CPU seconds (polysat: ONNX import to priced partition; tinygrad: parse, build, schedule); MB = peak "
                  "RSS of the side's fresh process; model µs = the chosen partition (Poly Core); 1/op µs = one kernel "
                  "per op; size µs = the --cost size partition; cpu x = polysat s / tinygrad s")
