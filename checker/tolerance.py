@@ -3,7 +3,10 @@
 ``want`` is the class's value before the rule ran (the program's meaning), ``got`` the rule's new term;
 each carries its forward error bound (``checker/bounds.py``). Element by element:
   1. where ``want`` is undetermined (an overflow of finite values, an invalid operation such as inf - inf
-     or 0/0 on non-NaN values, an integer division by zero), any value refines it;
+     or 0/0 on non-NaN values, an integer division by zero), any value refines it; where ``got``
+     overflowed a finite intermediate (1/b of a subnormal b), the rewrite moved an overflow point, the
+     latitude a reassociating compiler takes, and the element is not compared (an invalid operation
+     ``got`` alone performs, 0/0 of an underflow, is compared: NaN is not a refinement of a value);
   2. NaN matches NaN at the same position, and only NaN: a NaN an input carried must stay a NaN, a
      finite value must not become one;
   3. an infinity must match exactly (same sign); +0 and -0 are equal;
@@ -52,7 +55,7 @@ def agree(want: Val, got: Val) -> np.ndarray:
     with np.errstate(all="ignore"):
         same = (a == b) | (np.isnan(a) & np.isnan(b))
         close = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= tolerance(want, got))
-    ok = same | close | want.undetermined()
+    ok = same | close | want.undetermined() | got.overflowed()
     if want.v.dtype == np.bool_ or want.v.dtype.kind in "iu":
         ew, eg = common_bound(want, got)
         ok |= np.isinf(ew) & np.isinf(eg)  # a comparison both sides may flip
