@@ -38,6 +38,7 @@ class Val:
     err: dict = field(default_factory=dict)  # rounding kind -> float64 absolute bound (same shape as v)
     und: "np.ndarray | None" = None  # bool: elements left undetermined (None: none)
     mask: "np.ndarray | None" = None  # defined elements of a partial read (None: all)
+    ovf: "np.ndarray | None" = None  # bool: elements an overflow of finite values decided (a subset of und)
 
     def total(self) -> np.ndarray:
         """The whole error bound (every kind)."""
@@ -48,6 +49,30 @@ class Val:
 
     def undetermined(self) -> np.ndarray:
         return np.zeros(np.shape(self.v), dtype=bool) if self.und is None else self.und
+
+    def overflowed(self) -> np.ndarray:
+        return np.zeros(np.shape(self.v), dtype=bool) if self.ovf is None else self.ovf
+
+
+def _ovf(v: np.ndarray, kids: list) -> "np.ndarray | None":
+    """Overflowed: an operand's overflowed element, or a non-finite result of finite operands."""
+    shape = np.shape(v)
+    out = np.zeros(shape, dtype=bool)
+    for k in kids:
+        if k.ovf is not None:
+            out |= np.broadcast_to(k.ovf, shape)
+    if v.dtype.kind == "f" or v.dtype.name == "bfloat16":
+        fin = np.ones(shape, dtype=bool)
+        for k in kids:
+            if k.v.dtype.kind == "f" or k.v.dtype.name == "bfloat16":
+                fin &= np.broadcast_to(np.isfinite(_f64(k.v)), shape)
+        out |= ~np.isfinite(_f64(v)) & ~np.isnan(_f64(v)) & fin
+    return out if out.any() else None
+
+
+def _with_ovf(x: Val, kids: list) -> Val:
+    x.ovf = _ovf(x.v, kids)
+    return x
 
 
 def exact(v: np.ndarray) -> Val:
@@ -118,7 +143,7 @@ def unary(op: str, x: Val, v: np.ndarray) -> Val:
     ex = x.total()
     with np.errstate(all="ignore"):
         if op in _EXACT_UNARY:
-            return Val(v, dict(x.err), _und_elementwise(v, [x]))
+            return _with_ovf(Val(v, dict(x.err), _und_elementwise(v, [x])), [x])
         if op == "EXP2":
             c = LN2 * av * np.exp2(np.minimum(ex, 64.0))
         elif op == "LOG2":
@@ -132,7 +157,7 @@ def unary(op: str, x: Val, v: np.ndarray) -> Val:
         else:
             c = np.full(np.shape(v), np.inf)
     err = _combine([(c, x)], np.shape(v))
-    return Val(v, _round(err, v, 2.0 if op in _TRANSCENDENTAL else 1.0), _und_elementwise(v, [x]))
+    return _with_ovf(Val(v, _round(err, v, 2.0 if op in _TRANSCENDENTAL else 1.0), _und_elementwise(v, [x])), [x])
 
 
 def binary(op: str, a: Val, b: Val, v: np.ndarray) -> Val:
@@ -142,7 +167,7 @@ def binary(op: str, a: Val, b: Val, v: np.ndarray) -> Val:
     if op in ("MAX", "MIN"):
         err = {k: np.maximum(np.broadcast_to(a.err.get(k, 0.0), shape), np.broadcast_to(b.err.get(k, 0.0), shape))
                for k in set(a.err) | set(b.err)}
-        return Val(v, err, _und_elementwise(v, [a, b]))
+        return _with_ovf(Val(v, err, _und_elementwise(v, [a, b])), [a, b])
     fa, fb = _f64(a.v), _f64(b.v)
     ea, eb = a.total(), b.total()
     with np.errstate(all="ignore"):
@@ -164,8 +189,8 @@ def binary(op: str, a: Val, b: Val, v: np.ndarray) -> Val:
     if op == "FDIV" and v.dtype.kind in "iu":
         zero = np.broadcast_to(fb == 0, shape)
         und = zero if und is None else und | zero
-        return Val(v, err, und if und.any() else None)
-    return Val(v, _round(err, v, 2.0 if op in _TRANSCENDENTAL else 1.0), und)
+        return _with_ovf(Val(v, err, und if und.any() else None), [a, b])
+    return _with_ovf(Val(v, _round(err, v, 2.0 if op in _TRANSCENDENTAL else 1.0), und), [a, b])
 
 
 def compare_op(a: Val, b: Val, v: np.ndarray) -> Val:
@@ -176,7 +201,7 @@ def compare_op(a: Val, b: Val, v: np.ndarray) -> Val:
         near = (e > 0) & ~(np.abs(_f64(a.v) - _f64(b.v)) > e)
     kinds = set(a.err) | set(b.err)
     err = {k: np.where(near, np.inf, 0.0) for k in kinds} if near.any() else {}
-    return Val(v, err, _und_elementwise(v, [a, b]))
+    return _with_ovf(Val(v, err, _und_elementwise(v, [a, b])), [a, b])
 
 
 def where(c: Val, a: Val, b: Val, v: np.ndarray) -> Val:
@@ -196,7 +221,9 @@ def where(c: Val, a: Val, b: Val, v: np.ndarray) -> Val:
         ua = np.broadcast_to(a.undetermined(), shape)
         ub = np.broadcast_to(b.undetermined(), shape)
         und = np.where(cond, ua, ub) | np.broadcast_to(c.undetermined(), shape)
-    return Val(v, err, und if und is not None and und.any() else None)
+    ovf = np.where(cond, np.broadcast_to(a.overflowed(), shape), np.broadcast_to(b.overflowed(), shape)) \
+        | np.broadcast_to(c.overflowed(), shape)
+    return Val(v, err, und if und is not None and und.any() else None, ovf=ovf if ovf.any() else None)
 
 
 def cast(x: Val, v: np.ndarray) -> Val:
@@ -211,15 +238,15 @@ def cast(x: Val, v: np.ndarray) -> Val:
                 fx = _f64(x.v)
                 spread = np.maximum(np.abs(np.trunc(fx + e) - _f64(v)), np.abs(np.trunc(fx - e) - _f64(v)))
             err = {k: np.where(spread > 0, spread, 0.0) for k in x.err} if x.err else {}
-        return Val(v, err, und)
+        return _with_ovf(Val(v, err, und), [x])
     if dst == np.bool_:
-        return Val(v, {}, und)
+        return _with_ovf(Val(v, {}, und), [x])
     back = _f64(v)
     with np.errstate(all="ignore"):
         moved = ~(back == _f64(x.v)) & np.isfinite(back)
     if moved.any() or _wider(src, dst) is False:
-        return Val(v, _round(err, v), und)
-    return Val(v, err, und)
+        return _with_ovf(Val(v, _round(err, v), und), [x])
+    return _with_ovf(Val(v, err, und), [x])
 
 
 def _wider(src, dst) -> "bool | None":
@@ -235,7 +262,7 @@ def reduce(op: str, axes: tuple, body: Val, v: np.ndarray, acc: str) -> Val:
     """A reduction over axes, accumulated in float32 and rounded once into acc (the reference evaluator)."""
     shape = np.shape(v)
     if not axes:
-        return Val(v, dict(body.err), body.und)
+        return Val(v, dict(body.err), body.und, ovf=body.ovf)
     n = int(np.prod([body.v.shape[k] for k in axes]))
     if op == "SUM":
         err = {k: _clean(e.sum(axis=axes)).reshape(shape) for k, e in ((k, np.broadcast_to(e, body.v.shape))
@@ -265,7 +292,10 @@ def reduce(op: str, axes: tuple, body: Val, v: np.ndarray, acc: str) -> Val:
             nan_in = np.isnan(fb).any(axis=axes).reshape(shape)
             over = (~np.isfinite(_f64(v)) & fin) | (np.isnan(_f64(v)) & ~nan_in)  # overflow, or inf - inf
         und = over if und is None else und | over
-    return Val(v, err, und if und is not None and und.any() else None)
+        ovf = body.overflowed().any(axis=axes).reshape(shape) | (~np.isfinite(_f64(v)) & ~np.isnan(_f64(v)) & fin)
+    else:
+        ovf = body.overflowed().any(axis=axes).reshape(shape)
+    return Val(v, err, und if und is not None and und.any() else None, ovf=ovf if ovf.any() else None)
 
 
 def softmax_sum(p: str, s: Val, vv: Val, v: np.ndarray) -> Val:
@@ -288,4 +318,5 @@ def softmax_sum(p: str, s: Val, vv: Val, v: np.ndarray) -> Val:
     with np.errstate(all="ignore"):
         fin = np.broadcast_to(np.isfinite(_f64(s.v)).all(axis=-1)[..., None], shape) & np.isfinite(_f64(vv.v)).all(axis=-1)
     und = und | (~np.isfinite(_f64(v)) & fin) | (np.isnan(_f64(v)) & ~np.isnan(_f64(vv.v)).any(axis=-1))
-    return Val(v, err, und if und.any() else None)
+    ovf = np.broadcast_to(s.overflowed().any(axis=-1)[..., None], shape) | vv.overflowed().any(axis=-1)
+    return Val(v, err, und if und.any() else None, ovf=ovf if ovf.any() else None)

@@ -3,13 +3,17 @@
 ``want`` is the class's value before the rule ran (the program's meaning), ``got`` the rule's new term;
 each carries its forward error bound (``checker/bounds.py``). Element by element:
   1. where ``want`` is undetermined (an overflow of finite values, an invalid operation such as inf - inf
-     or 0/0 on non-NaN values, an integer division by zero), any value refines it;
+     or 0/0 on non-NaN values, an integer division by zero), any value refines it; where ``got``
+     overflowed a finite intermediate (1/b of a subnormal b), the rewrite moved an overflow point, the
+     latitude a reassociating compiler takes, and the element is not compared (an invalid operation
+     ``got`` alone performs, 0/0 of an underflow, is compared: NaN is not a refinement of a value);
   2. NaN matches NaN at the same position, and only NaN: a NaN an input carried must stay a NaN, a
      finite value must not become one;
   3. an infinity must match exactly (same sign); +0 and -0 are equal;
   4. finite values agree when they differ by at most the rounding both terms perform: the sum of their
      bounds in the rounding kinds (fp32, fp16, bf16) that *both* terms have (a rounding one side drops or
-     adds is a change, not a rounding), and never more than GROW times the smaller of the two bounds
+     adds is a change, not a rounding; a 16-bit kind's bound counts at most at rtol 1e-3, so a moved fp16
+     rounding passes and a moved bf16 one does not), and never more than GROW times the smaller of the two bounds
      or the output contract (``RTOL`` of the larger value): a rewrite may move a rounding, but an identity
      that loses the significant digits the other side keeps (``(a + b) - a = b``, a one-pass variance) does
      not agree, however large the careless side's own bound;
@@ -21,17 +25,20 @@ from __future__ import annotations
 import numpy as np
 
 from .bounds import Val
+from .numerics import eps
 
 GROW = 4.0  # a reassociation may grow the bound of the more accurate side by this factor
 RTOL = 1e-3  # the project's output contract: a rewrite may always move a value by this relative amount
 
 
 def common_bound(want: Val, got: Val) -> tuple:
-    """(bound of want, bound of got) in the rounding kinds both terms perform."""
+    """(bound of want, bound of got) in the rounding kinds both terms perform; a 16-bit kind counts at most
+    at the output contract (a bf16 rounding, 2^-8, moved is a change; an fp16 one, 2^-11, is not)."""
     shape = np.shape(want.v)
     kinds = set(want.err) & set(got.err)
-    ew = sum((np.broadcast_to(want.err[k], shape) for k in kinds), np.zeros(shape))
-    eg = sum((np.broadcast_to(got.err[k], shape) for k in kinds), np.zeros(shape))
+    scale = {k: min(1.0, RTOL / eps(k)) if eps(k) else 1.0 for k in kinds}
+    ew = sum((scale[k] * np.broadcast_to(want.err[k], shape) for k in kinds), np.zeros(shape))
+    eg = sum((scale[k] * np.broadcast_to(got.err[k], shape) for k in kinds), np.zeros(shape))
     return ew, eg
 
 
@@ -52,7 +59,7 @@ def agree(want: Val, got: Val) -> np.ndarray:
     with np.errstate(all="ignore"):
         same = (a == b) | (np.isnan(a) & np.isnan(b))
         close = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= tolerance(want, got))
-    ok = same | close | want.undetermined()
+    ok = same | close | want.undetermined() | got.overflowed()
     if want.v.dtype == np.bool_ or want.v.dtype.kind in "iu":
         ew, eg = common_bound(want, got)
         ok |= np.isinf(ew) & np.isinf(eg)  # a comparison both sides may flip

@@ -188,7 +188,7 @@ class Valuer:
             raise Unevaluable("Select branches of different shapes")
         v = np.where(ok, got.v, other.v.astype(got.v.dtype))
         cond = B.exact(ok)
-        return B.where(cond, B.Val(got.v, got.err, got.und), other, v)
+        return B.where(cond, B.Val(got.v, got.err, got.und, ovf=got.ovf), other, v)
 
 
 def _index_node(n: ENode) -> ENode:
@@ -202,4 +202,6 @@ def _moved(x: "B.Val", v: np.ndarray, follow, mask) -> "B.Val":
     """x moved to v: its bounds and undetermined elements follow the same index map."""
     err = {k: follow(np.broadcast_to(e, x.v.shape).astype(np.float64)) for k, e in x.err.items()}
     und = follow(x.und) if x.und is not None else None
-    return B.Val(v, err, und if und is not None and und.any() else None, mask)
+    ovf = follow(x.ovf) if x.ovf is not None else None
+    return B.Val(v, err, und if und is not None and und.any() else None, mask,
+                 ovf if ovf is not None and ovf.any() else None)
