@@ -121,7 +121,7 @@ def dependences(b: BoundRegion, exact: bool = False) -> Dependences:
         if not exact:
             flow += [before.among(w, mw, r, mr) for w, mw in ws for r, mr in rs]
     if exact:
-        all_reads = _union([m for ms in reads.values() for _, m in ms]) or isl.UnionMap("{ }")
+        all_reads = _union_or_empty([m for ms in reads.values() for _, m in ms])
         all_writes = _union([s.write for s in b.statements])
         fl = isl.UnionAccessInfo.from_sink(all_reads).set_must_source(all_writes).set_schedule_map(b.schedule) \
             .compute_flow()
@@ -138,7 +138,11 @@ def dependences(b: BoundRegion, exact: bool = False) -> Dependences:
 
 
 def _union_nonempty(maps) -> isl.UnionMap:
-    return _union([m for m in maps if not m.is_empty()]) or isl.UnionMap("{ }")
+    return _union_or_empty([m for m in maps if not m.is_empty()])
+
+
+def _union_or_empty(maps: list) -> isl.UnionMap:
+    return _union(maps) if maps else isl.UnionMap("{ }")
 
 
 class _Before:
