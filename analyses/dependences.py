@@ -18,11 +18,12 @@ from .poly_region import BoundRegion, BoundStatement
 
 
 def _union(maps) -> isl.UnionMap:
-    out = None
-    for m in maps:
-        u = isl.UnionMap.from_map(m)
-        out = u if out is None else out.union(u)
-    return out
+    """The union of the maps (None for none), joined pairwise in rounds: each union copies its operands, so
+    joining one map at a time would copy the growing union once per map."""
+    us = [isl.UnionMap.from_map(m) for m in maps]
+    while len(us) > 1:
+        us = [us[k].union(us[k + 1]) if k + 1 < len(us) else us[k] for k in range(0, len(us), 2)]
+    return us[0] if us else None
 
 
 @dataclass(frozen=True)
