@@ -19,6 +19,8 @@ from __future__ import annotations
 from types import GeneratorType
 from typing import Any, Generator
 
+Walk = Generator[Any, Any, Any]  # a step of a walk: yields the walks it calls, returns its value to run()
+
 
 def run(walk: "Generator | Any") -> Any:
     """The return value of the generator ``walk``, every generator it yields run the same way first (its
