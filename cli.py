@@ -393,7 +393,7 @@ def _report(diags: list[Diagnostic], as_json: bool) -> None:
 def debugged(fn: Callable, *args):
     """fn(*args), its traceback printed under POLYSAT_DEBUG=1 when it fails with anything but a diagnostic.
     The recursion limit stays Python's: no walk over a model recurses along its size (docs/DESIGN.md
-    §Bounds)."""
+    §Diagnostics)."""
     try:
         return fn(*args)
     except PolysatError:

@@ -75,10 +75,10 @@ def _extraction(s):
                                                                        s.cost_model)
 
 
-def bounded(stage: str, fn: Callable, *args) -> Any:
-    """fn(*args) under the time bound of a stage after the search (ir/deadline.py, POLYSAT_STAGE_SECONDS)."""
+def bounded(stage: str, fn: Callable, *args, **kw) -> Any:
+    """fn(*args, **kw) under the time bound of a stage after the search (ir/deadline.py, POLYSAT_STAGE_SECONDS)."""
     with _get("ir.deadline:within")(stage, _get("knobs:stage_seconds")()):
-        return fn(*args)
+        return fn(*args, **kw)
 
 
 def _made_first(s, *stages: str) -> None:

@@ -18,11 +18,10 @@ from .poly_region import BoundRegion, BoundStatement
 
 
 def _union(maps) -> isl.UnionMap:
-    out = None
-    for m in maps:
-        u = isl.UnionMap.from_map(m)
-        out = u if out is None else out.union(u)
-    return out
+    """The union of the maps (None for none), joined pairwise in rounds: each union copies its operands, so
+    joining one map at a time would copy the growing union once per map."""
+    us = [isl.UnionMap.from_map(m) for m in maps]
+    return _union_maps(us) if us else None
 
 
 @dataclass(frozen=True)
@@ -120,12 +119,15 @@ def dependences(b: BoundRegion, exact: bool = False) -> Dependences:
         anti += [before.among(r, mr, w, mw) for r, mr in rs for w, mw in ws]
         if not exact:
             flow += [before.among(w, mw, r, mr) for w, mw in ws for r, mr in rs]
-    if exact:
-        all_reads = _union([m for ms in reads.values() for _, m in ms]) or isl.UnionMap("{ }")
-        all_writes = _union([s.write for s in b.statements])
-        fl = isl.UnionAccessInfo.from_sink(all_reads).set_must_source(all_writes).set_schedule_map(b.schedule) \
-            .compute_flow()
-        flow_map = fl.get_must_dependence()
+    if exact:  # isl's dataflow analysis per tensor, over the schedules of the statements that access it
+        for t, ws in writes.items():
+            rs = reads.get(t, [])
+            if rs:
+                sched = _union(b.schedule_maps[n] for n in dict.fromkeys(s.name for s, _ in ws + rs))
+                fl = isl.UnionAccessInfo.from_sink(_union(m for _, m in rs)).set_must_source(
+                    _union(m for _, m in ws)).set_schedule_map(sched).compute_flow()
+                flow.append(fl.get_must_dependence())
+        flow_map = _union_maps(flow) if flow else isl.UnionMap("{ }")
     else:
         flow_map = _union_nonempty(flow)
     # live-ins: per tensor, the reads no earlier instance wrote (the accumulation's own read is not one)
@@ -138,7 +140,18 @@ def dependences(b: BoundRegion, exact: bool = False) -> Dependences:
 
 
 def _union_nonempty(maps) -> isl.UnionMap:
-    return _union([m for m in maps if not m.is_empty()]) or isl.UnionMap("{ }")
+    return _union_or_empty([m for m in maps if not m.is_empty()])
+
+
+def _union_maps(ums: list) -> isl.UnionMap:
+    """The union of union maps, joined pairwise in rounds."""
+    while len(ums) > 1:
+        ums = [ums[k].union(ums[k + 1]) if k + 1 < len(ums) else ums[k] for k in range(0, len(ums), 2)]
+    return ums[0]
+
+
+def _union_or_empty(maps: list) -> isl.UnionMap:
+    return _union(maps) if maps else isl.UnionMap("{ }")
 
 
 class _Before:

@@ -258,7 +258,7 @@ def full_footprint(b: BoundRegion, tensor: str) -> isl.Set:
 @lru_cache(maxsize=8192)
 def _full_footprint(region, tensor: str) -> isl.Set:
     b = region.bind()
-    return footprint(b, {s.name: s.domain for s in b.statements}, tensor)
+    return footprint(b, b.domains, tensor)
 
 
 @dataclass(frozen=True)

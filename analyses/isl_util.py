@@ -96,11 +96,11 @@ def parse_renamed(cls, text: str, names: Sequence[str]):
     names = list(names)
     if len(set(names)) != len(names) or any(p in text for p in _PLACE):
         return None
-    if not all(_IDENTIFIER.fullmatch(n) for n in names):
+    renamed = rename_tuples(text, dict(zip(names, _PLACE)))
+    if renamed is None:
         return None
-    place = dict(zip(names, _PLACE))  # one compiled pattern for every text: a tuple name is an identifier
     try:
-        obj = _parse_generic(cls, _TUPLE.sub(lambda m: place.get(m.group(1), m.group(1)), text))
+        obj = _parse_generic(cls, renamed)
     except isl.Error:
         return None
     if cls is isl.Set:
@@ -108,6 +108,14 @@ def parse_renamed(cls, text: str, names: Sequence[str]):
     if len(names) != 2 or (obj.get_tuple_name(isl.dim_type.in_), obj.get_tuple_name(isl.dim_type.out)) != _PLACE:
         return None
     return obj.set_tuple_name(isl.dim_type.in_, names[0]).set_tuple_name(isl.dim_type.out, names[1])
+
+
+def rename_tuples(text: str, ren: Mapping[str, str]) -> "str | None":
+    """text with every tuple name (an identifier before ``[``) that ren maps renamed, through one compiled
+    pattern for every text; None when a name of ren is not an identifier (the caller takes its slow path)."""
+    if not all(_IDENTIFIER.fullmatch(n) for n in ren):
+        return None
+    return _TUPLE.sub(lambda m: ren.get(m.group(1), m.group(1)), text)
 
 
 @lru_cache(maxsize=8192)

@@ -19,7 +19,6 @@ scores and their exponentials) once per pass.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Mapping, Sequence
@@ -30,7 +29,7 @@ from ..ir.diagnostics import PolysatError, fail
 from ..ir.dtypes import DType
 from ..ir.expr import Expr
 from ..ir.shapes import Dim, dim as to_dim
-from .isl_util import parse_renamed, val_int
+from .isl_util import parse_renamed, rename_tuples, val_int
 
 ROLES = ("input", "output", "internal")
 UNITS = ("tensor", "fp32", "sfu")  # tensor cores (MMA), FP32 SIMT pipes, special-function unit
@@ -194,6 +193,11 @@ class BoundRegion:
         if s is None:
             fail("UnknownTensor", f"region {self.region.name}", f"no statement named {name!r}")
         return s
+
+    @cached_property
+    def domains(self) -> dict:
+        """statement name -> its domain (every instance of the region)."""
+        return {s.name: s.domain for s in self.statements}
 
     @cached_property
     def _stmts(self) -> dict:
@@ -381,13 +385,12 @@ def _generic(st: Statement, used: tuple) -> "tuple | None":
     if st.name in ph or any("polysat_" in x for x in texts + [st.name] + list(ph)):
         return None
     ren = {st.name: _STMT, **ph}
-    pat = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(re.escape(n) for n in sorted(ren, key=len, reverse=True))
-                     + r")(?=\s*\[)")
-
-    def sub(x: str) -> str:
-        return pat.sub(lambda mt: ren[mt.group(1)], x)
-    gst = Statement(_STMT, sub(st.domain), tuple(Access(ph[a.tensor], sub(a.relation)) for a in st.reads),
-                    Access(ph[st.write.tensor], sub(st.write.relation)), st.flops, st.unit, st.combine, st.loop_order)
+    if rename_tuples("", ren) is None:  # a name that is no identifier: bound as it is
+        return None
+    gst = Statement(_STMT, rename_tuples(st.domain, ren),
+                    tuple(Access(ph[a.tensor], rename_tuples(a.relation, ren)) for a in st.reads),
+                    Access(ph[st.write.tensor], rename_tuples(st.write.relation, ren)), st.flops, st.unit, st.combine,
+                    st.loop_order)
     return gst, tuple(sorted((ph[t], shape) for t, shape in used)), {v: k for k, v in ph.items()}
 
 

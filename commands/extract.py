@@ -16,6 +16,7 @@ from ..analyses.polycore import analyze
 from ..egraph.graph import export
 from ..egraph.saturate import format_report
 from ..pipeline import Compilation
+from ..pricing.kernels import canonical, canonical_names, named_back
 from .explain import explain_lines, explain_model, explain_size, hand_style
 from ..ir.user_names import node_names, region_names
 
@@ -68,14 +69,15 @@ def _region_json(p, arch: str) -> dict:
         d["analysis"] = None
         return d
     c = p.cost
-    a = analyze(p.region, arch, dict(c.tile))
+    ren = canonical_names(p.region)  # analysed as the canonical kernel: identical kernels (layers) analysed once
+    a = analyze(canonical(p.region), arch, dict(c.tile))
     d["cost"] = {"flops": c.flops, "bytes": c.bytes, "time_est_us": round(c.time_est_us, 4), "bound": c.bound,
                  "tile": dict(c.tile), "stops": list(c.stops)}
     d["analysis"] = {"parallel_axes": list(a.parallel_axes), "reduce_axes": list(a.reduce_axes),
                      "tail_axes": list(a.tail_axes),
                      "compute_at": {"ok": a.compute_at_ok, "halo": {"bytes": a.halo_bytes,
                                                                     "per_axis": dict(a.halo_per_axis)},
-                                    "reasons": list(a.reasons)},
+                                    "reasons": [named_back(r, ren) for r in a.reasons]},
                      "min_buffer": a.min_buffer}
     return d
 

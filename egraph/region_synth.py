@@ -255,14 +255,14 @@ class _KernelSynth:
         self.inputs.setdefault(t, MemRef(tuple(n.shape), n.dtype))
         return rg.read(t, index, n.dtype, self.axes)
 
-    def demand_all(self, srcs, index: tuple, ctx: _Ctx):
+    def demand_all(self, srcs, index: tuple, ctx: _Ctx) -> trampoline.Walk:
         """Each of srcs demanded at index, in order (a walk step: ``yield from``)."""
         out = []
         for s in srcs:
             out.append((yield self.demand(s, index, ctx)))
         return out
 
-    def demand(self, nid: str, index: tuple, ctx: _Ctx):
+    def demand(self, nid: str, index: tuple, ctx: _Ctx) -> trampoline.Walk:
         """The value of nid at index (a walk: run by ir/trampoline.py, one generator per demand, so a chain of
         thousands of ops needs no Python frames)."""
         n = self.program[nid]
@@ -306,7 +306,7 @@ class _KernelSynth:
         value = self.coerce(value, self.order(index, rg.union_axes(value, p)))
         return rg.select(p, value, rg.const(0, value.dtype), value.dtype)
 
-    def movement(self, n: UOp, index: tuple, ctx: _Ctx) -> RNode:
+    def movement(self, n: UOp, index: tuple, ctx: _Ctx) -> trampoline.Walk:
         src = self.program[n.src[0]]
         try:
             lm = local_map(n, src)
@@ -338,7 +338,7 @@ class _KernelSynth:
             return rg.binary(x.arg, src[0], src[1], x.dtype)
         return rg.select(src[0], src[1], src[2], x.dtype)
 
-    def compute(self, n: UOp, index: tuple, ctx: _Ctx) -> RNode:
+    def compute(self, n: UOp, index: tuple, ctx: _Ctx) -> trampoline.Walk:
         g = self.streams.get(n.id)
         if g is not None:
             return (yield self.online(g, index, ctx))
@@ -415,7 +415,7 @@ class _KernelSynth:
             n = src
         return (n.id, index)
 
-    def reduce(self, n: UOp, index: tuple, ctx: _Ctx) -> RNode:
+    def reduce(self, n: UOp, index: tuple, ctx: _Ctx) -> trampoline.Walk:
         src = self.program[n.src[0]]
         raxes = n.arg["axes"]
         def full(names) -> tuple:
@@ -427,7 +427,7 @@ class _KernelSynth:
         body = yield self.demand(src.id, full(names), body_ctx)
         return rg.reduce(n.arg["op"].lower(), names, body, n.arg["dtype"], axis_order=self.axes)
 
-    def online(self, g: Group, index: tuple, ctx: _Ctx) -> RNode:
+    def online(self, g: Group, index: tuple, ctx: _Ctx) -> trampoline.Walk:
         """online_softmax_sum<j>(scores[x, j], values[x, d, j]) for the streamed group g demanded at
         index = (x.., d): j is bound like a Reduce's axis (key: the group's weighted-sum node)."""
         acc, s = self.program[g.acc], self.program[g.s]
@@ -438,7 +438,7 @@ class _KernelSynth:
         values = yield self.demand(g.v, tuple(index) + (j,), body)
         return rg.online_softmax_sum(names, scores, values, g.p, BLOCK, g.passes, axis_order=self.axes)
 
-    def contract(self, n: UOp, index: tuple, ctx: _Ctx) -> RNode:
+    def contract(self, n: UOp, index: tuple, ctx: _Ctx) -> trampoline.Walk:
         lhs, rhs = (self.program[s] for s in n.src)
         sizes = dict(zip(n.arg["lhs_idx"], lhs.shape)) | dict(zip(n.arg["rhs_idx"], rhs.shape))
         red = list(n.arg["reduce_idx"])

@@ -4,7 +4,7 @@ rendering): ``POLYSAT_STAGE_SECONDS`` of wall-clock time per stage (knobs.py).
 The pipeline opens a bound around each of those stages (``within``); their loops over kernels, regions and
 statements call ``check`` between steps. Past the bound, the stage stops with E1505 ResourceLimit naming the
 stage, the seconds it ran and the step it reached (its stop reason); no stage runs unbounded (docs/DESIGN.md
-§Bounds). Outside any bound ``check`` costs one comparison and never stops.
+§Diagnostics). Outside any bound ``check`` costs one comparison and never stops.
 """
 from __future__ import annotations
 

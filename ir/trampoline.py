@@ -4,7 +4,7 @@ A recursive walk over a model (a demand that follows a chain of 5,000 ops, a cos
 would need as many Python frames as the model is deep, and Python stops at 1,000. Written as a generator, the
 walk keeps its shape: each recursive call ``f(x)`` becomes ``(yield f(x))`` (the generator of the call), and
 ``run`` steps the innermost generator, handing each finished call's return value to its caller. The depth then
-costs heap, not stack (docs/DESIGN.md §Bounds: no recursion proportional to the input).
+costs heap, not stack (docs/DESIGN.md §Diagnostics: no recursion proportional to the input).
 
     def depth(n):
         best = 0
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from types import GeneratorType
 from typing import Any, Generator
+
+Walk = Generator[Any, Any, Any]  # a step of a walk: yields the walks it calls, returns its value to run()
 
 
 def run(walk: "Generator | Any") -> Any:

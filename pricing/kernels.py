@@ -78,9 +78,8 @@ def _kind_of(region) -> "str | None":
 
 
 
-def canonical(region: PolyRegion) -> PolyRegion:
-    """region with statements S0.. and tensors T0..: equal kernels from different extractions (or
-    layers) compare equal, so the price caches hit."""
+def canonical_names(region: PolyRegion) -> dict:
+    """The renaming :func:`canonical` applies: statement -> S<k>, tensor -> T<j>, in region order."""
     ren: dict = {}
     for k, s in enumerate(region.statements):
         ren[s.name] = f"S{k}"
@@ -89,6 +88,22 @@ def canonical(region: PolyRegion) -> PolyRegion:
         if t.name not in ren:
             ren[t.name] = f"T{j}"
             j += 1
+    return ren
+
+
+_CANONICAL_WORD = re.compile(r"\b[ST][0-9]+\b")
+
+
+def named_back(text: str, ren: dict) -> str:
+    """text about a canonical region (its S<k>/T<j>) with the region's own names again (ren: canonical_names)."""
+    back = {v: k for k, v in ren.items()}
+    return _CANONICAL_WORD.sub(lambda m: back.get(m.group(0), m.group(0)), text)
+
+
+def canonical(region: PolyRegion) -> PolyRegion:
+    """region with statements S0.. and tensors T0..: equal kernels from different extractions (or
+    layers) compare equal, so the price and analysis caches hit."""
+    ren = canonical_names(region)
 
     def sub(text: str) -> str:
         return _NAME.sub(lambda mt: ren.get(mt.group(0), mt.group(0)), text)
