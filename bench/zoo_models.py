@@ -3,7 +3,8 @@
 ``transformers`` models come from their configs at tiny sizes (hidden 64, 2 layers, sequence 16, images 32 px;
 models made from a config fetch nothing), ``torchvision`` models with ``weights=None`` and 10 classes at 32-64 px, and onnx's light
 models (the ONNX model zoo's graphs shipped without weights in the onnx package's backend test data) with seeded
-weights. Each entry builds ``(module or ModelProto, example inputs)``; torch modules are in eval mode.
+weights. Each entry builds ``(module or ModelProto, example inputs)``; torch modules are in eval mode, their
+BatchNorm statistics calibrated on one seeded batch so that outputs carry signal (``_alive``).
 
     build("llama")       # -> (torch.nn.Module, (input_ids,))
     build("onnx_vgg19")  # -> (onnx.ModelProto, {input name: array})
