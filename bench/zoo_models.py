@@ -3,7 +3,8 @@
 ``transformers`` models come from their configs at tiny sizes (hidden 64, 2 layers, sequence 16, images 32 px;
 models made from a config fetch nothing), ``torchvision`` models with ``weights=None`` and 10 classes at 32-64 px, and onnx's light
 models (the ONNX model zoo's graphs shipped without weights in the onnx package's backend test data) with seeded
-weights. Each entry builds ``(module or ModelProto, example inputs)``; torch modules are in eval mode.
+weights. Each entry builds ``(module or ModelProto, example inputs)``; torch modules are in eval mode, their
+BatchNorm statistics calibrated on one seeded batch so that outputs carry signal (``_alive``).
 
     build("llama")       # -> (torch.nn.Module, (input_ids,))
     build("onnx_vgg19")  # -> (onnx.ModelProto, {input name: array})
@@ -56,6 +57,33 @@ def _first_tensor(module):
     return First(module).eval()
 
 
+def _alive(m, x: tuple):
+    """m with outputs that carry signal, as a trained model's do: random weights alone give some architectures an
+    output of ~0 (MobileViT: 0, MobileNetV2/V3 ~1e-10, EfficientNet ~1e-14: the fan-out init shrinks a depthwise
+    conv's output several-fold and eval-mode BatchNorm with fresh statistics does not restore it; ViT-B/16's head
+    is zero-initialised), and an output of zeros would pass any comparison. Every BatchNorm's running statistics
+    are set from one seeded batch of 4 inputs shaped like x (the calibration a deployed model has), and a Linear
+    whose weight is all zero is drawn seeded normal(0, 1/fan-in). Returns m in eval mode."""
+    import torch
+    g = torch.Generator().manual_seed(1)
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.Linear) and not mod.weight.detach().any():
+            with torch.no_grad():
+                mod.weight.copy_(torch.randn(mod.weight.shape, generator=g) / mod.weight.shape[1] ** 0.5)
+    bns = [b for b in m.modules() if isinstance(b, torch.nn.modules.batchnorm._BatchNorm)]
+    if bns and all(t.is_floating_point() for t in x):
+        for b in bns:
+            b.reset_running_stats()
+            b.momentum = None  # a cumulative average: after one batch, exactly its statistics
+        batch = tuple(torch.randn((4,) + tuple(t.shape[1:]), generator=g) for t in x)
+        m.train()
+        with torch.no_grad():
+            m(*batch)
+        for b in bns:
+            b.momentum = 0.1
+    return m.eval()
+
+
 def _hf(model_cls: str, config_cls: str, inputs: Callable[[], tuple], **cfg):
     def make():
         import torch
@@ -64,7 +92,8 @@ def _hf(model_cls: str, config_cls: str, inputs: Callable[[], tuple], **cfg):
         config = getattr(transformers, config_cls)(**cfg)
         config._attn_implementation = "eager"
         m = getattr(transformers, model_cls)(config).eval()
-        return _first_tensor(m), inputs()
+        x = inputs()
+        return _alive(_first_tensor(m), x), x
     return make
 
 
@@ -94,7 +123,8 @@ def _tv(builder: str, px: int, **kw):
         import torchvision
         torch.manual_seed(0)
         m = getattr(torchvision.models, builder)(weights=None, **kw).eval()
-        return m, (_image(px),)
+        x = (_image(px),)
+        return _alive(m, x), x
     return make
 
 

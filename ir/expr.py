@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Mapping, Union
 
 Atom = Union[str, "FloorDiv"]
@@ -18,7 +19,7 @@ Monomial = tuple  # sorted tuple of atoms; () is the constant monomial
 
 
 def _atom_key(a: Atom) -> tuple:
-    return (0, a) if isinstance(a, str) else (1, str(a))
+    return (0, a) if isinstance(a, str) else (1, a.text)
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,33 @@ class FloorDiv:
     num: "Expr"
     q: int
 
-    def __str__(self) -> str:
+    @cached_property
+    def text(self) -> str:
+        """str(self), made once (atoms are ordered by it whenever an expression is built)."""
         return f"({self.num})//{self.q}"
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __hash__(self) -> int:
+        return self.num.__hash__() * 31 + self.q
+
+    def __getstate__(self) -> dict:  # the fields only: a cached value is remade where it is read
+        return {"num": self.num, "q": self.q}
 
 
 @dataclass(frozen=True)
 class Expr:
     terms: tuple  # ((monomial, coeff), ...) sorted, no zero coefficients
+
+    def __hash__(self) -> int:  # made once: expressions nest (a floordiv's numerator) and key many dicts
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash(self.terms)
+        return h
+
+    def __getstate__(self) -> dict:  # the fields only: a str hash differs from process to process
+        return {"terms": self.terms}
 
     # ---- construction -------------------------------------------------------------------
     @staticmethod
@@ -210,8 +231,13 @@ class Expr:
             out += f" {sign} {s}"
         return out
 
+    @cached_property
+    def text(self) -> str:
+        """str(self), made once."""
+        return self._fmt(lambda a: a if isinstance(a, str) else a.text)
+
     def __str__(self) -> str:
-        return self._fmt(lambda a: a if isinstance(a, str) else str(a))
+        return self.text
 
     def __repr__(self) -> str:
         return f"Expr({str(self)!r})"

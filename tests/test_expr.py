@@ -60,3 +60,15 @@ def test_to_isl_syntax():
     for h in range(0, 21):
         pt = s.fix_val(isl.dim_type.param, 0, isl.Val(h))
         assert pt.is_singleton() and pt.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python() == (h - 1) // 2 + 1
+
+
+def test_a_pickled_expression_carries_no_cached_hash_or_text():
+    """str and hash are made once per expression; a pickle (a spawned worker's result) carries only the terms,
+    since a str hash differs from process to process."""
+    import pickle
+    e = parse("(2*i0 + 3)//4 + B*H - 1")
+    text, h = str(e), hash(e)
+    data = pickle.dumps(e)
+    assert b"_hash" not in data and b"text" not in data
+    back = pickle.loads(data)
+    assert back == e and hash(back) == h and str(back) == text
