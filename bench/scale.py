@@ -1,5 +1,5 @@
 """Scale bench: polysat's ``--cost model`` compile beside tinygrad 0.14's scheduler on large weight-free ONNX
-graphs (bench/scale_models.py: LLaMA-2-7B / LLaMA-3-8B dims at 1 to 32 layers, GPT-2 small to XL,
+graphs (bench/corpora/scale_models.py: LLaMA-2-7B / LLaMA-3-8B dims at 1 to 32 layers, GPT-2 small to XL,
 ResNet-50/101/152 at batch 32, a soft mixture-of-experts layer with 2 to 64 experts, a U-Net).
 
 Each graph is serialized once here and the same bytes go to both sides, each side in a fresh process
@@ -133,7 +133,7 @@ def _fresh(job: tuple, timeout: float) -> dict:
 def measure(name: str, builder: str, args: tuple, arch: str = "sm90", timeout: float = 600.0,
             size: bool = True) -> dict:
     """One row: the graph built and serialized once, each side in its own fresh process."""
-    from .scale_models import build
+    from .corpora.scale_models import build
     model = build(builder, *args).SerializeToString()
     row = {"graph": name, "onnx_bytes": len(model)}
     for which in ("polysat", "tinygrad"):

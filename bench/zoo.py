@@ -1,4 +1,4 @@
-"""Model zoo: architectures nobody here wrote (bench/zoo_models.py), through polysat's three ways in.
+"""Model zoo: architectures nobody here wrote (bench/corpora/zoo_models.py), through polysat's three ways in.
 
 For each model, in a fresh process with a time limit:
 
@@ -19,7 +19,7 @@ Beside polysat's kernels, modelled time (Poly Core's price of the chosen partiti
 
     python -m polysat.bench.zoo [--quick] [--only a,b] [--out PATH] [--timeout S]
 
-``--quick`` (CI) takes the models marked quick in bench/zoo_models.py. Outputs are compared as the seed's
+``--quick`` (CI) takes the models marked quick in bench/corpora/zoo_models.py. Outputs are compared as the seed's
 ``rtol = atol = 1e-3`` (fp32 outputs).
 """
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _diag(e: BaseException) -> str:
 
 def onnx_bytes(name: str) -> "tuple[bytes, dict]":
     """(ONNX bytes, numpy feeds by input name) of a zoo model."""
-    from .zoo_models import BY_NAME, build
+    from .corpora.zoo_models import BY_NAME, build
     m, x = build(name)
     if BY_NAME[name].family == "onnx":
         return m.SerializeToString(), x
@@ -128,7 +128,7 @@ def path_onnx(name: str) -> dict:
 def path_export(name: str) -> dict:
     import torch
     from polysat.frontend.torch_export import import_exported
-    from .zoo_models import build
+    from .corpora.zoo_models import build
     r: dict = {}
     try:
         m, x = build(name)
@@ -157,7 +157,7 @@ class _Fallbacks(logging.Handler):
 
 def path_compile(name: str) -> dict:
     import torch
-    from .zoo_models import build
+    from .corpora.zoo_models import build
     r: dict = {}
     h = _Fallbacks()
     log = logging.getLogger("polysat.torch")
@@ -196,7 +196,7 @@ def peer_inductor(name: str) -> dict:
     try:
         import torch
         from torch._inductor import metrics
-        from .zoo_models import build
+        from .corpora.zoo_models import build
         m, x = build(name)
         torch._dynamo.reset()
         metrics.reset()
@@ -281,7 +281,7 @@ def table(rows: list) -> str:
 
 
 def main(argv: "list[str] | None" = None) -> int:
-    from .zoo_models import ENTRIES
+    from .corpora.zoo_models import ENTRIES
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the models marked quick (CI)")
     ap.add_argument("--only", default="", help="comma list of model names")

@@ -8,7 +8,7 @@ import json
 import onnx
 
 from polysat.bench import scale
-from polysat.bench.scale_models import GRAPHS, build
+from polysat.bench.corpora.scale_models import GRAPHS, build
 
 
 def test_the_smallest_point_runs_on_both_sides(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""A LLaMA-family layer exported from ``transformers`` (a 1-layer LlamaModel from bench/zoo_models.py's tiny
+"""A LLaMA-family layer exported from ``transformers`` (a 1-layer LlamaModel from bench/corpora/zoo_models.py's tiny
 config: 4 query heads over 2 KV heads, rotary embeddings, SiLU-gated MLP; random weights, no downloads), compiled
 with ``--cost model``: the reference evaluator and CPU playback of the chosen kernels equal onnxruntime on the
 same bytes, grouped-query attention reads each KV head in place (the kernel holding the softmax reads the K/V
@@ -13,7 +13,8 @@ import io
 import numpy as np
 import pytest
 
-from polysat.bench import zoo, zoo_models
+from polysat.bench import zoo
+from polysat.bench.corpora import zoo_models
 
 
 @pytest.fixture(scope="module")

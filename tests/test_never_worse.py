@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polysat.bench.scale_models import WeightFree, _io
+from polysat.bench.corpora.scale_models import WeightFree, _io
 from polysat.checker.randprog import motif_programs, random_program
 from polysat.frontend.onnx import import_onnx
 from polysat.ir.tiny_json import dump_tiny

@@ -180,7 +180,7 @@ def test_the_model_search_partition_of_a_random_program_plays_back_equal_to_the_
 def _two_stages():
     """Three residual blocks of width 32, a projection to 64, three blocks of width 64 (ResNet-like stages:
     blocks identical within a stage, of another shape in the next)."""
-    from polysat.bench.scale_models import WeightFree, _io
+    from polysat.bench.corpora.scale_models import WeightFree, _io
     from polysat.frontend.onnx import import_onnx
     g = WeightFree()
     x = "x"

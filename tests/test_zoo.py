@@ -1,4 +1,4 @@
-"""Architectures nobody here wrote (bench/zoo_models.py: transformers configs and torchvision at tiny sizes, random
+"""Architectures nobody here wrote (bench/corpora/zoo_models.py: transformers configs and torchvision at tiny sizes, random
 weights, no downloads) through the ONNX file path and torch.export, compiled with --cost model: the reference
 evaluator and playback of the extracted kernels against onnxruntime / eager torch (bench/zoo.py runs them all
 with torch.compile and the peers beside). ConvNeXt's depthwise 7x7 after a downsampling conv came out of the
@@ -29,10 +29,10 @@ def test_zoo_model_torch_export_path(name):
 @pytest.mark.parametrize("name", ["mobilevit", "mobilenet_v3", "efficientnet_b0", "vit_b_16"])
 def test_zoo_model_outputs_carry_signal(name):
     """Random weights gave these an output of 0 or ~1e-10, which any answer of zeros matches; calibrated
-    BatchNorm statistics and no zero Linear keep it of the order of its inputs (bench/zoo_models._alive)."""
+    BatchNorm statistics and no zero Linear keep it of the order of its inputs (bench/corpora/zoo_models._alive)."""
     import numpy as np
     import torch
-    from polysat.bench.zoo_models import build
+    from polysat.bench.corpora.zoo_models import build
     m, x = build(name)
     with torch.no_grad():
         y = m(*x).numpy()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
-from ..examples.onnx_models import G, _io
+from ...examples.onnx_models import G, _io
 
 
 class WeightFree(G):
