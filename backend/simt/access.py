@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from ...ir import trampoline
 from ...ir.expr import Expr
 from ...ir.region import R, RNode
 from .spec import SimtSpec, size_of
@@ -109,7 +110,7 @@ def work(spec: SimtSpec, top: RNode, env: Mapping[str, int], skip: set) -> tuple
     lets = spec.region.let_map
     memo: dict = {}
 
-    def go(n: RNode, mult: float) -> float:
+    def go(n: RNode, mult: float) -> trampoline.Walk:  # a walk through the lets (ir/trampoline.py: no recursion)
         while n.op == R.REF:
             n = lets[n.arg]
         if id(n) in skip:
@@ -125,15 +126,21 @@ def work(spec: SimtSpec, top: RNode, env: Mapping[str, int], skip: set) -> tuple
             trip = 1
             for a in n.arg[1]:
                 trip *= size_of(spec.region.axis_sizes[a], env)
-            return go(n.src[0], mult * trip) + mult * trip
+            return (yield go(n.src[0], mult * trip)) + mult * trip
         if n.op == R.ONLINE:  # three walks over the keys
             trip = 3 * size_of(spec.region.axis_sizes[n.arg[0][0]], env)
-            return sum(go(s, mult * trip) for s in n.src) + 4 * mult * trip
+            total = 0
+            for s in n.src:
+                total += yield go(s, mult * trip)
+            return total + 4 * mult * trip
         own = mult if n.op in (R.UNARY, R.BINARY, R.SELECT) else 0.0
-        return own + sum(go(s, mult) for s in n.src)
+        total = 0
+        for s in n.src:
+            total += yield go(s, mult)
+        return own + total
 
     reads: list = []
-    ops = go(top, 1.0)
+    ops = trampoline.run(go(top, 1.0))
     return ops, reads
 
 
