@@ -18,7 +18,7 @@ one checker run with every shipped rule as context (``check_rules``): UNSOUND or
 mutant; a mutant that passes survives; one that never fires is unexercised. The score is killed /
 (killed + survived). Prints the table and the survivors, writes ``bench/results/rule_mutants.json``.
 
-    python -m polysat.bench.rule_mutants [--seed N] [--per-rule K] [--limit N] [--out PATH]
+    python -m polysat.bench.rule_mutants [--seed N] [--per-rule K] [--limit N] [--operators a,b] [--out PATH]
 """
 from __future__ import annotations
 
@@ -193,9 +193,11 @@ def main(argv: "list | None" = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-rule", type=int, default=3)
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--operators", type=lambda t: set(t.split(",")), default=None,
+                    help="only these operators (comma-separated: swap,op,cast,rescale,const,axes,guard)")
     ap.add_argument("--out", default=str(HERE / "results" / "rule_mutants.json"))
     a = ap.parse_args(argv)
-    rows = build(a.per_rule, a.seed, a.limit)
+    rows = build(a.per_rule, a.seed, a.limit, operators=a.operators)
     summary = run(rows, a.seed)
     print(f"{'operator':<10} {'killed':>6} {'survived':>8} {'unexerc.':>8} {'stillborn':>9} {'equiv.':>6}")
     for op in sorted({r["operator"] for r in rows}):

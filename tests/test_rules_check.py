@@ -50,7 +50,8 @@ def test_every_known_bad_rule_is_caught_and_named_with_a_counterexample():
     assert len(names) == len(files)
     missed = [n for n, v in names.items() if not v.unsound]
     assert set(missed) <= set(WEAK), rep.format()
-    for v in names.values():
+    assert len(missed) <= 1, missed  # at most one weak rule slips at a seed
+    for v in (v for v in names.values() if v.unsound):
         assert "counterexample" in v.counterexample and ("before:" in v.counterexample or "other:" in v.counterexample)
     text = rep.format()
     assert "UNSOUND rule 'bad-pad-off-by-one'" in text and "pad_off_by_one.egg" in text
