@@ -56,7 +56,8 @@ def seed() -> int:
 
 def eval_max_elements() -> int:
     """POLYSAT_EVAL_MAX_ELEMENTS: largest tensor the numpy evaluators (reference, playback), import-time folding and
-    npz inputs materialise, intermediates included (default 2**27: 512 MiB of fp32, a few GiB with temporaries)."""
+    npz inputs materialise, intermediates included (default 2**27: 512 MiB of fp32, a few GiB with temporaries); a
+    reduction whose product is larger is summed in blocks of output positions that fit."""
     return _num("POLYSAT_EVAL_MAX_ELEMENTS", 2 ** 27, lo=1)
 
 
