@@ -210,7 +210,7 @@ def test_mutants_of_shipped_rules_are_caught_on_a_bounded_sample():
 
 
 def test_special_values_integers_and_cancellation_reach_new_authors_rules():
-    """A few of the rules written for issue 27 as a new author would, each caught at two seeds."""
+    """A few of the rules written as a new author would (tests/bad_rules/), each caught at two seeds."""
     names = ["new-self-ne-false", "new-int-div-mul-cancel", "new-add-sub-cancel", "new-relu-pad-any-value",
              "new-square-transpose-noop"]
     for seed in (0, 1):
