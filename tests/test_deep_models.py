@@ -124,3 +124,25 @@ def test_the_stages_after_the_search_stop_at_their_time_bound(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert rc == 1
     assert "E1505 ResourceLimit" in err and "POLYSAT_STAGE_SECONDS" in err and "E1999" not in err, err
+
+
+@pytest.fixture
+def low_recursion_limit():
+    """Python's recursion limit set 250 frames above the caller's depth (restored after): a walk that recursed
+    once per op of a 400-op chain would cross it, as a 5,000-op chain crosses the default 1,000."""
+    limit, depth, f = sys.getrecursionlimit(), 0, sys._getframe()
+    while f is not None:
+        depth, f = depth + 1, f.f_back
+    sys.setrecursionlimit(depth + 250)
+    yield
+    sys.setrecursionlimit(limit)
+
+
+def test_a_long_chain_renders_its_cuda_source_without_recursion(tmp_path, capsys, low_recursion_limit):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(_chain(400)))
+    rc = main(["compile", str(path), "--cost", "size", "--dump=cu", "--out", str(tmp_path / "d")])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    (cu,) = (tmp_path / "d").glob("*.cu")
+    assert cu.read_text().count("polysat_simt::relu(") == 200  # every op of the chain is in the kernel

@@ -14,8 +14,10 @@ from typing import Callable
 
 import numpy as np
 
+from ...ir import trampoline
 from ...ir.dtypes import DType
 from ...ir.region import R, RNode
+from ...ir.trampoline import Walk
 from . import epilogue_fn
 from .region_match import Lets, Reject, walk
 from .spec import EpilogueOp
@@ -28,13 +30,21 @@ _TOL = 2e-6  # |f(x) - g(x)| <= _TOL * (1 + |g(x)|) on the probe: far below fp16
 def _depends(lets: Lets, acc: RNode):
     memo: dict = {}
 
-    def dep(n: RNode) -> bool:
+    def walk_dep(n: RNode) -> Walk:  # a walk (ir/trampoline.py): a long chain needs no frames
         n = lets(n)
         if n is acc:
             return True
         if id(n) not in memo:
-            memo[id(n)] = any(dep(s) for s in n.src)
+            found = False
+            for s in n.src:
+                if (yield walk_dep(s)):
+                    found = True
+                    break
+            memo[id(n)] = found
         return memo[id(n)]
+
+    def dep(n: RNode) -> bool:
+        return trampoline.run(walk_dep(n))
     return dep
 
 

@@ -14,8 +14,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ...ir import trampoline
 from ...ir.dtypes import DType
 from ...ir.region import R, RNode
+from ...ir.trampoline import Walk
 
 UNARY = {"neg": np.negative, "relu": lambda x: np.maximum(x, x.dtype.type(0)), "exp2": np.exp2, "log2": np.log2,
          "sqrt": np.sqrt, "rsqrt": lambda x: x.dtype.type(1) / np.sqrt(x), "reciprocal": lambda x: x.dtype.type(1) / x,
@@ -41,7 +43,7 @@ def from_region(lets: Callable[[RNode], RNode], top: RNode, x_node: RNode) -> tu
     steps: list[Step] = []
     at: dict[int, Arg] = {}
 
-    def go(n: RNode) -> Arg | None:
+    def go(n: RNode) -> Walk:  # -> Arg | None (a walk: ir/trampoline.py, so a long chain needs no frames)
         n = lets(n)
         if n is x_node:
             return ("v",)
@@ -54,28 +56,32 @@ def from_region(lets: Callable[[RNode], RNode], top: RNode, x_node: RNode) -> tu
         elif n.op == R.UNARY and n.dtype == DType.fp32 and n.arg in UNARY:
             src = lets(n.src[0])
             if n.arg == "cast" and src.dtype == DType.fp32:
-                a = go(src)  # fp32 -> fp32: no step
+                a = yield go(src)  # fp32 -> fp32: no step
             elif n.arg == "cast" and src.dtype != DType.bool:
                 return None
             else:
-                s = go(src)
+                s = yield go(src)
                 if s is None:
                     return None
                 steps.append((n.arg, (s,)))
                 a = ("s", len(steps) - 1)
         elif n.op == R.BINARY and n.arg in BINARY and n.dtype in (DType.fp32, DType.bool) \
                 and (n.arg in COMPARE) == (n.dtype == DType.bool):
-            args = tuple(go(s) for s in n.src)
+            args = []
+            for s in n.src:
+                args.append((yield go(s)))
             if any(x is None for x in args) or any(lets(s).dtype != DType.fp32 for s in n.src):
                 return None
-            steps.append((n.arg, args))
+            steps.append((n.arg, tuple(args)))
             a = ("s", len(steps) - 1)
         elif n.op == R.SELECT and n.dtype == DType.fp32 and lets(n.src[0]).op != R.PRED \
                 and lets(n.src[0]).dtype == DType.bool:
-            args = tuple(go(s) for s in n.src)
+            args = []
+            for s in n.src:
+                args.append((yield go(s)))
             if any(x is None for x in args):
                 return None
-            steps.append(("select", args))
+            steps.append(("select", tuple(args)))
             a = ("s", len(steps) - 1)
         else:
             return None
@@ -84,7 +90,7 @@ def from_region(lets: Callable[[RNode], RNode], top: RNode, x_node: RNode) -> tu
         at[id(n)] = a
         return a
 
-    out = go(top)  # top's step is the last one made (v itself or a constant is no program)
+    out = trampoline.run(go(top))  # top's step is the last one made (v itself or a constant is no program)
     if out is None or out != ("s", len(steps) - 1) or steps[-1][0] in COMPARE:
         return None
     return tuple(steps)

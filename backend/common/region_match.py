@@ -15,8 +15,10 @@ from typing import Any, Callable, Mapping, NoReturn
 
 import numpy as np
 
+from ...ir import trampoline
 from ...ir.expr import Expr
 from ...ir.region import R, Region, RNode
+from ...ir.trampoline import Walk
 from .spec import EpilogueOp
 
 Reject = Callable[[str], NoReturn]
@@ -81,13 +83,16 @@ def same_value(lets: Lets, a: RNode, b: RNode, rename: Mapping[str, str] | None 
     ren = {k: Expr.var(v) for k, v in (rename or {}).items()}
     names = dict(rename or {})
 
-    def key(n: RNode, memo: dict, subs: dict, nm: dict) -> tuple:
+    def key(n: RNode, memo: dict, subs: dict, nm: dict) -> Walk:  # a walk (ir/trampoline.py): no frame per op
         n = lets(n)
         if id(n) in memo:
             return memo[id(n)]
         while n.op in (R.BROADCAST, R.TRANSPOSE):
             n = lets(n.src[0])
-        kids = tuple(key(c, memo, subs, nm) for c in n.src)
+        kids = []
+        for c in n.src:
+            kids.append((yield key(c, memo, subs, nm)))
+        kids = tuple(kids)
         if n.op == R.READ:
             out = ("read", n.arg[0], tuple(str(e.subs(subs)) for e in n.arg[1]), n.dtype)
         elif n.op == R.PRED:
@@ -103,7 +108,7 @@ def same_value(lets: Lets, a: RNode, b: RNode, rename: Mapping[str, str] | None 
         memo[id(n)] = out
         return out
 
-    return key(a, {}, ren, names) == key(b, {}, {}, {})
+    return trampoline.run(key(a, {}, ren, names)) == trampoline.run(key(b, {}, {}, {}))
 
 
 def axis_var(e: Expr) -> str | None:

@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 
 from ...ir.dtypes import DType
+from ...ir import trampoline
 from ...ir.expr import Expr, FloorDiv
 from ...ir.region import R, RNode
+from ...ir.trampoline import Walk
 
 CTYPE = {DType.fp16: "float", DType.bf16: "float", DType.fp32: "float", DType.i32: "int", DType.bool: "bool"}
 STORE_T = {DType.fp16: "__half", DType.bf16: "__nv_bfloat16", DType.fp32: "float", DType.i32: "int",
@@ -177,7 +179,21 @@ class Emitter:
         return False
 
     # ---- values -----------------------------------------------------------------------------------------
+    # The walk over a region's expression DAG is written as generators (ir/trampoline.py): ``(yield w)`` is the
+    # call of the walk ``w``, so a chain of 5,000 ops costs heap, not Python frames. ``value``, ``accumulate``
+    # and ``over_axes`` are the entries the renderers call.
     def value(self, n: RNode) -> str:
+        return trampoline.run(self._value(n))
+
+    def accumulate(self, n: RNode, acc: str) -> None:
+        """acc = combine(acc, body rounded to the accumulation dtype), at the current point."""
+        trampoline.run(self._accumulate(n, acc))
+
+    def over_axes(self, axes, body, prefix: str = "r") -> None:
+        """Nested loops over ``axes`` (each a fresh variable bound to it, over the axis's size): body() inside."""
+        trampoline.run(self._over_axes(axes, body, prefix))
+
+    def _value(self, n: RNode) -> Walk:
         n = self.follow(n)
         if n.op == R.CONST:
             return literal(n.arg, n.dtype)
@@ -185,7 +201,7 @@ class Emitter:
         for scope in reversed(self.memo):
             if k in scope:
                 return scope[k]
-        v = self._emit(n)
+        v = yield self._emit(n)
         self.memo[-1][k] = v
         return v
 
@@ -194,15 +210,17 @@ class Emitter:
         self.line(f"const {ctype} {name} = {expr};")
         return name
 
-    def _emit(self, n: RNode) -> str:
+    def _emit(self, n: RNode) -> Walk:
         """Every RB-SSA op but CONST (``value``) and REF (``follow``), which never reach here."""
         if n.op in (R.BROADCAST, R.TRANSPOSE):
-            return self.value(n.src[0])
+            return (yield self._value(n.src[0]))
         if n.op == R.PRED:
             conds = [f"({self.idx(g)} >= 0)" for g in n.arg]
             return self.let("bool", " && ".join(conds) or "true", "p")
-        return {R.READ: self.read, R.UNARY: self.unary, R.BINARY: self.binary, R.SELECT: self.select,
-                R.REDUCE: self.reduce_inline, R.ONLINE: self.online_inline}[n.op](n)
+        if n.op == R.READ:
+            return self.read(n)
+        return (yield {R.UNARY: self.unary, R.BINARY: self.binary, R.SELECT: self.select,
+                       R.REDUCE: self.reduce_inline, R.ONLINE: self.online_inline}[n.op](n))
 
     def read(self, n: RNode) -> str:
         tensor, index = n.arg
@@ -219,9 +237,9 @@ class Emitter:
             load = f"({' && '.join(checks)}) ? {load} : {zero}"
         return self.let(CTYPE[n.dtype], load, "x")
 
-    def unary(self, n: RNode) -> str:
+    def unary(self, n: RNode) -> Walk:
         src = self.follow(n.src[0])
-        x = self.value(src)
+        x = yield self._value(src)
         fn, dt = n.arg, n.dtype
         if fn == "cast":
             return self.let(CTYPE[dt], convert(x, src.dtype, dt))
@@ -239,9 +257,10 @@ class Emitter:
         return {"neg": f"-({x})", "relu": f"polysat_simt::relu({x})", "exp2": f"exp2f({x})", "log2": f"log2f({x})",
                 "sqrt": f"sqrtf({x})", "rsqrt": f"(1.0f / sqrtf({x}))", "reciprocal": f"(1.0f / ({x}))"}[fn]
 
-    def binary(self, n: RNode) -> str:
+    def binary(self, n: RNode) -> Walk:
         a_n, b_n = (self.follow(s) for s in n.src)
-        a, b = self.value(a_n), self.value(b_n)
+        a = yield self._value(a_n)
+        b = yield self._value(b_n)
         fn, dt = n.arg, n.dtype
         floats = is_float(a_n.dtype) or is_float(b_n.dtype) or (is_float(dt) and fn in ("div", "pow"))
         if floats:
@@ -258,23 +277,23 @@ class Emitter:
             return self.let("float", rounded(expr, dt))
         return self.let(CTYPE[dt], convert(expr, DType.fp32 if floats else DType.i32, dt))
 
-    def select(self, n: RNode) -> str:
+    def select(self, n: RNode) -> Walk:
         p, a_n, b_n = (self.follow(s) for s in n.src)
-        c = self.value(p)
+        c = yield self._value(p)
         out = self.fresh("s")
         self.line(f"{CTYPE[n.dtype]} {out};")
         for head, branch in ((f"if ({c})", a_n), ("else", b_n)):
             self.open(head)
-            self.line(f"{out} = {convert(self.value(branch), branch.dtype, n.dtype)};")
+            v = yield self._value(branch)
+            self.line(f"{out} = {convert(v, branch.dtype, n.dtype)};")
             self.close()
         return out
 
     # ---- reductions ------------------------------------------------------------------------------------
-    def accumulate(self, n: RNode, acc: str) -> None:
-        """acc = combine(acc, body rounded to the accumulation dtype), at the current point."""
+    def _accumulate(self, n: RNode, acc: str) -> Walk:
         op, _axes, _init = n.arg
         body = self.follow(n.src[0])
-        x = convert(self.value(body), body.dtype, n.dtype)
+        x = convert((yield self._value(body)), body.dtype, n.dtype)
         self.line(f"{acc} = polysat_simt::combine<{REDUCE_OP[op]}>({acc}, ({CTYPE[n.dtype]})({x}));")
 
     def finish(self, n: RNode, total: str) -> str:
@@ -283,31 +302,31 @@ class Emitter:
         expr = f"polysat_simt::combine<{REDUCE_OP[op]}>(({CTYPE[n.dtype]}){literal(init, n.dtype)}, {total})"
         return rounded(expr, n.dtype) if is_float(n.dtype) else expr
 
-    def reduce_inline(self, n: RNode) -> str:
+    def reduce_inline(self, n: RNode) -> Walk:
         op, axes, _init = n.arg
         acc = self.fresh("acc")
         self.line(f"{CTYPE[n.dtype]} {acc} = {neutral_literal(op, n.dtype)};")
-        self.over_axes(axes, lambda: self.accumulate(n, acc))
+        yield self._over_axes(axes, lambda: self._accumulate(n, acc))
         return self.let(CTYPE[n.dtype], self.finish(n, acc), "red")
 
-    def over_axes(self, axes, body, prefix: str = "r") -> None:
-        """Nested loops over ``axes`` (each a fresh variable bound to it, over the axis's size): body() inside."""
+    def _over_axes(self, axes, body, prefix: str = "r") -> Walk:
+        """over_axes as a walk: body() may return a walk, run in place."""
         saved = []
         for a in axes:
             var = self.fresh(prefix)
             self.open(f"for (long long {var} = 0; {var} < {self.size(self.r.axis_sizes[a])}; ++{var})")
             saved.append((a, self.bound.get(a)))
             self.bind(a, var)
-        body()
+        yield body()
         for a, prev in reversed(saved):
             self.close()
             self.unbind(a, prev)
 
-    def key_loop(self, axis: str, body) -> None:
-        """for each value of the key axis (a fresh variable bound to it): body()."""
-        self.over_axes((axis,), body, "j")
+    def key_loop(self, axis: str, body) -> Walk:
+        """for each value of the key axis (a fresh variable bound to it): body() (a walk)."""
+        return self._over_axes((axis,), body, "j")
 
-    def online_inline(self, n: RNode) -> str:
+    def online_inline(self, n: RNode) -> Walk:
         """online_softmax_sum at the point, in three walks over the key axis: the max, the sum of
         e = exp2((s - max) log2 e), then sum of round_p(e) v / sum (passes 1) or round_p(e / sum) v (passes 2);
         a row whose scores are all -inf uses max 0 and ends 0/0 (NaN), as the reference evaluator's softmax."""
@@ -315,21 +334,32 @@ class Emitter:
         s_n, v_n = (self.follow(x) for x in n.src)
         mx, l, acc = self.fresh("om"), self.fresh("ol"), self.fresh("oa")
         self.line(f"float {mx} = -INFINITY, {l} = 0.0f, {acc} = 0.0f;")
-        self.key_loop(axis, lambda: self.line(f"{mx} = polysat_simt::nmax({mx}, {self._f(s_n)});"))
+
+        def top() -> Walk:
+            s = yield self._f(s_n)
+            self.line(f"{mx} = polysat_simt::nmax({mx}, {s});")
+
+        yield self.key_loop(axis, top)
         self.line(f"if ({mx} == -INFINITY) {mx} = 0.0f;")
 
-        def e() -> str:
-            return f"exp2f(({self._f(s_n)} - {mx}) * 1.442695041e+00f)"
+        def e() -> Walk:
+            s = yield self._f(s_n)
+            return f"exp2f(({s} - {mx}) * 1.442695041e+00f)"
 
-        self.key_loop(axis, lambda: self.line(f"{l} += {e()};"))
+        def total() -> Walk:
+            self.line(f"{l} += {(yield e())};")
 
-        def weigh() -> None:
-            w = e() if passes == 1 else f"({e()}) / {l}"
-            self.line(f"{acc} += {rounded(w, p_dtype)} * {self._f(v_n)};")
+        yield self.key_loop(axis, total)
 
-        self.key_loop(axis, weigh)
+        def weigh() -> Walk:
+            x = yield e()
+            w = x if passes == 1 else f"({x}) / {l}"
+            v = yield self._f(v_n)
+            self.line(f"{acc} += {rounded(w, p_dtype)} * {v};")
+
+        yield self.key_loop(axis, weigh)
         return self.let("float", f"{acc} / {l}" if passes == 1 else acc, "on")
 
-    def _f(self, n: RNode) -> str:
+    def _f(self, n: RNode) -> Walk:
         """n's value at the point as fp32."""
-        return convert(self.value(n), n.dtype, DType.fp32)
+        return convert((yield self._value(n)), n.dtype, DType.fp32)
