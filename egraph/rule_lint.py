@@ -4,18 +4,22 @@ egglog compares attributes as plain strings, so an op string the term language d
 (``"RELUU"``), an attribute spelled otherwise than the loader writes it (``"[2,3]"`` for
 ``"[2, 3]"``, ``"1"`` for the float ``"1.0"``) or a dtype that does not exist makes a rule that
 silently never fires. A rule name used twice makes reports ambiguous, and a ruleset named like a
-constructor or relation shadows it in schedules. Each is a coded diagnostic with file:line:
-E1405 UnknownOpString, E1406 AttributeSpelling, E1407 DuplicateRuleName, E1408 RulesetShadowsName.
+constructor or relation shadows it in schedules. A rule whose query is independent parts that share no
+variable (``(h x) (h y)``) matches the product of their sizes in one iteration: egglog finds every match of a
+rule before a limit can be checked (docs/DESIGN.md §E-graph), so such a rule is refused before it runs. Each is
+a coded diagnostic with file:line: E1405 UnknownOpString, E1406 AttributeSpelling, E1407 DuplicateRuleName,
+E1408 RulesetShadowsName, E1409 CrossProductRule.
 """
 from __future__ import annotations
 
 import math
+import re
 
 from ..ir.diagnostics import PolysatError, diag
 from ..ir.tiny import GroupOp, REDUCE_OPS
 from . import encode as E
 from .schema import CHILDREN
-from .rule_pattern import Atom, Pattern, actions, read_query
+from .rule_pattern import Atom, Pattern, actions, head, parse_sexp, read_query
 
 UNARY_OPS = frozenset(o.value for o in GroupOp.Unary) - {"CAST"}
 BINARY_OPS = frozenset(o.value for o in GroupOp.Binary)
@@ -107,11 +111,51 @@ def lint_rule(path: str, rule) -> list:
     return out
 
 
+_LITERAL = re.compile(r"^(-?[0-9][0-9.]*(e-?[0-9]+)?|true|false|[$:].*)$")  # numbers, booleans, globals, keywords
+
+
+def _variables(x, out: set) -> set:
+    """The variables of one query fact (every symbol but the heads of its applications and literals)."""
+    if isinstance(x, Atom):
+        if not x.is_string and x.text != "_" and not _LITERAL.match(x.text):  # each _ is a variable of its own
+            out.add(x.text)
+        return out
+    for k, a in enumerate(x):
+        if k or not isinstance(a, Atom):
+            _variables(a, out)
+    return out
+
+
+def query_parts(form: list) -> list:
+    """The independent parts of a ``rule`` form's query: its facts grouped by shared variables (a fact with no
+    variable matches at most once and joins no part), as sets of variables."""
+    parts: list = []
+    for fact in form[1] if head(form) == "rule" and len(form) > 1 and isinstance(form[1], list) else []:
+        part = _variables(fact, set())
+        if not part:
+            continue
+        for other in [p for p in parts if p & part]:
+            parts.remove(other)
+            part |= other
+        parts.append(part)
+    return parts
+
+
+def lint_cross_product(path: str, rule) -> list:
+    parts = query_parts(parse_sexp(rule.text, rule.line))
+    if len(parts) < 2:
+        return []
+    names = " and ".join("{" + ", ".join(sorted(p)) + "}" for p in parts)
+    return [diag("CrossProductRule", f"{path}:{rule.line} (rule {rule.name!r})",
+                 f"the query is {len(parts)} parts that share no variable ({names}): it matches the product of their "
+                 "sizes in one iteration", file=path, line=rule.line, rule=rule.name)]
+
+
 def lint_file(rf) -> list:
     """Diagnostics of one parsed rule file (vocabulary, spelling, ruleset names)."""
     out: list = []
     for r in rf.rules:
-        out += lint_rule(rf.path, r)
+        out += lint_rule(rf.path, r) + lint_cross_product(rf.path, r)
     for name in rf.rulesets:
         if name in CHILDREN or name in RELATIONS:
             line = next((k + 1 for k, ln in enumerate(rf.text.splitlines()) if f"(ruleset {name}" in ln), 1)

@@ -265,10 +265,25 @@ class _Driver:
                 raise _Stop(StopReason.time_limit)
 
     def step(self, rulesets: tuple, k: int) -> tuple:
-        """Run rulesets k times -> (anything changed, the last iteration changed)."""
+        """Run rulesets k times -> (anything changed, the last iteration changed). One iteration of several
+        rulesets is one egglog call per ruleset, the limits checked after each (time included): a limit is
+        overshot by at most one iteration of one ruleset."""
+        if k > 1 or len(rulesets) == 1:
+            body = " ".join(f"(run {r})" for r in rulesets)
+            changed = self._call(f"(repeat {k} (seq {body}))" if k > 1 else f"(seq {body})")
+            return any(changed), any(changed[-len(rulesets):])
+        changed = False
+        for r in rulesets:
+            if self.check and time.perf_counter() - self.t0 > self.lim.seconds:
+                raise _Stop(StopReason.time_limit)
+            changed = any(self._call(f"(run {r})")) or changed
+        return changed, changed
+
+    def _call(self, sched: str) -> list:
+        """One egglog call of sched, its matches and times added to the report, then rows and memory checked
+        -> whether each of its iterations changed the e-graph."""
         lim = self.lim
-        body = " ".join(f"(run {r})" for r in rulesets)
-        report = _run_schedule(self.st, f"(repeat {k} (seq {body}))" if k > 1 else f"(seq {body})")
+        report = _run_schedule(self.st, sched)
         for name, v in report.num_matches_per_rule.items():
             if v and name in self.rep.rules:
                 self.matches[name] = self.matches.get(name, 0) + v
@@ -276,15 +291,13 @@ class _Driver:
         for name, secs in _rule_seconds(report).items():
             if name in self.rep.rules:
                 self.rep.rules[name].seconds += secs
-        its = report.iterations
-        changed = [it.rule_set_report.changed for it in its]
         self.rows = sum(self.st.sizes().values())
         if self.check:
             if self.rows > lim.rows:
                 raise _Stop(StopReason.row_limit)
             if _rss_mb() - self.rss0 > lim.memory_mb:
                 raise _Stop(StopReason.memory_limit)
-        return any(changed), any(changed[-len(rulesets):])
+        return [it.rule_set_report.changed for it in report.iterations]
 
 
 def _replay(st: EGraphState, schedule: tuple, lim: Limits, iterations: int) -> None:

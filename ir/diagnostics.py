@@ -67,6 +67,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     _k("E1406", "AttributeSpelling", "Spell attributes as the loader writes them: shapes [2, 3], tuples (0, 1), floats 1.0, dtypes fp16|bf16|fp32|i32|bool."),
     _k("E1407", "DuplicateRuleName", "Give every rule a name of its own (rule files are checked and reported by rule name)."),
     _k("E1408", "RulesetShadowsName", "Rename the ruleset: it must not be named like a constructor or relation of the term language."),
+    _k("E1409", "CrossProductRule", "Join the query's parts on a shared variable (or split the rule): a query of independent parts matches the product of their sizes in one iteration, which no limit can stop inside egglog."),
     _k("E1501", "UnknownStage", "Choose dump stages from the list in `polysat compile --help`."),
     _k("E1502", "UnknownTarget", "Choose a target from `polysat run --help`."),
     _k("E1503", "BadInputFile", "Give an .npz file whose keys are the model's input tensor names."),

@@ -112,6 +112,54 @@ def test_growing_fusion_facts_stop_with_a_rolled_back_iteration(box, monkeypatch
     assert c.regions  # the rolled-back e-graph still extracts
 
 
+DOUBLE = """(relation h-dbl (i64))
+; law: (facts only) a seed fact
+(rule ((SEED t)) ((h-dbl 1)) :ruleset RULESET :name "h-dbl-seed")
+; law: (facts only) h-dbl doubles each iteration
+(rule ((h-dbl x)) ((h-dbl (* 2 x)) (h-dbl (+ (* 2 x) 1))) :ruleset RULESET :name "h-dbl-step")
+"""
+
+
+@pytest.mark.parametrize("ruleset", ["mine", "analysis", "fusion-facts"])
+def test_a_relation_that_doubles_each_iteration_stops_at_the_row_limit(box, monkeypatch, ruleset):
+    """Relation rows count against the limit like e-nodes, in a user's ruleset or a shipped one: the run stops
+    with row_limit and the iteration rolled back (E1505 when it is the loaded program's own analysis)."""
+    from polysat.ir.diagnostics import PolysatError
+    from polysat.pipeline import Compilation
+    rules = box.run_dir / "rules"
+    rules.mkdir()
+    text = DOUBLE.replace("RULESET", ruleset).replace("SEED", "computed" if ruleset == "fusion-facts" else "Tensor")
+    (rules / "double.egg").write_text(("(ruleset mine)\n" if ruleset == "mine" else "") + text)
+    monkeypatch.setenv("POLYSAT_EGRAPH_ROWS", "30000")
+    c = Compilation(GEMM, rules_dirs=(str(rules),), cost="model")
+    if ruleset == "analysis":
+        with pytest.raises(PolysatError) as e:
+            c.saturated
+        assert e.value.diagnostics[0].code == "E1505" and "row limit" in e.value.diagnostics[0].why
+        return
+    st, rep = c.saturated
+    assert rep.stop.value == "row_limit" and rep.rolled_back
+    assert sum(st.sizes().values()) <= 30000 and rep.rules["h-dbl-step"].matches > 0
+    assert c.regions
+
+
+CROSS = """(ruleset mine)
+(relation h-one (i64))
+; law: (facts only) every pair of tensors
+(rule ((Tensor a) (Tensor b)) ((h-one 1)) :ruleset mine :name "h-pairs")
+"""
+
+
+def test_a_rule_whose_query_is_a_cross_product_is_refused_at_its_line(box):
+    rules = box.run_dir / "rules"
+    rules.mkdir()
+    (rules / "cross.egg").write_text(CROSS)
+    rc, _, err = box.cli("compile", GEMM, "--rules", str(rules))
+    assert rc == 1
+    _coded(err, "E1409")
+    assert "cross.egg:4" in err and "{a} and {b}" in err
+
+
 # ---- knobs -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name,value", [("POLYSAT_EGRAPH_SECONDS", "nan"), ("POLYSAT_EGRAPH_SECONDS", "inf"),
