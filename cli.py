@@ -173,7 +173,9 @@ def check_out(path: str) -> None:
         why = f"{path} exists and is not a regular file (a folder, a device or a broken link)"
     else:
         folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            why = f"{folder} is a file, not a folder"
+        elif not os.path.isdir(folder):
             why = f"the folder {folder} does not exist"
         elif not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
             why = f"{path} cannot be written (no permission)"

@@ -290,10 +290,11 @@ def test_an_output_that_is_an_input_is_written_and_member_names_stay_inside(box,
     assert all(".." not in n and not n.startswith("/") for n in zipfile.ZipFile(box.run_dir / "o.npz").namelist())
 
 
-@pytest.mark.parametrize("out", ["adir", "/dev/null", "", "missing/o.npz", "ro/o.npz"])
+@pytest.mark.parametrize("out", ["adir", "/dev/null", "", "missing/o.npz", "ro/o.npz", "afile/o.npz"])
 def test_out_writes_the_path_it_names_or_is_e1506(box, out):
     model, _ = _pass_model(box)
     (box.run_dir / "adir").mkdir()
+    (box.run_dir / "afile").write_text("a file, not a folder")
     (box.run_dir / "ro").mkdir()
     (box.run_dir / "ro").chmod(0o500)
     try:
@@ -306,6 +307,19 @@ def test_out_writes_the_path_it_names_or_is_e1506(box, out):
     assert rc == 1
     _coded(err, "E1506")
     assert not (box.run_dir / "adir.npz").exists() and not os.path.exists("/dev/null.npz")
+    if out == "afile/o.npz":
+        assert "is a file, not a folder" in err
+
+
+def test_onnx_output_names_become_member_names_inside_the_archive(box):
+    from onnx import helper
+    model = _onnx(box.run_dir / "m.onnx", [helper.make_node("Relu", ["X"], ["../../x"])], [], out=("../../x", 2))
+    np.savez(box.run_dir / "in.npz", X=np.array([-1, 2], np.float32))
+    rc, _, err = box.cli("run", model, "--inputs", "in.npz", "--out", "o.npz")
+    assert rc == 0, err
+    with np.load(box.run_dir / "o.npz") as z:
+        assert z.files == ["x"]
+        np.testing.assert_array_equal(z["x"], [0, 2])
 
 
 def test_out_without_npz_suffix_writes_exactly_that_path(box):
@@ -426,6 +440,26 @@ def test_the_evaluators_sum_a_product_past_the_element_limit_in_blocks(box, monk
     assert rc == 0, err
     with np.load(box.run_dir / "o.npz") as z:
         assert np.array_equal(z["C"], np.full((20, 20), 20, np.float32))
+
+
+# ---- internal failures: coded, and the traceback kept under POLYSAT_DEBUG=1 ------------------------------------
+
+def test_a_poly_core_failure_is_coded_and_keeps_its_traceback_under_debug(box, monkeypatch):
+    from polysat.analyses import polycore
+    from polysat.ir.diagnostics import PolysatError
+
+    def broken(*a):
+        raise ValueError("isl said no")
+    monkeypatch.setattr(polycore, "_analyze", broken)
+    from types import SimpleNamespace
+    region = SimpleNamespace(name="k0")
+    monkeypatch.delenv("POLYSAT_DEBUG", raising=False)
+    with pytest.raises(PolysatError) as e:
+        polycore.analyze(region)
+    assert "ValueError: isl said no" in e.value.diagnostics[0].why
+    monkeypatch.setenv("POLYSAT_DEBUG", "1")
+    with pytest.raises(ValueError, match="isl said no"):
+        polycore.analyze(region)
 
 
 # ---- no recursion error on long chains -----------------------------------------------------------------------
