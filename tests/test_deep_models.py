@@ -8,6 +8,7 @@ import json
 import sys
 
 import islpy as isl
+import numpy as np
 import pytest
 
 from polysat.analyses.footprint import card, extents
@@ -85,6 +86,59 @@ def _tree(leaves: int) -> dict:
     return _doc(graph, ["X"], level)
 
 
+UNARY = {"relu": lambda x: np.maximum(x, 0), "neg": np.negative, "exp2": np.exp2, "sqrt": np.sqrt}
+
+
+def _wide(branches: int) -> dict:
+    """X [8, 64] into ``branches`` parallel branches (times a constant row, a unary function, a row max or sum), the
+    branches' columns concatenated and summed: 4 ops a branch, as wide as it is long (750 branches: 3,002 ops)."""
+    graph, tensors, cols = [], {"X": {"dtype": "fp32", "shape": [8, 64]}}, []
+    for b in range(branches):
+        graph += [{"op": "Constant", "name": f"c{b}", "inputs": [], "outputs": [f"c{b}"],
+                   "attrs": {"value": (b % 97) / 50 + 0.5, "shape": [64]}},
+                  {"op": "Elementwise", "name": f"m{b}", "inputs": ["X", f"c{b}"], "outputs": [f"m{b}"],
+                   "attrs": {"fn": "mul"}},
+                  {"op": "Elementwise", "name": f"u{b}", "inputs": [f"m{b}"], "outputs": [f"u{b}"],
+                   "attrs": {"fn": list(UNARY)[b % 4]}},
+                  {"op": "Reduce", "name": f"r{b}", "inputs": [f"u{b}"], "outputs": [f"r{b}"],
+                   "attrs": {"op": "max" if b % 2 else "sum", "axes": [1], "keepdim": True}}]
+        tensors |= {f"c{b}": {"dtype": "fp32", "shape": [64]}, f"m{b}": {"dtype": "fp32", "shape": [8, 64]},
+                    f"u{b}": {"dtype": "fp32", "shape": [8, 64]}, f"r{b}": {"dtype": "fp32", "shape": [8, 1]}}
+        cols.append(f"r{b}")
+    graph += [{"op": "Concat", "name": "cat", "inputs": cols, "outputs": ["cat"], "attrs": {"axis": 1}},
+              {"op": "Reduce", "name": "top", "inputs": ["cat"], "outputs": ["Y"], "attrs": {"op": "sum", "axes": [1]}}]
+    tensors |= {"cat": {"dtype": "fp32", "shape": [8, branches]}, "Y": {"dtype": "fp32", "shape": [8]}}
+    return {"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": "Y"}]}, "tensors": tensors,
+            "graph": graph}
+
+
+def _wide_numpy(branches: int, x: np.ndarray) -> np.ndarray:
+    """_wide's meaning, written independently in numpy (fp64)."""
+    x = x.astype(np.float64)
+    cols = []
+    for b in range(branches):
+        u = UNARY[list(UNARY)[b % 4]](x * ((b % 97) / 50 + 0.5))
+        cols.append(u.max(axis=1) if b % 2 else u.sum(axis=1))
+    return np.sum(cols, axis=0)
+
+
+def test_a_wide_graph_analyses_each_branch_and_computes_what_numpy_does(tmp_path, capsys):
+    """(At 750 branches, 3,002 ops: `--dump=analysis` and `extract --cost model` finish within their bounds;
+    the figures are in the closing note.)"""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(_wide(30)))
+    rc = main(["compile", str(path), "--cost", "size", "--dump=analysis", "--out", str(tmp_path / "d")])
+    assert rc == 0, capsys.readouterr().err
+    regions = json.loads((tmp_path / "d" / "analysis.json").read_text())["regions"]
+    assert len(regions) > 30  # a region a branch at least: the graph is wide, not one fused loop
+    x = np.abs(np.random.default_rng(0).standard_normal((8, 64))).astype(np.float32)  # sqrt of a negative: NaN
+    np.savez(tmp_path / "in.npz", X=x)
+    rc = main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o.npz")])
+    assert rc == 0, capsys.readouterr().err
+    with np.load(tmp_path / "o.npz") as z:
+        np.testing.assert_allclose(z["Y"], _wide_numpy(30, x), rtol=1e-5)
+
+
 @pytest.fixture
 def no_raised_limit(monkeypatch):
     """Fails the test when anything raises Python's recursion limit."""
@@ -124,18 +178,6 @@ def test_the_stages_after_the_search_stop_at_their_time_bound(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert rc == 1
     assert "E1505 ResourceLimit" in err and "POLYSAT_STAGE_SECONDS" in err and "E1999" not in err, err
-
-
-@pytest.fixture
-def low_recursion_limit():
-    """Python's recursion limit set 250 frames above the caller's depth (restored after): a walk that recursed
-    once per op of a 400-op chain would cross it, as a 5,000-op chain crosses the default 1,000."""
-    limit, depth, f = sys.getrecursionlimit(), 0, sys._getframe()
-    while f is not None:
-        depth, f = depth + 1, f.f_back
-    sys.setrecursionlimit(depth + 250)
-    yield
-    sys.setrecursionlimit(limit)
 
 
 def test_a_long_chain_renders_its_cuda_source_without_recursion(tmp_path, capsys, low_recursion_limit):
