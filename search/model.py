@@ -23,7 +23,10 @@ improving ones while they still improve, until none improves; it may cut a merge
 (the merge search prices each group alone, a whole partition prices its kernels together). A larger program instead tries streaming every softmax-weighted sum at once,
 then at most FUSE_ROUNDS rounds of the descent's fuse moves alone, over the sites whose value computes no
 reduction (a value read by several kernels, outside the merge search's space, recomputed in each where that
-prices lower). A cut site
+prices lower) and, in a round where those gain nothing, over the sites whose value computes one (a row
+reduction into its normalization, the scores into the attention). Before the descent, every materialization
+that holds several values (``sites.alternatives``: the sibling GEMMs' concatenation, rules/siblings.egg;
+its GEMMs are separate kernels in the merge search's space) is priced taken and kept where cheaper. A cut site
 whose read composes to the value itself (an identity read) is materialized by the partition
 (totiny.to_tiny), not by the extraction. A program of repeated blocks (search/segment.py) is searched
 once per distinct segment and stitched (search/stitch.py, ``saturate_unfused`` and ``search``).
