@@ -200,12 +200,6 @@ class BoundRegion:
         return {s.name: s.domain for s in self.statements}
 
     @cached_property
-    def work(self) -> dict:
-        """statement name -> its instances times its FLOPs per instance (a copy counts one per instance)."""
-        from .footprint import card
-        return {s.name: card(s.domain) * max(s.stmt.flops, 1) for s in self.statements}
-
-    @cached_property
     def _stmts(self) -> dict:
         out: dict = {}
         for s in self.statements:

@@ -39,10 +39,18 @@ def bounded_recompute(b: BoundRegion, factors: Mapping[str, float]) -> dict:
     cast or scale on the load path) is redone wherever its value is needed, and so is a small reduction
     (RMSNorm's sum of squares of the rows a GEMM tile reads anyway, redone by every tile along N); the cost
     model prices that work (fan-out penalty) instead of forbidding it."""
-    total = sum(b.work.values()) or 1
-    return {k: f for k, f in factors.items()
-            if b.stmt(k).stmt.unit == "tensor"
-            or (b.stmt(k).reduce_dims and (f - 1) * b.work[k] >= RECOMPUTE_SHARE * total)}
+    def work(s) -> int:
+        return card(s.domain) * max(s.stmt.flops, 1)
+    out, total = {}, None
+    for k, f in factors.items():
+        s = b.stmt(k)
+        if s.stmt.unit == "tensor" or (s.reduce_dims and f <= MAX_RECOMPUTE):
+            out[k] = f
+        elif s.reduce_dims:  # past the bound: is its redone work a real share of the region's?
+            total = sum(work(x) for x in b.statements) if total is None else total
+            if (f - 1) * work(s) >= RECOMPUTE_SHARE * total:
+                out[k] = f
+    return out
 MAX_PIECES = max_pieces()  # more basic maps than this in one composed access is ExcessivePiecewise
 
 
