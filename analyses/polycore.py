@@ -30,12 +30,27 @@ from ..knobs import max_pieces
 MAX_RECOMPUTE = 2.0  # a tile may recompute a producer at most this many times over (docs/DESIGN.md §Fusion)
 
 
+RECOMPUTE_SHARE = 0.05  # ... unless it is a reduction whose redone work stays under this share of the region's
+
+
 def bounded_recompute(b: BoundRegion, factors: Mapping[str, float]) -> dict:
-    """The recompute factors that legality bounds: of reductions and tensor-core statements. An
-    elementwise producer (a cast or scale on the load path) is redone wherever its value is
-    needed; the cost model prices that work (fan-out penalty) instead of forbidding it."""
-    return {k: f for k, f in factors.items()
-            if b.stmt(k).reduce_dims or b.stmt(k).stmt.unit == "tensor"}
+    """The recompute factors that legality bounds: of tensor-core statements, and of reductions whose redone
+    work ((factor - 1) x their own) is at least RECOMPUTE_SHARE of the region's. An elementwise producer (a
+    cast or scale on the load path) is redone wherever its value is needed, and so is a small reduction
+    (RMSNorm's sum of squares of the rows a GEMM tile reads anyway, redone by every tile along N); the cost
+    model prices that work (fan-out penalty) instead of forbidding it."""
+    def work(s) -> int:
+        return card(s.domain) * max(s.stmt.flops, 1)
+    out, total = {}, None
+    for k, f in factors.items():
+        s = b.stmt(k)
+        if s.stmt.unit == "tensor" or (s.reduce_dims and f <= MAX_RECOMPUTE):
+            out[k] = f
+        elif s.reduce_dims:  # past the bound: is its redone work a real share of the region's?
+            total = sum(work(x) for x in b.statements) if total is None else total
+            if (f - 1) * work(s) >= RECOMPUTE_SHARE * total:
+                out[k] = f
+    return out
 MAX_PIECES = max_pieces()  # more basic maps than this in one composed access is ExcessivePiecewise
 
 

@@ -242,7 +242,7 @@ class _Facts:
     dram: int  # device-memory bytes of the inputs and outputs (sector granularity)
     in_useful: int
     out_useful: int
-    predicated: int  # reads guarded inside their statement's domain
+    predicated: float  # reads guarded inside their statement's domain, each weighted by its statement's share of the work
 
 
 @lru_cache(maxsize=4096)
@@ -273,7 +273,12 @@ def _facts(region: PolyRegion) -> _Facts:
             in_useful += card(fa) * size
         else:
             out_useful += card(fa) * size
-    predicated = sum(1 for s in b.statements for _, m in s.reads if not m.domain().is_equal(s.domain))
+    # a guarded read costs in proportion to the work of the statement that performs it: the guarded pieces
+    # of a concatenation's epilogue (rules/siblings.egg) are not the contraction's main loop
+    weight = {s.index: max(s.stmt.flops, 1) * n for s, n in live}
+    whole = sum(weight.values()) or 1
+    predicated = sum(weight.get(s.index, 0) for s in b.statements for _, m in s.reads
+                     if not m.domain().is_equal(s.domain)) / whole
     return _Facts(useful, epi["fp32"], epi["sfu"], last_mma >= 0, tuple(live), dram, in_useful, out_useful, predicated)
 
 

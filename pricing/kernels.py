@@ -18,6 +18,7 @@ from ..analyses.isl_util import isl_name
 from ..analyses.poly_from_view import regions_from_partition
 from ..analyses.poly_region import Access, PolyRegion, Statement, TensorInfo
 from ..analyses.price import Cost, price
+from ..backend.common.spec import IN_DTYPES
 from ..backend.kinds import tensor_core_kind
 from ..egraph.region_synth import synthesize
 from ..egraph.stream import BLOCK, groups
@@ -41,10 +42,14 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     contraction is a tensor-core statement, which is how the MMA kinds (gemm, conv, conv_pool, attention,
     softmax_scores) compute it; when none of them binds the kernel's RB-SSA region (synthesized, narrowed and
     laid out as the pipeline does, then ``backend.kinds.tensor_core_kind``) the SIMT kind computes it, so its
-    statements run on the FP32 pipes. Regions without a contraction are returned as they are. A partition
+    statements run on the FP32 pipes; in a program with no 16-bit value no MMA kind binds (each reads fp16|bf16
+    operands, ``IN_DTYPES``), so no region is synthesized to learn it. Regions without a contraction are returned
+    as they are. A partition
     the RB-SSA synthesis refuses keeps the Poly-View's units (no kernel of it is ever emitted)."""
     if not any(st.unit == "tensor" for r in regions for st in r.statements):
         return regions
+    if not any(n.dtype in IN_DTYPES for n in program.nodes):  # every MMA kind reads 16-bit operands: SIMT computes all
+        return [_on_fp32_pipes(r) for r in regions]
     try:
         emitted = {r.name: r for r in store_for_readers(narrow_boundaries(_near(synthesize(program, partition), regions)))}
     except PolysatError:
@@ -53,10 +58,17 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     for r in regions:
         rb = emitted.get(r.name)
         if rb is not None and any(st.unit == "tensor" for st in r.statements) and _kind(rb) is None:
-            r = replace(r, statements=tuple(replace(st, unit="fp32") if st.unit == "tensor" else st
-                                            for st in r.statements))
+            r = _on_fp32_pipes(r)
         out.append(r)
     return out
+
+
+def _on_fp32_pipes(region: PolyRegion) -> PolyRegion:
+    """region with its contractions priced as the SIMT kind runs them."""
+    if not any(st.unit == "tensor" for st in region.statements):
+        return region
+    return replace(region, statements=tuple(replace(st, unit="fp32") if st.unit == "tensor" else st
+                                            for st in region.statements))
 
 
 def _near(rbs: list, regions: list) -> list:

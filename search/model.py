@@ -23,7 +23,10 @@ improving ones while they still improve, until none improves; it may cut a merge
 (the merge search prices each group alone, a whole partition prices its kernels together). A larger program instead tries streaming every softmax-weighted sum at once,
 then at most FUSE_ROUNDS rounds of the descent's fuse moves alone, over the sites whose value computes no
 reduction (a value read by several kernels, outside the merge search's space, recomputed in each where that
-prices lower). A cut site
+prices lower) and, in a round where those gain nothing, over the sites whose value computes one (a row
+reduction into its normalization, the scores into the attention). Before the descent, every materialization
+that holds several values (``sites.alternatives``: the sibling GEMMs' concatenation, rules/siblings.egg;
+its GEMMs are separate kernels in the merge search's space) is priced taken and kept where cheaper. A cut site
 whose read composes to the value itself (an identity read) is materialized by the partition
 (totiny.to_tiny), not by the extraction. A program of repeated blocks (search/segment.py) is searched
 once per distinct segment and stitched (search/stitch.py, ``saturate_unfused`` and ``search``).
@@ -62,7 +65,7 @@ from .legality import violations
 from .merge import SearchLimits, merge_phase
 from .result import Candidate, Rejection, Search, Streamed
 from .segment import segment
-from .sites import (Masked, apply, chosen_terms, computes_reduction, default_fused, masks, moves, site_values, sites,
+from .sites import (Masked, alternatives, apply, chosen_terms, computes_reduction, default_fused, masks, moves, site_values, sites,
                     stream_sites, streamed_terms)
 from .stitch import SegmentedState, merge_reports, stitch
 
@@ -189,6 +192,15 @@ class ModelCost(SearchingCost):
             cand = evaluate(cur.fused | streams)  # stream every softmax-weighted sum at once
             if cand.total < cur.total:
                 cur = cand
+        # a materialization that holds several values (the sibling GEMMs' concatenation) lies outside the merge
+        # search's space (its kernels are the separate GEMMs): each is priced taken, its pieces' own
+        # materializations fused away, and kept where cheaper
+        alts = alternatives(view, st)
+        for c in sorted(alts):
+            if c not in cur.fused and alts[c] - cur.fused:
+                cand = evaluate((cur.fused | alts[c]) - {c})
+                if cand.total < cur.total:
+                    cur = cand
         # on a small program the descent may cut a merge search fusion again (the merge search prices a
         # group on its Poly-View, the whole partition is priced as the backend binds it); on a large one it
         # only fuses values that compute no reduction (elementwise, movement, casts), for at most FUSE_ROUNDS
@@ -197,17 +209,20 @@ class ModelCost(SearchingCost):
         # is priced here
         kept = frozenset()
 
-        def open_sites(cand: Candidate) -> list:  # the sites the descent moves: on a large program, cheap values
-            return live(cand) if exact else [m for m in live(cand) if m not in streams
-                                             and not computes_reduction(view, cand.extraction.chosen, value_of.get(m))]
+        def open_sites(cand: Candidate, heavy: bool = False) -> list:
+            """The sites the descent moves: on a large program, values that compute no reduction, or (heavy)
+            those that do, tried once the cheap ones gain nothing."""
+            return live(cand) if exact else [m for m in live(cand) if m not in streams and heavy ==
+                                             computes_reduction(view, cand.extraction.chosen, value_of.get(m))]
         rounds = self.max_rounds if exact else FUSE_ROUNDS
         late = False  # the search's total CPU time ran out: the descent keeps what it has
 
         def priced_moves(kind: str) -> list:
             nonlocal late
             out = []
-            for mv in moves(cur.fused, open_sites(cur), streams, kept):
-                if mv[0] == kind:
+            heavy = kind == "fuse-heavy"
+            for mv in moves(cur.fused, open_sites(cur, heavy), streams, kept):
+                if mv[0] == kind.split("-")[0]:
                     if time.process_time() > deadline:
                         late = True
                         break
@@ -215,7 +230,8 @@ class ModelCost(SearchingCost):
             return sorted(out, key=lambda km: km[0].total)
         for _ in range(rounds):
             gain = []
-            for kind in ("fuse", "cut") if exact else ("fuse",):  # cutting again is tried once fusing gains nothing
+            # cutting again is tried once fusing gains nothing; on a large program, fusing a reduction's value
+            for kind in ("fuse", "cut") if exact else ("fuse", "fuse-heavy"):
                 gain = [(k, mv) for k, mv in priced_moves(kind) if k.total < cur.total]
                 if gain or late:
                     break
@@ -235,7 +251,7 @@ class ModelCost(SearchingCost):
 
         def rejections() -> list:  # priced on demand (--explain): the search does not need them
             out, deltas = [], merge_rejected() if not exact else {}
-            moved = open_sites(final)
+            moved = set(open_sites(final)) | set(open_sites(final, True))
             for c in live(final):
                 if c in deltas:
                     sep, fused, why, n = deltas[c]
@@ -245,9 +261,10 @@ class ModelCost(SearchingCost):
                 bad = "; ".join(b[3] for b in cand.illegal)
                 why = ("illegal: " + original_ids(bad, state.program, cand.extraction.program)) if cand.illegal else \
                     ("no fused term" if cand.extraction is None else "priced higher" if cand.total >= final.total
-                     else f"not reached: the descent stopped after its {rounds} rounds" if c in moved
-                     else "not tried: its value computes a reduction, and a large program's descent fuses only "
-                          "values that compute none")
+                     else f"not reached: the descent stopped after its {rounds} rounds" if c in moved and not late
+                     else "not reached: the descent stopped at its time limit" if c in moved
+                     else "not tried: a stream decision, taken for every softmax-weighted sum at once on a large "
+                          "program")
                 fused = total_us(cand.priced) if cand.extraction is not None else None
                 out.append(Rejection(c, why, final.total, fused, len(final.priced), len(cand.priced)))
             return out

@@ -96,6 +96,27 @@ class Masked(SizeCost):
         return AVOID if node in self.excluded else super().enode_cost(node, view)
 
 
+def alternatives(view: EGraphView, sites: dict) -> dict:
+    """Mat site c -> the Mat sites whose values it holds: every class that reads c (cut) also reads another
+    materialization, and those are at least two (the sibling GEMMs' concatenation of rules/siblings.egg,
+    read in column slices where each GEMM's own output would be read). Taking c is the decision set that
+    fuses those sites (their reads ruled out) and keeps c cut (its readers' other spellings ruled out)."""
+    out: dict = {}
+    for c, (cut, _) in sites.items():
+        if not any(n.op == "Mat" for n in view.classes[c]):
+            continue  # a stream decision
+        others: set = set()
+        for r in {n.eclass for n in cut}:
+            alt = {n.children[0] for n in view.classes[r] if _is_cut(n, view) and n.children[0] != c}
+            if not alt:
+                others = set()
+                break
+            others |= alt
+        if len(others) >= 2 and others <= sites.keys():
+            out[c] = frozenset(others)
+    return out
+
+
 def computes_reduction(view: EGraphView, chosen: dict, value) -> bool:
     """Whether the chosen term of class ``value`` computes a reduction in its own kernel (a Reduce or a
     streamed SoftmaxSum reached before any cut read): such a value is no cheap value to recompute."""

@@ -30,3 +30,15 @@ def test_the_graphs_are_weight_free_and_valid():
         onnx.checker.check_model(m)
         assert all(len(i.raw_data) + len(i.int64_data) * 8 < 1 << 16 for i in m.graph.initializer), name
         assert len(m.SerializeToString()) < 1 << 20 and name in GRAPHS
+
+
+def test_llama2_7b_dims_take_seven_kernels_a_layer():
+    """LLaMA-2-7B dims (fp32, 2 layers, segmented: one layer searched): RMSNorm | Q/K/V in one GEMM | RoPE +
+    attention | out-projection | residual + RMSNorm | gate/up in one GEMM + SiLU x up | down-projection, the
+    residual and the next RMSNorm sharing a kernel (2 x 7 + the final norm); it was 10 a layer before the search
+    took the sibling concatenations and fused reductions' values (docs/DESIGN.md §Fusion)."""
+    from polysat.frontend.onnx import import_onnx
+    from polysat.pipeline import Compilation
+    s = Compilation(import_onnx(build("llama2_7b", 2), origin="llama2_7b_L2.onnx"), cost="model").search
+    assert len(s.best.priced) <= 2 * 7 + 1, len(s.best.priced)
+    assert s.best.total <= s.baseline.total
