@@ -158,7 +158,7 @@ def backend(c, stage: str, *args):
 
 
 def _cu_dump(c, d) -> dict:
-    return {"files": _call("backend.common.cu_header:add_headers", backend(c, "write_cu", d), backend(c, "kernel_sources"))}
+    return backend(c, "cu_json", d)
 
 
 # ---- the pipeline ------------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ STAGES = (
     Stage("analysis", None, ("arch", "params", "priced"), _analysis_dump, "the Poly Core report of every region (a dump only)"),
     Stage("plan", None, _BACKEND, lambda c, d: backend(c, "plan_json"), "each region's kind and Schedule Plan (a dump only)"),
     Stage("gpu", None, _BACKEND, lambda c, d: backend(c, "gpu_json"), "each kernel's GPU IR (a dump only)"),
-    Stage("cu", None, _BACKEND, _cu_dump, "a standalone .cu file per kernel (a dump only)"),
+    Stage("cu", None, _BACKEND, _cu_dump, "a standalone .cu file per distinct kernel and the launches that use it (a dump only)"),
     Stage("egraph_svg", None, ("saturated", "extraction", "origin", "cost"), lambda c, d: _call("viz.dumps:egraph_picture", c), "the e-graph, drawn"),
     Stage("regions_svg", None, _PICTURE, lambda c, d: _call("viz.dumps:regions_picture", c), "the kernels over the user's ops"),
     Stage("roofline", None, _PICTURE, lambda c, d: _call("viz.dumps:roofline_picture", c), "every kernel on the roofline"),

@@ -12,6 +12,7 @@ Protocols the kinds share:
   Binding: ``.spec`` and ``.arrays(arrays, env, reshape) -> {spec tensor name: array in the spec's shape}``.
   spec:    ``.name``, ``.c`` (output tensor), ``.inputs``, ``.shapes(env)``, ``.dtypes()``, ``.to_json()``;
            hashable (plans are cached per spec, arch and shape).
+  Shared:  a Binding of a region's canonical form (:func:`bind_shared`), with ``.names`` back to the region's own.
   SearchResult: ``.best`` (a plan) and ``.to_json(spec)`` (the plan with its ranked and pruned candidates).
   KernelSource: ``.name``, ``.source`` (standalone CUDA text), ``.arch``, ``.skeleton``.
 """
@@ -20,11 +21,14 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
-from ..ir.diagnostics import fail
+import numpy as np
+
+from ..ir.diagnostics import PolysatError, fail
 from ..ir.region import R, Region, walk
 from ..ir.region_squeeze import squeeze_units
+from .common.canonical import Names, canonical
 from .common.region_match import NoBind
 
 # packages whose ``kind`` module defines ``KIND``, tried in this order (the first that binds a region computes it);
@@ -61,13 +65,72 @@ def bind(region: Region) -> tuple[KernelKind, Any]:
     """The kind that computes the region and its binding; E1504 NoKernelTemplate with every kind's reason.
     Each kind, in order, is tried on the region as it is and then without its size-1 axes (a batch of one;
     ir/region_squeeze.py): the buffers are the same bytes, the binding reads them reshaped."""
-    if any(n.op == R.GATHER for let in region.lets for n in walk(let.expr)):
-        fail("NoKernelTemplate", f"region {region.name}", "it reads at indices computed at run time (a Gather: a "
-             "non-affine read); no kernel kind reads through run-time indices yet")
+    _no_gather(region)
     found, reasons = _first(region, kinds())
     if found is not None:
         return found
     fail("NoKernelTemplate", f"region {region.name}", "; ".join(reasons) or "no kernel kind is registered")
+
+
+@dataclass(frozen=True)
+class Shared:
+    """The binding of a region's canonical form (backend/common/canonical.py), told in the region's names:
+    ``spec`` is the canonical spec, one per distinct kernel (its plan, text and cubin are made once for every
+    region with that form); ``names`` leads from the spec's tensor names to the region's."""
+    binding: Any
+    names: Names
+
+    @property
+    def spec(self) -> Any:
+        return self.binding.spec
+
+    def user(self, name: str) -> str:
+        """The region's name of a spec tensor."""
+        return self.names.user(name)
+
+    def arrays(self, arrays: Mapping[str, Any], env: Mapping[str, int] | None = None, reshape=np.reshape) -> dict:
+        """{spec tensor name: array in the spec's shape} from the region's arrays by the region's names."""
+        return self.binding.arrays(_ByUser(arrays, self.names.to_user), env, reshape)
+
+
+class _ByUser(Mapping):
+    """The region's arrays looked up by canonical name."""
+
+    def __init__(self, arrays: Mapping[str, Any], to_user: Mapping[str, str]):
+        self.arrays, self.to_user = arrays, to_user
+
+    def __getitem__(self, name: str) -> Any:
+        return self.arrays[self.to_user.get(name, name)]
+
+    def __iter__(self) -> Iterator[str]:
+        back = {u: c for c, u in self.to_user.items()}
+        return (back.get(u, u) for u in self.arrays)
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+
+def bind_shared(region: Region) -> tuple[KernelKind, Shared]:
+    """:func:`bind` of the region's canonical form, made once per distinct form: a repeated layer's kernels are
+    bound (and so planned and rendered) once; a diagnostic names the region's own tensors."""
+    _no_gather(region)
+    canon, names = canonical(region)
+    try:
+        kind, b = _bind_canonical(canon)
+    except PolysatError as e:
+        raise names.told_error(e) from None
+    return kind, Shared(b, names)
+
+
+@lru_cache(maxsize=1024)
+def _bind_canonical(canon: Region) -> tuple[KernelKind, Any]:
+    return bind(canon)
+
+
+def _no_gather(region: Region) -> None:
+    if any(n.op == R.GATHER for let in region.lets for n in walk(let.expr)):
+        fail("NoKernelTemplate", f"region {region.name}", "it reads at indices computed at run time (a Gather: a "
+             "non-affine read); no kernel kind reads through run-time indices yet")
 
 
 def _first(region: Region, candidates) -> tuple:
@@ -92,5 +155,10 @@ def tensor_core_kind(region: Region) -> "str | None":
     assert _PACKAGES[-1] == "simt"
     if any(n.op == R.GATHER for let in region.lets for n in walk(let.expr)):
         return None  # bind refuses it (E1504): no kernel of it is emitted
-    found = _first(region, kinds()[:-1])[0]
+    return _tensor_core_kind(canonical(region)[0])
+
+
+@lru_cache(maxsize=1024)
+def _tensor_core_kind(canon: Region) -> "str | None":
+    found = _first(canon, kinds()[:-1])[0]
     return None if found is None else found[0].name

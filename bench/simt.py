@@ -64,13 +64,14 @@ def label(case: dict) -> str:
 
 def _region(case: dict):
     """(region, spec, env) of the case's model: its one region, which must bind to the SIMT kind."""
+    from polysat.backend.common.canonical import canonical
     from polysat.pipeline import Compilation
     from polysat.runtime.model import steps_of
     (step,) = steps_of(Compilation(case["model"], cost="model").regions)
     if step.kind is None or step.kind.name != "simt":
         raise RuntimeError(f"{case['name']}: the region binds to {step.kind.name if step.kind else step.binding}, "
                            "not simt")
-    return step.region, step.binding.spec, dict(case["bind"])
+    return canonical(step.region)[0], step.binding.spec, dict(case["bind"])  # the region in its spec's names
 
 
 def sources(case: dict, arch: str) -> list:

@@ -40,11 +40,11 @@ class CompiledModel:
     from_cache: bool
 
     def rows(self, actual_us: Mapping[str, float], source: str = "run") -> list[dict]:
-        """One measurement-log row per kernel; actual_us maps a kernel's spec name to its measured µs."""
+        """One measurement-log row per kernel; actual_us maps a kernel's region name to its measured µs."""
         return [measure.row(source=source, model=self.model, kernel=k["region"], ops=k.get("ops", ()), kind=k["kind"],
                             arch=self.arch,
                             shapes=self.env, price=self.prices.get(k["region"]),
-                            actual_us=actual_us.get(k.get("spec", "")),
+                            actual_us=actual_us.get(k["region"]) if k["kind"] != "playback" else None,
                             plan=k.get("plan") or {"target": "playback", "why": k.get("why", "")})
                 for k in self.kernels]
 

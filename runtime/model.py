@@ -24,7 +24,9 @@ from .arena import ALIGN, ArenaPlan, Block, align, plan_arena
 
 @dataclass(frozen=True)
 class Step:
-    """One region: its kernel kind and binding, or kind None and why (E1504, or None: played back by choice)."""
+    """One region: its kernel kind and binding (backend/kinds.py ``Shared``: the spec of its canonical form, one per
+    distinct kernel, and the way back to the region's tensors), or kind None and why (E1504, or None: played back
+    by choice)."""
     region: Region
     kind: Any
     binding: Any
@@ -36,14 +38,14 @@ class Step:
 
 def steps_of(regions, playback_only: bool = False) -> list[Step]:
     """Every region's kind and binding, known before anything runs; a binding error other than E1504 raises."""
-    from ..backend.kinds import bind
+    from ..backend.kinds import bind_shared
     out = []
     for r in regions:
         if playback_only:
             out.append(Step(r, None, None))
             continue
         try:
-            out.append(Step(r, *bind(r)))
+            out.append(Step(r, *bind_shared(r)))
         except PolysatError as e:
             if e.diagnostics[0].kind != "NoKernelTemplate":
                 raise
@@ -211,9 +213,10 @@ def execute(steps: list[Step], mp: MemoryPlan, inputs: Mapping[str, Any], mem: M
         spec = s.binding.spec
         shapes = spec.shapes(env)
         several = getattr(spec, "outputs", ())  # a SIMT kernel writing several outputs takes the others by name
-        out = at(spec.c if several else r.outputs[0].name, tuple(shapes[spec.c]))
+        user = s.binding.user  # the spec's tensor names are its canonical form's: the region's tensor of each
+        out = at(user(spec.c) if several else r.outputs[0].name, tuple(shapes[spec.c]))
         tensors = {**s.binding.arrays({b.name: at(b.name) for b in r.inputs}, env, _reshape),
-                   **{n: at(n, tuple(shapes[n])) for n in several if n != spec.c}}
+                   **{n: at(user(n), tuple(shapes[n])) for n in several if n != spec.c}}
         mem.launch(s.kind, spec, tensors, env, out)
     return {name: mem.copy_out(at(name)) for name in mp.outputs}
 

@@ -23,8 +23,9 @@ from .model import Memory, ModelRuntime, _host, execute
 
 @dataclass
 class Record:
-    """What one eager run launched, in order, and each kernel's measured time (µs; spec name -> µs)."""
-    launches: list = field(default_factory=list)  # (spec name, launch)
+    """What one eager run launched, in order, and each kernel's measured time (µs; region name -> µs: regions with
+    one kernel share its spec, so the region names the launch)."""
+    launches: list = field(default_factory=list)  # (region name, launch)
     actual_us: dict = field(default_factory=dict)
 
 
@@ -50,7 +51,7 @@ class ReplayRuntime(ModelRuntime, ABC):
 
     @abstractmethod
     def capture(self, launches: list) -> Any:
-        """The recorded (spec name, launch) sequence made replayable."""
+        """The recorded (region name, launch) sequence made replayable."""
 
     @abstractmethod
     def replay(self, captured: Any) -> None:
@@ -60,10 +61,11 @@ class ReplayRuntime(ModelRuntime, ABC):
     def _launch(self, kind, spec, tensors: Mapping[str, Any], env: Mapping[str, int], out: Any) -> None:
         launch = self.prepare(kind, spec, {**tensors, spec.c: out}, env)
         rec = self._recording
-        rec.launches.append((spec.name, launch))
+        region = self._kernel_regions[len(rec.launches)]  # the steps with a kernel launch in order
+        rec.launches.append((region, launch))
         us = self.measure(launch)
         if us is not None:
-            rec.actual_us[spec.name] = us
+            rec.actual_us[region] = us
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         key = self.shape_set(inputs)
@@ -81,6 +83,7 @@ class ReplayRuntime(ModelRuntime, ABC):
                                                            mp.tensors[n][1].np)) for n in mp.outputs}
             self.captures.clear()  # a new pool: every capture holds stale addresses
         self._recording = Record()
+        self._kernel_regions = [s.region.name for s in self.steps if not s.on_cpu]
         try:
             out = execute(self.steps, mp, inputs, self.mem, arena, self.pool)
         finally:
@@ -93,6 +96,6 @@ class ReplayRuntime(ModelRuntime, ABC):
         return out
 
     def actual_us(self, inputs: Mapping[str, Any]) -> dict:
-        """Spec name -> measured µs of each kernel at the shape set of inputs (its eager run)."""
+        """Region name -> measured µs of each kernel at the shape set of inputs (its eager run)."""
         rec = self.records.get(self.shape_set(inputs))
         return dict(rec.actual_us) if rec else {}

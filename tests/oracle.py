@@ -357,7 +357,8 @@ def nvcc_builds(index: list, what: str) -> list:
 def numpy_device() -> tuple:
     """(hooks, launched): runtime.regions.run_regions's device hooks on numpy (runtime/host.py: one byte arena,
     tensors are views at their planned offsets), each kernel computed by its kind's numpy meaning of the spec
-    (checked to receive its operands in the spec's shapes); launched lists the specs run."""
+    (checked to receive its operands in the spec's shapes); launched lists the specs run (each kernel's spec is
+    its region's canonical form: backend/common/canonical.py)."""
     from polysat.runtime.host import host_memory
     launched = []
 

@@ -21,7 +21,7 @@ import re
 import pytest
 
 from polysat import cli
-from polysat.backend import stages
+from polysat.backend import kinds, stages
 from polysat.backend.conv.render import render as render_conv
 from polysat.backend.conv.plan import search as conv_search
 from polysat.backend.conv_pool.spec import ConvPoolSpec
@@ -134,7 +134,7 @@ def builds():
 def test_every_conv_region_binds_to_its_kind():
     for key in MODELS:
         (r,) = regions(key)
-        kind, _ = stages.bind(r)
+        kind, _ = kinds.bind(r)
         assert kind.name == KINDS.get(key, "conv"), key
 
 
@@ -183,7 +183,7 @@ def test_pool_tile_pre_image_is_poly_cores_compute_at_slice(model):
     x = comp.extraction
     (priced,) = price_kernels(x.program, x.partition, bind_params(comp.program, None), "sm90")
     (r,) = regions(model)
-    spec = stages.bind(r)[1].spec
+    spec = kinds.bind(r)[1].spec
     tph, tpw = 3, 3  # Poly Core measures the middle tile: 3x3 keeps it off the image border in both models
     drv = priced.region.bind().driver
     ph, pw = drv.parallel_dims[-2:]

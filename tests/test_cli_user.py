@@ -114,7 +114,8 @@ def test_cu_dump_header_states_how_to_build_and_launch_and_its_command_builds(tm
     assert head["block"].strip() == f"({ks.threads}, 1, 1) threads"
     assert head["shared"].strip().startswith(f"{ks.smem_bytes} bytes")
     assert "ceil(M/bm)" in head["grid"] and str(tuple(ks.plan.tile)) in head["grid"]
-    assert head["params"].strip().startswith("A (tmap), B (tmap), C (ptr), bias (ptr)")
+    assert head["params"].strip().startswith("A (tmap), B (tmap), C (ptr), T2 (ptr)")  # the kernel's names, and
+    assert "T2 = bias" in cu.read_text().split("#include", 1)[0]  # its launch binds the user's tensors to them
     cmd = shlex.split(head["build"])
     assert cmd[0] == "nvcc"
     from polysat.backend.common.nvcc import nvcc_path

@@ -26,13 +26,3 @@ def cu_header(ks) -> str:
             f"// grid:   {_grid_text(ks)}\n"
             f"// params: {', '.join(f'{p.role} ({p.kind})' for p in ks.params)}\n")
 
-
-def add_headers(paths: list, sources: list) -> list:
-    """Prepend each kernel's header to the .cu file write_cu wrote for it (same order); the paths."""
-    for path, ks in zip(paths, sources, strict=True):
-        with open(path, encoding="utf-8") as f:
-            body = f.read()
-        if not body.startswith("// ---- polysat --dump=cu"):
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(cu_header(ks) + body)
-    return paths
