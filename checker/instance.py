@@ -89,7 +89,8 @@ class Builder:
     rng: np.random.Generator
     max_dim: int = 4
     mode: str = "random"  # "random", or "equal": every axis one size (a guard comparing sizes holds)
-    ints: bool = False  # leaves without a stated dtype are i32 (for rules over integer programs)
+    ints: str = ""  # "i32" or "bool": leaves without a stated dtype take it (rules over integer or bool programs)
+    prefer: str = ""  # a float dtype leaves without a stated dtype take more often (16-bit programs for every rule)
     equal: int = 0  # the one axis size of mode "equal", once drawn
     binds: dict = field(default_factory=dict)  # string variable -> value
     terms: dict = field(default_factory=dict)  # term variable -> T
@@ -140,7 +141,9 @@ class Builder:
 
     def dtype(self) -> str:
         if self.ints:
-            return "i32"
+            return self.ints
+        if self.prefer:
+            return self.prefer if self.rng.random() < 0.75 else str(self.rng.choice(FLOATS))
         return str(self.rng.choice(FLOATS, p=(0.6, 0.2, 0.2)))
 
     # ---- terms ---------------------------------------------------------------------------------------
@@ -188,6 +191,8 @@ class Builder:
 
     def compute(self, shape: tuple, dtype: str) -> T:
         x = self.read(self.tensor(shape, dtype))
+        if dtype == "bool":
+            return T("Binary", ("CMPEQ",), (x, x), shape, dtype)
         if dtype not in FLOATS:
             return T("Binary", ("MAX",), (x, x), shape, dtype)
         op = str(self.rng.choice(("NEG", "RELU", "EXP2")))
@@ -257,7 +262,7 @@ class Builder:
         ax = self.slot(p.args[1], lambda: E.tup(sorted({int(k) for k in self.rng.integers(0, r, int(self.rng.integers(1, r + 1)))})),
                        lambda v: all(0 <= k < r for k in E.parse_ints(v)) and E.parse_ints(v))
         self.slot(p.args[2], lambda: NEUTRAL[op], lambda v: v == NEUTRAL[op])
-        dt = self.slot(p.args[3], lambda: "fp32" if self.rng.random() < 0.7 else body.dtype)
+        dt = self.slot(p.args[3], lambda: "fp32" if self.rng.random() < 0.5 or body.dtype not in FLOATS else body.dtype)
         out = tuple(d for k, d in enumerate(body.shape) if k not in set(E.parse_ints(ax)))
         return T("Reduce", (op, ax, NEUTRAL[op], dt), (body,), out, dt)
 
@@ -349,10 +354,10 @@ class Builder:
 
     def _imap(self, src: tuple) -> tuple:
         """(shape, map) of a random in-bounds affine read of a buffer of shape src: per axis a plain,
-        strided, reversed, windowed or constant index, and sometimes an extra broadcast axis."""
+        strided, reversed, windowed, constant or prefix index, and sometimes an extra broadcast axis."""
         out, m = [], []
         for d in src:
-            k = int(self.rng.integers(5)) if d > 1 else 0
+            k = int(self.rng.integers(6)) if d > 1 else 0
             i = f"i{len(out)}"
             if k == 0:
                 out.append(d)
@@ -367,8 +372,11 @@ class Builder:
                 w = int(self.rng.integers(2, d + 1))
                 out += [d - w + 1, w]
                 m.append(f"{i} + i{len(out) - 1}")
-            else:
+            elif k == 4:
                 m.append(str(int(self.rng.integers(d))))
+            else:  # a prefix: the identity map on fewer points (a guard comparing a view's shape with its operand's)
+                out.append(int(self.rng.integers(1, d)))
+                m.append(i)
         if self.rng.random() < 0.3 or not out:
             out.insert(0, int(self.rng.integers(2, 4)))
             m = [_shift(e) for e in m]
@@ -515,16 +523,21 @@ def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int
                 variant: int = 0) -> "Instance | None":
     """A random instance of the query's patterns, or None when no draw satisfied it. Draws alternate
     between shapes of one axis size (a guard comparing sizes, a square transpose, equal operand shapes)
-    and free ones, equal first for odd variants; variants 2, 6, ... try integer leaves first (a rule
-    whose ops an i32 program can reach is tested on one)."""
+    and free ones, equal first for odd variants; variants 2, 6, ... try i32 leaves first and variants 10,
+    18, ... bool leaves (a rule whose ops an integer or bool program can reach is tested on one); the
+    float leaves of variants 1, 5, 9, .. prefer fp16 and of 3, 7, 11, .. bf16, or both the 16-bit type the
+    pattern names (a rule over 16-bit values, or a guard excluding them, meets them)."""
     if not q.roots:
         return None
     modes = ["equal", "random"] if variant % 2 else ["random", "equal"]
-    kinds = [True, False] if variant % 4 == 2 else [False]
+    kinds = [("bool" if variant % 8 == 2 and variant > 2 else "i32"), ""] if variant % 4 == 2 else [""]
+    lit = [a.value for p in q.patterns for a in p.args if isinstance(a, Atom) and a.is_string and a.value in FLOATS[1:]]
+    half = ("fp16", "bf16") if not lit else (lit[0], lit[0])  # a 16-bit type the pattern names, when it names one
+    prefer = ("", half[0], "", half[1])[variant % 4] if variant % 4 != 2 else half[variant % 3 == 0]
     for ints in kinds:
         n = tries // len(kinds)
         for k in range(n):
-            b = Builder(q, rng, max_dim, mode=modes[0] if k < n // 2 else modes[1], ints=ints)
+            b = Builder(q, rng, max_dim, mode=modes[0] if k < n // 2 else modes[1], ints=ints, prefer=prefer)
             try:
                 roots = [b.term(r) for r in q.roots]
             except (Reject, ValueError, IndexError, KeyError, ZeroDivisionError):
