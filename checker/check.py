@@ -40,6 +40,10 @@ from .report import CheckReport, RuleVerdict
 from .values import Valuer
 
 POOL_NODES = 4000  # stop the context rounds of a pool program past this many e-nodes
+# every instance of a rule's left-hand side is compared on its regime's draw, then on one draw of each
+# regime and two more paired ones (numpy valuations of the one egglog run: a stripe along the right axis,
+# a row far below another, a cancelling pair are each met by some draw)
+REDRAWS = ("paired", "ordinary", "special", "paired", "scaled", "paired")
 
 
 def _isolated(files: list) -> tuple:
@@ -112,9 +116,10 @@ class Checker:
         return hits, dict(outs[-1].sizes)
 
     # ---- one test program ----------------------------------------------------------------------------
-    def run_instance(self, name: str, rule, inst, inputs: dict) -> "tuple | None":
-        """(StepResult, v0, val0) of the rule applied once to the instance, or None when it did not match
-        (or the instance could not be valued)."""
+    def run_instance(self, name: str, rule, inst, inputs: dict, more: tuple = ()) -> "tuple | None":
+        """(StepResult, v0, val0, inputs) of the rule applied once to the instance, or None when it did not
+        match (or the instance could not be valued); the e-graphs before and after are compared on inputs,
+        then on each of more until one disagrees (one egglog run, several input draws)."""
         cmds = ["(push)"]
         for t in inst.tensors:
             cmds.append(f'(has-shape (Tensor "{t.args[0]}") "[{", ".join(str(d) for d in t.shape)}]")')
@@ -122,7 +127,7 @@ class Checker:
         cmds += [f"(union (N {k}) {r.sexp()})" for k, r in enumerate(inst.roots)]
         self._run("\n".join(cmds) + "\n" + self._settle(name))
         try:
-            return self._step(name, rule, inputs)
+            return self._step(name, rule, inputs, more=more)
         finally:
             self._run("(pop)")
 
@@ -141,8 +146,9 @@ class Checker:
         finally:
             self._run("(pop)")
 
-    def _step(self, name: str, rule, inputs: dict, pool: bool = False) -> "tuple | None":
-        """Value the settled e-graph, run the rule once and compare what it changed."""
+    def _step(self, name: str, rule, inputs: dict, pool: bool = False, more: tuple = ()) -> "tuple | None":
+        """Value the settled e-graph, run the rule once and compare what it changed (on inputs, then on
+        each of more until a draw disagrees)."""
         st = self._st()
         v0 = export(st)
         val0 = Valuer(v0, inputs)
@@ -159,7 +165,18 @@ class Checker:
                                            + self._conflicts()))
         if pool and res.findings and not consistent(v0, val0):
             return None  # the other rules left the e-graph inconsistent: not this rule's doing
-        return res, v0, val0
+        for extra in more:
+            if res.findings:
+                break
+            val = Valuer(v0, extra)
+            val.value_all()
+            if len(val.vals) < len(v0.classes):
+                continue
+            again = check_step(v0, val, v1, extra)
+            if again.findings:
+                again.compared += res.compared
+                res, val0, inputs = again, val, extra
+        return res, v0, val0, inputs
 
     def _conflicts(self) -> str:
         """The shapes and dtypes a conflict joined, as egglog lists them (the first few)."""
@@ -186,12 +203,13 @@ class Checker:
             v.built += 1
             regime = REGIMES[k % len(REGIMES)]
             inputs = _inputs(inst, self.rng, regime)
+            more = tuple(_inputs(inst, self.rng, r) for r in REDRAWS)
             self.programs += 1
-            got = self.run_instance(name, rule, inst, inputs)
+            got = self.run_instance(name, rule, inst, inputs, more)
             if got is None:
                 continue
             if self._record(name, v, got[0], True):
-                v.counterexample = self._shrink(name, rule, queries[k % len(queries)], inst, inputs, got, regime)
+                v.counterexample = self._shrink(name, rule, queries[k % len(queries)], inst, got[3], got, regime)
 
     def check_pool(self, name: str, v: RuleVerdict) -> None:
         """Source 2, for a rule its own instances did not exercise enough: the random pool."""
@@ -228,10 +246,10 @@ class Checker:
                 if cand is None or cand.size() >= best[0]:
                     continue
                 cin = _inputs(cand, self.rng, regime)
-                r = self.run_instance(name, rule, cand, cin)
+                r = self.run_instance(name, rule, cand, cin, tuple(_inputs(cand, self.rng, x) for x in REDRAWS))
                 if r is not None and r[0].findings:
-                    best = (cand.size(), cand, cin, r)
-        _, inst, inputs, (res, v0, val0) = best
+                    best = (cand.size(), cand, r[3], r)
+        _, inst, inputs, (res, v0, val0, _) = best
         return counterexample(res, v0, val0, inputs, roots=len(inst.roots), source="built from the rule's left-hand side")
 
     def _pool_check(self, name: str, v: RuleVerdict) -> None:
@@ -260,7 +278,7 @@ class Checker:
                 if got is None:
                     continue
                 if self._record(name, v, got[0], False):
-                    res, v0, val0 = got
+                    res, v0, val0, _ = got
                     v.counterexample = counterexample(res, v0, val0, inputs, roots=0,  # the cone: 'before' below
                                                       source="a random-pool program rewritten by the other rules "
                                                              "first, cut down to the rewritten value's cone")

@@ -526,7 +526,7 @@ def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int
     and free ones, equal first for odd variants; variants 2, 6, ... try i32 leaves first and variants 10,
     18, ... bool leaves (a rule whose ops an integer or bool program can reach is tested on one); the
     float leaves of variants 1, 5, 9, .. prefer fp16 and of 3, 7, 11, .. bf16, or both the 16-bit type the
-    pattern names (a rule over 16-bit values, or a guard excluding them, meets them)."""
+    pattern names (a rule over 16-bit values, or a guard excluding them, meets them), then any type."""
     if not q.roots:
         return None
     modes = ["equal", "random"] if variant % 2 else ["random", "equal"]
@@ -534,8 +534,9 @@ def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int
     lit = [a.value for p in q.patterns for a in p.args if isinstance(a, Atom) and a.is_string and a.value in FLOATS[1:]]
     half = ("fp16", "bf16") if not lit else (lit[0], lit[0])  # a 16-bit type the pattern names, when it names one
     prefer = ("", half[0], "", half[1])[variant % 4] if variant % 4 != 2 else half[variant % 3 == 0]
-    for ints in kinds:
-        n = tries // len(kinds)
+    plans = [(ints, prefer) for ints in kinds] + ([("", "")] if prefer else [])  # then without the preference
+    for ints, prefer in plans:
+        n = tries // len(plans)
         for k in range(n):
             b = Builder(q, rng, max_dim, mode=modes[0] if k < n // 2 else modes[1], ints=ints, prefer=prefer)
             try:
