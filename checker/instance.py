@@ -74,13 +74,21 @@ class T:
 class Instance:
     roots: list  # T
     tensors: list  # T (Tensor leaves), in creation order
+    syms: list = field(default_factory=list)  # the size symbols of a symbolic instance
 
     def size(self) -> int:
         return sum(int(np.prod(t.shape)) for t in self.tensors)
 
 
 def _ints(x: tuple) -> tuple:
-    return tuple(int(d) for d in x)
+    """Static dims as ints, symbolic ones as their canonical text."""
+    return tuple(int(d) if isinstance(d, (int, np.integer)) else str(d) for d in x)
+
+
+def _same_numel(a: tuple, b: tuple) -> bool:
+    if all(isinstance(d, int) for d in a + b):
+        return int(np.prod(a)) == int(np.prod(b))
+    return sorted(str(d) for d in a if d != 1) == sorted(str(d) for d in b if d != 1)
 
 
 @dataclass
@@ -91,6 +99,8 @@ class Builder:
     mode: str = "random"  # "random", or "equal": every axis one size (a guard comparing sizes holds)
     ints: str = ""  # "i32" or "bool": leaves without a stated dtype take it (rules over integer or bool programs)
     prefer: str = ""  # a float dtype leaves without a stated dtype take more often (16-bit programs for every rule)
+    symbolic: bool = False  # sizes are symbols n0, n1, .. (index-map rules, proved with isl: checker/isl_proof.py)
+    syms: list = field(default_factory=list)
     equal: int = 0  # the one axis size of mode "equal", once drawn
     binds: dict = field(default_factory=dict)  # string variable -> value
     terms: dict = field(default_factory=dict)  # term variable -> T
@@ -131,8 +141,21 @@ class Builder:
     def _is_free(self, a) -> bool:
         return isinstance(a, Atom) and not a.is_string and a.text not in self.q.binds and a.text not in self.terms
 
+    def sym(self) -> str:
+        self.syms.append(f"n{len(self.syms)}")
+        return self.syms[-1]
+
+    def size(self) -> "int | str":
+        """A fresh axis size > 1: an int, or a symbol in symbolic mode."""
+        return self.sym() if self.symbolic else int(self.rng.integers(2, 4))
+
     def shape(self) -> tuple:
         rank = int(self.rng.integers(1, 4))
+        if self.symbolic:
+            if self.mode == "equal":
+                self.equal = self.equal or self.sym()
+                return (self.equal,) * rank
+            return tuple(1 if self.rng.random() < 0.15 else self.sym() for _ in range(rank))
         if self.mode == "equal":
             self.equal = self.equal or int(self.rng.integers(2, max(self.max_dim, 2) + 1))
             return (self.equal,) * rank
@@ -269,11 +292,13 @@ class Builder:
     def _reshape(self, p, shape, dtype):
         x = self.term(p.args[0], None, dtype)
         s = self.slot(p.args[1], lambda: E.shape(self._reshaped(x.shape)),
-                      lambda v: int(np.prod(_ints(_parse_shape(v)))) == int(np.prod(x.shape)))
+                      lambda v: _same_numel(_ints(_parse_shape(v)), x.shape))
         return T("Reshape", (s,), (x,), _ints(_parse_shape(s)), x.dtype)
 
     def _reshaped(self, s: tuple) -> tuple:
         k = int(self.rng.integers(4))
+        if k == 2 and self.symbolic:
+            k = 3
         if k == 0:
             at = int(self.rng.integers(len(s) + 1))
             return s[:at] + (1,) + s[at:]
@@ -300,8 +325,7 @@ class Builder:
 
     def _expand(self, p, shape, dtype):
         x = self.term(p.args[0], None, dtype)
-        s = self.slot(p.args[1], lambda: E.shape(d if d != 1 or self.rng.random() < 0.3 else int(self.rng.integers(2, 4))
-                                                 for d in x.shape),
+        s = self.slot(p.args[1], lambda: E.shape(d if d != 1 or self.rng.random() < 0.3 else self.size() for d in x.shape),
                       lambda v: len(_parse_shape(v)) == len(x.shape)
                       and all(a == b or a == 1 for a, b in zip(x.shape, _ints(_parse_shape(v)))))
         return T("Expand", (s,), (x,), _ints(_parse_shape(s)), x.dtype)
@@ -321,8 +345,12 @@ class Builder:
 
     def _shrink(self, p, shape, dtype):
         x = self.term(p.args[0], None, dtype)
-        lo = [int(self.rng.integers(0, d)) for d in x.shape]
-        hi = [int(self.rng.integers(a + 1, d + 1)) for a, d in zip(lo, x.shape)]
+        if self.symbolic:  # from 0 or 1 to the end
+            lo = [int(self.rng.integers(0, 2)) if d != 1 else 0 for d in x.shape]
+            hi = list(x.shape)
+        else:
+            lo = [int(self.rng.integers(0, d)) for d in x.shape]
+            hi = [int(self.rng.integers(a + 1, d + 1)) for a, d in zip(lo, x.shape)]
         sp = self.slot(p.args[1], lambda: E.shrink(lo, hi, [int(self.rng.integers(1, 3)) for _ in x.shape]),
                        lambda v: len(E.parse_shrink(v)[0]) == len(x.shape))
         return T("Shrink", (sp,), (x,), _ints(_parse_shape(shape_after("shrink", E.shape(x.shape), sp, ""))), x.dtype)
@@ -348,7 +376,7 @@ class Builder:
                 raise Reject("a read shape the pattern fixes to another shape than its buffer's")
             drawn = self._same_shape_map(src) if self.rng.random() < 0.6 else (s, E.identity_map(len(src)))
         m = self.slot(p.args[2], lambda: drawn[1])
-        if not _in_bounds(_ints(_parse_shape(s)), _parse_map(m), src):
+        if not self.symbolic and not _in_bounds(_ints(_parse_shape(s)), _parse_map(m), src):
             raise Reject("a read outside its buffer")
         return s, m
 
@@ -357,34 +385,37 @@ class Builder:
         strided, reversed, windowed, constant or prefix index, and sometimes an extra broadcast axis."""
         out, m = [], []
         for d in src:
-            k = int(self.rng.integers(6)) if d > 1 else 0
+            if self.symbolic:  # plain, strided, reversed, windowed or constant: in bounds for every size
+                k = int(self.rng.integers(5)) if d != 1 else 0
+            else:
+                k = int(self.rng.integers(6)) if d > 1 else 0
             i = f"i{len(out)}"
             if k == 0:
                 out.append(d)
                 m.append(i)
             elif k == 1:
-                out.append((d + 1) // 2)
+                out.append(f"({d} + 1)//2" if self.symbolic else (d + 1) // 2)
                 m.append(f"2*{i}")
             elif k == 2:
                 out.append(d)
-                m.append(f"{d - 1} - {i}")
+                m.append(f"{d} - 1 - {i}")
             elif k == 3:
-                w = int(self.rng.integers(2, d + 1))
-                out += [d - w + 1, w]
+                w = 2 if self.symbolic else int(self.rng.integers(2, d + 1))
+                out += [f"{d} - 1" if self.symbolic else d - w + 1, w]
                 m.append(f"{i} + i{len(out) - 1}")
             elif k == 4:
-                m.append(str(int(self.rng.integers(d))))
+                m.append("0" if self.symbolic else str(int(self.rng.integers(d))))
             else:  # a prefix: the identity map on fewer points (a guard comparing a view's shape with its operand's)
                 out.append(int(self.rng.integers(1, d)))
                 m.append(i)
         if self.rng.random() < 0.3 or not out:
-            out.insert(0, int(self.rng.integers(2, 4)))
+            out.insert(0, self.size())
             m = [_shift(e) for e in m]
         return E.shape(out), E.tup(_parse_map(E.tup(m)))
 
     def _same_shape_map(self, src: tuple) -> tuple:
         """(shape, map) of a read that keeps the buffer's shape: axes reversed, equal-size axes swapped."""
-        m = [f"{d - 1} - i{k}" if d > 1 and self.rng.random() < 0.6 else f"i{k}" for k, d in enumerate(src)]
+        m = [f"{d} - 1 - i{k}" if d != 1 and self.rng.random() < 0.6 else f"i{k}" for k, d in enumerate(src)]
         same = [k for k in range(len(src)) if src.count(src[k]) > 1]
         if len(same) >= 2:
             a, b = same[0], next(k for k in same[1:] if src[k] == src[same[0]])
@@ -395,9 +426,10 @@ class Builder:
         x = self.term(p.args[0], None, dtype)
         r = len(x.shape) + int(self.rng.integers(0, 3))
         dims = sorted(int(v) for v in self.rng.choice(r, len(x.shape), replace=False))
-        out = [int(self.rng.integers(1, 4)) for _ in range(r)]
+        out = [(1 if self.rng.random() < 0.3 else self.sym()) if self.symbolic else int(self.rng.integers(1, 4))
+               for _ in range(r)]
         for k, d in zip(dims, x.shape):
-            out[k] = d if d != 1 or self.rng.random() < 0.5 else int(self.rng.integers(2, 4))
+            out[k] = d if d != 1 or self.rng.random() < 0.5 else self.size()
         s = self.slot(p.args[1], lambda: E.shape(out))
         d = self.slot(p.args[2], lambda: E.tup(dims), lambda v: len(E.parse_ints(v)) == len(x.shape))
         return T("BroadcastInDim", (s, d), (x,), _ints(_parse_shape(s)), x.dtype)
@@ -520,7 +552,7 @@ def satisfied(b: Builder) -> bool:
 
 
 def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int = 60,
-                variant: int = 0) -> "Instance | None":
+                variant: int = 0, symbolic: bool = False) -> "Instance | None":
     """A random instance of the query's patterns, or None when no draw satisfied it. Draws alternate
     between shapes of one axis size (a guard comparing sizes, a square transpose, equal operand shapes)
     and free ones, equal first for odd variants; variants 2, 6, ... try i32 leaves first and variants 10,
@@ -538,11 +570,12 @@ def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int
     for ints, prefer in plans:
         n = tries // len(plans)
         for k in range(n):
-            b = Builder(q, rng, max_dim, mode=modes[0] if k < n // 2 else modes[1], ints=ints, prefer=prefer)
+            b = Builder(q, rng, max_dim, mode=modes[0] if k < n // 2 else modes[1], ints=ints, prefer=prefer,
+                        symbolic=symbolic)
             try:
                 roots = [b.term(r) for r in q.roots]
             except (Reject, ValueError, IndexError, KeyError, ZeroDivisionError):
                 continue
             if satisfied(b):
-                return Instance(roots, b.tensors)
+                return Instance(roots, b.tensors, list(b.syms))
     return None

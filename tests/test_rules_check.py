@@ -256,3 +256,37 @@ def test_extract_reports_how_often_each_user_rule_matched(tmp_path):
     got = {r["name"]: r for r in run_extract(GEMM, rules_dirs=[str(tmp_path)])["user_rules"]}
     assert set(got) == {"my-add-comm", "my-neg-neg"} and got["my-add-comm"]["ruleset"] == "mine"
     assert got["my-add-comm"]["matches"] >= 1 and got["my-neg-neg"]["matches"] == 0
+
+
+def test_index_map_rules_are_proved_for_all_sizes_and_the_others_tested():
+    """Rules whose law is an equality of index maps are proved with isl on symbolic instances; the rest tested."""
+    rep = check_rules(cases=1, only=["read-permute", "read-pad", "read-flip", "mul-one"], seed=0, budget=3)
+    got = {v.rule.name: v for v in rep.verdicts}
+    assert {n: got[n].method for n in got} == {"read-permute": "proved", "read-pad": "proved", "read-flip": "proved",
+                                               "mul-one": "tested"}, rep.format()
+    assert all(got[n].proved >= 1 for n in ("read-permute", "read-pad", "read-flip"))
+    rows = {r["name"]: r for r in rep.to_json()["rules"]}
+    assert rows["read-pad"]["method"] == "proved" and rows["mul-one"]["method"] == "tested"
+    assert "proved" in rep.format() and "tested" in rep.format()
+
+
+def test_a_bad_index_map_rule_is_refuted_by_isl_as_well_as_by_testing():
+    names = ["bad-read-flip-dropped", "bad-read-permute-unmapped", "bad-pad-value-zero"]
+    rep = check_rules([str(HERE / "bad_rules")], cases=1, only=names, seed=0, budget=6)
+    for v in rep.verdicts:
+        assert v.unsound and "refuted by isl" in v.refuted and "->" in v.refuted, v.rule.name
+        assert "counterexample" in v.counterexample  # the numeric one too
+
+
+def test_isl_placements_compare_for_every_size():
+    """The placement of Flip(Read(x, [n], (i0)), (0)) is x read at n - 1 - i, not at i, for every n >= 1 but n = 1."""
+    from polysat.checker.isl_proof import Placer, Placement, differ
+    from polysat.egraph.graph import EGraphView
+    v = EGraphView(classes={}, shape={}, dtype={}, by_index={}, nodes=0)
+    p = Placer(v, ["n"])
+    from polysat.ir.expr import Expr
+    same = Placement({"t_x": p.access((Expr.of("n"),), (Expr.of("i0"),), "t_x")})
+    flipped = Placement({"t_x": p.access((Expr.of("n"),), (Expr.of("n - 1 - i0"),), "t_x")})
+    assert differ(same, same) is None
+    why = differ(same, flipped)
+    assert why and "n = " in why and "t_x" in why
