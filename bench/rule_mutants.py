@@ -243,6 +243,7 @@ def _check(live: list, seed: int, budget: int) -> None:
             r["checked"] = "stillborn"
         elif v.unsound or v.error:
             r["checked"] = "killed"
+            r["why"] = (v.error or v.counterexample)[:400]
         elif v.fired < 1:
             r["checked"] = "unexercised"
         else:

@@ -264,7 +264,8 @@ class Builder:
         return T("Where", (), (c, a, b), a.shape, a.dtype)
 
     def _cast(self, p, shape, dtype):
-        to = self.slot(p.args[0], lambda: dtype or self.dtype(), lambda v: v in FLOATS + ("i32", "bool"))
+        to = self.slot(p.args[0], lambda: dtype or (self.dtype() if not self.ints or self.rng.random() < 0.5 else "fp32"),
+                       lambda v: v in FLOATS + ("i32", "bool"))  # an integer or bool program casts to floats too
         x = self.term(p.args[1], shape)
         return T("Cast", (to,), (x,), x.shape, to)
 
@@ -280,12 +281,14 @@ class Builder:
         body = self.term(p.args[4])
         if not body.shape:
             raise Reject("reduce of a scalar")
-        op = self.slot(p.args[0], lambda: str(self.rng.choice(("SUM", "MAX", "MIN"))), lambda v: v in NEUTRAL)
+        op = self.slot(p.args[0], lambda: str(self.rng.choice(("SUM", "MAX", "MIN"), p=(0.5, 0.25, 0.25))),
+                       lambda v: v in NEUTRAL)  # a sum rounds, so more often a sum
         r = len(body.shape)
         ax = self.slot(p.args[1], lambda: E.tup(sorted({int(k) for k in self.rng.integers(0, r, int(self.rng.integers(1, r + 1)))})),
                        lambda v: all(0 <= k < r for k in E.parse_ints(v)) and E.parse_ints(v))
         self.slot(p.args[2], lambda: NEUTRAL[op], lambda v: v == NEUTRAL[op])
-        dt = self.slot(p.args[3], lambda: "fp32" if self.rng.random() < 0.5 or body.dtype not in FLOATS else body.dtype)
+        dt = self.slot(p.args[3], lambda: "fp32" if self.rng.random() < (0.25 if self.prefer else 0.5)
+                       or body.dtype not in FLOATS else body.dtype)  # a 16-bit draw accumulates in 16 bits more often
         out = tuple(d for k, d in enumerate(body.shape) if k not in set(E.parse_ints(ax)))
         return T("Reduce", (op, ax, NEUTRAL[op], dt), (body,), out, dt)
 
