@@ -42,9 +42,9 @@ from .values import Valuer
 
 POOL_NODES = 4000  # stop the context rounds of a pool program past this many e-nodes
 # every instance of a rule's left-hand side is compared on its regime's draw, then on one draw of each
-# regime and two more paired ones (numpy valuations of the one egglog run: a stripe along the right axis,
+# regime and four more paired ones (numpy valuations of the one egglog run: a stripe along the right axis,
 # a row far below another, a cancelling pair are each met by some draw)
-REDRAWS = ("paired", "ordinary", "special", "paired", "scaled", "paired")
+REDRAWS = ("paired", "ordinary", "paired", "special", "paired", "scaled", "paired", "paired")
 PROOFS = 6  # symbolic instances of an index-map rule proved with isl
 
 

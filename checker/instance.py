@@ -281,14 +281,15 @@ class Builder:
         body = self.term(p.args[4])
         if not body.shape:
             raise Reject("reduce of a scalar")
-        op = self.slot(p.args[0], lambda: str(self.rng.choice(("SUM", "MAX", "MIN"), p=(0.5, 0.25, 0.25))),
-                       lambda v: v in NEUTRAL)  # a sum rounds, so more often a sum
+        sums = 0.7 if self.prefer else 0.5  # a sum rounds (in 16 bits most), so more often a sum
+        op = self.slot(p.args[0], lambda: str(self.rng.choice(("SUM", "MAX", "MIN"), p=(sums, (1 - sums) / 2, (1 - sums) / 2))),
+                       lambda v: v in NEUTRAL)
         r = len(body.shape)
         ax = self.slot(p.args[1], lambda: E.tup(sorted({int(k) for k in self.rng.integers(0, r, int(self.rng.integers(1, r + 1)))})),
                        lambda v: all(0 <= k < r for k in E.parse_ints(v)) and E.parse_ints(v))
         self.slot(p.args[2], lambda: NEUTRAL[op], lambda v: v == NEUTRAL[op])
-        dt = self.slot(p.args[3], lambda: "fp32" if self.rng.random() < (0.25 if self.prefer else 0.5)
-                       or body.dtype not in FLOATS else body.dtype)  # a 16-bit draw accumulates in 16 bits more often
+        dt = self.slot(p.args[3], lambda: body.dtype if body.dtype == self.prefer  # a 16-bit draw accumulates in 16 bits
+                       or (body.dtype in FLOATS and self.rng.random() < 0.5) else "fp32")
         out = tuple(d for k, d in enumerate(body.shape) if k not in set(E.parse_ints(ax)))
         return T("Reduce", (op, ax, NEUTRAL[op], dt), (body,), out, dt)
 
@@ -554,6 +555,10 @@ def satisfied(b: Builder) -> bool:
     return True
 
 
+def _lit(a) -> str:
+    return a.value if isinstance(a, Atom) and a.is_string else ""
+
+
 def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int = 60,
                 variant: int = 0, symbolic: bool = False) -> "Instance | None":
     """A random instance of the query's patterns, or None when no draw satisfied it. Draws alternate
@@ -561,13 +566,17 @@ def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int
     and free ones, equal first for odd variants; variants 2, 6, ... try i32 leaves first and variants 10,
     18, ... bool leaves (a rule whose ops an integer or bool program can reach is tested on one); the
     float leaves of variants 1, 5, 9, .. prefer fp16 and of 3, 7, 11, .. bf16, or both the 16-bit type the
-    pattern names (a rule over 16-bit values, or a guard excluding them, meets them), then any type."""
+    pattern names or the one its guards leave (a rule over 16-bit values, or a guard excluding them, meets
+    them), then any type."""
     if not q.roots:
         return None
     modes = ["equal", "random"] if variant % 2 else ["random", "equal"]
     kinds = [("bool" if variant % 8 == 2 and variant > 2 else "i32"), ""] if variant % 4 == 2 else [""]
     lit = [a.value for p in q.patterns for a in p.args if isinstance(a, Atom) and a.is_string and a.value in FLOATS[1:]]
-    half = ("fp16", "bf16") if not lit else (lit[0], lit[0])  # a 16-bit type the pattern names, when it names one
+    out = {_lit(a) for op, a, c in q.tests if op == "!="} | {_lit(c) for op, a, c in q.tests if op == "!="}
+    free = [t for t in ("fp16", "bf16") if t not in out] or ["fp16", "bf16"]
+    # a 16-bit type the pattern names, else one its guards do not exclude
+    half = (lit[0], lit[0]) if lit else (free[0], free[-1])
     prefer = ("", half[0], "", half[1])[variant % 4] if variant % 4 != 2 else half[variant % 3 == 0]
     plans = [(ints, prefer) for ints in kinds] + ([("", "")] if prefer else [])  # then without the preference
     for ints, prefer in plans:

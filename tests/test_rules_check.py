@@ -290,3 +290,16 @@ def test_isl_placements_compare_for_every_size():
     assert differ(same, same) is None
     why = differ(same, flipped)
     assert why and "n = " in why and "t_x" in why
+
+
+def test_guard_mutants_are_killed_or_equivalent_with_a_reason():
+    """A weakened guard: srnf-merge-fused without its fp16/bf16, identity or shape guard, cast-roundtrip without its
+    i32 guard are caught; the guards listed as redundant come with the argument and still pass when checked."""
+    from polysat.bench.rule_mutants import build, run
+    rows = [r for r in build(per_rule=100, seed=0, files={"srnf.egg", "algebra.egg"}, operators={"guard"})
+            if r["rule"] in ("srnf-merge-fused", "cast-roundtrip")]
+    summary = run(rows, seed=0, check_equivalent=True)
+    assert summary["killed"] >= 5 and summary["survived"] == 0, [r for r in rows if r["outcome"] == "survived"]
+    eq = [r for r in rows if r["outcome"] == "equivalent"]
+    assert len(eq) == 2 and all(len(r["equivalent"]) > 40 and r["checked"] == "survived" for r in eq), eq
+    assert not summary["contradictions"]
