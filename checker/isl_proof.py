@@ -12,8 +12,9 @@ view map (``egraph/ixfns.py view``, the maps the rule helpers use: the law is ch
 movement op's meaning in ``ir/movement.py``, not against the helper's answer); a Pad adds its value
 where no element of its operand lands; a Select keeps its read where its guard holds and its constant
 elsewhere; a read outside its operand is undefined there (no element). Every e-node the rule adds must
-place exactly what its class placed before, for every value of the parameters; if not, isl gives a
-point where they differ: the sizes and the output index, which the counterexample names.
+place exactly what its class placed before, for every value of the parameters, wherever the term before
+is defined (an element it leaves undefined, a read of an empty axis at some size, any term refines); if
+not, isl gives a point where they differ: the sizes and the output index, which the counterexample names.
 """
 from __future__ import annotations
 
@@ -190,9 +191,22 @@ class Placer:
         return any(n.op in ("Tensor", "Mat") for n in self.v.classes.get(c, ()))
 
 
+def _domain(p: Placement) -> "isl.Set | None":
+    """The output indices p defines (an index read outside its operand defines nothing)."""
+    out = None
+    for d in [m.domain() for m in p.maps.values()] + list(p.consts.values()):
+        out = d if out is None else out.union(d)
+    return out
+
+
 def differ(a: Placement, b: Placement) -> "str | None":
-    """None when the two placements are equal for every value of the sizes, else a point where they
+    """None when b places what a places, for every value of the sizes, wherever a is defined (where a reads
+    outside its operand, at some sizes, any b refines it: docs/rules.md, policy 1), else a point where they
     differ, in words."""
+    dom = _domain(a)
+    if dom is None:
+        return None
+    b = Placement({k: m.intersect_domain(dom) for k, m in b.maps.items()}, {v: x.intersect(dom) for v, x in b.consts.items()})
     for key in sorted(set(a.maps) | set(b.maps)):
         ma, mb = a.maps.get(key), b.maps.get(key)
         if ma is None or mb is None:
