@@ -18,7 +18,7 @@ pattern, a cost or classification guard, a helper test no well-typed term fails)
 (``--check-equivalent``), and one the checker rejects is printed as a contradiction. A mutant egglog or the loader
 rejects is *stillborn* (counted apart: it never reaches a user). The others are checked together, in
 one checker run with every shipped rule as context (``check_rules``): UNSOUND or UNCHECKABLE kills a
-mutant; a mutant that passes survives; one that never fires is unexercised. The score is killed /
+mutant (a failure of the checker itself does not: it is counted apart, outside the score); a mutant that passes survives; one that never fires is unexercised. The score is killed /
 (killed + survived), per operator and in all. Each rule file's mutants are checked in their own e-graph.
 Prints the table and the survivors, writes ``bench/results/rule_mutants.json``.
 
@@ -241,6 +241,9 @@ def _check(live: list, seed: int, budget: int) -> None:
         v = verdicts.get(r["name"])
         if v is None or f"m{k:04d}.egg" in dead:
             r["checked"] = "stillborn"
+        elif v.error.startswith("the checker failed"):  # not a catch: the checker itself broke
+            r["checked"] = "checker failed"
+            r["why"] = v.error[:400]
         elif v.unsound or v.error:
             r["checked"] = "killed"
             r["why"] = (v.error or v.counterexample)[:400]
@@ -259,7 +262,8 @@ def run(rows: list, seed: int, budget: int = 12, check_equivalent: bool = False)
         _check([r for r in todo if r["file"] == f], seed, budget)
     for r in rows:
         r["outcome"] = "equivalent" if r["equivalent"] else r["checked"]
-    count = {o: sum(r["outcome"] == o for r in rows) for o in ("killed", "survived", "unexercised", "stillborn", "equivalent")}
+    count = {o: sum(r["outcome"] == o for r in rows)
+             for o in ("killed", "survived", "unexercised", "stillborn", "equivalent", "checker failed")}
     decided = count["killed"] + count["survived"]
     per_op = {}
     for op in sorted({r["operator"] for r in rows}):
@@ -284,11 +288,12 @@ def main(argv: "list | None" = None) -> int:
     a = ap.parse_args(argv)
     rows = build(a.per_rule, a.seed, a.limit, operators=a.operators)
     summary = run(rows, a.seed, check_equivalent=a.check_equivalent)
-    print(f"{'operator':<10} {'killed':>6} {'survived':>8} {'unexerc.':>8} {'stillborn':>9} {'equiv.':>6}")
+    print(f"{'operator':<10} {'killed':>6} {'survived':>8} {'unexerc.':>8} {'stillborn':>9} {'equiv.':>6} {'chk.fail':>8}")
     for op in sorted({r["operator"] for r in rows}):
         rs = [r for r in rows if r["operator"] == op]
         print(f"{op:<10} " + " ".join(f"{sum(r['outcome'] == o for r in rs):>{w}}" for o, w in
-                                      (("killed", 6), ("survived", 8), ("unexercised", 8), ("stillborn", 9), ("equivalent", 6))))
+                                      (("killed", 6), ("survived", 8), ("unexercised", 8), ("stillborn", 9), ("equivalent", 6),
+                                       ("checker failed", 8))))
     for op, d in summary["per_operator"].items():
         print(f"  score of {op}: {d['score']} ({d['killed']} of {d['decided']})")
     for n in summary["contradictions"]:
@@ -299,6 +304,8 @@ def main(argv: "list | None" = None) -> int:
     for r in rows:
         if r["outcome"] == "survived":
             print(f"  survivor {r['name']} ({r['file']}, {r['operator']}): {r['text']}")
+        elif r["outcome"] == "checker failed":
+            print(f"  checker failed on {r['name']} ({r['file']}, {r['operator']}): {r['why'][:160]}")
         elif r["outcome"] == "equivalent":
             print(f"  equivalent {r['name']} ({r['operator']}): {r['equivalent']}"
                   + (f" [checked: {r['checked']}]" if "checked" in r else ""))

@@ -258,7 +258,10 @@ def prove_step(v0: EGraphView, v1: EGraphView, params: list) -> tuple:
         a, b = (p0.places.get(c) for c in cs[:2])
         if a is None or b is None:
             return proved, "", "a merged class has no placement"
-        why = differ(a, b)
+        try:
+            why = differ(a, b)
+        except isl.Error as e:
+            return proved, "", f"two merged classes isl cannot compare: {e}"
         if why:
             return proved, f"two classes the rule merged place different elements: {why}", ""
         proved += 1
@@ -276,7 +279,10 @@ def prove_step(v0: EGraphView, v1: EGraphView, params: list) -> tuple:
                 got = p1.node(n)
             except (Unplaced, isl.Error) as e:
                 return proved, "", f"a new {n.op} could not be placed: {e}"
-            why = differ(p1.places[n.eclass], got)
+            try:
+                why = differ(p1.places[n.eclass], got)
+            except isl.Error as e:  # spaces of another rank: a shape change, the numeric check's to report
+                return proved, "", f"a new {n.op} places a value isl cannot compare with its class's: {e}"
             if why:
                 return proved, f"the new {n.op}{n.args} places other elements than its class: {why}", ""
             proved += 1
