@@ -1,7 +1,8 @@
 """Bench of ``polysat rules --check``: the time to check each shipped rule file alone (``--only``), the
 whole shipped set (its false positives, the median seconds per rule), and per seed the catch rate on the
-known-bad rules of ``tests/bad_rules`` (the ``new-*`` ones apart) and the pass rate on ``tests/sound_rules``. Wall and CPU seconds are both reported with the load average, since the
-checker shares its machine. Prints a table and writes ``bench/rules_check_results.json``.
+known-bad rules of ``tests/bad_rules`` (the ``new-*`` ones apart) and the pass rate on ``tests/sound_rules``;
+how many shipped rules are proved (index maps, with isl) and how many tested. Wall and CPU seconds are both
+reported with the load average, since the checker shares its machine. Prints a table and writes ``bench/rules_check_results.json``.
 
     python -m polysat.bench.rules_check [--out PATH] [--seed N]
 """
@@ -42,7 +43,10 @@ def main(argv: "list | None" = None) -> int:
     rows.append({"check": "shipped set", "rules": len(rep.verdicts), "exit": rep.exit_status, "wall_s": wall,
                  "cpu_s": cpu, "unexercised": [v.rule.name for v in rep.verdicts if v.fired < rep.cases],
                  "false_positives": [v.rule.name for v in rep.verdicts if v.unsound],
-                 "median_s_per_rule": round(statistics.median(v.seconds for v in rep.verdicts), 3)})
+                 "median_s_per_rule": round(statistics.median(v.seconds for v in rep.verdicts), 3),
+                 "proved": sum(v.method == "proved" for v in rep.verdicts),
+                 "tested": sum(v.method == "tested" for v in rep.verdicts),
+                 "index_rules_only_tested": [v.rule.name for v in rep.verdicts if v.index_rule and v.method == "tested"]})
     for seed in a.seeds:
         for folder, want in (("bad_rules", "unsound"), ("sound_rules", "sound")):
             d = str(TESTS / folder)

@@ -33,6 +33,7 @@ from ..ir.tiny import Program
 from .diff import Finding, StepResult, check_step
 from .explain import counterexample, consistent
 from .instance import Builder, Reject, instantiate
+from .isl_proof import index_rule, prove_step
 from .numerics import REGIMES, draw_inputs, tricky
 from .randprog import (attention_programs, chained_gemm_programs, motif_programs, owned_programs, random_program,
                        sibling_programs)
@@ -40,6 +41,11 @@ from .report import CheckReport, RuleVerdict
 from .values import Valuer
 
 POOL_NODES = 4000  # stop the context rounds of a pool program past this many e-nodes
+# every instance of a rule's left-hand side is compared on its regime's draw, then on one draw of each
+# regime and four more paired ones (numpy valuations of the one egglog run: a stripe along the right axis,
+# a row far below another, a cancelling pair are each met by some draw)
+REDRAWS = ("paired", "ordinary", "paired", "special", "paired", "scaled", "paired", "paired")
+PROOFS = 6  # symbolic instances of an index-map rule proved with isl
 
 
 def _isolated(files: list) -> tuple:
@@ -89,6 +95,8 @@ class Checker:
         self.programs = 0
         self.pool_size: "int | None" = None
         self.unsound: set = set()  # rulesets found unsound: never context for another rule's pool programs
+        # the symbolic draws of the isl proofs come from their own stream (reading the state consumes nothing)
+        self.prng = np.random.default_rng(np.random.SeedSequence(rng.bit_generator.state["state"]["state"]))
 
     def _st(self, prog: "Program | None" = None) -> EGraphState:
         return EGraphState(self.eg, prog or Program((), ()), ())
@@ -112,19 +120,59 @@ class Checker:
         return hits, dict(outs[-1].sizes)
 
     # ---- one test program ----------------------------------------------------------------------------
-    def run_instance(self, name: str, rule, inst, inputs: dict) -> "tuple | None":
-        """(StepResult, v0, val0) of the rule applied once to the instance, or None when it did not match
-        (or the instance could not be valued)."""
+    def run_instance(self, name: str, rule, inst, inputs: dict, more: tuple = ()) -> "tuple | None":
+        """(StepResult, v0, val0, inputs) of the rule applied once to the instance, or None when it did not
+        match (or the instance could not be valued); the e-graphs before and after are compared on inputs,
+        then on each of more until one disagrees (one egglog run, several input draws)."""
+        self._load(name, inst)
+        try:
+            return self._step(name, rule, inputs, more=more)
+        finally:
+            self._run("(pop)")
+
+    def _load(self, name: str, inst) -> None:
+        """Push, then load the instance's terms and settle the facts the rule reads."""
         cmds = ["(push)"]
         for t in inst.tensors:
             cmds.append(f'(has-shape (Tensor "{t.args[0]}") "[{", ".join(str(d) for d in t.shape)}]")')
             cmds.append(f'(has-dtype (Tensor "{t.args[0]}") "{t.dtype}")')
         cmds += [f"(union (N {k}) {r.sexp()})" for k, r in enumerate(inst.roots)]
         self._run("\n".join(cmds) + "\n" + self._settle(name))
-        try:
-            return self._step(name, rule, inputs)
-        finally:
-            self._run("(pop)")
+
+    def prove(self, name: str, v: RuleVerdict) -> None:
+        """An index-map rule on symbolic instances: every rewrite proved equal with isl for all sizes
+        (``checker/isl_proof.py``), or refuted with a point where it differs."""
+        v.index_rule = True
+        for k in range(PROOFS):
+            q = v.queries[k % len(v.queries)]
+            inst = instantiate(q, self.prng, variant=k // len(v.queries), symbolic=True)
+            if inst is None:
+                continue
+            self._load(name, inst)
+            try:
+                st = self._st()
+                v0 = export(st)
+                hits, sizes = self._apply(name, v.rule)
+                v1 = export(st) if hits else None
+            finally:
+                self._run("(pop)")
+            if v1 is None:
+                continue
+            done, finding, gap = prove_step(v0, v1, inst.syms)
+            if sizes.get("shape-conflict") or sizes.get("dtype-conflict"):
+                finding = finding or "it equated values of different shapes or dtypes"
+            if finding:
+                v.unsound = True
+                self.unsound.add(name)
+                v.refuted = ("  refuted by isl (sizes n_k >= 1 are parameters; the point gives them and the output index) "
+                             "on a symbolic instance built from the rule's left-hand side:\n    before: "
+                             + "\n    before: ".join(r.sexp() for r in inst.roots) + f"\n    {finding}")
+                v.counterexample = (v.counterexample + "\n" if v.counterexample else "") + v.refuted
+                return
+            if gap:
+                v.unproved = gap
+                return
+            v.proved += bool(done)
 
     def run_pool(self, name: str, rule, prog: Program, cuts: set, inputs: dict) -> "tuple | None":
         self._run("(push)")
@@ -141,8 +189,9 @@ class Checker:
         finally:
             self._run("(pop)")
 
-    def _step(self, name: str, rule, inputs: dict, pool: bool = False) -> "tuple | None":
-        """Value the settled e-graph, run the rule once and compare what it changed."""
+    def _step(self, name: str, rule, inputs: dict, pool: bool = False, more: tuple = ()) -> "tuple | None":
+        """Value the settled e-graph, run the rule once and compare what it changed (on inputs, then on
+        each of more until a draw disagrees)."""
         st = self._st()
         v0 = export(st)
         val0 = Valuer(v0, inputs)
@@ -159,7 +208,18 @@ class Checker:
                                            + self._conflicts()))
         if pool and res.findings and not consistent(v0, val0):
             return None  # the other rules left the e-graph inconsistent: not this rule's doing
-        return res, v0, val0
+        for extra in more:
+            if res.findings:
+                break
+            val = Valuer(v0, extra)
+            val.value_all()
+            if len(val.vals) < len(v0.classes):
+                continue
+            again = check_step(v0, val, v1, extra)
+            if again.findings:
+                again.compared += res.compared
+                res, val0, inputs = again, val, extra
+        return res, v0, val0, inputs
 
     def _conflicts(self) -> str:
         """The shapes and dtypes a conflict joined, as egglog lists them (the first few)."""
@@ -186,12 +246,15 @@ class Checker:
             v.built += 1
             regime = REGIMES[k % len(REGIMES)]
             inputs = _inputs(inst, self.rng, regime)
+            more = tuple(_inputs(inst, self.rng, r) for r in REDRAWS)
             self.programs += 1
-            got = self.run_instance(name, rule, inst, inputs)
+            got = self.run_instance(name, rule, inst, inputs, more)
             if got is None:
                 continue
             if self._record(name, v, got[0], True):
-                v.counterexample = self._shrink(name, rule, queries[k % len(queries)], inst, inputs, got, regime)
+                v.counterexample = self._shrink(name, rule, queries[k % len(queries)], inst, got[3], got, regime)
+        if index_rule(rule.text) and not v.error:
+            self.prove(name, v)  # an unsound one too: refuted by isl as well as by testing
 
     def check_pool(self, name: str, v: RuleVerdict) -> None:
         """Source 2, for a rule its own instances did not exercise enough: the random pool."""
@@ -228,10 +291,10 @@ class Checker:
                 if cand is None or cand.size() >= best[0]:
                     continue
                 cin = _inputs(cand, self.rng, regime)
-                r = self.run_instance(name, rule, cand, cin)
+                r = self.run_instance(name, rule, cand, cin, tuple(_inputs(cand, self.rng, x) for x in REDRAWS))
                 if r is not None and r[0].findings:
-                    best = (cand.size(), cand, cin, r)
-        _, inst, inputs, (res, v0, val0) = best
+                    best = (cand.size(), cand, r[3], r)
+        _, inst, inputs, (res, v0, val0, _) = best
         return counterexample(res, v0, val0, inputs, roots=len(inst.roots), source="built from the rule's left-hand side")
 
     def _pool_check(self, name: str, v: RuleVerdict) -> None:
@@ -260,7 +323,7 @@ class Checker:
                 if got is None:
                     continue
                 if self._record(name, v, got[0], False):
-                    res, v0, val0 = got
+                    res, v0, val0, _ = got
                     v.counterexample = counterexample(res, v0, val0, inputs, roots=0,  # the cone: 'before' below
                                                       source="a random-pool program rewritten by the other rules "
                                                              "first, cut down to the rewritten value's cone")

@@ -74,13 +74,21 @@ class T:
 class Instance:
     roots: list  # T
     tensors: list  # T (Tensor leaves), in creation order
+    syms: list = field(default_factory=list)  # the size symbols of a symbolic instance
 
     def size(self) -> int:
         return sum(int(np.prod(t.shape)) for t in self.tensors)
 
 
 def _ints(x: tuple) -> tuple:
-    return tuple(int(d) for d in x)
+    """Static dims as ints, symbolic ones as their canonical text."""
+    return tuple(int(d) if isinstance(d, (int, np.integer)) else str(d) for d in x)
+
+
+def _same_numel(a: tuple, b: tuple) -> bool:
+    if all(isinstance(d, int) for d in a + b):
+        return int(np.prod(a)) == int(np.prod(b))
+    return sorted(str(d) for d in a if d != 1) == sorted(str(d) for d in b if d != 1)
 
 
 @dataclass
@@ -89,7 +97,10 @@ class Builder:
     rng: np.random.Generator
     max_dim: int = 4
     mode: str = "random"  # "random", or "equal": every axis one size (a guard comparing sizes holds)
-    ints: bool = False  # leaves without a stated dtype are i32 (for rules over integer programs)
+    ints: str = ""  # "i32" or "bool": leaves without a stated dtype take it (rules over integer or bool programs)
+    prefer: str = ""  # a float dtype leaves without a stated dtype take more often (16-bit programs for every rule)
+    symbolic: bool = False  # sizes are symbols n0, n1, .. (index-map rules, proved with isl: checker/isl_proof.py)
+    syms: list = field(default_factory=list)
     equal: int = 0  # the one axis size of mode "equal", once drawn
     binds: dict = field(default_factory=dict)  # string variable -> value
     terms: dict = field(default_factory=dict)  # term variable -> T
@@ -130,8 +141,21 @@ class Builder:
     def _is_free(self, a) -> bool:
         return isinstance(a, Atom) and not a.is_string and a.text not in self.q.binds and a.text not in self.terms
 
+    def sym(self) -> str:
+        self.syms.append(f"n{len(self.syms)}")
+        return self.syms[-1]
+
+    def size(self) -> "int | str":
+        """A fresh axis size > 1: an int, or a symbol in symbolic mode."""
+        return self.sym() if self.symbolic else int(self.rng.integers(2, 4))
+
     def shape(self) -> tuple:
         rank = int(self.rng.integers(1, 4))
+        if self.symbolic:
+            if self.mode == "equal":
+                self.equal = self.equal or self.sym()
+                return (self.equal,) * rank
+            return tuple(1 if self.rng.random() < 0.15 else self.sym() for _ in range(rank))
         if self.mode == "equal":
             self.equal = self.equal or int(self.rng.integers(2, max(self.max_dim, 2) + 1))
             return (self.equal,) * rank
@@ -140,7 +164,9 @@ class Builder:
 
     def dtype(self) -> str:
         if self.ints:
-            return "i32"
+            return self.ints
+        if self.prefer:
+            return self.prefer if self.rng.random() < 0.75 else str(self.rng.choice(FLOATS))
         return str(self.rng.choice(FLOATS, p=(0.6, 0.2, 0.2)))
 
     # ---- terms ---------------------------------------------------------------------------------------
@@ -188,6 +214,8 @@ class Builder:
 
     def compute(self, shape: tuple, dtype: str) -> T:
         x = self.read(self.tensor(shape, dtype))
+        if dtype == "bool":
+            return T("Binary", ("CMPEQ",), (x, x), shape, dtype)
         if dtype not in FLOATS:
             return T("Binary", ("MAX",), (x, x), shape, dtype)
         op = str(self.rng.choice(("NEG", "RELU", "EXP2")))
@@ -236,7 +264,8 @@ class Builder:
         return T("Where", (), (c, a, b), a.shape, a.dtype)
 
     def _cast(self, p, shape, dtype):
-        to = self.slot(p.args[0], lambda: dtype or self.dtype(), lambda v: v in FLOATS + ("i32", "bool"))
+        to = self.slot(p.args[0], lambda: dtype or (self.dtype() if not self.ints or self.rng.random() < 0.5 else "fp32"),
+                       lambda v: v in FLOATS + ("i32", "bool"))  # an integer or bool program casts to floats too
         x = self.term(p.args[1], shape)
         return T("Cast", (to,), (x,), x.shape, to)
 
@@ -252,23 +281,28 @@ class Builder:
         body = self.term(p.args[4])
         if not body.shape:
             raise Reject("reduce of a scalar")
-        op = self.slot(p.args[0], lambda: str(self.rng.choice(("SUM", "MAX", "MIN"))), lambda v: v in NEUTRAL)
+        sums = 0.7 if self.prefer else 0.5  # a sum rounds (in 16 bits most), so more often a sum
+        op = self.slot(p.args[0], lambda: str(self.rng.choice(("SUM", "MAX", "MIN"), p=(sums, (1 - sums) / 2, (1 - sums) / 2))),
+                       lambda v: v in NEUTRAL)
         r = len(body.shape)
         ax = self.slot(p.args[1], lambda: E.tup(sorted({int(k) for k in self.rng.integers(0, r, int(self.rng.integers(1, r + 1)))})),
                        lambda v: all(0 <= k < r for k in E.parse_ints(v)) and E.parse_ints(v))
         self.slot(p.args[2], lambda: NEUTRAL[op], lambda v: v == NEUTRAL[op])
-        dt = self.slot(p.args[3], lambda: "fp32" if self.rng.random() < 0.7 else body.dtype)
+        dt = self.slot(p.args[3], lambda: body.dtype if body.dtype == self.prefer  # a 16-bit draw accumulates in 16 bits
+                       or (body.dtype in FLOATS and self.rng.random() < 0.5) else "fp32")
         out = tuple(d for k, d in enumerate(body.shape) if k not in set(E.parse_ints(ax)))
         return T("Reduce", (op, ax, NEUTRAL[op], dt), (body,), out, dt)
 
     def _reshape(self, p, shape, dtype):
         x = self.term(p.args[0], None, dtype)
         s = self.slot(p.args[1], lambda: E.shape(self._reshaped(x.shape)),
-                      lambda v: int(np.prod(_ints(_parse_shape(v)))) == int(np.prod(x.shape)))
+                      lambda v: _same_numel(_ints(_parse_shape(v)), x.shape))
         return T("Reshape", (s,), (x,), _ints(_parse_shape(s)), x.dtype)
 
     def _reshaped(self, s: tuple) -> tuple:
         k = int(self.rng.integers(4))
+        if k == 2 and self.symbolic:
+            k = 3
         if k == 0:
             at = int(self.rng.integers(len(s) + 1))
             return s[:at] + (1,) + s[at:]
@@ -295,8 +329,7 @@ class Builder:
 
     def _expand(self, p, shape, dtype):
         x = self.term(p.args[0], None, dtype)
-        s = self.slot(p.args[1], lambda: E.shape(d if d != 1 or self.rng.random() < 0.3 else int(self.rng.integers(2, 4))
-                                                 for d in x.shape),
+        s = self.slot(p.args[1], lambda: E.shape(d if d != 1 or self.rng.random() < 0.3 else self.size() for d in x.shape),
                       lambda v: len(_parse_shape(v)) == len(x.shape)
                       and all(a == b or a == 1 for a, b in zip(x.shape, _ints(_parse_shape(v)))))
         return T("Expand", (s,), (x,), _ints(_parse_shape(s)), x.dtype)
@@ -316,8 +349,12 @@ class Builder:
 
     def _shrink(self, p, shape, dtype):
         x = self.term(p.args[0], None, dtype)
-        lo = [int(self.rng.integers(0, d)) for d in x.shape]
-        hi = [int(self.rng.integers(a + 1, d + 1)) for a, d in zip(lo, x.shape)]
+        if self.symbolic:  # from 0 or 1 to the end
+            lo = [int(self.rng.integers(0, 2)) if d != 1 else 0 for d in x.shape]
+            hi = list(x.shape)
+        else:
+            lo = [int(self.rng.integers(0, d)) for d in x.shape]
+            hi = [int(self.rng.integers(a + 1, d + 1)) for a, d in zip(lo, x.shape)]
         sp = self.slot(p.args[1], lambda: E.shrink(lo, hi, [int(self.rng.integers(1, 3)) for _ in x.shape]),
                        lambda v: len(E.parse_shrink(v)[0]) == len(x.shape))
         return T("Shrink", (sp,), (x,), _ints(_parse_shape(shape_after("shrink", E.shape(x.shape), sp, ""))), x.dtype)
@@ -343,40 +380,46 @@ class Builder:
                 raise Reject("a read shape the pattern fixes to another shape than its buffer's")
             drawn = self._same_shape_map(src) if self.rng.random() < 0.6 else (s, E.identity_map(len(src)))
         m = self.slot(p.args[2], lambda: drawn[1])
-        if not _in_bounds(_ints(_parse_shape(s)), _parse_map(m), src):
+        if not self.symbolic and not _in_bounds(_ints(_parse_shape(s)), _parse_map(m), src):
             raise Reject("a read outside its buffer")
         return s, m
 
     def _imap(self, src: tuple) -> tuple:
         """(shape, map) of a random in-bounds affine read of a buffer of shape src: per axis a plain,
-        strided, reversed, windowed or constant index, and sometimes an extra broadcast axis."""
+        strided, reversed, windowed, constant or prefix index, and sometimes an extra broadcast axis."""
         out, m = [], []
         for d in src:
-            k = int(self.rng.integers(5)) if d > 1 else 0
+            if self.symbolic:  # plain, strided, reversed, windowed or constant: in bounds for every size
+                k = int(self.rng.integers(5)) if d != 1 else 0
+            else:
+                k = int(self.rng.integers(6)) if d > 1 else 0
             i = f"i{len(out)}"
             if k == 0:
                 out.append(d)
                 m.append(i)
             elif k == 1:
-                out.append((d + 1) // 2)
+                out.append(f"({d} + 1)//2" if self.symbolic else (d + 1) // 2)
                 m.append(f"2*{i}")
             elif k == 2:
                 out.append(d)
-                m.append(f"{d - 1} - {i}")
+                m.append(f"{d} - 1 - {i}")
             elif k == 3:
-                w = int(self.rng.integers(2, d + 1))
-                out += [d - w + 1, w]
+                w = 2 if self.symbolic else int(self.rng.integers(2, d + 1))
+                out += [f"{d} - 1" if self.symbolic else d - w + 1, w]
                 m.append(f"{i} + i{len(out) - 1}")
-            else:
-                m.append(str(int(self.rng.integers(d))))
+            elif k == 4:
+                m.append("0" if self.symbolic else str(int(self.rng.integers(d))))
+            else:  # a prefix: the identity map on fewer points (a guard comparing a view's shape with its operand's)
+                out.append(int(self.rng.integers(1, d)))
+                m.append(i)
         if self.rng.random() < 0.3 or not out:
-            out.insert(0, int(self.rng.integers(2, 4)))
+            out.insert(0, self.size())
             m = [_shift(e) for e in m]
         return E.shape(out), E.tup(_parse_map(E.tup(m)))
 
     def _same_shape_map(self, src: tuple) -> tuple:
         """(shape, map) of a read that keeps the buffer's shape: axes reversed, equal-size axes swapped."""
-        m = [f"{d - 1} - i{k}" if d > 1 and self.rng.random() < 0.6 else f"i{k}" for k, d in enumerate(src)]
+        m = [f"{d} - 1 - i{k}" if d != 1 and self.rng.random() < 0.6 else f"i{k}" for k, d in enumerate(src)]
         same = [k for k in range(len(src)) if src.count(src[k]) > 1]
         if len(same) >= 2:
             a, b = same[0], next(k for k in same[1:] if src[k] == src[same[0]])
@@ -387,9 +430,10 @@ class Builder:
         x = self.term(p.args[0], None, dtype)
         r = len(x.shape) + int(self.rng.integers(0, 3))
         dims = sorted(int(v) for v in self.rng.choice(r, len(x.shape), replace=False))
-        out = [int(self.rng.integers(1, 4)) for _ in range(r)]
+        out = [(1 if self.rng.random() < 0.3 else self.sym()) if self.symbolic else int(self.rng.integers(1, 4))
+               for _ in range(r)]
         for k, d in zip(dims, x.shape):
-            out[k] = d if d != 1 or self.rng.random() < 0.5 else int(self.rng.integers(2, 4))
+            out[k] = d if d != 1 or self.rng.random() < 0.5 else self.size()
         s = self.slot(p.args[1], lambda: E.shape(out))
         d = self.slot(p.args[2], lambda: E.tup(dims), lambda v: len(E.parse_ints(v)) == len(x.shape))
         return T("BroadcastInDim", (s, d), (x,), _ints(_parse_shape(s)), x.dtype)
@@ -511,24 +555,39 @@ def satisfied(b: Builder) -> bool:
     return True
 
 
+def _lit(a) -> str:
+    return a.value if isinstance(a, Atom) and a.is_string else ""
+
+
 def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int = 60,
-                variant: int = 0) -> "Instance | None":
+                variant: int = 0, symbolic: bool = False) -> "Instance | None":
     """A random instance of the query's patterns, or None when no draw satisfied it. Draws alternate
     between shapes of one axis size (a guard comparing sizes, a square transpose, equal operand shapes)
-    and free ones, equal first for odd variants; variants 2, 6, ... try integer leaves first (a rule
-    whose ops an i32 program can reach is tested on one)."""
+    and free ones, equal first for odd variants; variants 2, 6, ... try i32 leaves first and variants 10,
+    18, ... bool leaves (a rule whose ops an integer or bool program can reach is tested on one); the
+    float leaves of variants 1, 5, 9, .. prefer fp16 and of 3, 7, 11, .. bf16, or both the 16-bit type the
+    pattern names or the one its guards leave (a rule over 16-bit values, or a guard excluding them, meets
+    them), then any type."""
     if not q.roots:
         return None
     modes = ["equal", "random"] if variant % 2 else ["random", "equal"]
-    kinds = [True, False] if variant % 4 == 2 else [False]
-    for ints in kinds:
-        n = tries // len(kinds)
+    kinds = [("bool" if variant % 8 == 2 and variant > 2 else "i32"), ""] if variant % 4 == 2 else [""]
+    lit = [a.value for p in q.patterns for a in p.args if isinstance(a, Atom) and a.is_string and a.value in FLOATS[1:]]
+    out = {_lit(a) for op, a, c in q.tests if op == "!="} | {_lit(c) for op, a, c in q.tests if op == "!="}
+    free = [t for t in ("fp16", "bf16") if t not in out] or ["fp16", "bf16"]
+    # a 16-bit type the pattern names, else one its guards do not exclude
+    half = (lit[0], lit[0]) if lit else (free[0], free[-1])
+    prefer = ("", half[0], "", half[1])[variant % 4] if variant % 4 != 2 else half[variant % 3 == 0]
+    plans = [(ints, prefer) for ints in kinds] + ([("", "")] if prefer else [])  # then without the preference
+    for ints, prefer in plans:
+        n = tries // len(plans)
         for k in range(n):
-            b = Builder(q, rng, max_dim, mode=modes[0] if k < n // 2 else modes[1], ints=ints)
+            b = Builder(q, rng, max_dim, mode=modes[0] if k < n // 2 else modes[1], ints=ints, prefer=prefer,
+                        symbolic=symbolic)
             try:
                 roots = [b.term(r) for r in q.roots]
             except (Reject, ValueError, IndexError, KeyError, ZeroDivisionError):
                 continue
             if satisfied(b):
-                return Instance(roots, b.tensors)
+                return Instance(roots, b.tensors, list(b.syms))
     return None

@@ -8,12 +8,15 @@ A rule's test instances cycle through four input regimes (``REGIMES``), so every
     absorbed by another (a + b == a) and differences of nearly equal values cancel;
   * ``paired``: a tensor shaped and typed like an earlier one is that one, its negation or a copy
     perturbed in its last bits, and a lone tensor is clustered around the draw's one centre c
-    (+-c(1 + d), |d| <= 2^-6 or 2^-12, 2^-4 in 16-bit types; signs one, random, a checkerboard or stripes, along which sums cancel): x - y, x == y, x != x, one-pass variances and sums
+    (+-c(1 + d), |d| <= 2^-6 or 2^-12, 2^-4 in 16-bit types; signs one, random, a checkerboard, or stripes
+    along one axis that sum to zero along it: an inner sum across the stripes is large, an outer one along
+    them cancels): x - y, x == y, x != x, one-pass variances and sums
     of opposite values meet their worst case;
   * ``special``: IEEE special values sprinkled in: NaN, +-inf, +-0, subnormals and the dtype's largest
     finite value (every tensor holds a NaN and, past one element, an infinity), so masks, NaN
     propagation, overflow and signed zeros are exercised.
-Integer tensors get small values (with 0: division by zero), then wide ones; bools are random.
+Integer tensors get small values (with 0: division by zero), then wide ones (special: past 2^24, which fp32
+cannot hold, and the i32 extremes); bools are random.
 """
 from __future__ import annotations
 
@@ -30,6 +33,9 @@ MAX = {"fp32": float(np.finfo(np.float32).max), "fp16": float(np.finfo(np.float1
 REGIMES = ("ordinary", "paired", "special", "paired", "scaled", "paired")  # instance k takes REGIMES[k % 6]
 _SPECIAL = np.array([0.5, -0.5, 1.5, -2.5, 1.0 + 2.0 ** -12, 1.0 + 2.0 ** -9, 2049.0, -4097.0, 1.0 / 3.0,
                      -7.0e4, 7.0e4, 3.0e-8, -3.0e-8, 1.0e3, -1.0e4, 0.0, -0.0, 6.0e4, 12.5], dtype=np.float64)
+
+
+_WIDE_INTS = np.array([2 ** 24 + 1, -(2 ** 24 + 3), 2 ** 24 + 5, -(2 ** 24 + 7)], dtype=np.int64)  # odd: fp32 rounds them
 
 
 def eps(dtype: str) -> float:
@@ -73,7 +79,10 @@ def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
     for name, shape, dtype in tensors:
         shape = tuple(int(d) for d in shape)
         if dtype in ("bool", "i32"):
-            if dtype == "i32" and regime in ("scaled", "special"):
+            if dtype == "i32" and regime == "special":  # past 2^24 too: not every i32 is an fp32
+                wide = rng.integers(-3000, 3001, shape)
+                out[name] = np.where(rng.random(shape) < 0.3, rng.choice(_WIDE_INTS, shape), wide).astype(np.int32)
+            elif dtype == "i32" and regime == "scaled":
                 out[name] = rng.integers(-3000, 3001, shape).astype(np.int32)
             elif dtype == "i32" and regime == "paired" and (twin := _twin(seen, shape, dtype)) is not None:
                 out[name] = (out[twin] if rng.random() < 0.5 else -out[twin]).astype(np.int32)
@@ -91,9 +100,10 @@ def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
                 d = 1.0 + rng.uniform(-1, 1, shape) * 2.0 ** -int(rng.choice((9, 12, 20)))
                 a = x if k == 0 else -x * d if k == 1 else x * d
             else:  # clustered around the draw's one centre: x - c cancels for every pair of tensors
-                pick = rng.random()
+                pick = rng.random() * (0.6 if dtype in ("fp16", "bf16") else 1.0) + (0.4 if dtype in ("fp16", "bf16") else 0.0)
                 sign = (float(rng.choice((-1.0, 1.0))) if pick < 0.35 else np.where(rng.random(shape) < 0.5, -1.0, 1.0)
-                        if pick < 0.5 else 1.0 - 2.0 * (_parity(shape, rng, pick < 0.75) % 2))
+                        if pick < 0.5 else 1.0 - 2.0 * (_parity(shape, rng, True) % 2) if pick < 0.7
+                        else _stripes(shape, rng))
                 spread = 2.0 ** -int(rng.choice((4, 6) if dtype in ("fp16", "bf16") else (6, 12)))  # a spread the dtype holds
                 a = centre * sign * (1.0 + rng.uniform(-1, 1, shape) * spread)
         elif regime == "special":
@@ -112,10 +122,23 @@ def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
 
 
 def _parity(shape: tuple, rng: np.random.Generator, board: bool) -> np.ndarray:
-    """Index parity: of all indices (a checkerboard: every sum cancels) or of one random axis (stripes:
-    sums along it cancel, sums across it grow, so a nested sum rounds large values that then cancel)."""
+    """Index parity: of all indices (a checkerboard: every sum cancels) or of one random axis."""
     idx = np.indices(shape) if shape else np.zeros((1,), dtype=int)
     return idx.sum(axis=0) if board or not shape else idx[int(rng.integers(len(shape)))]
+
+
+def _stripes(shape: tuple, rng: np.random.Generator) -> np.ndarray:
+    """Signs along one random axis that sum to exactly zero along it (+1, -1, .., and a 0 last on an axis of
+    odd length), the same across the other axes: a sum along the axis cancels while sums across it grow,
+    so a nested sum that rounds its large inner sums before the outer one cancels them shows the rounding."""
+    if not shape:
+        return np.ones(())
+    ax = int(rng.integers(len(shape)))
+    n = shape[ax]
+    w = np.array([(-1.0) ** k for k in range(n)])
+    if n % 2:
+        w[-1] = 0.0 if n > 1 else 1.0
+    return np.broadcast_to(w.reshape([n if k == ax else 1 for k in range(len(shape))]), shape)
 
 
 def _twin(seen: list, shape: tuple, dtype: str) -> "str | None":

@@ -24,6 +24,15 @@ class RuleVerdict:
     why_not: str = ""  # why the rule was not exercised enough
     queries: list = field(default_factory=list)  # the rule's left-hand side(s), read for instantiation
     seconds: float = 0.0  # wall time spent checking it (reported only)
+    index_rule: bool = False  # its law is an equality of index maps (checker/isl_proof.py)
+    proved: int = 0  # symbolic instances on which isl proved every rewrite, for all sizes
+    unproved: str = ""  # why an index-map rule is only tested (a rewrite isl could not place)
+    refuted: str = ""  # the isl counterexample of an index-map rule, when isl found one
+
+    @property
+    def method(self) -> str:
+        """"proved" (an index-map rule isl proved on symbolic instances, for all sizes, and tested) or "tested"."""
+        return "proved" if self.index_rule and self.proved and not self.unproved and not self.unsound else "tested"
 
     def status(self, cases: int) -> str:
         if self.unsound:
@@ -55,8 +64,9 @@ class CheckReport:
         lines = [f"checked {len(self.verdicts)} rule(s) on {self.programs} test program(s) in {self.seconds:.1f}s "
                  f"(each must fire on {self.cases})"]
         for v in self.verdicts:
-            lines.append(f"  {v.status(self.cases):<11} {v.rule.name:<36} fired on {v.fired} ({v.from_pattern} from its "
-                         f"pattern), {v.checked_pairs} rewrite(s) compared  ({v.rule.file}:{v.rule.line})")
+            proof = f", proved for all sizes on {v.proved} symbolic instance(s)" if v.method == "proved" else ""
+            lines.append(f"  {v.status(self.cases):<11} {v.method:<6} {v.rule.name:<36} fired on {v.fired} ({v.from_pattern} "
+                         f"from its pattern), {v.checked_pairs} rewrite(s) compared{proof}  ({v.rule.file}:{v.rule.line})")
         for v in self.verdicts:
             if v.unsound or v.error:
                 what = "UNSOUND" if v.unsound else "UNCHECKABLE"
@@ -75,7 +85,9 @@ class CheckReport:
         return {"ok": self.ok, "exit_status": self.exit_status, "programs": self.programs,
                 "seconds": round(self.seconds, 2), "cases": self.cases,
                 "rules": [{"name": v.rule.name, "file": v.rule.file, "line": v.rule.line, "ruleset": v.rule.ruleset,
-                           "status": v.status(self.cases), "fired": v.fired, "from_pattern": v.from_pattern,
+                           "status": v.status(self.cases), "method": v.method, "proved_instances": v.proved,
+                           "unproved": v.unproved or None, "refuted_by_isl": v.refuted or None, "fired": v.fired,
+                           "from_pattern": v.from_pattern,
                            "compared": v.checked_pairs, "counterexample": v.counterexample or None,
                            "error": v.error or None, "why_not": v.why_not or None, "seconds": round(v.seconds, 3)}
                           for v in self.verdicts],

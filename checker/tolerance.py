@@ -12,8 +12,8 @@ each carries its forward error bound (``checker/bounds.py``). Element by element
   3. an infinity must match exactly (same sign); +0 and -0 are equal;
   4. finite values agree when they differ by at most the rounding both terms perform: the sum of their
      bounds in the rounding kinds (fp32, fp16, bf16) that *both* terms have (a rounding one side drops or
-     adds is a change, not a rounding; a 16-bit kind's bound counts at most at rtol 1e-3, so a moved fp16
-     rounding passes and a moved bf16 one does not), and never more than GROW times the smaller of the two bounds
+     adds is a change, not a rounding; a rounding moved within its kind, a reassociation in bf16 too, passes
+     at that kind's bound), and never more than GROW times the smaller of the two bounds
      or the output contract (``RTOL`` of the larger value): a rewrite may move a rounding, but an identity
      that loses the significant digits the other side keeps (``(a + b) - a = b``, a one-pass variance) does
      not agree, however large the careless side's own bound;
@@ -25,20 +25,17 @@ from __future__ import annotations
 import numpy as np
 
 from .bounds import Val
-from .numerics import eps
 
 GROW = 4.0  # a reassociation may grow the bound of the more accurate side by this factor
 RTOL = 1e-3  # the project's output contract: a rewrite may always move a value by this relative amount
 
 
 def common_bound(want: Val, got: Val) -> tuple:
-    """(bound of want, bound of got) in the rounding kinds both terms perform; a 16-bit kind counts at most
-    at the output contract (a bf16 rounding, 2^-8, moved is a change; an fp16 one, 2^-11, is not)."""
+    """(bound of want, bound of got) in the rounding kinds both terms perform."""
     shape = np.shape(want.v)
     kinds = set(want.err) & set(got.err)
-    scale = {k: min(1.0, RTOL / eps(k)) if eps(k) else 1.0 for k in kinds}
-    ew = sum((scale[k] * np.broadcast_to(want.err[k], shape) for k in kinds), np.zeros(shape))
-    eg = sum((scale[k] * np.broadcast_to(got.err[k], shape) for k in kinds), np.zeros(shape))
+    ew = sum((np.broadcast_to(want.err[k], shape) for k in kinds), np.zeros(shape))
+    eg = sum((np.broadcast_to(got.err[k], shape) for k in kinds), np.zeros(shape))
     return ew, eg
 
 

@@ -35,12 +35,6 @@ def test_every_shipped_rule_is_exercised_and_sound():
     assert all(v.checked_pairs >= 1 for v in rewriting), [v.rule.name for v in rewriting if not v.checked_pairs]
 
 
-# Unsound rules the checker catches only at some seeds: their failure needs a cancellation the random inputs
-# reach rarely (listed, not hidden: bench/rules_check.py reports the catch rate per seed).
-WEAK = {"new-sum16-nested-merge": "the inner fp16 roundings show only when the outer sum cancels them",
-        "new-softmax-global-max": "needs a whole row far below the global max"}
-
-
 def test_every_known_bad_rule_is_caught_and_named_with_a_counterexample():
     files = sorted((HERE / "bad_rules").glob("*.egg"))
     assert len(files) >= 20
@@ -49,8 +43,7 @@ def test_every_known_bad_rule_is_caught_and_named_with_a_counterexample():
     names = {v.rule.name: v for v in rep.verdicts}
     assert len(names) == len(files)
     missed = [n for n, v in names.items() if not v.unsound]
-    assert set(missed) <= set(WEAK), rep.format()
-    assert len(missed) <= 1, missed  # at most one weak rule slips at a seed
+    assert not missed, rep.format()
     for v in (v for v in names.values() if v.unsound):
         assert "counterexample" in v.counterexample and ("before:" in v.counterexample or "other:" in v.counterexample)
     text = rep.format()
@@ -80,7 +73,13 @@ def test_only_checks_the_named_rules_with_the_shipped_ones_as_context():
     rep = check_rules(cases=2, only=["mul-one", "srnf.egg"], seed=4, budget=3)
     names = [v.rule.name for v in rep.verdicts]
     assert "mul-one" in names and "srnf-merge-sum" in names and "read-pad" not in names
-    assert rep.exit_status == 0, rep.format()
+    # A finding, not a false positive (reported to the coordinator): distributing sum_K(x + c) into
+    # sum_K x + |K| c loses the digits the original keeps when x is close to -c (one cancellation of large
+    # sums in place of many small exact ones); every other rule named must pass.
+    known = "srnf-distribute-add-invariant-fused"
+    bad = {v.rule.name: v for v in rep.verdicts if v.status(2) != "ok"}
+    assert set(bad) <= {known}, rep.format()
+    assert all("lost the significant digits" in v.counterexample for v in bad.values()), rep.format()
     rep = check_rules(cases=1, only=["no-such-rule"])
     assert rep.exit_status == 1 and rep.errors[0].code == "E1112" and not rep.verdicts
 
@@ -263,3 +262,50 @@ def test_extract_reports_how_often_each_user_rule_matched(tmp_path):
     got = {r["name"]: r for r in run_extract(GEMM, rules_dirs=[str(tmp_path)])["user_rules"]}
     assert set(got) == {"my-add-comm", "my-neg-neg"} and got["my-add-comm"]["ruleset"] == "mine"
     assert got["my-add-comm"]["matches"] >= 1 and got["my-neg-neg"]["matches"] == 0
+
+
+def test_index_map_rules_are_proved_for_all_sizes_and_the_others_tested():
+    """Rules whose law is an equality of index maps are proved with isl on symbolic instances; the rest tested."""
+    rep = check_rules(cases=1, only=["read-permute", "read-pad", "read-flip", "mul-one"], seed=0, budget=3)
+    got = {v.rule.name: v for v in rep.verdicts}
+    assert {n: got[n].method for n in got} == {"read-permute": "proved", "read-pad": "proved", "read-flip": "proved",
+                                               "mul-one": "tested"}, rep.format()
+    assert all(got[n].proved >= 1 for n in ("read-permute", "read-pad", "read-flip"))
+    rows = {r["name"]: r for r in rep.to_json()["rules"]}
+    assert rows["read-pad"]["method"] == "proved" and rows["mul-one"]["method"] == "tested"
+    assert "proved" in rep.format() and "tested" in rep.format()
+
+
+def test_a_bad_index_map_rule_is_refuted_by_isl_as_well_as_by_testing():
+    names = ["bad-read-flip-dropped", "bad-read-permute-unmapped", "bad-pad-value-zero"]
+    rep = check_rules([str(HERE / "bad_rules")], cases=1, only=names, seed=0, budget=6)
+    for v in rep.verdicts:
+        assert v.unsound and "refuted by isl" in v.refuted and "->" in v.refuted, v.rule.name
+        assert "counterexample" in v.counterexample  # the numeric one too
+
+
+def test_isl_placements_compare_for_every_size():
+    """The placement of Flip(Read(x, [n], (i0)), (0)) is x read at n - 1 - i, not at i, for every n >= 1 but n = 1."""
+    from polysat.checker.isl_proof import Placer, Placement, differ
+    from polysat.egraph.graph import EGraphView
+    v = EGraphView(classes={}, shape={}, dtype={}, by_index={}, nodes=0)
+    p = Placer(v, ["n"])
+    from polysat.ir.expr import Expr
+    same = Placement({"t_x": p.access((Expr.of("n"),), (Expr.of("i0"),), "t_x")})
+    flipped = Placement({"t_x": p.access((Expr.of("n"),), (Expr.of("n - 1 - i0"),), "t_x")})
+    assert differ(same, same) is None
+    why = differ(same, flipped)
+    assert why and "n = " in why and "t_x" in why
+
+
+def test_guard_mutants_are_killed_or_equivalent_with_a_reason():
+    """A weakened guard: srnf-merge-fused without its fp16/bf16, identity or shape guard, cast-roundtrip without its
+    i32 guard are caught; the guards listed as redundant come with the argument and still pass when checked."""
+    from polysat.bench.rule_mutants import build, run
+    rows = [r for r in build(per_rule=100, seed=0, files={"srnf.egg", "algebra.egg"}, operators={"guard"})
+            if r["rule"] in ("srnf-merge-fused", "cast-roundtrip")]
+    summary = run(rows, seed=0, check_equivalent=True)
+    assert summary["killed"] >= 5 and summary["survived"] == 0, [r for r in rows if r["outcome"] == "survived"]
+    eq = [r for r in rows if r["outcome"] == "equivalent"]
+    assert len(eq) == 2 and all(len(r["equivalent"]) > 40 and r["checked"] == "survived" for r in eq), eq
+    assert not summary["contradictions"]
