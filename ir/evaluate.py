@@ -21,7 +21,7 @@ import numpy as np
 
 from .diagnostics import fail
 from ..knobs import eval_max_elements
-from .dtypes import DType, round_to
+from .dtypes import DType, round_kept, round_to
 from .expr import Expr
 from .shapes import bind, fmt_shape
 from .tiny import GroupOp, Ops, Program, UOp
@@ -233,17 +233,7 @@ def _unary(n, xs, env):
 @impl(*_BINARY)
 def _binary(n, xs, env):
     a, b = (_compute(x) for x in xs)
-    return _rounded(_BINARY[n.op](a, b), n.dtype)
-
-
-def _rounded(x, dtype: DType):
-    """x rounded to dtype, x itself where it is of dtype already, for a value no one writes to (a ufunc's own
-    new result, a reduction's operand): round_to would copy it whole, and copies of conv products were 270 of
-    430 s of VGG-19's reference at 224 px. Only a row-major x is kept: a copy of another layout would be summed
-    in another order."""
-    if isinstance(x, np.ndarray) and x.dtype == dtype.np and x.flags.c_contiguous:
-        return x
-    return round_to(x, dtype)
+    return round_kept(_BINARY[n.op](a, b), n.dtype)
 
 
 @impl(Ops.WHERE)
@@ -268,7 +258,7 @@ _REDUCE = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
 @impl(Ops.REDUCE)
 def _reduce(n, xs, env):
     acc = n.arg["dtype"]
-    x = _rounded(xs[0], acc) if acc.is_float else xs[0].astype(acc.np)
+    x = round_kept(xs[0], acc) if acc.is_float else xs[0].astype(acc.np)
     x = _compute(x)
     return round_to(_REDUCE[n.arg["op"]](x, axis=n.arg["axes"]), acc)
 
