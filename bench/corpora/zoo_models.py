@@ -123,8 +123,8 @@ def _tv(builder: str, px: int, **kw):
         import torchvision
         torch.manual_seed(0)
         # nn.MultiheadAttention's inference fast path (ViT-B/16) is one fused op, aten::_native_multi_head_attention,
-        # that neither torch's ONNX exporter nor a graph capture takes apart; with it off the model runs as its
-        # modules say (the same math, op by op), in eager, torch.export and torch.compile alike
+        # that torch's ONNX exporter (opset 17) refuses; with it off the model runs as its modules say (the same
+        # math, op by op), in eager, the exporters and torch.compile alike
         torch.backends.mha.set_fastpath_enabled(False)
         m = getattr(torchvision.models, builder)(weights=None, **kw).eval()
         x = (_image(px),)
