@@ -71,12 +71,39 @@ def onnx_bytes(name: str) -> "tuple[bytes, dict]":
     m, x = build(name)
     if BY_NAME[name].family == "onnx":
         return m.SerializeToString(), x
+    return export_onnx(m, x)
+
+
+def export_onnx(m, x: tuple) -> "tuple[bytes, dict]":
+    """(ONNX bytes, numpy feeds) of torch module m on inputs x: torch's TorchScript exporter at opset 17, as a
+    user without onnxscript exports, with an adaptive average pool of any size written (``_adaptive_avg_pool2d``)."""
     import torch
     names = [f"input_{k}" for k in range(len(x))]
     f = io.BytesIO()
+    torch.onnx.register_custom_op_symbolic("aten::adaptive_avg_pool2d", _adaptive_avg_pool2d, 17)
     with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         torch.onnx.export(m, x, f, dynamo=False, opset_version=17, input_names=names, do_constant_folding=True)
     return f.getvalue(), {n: t.numpy() for n, t in zip(names, x)}
+
+
+def _adaptive_avg_pool2d(g, x, output_size):
+    """torch's exporter writes an adaptive average pool only where each output size divides its input size
+    (AlexNet and VGG-19 below 224 px fail there), so the bench exports one as a user would: a global average
+    for (1, 1), else the uneven bins of the static input as two MatMuls with constant averaging matrices
+    (frontend/torch_export.py ``adaptive_bins``, the same lowering polysat's torch.export importer uses)."""
+    import torch
+    from torch.onnx._internal.torchscript_exporter import symbolic_helper as sh
+    from polysat.frontend.torch_export import adaptive_bins
+    size = sh._parse_arg(output_size, "is")  # noqa: SLF001 - the exporter's own argument reader
+    if list(size) == [1, 1]:
+        return g.op("GlobalAveragePool", x)
+    shape = sh._get_tensor_sizes(x)  # noqa: SLF001
+    lead = len(shape) - 2
+    flip = list(range(lead)) + [lead + 1, lead]
+    ph, pw = (torch.from_numpy(np.ascontiguousarray(adaptive_bins(int(n), int(o)).T)) for n, o in zip(shape[-2:], size))
+    y = g.op("MatMul", x, g.op("Constant", value_t=pw))            # (.., H, Ow)
+    y = g.op("MatMul", g.op("Transpose", y, perm_i=flip), g.op("Constant", value_t=ph))  # (.., Ow, Oh)
+    return g.op("Transpose", y, perm_i=flip)
 
 
 def _compile_and_check(doc, feeds: dict, want: list, result: dict) -> None:

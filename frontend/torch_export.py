@@ -229,14 +229,14 @@ def adaptive_avg_pool(c: Call, x, size):
     *lead, h, w = c.shape(x)
     if not all(isinstance(d, int) for d in (h, w)):
         c.unsupported("adaptive average pooling of symbolic spatial sizes")
-    ph, pw = (_bins(n, int(o)) for n, o in ((h, size[0]), (w, size[1])))
+    ph, pw = (adaptive_bins(n, int(o)) for n, o in ((h, size[0]), (w, size[1])))
     y = c.onnx("MatMul", [x, np.ascontiguousarray(pw.T)])                    # (.., H, Ow)
     y = c.onnx("Transpose", [y], perm=list(range(len(lead))) + [len(lead) + 1, len(lead)])  # (.., Ow, H)
     y = c.onnx("MatMul", [y, np.ascontiguousarray(ph.T)])                    # (.., Ow, Oh)
     return c.onnx("Transpose", [y], perm=list(range(len(lead))) + [len(lead) + 1, len(lead)])
 
 
-def _bins(n: int, o: int) -> np.ndarray:
+def adaptive_bins(n: int, o: int) -> np.ndarray:
     """(o, n): row i averages torch's adaptive bin i of an axis of n elements."""
     p = np.zeros((o, n), dtype=np.float32)
     for i in range(o):

@@ -21,7 +21,7 @@ import numpy as np
 
 from .diagnostics import fail
 from ..knobs import eval_max_elements
-from .dtypes import DType, round_to
+from .dtypes import DType, round_kept, round_to
 from .expr import Expr
 from .shapes import bind, fmt_shape
 from .tiny import GroupOp, Ops, Program, UOp
@@ -233,7 +233,7 @@ def _unary(n, xs, env):
 @impl(*_BINARY)
 def _binary(n, xs, env):
     a, b = (_compute(x) for x in xs)
-    return round_to(_BINARY[n.op](a, b), n.dtype)
+    return round_kept(_BINARY[n.op](a, b), n.dtype)
 
 
 @impl(Ops.WHERE)
@@ -258,7 +258,7 @@ _REDUCE = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
 @impl(Ops.REDUCE)
 def _reduce(n, xs, env):
     acc = n.arg["dtype"]
-    x = round_to(xs[0], acc) if acc.is_float else xs[0].astype(acc.np)
+    x = round_kept(xs[0], acc) if acc.is_float else xs[0].astype(acc.np)
     x = _compute(x)
     return round_to(_REDUCE[n.arg["op"]](x, axis=n.arg["axes"]), acc)
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..knobs import eval_max_elements
 from .diagnostics import fail
-from .dtypes import DType, round_to
+from .dtypes import DType, round_kept, round_to
 from .evaluate import _BINARY, _UNARY, _compute, wrap_index
 from .region import R, Region, RNode
 from .shapes import Dim
@@ -172,7 +172,7 @@ class _RegionRun:
             a, b = (_compute(self.eval(s, guard).to(n.axes)) for s in n.src)
             with np.errstate(all="ignore"):
                 out = _BINARY[_BINARY_OPS[n.arg]](a, b)
-            return Value(np.broadcast_to(round_to(out, n.dtype), self.shape(n.axes)), n.axes)
+            return Value(np.broadcast_to(round_kept(out, n.dtype), self.shape(n.axes)), n.axes)
         if op == R.SELECT:
             return self.select(n, guard)
         if op == R.REDUCE:
@@ -246,7 +246,7 @@ class _RegionRun:
             ga = gb = guard
         av, bv = self.eval(a, ga), self.eval(b, gb)
         out = np.where(pv.to(n.axes), av.to(n.axes), bv.to(n.axes))
-        return Value(np.broadcast_to(round_to(out, n.dtype), self.shape(n.axes)), n.axes)
+        return Value(np.broadcast_to(round_kept(out, n.dtype), self.shape(n.axes)), n.axes)
 
     def _and(self, guard: Value | None, p: Value, negate: bool) -> Value:
         m = ~p.arr if negate else p.arr
@@ -267,7 +267,7 @@ class _RegionRun:
             return self.reduce_in_blocks(n, guard, target)
         body = self.eval(n.src[0], guard)
         x = np.ascontiguousarray(self.full(body, target))  # reduced axes last and contiguous, as evaluate sums
-        x = round_to(x, acc) if acc.is_float else x.astype(acc.np)
+        x = round_kept(x, acc) if acc.is_float else x.astype(acc.np)
         x = _compute(x)
         red = tuple(range(len(n.axes), len(target)))
         out = _COMBINE[op](np.asarray(init, dtype=x.dtype), _REDUCE[op](x, axis=red))

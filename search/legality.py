@@ -20,10 +20,11 @@ def violations(view, fused, chosen=None) -> list:
     [] when the partition is legal. The reason names the reduction by its class, ``@N`` (``--explain``
     says the user's op name there)."""
     fused = frozenset(fused)
+    paths = None if chosen is None else _paths(view, chosen)
     return [("many-to-many", sorted(k.sites), k.reduce, f"fused into {'a kernel' if k.root is None else f'the reduction @{k.root}'}, "
              f"the reduction @{k.reduce} would be read by broadcast inside one kernel (many-to-many): never legal "
              "(rule many-to-many, rules/fusion.egg)")
-            for k in view.conflicts if k.sites <= fused and (chosen is None or on_path(view, k, chosen, fused))]
+            for k in view.conflicts if k.sites <= fused and (paths is None or paths.holds(k, fused))]
 
 
 def on_path(view, k, chosen: dict, fused: frozenset) -> bool:
@@ -35,49 +36,118 @@ def on_path(view, k, chosen: dict, fused: frozenset) -> bool:
     never into another Reduce's body. A value whose class holds its own identity read back (Read(Mat(x)) landed
     in x's class) is materialized by the partition unless its site is fused: the rules see no boundary
     there, the walk stops at it when that site is cut."""
-    mat = _mats(view)
-    own = _own_reads(view)
-    site_of = _sites_of(view)
-    if k.root is not None:
-        if k.root in chosen and chosen[k.root].op == "Reduce":
-            starts = [(chosen[k.root].children[0], frozenset(), True)]
-        else:  # a streamed softmax-weighted sum computes the reduction k.root: it reads its values as it did
-            starts = [(n.children[1], frozenset(), True) for n in _streams_over(view, k.root, chosen)]
-        if not starts:
-            return False
-    else:
-        inner = {c for n in chosen.values() for c in n.children}
-        starts = [(c, frozenset(), False) for c in chosen  # a kernel's root: a cut site's value or a program root
-                  if (k.top is None or c == k.top) and ((c in site_of and site_of[c] not in fused) or c not in inner)]
-    seen, stack = set(), list(starts)
-    while stack:
-        x, crossed, edge = stack.pop()
-        if (x, crossed, edge) in seen or x not in chosen:
-            continue
-        seen.add((x, crossed, edge))
-        if edge and x in own and own[x] not in fused:  # its readers read it from memory
-            continue
-        n = chosen[x]
-        if x == k.reduce:
-            if n.op == "Reduce" and crossed == k.sites:
-                return True
-            continue
-        if n.op == "SoftmaxSum":  # streamed: it computes its P V and row sum; like a Reduce, the walk stops
-            if crossed == k.sites and k.reduce in _streamed(view, x):
-                return True
-            continue
-        if n.op in ELEMENTWISE or n.op in MOVEMENT:
-            stack.extend((c, crossed, True) for c in n.children)
-        elif n.op == "Read" and n.children and n.children[0] in mat and mat[n.children[0]] != x:
-            m = n.children[0]
-            if m in k.sites:
-                stack.append((mat[m], crossed | {m}, False))
-        elif n.op == "View" and n.children and n.children[0] != x and site_of.get(n.children[0]) in k.sites:
-            stack.append((n.children[0], crossed | {site_of[n.children[0]]}, False))  # a fused read
-        elif n.op == "View" and n.children and not edge and n.children[0] not in site_of:
-            if crossed == k.sites and k.reduce in _pieces(view, n.children[0]):
-                return True  # a materialized view (the sibling concatenation): its pieces' reductions
-    return False
+    return _paths(view, chosen).holds(k, frozenset(fused))
+
+
+PATHS_KEPT = 8  # extractions whose path index a view keeps (the merge search asks one extraction many times)
+
+
+def _paths(view, chosen: dict) -> "_Paths":
+    """The path index of one extraction, kept on the view for the last PATHS_KEPT extractions asked."""
+    kept = view.__dict__.setdefault("_paths", {})
+    p = kept.get(id(chosen))
+    if p is None or p.chosen is not chosen:
+        p = kept[id(chosen)] = _Paths(view, chosen)
+        while len(kept) > PATHS_KEPT:
+            del kept[next(iter(kept))]
+    return p
+
+
+class _Paths:
+    """``on_path`` for one extraction, fast when asked many times (the merge search asks it for every
+    group it prices). Built once: each chosen class's readers, with the site a read crosses. Per conflict,
+    once: the classes the walk can reach its reduction from (a walk backwards from its ends across reads
+    of its sites only), the walk's starts among them, and the sites whose cut the walk asks about there.
+    The walk itself runs only inside those classes, and its answer is kept per the decision set's part
+    over those sites: the same walk on the same answers gives the same result."""
+
+    def __init__(self, view, chosen: dict):
+        self.view, self.chosen = view, chosen
+        self.mat, self.own, self.site_of = _mats(view), _own_reads(view), _sites_of(view)
+        self.inner = {c for n in chosen.values() for c in n.children}
+        readers: dict = {}  # class -> [(reader class, the site its read crosses or None)]
+        ends = []  # chosen SoftmaxSum classes and materialized views (a walk's other ends)
+        for x, n in chosen.items():
+            if n.op in ELEMENTWISE or n.op in MOVEMENT:
+                for c in n.children:
+                    readers.setdefault(c, []).append((x, None))
+            elif n.op == "Read" and n.children and n.children[0] in self.mat and self.mat[n.children[0]] != x:
+                readers.setdefault(self.mat[n.children[0]], []).append((x, n.children[0]))
+            elif n.op == "View" and n.children and n.children[0] != x and n.children[0] in self.site_of:
+                readers.setdefault(n.children[0], []).append((x, self.site_of[n.children[0]]))
+            if n.op == "SoftmaxSum" or (n.op == "View" and n.children and n.children[0] not in self.site_of):
+                ends.append(x)
+        self.readers, self.ends = readers, ends
+        self.per: dict = {}  # conflict -> (classes, starts, asked sites, answers)
+
+    def _region(self, k):
+        if k in self.per:
+            return self.per[k]
+        view, chosen = self.view, self.chosen
+        tips = [k.reduce] if k.reduce in chosen else []
+        for x in self.ends:
+            n = chosen[x]
+            if (k.reduce in _streamed(view, x)) if n.op == "SoftmaxSum" else (k.reduce in _pieces(view, n.children[0])):
+                tips.append(x)
+        up, stack = set(), tips
+        while stack:
+            c = stack.pop()
+            if c in up:
+                continue
+            up.add(c)
+            stack.extend(x for x, s in self.readers.get(c, ()) if s is None or s in k.sites)
+        if k.root is not None:
+            if k.root in chosen and chosen[k.root].op == "Reduce":
+                starts = [chosen[k.root].children[0]]
+            else:  # a streamed softmax-weighted sum computes the reduction k.root: it reads its values as it did
+                starts = [n.children[1] for n in _streams_over(view, k.root, chosen)]
+            starts = [(c, None) for c in starts if c in up]
+        else:  # a kernel's root: a cut site's value (its site asked) or a program root
+            starts = [(c, self.site_of.get(c) if c in self.inner else None) for c in up
+                      if (k.top is None or c == k.top) and (c in self.site_of or c not in self.inner)]
+        asked = frozenset({s for _, s in starts if s is not None} | {self.own[x] for x in up if x in self.own})
+        self.per[k] = (up, starts, asked, {})
+        return self.per[k]
+
+    def holds(self, k, fused: frozenset) -> bool:
+        up, starts, asked, answers = self._region(k)
+        key = asked & fused
+        if key not in answers:
+            answers[key] = self._walk(k, up, [(c, frozenset(), k.root is not None) for c, s in starts
+                                              if s is None or s not in fused], fused)
+        return answers[key]
+
+    def _walk(self, k, up: set, starts: list, fused: frozenset) -> bool:
+        view, chosen, mat, own, site_of = self.view, self.chosen, self.mat, self.own, self.site_of
+        seen, stack = set(), starts
+        while stack:
+            x, crossed, edge = stack.pop()
+            if (x, crossed, edge) in seen or x not in up:
+                continue
+            seen.add((x, crossed, edge))
+            if edge and x in own and own[x] not in fused:  # its readers read it from memory
+                continue
+            n = chosen[x]
+            if x == k.reduce:
+                if n.op == "Reduce" and crossed == k.sites:
+                    return True
+                continue
+            if n.op == "SoftmaxSum":  # streamed: it computes its P V and row sum; like a Reduce, the walk stops
+                if crossed == k.sites and k.reduce in _streamed(view, x):
+                    return True
+                continue
+            if n.op in ELEMENTWISE or n.op in MOVEMENT:
+                stack.extend((c, crossed, True) for c in n.children)
+            elif n.op == "Read" and n.children and n.children[0] in mat and mat[n.children[0]] != x:
+                m = n.children[0]
+                if m in k.sites:
+                    stack.append((mat[m], crossed | {m}, False))
+            elif n.op == "View" and n.children and n.children[0] != x and site_of.get(n.children[0]) in k.sites:
+                stack.append((n.children[0], crossed | {site_of[n.children[0]]}, False))  # a fused read
+            elif n.op == "View" and n.children and not edge and n.children[0] not in site_of:
+                if crossed == k.sites and k.reduce in _pieces(view, n.children[0]):
+                    return True  # a materialized view (the sibling concatenation): its pieces' reductions
+        return False
 
 
 def _streams_over(view, r: int, chosen: dict) -> list:
@@ -133,7 +203,10 @@ def _sites_of(view) -> dict:
 
 def _pieces(view, y: int) -> set:
     """The classes reached from y through any elementwise or movement node, never through a read
-    (rules/fusion.egg piece-of: the pieces of a materialized view, up to their reductions)."""
+    (rules/fusion.egg piece-of: the pieces of a materialized view, up to their reductions); kept per view."""
+    memo = view.__dict__.setdefault("_pieces", {})
+    if y in memo:
+        return memo[y]
     out, stack = set(), [y]
     while stack:
         x = stack.pop()
@@ -141,4 +214,5 @@ def _pieces(view, y: int) -> set:
             continue
         out.add(x)
         stack.extend(c for n in view.classes.get(x, ()) if n.op in ELEMENTWISE or n.op in MOVEMENT for c in n.children)
-    return out
+    memo[y] = frozenset(out)
+    return memo[y]

@@ -38,9 +38,9 @@ def test_torch_compile_backend_runs_through_polysat(caplog, monkeypatch):
     import polysat.commands.torch_compile as tc
     compiled_graphs, real = [], tc.compile_graph
 
-    def counting(gm, inputs, target, cost):
+    def counting(gm, inputs, target, cost, consts=None):
         compiled_graphs.append(target)
-        return real(gm, inputs, target, cost)
+        return real(gm, inputs, target, cost, consts)
     monkeypatch.setattr(tc, "compile_graph", counting)
     m, args = build("gpt2_block")
     torch._dynamo.reset()
@@ -64,6 +64,37 @@ def test_torch_compile_falls_back_to_eager_with_a_logged_reason(caplog):
         got = torch.compile(Sorts(), backend=polysat_backend)(x)
     np.testing.assert_allclose(got.numpy(), (torch.sort(x, dim=-1).values * 2.0).numpy())
     assert any("E1102" in r.getMessage() and "sort" in r.getMessage() for r in caplog.records), caplog.text
+
+
+class _Rotary(torch.nn.Module):
+    """LLaMA's rotary tables: cos and sin of a buffer times positions made in the graph (polysat takes cos/sin
+    only where they fold at import, so the buffer must be a constant of the graph), and a plain tensor attribute
+    (GPT-2's kind: a constant dynamo keeps as an attribute, read while AOTAutograd's fake mode is on)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (100.0 ** (torch.arange(0, 8, 2).float() / 8)))
+        self.w = torch.nn.Parameter(torch.randn(8, 8))
+        self.scale = torch.tensor([0.5])
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1], dtype=torch.float32)
+        f = pos[:, None] * self.inv_freq[None, :]
+        emb = torch.cat([f, f], dim=-1)
+        return (x @ self.w) * emb.cos() + x * emb.sin() * self.scale
+
+
+def test_torch_compile_binds_parameters_and_buffers_as_constants(caplog):
+    """No fallback on the rotary tables; a buffer written in place after compiling is compiled again, never
+    stale (eager torch the oracle both times)."""
+    m, x = _Rotary().eval(), torch.randn(1, 6, 8)
+    torch._dynamo.reset()
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="polysat.torch"):
+        compiled = torch.compile(m, backend=polysat_backend, options={"target": "playback"})
+        np.testing.assert_allclose(compiled(x).numpy(), m(x).numpy(), rtol=1e-4, atol=1e-5)
+        m.inv_freq.mul_(3.0)
+        np.testing.assert_allclose(compiled(x).numpy(), m(x).numpy(), rtol=1e-4, atol=1e-5)
+    assert not [r for r in caplog.records if "eagerly" in r.getMessage()], caplog.text
 
 
 def test_unsupported_aten_op_is_a_diagnostic():

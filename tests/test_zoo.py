@@ -37,3 +37,36 @@ def test_zoo_model_outputs_carry_signal(name):
     with torch.no_grad():
         y = m(*x).numpy()
     assert not m.training and np.isfinite(y).all() and float(y.std()) > 1e-3, float(y.std())
+
+
+def test_uneven_adaptive_pool_exports_and_compiles():
+    """AlexNet (6x6) and VGG-19 (7x7) pool a feature map their output size does not divide at the zoo's image
+    sizes; torch's exporter refuses that, the bench writes it as averaging MatMuls (bench/zoo._adaptive_avg_pool2d):
+    onnxruntime on those bytes matches eager torch, and polysat's ONNX path matches onnxruntime."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    import torch
+    from polysat.frontend.onnx import import_onnx
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d((3, 2))).eval()
+    x = (torch.randn(1, 3, 7, 6),)  # 5x4 features: bins of 2 and 3 rows overlapping, 2 columns each
+    data, feeds = zoo.export_onnx(m, x)
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
+    with torch.no_grad():
+        np.testing.assert_allclose(want[0], m(*x).numpy(), rtol=1e-5, atol=1e-6)
+    r: dict = {}
+    zoo._compile_and_check(import_onnx(onnx.load_from_string(data), origin="pool.onnx"), feeds, want, r)
+    assert r["reference_ok"] and r["playback_ok"], r
+
+
+def test_vit_b_16_multi_head_attention_exports_op_by_op():
+    """nn.MultiheadAttention's inference fast path is one fused ATen op torch's ONNX exporter refuses
+    (aten::_native_multi_head_attention, opset 17); the zoo builds ViT-B/16 with it off, so its attention exports
+    as the module's ops (the ONNX path and the peers' bytes)."""
+    import onnx
+    from polysat.bench.corpora.zoo_models import build
+    m, x = build("vit_b_16")
+    data, _ = zoo.export_onnx(m, x)
+    ops = {n.op_type for n in onnx.load_from_string(data).graph.node}
+    assert {"MatMul", "Softmax"} <= ops, sorted(ops)

@@ -122,6 +122,10 @@ def _tv(builder: str, px: int, **kw):
         import torch
         import torchvision
         torch.manual_seed(0)
+        # nn.MultiheadAttention's inference fast path (ViT-B/16) is one fused op, aten::_native_multi_head_attention,
+        # that torch's ONNX exporter (opset 17) refuses; with it off the model runs as its modules say (the same
+        # math, op by op), in eager, the exporters and torch.compile alike
+        torch.backends.mha.set_fastpath_enabled(False)
         m = getattr(torchvision.models, builder)(weights=None, **kw).eval()
         x = (_image(px),)
         return _alive(m, x), x
