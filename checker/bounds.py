@@ -292,7 +292,11 @@ def reduce(op: str, axes: tuple, body: Val, v: np.ndarray, acc: str) -> Val:
             nan_in = np.isnan(fb).any(axis=axes).reshape(shape)
             over = (~np.isfinite(_f64(v)) & fin) | (np.isnan(_f64(v)) & ~nan_in)  # overflow, or inf - inf
         und = over if und is None else und | over
-        ovf = body.overflowed().any(axis=axes).reshape(shape) | (~np.isfinite(_f64(v)) & ~np.isnan(_f64(v)) & fin)
+        # an overflow of the accumulation: an infinity from finite terms, or a NaN from terms with no NaN and
+        # infinities of one sign only (a partial sum overflowed into the other sign's infinity)
+        both = (np.isposinf(fb).any(axis=axes) & np.isneginf(fb).any(axis=axes)).reshape(shape)
+        ovf = body.overflowed().any(axis=axes).reshape(shape) | (~np.isfinite(_f64(v)) & ~np.isnan(_f64(v)) & fin) \
+            | (np.isnan(_f64(v)) & ~nan_in & ~both)
     else:
         ovf = body.overflowed().any(axis=axes).reshape(shape)
     return Val(v, err, und if und is not None and und.any() else None, ovf=ovf if ovf.any() else None)
