@@ -49,6 +49,9 @@ def no_simt(monkeypatch):
     from polysat.backend import kinds
     mma = tuple(k for k in kinds.kinds() if k.name != "simt")
     monkeypatch.setattr(kinds, "kinds", lambda: mma)
+    kinds._bind_canonical.cache_clear()  # bindings made per canonical form with every kind are not this run's
+    yield
+    kinds._bind_canonical.cache_clear()
 
 
 def test_dump_all_writes_every_stage_that_can_be_made_and_reports_the_one_that_cannot(tmp_path, no_simt):
