@@ -93,7 +93,7 @@ def test_one_rounding_agrees_and_a_changed_value_does_not(x, dt):
     assert agree(Val(a, bound), Val(a, bound)).all()
     nudged = round_to(a * np.float32(1 + EPS[dt] / 2), DType(dt)).astype(np.float32)
     moved_ok = agree(Val(a, bound), Val(nudged, {dt: EPS[dt] * np.abs(nudged.astype(np.float64))})).all()
-    # a rounding moved by one ulp agrees, in bf16 too (a reassociation within rounding passes: issue 27, deliverable 1)
+    # a rounding moved by one ulp agrees, in bf16 too (a reassociation within rounding passes)
     assert moved_ok
     if abs(x) > 1e-3:
         moved = a * np.float32(1 + 8 * EPS[dt])

@@ -98,7 +98,7 @@ BF16_OUT = (STREAMING.read_text().split("(ruleset streaming)")[0] + "(ruleset st
 
 def test_moving_a_bf16_rounding_of_p_is_within_rounding(tmp_path):
     """Moving the bf16 rounding of P across the division by l moves one bf16 rounding within its kind: the
-    checker's policy (docs/rules.md, rule 4) lets it pass, as it lets a bf16 reassociation pass (issue 27)."""
+    checker's policy (docs/rules.md, rule 4) lets it pass, as it lets a bf16 reassociation pass."""
     (tmp_path / "bf16.egg").write_text(BF16_OUT)
     files = [str(RULES_DIR / "movement.egg"), str(tmp_path / "bf16.egg")]
     rep = check_rules(files, cases=3, builtin=False, seed=0, max_programs=120)
