@@ -17,7 +17,7 @@ included), kernels, polysat's modelled time (Poly Core, µs) beside the one-kern
 prices, the saturation's and the search's stop reasons, and ``worse``: the chosen partition priced above
 either baseline (must never happen). A table is printed and JSON written.
 
-    python -m polysat.bench.scale [--quick] [--only NAME,..] [--out PATH] [--timeout S] [--no-size]
+    python -m polysat.bench.scale [--quick] [--only NAME,..] [--out PATH] [--timeout S] [--no-size] [--dtype fp16]
 
 ``--quick`` (CI, well under two minutes): the smallest points (one LLaMA-2-7B layer, one GPT-2 small
 layer, a two-expert soft MoE).
@@ -38,8 +38,15 @@ from .report import tinygrad_errors
 HERE = pathlib.Path(__file__).resolve().parent
 
 
-def points(quick: bool) -> list:
-    """(name, builder name, args) of every graph, the quick ones first."""
+HALF = ("llama2_7b", "llama3_8b")  # the builders that also write a half-precision model (--dtype fp16)
+
+
+def points(quick: bool, dtype: str = "fp32") -> list:
+    """(name, builder name, args) of every graph, the quick ones first; with ``dtype`` fp16, the LLaMA
+    graphs only, written in half precision (weights, activations and the rotary tables fp16; the RMSNorms
+    and softmaxes cast up to fp32 and back, as transformers' modules do) and named ``..._fp16``."""
+    if dtype != "fp32":
+        return [(f"{n}_{dtype}", b, args + (dtype,)) for n, b, args in points(quick) if b in HALF]
     out = [("llama2_7b_L1", "llama2_7b", (1,)), ("gpt2_small_L1", "gpt2", ("small", 1)),
            ("soft_moe_e2", "soft_moe", (2,))]
     if quick:
@@ -145,17 +152,17 @@ def measure(name: str, builder: str, args: tuple, arch: str = "sm90", timeout: f
 
 
 def table(rows: list) -> str:
-    head = (f"{'graph':<16}| {'tg s':>7}{'tg MB':>7}{'tg kern':>8} | {'ps s':>7}{'ps MB':>7}{'kern':>6}{'model µs':>11}"
+    head = (f"{'graph':<20}| {'tg s':>7}{'tg MB':>7}{'tg kern':>8} | {'ps s':>7}{'ps MB':>7}{'kern':>6}{'model µs':>11}"
             f"{'1/op µs':>11}{'size µs':>11}{'cpu x':>7} | stops (saturation; search)")
     lines = [head, "-" * len(head)]
     for r in rows:
         ps, tg = r["polysat"], r["tinygrad"]
         tgs = f"{tg['cpu_s']:>7.2f}{tg['peak_mb']:>7.0f}{tg['kernels']:>8}" if "error" not in tg else f"{'error':>22}"
         if "error" in ps:
-            lines.append(f"{r['graph']:<16}| {tgs} | error: {ps['error']}")
+            lines.append(f"{r['graph']:<20}| {tgs} | error: {ps['error']}")
             continue
         worse = "  WORSE THAN A BASELINE" if ps["worse"] else ""
-        lines.append(f"{r['graph']:<16}| {tgs} | {ps['cpu_s']:>7.2f}{ps['peak_mb']:>7.0f}{ps['kernels']:>6}"
+        lines.append(f"{r['graph']:<20}| {tgs} | {ps['cpu_s']:>7.2f}{ps['peak_mb']:>7.0f}{ps['kernels']:>6}"
                      f"{ps['time_est_us']:>11.1f}{ps['unfused_us']:>11.1f}{ps.get('size_us', float('nan')):>11.1f}"
                      f"{r.get('cpu_ratio', float('nan')):>7.2f} | {ps['saturation_stop']}; {ps['search_stop']}{worse}")
     lines += tinygrad_errors(rows, "graph")
@@ -173,15 +180,17 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="sm90")
     ap.add_argument("--timeout", type=float, default=900.0, help="wall seconds per side and graph")
     ap.add_argument("--no-size", action="store_true", help="skip the --cost size partition's compile")
+    ap.add_argument("--dtype", default="fp32", choices=("fp32", "fp16"),
+                    help="fp16: the LLaMA graphs only, as a half-precision export (names end in _fp16)")
     a = ap.parse_args(argv)
     only = {s for s in a.only.split(",") if s}
-    todo = [p for p in points(a.quick and not only) if not only or p[0] in only]
+    todo = [p for p in points(a.quick and not only, a.dtype) if not only or p[0] in only]
     rows, t0 = [], time.perf_counter()
     for name, builder, args in todo:
         rows.append(measure(name, builder, args, a.arch, a.timeout, not a.no_size))
         print(f"  {name}: done ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
     print(table(rows))
-    doc = {"quick": a.quick, "arch": a.arch, "python": platform.python_version(),
+    doc = {"quick": a.quick, "arch": a.arch, "dtype": a.dtype, "python": platform.python_version(),
            "total_s": round(time.perf_counter() - t0, 2), "rows": rows}
     pathlib.Path(a.out).write_text(json.dumps(doc, indent=1), encoding="utf-8")
     print(f"total {doc['total_s']}s; wrote {a.out}")

@@ -102,7 +102,10 @@ class G:
                                  self.scalar(math.sqrt(dh))])
         if mask is not None:
             scores = self.op("Where", [mask, scores, self.scalar(-np.inf)])
-        return self.op("MatMul", [self.op("Softmax", [scores], axis=-1), v])
+        return self.op("MatMul", [self.softmax(scores), v])
+
+    def softmax(self, scores: str) -> str:
+        return self.op("Softmax", [scores], axis=-1)
 
 
 def _io(name: str, shape: list):

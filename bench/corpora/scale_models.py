@@ -23,25 +23,51 @@ from onnx import TensorProto, helper
 from ...examples.onnx_models import G, _io
 
 
-class WeightFree(G):
-    """A graph whose weights are graph inputs (``inputs``), not initializers."""
+DTYPES = {"fp32": (np.float32, TensorProto.FLOAT), "fp16": (np.float16, TensorProto.FLOAT16)}
 
-    def __init__(self):
+
+class WeightFree(G):
+    """A graph whose weights are graph inputs (``inputs``), not initializers, of element type ``dtype``
+    (``fp32`` or ``fp16``: a model exported in half precision, weights and activations fp16)."""
+
+    def __init__(self, dtype: str = "fp32"):
         super().__init__(0)
         self.inputs: list = []
+        self.dtype = dtype
+        self.np_type, self.elem = DTYPES[dtype]
+
+    def io(self, name: str, shape: list):
+        return helper.make_tensor_value_info(name, self.elem, shape)
 
     def weight(self, *shape: int, scale: "float | None" = None) -> str:
         n = self.name("w")
-        self.inputs.append(_io(n, list(shape)))
+        self.inputs.append(self.io(n, list(shape)))
         return n
+
+    def scalar(self, v: float) -> str:
+        return self.init(np.asarray(v, dtype=self.np_type), "c")
+
+    def cast(self, x: str, up: bool) -> str:
+        """``x`` of the graph's type cast up to fp32 (``up``), or an fp32 ``x`` cast back down; ``x`` itself in
+        an fp32 graph."""
+        return x if self.dtype == "fp32" else self.op("Cast", [x], to=TensorProto.FLOAT if up else self.elem)
 
     def layernorm(self, x: str, d: int) -> str:
         return self.op("LayerNormalization", [x, self.weight(d), self.weight(d)], axis=-1, epsilon=1e-5)
 
     def rmsnorm(self, x: str, d: int) -> str:
-        ms = self.op("ReduceMean", [self.op("Mul", [x, x])], axes=[-1], keepdims=1)
-        inv = self.op("Div", [self.scalar(1.0), self.op("Sqrt", [self.op("Add", [ms, self.scalar(1e-6)])])])
-        return self.op("Mul", [self.op("Mul", [x, inv]), self.weight(d)])
+        """In fp32 whatever the graph's type (a half model's exporter casts up and back, as transformers'
+        LlamaRMSNorm does), the scale applied in the graph's type."""
+        x32 = self.cast(x, True)
+        ms = self.op("ReduceMean", [self.op("Mul", [x32, x32])], axes=[-1], keepdims=1)
+        one = self.init(np.asarray(1.0, dtype=np.float32), "c")
+        eps = self.init(np.asarray(1e-6, dtype=np.float32), "c")
+        inv = self.op("Div", [one, self.op("Sqrt", [self.op("Add", [ms, eps])])])
+        return self.op("Mul", [self.cast(self.op("Mul", [x32, inv]), False), self.weight(d)])
+
+    def softmax(self, scores: str) -> str:
+        """In fp32 whatever the graph's type (cast up and back, as transformers' eager attention does)."""
+        return self.cast(self.op("Softmax", [self.cast(scores, True)], axis=-1), False)
 
     def conv_bn(self, x: str, cin: int, cout: int, k: int, stride: int = 1, relu: bool = True) -> str:
         y = self.op("Conv", [x, self.weight(cout, cin, k, k)], kernel_shape=[k, k], strides=[stride, stride],
@@ -56,7 +82,7 @@ class WeightFree(G):
         return self.op("Slice", [x, self.ints(lo), self.ints(hi), self.ints(axis)])
 
     def built(self, inputs: list, output: str, shape: list, name: str):
-        return self.model(inputs + self.inputs, [_io(output, shape)], name)
+        return self.model(inputs + self.inputs, [self.io(output, shape)], name)
 
 
 def _ids(s: int):
@@ -79,10 +105,10 @@ def _repeat_kv(g: WeightFree, x: str, kv: int, rep: int, s: int, dh: int) -> str
 
 
 def llama(layers: int, d: int = 4096, heads: int = 32, kv: int = 32, ffn: int = 11008, s: int = 128,
-          vocab: int = 32000, name: str = "llama"):
+          vocab: int = 32000, name: str = "llama", dtype: str = "fp32"):
     """Token embedding, ``layers`` pre-RMSNorm decoder layers (rotary q/k, causal GQA attention, SiLU-gated
-    MLP, both residuals), the final RMSNorm."""
-    g = WeightFree()
+    MLP, both residuals), the final RMSNorm; weights, activations and the rotary tables of type ``dtype``."""
+    g = WeightFree(dtype)
     dh, rep = d // heads, heads // kv
     cos, sin = "rope_cos", "rope_sin"
     mask = g.init(np.tril(np.ones((s, s), dtype=bool)).reshape(1, 1, s, s), "causal_mask")
@@ -100,15 +126,16 @@ def llama(layers: int, d: int = 4096, heads: int = 32, kv: int = 32, ffn: int = 
         x = g.op("Add", [x, g.matmul(act, ffn, d)])
     out = g.op("Identity", [g.rmsnorm(x, d)])
     g.nodes[-1].output[0] = "hidden"
-    return g.built([_ids(s), _io(cos, [1, 1, s, dh]), _io(sin, [1, 1, s, dh])], "hidden", [1, s, d], name)
+    return g.built([_ids(s), g.io(cos, [1, 1, s, dh]), g.io(sin, [1, 1, s, dh])], "hidden", [1, s, d], name)
 
 
-def llama2_7b(layers: int):
-    return llama(layers, name=f"llama2_7b_L{layers}")
+def llama2_7b(layers: int, dtype: str = "fp32"):
+    return llama(layers, name=f"llama2_7b_L{layers}" + ("" if dtype == "fp32" else f"_{dtype}"), dtype=dtype)
 
 
-def llama3_8b(layers: int):
-    return llama(layers, kv=8, ffn=14336, vocab=128256, name=f"llama3_8b_L{layers}")
+def llama3_8b(layers: int, dtype: str = "fp32"):
+    return llama(layers, kv=8, ffn=14336, vocab=128256, name=f"llama3_8b_L{layers}" + ("" if dtype == "fp32" else
+                                                                                        f"_{dtype}"), dtype=dtype)
 
 
 GPT2 = {"small": (768, 12, 12), "medium": (1024, 16, 24), "large": (1280, 20, 36), "xl": (1600, 25, 48)}
