@@ -64,8 +64,9 @@ def extract_result(c: Compilation) -> dict:
 def _region_json(p, arch: str) -> dict:
     k = p.kernel
     d = {"name": k.name, "inputs": list(k.inputs), "outputs": list(k.outputs), "nodes": len(k.nodes)}
-    if p.region is None:  # a kernel with no Poly-View statement (a copy of memory)
-        d["cost"] = {"flops": 0, "bytes": 0, "time_est_us": 0.0, "bound": "none"}
+    if p.region is None:  # a kernel with no Poly-View statement: a copy of memory (pricing/kernels.py copy_cost)
+        c = p.cost
+        d["cost"] = {"flops": 0, "bytes": c.bytes, "time_est_us": round(c.time_est_us, 4), "bound": c.bound}
         d["analysis"] = None
         return d
     c = p.cost

@@ -10,14 +10,17 @@ again, in another candidate or another identical layer, hits the price caches. T
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ..analyses.isl_util import isl_name
 from ..analyses.poly_from_view import regions_from_partition
+from ..analyses.devices import device
 from ..analyses.poly_region import Access, PolyRegion, Statement, TensorInfo
 from ..analyses.price import Cost, price
+from ..analyses.roofline import roofline
 from ..backend.common.spec import IN_DTYPES
 from ..backend.kinds import tensor_core_kind
 from ..egraph.region_synth import synthesize
@@ -26,6 +29,7 @@ from ..ir import deadline
 from ..ir.diagnostics import PolysatError
 from ..ir.region_layout import store_for_readers
 from ..ir.region_narrow import narrow_boundaries
+from ..ir.shapes import bind as bind_shape
 from ..ir.tiny import GroupOp, Ops, Program
 
 
@@ -132,7 +136,7 @@ def canonical(region: PolyRegion) -> PolyRegion:
 class Priced:
     """One kernel of a partition with its Poly Core region and price."""
     kernel: object  # egraph.partition.Kernel
-    region: "PolyRegion | None"  # None: a kernel with no statement (a pure copy of memory)
+    region: "PolyRegion | None"  # None: a kernel with no statement (a pure copy of memory, priced by copy_cost)
     cost: "Cost | None"
 
 
@@ -177,9 +181,24 @@ def price_kernels(prog: Program, part, params: dict, arch: str) -> list:
     for k in part.kernels:
         deadline.check(f"kernel {k.name}")
         r = regions.get(k.name)
-        c = None if r is None else dataclasses.replace(price(canonical(r), arch), region=k.name)
+        c = copy_cost(prog, k, params, arch) if r is None else dataclasses.replace(price(canonical(r), arch), region=k.name)
         out.append(Priced(k, r, c))
     return out
+
+
+def copy_cost(prog: Program, k, params: dict, arch: str) -> Cost:
+    """The price of a kernel with no statement: a copy of memory (a slice of the sibling GEMMs' concatenation,
+    a transpose or a broadcast written out), which the SIMT kind launches like any kernel: the launch, its
+    outputs written and as many bytes read (at most its inputs' bytes) at the device's copy bandwidth."""
+    dev = device(arch)
+
+    def size(i: str) -> int:
+        return math.prod(bind_shape(prog[i].shape, params)) * prog[i].dtype.itemsize
+    wrote = sum(size(o) for o in k.outputs)
+    read = min(wrote, sum(size(i) for i in k.inputs))
+    load, store = (n / (dev.dram_tbps * 1e12) * 1e6 for n in (read, wrote))
+    return Cost(roofline(dev, (load + store,), unit="us"), 0, read + wrote, 0, 0, 0, 0, 0.0, 0, 0, (), "memory",
+                (("load", load), ("store", store), ("launch", dev.launch_us)), (), 0.0, (), 1, k.name)
 
 
 def total_us(priced: list) -> float:
