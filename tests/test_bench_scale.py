@@ -32,6 +32,24 @@ def test_the_graphs_are_weight_free_and_valid():
         assert len(m.SerializeToString()) < 1 << 20 and name in GRAPHS
 
 
+def test_the_half_precision_llama_is_a_half_precision_export():
+    """--dtype fp16: every float input (weights, rotary tables) and the output fp16; only the RMSNorms and the
+    softmax run in fp32, each between a Cast up and a Cast back, as transformers' modules are exported; the
+    names of the points say so and the other graphs have no fp16 point."""
+    m = build("llama2_7b", 2, "fp16")
+    onnx.checker.check_model(m)
+    types = {i.name: i.type.tensor_type.elem_type for i in list(m.graph.input) + list(m.graph.output)}
+    assert types.pop("input_ids") == onnx.TensorProto.INT64
+    assert set(types.values()) == {onnx.TensorProto.FLOAT16}, types
+    casts = [n for n in m.graph.node if n.op_type == "Cast"]
+    norms = sum(n.op_type == "ReduceMean" for n in m.graph.node)
+    softmaxes = sum(n.op_type == "Softmax" for n in m.graph.node)
+    assert norms == 2 * 2 + 1 and softmaxes == 2 and len(casts) == 2 * (norms + softmaxes)
+    assert [p[0] for p in scale.points(True, "fp16")] == ["llama2_7b_L1_fp16"]
+    assert {p[1] for p in scale.points(False, "fp16")} == {"llama2_7b", "llama3_8b"}
+    assert build("llama2_7b", 2).SerializeToString() == build("llama2_7b", 2, "fp32").SerializeToString()
+
+
 def test_llama2_7b_dims_take_seven_kernels_a_layer():
     """LLaMA-2-7B dims (fp32, 2 layers, segmented: one layer searched): RMSNorm | Q/K/V in one GEMM | RoPE +
     attention | out-projection | residual + RMSNorm | gate/up in one GEMM + SiLU x up | down-projection, the
