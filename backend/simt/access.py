@@ -104,8 +104,20 @@ def stride(spec: SimtSpec, index: tuple, shape: tuple, axis: str, env: Mapping[s
     return int(off.evaluate({**base, axis: 1})) - int(off.evaluate(base))
 
 
+def read_stride(spec: SimtSpec, n: RNode, shape: tuple, axis: str, env: Mapping[str, int]) -> "int | None":
+    """Elements between read n's loads at axis = 1 and axis = 0; None when not known before run time (a
+    Gather whose index varies along axis: the loads land anywhere on the gathered dim). A Gather whose index
+    does not vary along axis strides as its other dims' map does (the gathered position is fixed)."""
+    if n.op == R.READ:
+        return stride(spec, n.arg[1], shape, axis, env)
+    tensor, at, others = n.arg
+    if axis in n.src[0].axes:
+        return None
+    return stride(spec, others[:at] + (Expr.const(0),) + others[at:], shape, axis, env)
+
+
 def work(spec: SimtSpec, top: RNode, env: Mapping[str, int], skip: set) -> tuple[float, list]:
-    """(arithmetic ops, [(read node, multiplicity)]) to evaluate top at one point; an inline Reduce
+    """(arithmetic ops, [(read or gather node, multiplicity)]) to evaluate top at one point; an inline Reduce
     multiplies its body by its trip count; nodes in skip (row statistics) cost nothing."""
     lets = spec.region.let_map
     memo: dict = {}
@@ -122,6 +134,8 @@ def work(spec: SimtSpec, top: RNode, env: Mapping[str, int], skip: set) -> tuple
         if n.op == R.READ:
             reads.append((n, mult))
             return 0.0
+        if n.op == R.GATHER:  # the tensor's load, after the index's
+            reads.append((n, mult))
         if n.op == R.REDUCE:
             trip = 1
             for a in n.arg[1]:

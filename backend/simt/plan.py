@@ -36,7 +36,7 @@ from ...analyses.devices import Device, device
 from ...analyses.roofline import clock_time, dram_time, roofline as compose
 from ..common.mma_search import L2_MISS
 from ..common.plan_search import SearchResult, prune, rank
-from .access import passes, reuse, stride, tiled_reduces, vector_reads, vector_store, work
+from .access import passes, read_stride, reuse, tiled_reduces, vector_reads, vector_store, work
 from .spec import SimtSpec
 
 SKELETON = "simt"
@@ -176,11 +176,12 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
         for n, mult in reads:
             if tiled:  # one load per distinct point of the read's axes in the micro-tile
                 mult = mult / reuse(spec, n, tm, v)
-            tensor, index = n.arg
+            tensor = n.arg[0]
             shape = next(b.memref.shape for b in spec.region.inputs if b.name == tensor)
             isz = n.dtype.itemsize
             lane_axis = p.axes[-1] if (g > 1 and p.axes) else inner
-            s = abs(stride(spec, index, shape, lane_axis, env)) * (v if lane_axis in p.axes else 1) if lane_axis else 0
+            s = read_stride(spec, n, shape, lane_axis, env) if lane_axis else 0
+            s = SECTOR if s is None else abs(s) * (v if lane_axis in p.axes else 1)  # None: scattered, a sector a load
             lane_bytes = isz * (v if id(n) in vec_ids else 1)
             eff = 1.0 if s == 0 else min(1.0, lane_bytes / min(SECTOR, s * isz))
             b = rows * length * mult * isz
