@@ -113,3 +113,106 @@ def test_gathering_kernels_match_playback_and_numpy():
     for label, spec, _env, _x, _want in cases:
         assert spec.KIND == "simt", label
     host.check_cases([(label, spec, env, x, want.astype(np.float64)) for label, spec, env, x, want in cases], _plans)
+
+
+def _gpt2_embedding():
+    """GPT-2's input side: token and position embeddings gathered by int64 inputs, added, LayerNorm, and a
+    LM head (an ONNX model, opset 17)."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(1)
+    v, s, d = 64, 8, 32
+    inits = {"wte": rng.standard_normal((v, d)) * 0.5, "wpe": rng.standard_normal((16, d)) * 0.1,
+             "ln_g": 1 + rng.standard_normal(d) * 0.1, "ln_b": rng.standard_normal(d) * 0.1,
+             "head": rng.standard_normal((d, v)) * 0.2}
+    nodes = [helper.make_node("Gather", ["wte", "input_ids"], ["tok"], axis=0, name="wte_lookup"),
+             helper.make_node("Gather", ["wpe", "position_ids"], ["pos"], axis=0, name="wpe_lookup"),
+             helper.make_node("Add", ["tok", "pos"], ["h"], name="embed_add"),
+             helper.make_node("LayerNormalization", ["h", "ln_g", "ln_b"], ["hn"], axis=-1, epsilon=1e-5, name="ln_f"),
+             helper.make_node("MatMul", ["hn", "head"], ["logits"], name="lm_head")]
+    g = helper.make_graph(nodes, "gpt2_embedding",
+                          [helper.make_tensor_value_info(n, TensorProto.INT64, [1, s]) for n in ("input_ids", "position_ids")],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, s, v])],
+                          [numpy_helper.from_array(a.astype(np.float32), k) for k, a in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def gpt2_dump(tmp_path_factory):
+    """``polysat compile gpt2_embedding.onnx --dump=cu`` (exit status, cu.json, the model)."""
+    m = _gpt2_embedding()
+    tmp = tmp_path_factory.mktemp("gpt2")
+    path = tmp / "gpt2_embedding.onnx"
+    path.write_bytes(m.SerializeToString())
+    rc, out, err = oracle.cli(["compile", str(path), "--dump=cu", "--out", str(tmp / "dumps")])
+    assert rc == 0, out + err
+    return json.loads((tmp / "dumps" / "cu.json").read_text(encoding="utf-8")), m
+
+
+def test_gpt2_embedding_dumps_a_kernel_per_gather_that_nvcc_builds(gpt2_dump):
+    doc, _m = gpt2_dump
+    gathers = [l for l in doc["launches"] if l["region"].startswith("gather_")]
+    read = sorted(sorted(set(l["tensors"].values()) & {"wte", "wpe", "input_ids", "position_ids"}) for l in gathers)
+    assert read == [["input_ids", "wte"], ["position_ids", "wpe"]], gathers
+    index = []
+    for l in gathers:
+        with open(l["file"], encoding="utf-8") as f:
+            text = f.read()
+        assert "polysat_simt::wrap_index(" in text.split("namespace ns_", 1)[1]  # the kernel's own code calls it
+        index += [(l["region"], arch, _Src(text)) for arch in ("sm80", "sm90")]
+    bad = [(label, arch, rep.log[-1500:]) for label, arch, _ks, rep in oracle.nvcc_builds(index, "gather kernels")
+           if not rep.ok or rep.spills]
+    assert not bad, bad
+
+
+class _Src:
+    def __init__(self, source: str):
+        self.source = source
+
+
+def test_gpt2_embedding_kernels_emulated_and_launched_without_playback(gpt2_dump):
+    """The same graph compiled in process: the gathering kernels, emulated on the host with ids that count from
+    the end, give numpy's lookups; the model runtime binds every region to a kernel (none played back), each
+    gathering kernel's launch parameters are its region's tensors, and the whole model on the host arena
+    (each kernel as its kind's numpy meaning) matches onnxruntime."""
+    import onnxruntime as ort
+    from polysat.backend import stages
+    from polysat.frontend import with_parameters
+    from polysat.frontend.onnx import import_onnx
+    from polysat.runtime.host import host_runtime
+    from polysat.runtime.kernels import source
+    from polysat.runtime.model import steps_of
+    _doc, m = gpt2_dump
+    doc = import_onnx(m)
+    c = Compilation(doc, cost="model")
+    ids = np.array([[3, 63, -1, -64, 0, 17, 5, 40]], np.int64)
+    pos = np.array([[0, 1, 2, 3, 4, 5, 6, -9]], np.int64)
+    inputs = with_parameters(doc, {"input_ids": ids, "position_ids": pos})
+    jobs, wants = [], []
+    for r, ks, b in stages.launches(c.regions, "sm80"):
+        if not r.name.startswith("gather_"):
+            continue
+        table, index = (b.names.user(n) for n in ks.spec.inputs)
+        jobs.append((ks, {n: inputs[b.names.user(n)] for n in ks.spec.inputs}, {}))
+        wants.append(gr._take(inputs[table], inputs[index].astype(np.int32), 0))
+        params = [(p.kind, b.names.user(p.role)) for p in ks.params]
+        assert params == [("ptr", table), ("ptr", index), ("ptr", b.names.user(ks.spec.c))], params
+        assert ks.grid() == (-(-ks.spec.rows() // ks.plan.rows_per_block), 1, 1)
+    assert len(jobs) == 2
+    for got, want in zip(host.emulate_many(jobs), wants, strict=True):
+        np.testing.assert_array_equal(got, want)
+    steps = steps_of(c.regions)
+    assert not [s.region.name for s in steps if s.on_cpu]
+    env = {}
+    for s in steps:
+        if s.region.name.startswith("gather_"):
+            assert s.kind.name == "simt" and source(s.kind.name, s.binding.spec, env, "sm90").skeleton == "simt"
+    launched = []
+
+    def launch(kind, spec, tensors, env, out):
+        launched.append(kind.name)
+        out[...] = kind.reference(spec, tensors, env)
+    got = host_runtime(c.regions, frozenset(doc.get("parameters") or ()), launch=launch).run(inputs)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"input_ids": ids, "position_ids": np.where(pos < 0, pos + 16, pos)})[0]
+    np.testing.assert_allclose(got["logits"], want, rtol=1e-3, atol=1e-3)
+    assert len(launched) == len(c.regions)
