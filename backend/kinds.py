@@ -6,7 +6,8 @@ Binding, or :class:`NoBind` saying why not), plan it (``search``), render its CU
 GPU IR (``gpu_ir``) and launch it on a GPU (``launch``); ``reference`` is the spec's numpy meaning that
 kernels are checked against; ``source`` is the kernel text planned for one set of sizes (the model cache and
 the measurement log) and ``prepare`` its launch on device tensors (the runtime's eager run and CUDA Graph
-capture). The backend stages (:mod:`.stages`) and the runtime only talk to this table.
+capture); ``gathers`` says it reads through indices known only at run time (a Gather: SIMT), and only such
+kinds are tried on a region that does. The backend stages (:mod:`.stages`) and the runtime only talk to this table.
 
 Protocols the kinds share:
   Binding: ``.spec`` and ``.arrays(arrays, env, reshape) -> {spec tensor name: array in the spec's shape}``.
