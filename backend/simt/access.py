@@ -4,7 +4,8 @@ A row runs one pass per row statistic (walking the statistic's bound axes) and a
 loop axes, storing the output). In a pass, a read is *vectorizable* along the pass's one walked axis a
 when its last index is a itself over a dim of a's size and every other index is provably in range and
 fixed for the row (an outer or unit axis, or a constant): then the V elements a lane takes are
-consecutive in memory and one ``ld.global.vN`` moves them when the offset is V-aligned.
+consecutive in memory and one ``ld.global.vN`` moves them when the offset is V-aligned. A Gather is one too
+when its index is fixed for the row and its other dims' map is such a read's (an embedding row).
 """
 from __future__ import annotations
 
@@ -69,10 +70,16 @@ def vector_reads(spec: SimtSpec, p: Pass) -> list[RNode]:
     shapes = {b.name: b.memref.shape for b in spec.region.inputs}
     out = []
     for n in body_nodes(spec, p):
-        if n.op != R.READ:
+        if n.op == R.GATHER:  # a gathered row: its index fixed for the row, the walked axis its last dim
+            tensor, at, others = n.arg
+            if at == len(others) or not set(n.src[0].axes) <= fixed:
+                continue
+            index, shape = others, shapes[tensor][:at] + shapes[tensor][at + 1:]
+        elif n.op == R.READ:
+            tensor, index = n.arg
+            shape = shapes[tensor]
+        else:
             continue
-        tensor, index = n.arg
-        shape = shapes[tensor]
         if not index or Expr.of(index[-1]) != Expr.var(a) or Expr.of(shape[-1]) != Expr.of(spec.region.axis_sizes[a]):
             continue
         if all(_in_range(spec, e, d, fixed) for e, d in zip(index[:-1], shape[:-1], strict=True)):

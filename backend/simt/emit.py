@@ -250,16 +250,21 @@ class Emitter:
     def gather(self, n: RNode) -> Walk:
         """tensor[others with the index's value on axis]: the index read first, wrapped by ``wrap_index``
         (negative counts from the end, -1 when outside the axis: the element reads 0, as in ir/evaluate.py)."""
+        hit = self.vec_reads.get(id(n))
+        if hit is not None and self.bound.get(hit[1], (None, -1))[1] == hit[2]:
+            return f"{READ_FN[n.dtype]}({hit[0]}[v])"
+        i = yield self._value(self.follow(n.src[0]))
+        off, checks = self.gather_at(n, i)
+        return self.guarded_load(n.dtype, f"{READ_FN[n.dtype]}({self.tensors[n.arg[0]]}[{off}])", checks)
+
+    def gather_at(self, n: RNode, i: str) -> tuple[str, list]:
+        """(flat offset, the C tests that it is inside the tensor) of Gather n's element at index value i."""
         tensor, axis, others = n.arg
-        src = self.follow(n.src[0])
-        i = yield self._value(src)
         shape = self.buffers[tensor].shape
         at = self.let("long long", f"polysat_simt::wrap_index((long long)({i}), {self.size(shape[axis])})", "g")
-        rest = shape[:axis] + shape[axis + 1:]
         cindex = [self.idx(e) for e in others]
         cindex.insert(axis, at)
-        load = f"{READ_FN[n.dtype]}({self.tensors[tensor]}[{self.flat(cindex, shape)}])"
-        return self.guarded_load(n.dtype, load, [f"{at} >= 0"] + self.range_checks(others, rest))
+        return self.flat(cindex, shape), [f"{at} >= 0"] + self.range_checks(others, shape[:axis] + shape[axis + 1:])
 
     def unary(self, n: RNode) -> Walk:
         src = self.follow(n.src[0])

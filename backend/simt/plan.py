@@ -166,6 +166,7 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
     tiled = bool(tiled_reduces(spec))
     tm = plan.tm
     loads = 0.0  # load instructions issued
+    gathered: dict = {}  # bytes loaded through a Gather, per tensor: at most these of its bytes are ever touched
     for p in passes(spec):
         length = 1
         for a in p.axes:
@@ -187,6 +188,8 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
             b = rows * length * mult * isz
             loads += rows * length * mult / (v if id(n) in vec_ids else 1)
             touched += b
+            if n.op == R.GATHER:
+                gathered[tensor] = gathered.get(tensor, 0.0) + b
             eff_bytes.append((b, eff))
             if p.stat is None:
                 inflight.append(lane_bytes if id(n) in vec_ids else isz * min(v, 2))
@@ -197,7 +200,8 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
         steps += n_steps * (STEP_NS + ops * v * tm / tgt.clock_ghz) * 1e-9
         if p.stat is not None:
             steps += (math.log2(min(g, 32)) * SHUFFLE_NS + (BARRIER_NS if g > 32 else 0.0)) * 1e-9
-    unique = sum(b.memref.dtype.itemsize * math.prod(spec.shapes(env)[b.name]) for b in spec.region.inputs)
+    unique = sum(min(b.memref.dtype.itemsize * math.prod(spec.shapes(env)[b.name]), gathered.get(b.name, math.inf))
+                 for b in spec.region.inputs)  # an embedding table is touched only at the rows gathered
     out_bytes = spec.out.memref.dtype.itemsize * math.prod(spec.shapes(env)[spec.c])
     total_b = sum(b for b, _ in eff_bytes) or 1.0
     eff = sum(b * e for b, e in eff_bytes) / total_b if eff_bytes else 1.0

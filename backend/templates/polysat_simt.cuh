@@ -99,6 +99,12 @@ __host__ __device__ __forceinline__ void load_vec(T (&dst)[V], const T* __restri
     for (int k = 0; k < V; ++k) dst[k] = (e0 + k < L) ? src[off + k] : T();
   }
 }
+// dst[k] = 0 (a gathered row outside its tensor)
+template <typename T, int V>
+__host__ __device__ __forceinline__ void zero_vec(T (&dst)[V]) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) dst[k] = T();
+}
 template <typename T, int V>
 __host__ __device__ __forceinline__ void store_vec(T* __restrict__ dst, long long off, long long e0, long long L,
                                                    const T (&src)[V]) {
