@@ -216,3 +216,39 @@ def test_gpt2_embedding_kernels_emulated_and_launched_without_playback(gpt2_dump
         None, {"input_ids": ids, "position_ids": np.where(pos < 0, pos + 16, pos)})[0]
     np.testing.assert_allclose(got["logits"], want, rtol=1e-3, atol=1e-3)
     assert len(launched) == len(c.regions)
+
+
+def _cuda() -> bool:
+    from polysat.backend.common.gpu import cuda_available
+    return cuda_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="no CUDA GPU visible")
+def test_gathering_kernels_on_the_gpu_and_the_embedding_graph_on_cuda():
+    """On a device: each gathering kernel under every plan shape it admits (launch.run) against its numpy
+    meaning, and the GPT-2 embedding graph through ``--target cuda``'s path (no region played back) against
+    playback and onnxruntime."""
+    import onnxruntime as ort
+    from polysat.backend.simt.launch import run
+    from polysat.frontend import with_parameters
+    from polysat.frontend.onnx import import_onnx
+    from polysat.ir.playback import playback
+    from polysat.runtime import regions as device_run
+    from polysat.backend.simt.reference import reference
+    for label, spec, env, x, want in _cases():
+        for plan in _plans(spec):
+            got = run(spec, x, env, plan=plan)
+            oracle.assert_close(got, reference(spec, x, env).astype(np.float64), spec.dtypes()[spec.c].value,
+                                f"{label} {plan.key()}")
+            oracle.assert_close(got, want.astype(np.float64), spec.dtypes()[spec.c].value, f"{label} vs numpy")
+    m = _gpt2_embedding()
+    doc = import_onnx(m)
+    c = Compilation(doc, cost="model")
+    ids = np.array([[3, 63, -1, -64, 0, 17, 5, 40]], np.int64)
+    inputs = with_parameters(doc, {"input_ids": ids, "position_ids": np.arange(8, dtype=np.int64)[None]})
+    got = device_run.run_cuda(c.regions, inputs)["logits"]
+    np.testing.assert_allclose(got, playback(c.regions, inputs)["logits"], rtol=1e-3, atol=1e-3)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"input_ids": ids, "position_ids": np.arange(8, dtype=np.int64)[None]})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
