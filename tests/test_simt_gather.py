@@ -18,6 +18,7 @@ import os
 import pathlib
 import subprocess
 import tempfile
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -158,15 +159,10 @@ def test_gpt2_embedding_dumps_a_kernel_per_gather_that_nvcc_builds(gpt2_dump):
         with open(l["file"], encoding="utf-8") as f:
             text = f.read()
         assert "polysat_simt::wrap_index(" in text.split("namespace ns_", 1)[1]  # the kernel's own code calls it
-        index += [(l["region"], arch, _Src(text)) for arch in ("sm80", "sm90")]
+        index += [(l["region"], arch, SimpleNamespace(source=text)) for arch in ("sm80", "sm90")]
     bad = [(label, arch, rep.log[-1500:]) for label, arch, _ks, rep in oracle.nvcc_builds(index, "gather kernels")
            if not rep.ok or rep.spills]
     assert not bad, bad
-
-
-class _Src:
-    def __init__(self, source: str):
-        self.source = source
 
 
 def test_gpt2_embedding_kernels_emulated_and_launched_without_playback(gpt2_dump):
