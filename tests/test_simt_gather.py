@@ -102,6 +102,10 @@ def _cases() -> list:
         x = np.asarray(round_to(rng.standard_normal((40, 33)).astype(np.float32), spec.dtypes()["X"]), np.float32)
         ids = rng.integers(-45, 45, (3, 4)).astype(np.int32)
         out.append((f"{dt} embedding", spec, {}, {"X": x, "I": ids}, gr._take(x, ids, 0)))
+    spec = _gather_spec(_gather_doc("Gather", ("fp32", ["V", "D"]), ("i32", ["B", "S"]), 0))  # sizes known at launch
+    x = rng.standard_normal((9, 13)).astype(np.float32)
+    ids = rng.integers(-11, 11, (2, 5)).astype(np.int32)
+    out.append(("symbolic sizes", spec, {"V": 9, "D": 13, "B": 2, "S": 5}, {"X": x, "I": ids}, gr._take(x, ids, 0)))
     table = rng.integers(-1000, 1000, (11,)).astype(np.int32)
     ids = rng.integers(-13, 13, (4, 3)).astype(np.int32)
     out.append(("i32 table", _gather_spec(_gather_doc("Gather", ("i32", [11]), ("i32", [4, 3]), 0)), {},
