@@ -252,3 +252,21 @@ def test_gathering_kernels_on_the_gpu_and_the_embedding_graph_on_cuda():
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"input_ids": ids, "position_ids": np.arange(8, dtype=np.int64)[None]})[0]
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_the_compiled_model_holds_a_cubin_for_the_gather_and_nothing_on_the_cpu(tmp_path, monkeypatch):
+    """``run --target cuda --compile-only``'s compiled model (runtime/compiled.py, no GPU needed): the gathering
+    region is a SIMT kernel with its cubin for sm80, and no region is a playback step."""
+    from polysat.runtime.compiled import compile_model
+    monkeypatch.setenv("POLYSAT_MODEL_CACHE", str(tmp_path / "models"))
+    monkeypatch.setenv("POLYSAT_KERNEL_CACHE", str(tmp_path / "kernels"))
+    doc = oracle.model({"W": ("fp32", [50, 16]), "P": ("fp32", [8, 16]), "ids": ("i32", [2, 8])},
+                       [oracle.node("Gather", ["W", "ids"], "E", axis=0),
+                        oracle.node("Elementwise", ["E", "P"], "Y", fn="add")], ["Y"])
+    rng = np.random.default_rng(4)
+    ins = {"W": rng.standard_normal((50, 16)).astype(np.float32), "P": rng.standard_normal((8, 16)).astype(np.float32),
+           "ids": rng.integers(-60, 60, (2, 8)).astype(np.int32)}
+    cm = compile_model(Compilation(doc, arch="sm80"), ins, "sm80", (8, 0))
+    kinds = {k["region"]: k["kind"] for k in cm.kernels}
+    assert kinds.pop(next(r for r in kinds if r.startswith("gather_"))) == "simt" and set(kinds.values()) == {"simt"}
+    assert all(k.get("cubin") for k in cm.kernels)
