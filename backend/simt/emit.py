@@ -233,12 +233,18 @@ class Emitter:
 
     def read(self, n: RNode) -> str:
         tensor, index = n.arg
-        hit = self.vec_reads.get(id(n))
-        if hit is not None and self.bound.get(hit[1], (None, -1))[1] == hit[2]:
-            return f"{READ_FN[n.dtype]}({hit[0]}[v])"
+        if pre := self.preloaded(n):
+            return pre
         shape = self.buffers[tensor].shape
         load = f"{READ_FN[n.dtype]}({self.tensors[tensor]}[{self.offset(index, shape)}])"
         return self.guarded_load(n.dtype, load, self.range_checks(index, shape))
+
+    def preloaded(self, n: RNode) -> str:
+        """The lane's element of read n from the vector the pass preloaded at this binding of its axis, or ''."""
+        hit = self.vec_reads.get(id(n))
+        if hit is not None and self.bound.get(hit[1], (None, -1))[1] == hit[2]:
+            return f"{READ_FN[n.dtype]}({hit[0]}[v])"
+        return ""
 
     def guarded_load(self, dt: DType, load: str, checks: list) -> str:
         """load where every check holds, else 0 (the load is then not issued)."""
@@ -250,9 +256,8 @@ class Emitter:
     def gather(self, n: RNode) -> Walk:
         """tensor[others with the index's value on axis]: the index read first, wrapped by ``wrap_index``
         (negative counts from the end, -1 when outside the axis: the element reads 0, as in ir/evaluate.py)."""
-        hit = self.vec_reads.get(id(n))
-        if hit is not None and self.bound.get(hit[1], (None, -1))[1] == hit[2]:
-            return f"{READ_FN[n.dtype]}({hit[0]}[v])"
+        if pre := self.preloaded(n):
+            return pre
         i = yield self._value(self.follow(n.src[0]))
         off, checks = self.gather_at(n, i)
         return self.guarded_load(n.dtype, f"{READ_FN[n.dtype]}({self.tensors[n.arg[0]]}[{off}])", checks)
