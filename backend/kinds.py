@@ -6,7 +6,8 @@ Binding, or :class:`NoBind` saying why not), plan it (``search``), render its CU
 GPU IR (``gpu_ir``) and launch it on a GPU (``launch``); ``reference`` is the spec's numpy meaning that
 kernels are checked against; ``source`` is the kernel text planned for one set of sizes (the model cache and
 the measurement log) and ``prepare`` its launch on device tensors (the runtime's eager run and CUDA Graph
-capture). The backend stages (:mod:`.stages`) and the runtime only talk to this table.
+capture); ``gathers`` says it reads through indices known only at run time (a Gather: SIMT), and only such
+kinds are tried on a region that does. The backend stages (:mod:`.stages`) and the runtime only talk to this table.
 
 Protocols the kinds share:
   Binding: ``.spec`` and ``.arrays(arrays, env, reshape) -> {spec tensor name: array in the spec's shape}``.
@@ -47,6 +48,7 @@ class KernelKind:
     reference: Callable[[Any, Mapping[str, Any], Mapping[str, int] | None], Any]  # the spec's numpy meaning
     source: Callable[[Any, Mapping[str, int] | None, str], Any]  # (spec, sizes, arch) -> the KernelSource launched there
     prepare: Callable[[Any, Mapping[str, Any], Mapping[str, int] | None], Any]  # (spec, device tensors, sizes) -> Launch
+    gathers: bool = False  # it reads through indices known only at run time (a Gather); only such kinds are tried on one
 
 
 @lru_cache(maxsize=None)
@@ -65,8 +67,10 @@ def bind(region: Region) -> tuple[KernelKind, Any]:
     """The kind that computes the region and its binding; E1504 NoKernelTemplate with every kind's reason.
     Each kind, in order, is tried on the region as it is and then without its size-1 axes (a batch of one;
     ir/region_squeeze.py): the buffers are the same bytes, the binding reads them reshaped."""
-    _no_gather(region)
-    found, reasons = _first(region, kinds())
+    candidates = _candidates(region)
+    found, reasons = _first(region, candidates)
+    reasons += [f"it reads at indices computed at run time (a Gather), which the {k.name} kind does not"
+                for k in kinds() if k not in candidates]
     if found is not None:
         return found
     fail("NoKernelTemplate", f"region {region.name}", "; ".join(reasons) or "no kernel kind is registered")
@@ -113,7 +117,6 @@ class _ByUser(Mapping):
 def bind_shared(region: Region) -> tuple[KernelKind, Shared]:
     """:func:`bind` of the region's canonical form, made once per distinct form: a repeated layer's kernels are
     bound (and so planned and rendered) once; a diagnostic names the region's own tensors."""
-    _no_gather(region)
     canon, names = canonical(region)
     try:
         kind, b = _bind_canonical(canon)
@@ -127,10 +130,14 @@ def _bind_canonical(canon: Region) -> tuple[KernelKind, Any]:
     return bind(canon)
 
 
-def _no_gather(region: Region) -> None:
-    if any(n.op == R.GATHER for let in region.lets for n in walk(let.expr)):
-        fail("NoKernelTemplate", f"region {region.name}", "it reads at indices computed at run time (a Gather: a "
-             "non-affine read); no kernel kind reads through run-time indices yet")
+def _gathers(region: Region) -> bool:
+    return any(n.op == R.GATHER for let in region.lets for n in walk(let.expr))
+
+
+def _candidates(region: Region) -> tuple:
+    """The kinds to try on the region: all, or for a region that reads through run-time indices (a Gather: a
+    non-affine read) those that do (``KernelKind.gathers``)."""
+    return tuple(k for k in kinds() if k.gathers) if _gathers(region) else kinds()
 
 
 def _first(region: Region, candidates) -> tuple:
@@ -153,8 +160,8 @@ def tensor_core_kind(region: Region) -> "str | None":
     exactly when this is not None (pricing/kernels.py ``as_emitted``), so the price follows this fixed
     order of preference, as the backend does (docs/DESIGN.md §Cost model)."""
     assert _PACKAGES[-1] == "simt"
-    if any(n.op == R.GATHER for let in region.lets for n in walk(let.expr)):
-        return None  # bind refuses it (E1504): no kernel of it is emitted
+    if _gathers(region):
+        return None  # only the SIMT kind reads through run-time indices
     return _tensor_core_kind(canonical(region)[0])
 
 

@@ -1,7 +1,7 @@
 """Backend bench: the stages after the search on a deep stack of identical layers (docs/DESIGN.md §Backend,
 "Identical kernels"). For weight-free LLaMA-2-7B at N layers (bench/corpora/scale_models.py, ``--cost model``)
-it reports the regions, the distinct kernel texts, the CPU seconds of ``--dump=cu`` (every region but the
-embedding's gather, which no kernel kind takes) and then of the runtime's path (every step bound, its kernel
+it reports the regions, the distinct kernel texts, the CPU seconds of ``--dump=cu`` (every region, the
+embedding's gather included) and then of the runtime's path (every step bound, its kernel
 text made; after the dump in the same process, so its canonical bindings are already made), each point in a
 fresh process. Prints a table and writes JSON.
 
@@ -28,7 +28,6 @@ def point(layers: int, arch: str = "sm90") -> dict:
     from polysat import knobs
     from polysat.backend import stages
     from polysat.bench.corpora.scale_models import build
-    from polysat.ir.region import R, walk
     from polysat.pipeline import Compilation
     from polysat.runtime.kernels import source
     from polysat.runtime.model import steps_of
@@ -38,20 +37,21 @@ def point(layers: int, arch: str = "sm90") -> dict:
             f.write(build("llama2_7b", layers).SerializeToString())
         t0 = _cpu()
         c = Compilation(path, arch=arch, cost=knobs.DEFAULT_COST)
-        regions = [r for r in c.regions if not any(n.op == R.GATHER for let in r.lets for n in walk(let.expr))]
+        regions = c.regions
         t1 = _cpu()
         doc = stages.cu_json(regions, arch, os.path.join(d, "cu"), c.bind)
         t2 = _cpu()
-        steps = [s for s in steps_of(regions) if not s.on_cpu]
-        texts = {source(s.kind.name, s.binding.spec, {}, arch).source for s in steps}
+        steps = steps_of(regions)
+        texts = {source(s.kind.name, s.binding.spec, {}, arch).source for s in steps if not s.on_cpu}
         t3 = _cpu()
-    return {"layers": layers, "regions": len(regions), "cu_files": len(doc["files"]), "runtime_texts": len(texts),
+    return {"layers": layers, "regions": len(regions), "on_cpu": sum(s.on_cpu for s in steps),
+            "cu_files": len(doc["files"]), "runtime_texts": len(texts),
             "until_regions_cpu_s": round(t1 - t0, 2), "cu_dump_cpu_s": round(t2 - t1, 2),
             "runtime_cpu_s": round(t3 - t2, 2)}
 
 
 def table(rows: list) -> str:
-    cols = ("layers", "regions", "cu_files", "runtime_texts", "until_regions_cpu_s", "cu_dump_cpu_s", "runtime_cpu_s")
+    cols = ("layers", "regions", "on_cpu", "cu_files", "runtime_texts", "until_regions_cpu_s", "cu_dump_cpu_s", "runtime_cpu_s")
     lines = [" | ".join(cols), " | ".join("---" for _ in cols)]
     lines += [" | ".join(str(r.get(k, "")) for k in cols) for r in rows]
     return "\n".join(lines)

@@ -36,7 +36,6 @@ def kernels(models: dict, archs: list[str], costs: list[str]) -> dict:
     from ..backend.kinds import bind
     from ..backend.stages import _search
     from ..ir.diagnostics import PolysatError
-    from ..ir.region import R, walk
     from ..pipeline import Compilation
     rows, no_kernel, failed, sources = [], [], [], {}
     for name, model in models.items():
@@ -51,9 +50,7 @@ def kernels(models: dict, archs: list[str], costs: list[str]) -> dict:
                 try:
                     kind, b = bind(r)
                 except PolysatError as e:
-                    gathers = any(n.op == R.GATHER for let in r.lets for n in walk(let.expr))
-                    no_kernel.append({"model": name, "cost": cost, "region": r.name, "run_time_indices": gathers,
-                                      "reason": str(e).splitlines()[0]})
+                    no_kernel.append({"model": name, "cost": cost, "region": r.name, "reason": str(e).splitlines()[0]})
                     continue
                 for arch in archs:
                     plan = _search(kind, b.spec, arch, ()).best
@@ -100,8 +97,7 @@ def _print(res: dict) -> None:
     for f in res["failed"]:
         print(f"  COMPILE FAILED {f['model']} (--cost {f['cost']}): {f['error']}")
     for e in res["no_kernel"]:
-        tag = "run-time indices" if e["run_time_indices"] else "UNEXPECTED"
-        print(f"  E1504 ({tag}) {e['model']} (--cost {e['cost']}) {e['region']}: {e['reason'][:160]}")
+        print(f"  E1504 {e['model']} (--cost {e['cost']}) {e['region']}: {e['reason'][:160]}")
     for k, b in res["kernels"].items():
         if not b["ok"] or b["spill_bytes"]:
             print(f"  {'BUILD FAILED' if not b['ok'] else 'SPILLS'} kernel {k}: {b.get('log', '')[-400:]}")
@@ -139,7 +135,7 @@ def main(argv=None) -> int:
     _print(res)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(res, f, indent=1)
-    bad = (res["failed"] or any(not e["run_time_indices"] for e in res["no_kernel"])
+    bad = (res["failed"] or res["no_kernel"]
            or any(not b["ok"] or b["spill_bytes"] for b in built.values()))
     return 1 if bad else 0
 

@@ -8,9 +8,8 @@ padding, causal attention with M != N, movement ops, a small pipeline). ``groups
 the examples, the bench MLP stack (2 layers) and transformer (1 block), the ONNX and torch.export
 architectures of examples/, and the frontend op models.
 
-A model whose regions read through run-time indices (Gather / GatherElements with an index input) is
-listed too: its gathering region is E1504 by design (no kind reads through run-time indices), every other
-region must bind.
+Models whose regions read through run-time indices (Gather / GatherElements with an index input) are
+listed too: their gathering regions bind to the SIMT kind like every other region.
 """
 from __future__ import annotations
 

@@ -88,19 +88,18 @@ def test_computed_indices_and_gather_of_gather():
         assert regions_from_json(regions_json(c.regions)) == c.regions
 
 
-def test_gathering_region_has_no_kernel_template_and_runs_on_the_cpu_under_cuda():
-    """No kind reads through run-time indices: E1504 with that reason for the dumps; running on a device,
-    the region is played back on the host and the model still runs (backend/stages.py)."""
+def test_gathering_region_is_a_simt_kernel_in_the_model_runtime():
+    """The gathering region binds to the SIMT kind (backend/simt: a read through run-time indices), so the model
+    runtime launches it as a kernel like any other region: no step is played back on the host."""
     from polysat.backend.kinds import bind
     from polysat.runtime.host import host_runtime
+    from polysat.runtime.model import steps_of
     doc = _doc([{"op": "Gather", "name": "g", "inputs": ["X", "I"], "outputs": ["G"], "attrs": {}},
                 {"op": "Elementwise", "name": "neg", "fn": "neg", "inputs": ["G"], "outputs": ["Y"]}],
                {"X": {"dtype": "fp32", "shape": [6, 8]}, "I": {"dtype": "i32", "shape": [3]}}, ["X", "I"], ["Y"])
     c = Compilation(doc, cost="model")
-    with pytest.raises(PolysatError) as ei:
-        bind(c.regions[0])
-    d = ei.value.diagnostics[0]
-    assert d.code == "E1504" and "run time" in d.why
+    assert bind(c.regions[0])[0].name == "simt"
+    assert not any(s.on_cpu for s in steps_of(c.regions))
     x, i = np.arange(48, dtype=np.float32).reshape(6, 8), np.array([5, -6, 2], np.int32)
     launched = []
 
@@ -109,7 +108,7 @@ def test_gathering_region_has_no_kernel_template_and_runs_on_the_cpu_under_cuda(
         out[...] = kind.reference(spec, tensors, env)
     got = host_runtime(c.regions, launch=launch).run({"X": x, "I": i})
     np.testing.assert_allclose(got["Y"], -x[[5, 0, 2]])
-    assert launched == ["simt"]  # the negation ran as a kernel, the gather on the host
+    assert launched == ["simt", "simt"]  # the gather, then the negation
 
 
 def test_non_i32_indices_are_a_diagnostic():

@@ -4,7 +4,8 @@ A row runs one pass per row statistic (walking the statistic's bound axes) and a
 loop axes, storing the output). In a pass, a read is *vectorizable* along the pass's one walked axis a
 when its last index is a itself over a dim of a's size and every other index is provably in range and
 fixed for the row (an outer or unit axis, or a constant): then the V elements a lane takes are
-consecutive in memory and one ``ld.global.vN`` moves them when the offset is V-aligned.
+consecutive in memory and one ``ld.global.vN`` moves them when the offset is V-aligned. A Gather is one too
+when its index is fixed for the row and its other dims' map is such a read's (an embedding row).
 """
 from __future__ import annotations
 
@@ -69,10 +70,16 @@ def vector_reads(spec: SimtSpec, p: Pass) -> list[RNode]:
     shapes = {b.name: b.memref.shape for b in spec.region.inputs}
     out = []
     for n in body_nodes(spec, p):
-        if n.op != R.READ:
+        if n.op == R.GATHER:  # a gathered row: its index fixed for the row, the walked axis its last dim
+            tensor, at, others = n.arg
+            if at == len(others) or not set(n.src[0].axes) <= fixed:
+                continue
+            index, shape = others, shapes[tensor][:at] + shapes[tensor][at + 1:]
+        elif n.op == R.READ:
+            tensor, index = n.arg
+            shape = shapes[tensor]
+        else:
             continue
-        tensor, index = n.arg
-        shape = shapes[tensor]
         if not index or Expr.of(index[-1]) != Expr.var(a) or Expr.of(shape[-1]) != Expr.of(spec.region.axis_sizes[a]):
             continue
         if all(_in_range(spec, e, d, fixed) for e, d in zip(index[:-1], shape[:-1], strict=True)):
@@ -104,8 +111,20 @@ def stride(spec: SimtSpec, index: tuple, shape: tuple, axis: str, env: Mapping[s
     return int(off.evaluate({**base, axis: 1})) - int(off.evaluate(base))
 
 
+def read_stride(spec: SimtSpec, n: RNode, shape: tuple, axis: str, env: Mapping[str, int]) -> "int | None":
+    """Elements between read n's loads at axis = 1 and axis = 0; None when not known before run time (a
+    Gather whose index varies along axis: the loads land anywhere on the gathered dim). A Gather whose index
+    does not vary along axis strides as its other dims' map does (the gathered position is fixed)."""
+    if n.op == R.READ:
+        return stride(spec, n.arg[1], shape, axis, env)
+    tensor, at, others = n.arg
+    if axis in n.src[0].axes:
+        return None
+    return stride(spec, others[:at] + (Expr.const(0),) + others[at:], shape, axis, env)
+
+
 def work(spec: SimtSpec, top: RNode, env: Mapping[str, int], skip: set) -> tuple[float, list]:
-    """(arithmetic ops, [(read node, multiplicity)]) to evaluate top at one point; an inline Reduce
+    """(arithmetic ops, [(read or gather node, multiplicity)]) to evaluate top at one point; an inline Reduce
     multiplies its body by its trip count; nodes in skip (row statistics) cost nothing."""
     lets = spec.region.let_map
     memo: dict = {}
@@ -122,6 +141,8 @@ def work(spec: SimtSpec, top: RNode, env: Mapping[str, int], skip: set) -> tuple
         if n.op == R.READ:
             reads.append((n, mult))
             return 0.0
+        if n.op == R.GATHER:  # the tensor's load, after the index's
+            reads.append((n, mult))
         if n.op == R.REDUCE:
             trip = 1
             for a in n.arg[1]:

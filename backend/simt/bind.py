@@ -2,7 +2,8 @@
 
 The SIMT kind takes any region the tensor-core kinds leave, as long as each output is written by one yield
 as a packed row-major tensor over axes among the primary yield's (the one over most axes: a LayerNorm that
-also writes its row means, a value both written and read on) and reads row-major inputs through affine maps (a streamed softmax-weighted sum the
+also writes its row means, a value both written and read on) and reads row-major inputs through affine maps, or
+at an index read at run time on one dim (a Gather: an embedding lookup, GatherElements) (a streamed softmax-weighted sum the
 attention kind leaves is evaluated per output element, in three walks over its keys). It chooses the row split (spec.py) the cost model prices faster: the outer axes every row
 statistic keeps (else every yielded axis but the last), or one row per output element when a Reduce keeps
 every yielded axis (then reduced by the row's lanes together: a matvec, a skinny contraction).
@@ -19,7 +20,7 @@ from ...ir.region import R, Region
 from ..common.region_match import Mismatch, RegionBinding, recogniser
 from .emit import BOOL_BINARY, COMPARE
 from .plan import search
-from .spec import SimtSpec, reachable_all, symbols_of
+from .spec import SimtSpec, follow, reachable_all, symbols_of
 
 DTYPES = (DType.fp16, DType.bf16, DType.fp32, DType.i32, DType.bool)
 
@@ -92,6 +93,22 @@ def _walk_along(r: Region, y, primary) -> tuple:
     return tuple(out)
 
 
+def _check_gather(r: Region, n) -> None:
+    """A Gather the kernel reads: an input tensor, an i32 index, an affine map of the other dims."""
+    tensor, axis, others = n.arg
+    shapes = {b.name: b.memref.shape for b in r.inputs}
+    if tensor not in shapes:
+        _reject(r, f"it gathers from {tensor!r}, which is not one of its inputs")
+    if len(others) + 1 != len(shapes[tensor]) or not 0 <= axis < len(shapes[tensor]):
+        _reject(r, f"its gather from {tensor!r} has {len(others) + 1} indices on axis {axis} for rank "
+                   f"{len(shapes[tensor])}")
+    index = follow(r, n.src[0])
+    if index.dtype != DType.i32:
+        _reject(r, f"its gather from {tensor!r} has {index.dtype.value} indices (the kernel reads i32 indices)")
+    if not all(Expr.of(e).is_affine for e in others):
+        _reject(r, f"it gathers from {tensor} through a non-affine map of the other dims")
+
+
 @recogniser
 def bind(region: Region, name: "str | None" = None) -> SimtBinding:
     r = region
@@ -112,6 +129,8 @@ def bind(region: Region, name: "str | None" = None) -> SimtBinding:
     for n in reachable_all(r, tops):
         if n.op == R.READ and not all(Expr.of(e).is_affine for e in n.arg[1]):
             _reject(r, f"it reads {n.arg[0]} through a non-affine map")
+        if n.op == R.GATHER:
+            _check_gather(r, n)
         if n.op == R.REDUCE and n.dtype is None:
             _reject(r, "a Reduce has no accumulation dtype")
         if n.op == R.BINARY and n.dtype == DType.bool and n.arg not in (*BOOL_BINARY, *COMPARE):

@@ -8,7 +8,8 @@ its dtype after each op, as the reference evaluator rounds, so kernel and playba
 
 Reads are bounds-checked unless the index is a bare axis of the tensor dim's size or a constant inside
 it (then provably in range); a read the pass preloaded as a vector (``vec_reads``) is taken from the
-lane's register buffer instead.
+lane's register buffer instead. A Gather reads its index first, then the tensor at that value on its
+axis (``wrap_index``: negative from the end, outside the axis 0), as the reference evaluator does.
 """
 from __future__ import annotations
 
@@ -160,11 +161,19 @@ class Emitter:
 
     def offset(self, index: tuple, shape: tuple) -> str:
         """Row-major flat offset of index into a tensor of shape."""
+        return self.flat([self.idx(e) for e in index], shape)
+
+    def flat(self, cindex: list, shape: tuple) -> str:
+        """Row-major flat offset of C index expressions into a tensor of shape."""
         off = None
-        for e, d in zip(index, shape, strict=True):
-            i = self.idx(e)
+        for i, d in zip(cindex, shape, strict=True):
             off = i if off is None else f"({off} * {self.size(d)} + {i})"
         return off or "0LL"
+
+    def range_checks(self, index: tuple, shape: tuple) -> list[str]:
+        """The C tests that each index not provably inside its dim is inside it."""
+        return [f"{self.idx(e)} >= 0 && {self.idx(e)} < {self.size(d)}" for e, d in zip(index, shape, strict=True)
+                if not self.in_range(e, d)]
 
     def in_range(self, e: Expr, d) -> bool:
         """Is index e provably inside [0, d)? (a bare axis of size d, or a constant inside an int d)"""
@@ -219,23 +228,48 @@ class Emitter:
             return self.let("bool", " && ".join(conds) or "true", "p")
         if n.op == R.READ:
             return self.read(n)
-        return (yield {R.UNARY: self.unary, R.BINARY: self.binary, R.SELECT: self.select,
+        return (yield {R.UNARY: self.unary, R.BINARY: self.binary, R.SELECT: self.select, R.GATHER: self.gather,
                        R.REDUCE: self.reduce_inline, R.ONLINE: self.online_inline}[n.op](n))
 
     def read(self, n: RNode) -> str:
         tensor, index = n.arg
+        if pre := self.preloaded(n):
+            return pre
+        shape = self.buffers[tensor].shape
+        load = f"{READ_FN[n.dtype]}({self.tensors[tensor]}[{self.offset(index, shape)}])"
+        return self.guarded_load(n.dtype, load, self.range_checks(index, shape))
+
+    def preloaded(self, n: RNode) -> str:
+        """The lane's element of read n from the vector the pass preloaded at this binding of its axis, or ''."""
         hit = self.vec_reads.get(id(n))
         if hit is not None and self.bound.get(hit[1], (None, -1))[1] == hit[2]:
             return f"{READ_FN[n.dtype]}({hit[0]}[v])"
-        shape = self.buffers[tensor].shape
-        ptr = self.tensors[tensor]
-        load = f"{READ_FN[n.dtype]}({ptr}[{self.offset(index, shape)}])"
-        checks = [f"{self.idx(e)} >= 0 && {self.idx(e)} < {self.size(d)}" for e, d in zip(index, shape, strict=True)
-                  if not self.in_range(e, d)]
+        return ""
+
+    def guarded_load(self, dt: DType, load: str, checks: list) -> str:
+        """load where every check holds, else 0 (the load is then not issued)."""
         if checks:
-            zero = {DType.bool: "false", DType.i32: "0"}.get(n.dtype, "0.0f")
+            zero = {DType.bool: "false", DType.i32: "0"}.get(dt, "0.0f")
             load = f"({' && '.join(checks)}) ? {load} : {zero}"
-        return self.let(CTYPE[n.dtype], load, "x")
+        return self.let(CTYPE[dt], load, "x")
+
+    def gather(self, n: RNode) -> Walk:
+        """tensor[others with the index's value on axis]: the index read first, wrapped by ``wrap_index``
+        (negative counts from the end, -1 when outside the axis: the element reads 0, as in ir/evaluate.py)."""
+        if pre := self.preloaded(n):
+            return pre
+        i = yield self._value(self.follow(n.src[0]))
+        off, checks = self.gather_at(n, i)
+        return self.guarded_load(n.dtype, f"{READ_FN[n.dtype]}({self.tensors[n.arg[0]]}[{off}])", checks)
+
+    def gather_at(self, n: RNode, i: str) -> tuple[str, list]:
+        """(flat offset, the C tests that it is inside the tensor) of Gather n's element at index value i."""
+        tensor, axis, others = n.arg
+        shape = self.buffers[tensor].shape
+        at = self.let("long long", f"polysat_simt::wrap_index((long long)({i}), {self.size(shape[axis])})", "g")
+        cindex = [self.idx(e) for e in others]
+        cindex.insert(axis, at)
+        return self.flat(cindex, shape), [f"{at} >= 0"] + self.range_checks(others, shape[:axis] + shape[axis + 1:])
 
     def unary(self, n: RNode) -> Walk:
         src = self.follow(n.src[0])

@@ -36,4 +36,4 @@ def _prepare(spec, tensors, env):
 
 
 KIND = KernelKind("simt", bind=bind, search=search, render=render, gpu_ir=build_gpu_ir, launch=_launch,
-                  reference=reference, source=_source, prepare=_prepare)
+                  reference=reference, source=_source, prepare=_prepare, gathers=True)

@@ -36,7 +36,7 @@ from ...analyses.devices import Device, device
 from ...analyses.roofline import clock_time, dram_time, roofline as compose
 from ..common.mma_search import L2_MISS
 from ..common.plan_search import SearchResult, prune, rank
-from .access import passes, reuse, stride, tiled_reduces, vector_reads, vector_store, work
+from .access import passes, read_stride, reuse, tiled_reduces, vector_reads, vector_store, work
 from .spec import SimtSpec
 
 SKELETON = "simt"
@@ -166,6 +166,7 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
     tiled = bool(tiled_reduces(spec))
     tm = plan.tm
     loads = 0.0  # load instructions issued
+    gathered: dict = {}  # bytes loaded through a Gather, per tensor: at most these of its bytes are ever touched
     for p in passes(spec):
         length = 1
         for a in p.axes:
@@ -176,16 +177,19 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
         for n, mult in reads:
             if tiled:  # one load per distinct point of the read's axes in the micro-tile
                 mult = mult / reuse(spec, n, tm, v)
-            tensor, index = n.arg
+            tensor = n.arg[0]
             shape = next(b.memref.shape for b in spec.region.inputs if b.name == tensor)
             isz = n.dtype.itemsize
             lane_axis = p.axes[-1] if (g > 1 and p.axes) else inner
-            s = abs(stride(spec, index, shape, lane_axis, env)) * (v if lane_axis in p.axes else 1) if lane_axis else 0
+            s = read_stride(spec, n, shape, lane_axis, env) if lane_axis else 0
+            s = SECTOR if s is None else abs(s) * (v if lane_axis in p.axes else 1)  # None: scattered, a sector a load
             lane_bytes = isz * (v if id(n) in vec_ids else 1)
             eff = 1.0 if s == 0 else min(1.0, lane_bytes / min(SECTOR, s * isz))
             b = rows * length * mult * isz
             loads += rows * length * mult / (v if id(n) in vec_ids else 1)
             touched += b
+            if n.op == R.GATHER:
+                gathered[tensor] = gathered.get(tensor, 0.0) + b
             eff_bytes.append((b, eff))
             if p.stat is None:
                 inflight.append(lane_bytes if id(n) in vec_ids else isz * min(v, 2))
@@ -196,7 +200,8 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
         steps += n_steps * (STEP_NS + ops * v * tm / tgt.clock_ghz) * 1e-9
         if p.stat is not None:
             steps += (math.log2(min(g, 32)) * SHUFFLE_NS + (BARRIER_NS if g > 32 else 0.0)) * 1e-9
-    unique = sum(b.memref.dtype.itemsize * math.prod(spec.shapes(env)[b.name]) for b in spec.region.inputs)
+    unique = sum(min(b.memref.dtype.itemsize * math.prod(spec.shapes(env)[b.name]), gathered.get(b.name, math.inf))
+                 for b in spec.region.inputs)  # an embedding table is touched only at the rows gathered
     out_bytes = spec.out.memref.dtype.itemsize * math.prod(spec.shapes(env)[spec.c])
     total_b = sum(b for b, _ in eff_bytes) or 1.0
     eff = sum(b * e for b, e in eff_bytes) / total_b if eff_bytes else 1.0

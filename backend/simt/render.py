@@ -22,6 +22,7 @@ from typing import Mapping
 
 from ...ir.diagnostics import fail
 from ...ir.expr import Expr
+from ...ir.region import R
 # shared pieces, at their current homes
 from ..common.names import c_ident, unique_idents
 from ..common.render import Param, jinja_env, specialisation_hash, template_text
@@ -110,11 +111,16 @@ class _Gen:
             em.bind(a, "e0")
             for n in vreads:
                 buf = em.fresh("vb")
-                tensor, index = n.arg
+                tensor = n.arg[0]
                 shape = next(b.memref.shape for b in r.inputs if b.name == tensor)
                 em.line(f"{STORE_T[n.dtype]} {buf}[{v}];")
-                em.line(f"polysat_simt::load_vec<{STORE_T[n.dtype]}, {v}>({buf}, a.{self.ptr[tensor]}, "
-                        f"{em.idx(flat_offset(index, shape))}, e0, {L});")
+                if n.op == R.GATHER:  # the row's gathered position, fixed along the walk; outside the tensor: zeros
+                    off, checks = em.gather_at(n, em.value(n.src[0]))
+                    em.line(f"if ({' && '.join(checks)}) polysat_simt::load_vec<{STORE_T[n.dtype]}, {v}>({buf}, "
+                            f"a.{self.ptr[tensor]}, {off}, e0, {L}); else polysat_simt::zero_vec<{STORE_T[n.dtype]}, {v}>({buf});")
+                else:
+                    em.line(f"polysat_simt::load_vec<{STORE_T[n.dtype]}, {v}>({buf}, a.{self.ptr[tensor]}, "
+                            f"{em.idx(flat_offset(n.arg[1], shape))}, e0, {L});")
                 bufs[id(n)] = buf
             em.unbind(a, prev)
         out_buf = None

@@ -80,8 +80,8 @@ def symbols_of(r: Region) -> tuple[str, ...]:
             add(d)
     for l in r.lets:
         for n in reachable(r, l.expr):
-            if n.op == R.READ:
-                for e in n.arg[1]:
+            if n.op in (R.READ, R.GATHER):
+                for e in n.arg[-1]:  # a Read's map; a Gather's map of its other dims
                     add(e)
             elif n.op == R.PRED:
                 for e in n.arg:

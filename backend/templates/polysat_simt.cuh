@@ -64,6 +64,12 @@ __host__ __device__ __forceinline__ void row_of(long long block, int tid, long l
 }
 // an index clamped into [0, n) (a clamped row or element of a micro-tile computes; its store is masked off)
 __host__ __device__ __forceinline__ long long clamp_index(long long i, long long n) { return i < n ? i : n - 1; }
+// a gather's run-time index into an axis of n: a negative one counts from the end; -1 when it is still outside
+// [0, n) (the read then gives 0, as the reference evaluator's wrap_index: a kernel cannot raise)
+__host__ __device__ __forceinline__ long long wrap_index(long long i, long long n) {
+  const long long j = i < 0 ? i + n : i;
+  return (j >= 0 && j < n) ? j : -1LL;
+}
 // the first element a lane takes, and the stride between its steps, along a row of L elements
 template <int G, int V>
 __host__ __device__ __forceinline__ long long first_elem(int lane) { return (long long)lane * V; }
@@ -92,6 +98,12 @@ __host__ __device__ __forceinline__ void load_vec(T (&dst)[V], const T* __restri
 #pragma unroll
     for (int k = 0; k < V; ++k) dst[k] = (e0 + k < L) ? src[off + k] : T();
   }
+}
+// dst[k] = 0 (a gathered row outside its tensor)
+template <typename T, int V>
+__host__ __device__ __forceinline__ void zero_vec(T (&dst)[V]) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) dst[k] = T();
 }
 template <typename T, int V>
 __host__ __device__ __forceinline__ void store_vec(T* __restrict__ dst, long long off, long long e0, long long L,
