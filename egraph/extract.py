@@ -45,6 +45,7 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
     parents = view.parents()
     own = {}
     heap: list = []
+    regions = type(model).region_cost is not CostModel.region_cost  # a model that prices a Mat's kernel whole
     for ns in view.classes.values():
         for n in ns:
             own[n] = float(model.enode_cost(n, view))
@@ -65,7 +66,7 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
         if bits >> n.eclass & 1:
             continue  # cyclic through its own class
         price = own[n]
-        if n.op == "Mat":
+        if n.op == "Mat" and regions:
             price += float(model.region_cost(_region(n, best), view))
         total += price
         cur = best.get(n.eclass)
