@@ -36,12 +36,41 @@ def _bit_sum(bits: int, weight: dict) -> float:
     return total
 
 
+EXACT = float(2 ** 53)  # integers below this add exactly in any order
+
+
+class _Weights:
+    """The price of each class's chosen e-node, and per distinct price the bitset of the classes at it: the
+    sum over a bitset is then a popcount per price, where every price is an integer and the sum stays below
+    2**53 (so it equals the bit-by-bit float sum exactly, whatever the order); otherwise bit by bit."""
+
+    def __init__(self):
+        self.weight: dict = {}  # class -> price
+        self.bits: dict = {}  # price -> bitset of the classes at that price
+        self.integral = True
+
+    def set(self, c: int, price: float) -> None:
+        old = self.weight.get(c)
+        if old is not None:
+            self.bits[old] &= ~(1 << c)
+        self.weight[c] = price
+        self.bits[price] = self.bits.get(price, 0) | (1 << c)
+        self.integral = self.integral and price.is_integer()
+
+    def sum(self, bits: int) -> float:
+        if self.integral:
+            counts = [(w, (bits & b).bit_count()) for w, b in self.bits.items() if b]
+            if sum(abs(w) * k for w, k in counts) < EXACT:
+                return float(sum(w * k for w, k in counts))
+        return _bit_sum(bits, self.weight)
+
+
 def solve(view: EGraphView, model: CostModel) -> tuple:
     """(best Choice per class, own cost per e-node): the greedy-DAG fixpoint. The class set of a term
     is a bitset, so a union costs machine words, and the price of the classes two children share is
     subtracted once (inclusion-exclusion over their overlap): linear-ish even on deep chains."""
     best: dict = {}
-    weight: dict = {}  # class -> price of its currently chosen e-node (with its region cost)
+    weight = _Weights()  # class -> price of its currently chosen e-node (with its region cost)
     parents = view.parents()
     own = {}
     heap: list = []
@@ -61,7 +90,7 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
         for c in dict.fromkeys(n.children):
             ch = best[c]
             overlap = bits & ch.bits
-            total += ch.total - (_bit_sum(overlap, weight) if overlap else 0.0)
+            total += ch.total - (weight.sum(overlap) if overlap else 0.0)
             bits |= ch.bits
         if bits >> n.eclass & 1:
             continue  # cyclic through its own class
@@ -73,7 +102,7 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
         if cur is not None and (total, n.order) >= (cur.total, cur.node.order):
             continue
         best[n.eclass] = Choice(total, n, bits | (1 << n.eclass))
-        weight[n.eclass] = price
+        weight.set(n.eclass, price)
         for p in parents.get(n.eclass, ()):
             if all(c in best for c in p.children):
                 heapq.heappush(heap, (total, p.order, p))
