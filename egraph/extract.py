@@ -72,12 +72,11 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
     best: dict = {}
     weight = _Weights()  # class -> price of its currently chosen e-node (with its region cost)
     parents = view.parents()
-    own = {}
+    own = model.enode_costs(view)
     heap: list = []
     regions = type(model).region_cost is not CostModel.region_cost  # a model that prices a Mat's kernel whole
     for ns in view.classes.values():
         for n in ns:
-            own[n] = float(model.enode_cost(n, view))
             if not n.children:
                 heapq.heappush(heap, (own[n], n.order, n))
     budget = 64 * max(1, view.nodes) + 1000
