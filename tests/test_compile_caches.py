@@ -90,3 +90,16 @@ def test_int_shapes_fast_path():
     assert numel((2, 3, 4)) == 24 and numel(()) == 1 and numel((5, 0)) == 0
     assert dim(7) == 7 and type(numel((2, 3))) is int
     assert str(numel((2, dim("N")))) == str(dim("2*N"))
+
+
+def test_blocks_of_equal_ids_but_other_nodes_stay_apart():
+    """Candidate programs reuse node ids for other nodes: a block (and its statement) is kept by the node itself."""
+    from polysat.analyses.poly_from_view import region_from_program
+    units = []
+    for op in (Ops.RELU, Ops.EXP2, Ops.RELU):
+        b = Builder()
+        x = b.input("X", DType.fp32, (8, 8), at="X")
+        y = b.alu(op, x, at="y")
+        (st,) = region_from_program(b.program([("Y", y)])).statements
+        units.append((y.id, st.unit))
+    assert units[0][0] == units[1][0] and [u for _, u in units] == ["fp32", "sfu", "fp32"]
