@@ -35,19 +35,6 @@ class EGraphView:
     vetoed: frozenset = frozenset()  # read classes a rule vetoes fusing ((fuse-veto e) = 1, rules/fusion.egg)
     conflicts: tuple = ()  # (Mat site classes no partition fuses together, the Reduce the path starts in or None)
 
-    def parents(self) -> dict:
-        """class -> the e-nodes that have it as a child, built once per view (a search extracts many times
-        from one view; the view is never changed after export)."""
-        out = self.__dict__.get("_parents")
-        if out is None:
-            out = {c: [] for c in self.classes}
-            for ns in self.classes.values():
-                for n in ns:
-                    for ch in set(n.children):
-                        out.setdefault(ch, []).append(n)
-            self.__dict__["_parents"] = out
-        return out
-
 
 def export(st: EGraphState) -> EGraphView:
     if not isinstance(st, EGraphState):  # a segmented program (search/stitch.py): its stitched view
