@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 EXAMPLE ?= examples/gemm_bias_relu.json
 COST ?= model
 
-.PHONY: demo test bench-compile bench-fusion bench-zoo bench-scale gpu-check gpu-wheels install clean
+.PHONY: demo test bench-compile bench-fusion bench-zoo bench-scale bench-backend-scale gpu-check gpu-wheels install clean
 
 $(BIN)/polysat: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,11 @@ bench-zoo: install
 # each (bench/scale.py); QUICK= for every graph (an hour or more)
 bench-scale: install
 	$(BIN)/python -m polysat.bench.scale $(QUICK)
+
+# the stages after the search (binding, plans, .cu texts, the runtime's kernels) on a stack of identical layers:
+# they grow with the distinct kernels, not the layers (bench/backend_scale.py); QUICK= for 8 and 32 layers
+bench-backend-scale: install
+	$(BIN)/python -m polysat.bench.backend_scale $(QUICK)
 
 # On a GPU machine: every gpu test, compute-sanitizer on one launch of every kernel kind, every bench, one report
 # (bench/gpu_check.py; docs/gpu_check.md). Runs the package from this checkout under the name polysat, with

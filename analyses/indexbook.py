@@ -129,16 +129,16 @@ class IndexBook:
         return acc
 
     def compose(self, box: Box, exprs: tuple, guard: tuple, pads: tuple, inner: Access) -> Access:
-        """Read inner (over the source's axes i0..) through the map exprs (over box's vars)."""
-        if not guard and not pads and exprs == _identity(len(exprs)) and all(v in box for v in exprs_vars(inner)):
-            return inner  # same-shape elementwise read: nothing to substitute
-        env = {f"i{k}": e for k, e in enumerate(exprs)}
-        m = tuple(simplify(subs(e, env), box) for e in inner.map)
-        g = _prune(tuple(guard) + tuple(simplify(subs(c, env), box) for c in inner.guard), box)
-        ps = tuple(pads) + tuple(PadTest(_prune(tuple(simplify(subs(c, env), box) for c in p.guard), box), p.value)
-                                 for p in inner.pads)
-        ps = tuple(p for p in ps if p.guard)
-        return Access(inner.value_id, m, g, ps)
+        """Read inner (over the source's axes i0..) through the map exprs (over box's vars). A pure function of
+        its arguments, kept across books (a search builds the books of many programs that share most reads);
+        padding values are keyed by repr, so -0.0 and 0.0 stay apart."""
+        key = (tuple(box.items()), exprs, guard, repr(pads), inner.value_id, inner.map, inner.guard, repr(inner.pads))
+        hit = _COMPOSED.get(key)
+        if hit is None:
+            if len(_COMPOSED) > 200000:
+                _COMPOSED.clear()
+            hit = _COMPOSED[key] = _compose(box, exprs, guard, pads, inner)
+        return hit
 
     def sources(self, vid: str, stops: Iterable[str] = ()) -> tuple:
         """The reads computing value vid performs, over its iteration space, each composed through
@@ -159,6 +159,21 @@ class IndexBook:
         for s, m in zip(node.src, _operand_maps(node, info), strict=True):
             out.append(self.compose(info.box, m, (), (), self.to_base(s, stops)))
         return tuple(out)
+
+
+_COMPOSED: dict = {}  # IndexBook.compose's arguments -> its Access
+
+
+def _compose(box: Box, exprs: tuple, guard: tuple, pads: tuple, inner: Access) -> Access:
+    if not guard and not pads and exprs == _identity(len(exprs)) and all(v in box for v in exprs_vars(inner)):
+        return inner  # same-shape elementwise read: nothing to substitute
+    env = {f"i{k}": e for k, e in enumerate(exprs)}
+    m = tuple(simplify(subs(e, env), box) for e in inner.map)
+    g = _prune(tuple(guard) + tuple(simplify(subs(c, env), box) for c in inner.guard), box)
+    ps = tuple(pads) + tuple(PadTest(_prune(tuple(simplify(subs(c, env), box) for c in p.guard), box), p.value)
+                             for p in inner.pads)
+    ps = tuple(p for p in ps if p.guard)
+    return Access(inner.value_id, m, g, ps)
 
 
 _IDENTITY: dict = {}

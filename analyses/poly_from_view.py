@@ -22,9 +22,11 @@ COMBINE = {"SUM": "sum", "MAX": "max", "MIN": "min"}
 
 
 def _statement(pv: PolyView, blk: Block) -> Statement:
-    st = pv.statements.get(blk.name)
+    """The block's Statement, printed once per block (a block is shared by the views that hold the same value,
+    analyses/polyview.py ``_block``, and its statement depends only on the block and its node)."""
+    st = blk.__dict__.get("_statement")
     if st is None:
-        st = pv.statements[blk.name] = _make_statement(pv, blk)
+        st = blk.__dict__["_statement"] = _make_statement(pv, blk)
     return st
 
 

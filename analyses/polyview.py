@@ -62,8 +62,6 @@ class PolyView:
     edges: list  # {"from", "to", "tensor"}
     non_scop: list  # {"value", "why"}
     tensors: dict  # value id -> tensor name
-    statements: dict = field(default_factory=dict, repr=False, compare=False)  # block name -> its Statement
-    # (analyses/poly_from_view.py: isl printed once per block of a view)
 
     def block(self, value_id: str) -> Block:
         for b in self.blocks:
@@ -171,7 +169,31 @@ def _plans(book: IndexBook) -> tuple:
     return [p for p in plans if p[0].value_id not in folded], non_scop
 
 
+_BLOCKS: dict = {}  # what a block is made of -> the Block (never changed once made)
+
+
 def _block(book: IndexBook, names: dict, info: ValueInfo, kind: str, reads: tuple, attrs: dict) -> Block:
+    """The value's block. Kept across views by everything it is made of (the node itself, its space and axes,
+    the reads with their tensors' names, padding values by repr, the params): a search builds the views of many
+    programs that share most of their values, and a shared block also keeps its Statement text
+    (analyses/poly_from_view.py)."""
+    prog = book.program
+    out_name = names[info.value_id]
+    if prog[info.value_id].op == Ops.INPUT:  # an input returned as an output: copy to the output's name
+        out_name = iu.isl_name(next(n for n, nid in prog.outputs if nid == info.value_id and n != out_name))
+    key = (prog[info.value_id], kind, book.params, tuple((a.name, a.size) for a in info.space),
+           tuple(a.name for a in info.axes), out_name, repr(attrs),
+           tuple((acc, repr(acc.pads), names[acc.value_id], prog[acc.value_id].op == Ops.CONST) for acc in reads))
+    got = _BLOCKS.get(key)
+    if got is None:
+        if len(_BLOCKS) > 50000:
+            _BLOCKS.clear()
+        got = _BLOCKS[key] = _make_block(book, names, info, kind, reads, attrs, out_name)
+    return got
+
+
+def _make_block(book: IndexBook, names: dict, info: ValueInfo, kind: str, reads: tuple, attrs: dict,
+                out_name: str) -> Block:
     prog = book.program
     stmt = "S_" + iu.isl_name(info.value_id)
     dom = domain_set(book, info, stmt)
@@ -182,9 +204,6 @@ def _block(book: IndexBook, names: dict, info: ValueInfo, kind: str, reads: tupl
         m = iu.simplify_map(access_map(book, info, acc, stmt, names[acc.value_id]))
         ib = iu.in_bounds_gist(m, dom) if acc.guard else None
         accs.append(AccessRel(names[acc.value_id], acc.value_id, "read", m, acc, ib))
-    out_name = names[info.value_id]
-    if prog[info.value_id].op == Ops.INPUT:  # an input returned as an output: copy to the output's name
-        out_name = iu.isl_name(next(n for n, nid in prog.outputs if nid == info.value_id and n != out_name))
     wmap = iu.parse_map(iu.map_text(book.params, stmt, info.space_names, out_name,
                                     [Expr.var(a.name) for a in info.axes],
                                     iu.box_constraints(info.space_names, [a.size for a in info.space])))

@@ -63,6 +63,10 @@ class CostModel(abc.ABC):
         one kernel per op instead."""
         return _loaded_partition(program, rules_dirs, limits)
 
+    def enode_costs(self, view) -> dict:
+        """{e-node: float(enode_cost)} over the view (a model may make it faster, never different)."""
+        return {n: float(self.enode_cost(n, view)) for ns in view.classes.values() for n in ns}
+
     def region_cost(self, region: KernelClasses, view) -> float:
         return 0.0
 

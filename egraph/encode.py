@@ -94,5 +94,6 @@ def parse_guard(text: str) -> dict:
     return {int(j): (dim(lo), dim(hi)) for j, lo, hi in (r.split(":") for r in text.split(";"))} if text else {}
 
 
+@lru_cache(maxsize=256)
 def identity_map(rank: int) -> str:
     return tup(f"i{k}" for k in range(rank))

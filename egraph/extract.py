@@ -36,47 +36,95 @@ def _bit_sum(bits: int, weight: dict) -> float:
     return total
 
 
+EXACT = float(2 ** 53)  # integers below this add exactly in any order
+
+
+class _Weights:
+    """The price of each class's chosen e-node, and per distinct price the bitset of the classes at it: the
+    sum over a bitset is then a popcount per price, where every price is an integer and the sum stays below
+    2**53 (so it equals the bit-by-bit float sum exactly, whatever the order); otherwise bit by bit."""
+
+    def __init__(self):
+        self.weight: dict = {}  # class -> price
+        self.bits: dict = {}  # price -> bitset of the classes at that price
+        self.integral = True
+
+    def set(self, c: int, price: float) -> None:
+        old = self.weight.get(c)
+        if old is not None:
+            self.bits[old] &= ~(1 << c)
+        self.weight[c] = price
+        self.bits[price] = self.bits.get(price, 0) | (1 << c)
+        self.integral = self.integral and price.is_integer()
+
+    def sum(self, bits: int) -> float:
+        if self.integral:
+            counts = [(w, (bits & b).bit_count()) for w, b in self.bits.items() if b]
+            if sum(abs(w) * k for w, k in counts) < EXACT:
+                return float(sum(w * k for w, k in counts))
+        return _bit_sum(bits, self.weight)
+
+
 def solve(view: EGraphView, model: CostModel) -> tuple:
     """(best Choice per class, own cost per e-node): the greedy-DAG fixpoint. The class set of a term
     is a bitset, so a union costs machine words, and the price of the classes two children share is
-    subtracted once (inclusion-exclusion over their overlap): linear-ish even on deep chains."""
+    subtracted once (inclusion-exclusion over their overlap): linear-ish even on deep chains. E-nodes are
+    handled by their position in export order (``order``), so the loop never hashes an e-node."""
     best: dict = {}
-    weight: dict = {}  # class -> price of its currently chosen e-node (with its region cost)
-    parents = view.parents()
-    own = {}
-    heap: list = []
-    for ns in view.classes.values():
-        for n in ns:
-            own[n] = float(model.enode_cost(n, view))
-            if not n.children:
-                heapq.heappush(heap, (own[n], n.order, n))
+    at: dict = {}  # class -> the position of its chosen e-node
+    weight = _Weights()  # class -> price of its currently chosen e-node (with its region cost)
+    nodes, kids, readers = _layout(view)
+    own = model.enode_costs(view)
+    price_of = [own[n] for n in nodes]
+    heap: list = [(price_of[k], k) for k, n in enumerate(nodes) if not n.children]
+    heapq.heapify(heap)
+    regions = type(model).region_cost is not CostModel.region_cost  # a model that prices a Mat's kernel whole
     budget = 64 * max(1, view.nodes) + 1000
     while heap and budget:
         budget -= 1
-        _, _, n = heapq.heappop(heap)
-        if any(c not in best for c in n.children):
+        _, k = heapq.heappop(heap)
+        n = nodes[k]
+        ks = kids[k]
+        if any(c not in best for c in ks):
             continue
         bits, total = 0, 0.0
-        for c in dict.fromkeys(n.children):
+        for c in ks:
             ch = best[c]
             overlap = bits & ch.bits
-            total += ch.total - (_bit_sum(overlap, weight) if overlap else 0.0)
+            total += ch.total - (weight.sum(overlap) if overlap else 0.0)
             bits |= ch.bits
-        if bits >> n.eclass & 1:
+        e = n.eclass
+        if bits >> e & 1:
             continue  # cyclic through its own class
-        price = own[n]
-        if n.op == "Mat":
+        price = price_of[k]
+        if regions and n.op == "Mat":
             price += float(model.region_cost(_region(n, best), view))
         total += price
-        cur = best.get(n.eclass)
-        if cur is not None and (total, n.order) >= (cur.total, cur.node.order):
+        cur = best.get(e)
+        if cur is not None and (total, k) >= (cur.total, at[e]):
             continue
-        best[n.eclass] = Choice(total, n, bits | (1 << n.eclass))
-        weight[n.eclass] = price
-        for p in parents.get(n.eclass, ()):
-            if all(c in best for c in p.children):
-                heapq.heappush(heap, (total, p.order, p))
+        best[e] = Choice(total, n, bits | (1 << e))
+        at[e] = k
+        weight.set(e, price)
+        for p in readers.get(e, ()):
+            if all(c in best for c in kids[p]):
+                heapq.heappush(heap, (total, p))
     return best, own
+
+
+def _layout(view: EGraphView) -> tuple:
+    """(e-nodes in export order, each one's distinct child classes in order, class -> positions of the
+    e-nodes that read it), built once per view."""
+    got = view.__dict__.get("_layout")
+    if got is None:
+        nodes = sorted((n for ns in view.classes.values() for n in ns), key=lambda n: n.order)
+        kids = [tuple(dict.fromkeys(n.children)) for n in nodes]
+        readers: dict = {}
+        for k, n in enumerate(nodes):
+            for c in kids[k]:
+                readers.setdefault(c, []).append(k)
+        got = view.__dict__["_layout"] = (nodes, kids, readers)
+    return got
 
 
 def extract_classes(view: EGraphView, roots: list, cost: "str | CostModel" = "size") -> tuple:

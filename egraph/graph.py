@@ -35,20 +35,12 @@ class EGraphView:
     vetoed: frozenset = frozenset()  # read classes a rule vetoes fusing ((fuse-veto e) = 1, rules/fusion.egg)
     conflicts: tuple = ()  # (Mat site classes no partition fuses together, the Reduce the path starts in or None)
 
-    def parents(self) -> dict:
-        out: dict = {c: [] for c in self.classes}
-        for ns in self.classes.values():
-            for n in ns:
-                for ch in set(n.children):
-                    out.setdefault(ch, []).append(n)
-        return out
-
 
 def export(st: EGraphState) -> EGraphView:
     if not isinstance(st, EGraphState):  # a segmented program (search/stitch.py): its stitched view
         return st.export()
     g = st.eg._egraph  # noqa: SLF001
-    fz = g.freeze()
+    fz = g.freeze().functions  # (a new dict of every table per access of .functions: taken once)
     ids: dict = {}
 
     def cid(v) -> int:
@@ -57,7 +49,7 @@ def export(st: EGraphState) -> EGraphView:
     classes: dict = {}
     order = 0
     for name, kids in CHILDREN.items():
-        f = fz.functions.get(name)
+        f = fz.get(name)
         if f is None:
             continue
         for row in f.rows:
@@ -72,10 +64,10 @@ def export(st: EGraphState) -> EGraphView:
             c = cid(row.output)
             classes.setdefault(c, []).append(ENode(name, tuple(args), tuple(ch), c, order))
             order += 1
-    by_index = {g.value_to_i64(r.inputs[0]): cid(r.output) for r in fz.functions["N"].rows}
-    shape = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz.functions["has-shape"].rows}
-    dtype = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz.functions["has-dtype"].rows}
-    veto = fz.functions.get("fuse-veto")
+    by_index = {g.value_to_i64(r.inputs[0]): cid(r.output) for r in fz["N"].rows}
+    shape = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz["has-shape"].rows}
+    dtype = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz["has-dtype"].rows}
+    veto = fz.get("fuse-veto")
     vetoed = frozenset(cid(r.inputs[0]) for r in (veto.rows if veto is not None else ()) if g.value_to_i64(r.output))
     conflicts = _conflicts(g, fz, cid)
     for c in list(ids.values()):
@@ -93,15 +85,15 @@ class Conflict(NamedTuple):
     top: "int | None" = None  # the value whose kernel the path starts from (a value's root, (Top x))
 
 
-def _conflicts(g, fz, cid) -> tuple:
+def _conflicts(g, fz: dict, cid) -> tuple:
     """The (fuse-conflict P r) facts of rules/fusion.egg, each as a Conflict."""
-    cons = fz.functions.get("Site")
-    rows = fz.functions.get("fuse-conflict")
+    cons = fz.get("Site")
+    rows = fz.get("fuse-conflict")
     if cons is None or rows is None:
         return ()
     link = {r.output: (cid(r.inputs[0]), r.inputs[2]) for r in cons.rows}
-    root = {r.output: cid(r.inputs[0]) for r in (fz.functions["Root"].rows if "Root" in fz.functions else ())}
-    top = {r.output: cid(r.inputs[0]) for r in (fz.functions["Top"].rows if "Top" in fz.functions else ())}
+    root = {r.output: cid(r.inputs[0]) for r in (fz["Root"].rows if "Root" in fz else ())}
+    top = {r.output: cid(r.inputs[0]) for r in (fz["Top"].rows if "Top" in fz else ())}
 
     def members(v, r) -> Conflict:
         sites = []

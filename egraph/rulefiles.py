@@ -12,6 +12,7 @@ from __future__ import annotations
 import pathlib
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..ir.diagnostics import PolysatError, diag
 
@@ -101,10 +102,18 @@ def _law(text: str, start: int) -> str:
 
 
 def parse_file(path: str) -> RuleFile:
+    """The file read, parsed and linted (E1403 at file:line otherwise). The file is read every time; its
+    parse is kept per (path, text), so a compile that asks for the same file again (the schedule's shipped
+    rulesets, each saturation of a segmented program) parses and lints it once."""
     try:
         text = pathlib.Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise PolysatError(diag("RuleFileError", path, f"cannot read rule file: {e}")) from None
+    return _parsed(path, text)
+
+
+@lru_cache(maxsize=256)
+def _parsed(path: str, text: str) -> RuleFile:
     rules, rulesets, names = [], [], set()
     for start, end, line in _forms(text, path):
         form = text[start:end]

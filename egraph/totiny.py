@@ -28,6 +28,23 @@ _MOVE = {"Reshape": Ops.RESHAPE, "Permute": Ops.PERMUTE, "Expand": Ops.EXPAND, "
          "Shrink": Ops.SHRINK, "Flip": Ops.FLIP, "View": Ops.VIEW, "Transpose": Ops.PERMUTE}
 
 
+_CHECKED: dict = {}  # (op, operands' dtype and shape, arg, tag) -> a node make_uop built and checked for them
+
+
+def _make(nid: str, op: Ops, src: list, arg: dict, tag: "str | None", c: int) -> UOp:
+    """make_uop's node under id nid: its checks and inference read only the operands' dtypes and shapes and
+    the arg (repr keeps -0.0 apart from 0.0), so a search that converts the same terms for many candidates
+    checks each distinct node once."""
+    key = (op, tuple((s.dtype, s.shape) for s in src), repr(arg), tag)
+    t = _CHECKED.get(key)
+    if t is None:
+        t = make_uop(nid, op, src, arg, tag, at=f"extracted e-class {c}")
+        if len(_CHECKED) > 100000:
+            _CHECKED.clear()
+        _CHECKED[key] = t
+    return UOp(nid, op, tuple(x.id for x in src), t.arg, t.dtype, t.shape, tag)
+
+
 class TermBuilder:
     """Converts chosen e-nodes to Tiny IR nodes, one e-class at a time (memoized per class)."""
 
@@ -58,7 +75,7 @@ class TermBuilder:
     def add(self, op: Ops, src: list, arg: dict, final: bool, c: int, tag: "str | None" = None) -> UOp:
         """A new node for class c; the class's last (final) node takes the original id if it has one."""
         nid = self.names.get(c) if final and c in self.names and self.names[c] not in self.used else None
-        u = make_uop(nid or self.fresh(), op, src, arg, tag, at=f"extracted e-class {c}")
+        u = _make(nid or self.fresh(), op, src, arg, tag, c)
         self.nodes.append(u)
         self.used.add(u.id)
         self.cur.append(u.id)

@@ -6,6 +6,7 @@ equal dims compare equal.
 """
 from __future__ import annotations
 
+from math import prod
 from typing import Iterable, Mapping, Union
 
 from .expr import Expr
@@ -15,6 +16,8 @@ Shape = tuple
 
 
 def dim(x: "int | str | Expr") -> Dim:
+    if type(x) is int:
+        return x
     e = Expr.of(x)
     return e.constant if e.is_const else e
 
@@ -28,6 +31,8 @@ def is_static(s: Shape) -> bool:
 
 
 def numel(s: Shape) -> Dim:
+    if all(type(d) is int for d in s):
+        return prod(s)
     out: Expr = Expr.const(1)
     for d in s:
         out = out * Expr.of(d)

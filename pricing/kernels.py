@@ -116,9 +116,11 @@ def named_back(text: str, ren: dict) -> str:
     return _CANONICAL_WORD.sub(lambda m: back.get(m.group(0), m.group(0)), text)
 
 
+@lru_cache(maxsize=8192)
 def canonical(region: PolyRegion) -> PolyRegion:
     """region with statements S0.. and tensors T0..: equal kernels from different extractions (or
-    layers) compare equal, so the price and analysis caches hit."""
+    layers) compare equal, so the price and analysis caches hit. Kept per region: a search meets the same
+    kernel in many candidates."""
     ren = canonical_names(region)
 
     def sub(text: str) -> str:

@@ -10,6 +10,8 @@ numpy byte arena (runtime/host.py), where a wrong plan corrupts values as it wou
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -217,8 +219,22 @@ def execute(steps: list[Step], mp: MemoryPlan, inputs: Mapping[str, Any], mem: M
         out = at(user(spec.c) if several else r.outputs[0].name, tuple(shapes[spec.c]))
         tensors = {**s.binding.arrays({b.name: at(b.name) for b in r.inputs}, env, _reshape),
                    **{n: at(user(n), tuple(shapes[n])) for n in several if n != spec.c}}
-        mem.launch(s.kind, spec, tensors, env, out)
+        with in_region(r.name, spec.name):
+            mem.launch(s.kind, spec, tensors, env, out)
     return {name: mem.copy_out(at(name)) for name in mp.outputs}
+
+
+@contextlib.contextmanager
+def in_region(region: str, kernel: str):
+    """A diagnostic raised while a region's kernel is prepared or launched names the region: kernels are shared
+    by canonical form (their names, ``R0``.., are the form's), so the kernel's name alone does not say which
+    region of the model failed."""
+    try:
+        yield
+    except PolysatError as e:
+        raise PolysatError([dataclasses.replace(d, why=f"{d.why} (region {region!r}, kernel {kernel!r})",
+                                                details=d.details + (("region", region),))
+                            for d in e.diagnostics]) from None
 
 
 def _reshape(t: Any, shape) -> Any:

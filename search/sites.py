@@ -95,6 +95,21 @@ class Masked(SizeCost):
             return AVOID_STREAM
         return AVOID if node in self.excluded else super().enode_cost(node, view)
 
+    def enode_costs(self, view) -> dict:
+        """The size prices of the view (built once per view), the ruled-out e-nodes raised: the same prices as
+        ``enode_cost``, without asking per e-node for every candidate."""
+        base = view.__dict__.get("_size_prices")
+        if base is None:
+            base = view.__dict__["_size_prices"] = SizeCost().enode_costs(view)
+        out = dict(base)
+        for n in self.excluded:
+            if n in out:
+                out[n] = AVOID
+        for n in self.hard:
+            if n in out:
+                out[n] = AVOID_STREAM
+        return out
+
 
 def alternatives(view: EGraphView, sites: dict) -> dict:
     """Mat site c -> the Mat sites whose values it holds: every class that reads c (cut) also reads another

@@ -13,7 +13,7 @@ import pytest
 from polysat import cli
 from polysat.backend import kinds, stages
 from polysat.backend.common.canonical import canonical
-from polysat.ir.diagnostics import PolysatError
+from polysat.ir.diagnostics import PolysatError, fail
 from polysat.ir.playback import playback
 from polysat.ir.region import region_json
 from polysat.ir.region_load import region_from_json
@@ -137,3 +137,15 @@ def test_dumps_tell_specs_in_the_users_names(tmp_path):
     cu = json.load(open(tmp_path / "cu.json"))
     assert [x["region"] for x in cu["launches"]] == [p["region"] for p in plans]
     assert all(x["file"] in cu["files"] for x in cu["launches"])
+
+
+def test_a_failing_launch_names_its_region(three):
+    """The kernels of identical layers share one spec (its name is the canonical form's), so a diagnostic raised by
+    a launch is told which region of the model it came from."""
+    def broken(kind, spec, tensors, env, out):
+        fail("UnknownTarget", "--target cuda", f"{kind.name} kernel {spec.name!r} failed: CUDA_ERROR_LAUNCH_FAILED")
+    with pytest.raises(PolysatError) as e:
+        host_runtime(three.regions, parameter_names(three.doc), launch=broken).run(_inputs(3))
+    (d,) = e.value.diagnostics
+    first = three.regions[0].name
+    assert f"region {first!r}" in d.why and dict(d.details)["region"] == first and d.code.startswith("E")
