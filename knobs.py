@@ -89,7 +89,7 @@ def egraph_iters() -> int:
 
 
 def egraph_seconds() -> float:
-    """POLYSAT_EGRAPH_SECONDS: wall-clock budget of one saturation in seconds (default 20)."""
+    """POLYSAT_EGRAPH_SECONDS: CPU-second budget of one saturation (default 20)."""
     return _num("POLYSAT_EGRAPH_SECONDS", 20.0, float, lo=0)
 
 
