@@ -88,7 +88,10 @@ def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[st
     remaining = {k: len(v) for k, v in consumers.items()}
     outs = {nid for _, nid in program.outputs}
     limit = eval_max_elements()
-    lazy = set() if keep_all else deferred(program, consumers, outs, env, limit)
+    products = contractions(program, consumers, outs)
+    fused = set() if keep_all else {s for r in products.values() for s in r[2]}
+    lazy = set() if keep_all else deferred(program, consumers, outs, env, limit, fused)
+    lazy |= fused
 
     def release(s: str) -> None:
         remaining[s] -= 1
@@ -109,9 +112,10 @@ def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[st
             v = round_to(np.asarray(inputs[n.arg["tensor_id"]]), n.dtype)
         else:
             with np.errstate(all="ignore"):
-                if n.op == Ops.REDUCE and n.src[0] in lazy:
+                v = _contracted(n, products.get(n.id), vals, env, limit)
+                if v is None and n.op == Ops.REDUCE and n.src[0] in lazy:  # (or a contraction too wide to broadcast)
                     v = _reduce_in_slices(program, n, vals, lazy, env, limit)
-                else:
+                elif v is None:
                     v = _IMPL[n.op](n, [vals[s] for s in n.src], env)
         expect = bind(n.shape, env)
         assert v.shape == expect and v.dtype == n.dtype.np, (n, v.shape, expect, v.dtype)
@@ -272,6 +276,95 @@ def _contract(n, xs, env):
     return round_to(np.einsum(spec, a, b), n.arg["dtype"])
 
 
+# ---- a sum of products: a contraction ------------------------------------------------------------------
+# REDUCE(SUM) into fp32 of an fp32 MUL of fp32 operands (a convolution, a MatMul) is evaluated as one batched
+# BLAS product of its two operands, never as the product tensor (every output element times every tap): each
+# output element is the fp32 sum of the products of the same operands, in the library's order, a product entering
+# it unrounded where the library fuses the multiply-add. The order of an fp32 sum is not part of the meaning
+# (the rule checker bounds any order by (n - 1) eps32 sum |x|, checker/bounds.py).
+
+def contracts(mul_dtype: DType, a_dtype: DType, b_dtype: DType, acc: DType, op: str) -> bool:
+    """Whether REDUCE(op, acc) of MUL(a, b) is evaluated as a contraction (all fp32, a sum)."""
+    return op == "SUM" and DType.fp32 == mul_dtype == a_dtype == b_dtype == acc
+
+
+def contract_sum(a: np.ndarray, a_axes: tuple, b: np.ndarray, b_axes: tuple, out_axes: tuple, reduced: tuple,
+                 sizes: Mapping, limit: int) -> "np.ndarray | None":
+    """sum over the axes ``reduced`` of a * b, as an fp32 array over out_axes (sizes[axis] each). a and b are laid
+    out over their named axes, a dim of size 1 broadcasting. An axis of the sum missing from an operand is
+    broadcast into it (None when that copy is over limit: the caller sums the literal product)."""
+    def present(x, axes):
+        keep = [k for k, ax in enumerate(axes) if x.shape[k] == sizes[ax] and (sizes[ax] > 1 or ax in out_axes)]
+        x = x.reshape([x.shape[k] for k in keep])
+        return x, tuple(axes[k] for k in keep)
+    red = tuple(r for r in reduced if sizes[r] > 1)
+
+    def every_tap(x, axes):  # a tap axis the operand is constant along is broadcast into it
+        missing = tuple(r for r in red if r not in axes)
+        full = x.shape + tuple(sizes[r] for r in missing)
+        if missing and math.prod(full) > limit:
+            return None, None
+        return np.broadcast_to(x.reshape(x.shape + (1,) * len(missing)), full), axes + missing
+    a, a_axes = every_tap(*present(a, a_axes))
+    b, b_axes = every_tap(*present(b, b_axes))
+    if a is None or b is None:
+        return None
+    batch = tuple(x for x in out_axes if x in a_axes and x in b_axes)
+    m = tuple(x for x in out_axes if x in a_axes and x not in b_axes)
+    n = tuple(x for x in out_axes if x in b_axes and x not in a_axes)
+    a3 = _grouped(a, a_axes, (batch, m, red), sizes)
+    b3 = _grouped(b, b_axes, (batch, red, n), sizes)
+    y = np.matmul(a3, b3)  # (batch, m, n): fp32 BLAS
+    have = batch + m + n
+    y = y.reshape([sizes[x] for x in have])
+    y = np.transpose(y, [have.index(x) for x in out_axes if x in have])
+    y = y.reshape([sizes[x] if x in have else 1 for x in out_axes])
+    return np.broadcast_to(y, [sizes[x] for x in out_axes]).astype(np.float32, order="C")  # rank 0 stays rank 0
+
+
+def contractions(program: Program, consumers: Mapping, outs: set) -> dict:
+    """REDUCE id -> (operand a id, operand b id, ids never evaluated, the product's shape) for each REDUCE evaluated as a contraction: its
+    MUL (and the same-rank EXPANDs feeding only that MUL, whose sources are the operands then) are not held."""
+    out: dict = {}
+    for n in program.nodes:
+        if n.op != Ops.REDUCE or program[n.src[0]].op != Ops.MUL:
+            continue
+        m = program[n.src[0]]
+        xa, xb = (program[s] for s in m.src)
+        if m.id in outs or consumers[m.id] != [n.id] \
+                or not contracts(m.dtype, xa.dtype, xb.dtype, n.arg["dtype"], n.arg["op"]):
+            continue
+        ops, skip = [], [m.id]
+        for x in (xa, xb):
+            if x.op == Ops.EXPAND and x.id not in outs and all(c == m.id for c in consumers[x.id]) \
+                    and program[x.src[0]].ndim == x.ndim:
+                ops.append(x.src[0])
+                skip.append(x.id)
+            else:
+                ops.append(x.id)
+        out[n.id] = (ops[0], ops[1], tuple(dict.fromkeys(skip)), m.shape)
+    return out
+
+
+def _contracted(n: UOp, product: "tuple | None", vals: dict, env: Mapping, limit: int) -> "np.ndarray | None":
+    """REDUCE n as a contraction of the operands product names (None when it is not one, or cannot be)."""
+    if product is None:
+        return None
+    a, b = vals[product[0]], vals[product[1]]
+    full = bind(product[3], env)
+    axes = tuple(range(len(full)))
+    reduced = tuple(k % len(full) for k in n.arg["axes"])
+    kept = tuple(k for k in axes if k not in reduced)
+    sizes = dict(enumerate(full))
+    return contract_sum(a, axes, b, axes, kept, reduced, sizes, limit)
+
+
+def _grouped(x: np.ndarray, axes: tuple, groups: tuple, sizes: Mapping) -> np.ndarray:
+    """x over axes, transposed to the concatenated groups and reshaped to one dim per group (float32)."""
+    order = [axes.index(ax) for g in groups for ax in g]
+    return np.transpose(x, order).reshape([math.prod(sizes[ax] for ax in g) for g in groups]).astype(np.float32, copy=False)
+
+
 # ---- data-dependent reads --------------------------------------------------------------------------
 
 def wrap_index(idx: np.ndarray, size: int) -> tuple:
@@ -304,12 +397,12 @@ def _gather(n, xs, env):
 # same sum of the same rounded products (the reduced axes are whole in every box), so the values are those of
 # the literal evaluation.
 
-def deferred(program: Program, consumers: Mapping, outs: set, env: Mapping, limit: int) -> set:
+def deferred(program: Program, consumers: Mapping, outs: set, env: Mapping, limit: int, fused: set) -> set:
     """Ids of the EXPAND and elementwise nodes over the limit that feed only REDUCEs (directly or through
-    other such nodes), same-shaped sources, not program outputs."""
+    other such nodes), same-shaped sources, not program outputs nor in fused (a contraction's)."""
     lazy: set = set()
     for n in reversed(program.nodes):
-        if n.id in outs or not consumers[n.id] or math.prod(bind(n.shape, env)) <= limit:
+        if n.id in outs or n.id in fused or not consumers[n.id] or math.prod(bind(n.shape, env)) <= limit:
             continue
         if n.op == Ops.EXPAND:
             fits = program[n.src[0]].ndim == n.ndim

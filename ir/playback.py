@@ -27,7 +27,7 @@ import numpy as np
 from ..knobs import eval_max_elements
 from .diagnostics import fail
 from .dtypes import DType, round_kept, round_to
-from .evaluate import _BINARY, _UNARY, _compute, wrap_index
+from .evaluate import _BINARY, _UNARY, _compute, contract_sum, contracts, wrap_index
 from .region import R, Region, RNode
 from .shapes import Dim
 
@@ -263,6 +263,14 @@ class _RegionRun:
         if op not in _REDUCE:
             fail("NonAssociativeTransform", self.r.name, f"reduce op {op!r} is not one of sum, max, min")
         target = n.axes + tuple(axes)
+        body = n.src[0]
+        if body.op == R.BINARY and body.arg == "mul" and contracts(body.dtype, *(x.dtype for x in body.src), acc,
+                                                                  op.upper()) \
+                and all(math.prod(self.shape(x.axes)) <= self.limit for x in body.src):
+            a, b = (self.eval(x, guard) for x in body.src)  # a contraction: the product is never held
+            y = contract_sum(a.arr, a.axes, b.arr, b.axes, n.axes, tuple(axes), self.sizes, self.limit)
+            if y is not None:
+                return Value(round_to(np.add(np.asarray(init, dtype=F32), y), acc), n.axes)
         if math.prod(self.shape(target)) > self.limit:
             return self.reduce_in_blocks(n, guard, target)
         body = self.eval(n.src[0], guard)
