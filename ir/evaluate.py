@@ -1,8 +1,9 @@
 """The reference evaluator: executes Tiny IR literally with numpy. It is the meaning of a program.
 
 Inputs are rounded to their declared dtype (bf16 through ml-dtypes); every elementwise op computes in
-float32 and rounds its result to the node's dtype; REDUCE accumulates in its own dtype. Symbols are
-bound from the input shapes (a conflict is E1304).
+float32 and rounds its result to the node's dtype; REDUCE accumulates in its own dtype, a sum of fp32 products
+into fp32 as one BLAS contraction in BLAS's order (``contract_sum`` below). Symbols are bound from the input shapes
+(a conflict is E1304).
 
 Its rounding points are the meaning of a program: a value is rounded exactly where a node's dtype says
 so and nowhere else. For Attention (the lowering in ``frontend/lower_linear.py``) that is: S = Q K^T
@@ -108,8 +109,8 @@ def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[st
         elems = math.prod(bind(n.shape, env))
         if elems > limit:
             _over_limit(n, env, limit)
-        if n.op == Ops.INPUT:
-            v = round_to(np.asarray(inputs[n.arg["tensor_id"]]), n.dtype)
+        if n.op == Ops.INPUT:  # never written to: an input already of its dtype is not copied
+            v = round_kept(np.asarray(inputs[n.arg["tensor_id"]]), n.dtype)
         else:
             with np.errstate(all="ignore"):
                 v = _contracted(n, products.get(n.id), vals, env, limit)
@@ -187,18 +188,51 @@ def _flip(n, xs, env):
 def _view(n, xs, env):
     x = xs[0]
     shape = bind(n.shape, env)
+    names = [f"i{k}" for k in range(len(shape))]
+    if not n.arg["index_map"]:  # a rank-0 input viewed at any shape is a broadcast of its one element
+        return np.ascontiguousarray(np.broadcast_to(x, shape))
+    v = strided(x, n.arg["index_map"], names, shape, [0] * len(shape), env)
+    if v is not None:  # a linear map inside x: a strided copy, no gather
+        return np.ascontiguousarray(v)
     grid = np.indices(shape, dtype=np.int64, sparse=True) if shape else []
     local = dict(env)
-    local.update({f"i{k}": g for k, g in enumerate(grid)})
+    local.update(zip(names, grid))
     idx = []
     for k, e in enumerate(n.arg["index_map"]):
-        v = np.broadcast_to(np.asarray(e.evaluate(local), dtype=np.int64), shape)
-        if v.size and (v.min() < 0 or v.max() >= x.shape[k]):
+        v = np.asarray(e.evaluate(local), dtype=np.int64)  # over the axes e mentions (others broadcast)
+        if v.size and math.prod(shape) and (v.min() < 0 or v.max() >= x.shape[k]):
             fail("OutOfBoundsView", n.id, f"index_map[{k}] = {e} reaches [{v.min()}, {v.max()}] outside size {x.shape[k]}")
         idx.append(v)
-    if not idx:  # a rank-0 input viewed at any shape is a broadcast of its one element
-        return np.ascontiguousarray(np.broadcast_to(x, shape))
-    return np.ascontiguousarray(x[tuple(idx)]).reshape(shape)
+    return np.ascontiguousarray(np.broadcast_to(x[tuple(idx)], shape))
+
+
+def strided(x: np.ndarray, index: tuple, names: list, sizes: list, starts: list, env: Mapping) -> "np.ndarray | None":
+    """x[index] over the axes names (sizes[k] values from starts[k]) as a read-only strided view of x (no copy), when
+    each index is linear in the axes (symbols bound by env) and stays inside x; None otherwise (the caller gathers,
+    and reports or guards the indices outside)."""
+    if not all(sizes) or x.ndim != len(index):
+        return None
+    pos = {a: k for k, a in enumerate(names)}
+    strides, origin = [0] * len(names), []
+    for k, e in enumerate(index):
+        const, lo, hi = 0, 0, 0
+        for m, c in e.terms:
+            if not m:
+                const += c
+            elif len(m) == 1 and isinstance(m[0], str) and m[0] in pos:
+                j = pos[m[0]]
+                const += c * starts[j]
+                strides[j] += c * x.strides[k]
+                lo, hi = lo + min(0, c * (sizes[j] - 1)), hi + max(0, c * (sizes[j] - 1))
+            elif len(m) == 1 and isinstance(m[0], str) and m[0] in env:
+                const += c * int(env[m[0]])
+            else:
+                return None  # a floordiv, a product of axes
+        if const + lo < 0 or const + hi >= x.shape[k]:
+            return None
+        origin.append(const)
+    base = x[tuple(slice(c, None) for c in origin)]
+    return np.lib.stride_tricks.as_strided(base, shape=tuple(sizes), strides=tuple(strides), writeable=False)
 
 
 # ---- elementwise ----------------------------------------------------------------------------------

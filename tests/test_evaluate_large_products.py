@@ -1,7 +1,8 @@
 """A convolution whose lowered product (every output element times every tap) is over POLYSAT_EVAL_MAX_ELEMENTS
-still evaluates, in the reference evaluator and in playback, when its inputs and outputs fit: the product is
-summed one block of output positions at a time (onnx's light AlexNet: a grouped 5x5 conv whose product has 207M
-elements). The values equal torch's conv2d and, bit for bit, the evaluation without the limit."""
+still evaluates, in the reference evaluator and in playback, when its inputs and outputs fit: it is a contraction
+of its operands (or, in playback where an operand spans the product, one block of output positions at a time;
+onnx's light AlexNet: a grouped 5x5 conv whose product has 207M elements). The values equal torch's conv2d and, bit
+for bit, the evaluation without the limit."""
 from __future__ import annotations
 
 import importlib.util
