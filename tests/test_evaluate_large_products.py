@@ -96,7 +96,7 @@ def test_an_fp32_product_is_not_copied_to_be_rounded(monkeypatch):
 @pytest.mark.parametrize("target", ["reference", "playback"])
 def test_a_conv_is_one_matrix_product_not_its_product_tensor(monkeypatch, target):
     """A convolution's REDUCE(SUM) of an fp32 MUL is evaluated as a contraction: no elementwise multiply runs (the
-    literal evaluation multiplies all 8748 products, VGG-19's 19.6G at 224 px, which ran for thousands of seconds),
+    literal evaluation multiplies all 8748 products, VGG-19's 19.5G at 224 px, which ran for thousands of seconds),
     and the BLAS products do exactly output elements x taps multiply-adds. Values as torch's conv2d."""
     from polysat.ir import evaluate as ev
     from polysat.ir.tiny import Ops
