@@ -21,7 +21,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .diagnostics import fail
-from ..knobs import eval_max_elements
+from ..knobs import eval_contract_elements, eval_max_elements
 from .dtypes import DType, round_kept, round_to
 from .expr import Expr
 from .shapes import bind, fmt_shape
@@ -89,7 +89,7 @@ def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[st
     remaining = {k: len(v) for k, v in consumers.items()}
     outs = {nid for _, nid in program.outputs}
     limit = eval_max_elements()
-    products = contractions(program, consumers, outs)
+    products = contractions(program, consumers, outs, env)
     fused = set() if keep_all else {s for r in products.values() for s in r[2]}
     lazy = set() if keep_all else deferred(program, consumers, outs, env, limit, fused)
     lazy |= fused
@@ -311,15 +311,18 @@ def _contract(n, xs, env):
 
 
 # ---- a sum of products: a contraction ------------------------------------------------------------------
-# REDUCE(SUM) into fp32 of an fp32 MUL of fp32 operands (a convolution, a MatMul) is evaluated as one batched
-# BLAS product of its two operands, never as the product tensor (every output element times every tap): each
-# output element is the fp32 sum of the products of the same operands, in the library's order, a product entering
-# it unrounded where the library fuses the multiply-add. The order of an fp32 sum is not part of the meaning
-# (the rule checker bounds any order by (n - 1) eps32 sum |x|, checker/bounds.py).
+# REDUCE(SUM) into fp32 of an fp32 MUL of fp32 operands (a convolution, a MatMul) with more products than
+# POLYSAT_EVAL_CONTRACT_ELEMENTS is evaluated as one batched BLAS product of its two operands, never as the
+# product tensor (every output element times every tap): each output element is the fp32 sum of the products of
+# the same operands, in the library's order, a product entering it unrounded where the library fuses the
+# multiply-add. The order of an fp32 sum is not part of the meaning (the rule checker bounds any order by
+# (n - 1) eps32 sum |x|, checker/bounds.py); a smaller sum keeps numpy's order, which the checker's node-by-node
+# values (checker/values.py) equal bit for bit.
 
-def contracts(mul_dtype: DType, a_dtype: DType, b_dtype: DType, acc: DType, op: str) -> bool:
-    """Whether REDUCE(op, acc) of MUL(a, b) is evaluated as a contraction (all fp32, a sum)."""
-    return op == "SUM" and DType.fp32 == mul_dtype == a_dtype == b_dtype == acc
+def contracts(mul_dtype: DType, a_dtype: DType, b_dtype: DType, acc: DType, op: str, products: int) -> bool:
+    """Whether REDUCE(op, acc) of MUL(a, b) is evaluated as a contraction: all fp32, a sum, and more products than
+    POLYSAT_EVAL_CONTRACT_ELEMENTS."""
+    return op == "SUM" and DType.fp32 == mul_dtype == a_dtype == b_dtype == acc and products > eval_contract_elements()
 
 
 def contract_sum(a: np.ndarray, a_axes: tuple, b: np.ndarray, b_axes: tuple, out_axes: tuple, reduced: tuple,
@@ -356,7 +359,7 @@ def contract_sum(a: np.ndarray, a_axes: tuple, b: np.ndarray, b_axes: tuple, out
     return np.broadcast_to(y, [sizes[x] for x in out_axes]).astype(np.float32, order="C")  # rank 0 stays rank 0
 
 
-def contractions(program: Program, consumers: Mapping, outs: set) -> dict:
+def contractions(program: Program, consumers: Mapping, outs: set, env: Mapping) -> dict:
     """REDUCE id -> (operand a id, operand b id, ids never evaluated, the product's shape) for each REDUCE evaluated as a contraction: its
     MUL (and the same-rank EXPANDs feeding only that MUL, whose sources are the operands then) are not held."""
     out: dict = {}
@@ -366,7 +369,7 @@ def contractions(program: Program, consumers: Mapping, outs: set) -> dict:
         m = program[n.src[0]]
         xa, xb = (program[s] for s in m.src)
         if m.id in outs or consumers[m.id] != [n.id] \
-                or not contracts(m.dtype, xa.dtype, xb.dtype, n.arg["dtype"], n.arg["op"]):
+                or not contracts(m.dtype, xa.dtype, xb.dtype, n.arg["dtype"], n.arg["op"], math.prod(bind(m.shape, env))):
             continue
         ops, skip = [], [m.id]
         for x in (xa, xb):

@@ -270,7 +270,7 @@ class _RegionRun:
         target = n.axes + tuple(axes)
         body = n.src[0]
         if body.op == R.BINARY and body.arg == "mul" and contracts(body.dtype, *(x.dtype for x in body.src), acc,
-                                                                  op.upper()) \
+                                                                  op.upper(), math.prod(self.shape(target))) \
                 and all(math.prod(self.shape(x.axes)) <= self.limit for x in body.src):
             a, b = (self.eval(x, guard) for x in body.src)  # a contraction: the product is never held
             y = contract_sum(a.arr, a.axes, b.arr, b.axes, n.axes, tuple(axes), self.sizes, self.limit)

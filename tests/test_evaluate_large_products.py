@@ -94,10 +94,13 @@ def test_an_fp32_product_is_not_copied_to_be_rounded(monkeypatch):
 
 
 @pytest.mark.parametrize("target", ["reference", "playback"])
-def test_a_conv_is_one_matrix_product_not_its_product_tensor(monkeypatch, target):
-    """A convolution's REDUCE(SUM) of an fp32 MUL is evaluated as a contraction: no elementwise multiply runs (the
-    literal evaluation multiplies all 8748 products, VGG-19's 19.5G at 224 px, which ran for thousands of seconds),
-    and the BLAS products do exactly output elements x taps multiply-adds. Values as torch's conv2d."""
+@pytest.mark.parametrize("contract", [True, False])
+def test_a_conv_is_one_matrix_product_not_its_product_tensor(monkeypatch, target, contract):
+    """A convolution's REDUCE(SUM) of an fp32 MUL with more products than POLYSAT_EVAL_CONTRACT_ELEMENTS is evaluated
+    as a contraction: no elementwise multiply runs (the literal evaluation multiplies all 8748 products, VGG-19's
+    19.5G at 224 px, which ran for thousands of seconds), and the BLAS products do exactly output elements x taps
+    multiply-adds; with fewer, the 8748 products are summed literally. Values as torch's conv2d."""
+    monkeypatch.setenv("POLYSAT_EVAL_CONTRACT_ELEMENTS", "8747" if contract else "8748")
     from polysat.ir import evaluate as ev
     from polysat.ir.tiny import Ops
     multiplied, products = [], []
@@ -118,5 +121,5 @@ def test_a_conv_is_one_matrix_product_not_its_product_tensor(monkeypatch, target
     got = evaluate(program, x)["Y"] if target == "reference" else \
         playback(synthesize(program, default_partition(program)), x)["Y"]
     np.testing.assert_allclose(got, _torch(x), rtol=1e-5, atol=1e-5)
-    assert sum(multiplied) == 0, multiplied
-    assert sum(products) == 1 * 6 * 9 * 9 * 2 * 3 * 3, products  # N Co Ho Wo x Cg Kh Kw
+    assert sum(multiplied) == (0 if contract else 8748), multiplied
+    assert sum(products) == (1 * 6 * 9 * 9 * 2 * 3 * 3 if contract else 0), products  # N Co Ho Wo x Cg Kh Kw
