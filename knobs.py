@@ -61,6 +61,14 @@ def eval_max_elements() -> int:
     return _num("POLYSAT_EVAL_MAX_ELEMENTS", 2 ** 27, lo=1)
 
 
+def eval_contract_elements() -> int:
+    """POLYSAT_EVAL_CONTRACT_ELEMENTS: a sum of fp32 products with more products than this (a convolution, a
+    MatMul) is evaluated by the numpy evaluators as one BLAS contraction, in BLAS's summation order, not as the
+    product tensor summed (default 2**20; smaller ones keep numpy's order, which the rule checker's node-by-node
+    values equal bit for bit)."""
+    return _num("POLYSAT_EVAL_CONTRACT_ELEMENTS", 2 ** 20, lo=0)
+
+
 # ---- analyses ----------------------------------------------------------------------------------------
 
 def max_pieces() -> int:

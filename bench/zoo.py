@@ -17,7 +17,7 @@ Beside polysat's kernels, modelled time (Poly Core's price of the chosen partiti
 0.14's kernel count and schedule time on the same ONNX bytes (bench/tinygrad_onnx.py) and torch Inductor's
 (CPU) kernel count and compile time. A table is printed and JSON written.
 
-    python -m polysat.bench.zoo [--quick] [--only a,b] [--out PATH] [--timeout S]
+    python -m polysat.bench.zoo [--quick] [--only a,b] [--out PATH] [--timeout CPU_S] [--wall S]
 
 ``--quick`` (CI) takes the models marked quick in bench/corpora/zoo_models.py. Outputs are compared as the seed's
 ``rtol = atol = 1e-3`` (fp32 outputs).
@@ -254,19 +254,36 @@ def _one(conn, name: str, part: str) -> None:
         conn.send({"error": f"{type(e).__name__}: {e}"[:300]})
 
 
-def run_part(name: str, part: str, timeout: float) -> dict:
-    """measure(name, part) in a fresh spawned process; a row saying so when it outlasts timeout seconds."""
+def run_part(name: str, part: str, timeout: float, wall: float) -> dict:
+    """measure(name, part) in a fresh spawned process; a row saying so when it uses more than timeout CPU seconds
+    (its work, which a shared machine's load does not inflate) or outlasts wall seconds."""
     ctx = multiprocessing.get_context("spawn")
     a, b = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_one, args=(b, name, part))
     t0 = time.perf_counter()
     p.start()
-    out = a.recv() if a.poll(timeout) else {"error": f"timed out after {timeout:.0f} s"}
+    out = None
+    while out is None:
+        if a.poll(1.0):
+            out = a.recv()
+        elif cpu_seconds(p.pid) > timeout:
+            out = {"error": f"timed out after {timeout:.0f} CPU s"}
+        elif time.perf_counter() - t0 > wall:
+            out = {"error": f"timed out after {wall:.0f} s wall"}
     p.join(5)
     if p.is_alive():
         p.kill()
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process pid, all its threads (Linux /proc; 0 where it cannot be read)."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def passes(row: dict, path: str) -> bool:
@@ -313,7 +330,8 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--quick", action="store_true", help="the models marked quick (CI)")
     ap.add_argument("--only", default="", help="comma list of model names")
     ap.add_argument("--parts", default="onnx,export,compile,tinygrad,inductor")
-    ap.add_argument("--timeout", type=float, default=300, help="seconds for one model's one path")
+    ap.add_argument("--timeout", type=float, default=300, help="CPU seconds for one model's one path")
+    ap.add_argument("--wall", type=float, default=3000, help="wall seconds for one model's one path")
     ap.add_argument("--out", default=str(pathlib.Path(__file__).with_name("zoo_results.json")))
     a = ap.parse_args(argv)
     only = {x for x in a.only.split(",") if x}
@@ -325,7 +343,7 @@ def main(argv: "list[str] | None" = None) -> int:
         for part in parts:
             if e.family == "onnx" and part in ("export", "compile", "inductor"):
                 continue  # a graph, not a torch module
-            row[part] = run_part(e.name, part, a.timeout)
+            row[part] = run_part(e.name, part, a.timeout, a.wall)
         rows.append(row)
         print(f"  {e.name}: {json.dumps({k: v.get('error', 'ok') for k, v in row.items() if isinstance(v, dict)})} "
               f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)

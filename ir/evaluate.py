@@ -1,8 +1,9 @@
 """The reference evaluator: executes Tiny IR literally with numpy. It is the meaning of a program.
 
 Inputs are rounded to their declared dtype (bf16 through ml-dtypes); every elementwise op computes in
-float32 and rounds its result to the node's dtype; REDUCE accumulates in its own dtype. Symbols are
-bound from the input shapes (a conflict is E1304).
+float32 and rounds its result to the node's dtype; REDUCE accumulates in its own dtype, a sum of fp32 products
+into fp32 as one BLAS contraction in BLAS's order (``contract_sum`` below). Symbols are bound from the input shapes
+(a conflict is E1304).
 
 Its rounding points are the meaning of a program: a value is rounded exactly where a node's dtype says
 so and nowhere else. For Attention (the lowering in ``frontend/lower_linear.py``) that is: S = Q K^T
@@ -20,7 +21,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from .diagnostics import fail
-from ..knobs import eval_max_elements
+from ..knobs import eval_contract_elements, eval_max_elements
 from .dtypes import DType, round_kept, round_to
 from .expr import Expr
 from .shapes import bind, fmt_shape
@@ -88,7 +89,10 @@ def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[st
     remaining = {k: len(v) for k, v in consumers.items()}
     outs = {nid for _, nid in program.outputs}
     limit = eval_max_elements()
-    lazy = set() if keep_all else deferred(program, consumers, outs, env, limit)
+    products = contractions(program, consumers, outs, env)
+    fused = set() if keep_all else {s for r in products.values() for s in r[2]}
+    lazy = set() if keep_all else deferred(program, consumers, outs, env, limit, fused)
+    lazy |= fused
 
     def release(s: str) -> None:
         remaining[s] -= 1
@@ -105,13 +109,14 @@ def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[st
         elems = math.prod(bind(n.shape, env))
         if elems > limit:
             _over_limit(n, env, limit)
-        if n.op == Ops.INPUT:
-            v = round_to(np.asarray(inputs[n.arg["tensor_id"]]), n.dtype)
+        if n.op == Ops.INPUT:  # never written to: an input already of its dtype is not copied
+            v = round_kept(np.asarray(inputs[n.arg["tensor_id"]]), n.dtype)
         else:
             with np.errstate(all="ignore"):
-                if n.op == Ops.REDUCE and n.src[0] in lazy:
+                v = _contracted(n, products.get(n.id), vals, env, limit)
+                if v is None and n.op == Ops.REDUCE and n.src[0] in lazy:  # (or a contraction too wide to broadcast)
                     v = _reduce_in_slices(program, n, vals, lazy, env, limit)
-                else:
+                elif v is None:
                     v = _IMPL[n.op](n, [vals[s] for s in n.src], env)
         expect = bind(n.shape, env)
         assert v.shape == expect and v.dtype == n.dtype.np, (n, v.shape, expect, v.dtype)
@@ -183,18 +188,51 @@ def _flip(n, xs, env):
 def _view(n, xs, env):
     x = xs[0]
     shape = bind(n.shape, env)
+    names = [f"i{k}" for k in range(len(shape))]
+    if not n.arg["index_map"]:  # a rank-0 input viewed at any shape is a broadcast of its one element
+        return np.ascontiguousarray(np.broadcast_to(x, shape))
+    v = strided(x, n.arg["index_map"], names, shape, [0] * len(shape), env)
+    if v is not None:  # a linear map inside x: a strided copy, no gather
+        return np.ascontiguousarray(v)
     grid = np.indices(shape, dtype=np.int64, sparse=True) if shape else []
     local = dict(env)
-    local.update({f"i{k}": g for k, g in enumerate(grid)})
+    local.update(zip(names, grid))
     idx = []
     for k, e in enumerate(n.arg["index_map"]):
-        v = np.broadcast_to(np.asarray(e.evaluate(local), dtype=np.int64), shape)
-        if v.size and (v.min() < 0 or v.max() >= x.shape[k]):
+        v = np.asarray(e.evaluate(local), dtype=np.int64)  # over the axes e mentions (others broadcast)
+        if v.size and math.prod(shape) and (v.min() < 0 or v.max() >= x.shape[k]):
             fail("OutOfBoundsView", n.id, f"index_map[{k}] = {e} reaches [{v.min()}, {v.max()}] outside size {x.shape[k]}")
         idx.append(v)
-    if not idx:  # a rank-0 input viewed at any shape is a broadcast of its one element
-        return np.ascontiguousarray(np.broadcast_to(x, shape))
-    return np.ascontiguousarray(x[tuple(idx)]).reshape(shape)
+    return np.ascontiguousarray(np.broadcast_to(x[tuple(idx)], shape))
+
+
+def strided(x: np.ndarray, index: tuple, names: list, sizes: list, starts: list, env: Mapping) -> "np.ndarray | None":
+    """x[index] over the axes names (sizes[k] values from starts[k]) as a read-only strided view of x (no copy), when
+    each index is linear in the axes (symbols bound by env) and stays inside x; None otherwise (the caller gathers,
+    and reports or guards the indices outside)."""
+    if not all(sizes) or x.ndim != len(index):
+        return None
+    pos = {a: k for k, a in enumerate(names)}
+    strides, origin = [0] * len(names), []
+    for k, e in enumerate(index):
+        const, lo, hi = 0, 0, 0
+        for m, c in e.terms:
+            if not m:
+                const += c
+            elif len(m) == 1 and isinstance(m[0], str) and m[0] in pos:
+                j = pos[m[0]]
+                const += c * starts[j]
+                strides[j] += c * x.strides[k]
+                lo, hi = lo + min(0, c * (sizes[j] - 1)), hi + max(0, c * (sizes[j] - 1))
+            elif len(m) == 1 and isinstance(m[0], str) and m[0] in env:
+                const += c * int(env[m[0]])
+            else:
+                return None  # a floordiv, a product of axes
+        if const + lo < 0 or const + hi >= x.shape[k]:
+            return None
+        origin.append(const)
+    base = x[tuple(slice(c, None) for c in origin)]
+    return np.lib.stride_tricks.as_strided(base, shape=tuple(sizes), strides=tuple(strides), writeable=False)
 
 
 # ---- elementwise ----------------------------------------------------------------------------------
@@ -272,6 +310,98 @@ def _contract(n, xs, env):
     return round_to(np.einsum(spec, a, b), n.arg["dtype"])
 
 
+# ---- a sum of products: a contraction ------------------------------------------------------------------
+# REDUCE(SUM) into fp32 of an fp32 MUL of fp32 operands (a convolution, a MatMul) with more products than
+# POLYSAT_EVAL_CONTRACT_ELEMENTS is evaluated as one batched BLAS product of its two operands, never as the
+# product tensor (every output element times every tap): each output element is the fp32 sum of the products of
+# the same operands, in the library's order, a product entering it unrounded where the library fuses the
+# multiply-add. The order of an fp32 sum is not part of the meaning (the rule checker bounds any order by
+# (n - 1) eps32 sum |x|, checker/bounds.py); a smaller sum keeps numpy's order, which the checker's node-by-node
+# values (checker/values.py) equal bit for bit.
+
+def contracts(mul_dtype: DType, a_dtype: DType, b_dtype: DType, acc: DType, op: str, products: int) -> bool:
+    """Whether REDUCE(op, acc) of MUL(a, b) is evaluated as a contraction: all fp32, a sum, and more products than
+    POLYSAT_EVAL_CONTRACT_ELEMENTS."""
+    return op == "SUM" and DType.fp32 == mul_dtype == a_dtype == b_dtype == acc and products > eval_contract_elements()
+
+
+def contract_sum(a: np.ndarray, a_axes: tuple, b: np.ndarray, b_axes: tuple, out_axes: tuple, reduced: tuple,
+                 sizes: Mapping, limit: int) -> "np.ndarray | None":
+    """sum over the axes ``reduced`` of a * b, as an fp32 array over out_axes (sizes[axis] each). a and b are laid
+    out over their named axes, a dim of size 1 broadcasting. An axis of the sum missing from an operand is
+    broadcast into it (None when that copy is over limit: the caller sums the literal product)."""
+    def present(x, axes):
+        keep = [k for k, ax in enumerate(axes) if x.shape[k] == sizes[ax] and (sizes[ax] > 1 or ax in out_axes)]
+        x = x.reshape([x.shape[k] for k in keep])
+        return x, tuple(axes[k] for k in keep)
+    red = tuple(r for r in reduced if sizes[r] > 1)
+
+    def every_tap(x, axes):  # a tap axis the operand is constant along is broadcast into it
+        missing = tuple(r for r in red if r not in axes)
+        full = x.shape + tuple(sizes[r] for r in missing)
+        if missing and math.prod(full) > limit:
+            return None, None
+        return np.broadcast_to(x.reshape(x.shape + (1,) * len(missing)), full), axes + missing
+    a, a_axes = every_tap(*present(a, a_axes))
+    b, b_axes = every_tap(*present(b, b_axes))
+    if a is None or b is None:
+        return None
+    batch = tuple(x for x in out_axes if x in a_axes and x in b_axes)
+    m = tuple(x for x in out_axes if x in a_axes and x not in b_axes)
+    n = tuple(x for x in out_axes if x in b_axes and x not in a_axes)
+    a3 = _grouped(a, a_axes, (batch, m, red), sizes)
+    b3 = _grouped(b, b_axes, (batch, red, n), sizes)
+    y = np.matmul(a3, b3)  # (batch, m, n): fp32 BLAS
+    have = batch + m + n
+    y = y.reshape([sizes[x] for x in have])
+    y = np.transpose(y, [have.index(x) for x in out_axes if x in have])
+    y = y.reshape([sizes[x] if x in have else 1 for x in out_axes])
+    return np.broadcast_to(y, [sizes[x] for x in out_axes]).astype(np.float32, order="C")  # rank 0 stays rank 0
+
+
+def contractions(program: Program, consumers: Mapping, outs: set, env: Mapping) -> dict:
+    """REDUCE id -> (operand a id, operand b id, ids never evaluated, the product's shape) for each REDUCE evaluated as a contraction: its
+    MUL (and the same-rank EXPANDs feeding only that MUL, whose sources are the operands then) are not held."""
+    out: dict = {}
+    for n in program.nodes:
+        if n.op != Ops.REDUCE or program[n.src[0]].op != Ops.MUL:
+            continue
+        m = program[n.src[0]]
+        xa, xb = (program[s] for s in m.src)
+        if m.id in outs or consumers[m.id] != [n.id] \
+                or not contracts(m.dtype, xa.dtype, xb.dtype, n.arg["dtype"], n.arg["op"], math.prod(bind(m.shape, env))):
+            continue
+        ops, skip = [], [m.id]
+        for x in (xa, xb):
+            if x.op == Ops.EXPAND and x.id not in outs and all(c == m.id for c in consumers[x.id]) \
+                    and program[x.src[0]].ndim == x.ndim:
+                ops.append(x.src[0])
+                skip.append(x.id)
+            else:
+                ops.append(x.id)
+        out[n.id] = (ops[0], ops[1], tuple(dict.fromkeys(skip)), m.shape)
+    return out
+
+
+def _contracted(n: UOp, product: "tuple | None", vals: dict, env: Mapping, limit: int) -> "np.ndarray | None":
+    """REDUCE n as a contraction of the operands product names (None when it is not one, or cannot be)."""
+    if product is None:
+        return None
+    a, b = vals[product[0]], vals[product[1]]
+    full = bind(product[3], env)
+    axes = tuple(range(len(full)))
+    reduced = tuple(k % len(full) for k in n.arg["axes"])
+    kept = tuple(k for k in axes if k not in reduced)
+    sizes = dict(enumerate(full))
+    return contract_sum(a, axes, b, axes, kept, reduced, sizes, limit)
+
+
+def _grouped(x: np.ndarray, axes: tuple, groups: tuple, sizes: Mapping) -> np.ndarray:
+    """x over axes, transposed to the concatenated groups and reshaped to one dim per group (float32)."""
+    order = [axes.index(ax) for g in groups for ax in g]
+    return np.transpose(x, order).reshape([math.prod(sizes[ax] for ax in g) for g in groups]).astype(np.float32, copy=False)
+
+
 # ---- data-dependent reads --------------------------------------------------------------------------
 
 def wrap_index(idx: np.ndarray, size: int) -> tuple:
@@ -304,12 +434,12 @@ def _gather(n, xs, env):
 # same sum of the same rounded products (the reduced axes are whole in every box), so the values are those of
 # the literal evaluation.
 
-def deferred(program: Program, consumers: Mapping, outs: set, env: Mapping, limit: int) -> set:
+def deferred(program: Program, consumers: Mapping, outs: set, env: Mapping, limit: int, fused: set) -> set:
     """Ids of the EXPAND and elementwise nodes over the limit that feed only REDUCEs (directly or through
-    other such nodes), same-shaped sources, not program outputs."""
+    other such nodes), same-shaped sources, not program outputs nor in fused (a contraction's)."""
     lazy: set = set()
     for n in reversed(program.nodes):
-        if n.id in outs or not consumers[n.id] or math.prod(bind(n.shape, env)) <= limit:
+        if n.id in outs or n.id in fused or not consumers[n.id] or math.prod(bind(n.shape, env)) <= limit:
             continue
         if n.op == Ops.EXPAND:
             fits = program[n.src[0]].ndim == n.ndim

@@ -27,7 +27,7 @@ import numpy as np
 from ..knobs import eval_max_elements
 from .diagnostics import fail
 from .dtypes import DType, round_kept, round_to
-from .evaluate import _BINARY, _UNARY, _compute, wrap_index
+from .evaluate import _BINARY, _UNARY, _compute, contract_sum, contracts, strided, wrap_index
 from .region import R, Region, RNode
 from .shapes import Dim
 
@@ -193,22 +193,27 @@ class _RegionRun:
         arr = self.tensors[tensor]
         if len(index) != arr.ndim:
             fail("AxisAlignmentMismatch", self.r.name, f"read of {tensor!r} has {len(index)} indices for rank {arr.ndim}")
-        g = self.grids(n.axes)
         shape = self.shape(n.axes)
-        idx, oob = [], np.zeros(shape, dtype=bool)
+        if not index:
+            return Value(arr.reshape(()), n.axes)
+        v = strided(arr, index, list(n.axes), list(shape), [self.offsets.get(a, 0) for a in n.axes], self.env)
+        if v is not None:  # a linear read inside the tensor: a view of it
+            return Value(v, n.axes)
+        g = self.grids(n.axes)
+        idx, oob = [], None
         for k, e in enumerate(index):
-            v = np.broadcast_to(np.asarray(e.evaluate(g), dtype=np.int64), shape)
+            v = np.asarray(e.evaluate(g), dtype=np.int64)  # over the axes e mentions (others broadcast)
             bad = (v < 0) | (v >= arr.shape[k])
             if bad.any():
-                oob |= bad
+                oob = bad if oob is None else oob | bad
                 v = np.clip(v, 0, arr.shape[k] - 1)
             idx.append(v)
-        if oob.any():
+        if oob is not None:
             used = np.ones(shape, dtype=bool) if guard is None else self.used_points(guard, n.axes)
-            if (oob & used).any():
+            if (np.broadcast_to(oob, shape) & used).any():
                 fail("UnguardedAccess", self.r.name, f"read {tensor}[{', '.join(map(str, index))}] leaves the tensor "
                      f"(shape {arr.shape}) where no Select guards it")
-        return Value(arr[tuple(idx)] if idx else arr.reshape(()), n.axes)
+        return Value(np.broadcast_to(arr[tuple(idx)], shape), n.axes)
 
     def gather(self, n: RNode, guard: Value | None) -> Value:
         """t[map with the index's value on axis]: negative counts from the end, out of range reads 0."""
@@ -263,6 +268,14 @@ class _RegionRun:
         if op not in _REDUCE:
             fail("NonAssociativeTransform", self.r.name, f"reduce op {op!r} is not one of sum, max, min")
         target = n.axes + tuple(axes)
+        body = n.src[0]
+        if body.op == R.BINARY and body.arg == "mul" and contracts(body.dtype, *(x.dtype for x in body.src), acc,
+                                                                  op.upper(), math.prod(self.shape(target))) \
+                and all(math.prod(self.shape(x.axes)) <= self.limit for x in body.src):
+            a, b = (self.eval(x, guard) for x in body.src)  # a contraction: the product is never held
+            y = contract_sum(a.arr, a.axes, b.arr, b.axes, n.axes, tuple(axes), self.sizes, self.limit)
+            if y is not None:
+                return Value(round_to(np.add(np.asarray(init, dtype=F32), y), acc), n.axes)
         if math.prod(self.shape(target)) > self.limit:
             return self.reduce_in_blocks(n, guard, target)
         body = self.eval(n.src[0], guard)
@@ -379,7 +392,7 @@ def playback(regions: list[Region], program_inputs: Mapping[str, np.ndarray], ke
                 fail("MissingInput", b.name, f"region {r.name} reads {b.name!r}, which is neither given nor "
                      "written by an earlier region")
             if b.name not in tensors:
-                tensors[b.name] = round_to(np.asarray(program_inputs[b.name]), b.memref.dtype)
+                tensors[b.name] = round_kept(np.asarray(program_inputs[b.name]), b.memref.dtype)  # never written
         produced |= {b.name for b in r.outputs}
     outputs: dict = {}
     for r in regions:

@@ -1,7 +1,8 @@
 """A convolution whose lowered product (every output element times every tap) is over POLYSAT_EVAL_MAX_ELEMENTS
-still evaluates, in the reference evaluator and in playback, when its inputs and outputs fit: the product is
-summed one block of output positions at a time (onnx's light AlexNet: a grouped 5x5 conv whose product has 207M
-elements). The values equal torch's conv2d and, bit for bit, the evaluation without the limit."""
+still evaluates, in the reference evaluator and in playback, when its inputs and outputs fit: it is a contraction
+of its operands (or, in playback where an operand spans the product, one block of output positions at a time;
+onnx's light AlexNet: a grouped 5x5 conv whose product has 207M elements). The values equal torch's conv2d and, bit
+for bit, the evaluation without the limit."""
 from __future__ import annotations
 
 import importlib.util
@@ -90,3 +91,35 @@ def test_an_fp32_product_is_not_copied_to_be_rounded(monkeypatch):
     np.testing.assert_allclose(playback(synthesize(program, default_partition(program)), x)["Y"], _torch(x),
                                rtol=1e-5, atol=1e-5)
     assert rounded and all(int(np.prod(s)) < 8748 for s in rounded), rounded  # no product went through round_to
+
+
+@pytest.mark.parametrize("target", ["reference", "playback"])
+@pytest.mark.parametrize("contract", [True, False])
+def test_a_conv_is_one_matrix_product_not_its_product_tensor(monkeypatch, target, contract):
+    """A convolution's REDUCE(SUM) of an fp32 MUL with more products than POLYSAT_EVAL_CONTRACT_ELEMENTS is evaluated
+    as a contraction: no elementwise multiply runs (the literal evaluation multiplies all 8748 products, VGG-19's
+    19.5G at 224 px, which ran for thousands of seconds), and the BLAS products do exactly output elements x taps
+    multiply-adds; with fewer, the 8748 products are summed literally. Values as torch's conv2d."""
+    monkeypatch.setenv("POLYSAT_EVAL_CONTRACT_ELEMENTS", "8747" if contract else "8748")
+    from polysat.ir import evaluate as ev
+    from polysat.ir.tiny import Ops
+    multiplied, products = [], []
+    real_mul, real_matmul = ev._BINARY[Ops.MUL], np.matmul
+
+    def mul(a, b):
+        out = real_mul(a, b)
+        multiplied.append(np.size(out))
+        return out
+
+    def matmul(a, b):
+        products.append(a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2])
+        return real_matmul(a, b)
+    monkeypatch.setitem(ev._BINARY, Ops.MUL, mul)
+    monkeypatch.setattr(np, "matmul", matmul)
+    program = load_model(CONV)
+    x = _inputs()
+    got = evaluate(program, x)["Y"] if target == "reference" else \
+        playback(synthesize(program, default_partition(program)), x)["Y"]
+    np.testing.assert_allclose(got, _torch(x), rtol=1e-5, atol=1e-5)
+    assert sum(multiplied) == (0 if contract else 8748), multiplied
+    assert sum(products) == (1 * 6 * 9 * 9 * 2 * 3 * 3 if contract else 0), products  # N Co Ho Wo x Cg Kh Kw

@@ -187,6 +187,24 @@ def test_old_opset_is_lifted_by_the_version_converter():
     np.testing.assert_allclose(got[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
+def test_an_old_opset_model_keeps_its_large_weights_through_the_converter():
+    """The converter lifts an opset-9 model whose weights pass through it without their bytes (put back by name):
+    the parameters are the model's own, byte for byte, and the values onnxruntime's (a 128 KiB MatMul weight, a
+    BatchNormalization whose opset-9 form the converter rewrites)."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 128)).astype(np.float32)  # 128 KiB: past the bytes kept in the converter
+    bn = [rng.uniform(0.5, 1.5, 128).astype(np.float32) for _ in range(4)]
+    m = _model([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Reshape", ["h", "s"], ["h4"]),
+                helper.make_node("BatchNormalization", ["h4", "g", "b", "mu", "var"], ["y"], epsilon=1e-3)],
+               [_vi("x", [2, 256])], [_vi("y", [2, 128, 1, 1])],
+               [("W", w), ("s", np.array([2, 128, 1, 1], np.int64)), ("g", bn[0]), ("b", bn[1]), ("mu", bn[2]),
+                ("var", bn[3])], opset=9)
+    x = rng.standard_normal((2, 256)).astype(np.float32)
+    got, doc = _polysat(m, {"x": x})
+    assert np.array_equal(doc["parameters"]["W"], w)
+    np.testing.assert_allclose(got[0], _ort(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
 def _save(m, tmp_path, name="m.onnx"):
     p = tmp_path / name
     p.write_bytes(m.SerializeToString())

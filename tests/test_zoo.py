@@ -70,3 +70,15 @@ def test_vit_b_16_multi_head_attention_exports_op_by_op():
     data, _ = zoo.export_onnx(m, x)
     ops = {n.op_type for n in onnx.load_from_string(data).graph.node}
     assert {"MatMul", "Softmax"} <= ops, sorted(ops)
+
+
+def test_a_path_is_timed_by_its_cpu_seconds():
+    """bench/zoo.py stops a model's path after --timeout CPU seconds (its work), not wall seconds a loaded machine
+    stretches: the CPU seconds it reads of a process are those the process counts itself."""
+    import os
+    import time
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.3:
+        pass
+    assert abs(zoo.cpu_seconds(os.getpid()) - time.process_time()) < 0.1
+    assert zoo.cpu_seconds(-1) == 0.0
