@@ -18,6 +18,7 @@ from __future__ import annotations
 import pathlib
 import re
 import time
+import zlib
 
 import numpy as np
 
@@ -83,11 +84,12 @@ def _selected(rule, only: list) -> bool:
 class Checker:
     """One e-graph with every rule isolated; checks rules one at a time on test programs."""
 
-    def __init__(self, files: list, rng: np.random.Generator, cases: int):
+    def __init__(self, files: list, seed: int, cases: int):
         text, self.by_set = _isolated(files)
         self.eg = base_egraph()
         add_rule_files(self.eg, [RuleFile("<isolated rules>", text, (), ())])
-        self.rng, self.cases = rng, cases
+        self.seed, self.cases = seed, cases
+        self.rng = self.prng = np.random.default_rng(seed)  # set per rule and phase by reseed
         self.facts = [k for k, r in self.by_set.items() if _facts_only(r.text)]
         self.fact_relations = {head(a[1]) if head(a) == "set" else head(a)  # (set (f x) v) asserts f
                                for k in self.facts for a in parse_sexp(self.by_set[k].text)[2]}
@@ -95,8 +97,13 @@ class Checker:
         self.programs = 0
         self.pool_size: "int | None" = None
         self.unsound: set = set()  # rulesets found unsound: never context for another rule's pool programs
-        # the symbolic draws of the isl proofs come from their own stream (reading the state consumes nothing)
-        self.prng = np.random.default_rng(np.random.SeedSequence(rng.bit_generator.state["state"]["state"]))
+
+    def reseed(self, rule, phase: int) -> None:
+        """Each rule's draws come from streams of its own, keyed by the seed, its name and the phase, so its
+        verdict does not depend on which other rules share the run or on their order; the symbolic draws
+        of the isl proofs have a stream of their own."""
+        key = [self.seed, zlib.crc32(rule.name.encode()), phase]
+        self.rng, self.prng = np.random.default_rng(key), np.random.default_rng(key + [1])
 
     def _st(self, prog: "Program | None" = None) -> EGraphState:
         return EGraphState(self.eg, prog or Program((), ()), ())
@@ -298,13 +305,14 @@ class Checker:
         return counterexample(res, v0, val0, inputs, roots=len(inst.roots), source="built from the rule's left-hand side")
 
     def _pool_check(self, name: str, v: RuleVerdict) -> None:
-        if not self.pool:
-            self.pool.extend(attention_programs(self.rng, 10))
+        if not self.pool:  # one pool for every rule, drawn from a stream of its own (the seed's)
+            rng = np.random.default_rng([self.seed, 0])
+            self.pool.extend(attention_programs(rng, 10))
             for _ in range(2):
-                self.pool.extend(motif_programs(self.rng))
-            self.pool.extend(random_program(self.rng, int(self.rng.integers(4, 12))) for _ in range(6))
+                self.pool.extend(motif_programs(rng))
+            self.pool.extend(random_program(rng, int(rng.integers(4, 12))) for _ in range(6))
             while self.pool_size and len(self.pool) < self.pool_size:
-                self.pool.extend(motif_programs(self.rng) if len(self.pool) % 2 else attention_programs(self.rng, 4))
+                self.pool.extend(motif_programs(rng) if len(self.pool) % 2 else attention_programs(rng, 4))
             self.pool = self.pool[:self.pool_size] if self.pool_size else self.pool
             # last, so only rules the others left unexercised reach them; their own generator, so the
             # checker's draws (the inputs of every program) stay what they were without them
@@ -355,7 +363,6 @@ def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, see
     t0 = time.perf_counter()
     cases = knobs.check_cases() if cases is None else cases
     rep = CheckReport(cases=cases)
-    rng = np.random.default_rng(knobs.check_seed() if seed is None else seed)
     files = []
     for path in discover(dirs, builtin):
         try:
@@ -366,7 +373,7 @@ def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, see
             rep.errors.extend(e.diagnostics)
     if rep.errors and not files:
         return rep
-    ck = Checker(files, rng, cases)
+    ck = Checker(files, knobs.check_seed() if seed is None else seed, cases)
     ck.pool_size = max_programs
     todo = [(name, RuleVerdict(rule)) for name, rule in ck.by_set.items() if not only or _selected(rule, list(only))]
     rep.verdicts = [v for _, v in todo]
@@ -374,10 +381,11 @@ def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, see
         if not any(_selected(v.rule, [o]) for _, v in todo) and not any(o in d.at for d in rep.errors):
             rep.errors.append(diag("FileNotFound", o, f"--only {o}: no loaded rule, rule file or rules folder has this "
                                    "name", "Name a rule (`polysat rules` lists them), a .egg file or a --rules folder."))
-    for phase in (lambda n, v: ck.check_patterns(n, v, max(budget, 3 * cases)), ck.check_pool):
+    for k, phase in enumerate((lambda n, v: ck.check_patterns(n, v, max(budget, 3 * cases)), ck.check_pool)):
         for name, v in todo:  # every rule's own instances first: the pool's context then omits unsound rules
             if v.error:
                 continue
+            ck.reseed(v.rule, k)
             t1 = time.perf_counter()  # reported per rule, never deciding a verdict
             try:
                 phase(name, v)

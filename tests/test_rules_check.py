@@ -2,6 +2,7 @@
 unsound rules, and rule-file errors as E1403 diagnostics."""
 from __future__ import annotations
 
+import json
 import pathlib
 
 import pytest
@@ -309,3 +310,32 @@ def test_guard_mutants_are_killed_or_equivalent_with_a_reason():
     eq = [r for r in rows if r["outcome"] == "equivalent"]
     assert len(eq) == 2 and all(len(r["equivalent"]) > 40 and r["checked"] == "survived" for r in eq), eq
     assert not summary["contradictions"]
+
+
+def test_extract_says_whether_the_chosen_partition_used_each_user_rule(tmp_path, capsys):
+    """Used = the compilation without that rule chooses another program or other kernels: --x = x (no shipped
+    rule states it) shortens the chosen term; a + b = b + a matches but the shipped add-comm makes the same
+    e-graph without it, so the same program is chosen."""
+    from polysat.commands.extract import extract_command
+    from polysat.pipeline import Compilation
+    (tmp_path / "m.egg").write_text('(ruleset mine)\n; law: a + b = b + a\n'
+                                    '(rewrite (Binary "ADD" a b) (Binary "ADD" b a) :ruleset mine :name "my-add-comm")\n'
+                                    '; law: --x = x\n(rewrite (Unary "NEG" (Unary "NEG" x)) x :ruleset mine :name "my-neg-neg")\n'
+                                    '; law: relu(relu(x)) = relu(x)\n'
+                                    '(rewrite (Unary "RELU" (Unary "RELU" x)) (Unary "RELU" x) :ruleset mine :name "my-relu2")\n')
+    model = {"signature": {"inputs": [{"tensor": "X", "role": "data", "mutability": "immutable"}],
+                           "outputs": [{"tensor": "Y"}]},
+             "tensors": {"X": {"dtype": "fp32", "shape": [4, 8]}, "Y": {"dtype": "fp32", "shape": [4, 8]}},
+             "graph": [{"op": "Elementwise", "name": "n1", "fn": "neg", "inputs": ["X"], "outputs": ["T1"]},
+                       {"op": "Elementwise", "name": "n2", "fn": "neg", "inputs": ["T1"], "outputs": ["T2"]},
+                       {"op": "Elementwise", "name": "sum", "fn": "add", "inputs": ["T2", "X"], "outputs": ["Y"]}]}
+    c = Compilation(model, rules_dirs=(str(tmp_path),), cost="size")
+    assert extract_command(c, as_json=True) == 0
+    got = {r["name"]: r for r in json.loads(capsys.readouterr().out)["user_rules"]}
+    assert got["my-neg-neg"]["matches"] >= 1 and got["my-neg-neg"]["used"] is True, got
+    assert got["my-add-comm"]["matches"] >= 1 and got["my-add-comm"]["used"] is False, got
+    assert got["my-relu2"]["matches"] == 0 and got["my-relu2"]["used"] is False, got
+    assert extract_command(c, explain=True) == 0
+    text = capsys.readouterr().out
+    assert "user rule my-neg-neg" in text and "USED by the chosen partition" in text
+    assert "my-add-comm (mine" in text and "not used by the chosen partition (without it the same" in text
