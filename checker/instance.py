@@ -264,8 +264,10 @@ class Builder:
         return T("Where", (), (c, a, b), a.shape, a.dtype)
 
     def _cast(self, p, shape, dtype):
-        to = self.slot(p.args[0], lambda: dtype or (self.dtype() if not self.ints or self.rng.random() < 0.5 else "fp32"),
-                       lambda v: v in FLOATS + ("i32", "bool"))  # an integer or bool program casts to floats too
+        # an integer or bool program casts to a float or the other of i32 and bool (never to its own type)
+        to = self.slot(p.args[0], lambda: dtype or (str(self.rng.choice(FLOATS + ({"i32": "bool", "bool": "i32"}[self.ints],)))
+                                                    if self.ints else self.dtype()),
+                       lambda v: v in FLOATS + ("i32", "bool"))
         x = self.term(p.args[1], shape)
         return T("Cast", (to,), (x,), x.shape, to)
 
@@ -338,6 +340,8 @@ class Builder:
         x = self.term(p.args[0], None, dtype)
         pd = self.slot(p.args[1], lambda: E.pads(self._pads(len(x.shape))), lambda v: len(E.parse_pads(v)) == len(x.shape))
         v = self.slot(p.args[2], lambda: str(self.rng.choice(INT_CONSTS if x.dtype == "i32" else CONSTS)))
+        if x.dtype not in FLOATS and v.lstrip("-") in ("inf", "nan"):
+            raise Reject(f"pad value {v} in {x.dtype}")  # an ill-typed instance: draw another
         return T("Pad", (pd, v), (x,),
                  _ints(_parse_shape(shape_after("pad", E.shape(x.shape), pd, ""))), x.dtype)
 
@@ -563,15 +567,15 @@ def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int
                 variant: int = 0, symbolic: bool = False) -> "Instance | None":
     """A random instance of the query's patterns, or None when no draw satisfied it. Draws alternate
     between shapes of one axis size (a guard comparing sizes, a square transpose, equal operand shapes)
-    and free ones, equal first for odd variants; variants 2, 6, ... try i32 leaves first and variants 10,
-    18, ... bool leaves (a rule whose ops an integer or bool program can reach is tested on one); the
+    and free ones, equal first for odd variants; variants 2, 10, 18, ... try i32 leaves first and variants 6,
+    14, ... bool leaves (a rule whose ops an integer or bool program can reach is tested on one); the
     float leaves of variants 1, 5, 9, .. prefer fp16 and of 3, 7, 11, .. bf16, or both the 16-bit type the
     pattern names or the one its guards leave (a rule over 16-bit values, or a guard excluding them, meets
     them), then any type."""
     if not q.roots:
         return None
     modes = ["equal", "random"] if variant % 2 else ["random", "equal"]
-    kinds = [("bool" if variant % 8 == 2 and variant > 2 else "i32"), ""] if variant % 4 == 2 else [""]
+    kinds = [("bool" if variant % 8 == 6 else "i32"), ""] if variant % 4 == 2 else [""]
     lit = [a.value for p in q.patterns for a in p.args if isinstance(a, Atom) and a.is_string and a.value in FLOATS[1:]]
     out = {_lit(a) for op, a, c in q.tests if op == "!="} | {_lit(c) for op, a, c in q.tests if op == "!="}
     free = [t for t in ("fp16", "bf16") if t not in out] or ["fp16", "bf16"]

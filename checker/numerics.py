@@ -15,6 +15,8 @@ A rule's test instances cycle through four input regimes (``REGIMES``), so every
   * ``special``: IEEE special values sprinkled in: NaN, +-inf, +-0, subnormals and the dtype's largest
     finite value (every tensor holds a NaN and, past one element, an infinity), so masks, NaN
     propagation, overflow and signed zeros are exercised.
+  * ``gentle``: plain values in [-1, 1], no special ones (a random-pool program is also compared on one such
+    draw: a softmax row of them is not one-hot, so its normaliser is not 1 and dropping or inverting it shows).
 Integer tensors get small values (with 0: division by zero), then wide ones (special: past 2^24, which fp32
 cannot hold, and the i32 extremes); bools are random.
 """
@@ -114,6 +116,8 @@ def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
                 flat[at[0]] = np.nan
                 if flat.size > 1:
                     flat[at[1]] = float(rng.choice((np.inf, -np.inf)))
+        elif regime == "gentle":
+            a = rng.uniform(-1.0, 1.0, shape)
         else:
             a = tricky(shape, "fp32", rng).astype(np.float64)
         out[name] = _as(a, dtype)
