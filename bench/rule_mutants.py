@@ -56,6 +56,15 @@ _FOLD = ("$fold-map answers \"\" only when the movement op does not fit its oper
 _FUSE = ("fuse-halo, fuse-prefix and fuse-recompute add the same e-node View(x, s, m) for the read kinds they "
          "share out; without the kind test one of them adds it for every kind: the e-graph the three make "
          "together (the kind classifies the proposal for the legality facts, not the law)")
+_VIEW_FOLD = ("the kept guard puts the view's map f inside the read's shape s, and the interval bounds $fold-map "
+              "compares are inclusion-monotone: m . f over s2 stays inside m's bounds over s, so the fold never "
+              "answers \"\" (it parses a view's shape and map from well-formed attributes)")
+_SELECT_VIEW = ("a View's map f stays inside its operand's shape s (the Tiny IR view check), and the interval bounds "
+                "$fold-map compares are inclusion-monotone: m . f over s2 stays inside m's bounds over s (m may leave "
+                "mem under the Select's guard; the fold compares with m's own range), so it never answers \"\"")
+_CONCAT = ("the siblings of one group share a0, its dims and the reduced axes, so their outputs [.., N_j] agree but "
+           "for the last axis (rank >= 1: $sibling-ok asks a body [.., N, K]); $concat-pad and $concat-slice answer "
+           "\"\" only for shapes that disagree elsewhere")
 # (rule name or "*", removed guard) -> why the rule stays sound without it
 GUARD_EQUIVALENT = {
     ("srnf-hoist-div-const", '(has-dtype x "fp32")'): "x is the dividend of a Const of dtype fp32: " + _SAME_DTYPE,
@@ -83,7 +92,11 @@ GUARD_EQUIVALENT = {
                                       "which no well-typed Permute(Permute(x, p), q) has",
     **{(r, '(!= m2 "")'): _FOLD for r in ("read-permute", "read-transpose", "read-flip", "read-expand",
                                           "read-broadcast", "read-shrink", "select-permute", "select-transpose",
-                                          "select-expand", "select-broadcast")},
+                                          "select-expand", "select-broadcast", "split-reduce-before-broadcast")},
+    ("read-view", '(!= m2 "")'): _VIEW_FOLD,
+    ("select-view", '(!= m2 "")'): _SELECT_VIEW,
+    **{(r, f'(!= {v} "")'): _CONCAT for r in ("sibling-gemms-concat2", "sibling-gemms-concat3")
+       for v in ("p1", "p2", "p3", "m1", "m2", "m3")},
 }
 
 

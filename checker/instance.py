@@ -23,6 +23,7 @@ from ..egraph import encode as E
 from ..egraph.ixfns import HELPERS, pad_guard, pad_map, shape_after
 from ..egraph.rule_pattern import Atom, Pattern, Query
 from ..egraph.schema import CHILDREN
+from ..ir.expr import Expr
 from ..ir.infer import expr_bounds
 
 _parse_shape = functools.lru_cache(maxsize=8192)(E.parse_shape)  # attributes are immutable strings
@@ -469,8 +470,18 @@ class Builder:
             rd = Pattern("Read", [Atom("_mem", 0), Atom("_s", 0), Atom("_m", 0)], 0)
         mem = self.term(rd.args[0], None, dtype, memory=True)
         s0, m0 = E.shape(mem.shape), E.identity_map(len(mem.shape))
-        pads = E.pads(self._pads(len(mem.shape)))
+        r = len(mem.shape)
+        pp = self._pads(r)
+        flip = int(self.rng.integers(r)) if r > 1 and not self.symbolic and self.rng.random() < 0.6 else None
+        if flip is not None:  # one unguarded axis read reversed: not a plain axis, so a pad on it cannot fold
+            pp[flip] = (0, 0)
+            if not any(lo or hi for lo, hi in pp):
+                pp[(flip + 1) % r] = (1, 1)
+        pads = E.pads(pp)
         g, m2 = pad_guard(s0, "", s0, m0, pads), pad_map(s0, "", s0, m0, pads)
+        if flip is not None:
+            mp = E.parse_map(m2)
+            m2 = E.tup(mp[:flip] + (Expr.of(mem.shape[flip] - 1) - Expr.var(f"i{flip}"),) + mp[flip + 1:])
         s2 = shape_after("pad", s0, pads, "")
         read = self._read(rd, None, dtype, forced=(s2, m2))
         g = self.slot(p.args[0], lambda: g)

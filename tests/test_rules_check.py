@@ -339,3 +339,35 @@ def test_extract_says_whether_the_chosen_partition_used_each_user_rule(tmp_path,
     text = capsys.readouterr().out
     assert "user rule my-neg-neg" in text and "USED by the chosen partition" in text
     assert "my-add-comm (mine" in text and "not used by the chosen partition (without it the same" in text
+
+
+def test_a_merge_a_rule_triggers_calls_its_helper_named_inline():
+    """egglog 13 misreads a global ($helper) inside a :merge that a rule's action triggers (a panic, or another
+    value called: the mutation bench's "'str' object is not callable"); the shipped merges name the helper
+    inline, and a rule-triggered merge then calls it."""
+    from egglog import EGraph
+    merges = []
+    for p in sorted(RULES_DIR.glob("*.egg")):
+        text = p.read_text()
+        for at in [k for k in range(len(text)) if text.startswith(":merge", k)]:
+            k = at + len(":merge")
+            k += len(text[k:]) - len(text[k:].lstrip())
+            if text[k] != "(":  # an atom: old, new
+                continue
+            depth = 0
+            for end in range(k, len(text)):
+                depth += {"(": 1, ")": -1}.get(text[end], 0)
+                if depth == 0:
+                    break
+            merges.append((p.name, text[k:end + 1]))
+    assert any("name-union" in m for _, m in merges), merges
+    assert all("$" not in m for _, m in merges), merges
+    g = EGraph()._egraph
+    g.run_program(*g.parse_program(
+        '(datatype T (K String))\n(function names (T) String :merge (py-to-string (py-call (py-eval '
+        '"__import__(\'polysat.egraph.ixfns\', fromlist=[\'_\']).HELPERS[\'name-union\']" (py-dict) (py-dict)) '
+        '(py-from-string old) (py-from-string new))))\n(ruleset r)\n'
+        '(rule ((= n (names (K a)))) ((set (names (K "all")) n)) :ruleset r)\n'
+        '(set (names (K "a")) "x")\n(set (names (K "b")) "y")\n(run r 2)', filename="t"))
+    out = str(g.run_program(*g.parse_program("(print-function names 9)", filename="t"))[0])
+    assert '(names (K "all")) -> "x;y"' in out, out
