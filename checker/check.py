@@ -321,6 +321,9 @@ class Checker:
             self.pool.extend(owned_programs(np.random.default_rng(len(self.pool))))  # a softmax on a middle axis
             self.pool.extend(chained_gemm_programs(np.random.default_rng(len(self.pool))))  # GEMM -> GEMM
             self.pool.extend(attention_programs(np.random.default_rng(len(self.pool)), 6, DType.fp32))  # fp32 P
+            # first, P^T V: a dot summed over P's rows, where the normaliser varies (a rule matching attention
+            # shapes meets the shapes its guards must refuse before it meets the ones they accept)
+            self.pool[:0] = [q for p in (DType.fp32, None) for q in attention_programs(rng, 1, p, rows=True)]
         for prog in self.pool:
             if v.fired >= self.cases or v.unsound:
                 break
