@@ -69,10 +69,6 @@ _CONCAT = ("the siblings of one group share a0, its dims and the reduced axes, s
 GUARD_EQUIVALENT = {
     ("srnf-hoist-div-const", '(has-dtype x "fp32")'): "x is the dividend of a Const of dtype fp32: " + _SAME_DTYPE,
     ("srnf-hoist-div-const-fused", '(has-dtype x "fp32")'): "x is the dividend of a Const of dtype fp32: " + _SAME_DTYPE,
-    ("srnf-hoist-mul-invariant-fused", '(has-dtype x "fp32")'): _SAME_DTYPE,
-    ("srnf-hoist-mul-invariant-fused", '(has-dtype c "fp32")'): _SAME_DTYPE,
-    ("srnf-distribute-add-invariant-fused", '(has-dtype x "fp32")'): _SAME_DTYPE,
-    ("srnf-distribute-add-invariant-fused", '(has-dtype c "fp32")'): _SAME_DTYPE,
     ("*", '(!= v "0.0")'): _DIV_ZERO, ("*", '(!= v "-0.0")'): _DIV_ZERO,
     ("*", '(!= v "inf")'): _DIV_INF, ("*", '(!= v "-inf")'): _DIV_INF,
     ("*", '(!= v "nan")'): "x/NaN and (sum x)/NaN are NaN at every element",
