@@ -469,19 +469,16 @@ class Builder:
         if not (isinstance(rd, Pattern) and rd.op == "Read"):
             rd = Pattern("Read", [Atom("_mem", 0), Atom("_s", 0), Atom("_m", 0)], 0)
         mem = self.term(rd.args[0], None, dtype, memory=True)
-        s0, m0 = E.shape(mem.shape), E.identity_map(len(mem.shape))
-        r = len(mem.shape)
-        pp = self._pads(r)
+        s0, m0, r = E.shape(mem.shape), E.identity_map(len(mem.shape)), len(mem.shape)
+        pp = self._pads(r)  # and one unguarded axis read reversed, often: not plain, a pad on it cannot fold
         flip = int(self.rng.integers(r)) if r > 1 and not self.symbolic and self.rng.random() < 0.6 else None
-        if flip is not None:  # one unguarded axis read reversed: not a plain axis, so a pad on it cannot fold
-            pp[flip] = (0, 0)
-            if not any(lo or hi for lo, hi in pp):
-                pp[(flip + 1) % r] = (1, 1)
+        if flip is not None:
+            pp[flip], nxt = (0, 0), (flip + 1) % r
+            pp[nxt] = pp[nxt] if any(lo or hi for lo, hi in pp) else (1, 1)
         pads = E.pads(pp)
         g, m2 = pad_guard(s0, "", s0, m0, pads), pad_map(s0, "", s0, m0, pads)
         if flip is not None:
-            mp = E.parse_map(m2)
-            m2 = E.tup(mp[:flip] + (Expr.of(mem.shape[flip] - 1) - Expr.var(f"i{flip}"),) + mp[flip + 1:])
+            m2 = E.tup(Expr.of(mem.shape[k] - 1) - Expr.var(f"i{k}") if k == flip else e for k, e in enumerate(E.parse_map(m2)))
         s2 = shape_after("pad", s0, pads, "")
         read = self._read(rd, None, dtype, forced=(s2, m2))
         g = self.slot(p.args[0], lambda: g)
@@ -531,10 +528,7 @@ def _resolve(b: Builder, a: Atom) -> "str | None":
 def satisfied(b: Builder) -> bool:
     """The side conditions of the query on the built terms; relations only egglog knows count as true."""
     q = b.q
-    for rel, args in q.facts:
-        if rel not in ("has-shape", "has-dtype"):
-            continue
-        t, v = args
+    for rel, (t, v) in ((r, a) for r, a in q.facts if r in ("has-shape", "has-dtype")):
         if not isinstance(t, Atom) or t.text not in b.terms or not isinstance(v, Atom):
             continue
         have = E.shape(b.terms[t.text].shape) if rel == "has-shape" else b.terms[t.text].dtype
@@ -570,10 +564,6 @@ def satisfied(b: Builder) -> bool:
     return True
 
 
-def _lit(a) -> str:
-    return a.value if isinstance(a, Atom) and a.is_string else ""
-
-
 def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int = 60,
                 variant: int = 0, symbolic: bool = False) -> "Instance | None":
     """A random instance of the query's patterns, or None when no draw satisfied it. Draws alternate
@@ -588,7 +578,7 @@ def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int
     modes = ["equal", "random"] if variant % 2 else ["random", "equal"]
     kinds = [("bool" if variant % 8 == 6 else "i32"), ""] if variant % 4 == 2 else [""]
     lit = [a.value for p in q.patterns for a in p.args if isinstance(a, Atom) and a.is_string and a.value in FLOATS[1:]]
-    out = {_lit(a) for op, a, c in q.tests if op == "!="} | {_lit(c) for op, a, c in q.tests if op == "!="}
+    out = {x.value for op, a, c in q.tests if op == "!=" for x in (a, c) if isinstance(x, Atom) and x.is_string}
     free = [t for t in ("fp16", "bf16") if t not in out] or ["fp16", "bf16"]
     # a 16-bit type the pattern names, else one its guards do not exclude
     half = (lit[0], lit[0]) if lit else (free[0], free[-1])
