@@ -17,7 +17,8 @@ A mutant is *equivalent*, and excluded with the reason, when it swaps the operan
 pattern, a cost or classification guard, a helper test no well-typed term fails); those are still checked
 (``--check-equivalent``), and one the checker rejects is printed as a contradiction. A mutant egglog or the loader
 rejects is *stillborn* (counted apart: it never reaches a user). The others are checked together, in
-one checker run with every shipped rule as context (``check_rules``): UNSOUND or UNCHECKABLE kills a
+one checker run with every shipped rule as context and no mutant context for another (``check_rules``,
+``isolate``): UNSOUND or UNCHECKABLE kills a
 mutant (a failure of the checker itself does not: it is counted apart, outside the score); a mutant that passes survives; one that never fires is unexercised. The score is killed /
 (killed + survived), per operator and in all. Each rule file's mutants are checked in their own e-graph.
 Prints the table and the survivors, writes ``bench/results/rule_mutants.json``.
@@ -237,7 +238,7 @@ def _check(live: list, seed: int, budget: int) -> None:
             (pathlib.Path(tmp) / f"m{k:04d}.egg").write_text(
                 f"(ruleset mut{k})\n; law: mutant of {r['rule']} ({r['operator']})\n{_renamed(r['text'], r['name'], f'mut{k}')}\n")
         try:
-            rep = check_rules([tmp], cases=1, only=[tmp], seed=seed, budget=budget)
+            rep = check_rules([tmp], cases=1, only=[tmp], seed=seed, budget=budget, isolate=True)
         except BaseException as e:  # noqa: BLE001 — egglog's PanicException is a BaseException
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise

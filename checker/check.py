@@ -45,7 +45,7 @@ POOL_NODES = 4000  # stop the context rounds of a pool program past this many e-
 # every instance of a rule's left-hand side is compared on its regime's draw, then on one draw of each
 # regime and four more paired ones (numpy valuations of the one egglog run: a stripe along the right axis,
 # a row far below another, a cancelling pair are each met by some draw)
-REDRAWS = ("paired", "ordinary", "paired", "special", "paired", "scaled", "paired", "paired")
+REDRAWS = ("paired", "ordinary", "paired", "special", "paired", "scaled", "paired", "paired", "paired", "paired")
 POOL_REDRAWS = ("gentle", "paired")  # a random-pool program is compared on its draw, then on these
 PROOFS = 6  # symbolic instances of an index-map rule proved with isl
 
@@ -97,7 +97,7 @@ class Checker:
         self.pool: list = []
         self.programs = 0
         self.pool_size: "int | None" = None
-        self.unsound: set = set()  # rulesets found unsound: never context for another rule's pool programs
+        self.no_context: set = set()  # rulesets found unsound (or isolated): never context for a pool program
 
     def reseed(self, rule, phase: int) -> None:
         """Each rule's draws come from streams of its own, keyed by the seed, its name and the phase, so its
@@ -171,7 +171,7 @@ class Checker:
                 finding = finding or "it equated values of different shapes or dtypes"
             if finding:
                 v.unsound = True
-                self.unsound.add(name)
+                self.no_context.add(name)
                 v.refuted = ("  refuted by isl (sizes n_k >= 1 are parameters; the point gives them and the output index) "
                              "on a symbolic instance built from the rule's left-hand side:\n    before: "
                              + "\n    before: ".join(r.sexp() for r in inst.roots) + f"\n    {finding}")
@@ -187,7 +187,7 @@ class Checker:
         try:
             st = self._st(prog)
             load_program(st, cuts)
-            others = " ".join(f"(run {k})" for k in self.by_set if k != name and k not in self.unsound)
+            others = " ".join(f"(run {k})" for k in self.by_set if k != name and k not in self.no_context)
             for _ in range(3):
                 self._run(self._settle(name) + f"\n(run-schedule (seq {others}))")
                 if st.enodes() > POOL_NODES:
@@ -287,7 +287,7 @@ class Checker:
             v.error = "a rewrite could not be evaluated: " + res.findings[0].why
         else:
             v.unsound = True
-            self.unsound.add(name)
+            self.no_context.add(name)
         return True
 
     def _shrink(self, name, rule, q, inst, inputs, got, regime) -> str:
@@ -361,11 +361,13 @@ def _unbuildable(q) -> str:
 
 
 def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, seed: "int | None" = None,
-                only=None, budget: int = 12, max_programs: "int | None" = None) -> CheckReport:
+                only=None, budget: int = 12, max_programs: "int | None" = None, isolate: bool = False) -> CheckReport:
     """Check the rules of rules/ (unless builtin=False) and of dirs, or only those named by ``only``
     (rule names, file names or paths; every file stays loaded as context). Never raises for a bad
     rule file: its diagnostics are in the report. budget: instances of each rule's left-hand side;
-    max_programs: size of the random pool (default 28: attention, motif and random programs)."""
+    max_programs: size of the random pool (default 28: attention, motif and random programs); isolate: the
+    checked rules are never context for each other's pool programs (mutants of one rule, bench/rule_mutants.py:
+    each is checked with only the unchecked rules, the shipped ones, rewriting its programs)."""
     t0 = time.perf_counter()
     cases = knobs.check_cases() if cases is None else cases
     rep = CheckReport(cases=cases)
@@ -383,6 +385,8 @@ def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, see
     ck.pool_size = max_programs
     todo = [(name, RuleVerdict(rule)) for name, rule in ck.by_set.items() if not only or _selected(rule, list(only))]
     rep.verdicts = [v for _, v in todo]
+    if isolate:
+        ck.no_context.update(name for name, _ in todo)  # never context: as a rule found unsound is not
     for o in only or ():
         if not any(_selected(v.rule, [o]) for _, v in todo) and not any(o in d.at for d in rep.errors):
             rep.errors.append(diag("FileNotFound", o, f"--only {o}: no loaded rule, rule file or rules folder has this "
