@@ -265,8 +265,9 @@ class Builder:
         return T("Where", (), (c, a, b), a.shape, a.dtype)
 
     def _cast(self, p, shape, dtype):
-        # an integer or bool program casts to a float or the other of i32 and bool (never to its own type)
-        to = self.slot(p.args[0], lambda: dtype or (str(self.rng.choice(FLOATS + ({"i32": "bool", "bool": "i32"}[self.ints],)))
+        # an integer or bool program casts to a float (3 in 5), to the other of i32 and bool, or to its own type
+        to = self.slot(p.args[0], lambda: dtype or (str(self.rng.choice(FLOATS + ({"i32": "bool", "bool": "i32"}[self.ints],
+                                                                                  self.ints)))
                                                     if self.ints else self.dtype()),
                        lambda v: v in FLOATS + ("i32", "bool"))
         x = self.term(p.args[1], shape)
