@@ -18,6 +18,7 @@ from __future__ import annotations
 import pathlib
 import re
 import time
+import zlib
 
 import numpy as np
 
@@ -44,7 +45,8 @@ POOL_NODES = 4000  # stop the context rounds of a pool program past this many e-
 # every instance of a rule's left-hand side is compared on its regime's draw, then on one draw of each
 # regime and four more paired ones (numpy valuations of the one egglog run: a stripe along the right axis,
 # a row far below another, a cancelling pair are each met by some draw)
-REDRAWS = ("paired", "ordinary", "paired", "special", "paired", "scaled", "paired", "paired")
+REDRAWS = ("paired", "ordinary", "paired", "special", "paired", "scaled", "paired", "paired", "paired", "paired")
+POOL_REDRAWS = ("gentle", "paired")  # a random-pool program is compared on its draw, then on these
 PROOFS = 6  # symbolic instances of an index-map rule proved with isl
 
 
@@ -83,20 +85,26 @@ def _selected(rule, only: list) -> bool:
 class Checker:
     """One e-graph with every rule isolated; checks rules one at a time on test programs."""
 
-    def __init__(self, files: list, rng: np.random.Generator, cases: int):
+    def __init__(self, files: list, seed: int, cases: int):
         text, self.by_set = _isolated(files)
         self.eg = base_egraph()
         add_rule_files(self.eg, [RuleFile("<isolated rules>", text, (), ())])
-        self.rng, self.cases = rng, cases
+        self.seed, self.cases = seed, cases
+        self.rng = self.prng = np.random.default_rng(seed)  # set per rule and phase by reseed
         self.facts = [k for k, r in self.by_set.items() if _facts_only(r.text)]
         self.fact_relations = {head(a[1]) if head(a) == "set" else head(a)  # (set (f x) v) asserts f
                                for k in self.facts for a in parse_sexp(self.by_set[k].text)[2]}
         self.pool: list = []
         self.programs = 0
         self.pool_size: "int | None" = None
-        self.unsound: set = set()  # rulesets found unsound: never context for another rule's pool programs
-        # the symbolic draws of the isl proofs come from their own stream (reading the state consumes nothing)
-        self.prng = np.random.default_rng(np.random.SeedSequence(rng.bit_generator.state["state"]["state"]))
+        self.no_context: set = set()  # rulesets found unsound (or isolated): never context for a pool program
+
+    def reseed(self, rule, phase: int) -> None:
+        """Each rule's draws come from streams of its own, keyed by the seed, its name and the phase, so its
+        verdict does not depend on which other rules share the run or on their order; the symbolic draws
+        of the isl proofs have a stream of their own."""
+        key = [self.seed, zlib.crc32(rule.name.encode()), phase]
+        self.rng, self.prng = np.random.default_rng(key), np.random.default_rng(key + [1])
 
     def _st(self, prog: "Program | None" = None) -> EGraphState:
         return EGraphState(self.eg, prog or Program((), ()), ())
@@ -163,7 +171,7 @@ class Checker:
                 finding = finding or "it equated values of different shapes or dtypes"
             if finding:
                 v.unsound = True
-                self.unsound.add(name)
+                self.no_context.add(name)
                 v.refuted = ("  refuted by isl (sizes n_k >= 1 are parameters; the point gives them and the output index) "
                              "on a symbolic instance built from the rule's left-hand side:\n    before: "
                              + "\n    before: ".join(r.sexp() for r in inst.roots) + f"\n    {finding}")
@@ -174,18 +182,18 @@ class Checker:
                 return
             v.proved += bool(done)
 
-    def run_pool(self, name: str, rule, prog: Program, cuts: set, inputs: dict) -> "tuple | None":
+    def run_pool(self, name: str, rule, prog: Program, cuts: set, inputs: dict, more: tuple = ()) -> "tuple | None":
         self._run("(push)")
         try:
             st = self._st(prog)
             load_program(st, cuts)
-            others = " ".join(f"(run {k})" for k in self.by_set if k != name and k not in self.unsound)
+            others = " ".join(f"(run {k})" for k in self.by_set if k != name and k not in self.no_context)
             for _ in range(3):
                 self._run(self._settle(name) + f"\n(run-schedule (seq {others}))")
                 if st.enodes() > POOL_NODES:
                     break
             self._run(self._settle(name))
-            return self._step(name, rule, inputs, pool=True)
+            return self._step(name, rule, inputs, pool=True, more=more)
         finally:
             self._run("(pop)")
 
@@ -216,7 +224,7 @@ class Checker:
             if len(val.vals) < len(v0.classes):
                 continue
             again = check_step(v0, val, v1, extra)
-            if again.findings:
+            if again.findings and not (pool and not consistent(v0, val)):
                 again.compared += res.compared
                 res, val0, inputs = again, val, extra
         return res, v0, val0, inputs
@@ -279,7 +287,7 @@ class Checker:
             v.error = "a rewrite could not be evaluated: " + res.findings[0].why
         else:
             v.unsound = True
-            self.unsound.add(name)
+            self.no_context.add(name)
         return True
 
     def _shrink(self, name, rule, q, inst, inputs, got, regime) -> str:
@@ -298,13 +306,14 @@ class Checker:
         return counterexample(res, v0, val0, inputs, roots=len(inst.roots), source="built from the rule's left-hand side")
 
     def _pool_check(self, name: str, v: RuleVerdict) -> None:
-        if not self.pool:
-            self.pool.extend(attention_programs(self.rng, 10))
+        if not self.pool:  # one pool for every rule, drawn from a stream of its own (the seed's)
+            rng = np.random.default_rng([self.seed, 0])
+            self.pool.extend(attention_programs(rng, 10))
             for _ in range(2):
-                self.pool.extend(motif_programs(self.rng))
-            self.pool.extend(random_program(self.rng, int(self.rng.integers(4, 12))) for _ in range(6))
+                self.pool.extend(motif_programs(rng))
+            self.pool.extend(random_program(rng, int(rng.integers(4, 12))) for _ in range(6))
             while self.pool_size and len(self.pool) < self.pool_size:
-                self.pool.extend(motif_programs(self.rng) if len(self.pool) % 2 else attention_programs(self.rng, 4))
+                self.pool.extend(motif_programs(rng) if len(self.pool) % 2 else attention_programs(rng, 4))
             self.pool = self.pool[:self.pool_size] if self.pool_size else self.pool
             # last, so only rules the others left unexercised reach them; their own generator, so the
             # checker's draws (the inputs of every program) stay what they were without them
@@ -312,19 +321,24 @@ class Checker:
             self.pool.extend(owned_programs(np.random.default_rng(len(self.pool))))  # a softmax on a middle axis
             self.pool.extend(chained_gemm_programs(np.random.default_rng(len(self.pool))))  # GEMM -> GEMM
             self.pool.extend(attention_programs(np.random.default_rng(len(self.pool)), 6, DType.fp32))  # fp32 P
+            # first, P^T V: a dot summed over P's rows, where the normaliser varies (a rule matching attention
+            # shapes meets the shapes its guards must refuse before it meets the ones they accept)
+            self.pool[:0] = [q for p in (DType.fp32, None) for q in attention_programs(rng, 1, p, rows=True)]
         for prog in self.pool:
             if v.fired >= self.cases or v.unsound:
                 break
             inputs = {n.arg["tensor_id"]: tricky(tuple(int(d) for d in n.shape), n.dtype.value, self.rng)
                       for n in prog.inputs}
+            more = tuple(draw_inputs([(n.arg["tensor_id"], n.shape, n.dtype.value) for n in prog.inputs], self.rng, r)
+                         for r in POOL_REDRAWS)
             self.programs += 1
             for cuts in (default_cuts(prog), set(), all_cuts(prog)):
-                got = self.run_pool(name, v.rule, prog, cuts, inputs)
+                got = self.run_pool(name, v.rule, prog, cuts, inputs, more)
                 if got is None:
                     continue
                 if self._record(name, v, got[0], False):
-                    res, v0, val0, _ = got
-                    v.counterexample = counterexample(res, v0, val0, inputs, roots=0,  # the cone: 'before' below
+                    res, v0, val0, drawn = got
+                    v.counterexample = counterexample(res, v0, val0, drawn, roots=0,  # the cone: 'before' below
                                                       source="a random-pool program rewritten by the other rules "
                                                              "first, cut down to the rewritten value's cone")
                 break
@@ -347,15 +361,16 @@ def _unbuildable(q) -> str:
 
 
 def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, seed: "int | None" = None,
-                only=None, budget: int = 12, max_programs: "int | None" = None) -> CheckReport:
+                only=None, budget: int = 12, max_programs: "int | None" = None, isolate: bool = False) -> CheckReport:
     """Check the rules of rules/ (unless builtin=False) and of dirs, or only those named by ``only``
     (rule names, file names or paths; every file stays loaded as context). Never raises for a bad
     rule file: its diagnostics are in the report. budget: instances of each rule's left-hand side;
-    max_programs: size of the random pool (default 28: attention, motif and random programs)."""
+    max_programs: size of the random pool (default 28: attention, motif and random programs); isolate: the
+    checked rules are never context for each other's pool programs (mutants of one rule, bench/rule_mutants.py:
+    each is checked with only the unchecked rules, the shipped ones, rewriting its programs)."""
     t0 = time.perf_counter()
     cases = knobs.check_cases() if cases is None else cases
     rep = CheckReport(cases=cases)
-    rng = np.random.default_rng(knobs.check_seed() if seed is None else seed)
     files = []
     for path in discover(dirs, builtin):
         try:
@@ -366,18 +381,21 @@ def check_rules(dirs=None, cases: "int | None" = None, builtin: bool = True, see
             rep.errors.extend(e.diagnostics)
     if rep.errors and not files:
         return rep
-    ck = Checker(files, rng, cases)
+    ck = Checker(files, knobs.check_seed() if seed is None else seed, cases)
     ck.pool_size = max_programs
     todo = [(name, RuleVerdict(rule)) for name, rule in ck.by_set.items() if not only or _selected(rule, list(only))]
     rep.verdicts = [v for _, v in todo]
+    if isolate:
+        ck.no_context.update(name for name, _ in todo)  # never context: as a rule found unsound is not
     for o in only or ():
         if not any(_selected(v.rule, [o]) for _, v in todo) and not any(o in d.at for d in rep.errors):
             rep.errors.append(diag("FileNotFound", o, f"--only {o}: no loaded rule, rule file or rules folder has this "
                                    "name", "Name a rule (`polysat rules` lists them), a .egg file or a --rules folder."))
-    for phase in (lambda n, v: ck.check_patterns(n, v, max(budget, 3 * cases)), ck.check_pool):
+    for k, phase in enumerate((lambda n, v: ck.check_patterns(n, v, max(budget, 3 * cases)), ck.check_pool)):
         for name, v in todo:  # every rule's own instances first: the pool's context then omits unsound rules
             if v.error:
                 continue
+            ck.reseed(v.rule, k)
             t1 = time.perf_counter()  # reported per rule, never deciding a verdict
             try:
                 phase(name, v)

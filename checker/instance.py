@@ -23,6 +23,7 @@ from ..egraph import encode as E
 from ..egraph.ixfns import HELPERS, pad_guard, pad_map, shape_after
 from ..egraph.rule_pattern import Atom, Pattern, Query
 from ..egraph.schema import CHILDREN
+from ..ir.expr import Expr
 from ..ir.infer import expr_bounds
 
 _parse_shape = functools.lru_cache(maxsize=8192)(E.parse_shape)  # attributes are immutable strings
@@ -264,8 +265,11 @@ class Builder:
         return T("Where", (), (c, a, b), a.shape, a.dtype)
 
     def _cast(self, p, shape, dtype):
-        to = self.slot(p.args[0], lambda: dtype or (self.dtype() if not self.ints or self.rng.random() < 0.5 else "fp32"),
-                       lambda v: v in FLOATS + ("i32", "bool"))  # an integer or bool program casts to floats too
+        # an integer or bool program casts to a float (3 in 5), to the other of i32 and bool, or to its own type
+        to = self.slot(p.args[0], lambda: dtype or (str(self.rng.choice(FLOATS + ({"i32": "bool", "bool": "i32"}[self.ints],
+                                                                                  self.ints)))
+                                                    if self.ints else self.dtype()),
+                       lambda v: v in FLOATS + ("i32", "bool"))
         x = self.term(p.args[1], shape)
         return T("Cast", (to,), (x,), x.shape, to)
 
@@ -338,6 +342,8 @@ class Builder:
         x = self.term(p.args[0], None, dtype)
         pd = self.slot(p.args[1], lambda: E.pads(self._pads(len(x.shape))), lambda v: len(E.parse_pads(v)) == len(x.shape))
         v = self.slot(p.args[2], lambda: str(self.rng.choice(INT_CONSTS if x.dtype == "i32" else CONSTS)))
+        if x.dtype not in FLOATS and v.lstrip("-") in ("inf", "nan"):
+            raise Reject(f"pad value {v} in {x.dtype}")  # an ill-typed instance: draw another
         return T("Pad", (pd, v), (x,),
                  _ints(_parse_shape(shape_after("pad", E.shape(x.shape), pd, ""))), x.dtype)
 
@@ -464,9 +470,16 @@ class Builder:
         if not (isinstance(rd, Pattern) and rd.op == "Read"):
             rd = Pattern("Read", [Atom("_mem", 0), Atom("_s", 0), Atom("_m", 0)], 0)
         mem = self.term(rd.args[0], None, dtype, memory=True)
-        s0, m0 = E.shape(mem.shape), E.identity_map(len(mem.shape))
-        pads = E.pads(self._pads(len(mem.shape)))
+        s0, m0, r = E.shape(mem.shape), E.identity_map(len(mem.shape)), len(mem.shape)
+        pp = self._pads(r)  # and one unguarded axis read reversed, often: not plain, a pad on it cannot fold
+        flip = int(self.rng.integers(r)) if r > 1 and not self.symbolic and self.rng.random() < 0.6 else None
+        if flip is not None:
+            pp[flip], nxt = (0, 0), (flip + 1) % r
+            pp[nxt] = pp[nxt] if any(lo or hi for lo, hi in pp) else (1, 1)
+        pads = E.pads(pp)
         g, m2 = pad_guard(s0, "", s0, m0, pads), pad_map(s0, "", s0, m0, pads)
+        if flip is not None:
+            m2 = E.tup(Expr.of(mem.shape[k] - 1) - Expr.var(f"i{k}") if k == flip else e for k, e in enumerate(E.parse_map(m2)))
         s2 = shape_after("pad", s0, pads, "")
         read = self._read(rd, None, dtype, forced=(s2, m2))
         g = self.slot(p.args[0], lambda: g)
@@ -516,10 +529,7 @@ def _resolve(b: Builder, a: Atom) -> "str | None":
 def satisfied(b: Builder) -> bool:
     """The side conditions of the query on the built terms; relations only egglog knows count as true."""
     q = b.q
-    for rel, args in q.facts:
-        if rel not in ("has-shape", "has-dtype"):
-            continue
-        t, v = args
+    for rel, (t, v) in ((r, a) for r, a in q.facts if r in ("has-shape", "has-dtype")):
         if not isinstance(t, Atom) or t.text not in b.terms or not isinstance(v, Atom):
             continue
         have = E.shape(b.terms[t.text].shape) if rel == "has-shape" else b.terms[t.text].dtype
@@ -555,25 +565,21 @@ def satisfied(b: Builder) -> bool:
     return True
 
 
-def _lit(a) -> str:
-    return a.value if isinstance(a, Atom) and a.is_string else ""
-
-
 def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int = 60,
                 variant: int = 0, symbolic: bool = False) -> "Instance | None":
     """A random instance of the query's patterns, or None when no draw satisfied it. Draws alternate
     between shapes of one axis size (a guard comparing sizes, a square transpose, equal operand shapes)
-    and free ones, equal first for odd variants; variants 2, 6, ... try i32 leaves first and variants 10,
-    18, ... bool leaves (a rule whose ops an integer or bool program can reach is tested on one); the
+    and free ones, equal first for odd variants; variants 2, 10, 18, ... try i32 leaves first and variants 6,
+    14, ... bool leaves (a rule whose ops an integer or bool program can reach is tested on one); the
     float leaves of variants 1, 5, 9, .. prefer fp16 and of 3, 7, 11, .. bf16, or both the 16-bit type the
     pattern names or the one its guards leave (a rule over 16-bit values, or a guard excluding them, meets
     them), then any type."""
     if not q.roots:
         return None
     modes = ["equal", "random"] if variant % 2 else ["random", "equal"]
-    kinds = [("bool" if variant % 8 == 2 and variant > 2 else "i32"), ""] if variant % 4 == 2 else [""]
+    kinds = [("bool" if variant % 8 == 6 else "i32"), ""] if variant % 4 == 2 else [""]
     lit = [a.value for p in q.patterns for a in p.args if isinstance(a, Atom) and a.is_string and a.value in FLOATS[1:]]
-    out = {_lit(a) for op, a, c in q.tests if op == "!="} | {_lit(c) for op, a, c in q.tests if op == "!="}
+    out = {x.value for op, a, c in q.tests if op == "!=" for x in (a, c) if isinstance(x, Atom) and x.is_string}
     free = [t for t in ("fp16", "bf16") if t not in out] or ["fp16", "bf16"]
     # a 16-bit type the pattern names, else one its guards do not exclude
     half = (lit[0], lit[0]) if lit else (free[0], free[-1])

@@ -15,8 +15,10 @@ A rule's test instances cycle through four input regimes (``REGIMES``), so every
   * ``special``: IEEE special values sprinkled in: NaN, +-inf, +-0, subnormals and the dtype's largest
     finite value (every tensor holds a NaN and, past one element, an infinity), so masks, NaN
     propagation, overflow and signed zeros are exercised.
-Integer tensors get small values (with 0: division by zero), then wide ones (special: past 2^24, which fp32
-cannot hold, and the i32 extremes); bools are random.
+  * ``gentle``: plain values in [-1, 1], no special ones (a random-pool program is also compared on one such
+    draw: a softmax row of them is not one-hot, so its normaliser is not 1 and dropping or inverting it shows).
+Integer tensors get small values (with 0: division by zero), then wide ones (scaled: times 100 or 10^4 plus
+one; special: past 2^24, which fp32 cannot hold, and the i32 extremes); bools are random.
 """
 from __future__ import annotations
 
@@ -82,8 +84,8 @@ def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
             if dtype == "i32" and regime == "special":  # past 2^24 too: not every i32 is an fp32
                 wide = rng.integers(-3000, 3001, shape)
                 out[name] = np.where(rng.random(shape) < 0.3, rng.choice(_WIDE_INTS, shape), wide).astype(np.int32)
-            elif dtype == "i32" and regime == "scaled":
-                out[name] = rng.integers(-3000, 3001, shape).astype(np.int32)
+            elif dtype == "i32" and regime == "scaled":  # times 1, 100 or 10^4, plus one: odd past 2^24 too
+                out[name] = (rng.integers(-3000, 3001, shape) * int(10 ** rng.choice((0, 2, 4))) + 1).astype(np.int32)
             elif dtype == "i32" and regime == "paired" and (twin := _twin(seen, shape, dtype)) is not None:
                 out[name] = (out[twin] if rng.random() < 0.5 else -out[twin]).astype(np.int32)
             else:
@@ -114,6 +116,8 @@ def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
                 flat[at[0]] = np.nan
                 if flat.size > 1:
                     flat[at[1]] = float(rng.choice((np.inf, -np.inf)))
+        elif regime == "gentle":
+            a = rng.uniform(-1.0, 1.0, shape)
         else:
             a = tricky(shape, "fp32", rng).astype(np.float64)
         out[name] = _as(a, dtype)

@@ -214,10 +214,12 @@ def motif_programs(rng: np.random.Generator) -> list:
     return out
 
 
-def _attention(rng: np.random.Generator, m: int, n: int, dv: int, p: "DType | None" = None) -> Program:
+def _attention(rng: np.random.Generator, m: int, n: int, dv: int, p: "DType | None" = None,
+               rows: bool = False) -> Program:
     """softmax(mask(scale·S)) V as the frontend lowers attention (rules/streaming.egg): row max, exp2,
     sum, divide, P cast to V's 16-bit type (or, a model computed in fp32, P and V fp32 with no cast), batched
-    dot with fp32 accumulation; some rows fully masked."""
+    dot with fp32 accumulation; some rows fully masked. rows: P^T V instead (the dot sums over P's rows,
+    along which the normaliser varies: the streaming rules' shape guards must refuse it)."""
     b = Builder("t")
     p = p or (DType.fp16 if rng.random() < 0.6 else DType.bf16)
     wide = p == DType.fp32
@@ -230,18 +232,24 @@ def _attention(rng: np.random.Generator, m: int, n: int, dv: int, p: "DType | No
                                 b.const(1.4426950408889634, DType.fp32, (2, m + 1, n + 1), at=AT), at=AT)], at=AT)
     z = b.reshape(b.reduce(e, "SUM", (2,), DType.fp32, at=AT), (2, m + 1, 1), at=AT)
     q = b.alu(Ops.FDIV, e, z, at=AT)
-    v = b.input("V", p, (2, n + 1, dv), at=AT)
+    v = b.input("V", p, (2, m + 1 if rows else n + 1, dv), at=AT)
     v = v if wide else b.cast(v, DType.fp32, at=AT)
-    x = b.reshape(q if wide else b.cast(b.cast(q, p, at=AT), DType.fp32, at=AT), (2, m + 1, 1, n + 1), at=AT)
+    pq = q if wide else b.cast(b.cast(q, p, at=AT), DType.fp32, at=AT)
+    if rows:  # o[b, j, d] = sum_i P[b, i, j] V[b, i, d]
+        x = b.expand(b.reshape(pq, (2, m + 1, n + 1, 1), at=AT), (2, m + 1, n + 1, dv), at=AT)
+        w = b.expand(b.reshape(v, (2, m + 1, 1, dv), at=AT), (2, m + 1, n + 1, dv), at=AT)
+        o = b.reduce(b.alu(Ops.MUL, x, w, at=AT), "SUM", (1,), DType.fp32, at=AT)
+        return b.program([("o", o if wide else b.cast(o, p, at=AT))])
+    x = b.reshape(pq, (2, m + 1, 1, n + 1), at=AT)
     w = b.permute(b.reshape(v, (2, 1, n + 1, dv), at=AT), (0, 1, 3, 2), at=AT)
     o = b.reduce(b.alu(Ops.MUL, x, w, at=AT), "SUM", (3,), DType.fp32, at=AT)
     return b.program([("o", o if wide else b.cast(o, p, at=AT))])
 
 
-def attention_programs(rng: np.random.Generator, count: int, p: "DType | None" = None) -> list:
+def attention_programs(rng: np.random.Generator, count: int, p: "DType | None" = None, rows: bool = False) -> list:
     """count attention programs of random small sizes (the streaming rules' shapes); P fp16 or bf16 at
-    random, or the dtype p (fp32: a model computed in fp32)."""
-    return [_attention(rng, *(int(v) for v in rng.integers(1, 5, 3)), p=p) for _ in range(count)]
+    random, or the dtype p (fp32: a model computed in fp32); rows: P^T V."""
+    return [_attention(rng, *(int(v) for v in rng.integers(1, 5, 3)), p=p, rows=rows) for _ in range(count)]
 
 
 def sibling_programs(rng: np.random.Generator) -> list:

@@ -18,6 +18,7 @@ from ..egraph.saturate import format_report
 from ..pipeline import Compilation
 from ..pricing.kernels import canonical, canonical_names, named_back
 from .explain import explain_lines, explain_model, explain_size, hand_style
+from .rule_use import rule_use
 from ..ir.user_names import node_names, region_names
 
 
@@ -118,6 +119,8 @@ def format_table(result: dict) -> str:
 def extract_command(c: Compilation, as_json: bool = False, explain: bool = False) -> int:
     """Print the chosen regions (table, or JSON with --json); with explain, the rejected fusions."""
     result = extract_result(c)
+    if explain or as_json:
+        result["user_rules"] = rule_use(c, result["user_rules"])
     rejected = hand = None
     if explain:
         rejected = explain_model(result) if result["_search"] is not None else explain_size(result, c.arch)
@@ -133,5 +136,6 @@ def extract_command(c: Compilation, as_json: bool = False, explain: bool = False
             print("\n".join(explain_lines(rejected, hand)))
             for r in result["user_rules"]:
                 print(f"  user rule {r['name']} ({r['ruleset']}, {r['file']}): matched {r['matches']} time(s)"
-                      + ("" if r["matches"] else " (its ruleset ran; no term matched its left-hand side)"))
+                      + ("" if r["matches"] else " (its ruleset ran; no term matched its left-hand side)")
+                      + f"; {'USED' if r['used'] else 'not used'} by the chosen partition ({r['used_why']})")
     return 0
