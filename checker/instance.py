@@ -594,6 +594,6 @@ def instantiate(q: Query, rng: np.random.Generator, max_dim: int = 4, tries: int
                 roots = [b.term(r) for r in q.roots]
             except (Reject, ValueError, IndexError, KeyError, ZeroDivisionError):
                 continue
-            if satisfied(b):
+            if satisfied(b) and (not ints or any(t.dtype == ints for t in b.tensors)):  # an integer plan's program has one
                 return Instance(roots, b.tensors, list(b.syms))
     return None

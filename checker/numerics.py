@@ -83,7 +83,10 @@ def draw_inputs(tensors: list, rng: np.random.Generator, regime: str) -> dict:
         if dtype in ("bool", "i32"):
             if dtype == "i32" and regime == "special":  # past 2^24 too: not every i32 is an fp32
                 wide = rng.integers(-3000, 3001, shape)
-                out[name] = np.where(rng.random(shape) < 0.3, rng.choice(_WIDE_INTS, shape), wide).astype(np.int32)
+                a = np.where(rng.random(shape) < 0.3, rng.choice(_WIDE_INTS, shape), wide).astype(np.int32)
+                if a.size:  # one in every tensor, as a NaN in a float one
+                    a.reshape(-1)[int(rng.integers(a.size))] = int(rng.choice(_WIDE_INTS))
+                out[name] = a
             elif dtype == "i32" and regime == "scaled":  # times 1, 100 or 10^4, plus one: odd past 2^24 too
                 out[name] = (rng.integers(-3000, 3001, shape) * int(10 ** rng.choice((0, 2, 4))) + 1).astype(np.int32)
             elif dtype == "i32" and regime == "paired" and (twin := _twin(seen, shape, dtype)) is not None:
