@@ -366,7 +366,7 @@ def _parser() -> argparse.ArgumentParser:
                        "cheapest partition into kernels under --cost, and print the regions with FLOPs, bytes, "
                        "estimated time and bound, plus the saturation report.")
     common(e)
-    e.add_argument("--explain", action="store_true", help="list rejected fusions and why (illegal, or priced higher)")
+    e.add_argument("--explain", action="store_true", help="list rejected fusions and why (illegal, or priced higher), and per user rule its matches and whether the chosen partition used it (compiled again without the rule)")
     e.set_defaults(fn=cmd_extract)
 
     ru = sub.add_parser("rules", help="list the rewrite rules, or check their soundness",
