@@ -5,7 +5,8 @@ a residual), and any read-free expression f(x) of one value x that dominates the
 by evaluating it on a probe vector against scale (c*x), identity and every activation (relu, gelu_tanh,
 gelu_erf, silu, sigmoid), so it does not matter how the frontend or the e-graph spells them (max(x,0),
 2*sigmoid(2z)-1 for tanh, Abramowitz-Stegun erf...); any other such f (``y * y``: the value read more than
-once) is its own ops as an ``fn`` program (:mod:`.epilogue_fn`).
+once; an activation a half-precision model computes in fp16, each op rounded) is its own ops as an ``fn``
+program (:mod:`.epilogue_fn`).
 """
 from __future__ import annotations
 
@@ -159,8 +160,9 @@ def peel_epilogue(lets: Lets, top: RNode, acc: RNode, out_dtype: DType, addend: 
             ops.append(addend(other))
             t, first = main, False
             continue
-        if t.dtype != DType.fp32:
-            reject(f"the epilogue computes {t.op.value} {t.arg} in {t.dtype.value}; the template's epilogue is fp32")
+        if t.dtype not in (DType.fp32, *HALF):
+            reject(f"the epilogue computes {t.op.value} {t.arg} in {t.dtype.value}; the template's epilogue is fp32 "
+                   "(a 16-bit step: its fp32 op rounded)")
         if t.op == R.BINARY and t.arg == "add" and sum(map(dep, kids)) == 1:
             main, other = kids if dep(kids[0]) else kids[::-1]
             ops.append(addend(other))

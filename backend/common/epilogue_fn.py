@@ -1,10 +1,13 @@
-"""The ``fn`` epilogue op: any read-free fp32 function of the accumulator, as a straight-line program.
+"""The ``fn`` epilogue op: any read-free function of the accumulator, as a straight-line program in fp32.
 
 The named epilogue ops (scale, relu, gelu, silu, sigmoid) cover the activations a frontend spells; every other
 elementwise function of the accumulator (``y * y``, ``y * sigmoid(1.702 y)``, ``min(max(y, a), b)``, a value read
 several times) is its RB-SSA ops copied as a program: one step per op, in dependency order, each step's
 arguments the input value ``("v",)``, an earlier step ``("s", i)``, an fp32 constant ``("c", x)`` or a bool one
-``("b", p)``. The same program is the kernel's C code (:func:`c_lines`), the numpy meaning (:func:`evaluate`,
+``("b", p)``. An op the program computes in fp16 or bf16 (a half-precision model's SiLU or ``y * y``) is its
+fp32 op followed by a rounding step (``round_fp16`` / ``round_bf16``: to the 16-bit type and back): a 16-bit
+add, mul, div or sqrt so computed is the correctly rounded 16-bit result (fp32 carries more than twice the
+16-bit significand), which is how the reference evaluator computes 16-bit ops too. The same program is the kernel's C code (:func:`c_lines`), the numpy meaning (:func:`evaluate`,
 in the input's float type) and the probe the peeler recognises the named ops by (``epilogue.py``).
 """
 from __future__ import annotations
@@ -15,33 +18,49 @@ from typing import Any, Callable
 import numpy as np
 
 from ...ir import trampoline
-from ...ir.dtypes import DType
+from ...ir.dtypes import DType, round_to
 from ...ir.region import R, RNode
 from ...ir.trampoline import Walk
 
 UNARY = {"neg": np.negative, "relu": lambda x: np.maximum(x, x.dtype.type(0)), "exp2": np.exp2, "log2": np.log2,
          "sqrt": np.sqrt, "rsqrt": lambda x: x.dtype.type(1) / np.sqrt(x), "reciprocal": lambda x: x.dtype.type(1) / x,
-         "cast": None}
+         "cast": None, "round_fp16": lambda x: _rounded(x, DType.fp16), "round_bf16": lambda x: _rounded(x, DType.bf16)}
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
           "min": np.minimum, "pow": np.power, "cmplt": np.less, "cmpeq": np.equal, "cmpne": np.not_equal}
 _C_UNARY = {"neg": "(-{0})", "relu": "fmaxf({0}, 0.0f)", "exp2": "exp2f({0})", "log2": "log2f({0})",
             "sqrt": "sqrtf({0})", "rsqrt": "(1.0f / sqrtf({0}))", "reciprocal": "(1.0f / {0})",
-            "cast": "({0} ? 1.0f : 0.0f)"}
+            "cast": "({0} ? 1.0f : 0.0f)", "round_fp16": "polysat::round_to<__half>({0})",
+            "round_bf16": "polysat::round_to<__nv_bfloat16>({0})"}
 _C_BINARY = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
              "max": "fmaxf({0}, {1})", "min": "fminf({0}, {1})", "pow": "powf({0}, {1})", "cmplt": "({0} < {1})",
              "cmpeq": "({0} == {1})", "cmpne": "({0} != {1})"}
 COMPARE = ("cmplt", "cmpeq", "cmpne")
+ROUND = {DType.fp16: "round_fp16", DType.bf16: "round_bf16"}  # the step that rounds to a 16-bit type and back
+FLOATS = (DType.fp32, *ROUND)
 MAX_STEPS = 64  # a longer chain is no epilogue (and would bloat every kernel's register budget)
 
 Arg = tuple
 Step = tuple  # (op, (arg, ...))
 
 
+def _rounded(x: np.ndarray, dtype: DType) -> np.ndarray:
+    """x rounded to the 16-bit dtype, back in x's own float type."""
+    return round_to(x, dtype).astype(np.asarray(x).dtype)
+
+
 def from_region(lets: Callable[[RNode], RNode], top: RNode, x_node: RNode) -> tuple[Step, ...] | None:
-    """top as a program of x_node: fp32 (and bool) constants, unary, binary and value selects only; None when
-    top reads memory, reduces, broadcasts, guards an index or computes in another dtype."""
+    """top as a program of x_node: fp32, fp16, bf16 (and bool) constants, unary, binary and value selects only,
+    each 16-bit result rounded (``ROUND``); None when top reads memory, reduces, broadcasts, guards an index
+    or computes in another dtype (an integer)."""
     steps: list[Step] = []
     at: dict[int, Arg] = {}
+
+    def rounded(a: Arg, dtype: DType) -> Arg:
+        """a, then rounded to dtype when dtype is a 16-bit float."""
+        if dtype not in ROUND:
+            return a
+        steps.append((ROUND[dtype], (a,)))
+        return ("s", len(steps) - 1)
 
     def go(n: RNode) -> Walk:  # -> Arg | None (a walk: ir/trampoline.py, so a long chain needs no frames)
         n = lets(n)
@@ -49,37 +68,40 @@ def from_region(lets: Callable[[RNode], RNode], top: RNode, x_node: RNode) -> tu
             return ("v",)
         if id(n) in at:
             return at[id(n)]
-        if n.op == R.CONST and n.dtype == DType.fp32:
-            a: Arg = ("c", float(n.arg))
+        if n.op == R.CONST and n.dtype in FLOATS:
+            a: Arg = ("c", float(n.arg) if n.dtype == DType.fp32 else float(round_to(np.float32(n.arg), n.dtype)))
         elif n.op == R.CONST and n.dtype == DType.bool:
             a = ("b", bool(n.arg))
-        elif n.op == R.UNARY and n.dtype == DType.fp32 and n.arg in UNARY:
+        elif n.op == R.UNARY and n.dtype in FLOATS and n.arg in UNARY and n.arg not in ROUND.values():
             src = lets(n.src[0])
-            if n.arg == "cast" and src.dtype == DType.fp32:
-                a = yield go(src)  # fp32 -> fp32: no step
+            if n.arg == "cast" and src.dtype in FLOATS:
+                s = yield go(src)  # to fp32 or to its own type: exact, no step; to a 16-bit type: a rounding
+                a = None if s is None else s if n.dtype in (DType.fp32, src.dtype) else rounded(s, n.dtype)
             elif n.arg == "cast" and src.dtype != DType.bool:
                 return None
             else:
                 s = yield go(src)
-                if s is None:
+                if s is None or (n.arg != "cast" and src.dtype != n.dtype):
                     return None
                 steps.append((n.arg, (s,)))
-                a = ("s", len(steps) - 1)
-        elif n.op == R.BINARY and n.arg in BINARY and n.dtype in (DType.fp32, DType.bool) \
+                a = rounded(("s", len(steps) - 1), n.dtype)
+        elif n.op == R.BINARY and n.arg in BINARY and n.dtype in (*FLOATS, DType.bool) \
                 and (n.arg in COMPARE) == (n.dtype == DType.bool):
             args = []
             for s in n.src:
                 args.append((yield go(s)))
-            if any(x is None for x in args) or any(lets(s).dtype != DType.fp32 for s in n.src):
+            kinds = {lets(s).dtype for s in n.src}
+            if any(x is None for x in args) or len(kinds) != 1 or not kinds <= set(FLOATS) \
+                    or (n.dtype != DType.bool and kinds != {n.dtype}):
                 return None
             steps.append((n.arg, tuple(args)))
-            a = ("s", len(steps) - 1)
-        elif n.op == R.SELECT and n.dtype == DType.fp32 and lets(n.src[0]).op != R.PRED \
+            a = rounded(("s", len(steps) - 1), n.dtype)
+        elif n.op == R.SELECT and n.dtype in FLOATS and lets(n.src[0]).op != R.PRED \
                 and lets(n.src[0]).dtype == DType.bool:
             args = []
             for s in n.src:
                 args.append((yield go(s)))
-            if any(x is None for x in args):
+            if any(x is None for x in args) or any(lets(s).dtype != n.dtype for s in n.src[1:]):
                 return None
             steps.append(("select", tuple(args)))
             a = ("s", len(steps) - 1)
