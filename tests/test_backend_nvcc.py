@@ -34,6 +34,13 @@ CASES = {
     "odd_tails": GemmSpec("odd", 77, 93, 101, a_layout="col"),  # no dim aligned: the sm80 tail branch
     "vec2_vec4": GemmSpec("vec24", 96, 100, 98, out_dtype=F32),  # 4- and 8-byte cp.async (K % 2, N % 4)
     "skinny": GemmSpec("skinny", 48, 4096, 1024, a_layout="col"),  # one consumer warpgroup (BM = 64)
+    # a half-precision model's SiLU computed in fp16 (each op rounded), then squared in bf16: an fn epilogue
+    # with rounding steps reading the accumulator more than once
+    "half_fn": GemmSpec("half_fn", 256, 192, 128, epilogue=(
+        EpilogueOp("cast", dtype=F16), EpilogueOp("bias", "bias", dtype=F16), EpilogueOp("fn", steps=(
+            ("mul", (("v",), ("c", -1.4426950216293335))), ("exp2", (("s", 0),)), ("add", (("s", 1), ("c", 1.0))),
+            ("reciprocal", (("s", 2),)), ("round_fp16", (("s", 3),)), ("mul", (("v",), ("s", 4))),
+            ("round_fp16", (("s", 5),)), ("mul", (("s", 6), ("s", 6))), ("round_bf16", (("s", 7),)))))),
 }
 
 
