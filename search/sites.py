@@ -48,6 +48,7 @@ def masks(view: EGraphView, sites: dict, streams: frozenset, fused: frozenset) -
     cannot be told from x by the extraction, so x is materialized by the partition instead
     (totiny.to_tiny's ``materialize``) and its consumers read it from memory."""
     excl, hard, kept = set(), set(), set()
+    alts = _alternatives(view, sites)
     for c, (cut, other) in sites.items():
         if c in fused:
             (hard if c in streams else excl).update(cut)
@@ -58,7 +59,45 @@ def masks(view: EGraphView, sites: dict, streams: frozenset, fused: frozenset) -
         own = {n.children[0] for n in view.classes[c] if n.op == "Mat"}
         excl.update(n for n in other if n.eclass not in own)
         kept.update(x for x in own if any(n.eclass == x for n in other))
+        if c in alts:
+            excl.update(_reads_into(view, c))
     return frozenset(excl), frozenset(hard), frozenset(kept)
+
+
+def _cone(view: EGraphView, c) -> frozenset:
+    """The classes a materialization c computes in its own kernel: from the value it writes down through
+    every spelling, never past a cut read or into a reduction's body (a piece of the sibling concatenation
+    is its GEMM, computed there); kept per view."""
+    memo = view.__dict__.setdefault("_cones", {})
+    if c not in memo:
+        out, stack = set(), [n.children[0] for n in view.classes[c] if n.op == "Mat"]
+        while stack:
+            x = stack.pop()
+            if x in out:
+                continue
+            out.add(x)
+            stack.extend(ch for n in view.classes[x] if n.op != "Reduce" and not _is_cut(n, view) for ch in n.children)
+        memo[c] = frozenset(out)
+    return memo[c]
+
+
+def _reads_into(view: EGraphView, c) -> frozenset:
+    """The fused reads (View) of a class of the cone of materialization c from a class outside it: with c
+    kept cut, the values it holds are read from it (its slices) and computed nowhere else; kept per view."""
+    memo = view.__dict__.setdefault("_reads_into", {})
+    if c not in memo:
+        cone = _cone(view, c)
+        memo[c] = frozenset(n for x, ns in view.classes.items() if x not in cone for n in ns
+                            if n.op == "View" and n.children and n.children[0] in cone)
+    return memo[c]
+
+
+def _alternatives(view: EGraphView, sites: dict) -> dict:
+    """``alternatives``, kept per view (masks asks it for every decision set)."""
+    kept = view.__dict__.get("_alternatives")
+    if kept is None or kept[0] is not sites:
+        kept = view.__dict__["_alternatives"] = (sites, alternatives(view, sites))
+    return kept[1]
 
 
 def site_values(view: EGraphView, sites: dict) -> dict:
@@ -128,7 +167,9 @@ def alternatives(view: EGraphView, sites: dict) -> dict:
                 break
             others |= alt
         if len(others) >= 2 and others <= sites.keys():
-            out[c] = frozenset(others)
+            cone = _cone(view, c)  # and the materializations of the values it computes itself (each GEMM's own)
+            out[c] = frozenset(others | {m for m in sites if m != c for n in view.classes[m]
+                                         if n.op == "Mat" and n.children[0] in cone})
     return out
 
 
