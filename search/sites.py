@@ -46,7 +46,10 @@ def masks(view: EGraphView, sites: dict, streams: frozenset, fused: frozenset) -
     the classes reading it, except where a reading class is the value's own class: an identity read
     of x (a one-to-one fused View composes to x, and the cut read Read(Mat(x)) lands in x's class)
     cannot be told from x by the extraction, so x is materialized by the partition instead
-    (totiny.to_tiny's ``materialize``) and its consumers read it from memory."""
+    (totiny.to_tiny's ``materialize``) and its consumers read it from memory. A cut materialization that
+    holds several values (``alternatives``: the sibling concatenation) also rules out every fused read of
+    what it computes from outside it (``_reads_into``): its values are read from it, never recomputed (a
+    rotary half read as a view of the fp32 projection kept Q and K GEMMs of their own)."""
     excl, hard, kept = set(), set(), set()
     alts = _alternatives(view, sites)
     for c, (cut, other) in sites.items():
