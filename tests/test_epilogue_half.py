@@ -117,3 +117,25 @@ def test_a_16_bit_program_rounds_every_16_bit_op_and_no_fp32_one():
         ("mul", (("v",), ("v",))), ("round_fp16", (("s", 0),)), ("add", (("s", 1), ("c", 1.0))), ("round_bf16", (("s", 2),)))
     mixed = RNode(R.BINARY, (v, wide), "mul", DType.fp16, ("i0",))  # operands of two types: no program
     assert epilogue_fn.from_region(lets, mixed, v) is None
+
+
+def test_fp16_conv_with_fp16_epilogue_binds_the_conv_kind_equal_to_playback():
+    """The bench's fp16 conv -> relu -> conv + residual -> relu (relu and the residual add computed in fp16): each
+    conv region binds the tensor-core conv kind (both were SIMT before: the 16-bit epilogue was refused), and the
+    conv spec's numpy meaning equals CPU playback of the region on the same inputs."""
+    from polysat.backend.conv.bind import bind as conv_bind
+    from polysat.backend.conv.reference import random_inputs, reference
+    from polysat.backend.kinds import tensor_core_kind
+    from polysat.bench.models import conv_relu_conv
+    from polysat.ir.playback import playback
+    from polysat.pipeline import Compilation
+    regions = Compilation(conv_relu_conv(channels=16, size=12, residual=True), cost="size").regions
+    assert len(regions) == 2
+    for r in regions:
+        assert tensor_core_kind(r) == "conv"
+        b = conv_bind(r)
+        ins = random_inputs(b.spec, seed=3)
+        got = playback([r], {t: ins[name] for name, t in b.tensors}, keep_all=True)[b.spec.c]
+        want = reference(b.spec, ins)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=2e-3)
