@@ -91,7 +91,7 @@ def _conflicts(g, fz: dict, cid) -> tuple:
     rows = fz.get("fuse-conflict")
     if cons is None or rows is None:
         return ()
-    link = {r.output: (cid(r.inputs[0]), r.inputs[2]) for r in cons.rows}
+    link = {r.output: (cid(r.inputs[0]), r.inputs[1]) for r in cons.rows}
     root = {r.output: cid(r.inputs[0]) for r in (fz["Root"].rows if "Root" in fz else ())}
     top = {r.output: cid(r.inputs[0]) for r in (fz["Top"].rows if "Top" in fz else ())}
 

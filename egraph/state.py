@@ -133,6 +133,7 @@ def load_program(st: EGraphState, cuts: set) -> None:
     for n in p.nodes:
         i = st.index[n.id]
         cmds.append(f"(union (N {i}) {_term(st, n)})")
+    cmds.extend(f"(program-out (N {st.index[nid]}))" for nid in dict.fromkeys(nid for _, nid in p.outputs))
     step = load_chunk()
     for c in range(0, len(cmds), step):
         st.run("\n".join(cmds[c:c + step]))

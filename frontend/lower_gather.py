@@ -1,7 +1,9 @@
 """Lowerings of Constant, Concat, Gather and GatherElements.
 
 A concatenation is tinygrad's: each piece is PADded with zeros to the full extent of the axis and the
-pieces are added (MAX for bool, where adding is not defined), so it stays a sum of affine views. A
+pieces are added (MAX for bool, where adding is not defined), so it stays a sum of affine views; the sum is
+a balanced tree (depth log2 of the pieces, not a chain as long as their number: a walk from the
+concatenation to a piece, as the fusion legality facts take, crosses that many adds). A
 gather by constant indices is a concatenation of strided slices, one per arithmetic run of the
 indices, reshaped to the indices' shape. A gather by indices given as a tensor (known only at run time:
 an embedding lookup by token ids) is the Tiny IR GATHER, a non-affine read that is its own kernel.
@@ -40,14 +42,17 @@ def concat(ctx: Ctx, xs: list, axis: int) -> UOp:
     total = Expr.const(0)
     for x in xs:
         total = total + Expr.of(x.shape[axis])
-    out, before = None, Expr.const(0)
+    pieces, before = [], Expr.const(0)
     for x in xs:
         after = total - before - Expr.of(x.shape[axis])
         pads = tuple((dim(before), dim(after)) if i == axis else (0, 0) for i in range(x.ndim))
-        piece = b.pad(x, pads, False if x.dtype == DType.bool else 0, at=at)
-        out = piece if out is None else b.alu(Ops.MAX if x.dtype == DType.bool else Ops.ADD, out, piece, at=at)
+        pieces.append(b.pad(x, pads, False if x.dtype == DType.bool else 0, at=at))
         before = before + Expr.of(x.shape[axis])
-    return out
+    op = Ops.MAX if xs[0].dtype == DType.bool else Ops.ADD
+    while len(pieces) > 1:  # a balanced sum: each element is one piece's value plus zeros, in any order
+        pairs = [b.alu(op, pieces[k], pieces[k + 1], at=at) for k in range(0, len(pieces) - 1, 2)]
+        pieces = pairs + pieces[len(pieces) - len(pieces) % 2:]
+    return pieces[0]
 
 
 @lowering("Concat", inputs=(1, 1 << 16), attrs={

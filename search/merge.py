@@ -355,15 +355,16 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
 def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, legal: Callable,
             rounds: int = 8, deadline: float = math.inf, total: float = math.inf) -> MergeResult:
     """After a search a limit stopped: while joining one group into the group all its root's readers
-    share lowers the total, take the join that lowers it most and search again from there (its first
-    path is the joined partition; no further prices). Past ``deadline`` (CPU, the search's ``total``
+    share lowers the total, take the join that lowers it most, with every other join that lowers it and
+    touches none of the groups taken, and search again from there (its first path is the joined partition;
+    no further prices). Past ``deadline`` (CPU, the search's ``total``
     seconds) it takes the best join found so far and stops, and its stop reason says so."""
     done, stop, priced, late = 0, res.stop, res.priced, False
     for _ in range(rounds):
         if late:
             break
         rho = {m: r for r, ms in res.groups.items() for m in ms}
-        best = None
+        gains = []  # (gain, the group joined, the group it joins), in the items' order
         for it in items:
             if not it.candidate or it.name not in res.groups or any(r not in rho for r in it.readers):
                 continue  # a reader absorbed into another's group (recomputed there) has no group of its own
@@ -378,15 +379,29 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
                 late = True
                 break
             gain = price(it.name, res.groups[it.name]) + price(g, res.groups[g]) - price(g, merged)
-            if gain > 1e-9 and (best is None or gain > best[0]):
-                best = (gain, it.name)
-        if best is None:
+            if gain > 1e-9:
+                gains.append((gain, it.name, g))
+        if not gains:
             break
-        prefer = res.absorbed | {best[1]}
-        nxt = merge_search(items, price, lower, legal, SearchLimits(prices=0), lambda k: k in prefer)
+        # the best join, and with it every other that lowers the total and touches none of the groups already
+        # taken (their prices add up: each join changes its two groups only): the identical blocks of a wide
+        # graph (a mixture's experts) are joined together, not one a round; if the batch does not lower the
+        # total, the best join alone
+        gains.sort(key=lambda t: -t[0])  # stable: of equal gains, the first item
+        taken, batch = set(), []
+        for _, name, g in gains:
+            if name not in taken and g not in taken:
+                taken |= {name, g}
+                batch.append(name)
+        nxt = None
+        for joins in ([batch, batch[:1]] if len(batch) > 1 else [batch]):
+            prefer = res.absorbed | set(joins)
+            nxt = merge_search(items, price, lower, legal, SearchLimits(prices=0), lambda k: k in prefer)
+            if nxt.total < res.total:
+                break
         if not nxt.total < res.total:
             break
-        res, done, priced = nxt, done + 1, priced + nxt.priced
+        res, done, priced = nxt, done + len(joins), priced + nxt.priced
     if late:
         stop = f"{stop}, then {done} join(s) (the polish stopped at the time limit: {total:g} s CPU)"
     elif done:

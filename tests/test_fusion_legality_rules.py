@@ -95,7 +95,7 @@ NO_REDUCE_FUSION = """\
 
 PREFIX_CONFLICT = """\
 ; law: bookkeeping only: a reduction read at a prefix of its reader's loop order is not fused (a conflict)
-(rule ((reduce-read r s m ax "prefix") (eval-at r s m ax p) (= p (Site z e q))) ((fuse-conflict p r))
+(rule ((reduce-read r s m ax "prefix") (eval-at r s m ax p) (= p (Site z q))) ((fuse-conflict p r))
       :ruleset fusion-conflicts :name "user-prefix-conflict")
 """
 

@@ -232,3 +232,21 @@ def test_the_polish_stops_at_its_deadline_and_says_so():
         assert late.groups == first.groups and late.total == first.total
         stopped += 1
     assert stopped
+
+
+def test_the_polish_joins_independent_blocks_in_one_round():
+    """Ten identical two-kernel blocks side by side (a mixture's experts), each cheaper fused: one round of
+    the polish joins all ten (their joins touch disjoint groups, so their gains add up), not one a round."""
+    from polysat.search.merge import _polish
+    items = []
+    for b in range(10):
+        items += [Item(f"p{b}", True, (), (f"c{b}",)), Item(f"c{b}", False, (f"p{b}",), ())]
+
+    def price(root, members):
+        return 2.0 if len(members) == 2 else 1.5
+
+    first = merge_search(items, price, lambda r: 1.0, lambda m: True, SearchLimits(prices=0), prefer=lambda k: False)
+    assert first.total == pytest.approx(30.0)
+    res = _polish(items, first, price, lambda r: 1.0, lambda m: True, rounds=1)
+    assert res.total == pytest.approx(20.0) and len(res.groups) == 10, res.groups
+    assert res.stop.endswith("then 10 join(s)"), res.stop

@@ -40,6 +40,16 @@ def test_random_programs_never_price_above_either_baseline(seed, size):
     assert _not_above(chosen, unfused, sized), (seed, chosen, unfused, sized)
 
 
+@pytest.mark.parametrize("graph", [("soft_moe", 4), ("gpt2", "small", 1)], ids=["soft_moe_e4", "gpt2_small_L1"])
+def test_scale_graphs_never_price_above_either_baseline(graph):
+    """Graphs of bench/scale.py (weight-free ONNX: a soft MoE, its experts concatenated, and a GPT-2 layer),
+    compiled as a user would: the partition returned is at or below both baselines, and fuses something."""
+    from polysat.bench.corpora.scale_models import build
+    chosen, unfused, sized, stop = _prices(import_onnx(build(*graph)))
+    assert _not_above(chosen, unfused, sized), (graph, chosen, unfused, sized, stop)
+    assert chosen < unfused, (graph, chosen, unfused)
+
+
 def _gemm_rmsnorm() -> dict:
     """A GEMM, a residual add and an RMSNorm of its rows (LLaMA's down-projection and the next norm): the
     default partition computes the norm's row reduction in the GEMM's kernel, priced far above one
