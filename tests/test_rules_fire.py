@@ -9,6 +9,7 @@ import pathlib
 from polysat.bench.models import conv_relu_conv, mlp_stack, sibling_gemms, softmax_axis, transformer
 from polysat.egraph.api import saturate_for
 from polysat.frontend import load_model
+from polysat.search import model as _registers_the_model_cost  # noqa: F401 — egraph/ cannot import it
 
 EX = pathlib.Path(__file__).resolve().parent.parent / "examples"
 FAMILIES = ("fusion.egg", "streaming.egg")
