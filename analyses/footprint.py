@@ -24,7 +24,7 @@ from .poly_region import BoundRegion, BoundStatement
 
 
 _MEMO: dict = {}  # (what, isl text) -> value; isl's own set hash collides often, its text does not
-_BY_ID: dict = {}  # id(set) -> (set, {what: value}): the same object asked again skips printing it
+_BY_ID: dict = {}  # id(set) -> (set, {what: value}, its text): the same object asked again skips printing it
 
 
 def _memo(kind: str, s: isl.Set, fn):
@@ -36,8 +36,8 @@ def _memo(kind: str, s: isl.Set, fn):
     else:
         if len(_BY_ID) > 50000:
             _BY_ID.clear()
-        hit = _BY_ID[id(s)] = (s, {})  # holding s keeps its id from being reused
-    text = str(s)
+        hit = _BY_ID[id(s)] = (s, {}, str(s))  # holding s keeps its id from being reused
+    text = hit[2]
     key = (kind, text)
     v = _MEMO.get(key)
     if v is None:
@@ -265,10 +265,12 @@ def pre_images(region, name: str) -> tuple:
 
 def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.Set:
     """The elements of `tensor` touched (read or written) by the given instances."""
-    out = isl.Set.empty(b.tensor_sets[tensor].get_space())
-    for name, m in b.accesses(tensor):
-        if name in inst:
-            out = out.union(inst[name].apply(m))
+    images = [inst[name].apply(m) for name, m in b.accesses(tensor) if name in inst]
+    if not images:
+        return isl.Set.empty(b.tensor_sets[tensor].get_space())
+    out = images[0]
+    for im in images[1:]:
+        out = out.union(im)
     return out.coalesce()
 
 
