@@ -8,7 +8,6 @@ import json
 import pathlib
 import random
 import re
-from math import prod
 
 import islpy as isl
 
@@ -31,19 +30,8 @@ def _isl_card(s: isl.Set) -> int:
 
 
 def _isl_sectors(s: isl.Set, itemsize: int, sector: int, merged: tuple) -> int:
-    """footprint._sectors as isl computes it: the set's image under the sector map, counted."""
-    n = s.dim(isl.dim_type.set)
-    if s.is_empty():
-        return 0
-    if n == 0:
-        return 1
-    per = max(1, sector // itemsize)
-    xs = [f"x{i}" for i in range(n)]
-    k = n - len(merged) if merged else n - 1
-    strides = [prod(merged[i + 1:]) for i in range(len(merged))] if merged else [1]
-    linear = " + ".join(f"{st}*x{k + i}" for i, st in enumerate(strides))
-    m = isl.Map(f"{{ {s.get_tuple_name() or ''}[{', '.join(xs)}] -> [{', '.join(xs[:k] + [f'floor(({linear})/{per})'])}] }}")
-    return _isl_card(s.apply(m))
+    """footprint._sectors as isl computes it (no text: the set's image under the sector map, counted)."""
+    return fp._sectors(s, "", itemsize, sector, merged)
 
 
 def _check(text: str, kinds=("extents", "card", "sectors4,32", "sectors2,32")) -> None:
