@@ -19,11 +19,12 @@ import islpy as isl
 
 from ..ir.diagnostics import fail
 from .isl_util import parse_map, val_int
+from .settext import box_card, box_of_text, separable_count
 from .poly_region import BoundRegion, BoundStatement
 
 
 _MEMO: dict = {}  # (what, isl text) -> value; isl's own set hash collides often, its text does not
-_BY_ID: dict = {}  # id(set) -> (set, {what: value}): the same object asked again skips printing it
+_BY_ID: dict = {}  # id(set) -> (set, {what: value}, its text): the same object asked again skips printing it
 
 
 def _memo(kind: str, s: isl.Set, fn):
@@ -35,13 +36,14 @@ def _memo(kind: str, s: isl.Set, fn):
     else:
         if len(_BY_ID) > 50000:
             _BY_ID.clear()
-        hit = _BY_ID[id(s)] = (s, {})  # holding s keeps its id from being reused
-    key = (kind, str(s))
+        hit = _BY_ID[id(s)] = (s, {}, str(s))  # holding s keeps its id from being reused
+    text = hit[2]
+    key = (kind, text)
     v = _MEMO.get(key)
     if v is None:
         if len(_MEMO) > 50000:
             _MEMO.clear()
-        v = _MEMO[key] = fn(s)
+        v = _MEMO[key] = fn(s, text)
     hit[1][kind] = v
     return v
 
@@ -51,8 +53,12 @@ def extents(s: isl.Set) -> tuple:
     return _memo("extents", s, _extents)
 
 
-def _extents(s: isl.Set) -> tuple:
-    """An empty set spans nothing: (0, -1) per dim (no instance, no tail); a dim with no bound is E1007."""
+def _extents(s: isl.Set, text: str) -> tuple:
+    """An empty set spans nothing: (0, -1) per dim (no instance, no tail); a dim with no bound is E1007. A box
+    is read from its text (analyses/settext.py)."""
+    box = box_of_text(text)
+    if box is not None and box_card(box):
+        return box
     n = s.dim(isl.dim_type.set)
     if s.is_empty():
         return ((0, -1),) * n
@@ -75,12 +81,20 @@ def card(s: isl.Set) -> int:
     return _memo("card", s, _card)
 
 
-def _card(s: isl.Set) -> int:
+def _card(s: isl.Set, text: str) -> int:
+    """A box by its extents (read from its text when it prints as one), a product of independent dim groups
+    group by group (analyses/settext.py), anything else by isl's count."""
+    box = box_of_text(text)
+    if box is not None:
+        return box_card(box)
     if s.is_empty():
         return 0
     s = s.coalesce()
     if s.n_basic_set() == 1 and s.is_box():
         return prod(hi - lo + 1 for lo, hi in extents(s))
+    got = separable_count(s)
+    if got is not None:
+        return got
     got = val_int(s.count_val())
     if got is None:
         _unbounded(s, "it has infinitely many points")
@@ -100,11 +114,14 @@ def sectors(s: isl.Set, itemsize: int, sector: int = 32, shape: "tuple | None" =
         while merge < dims - 1 and ext[dims - 1 - merge] == (0, shape[dims - 1 - merge] - 1):
             merge += 1
     key = f"sectors{itemsize},{sector}" + (f",{tuple(shape[dims - 1 - merge:])}" if merge else "")
-    return _memo(key, s, lambda x: _sectors(x, itemsize, sector, tuple(shape[dims - 1 - merge:]) if merge else ()))
+    return _memo(key, s, lambda x, text: _sectors(x, text, itemsize, sector,
+                                                  tuple(shape[dims - 1 - merge:]) if merge else ()))
 
 
-def _sectors(s: isl.Set, itemsize: int, sector: int, merged: tuple = ()) -> int:
+def _sectors(s: isl.Set, text: str, itemsize: int, sector: int, merged: tuple = ()) -> int:
     n = s.dim(isl.dim_type.set)
+    if n and (box := box_of_text(text)) is not None:
+        return _box_sectors(box, max(1, sector // itemsize), merged)
     if s.is_empty():
         return 0
     if n == 0:
@@ -119,6 +136,19 @@ def _sectors(s: isl.Set, itemsize: int, sector: int, merged: tuple = ()) -> int:
     linear = " + ".join(f"{st}*x{k + i}" if st != 1 else f"x{k + i}" for i, st in enumerate(strides))
     m = parse_map(f"{{ {head}[{', '.join(xs)}] -> [{', '.join(xs[:k] + [f'floor(({linear})/{per})'])}] }}")
     return card(s.apply(m))
+
+
+def _box_sectors(box: tuple, per: int, merged: tuple) -> int:
+    """_sectors of a box: its outer dims' points times the sectors of one run. The run's axes after the first
+    span their whole extent (``merged``: the run's axes, full ones merged), so its elements are the contiguous
+    linear range from the first axis's lo to its hi, and a contiguous range [a, b] of elements touches
+    floor(b/per) - floor(a/per) + 1 sectors."""
+    k = len(box) - len(merged) if merged else len(box) - 1
+    inner = prod(merged[1:]) if merged else 1
+    lo, hi = box[k]
+    if box_card(box) == 0:
+        return 0
+    return box_card(box[:k]) * ((hi * inner + inner - 1) // per - (lo * inner) // per + 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -235,10 +265,12 @@ def pre_images(region, name: str) -> tuple:
 
 def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.Set:
     """The elements of `tensor` touched (read or written) by the given instances."""
-    out = isl.Set.empty(b.tensor_sets[tensor].get_space())
-    for name, m in b.accesses(tensor):
-        if name in inst:
-            out = out.union(inst[name].apply(m))
+    images = [inst[name].apply(m) for name, m in b.accesses(tensor) if name in inst]
+    if not images:
+        return isl.Set.empty(b.tensor_sets[tensor].get_space())
+    out = images[0]
+    for im in images[1:]:
+        out = out.union(im)
     return out.coalesce()
 
 

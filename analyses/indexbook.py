@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Iterable, Sequence
 
 from ..ir.diagnostics import Diagnostic, PolysatError, diag, fail
@@ -91,8 +92,10 @@ class ValueInfo:
     def space_names(self) -> tuple:
         return tuple(a.name for a in self.space)
 
-    @property
+    @cached_property
     def box(self) -> dict:
+        """{axis name: (lo, hi)} of the iteration space (built once per value: compose keys every read by it;
+        read only)."""
         return box_of(self.space_names, [a.size for a in self.space])
 
 
