@@ -143,6 +143,44 @@ def test_a_relation_that_doubles_each_iteration_stops_at_the_row_limit(box, monk
     assert c.regions
 
 
+def _explode(grow: int, pairs_action: str) -> str:
+    """h-n grows ``grow``-fold in each of two iterations (1, grow, grow**2 rows: far under the row limit); h-pairs
+    joins it with itself on c, so its matches in the last step are grow**4, all in one egglog call."""
+    kids = " ".join(f"(h-n (+ (* {grow} x) {i}) c)" for i in range(grow))
+    return f"""(ruleset mine)
+(relation h-n (i64 i64))
+(relation h-one (i64))
+(relation h-q (i64 i64))
+; law: (facts only) a seed fact
+(rule ((Tensor t)) ((h-n 0 0)) :ruleset mine :name "h-seed")
+; law: (facts only) h-n grows {grow}-fold, twice
+(rule ((h-n x c) (< x {grow})) ({kids}) :ruleset mine :name "h-grow")
+; law: (facts only) every pair of h-n facts sharing c
+(rule ((h-n a c) (h-n b c)) ({pairs_action}) :ruleset mine :name "h-pairs")
+"""
+
+
+@pytest.mark.parametrize("knob, action, said", [
+    ("POLYSAT_EGRAPH_MEMORY_MB=150", "(h-q a b)", "resident memory grew"),  # 16M rows asked for in one call
+    ("POLYSAT_EGRAPH_SECONDS=1", "(h-one (+ a b))", "CPU deadline")])  # 4G matches, few rows: hours of CPU
+def test_one_egglog_call_past_its_bound_ends_with_e1505(box, knob, action, said):
+    """A step whose matches explode inside one egglog call (which cannot be stopped) ends the process with E1505
+    within its bound (egraph/watchdog.py), in the command's own format; it never runs on to MemoryError."""
+    import subprocess
+    import sys
+    rules = box.run_dir / "rules"
+    rules.mkdir()
+    grow = 64 if "MEMORY" in knob else 256
+    (rules / "boom.egg").write_text(_explode(grow, action))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **dict([knob.split("=")]))
+    p = subprocess.run([sys.executable, "-m", "polysat", "extract", GEMM, "--cost", "size", "--rules", "rules",
+                        "--json"], cwd=box.run_dir, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stderr[-2000:]
+    (d,) = json.loads(p.stdout)["diagnostics"]
+    assert d["code"] == "E1505" and said in d["why"] and "(run mine)" in d["why"], d
+    assert "Traceback" not in p.stderr and "MemoryError" not in p.stderr
+
+
 CROSS = """(ruleset mine)
 (relation h-one (i64))
 ; law: (facts only) every pair of tensors
