@@ -188,3 +188,83 @@ def test_a_long_chain_renders_its_cuda_source_without_recursion(tmp_path, capsys
     assert rc == 0, err
     (cu,) = (tmp_path / "d").glob("*.cu")
     assert cu.read_text().count("polysat_simt::relu(") == 200  # every op of the chain is in the kernel
+
+
+def _chain_in_a_reduce(n: int) -> dict:
+    """X [40,1] times Y [1,50], then n unary ops, then a row sum: the whole chain is one reduce's body, a tree
+    n deep inside one region (no lets to cut it)."""
+    graph = [{"op": "Elementwise", "name": "p", "inputs": ["X", "Y"], "outputs": ["p"], "attrs": {"fn": "mul"}}]
+    tensors = {"X": {"dtype": "fp32", "shape": [40, 1]}, "Y": {"dtype": "fp32", "shape": [1, 50]},
+               "p": {"dtype": "fp32", "shape": [40, 50]}, "R": {"dtype": "fp32", "shape": [40]}}
+    prev = "p"
+    for k in range(n):
+        graph.append({"op": "Elementwise", "name": f"t{k}", "inputs": [prev], "outputs": [f"t{k}"],
+                      "attrs": {"fn": "tanh" if k % 2 else "neg"}})
+        tensors[f"t{k}"] = {"dtype": "fp32", "shape": [40, 50]}
+        prev = f"t{k}"
+    graph.append({"op": "Reduce", "name": "r", "inputs": [prev], "outputs": ["R"], "attrs": {"op": "sum", "axes": [1]}})
+    return {"signature": {"inputs": [{"tensor": "X"}, {"tensor": "Y"}], "outputs": [{"tensor": "R"}]},
+            "tensors": tensors, "graph": graph}
+
+
+def _transposes(n: int) -> dict:
+    """X [8,4] through n transposes (a view chain n long), then relu(v) + exp(v) summed over rows, v an output."""
+    graph, prev = [], "X"
+    tensors = {"X": {"dtype": "fp32", "shape": [8, 4]}}
+    for k in range(n):
+        shape = [4, 8] if k % 2 == 0 else [8, 4]
+        graph.append({"op": "Transpose", "name": f"v{k}", "inputs": [prev], "outputs": [f"v{k}"], "attrs": {"perm": [1, 0]}})
+        tensors[f"v{k}"] = {"dtype": "fp32", "shape": shape}
+        prev = f"v{k}"
+    graph += [{"op": "Elementwise", "name": "a", "inputs": [prev], "outputs": ["a"], "attrs": {"fn": "relu"}},
+              {"op": "Elementwise", "name": "b", "inputs": [prev], "outputs": ["b"], "attrs": {"fn": "exp"}},
+              {"op": "Elementwise", "name": "c", "inputs": ["a", "b"], "outputs": ["c"], "attrs": {"fn": "add"}},
+              {"op": "Reduce", "name": "R", "inputs": ["c"], "outputs": ["R"], "attrs": {"op": "sum", "axes": [1]}}]
+    tensors |= {t: {"dtype": "fp32", "shape": tensors[prev]["shape"]} for t in "abc"}
+    tensors["R"] = {"dtype": "fp32", "shape": [tensors[prev]["shape"][0]]}
+    return {"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": "R"}, {"tensor": prev}]},
+            "tensors": tensors, "graph": graph}
+
+
+@pytest.mark.parametrize("case", ["chain_in_a_reduce", "transposes"])
+def test_a_deep_fused_tree_and_a_long_view_chain_compile_dump_and_run_without_recursion(tmp_path, capsys,
+                                                                                      low_recursion_limit, case):
+    """The stages, the region and Poly-View dumps, playback and the reference evaluator walk a region's tree (as
+    deep as the chain it fused) and a chain of views without a frame per op; the values are numpy's (fp64). (Also
+    measured by hand at 400 ops: `--dump=all`, `extract --cost model`.)"""
+    rng = np.random.default_rng(0)
+    if case == "transposes":
+        doc, x = _transposes(300), rng.standard_normal((8, 4)).astype(np.float32)
+        np.savez(tmp_path / "in.npz", X=x)
+        want = {"R": (np.maximum(x, 0) + np.exp(x.astype(np.float64))).sum(1), "v299": x}
+    else:
+        doc = _chain_in_a_reduce(300)
+        x, y = rng.standard_normal((40, 1)).astype(np.float32), rng.standard_normal((1, 50)).astype(np.float32)
+        np.savez(tmp_path / "in.npz", X=x, Y=y)
+        p = x.astype(np.float64) * y
+        for k in range(300):
+            p = np.tanh(p) if k % 2 else -p
+        want = {"R": p.sum(1)}
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc))
+    rc = main(["compile", str(path), "--cost", "size", "--dump=region,poly_view", "--out", str(tmp_path / "d")])
+    assert rc == 0, capsys.readouterr().err
+    text = (tmp_path / "d" / "region.json").read_text()  # (json.loads itself recurses once per level)
+    assert text.count('"exp2": [') == (150 if case == "chain_in_a_reduce" else 1)  # a tanh each (an exp)
+    for target in ("reference", "playback"):
+        rc = main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--target", target, "--cost", "size",
+                   "--out", str(tmp_path / f"{target}.npz")])
+        assert rc == 0, capsys.readouterr().err
+        with np.load(tmp_path / f"{target}.npz") as z:
+            for k, v in want.items():
+                np.testing.assert_allclose(z[k], v, rtol=1e-4, atol=1e-5)
+
+
+def test_the_json_writer_writes_what_json_does_at_any_depth():
+    docs = [{"a": [1, 2.5, None, True, {"x": [], "y": {}}], "b": 'é"', 3: float("nan"), None: -0.0}, [], {}, "x", [[[]]]]
+    for d in docs:
+        assert trampoline.json_text(d) == json.dumps(d, indent=1, ensure_ascii=False)
+    deep = x = {}
+    for _ in range(3 * sys.getrecursionlimit()):
+        x["c"] = x = {}
+    assert trampoline.json_text(deep).count("{") == 3 * sys.getrecursionlimit() + 1

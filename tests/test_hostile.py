@@ -431,6 +431,26 @@ def test_a_constant_of_shape_of_4_gib_folds_without_the_memory(box):
     _coded(err, "E1505")
 
 
+def test_index_maps_composed_along_a_long_reshape_chain_stop_at_their_size_bound(box):
+    """120 reshapes and transposes whose composed index maps do not simplify: their floordivs nest and double in
+    text each step (5 GB and MemoryError, or the OOM killer at 24 GB, before the bound): E1505 at once."""
+    graph, tensors, prev = [], {"X": {"dtype": "fp32", "shape": [8, 4]}}, "X"
+    for k in range(40):
+        for j, (op, attrs, shape) in enumerate([("Reshape", {"shape": [32]}, [32]), ("Reshape", {"shape": [4, 8]}, [4, 8]),
+                                                ("Transpose", {"perm": [1, 0]}, [8, 4])]):
+            t = f"v{k}_{j}"
+            graph.append({"op": op, "name": t, "inputs": [prev], "outputs": [t], "attrs": attrs})
+            tensors[t], prev = {"dtype": "fp32", "shape": shape}, t
+    graph.append({"op": "Elementwise", "name": "r", "inputs": [prev], "outputs": ["Y"], "attrs": {"fn": "relu"}})
+    tensors["Y"] = {"dtype": "fp32", "shape": [8, 4]}
+    (box.run_dir / "m.json").write_text(json.dumps({"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": "Y"}]},
+                                                    "tensors": tensors, "graph": graph}))
+    rc, _, err = box.cli("extract", "m.json")
+    assert rc == 1
+    _coded(err, "E1505")
+    assert "index expression" in err and "MemoryError" not in err
+
+
 @pytest.mark.parametrize("how,code", [("length", "E1109"), ("type", "E1011")])
 def test_a_bad_onnx_initializer_is_a_coded_diagnostic(box, how, code):
     from onnx import TensorProto, helper
