@@ -190,16 +190,16 @@ def test_a_long_chain_renders_its_cuda_source_without_recursion(tmp_path, capsys
     assert cu.read_text().count("polysat_simt::relu(") == 200  # every op of the chain is in the kernel
 
 
-def _chain_in_a_reduce(n: int) -> dict:
-    """X [40,1] times Y [1,50], then n unary ops, then a row sum: the whole chain is one reduce's body, a tree
-    n deep inside one region (no lets to cut it)."""
+def _chain_in_a_reduce(n: int, fns: tuple = ("neg", "tanh")) -> dict:
+    """X [40,1] times Y [1,50], then n unary ops (fns in turn), then a row sum: the whole chain is one reduce's
+    body, a tree n deep inside one region (no lets to cut it)."""
     graph = [{"op": "Elementwise", "name": "p", "inputs": ["X", "Y"], "outputs": ["p"], "attrs": {"fn": "mul"}}]
     tensors = {"X": {"dtype": "fp32", "shape": [40, 1]}, "Y": {"dtype": "fp32", "shape": [1, 50]},
                "p": {"dtype": "fp32", "shape": [40, 50]}, "R": {"dtype": "fp32", "shape": [40]}}
     prev = "p"
     for k in range(n):
         graph.append({"op": "Elementwise", "name": f"t{k}", "inputs": [prev], "outputs": [f"t{k}"],
-                      "attrs": {"fn": "tanh" if k % 2 else "neg"}})
+                      "attrs": {"fn": fns[k % 2]}})
         tensors[f"t{k}"] = {"dtype": "fp32", "shape": [40, 50]}
         prev = f"t{k}"
     graph.append({"op": "Reduce", "name": "r", "inputs": [prev], "outputs": ["R"], "attrs": {"op": "sum", "axes": [1]}})
@@ -226,8 +226,8 @@ def _transposes(n: int) -> dict:
             "tensors": tensors, "graph": graph}
 
 
-@pytest.mark.parametrize("case", ["chain_in_a_reduce", "transposes"])
-def test_a_deep_fused_tree_and_a_long_view_chain_compile_dump_and_run_without_recursion(tmp_path, capsys,
+@pytest.mark.parametrize("case", ["chain_in_a_reduce", "deferred_chain", "transposes"])
+def test_a_deep_fused_tree_and_a_long_view_chain_compile_dump_and_run_without_recursion(tmp_path, capsys, monkeypatch,
                                                                                       low_recursion_limit, case):
     """The stages, the region and Poly-View dumps, playback and the reference evaluator walk a region's tree (as
     deep as the chain it fused) and a chain of views without a frame per op; the values are numpy's (fp64). (Also
@@ -237,20 +237,23 @@ def test_a_deep_fused_tree_and_a_long_view_chain_compile_dump_and_run_without_re
         doc, x = _transposes(300), rng.standard_normal((8, 4)).astype(np.float32)
         np.savez(tmp_path / "in.npz", X=x)
         want = {"R": (np.maximum(x, 0) + np.exp(x.astype(np.float64))).sum(1), "v299": x}
-    else:
-        doc = _chain_in_a_reduce(300)
+    else:  # deferred: each [40,50] value is over the element limit, so the evaluators defer the chain and sum blocks
+        fns = ("neg", "exp2") if case == "deferred_chain" else ("neg", "tanh")
+        doc = _chain_in_a_reduce(300, fns)
         x, y = rng.standard_normal((40, 1)).astype(np.float32), rng.standard_normal((1, 50)).astype(np.float32)
         np.savez(tmp_path / "in.npz", X=x, Y=y)
         p = x.astype(np.float64) * y
         for k in range(300):
-            p = np.tanh(p) if k % 2 else -p
+            p = {"neg": np.negative, "tanh": np.tanh, "exp2": np.exp2}[fns[k % 2]](p)
         want = {"R": p.sum(1)}
     path = tmp_path / "m.json"
     path.write_text(json.dumps(doc))
     rc = main(["compile", str(path), "--cost", "size", "--dump=region,poly_view", "--out", str(tmp_path / "d")])
     assert rc == 0, capsys.readouterr().err
     text = (tmp_path / "d" / "region.json").read_text()  # (json.loads itself recurses once per level)
-    assert text.count('"exp2": [') == (150 if case == "chain_in_a_reduce" else 1)  # a tanh each (an exp)
+    assert text.count('"exp2": [') == (1 if case == "transposes" else 150)  # a tanh (an exp) or an exp2 each; exp
+    if case == "deferred_chain":
+        monkeypatch.setenv("POLYSAT_EVAL_MAX_ELEMENTS", "1000")
     for target in ("reference", "playback"):
         rc = main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--target", target, "--cost", "size",
                    "--out", str(tmp_path / f"{target}.npz")])
