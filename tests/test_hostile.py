@@ -81,6 +81,20 @@ def test_a_rule_file_command_other_than_a_declaration_is_refused_at_its_line(box
     assert "evil.egg:4" in err
 
 
+def test_a_rule_nested_past_the_parser_bound_is_refused_at_its_line(box):
+    """A pattern 5,000 deep (a RecursionError in the pattern walks, and a stack overflow for egglog's parser)."""
+    deep = "a"
+    for i in range(5000):
+        deep = f'(Binary "ADD" {deep} b{i % 3})'
+    rules = box.run_dir / "rules"
+    rules.mkdir()
+    (rules / "deep.egg").write_text(f'(ruleset mine)\n; law: a = a\n(rewrite {deep} {deep} :ruleset mine :name "h-deep")\n')
+    rc, _, err = box.cli("compile", GEMM, "--rules", str(rules))
+    assert rc == 1
+    _coded(err, "E1403")
+    assert "deep.egg:3" in err and "nested deeper than 200" in err
+
+
 GROW = """(relation h-grow (i64))
 ; law: (facts only) h-grow holds for every number it reaches
 (rule ((h-grow x)) ((h-grow (+ x 1)) (h-grow (+ x 1000000000))) :ruleset RULESET :name "h-grow-step")
