@@ -15,7 +15,6 @@ imported on first use (``_call``), which keeps ``polysat run``'s start-up light.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
