@@ -12,7 +12,6 @@ equated values of different types: that is E1404 UnsoundRule naming the rules th
 from __future__ import annotations
 
 import enum
-import os
 import re
 import time
 from dataclasses import dataclass, field
