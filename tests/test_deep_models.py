@@ -271,3 +271,27 @@ def test_the_json_writer_writes_what_json_does_at_any_depth():
     for _ in range(3 * sys.getrecursionlimit()):
         x["c"] = x = {}
     assert trampoline.json_text(deep).count("{") == 3 * sys.getrecursionlimit() + 1
+
+
+def test_a_sum_of_many_terms_is_split_and_rebuilt_without_recursion(low_recursion_limit):
+    """backend/gemm/concat.py on a left-deep sum of 1,000 reads (a model summing 300 GEMMs reached its walks, past
+    the recursion limit; by hand, that model now compiles its regions and is E1504 at its kernel, below)."""
+    from polysat.backend.gemm import concat
+    from polysat.ir.dtypes import DType
+    from polysat.ir.expr import Expr
+    from polysat.ir.region import binary, read
+    leaves = [read(f"A{k}", (Expr.var("i0"),), DType.fp32, ("i0",)) for k in range(1000)]
+    total = leaves[0]
+    for leaf in leaves[1:]:
+        total = binary("add", total, leaf, DType.fp32)
+    assert concat._terms(lambda n: n, total) == leaves  # left to right
+    swapped = concat._rebuild(total, lambda n: n, lambda n: leaves[1] if n is leaves[0] else None)
+    assert concat._terms(lambda n: n, swapped) == [leaves[1]] + leaves[1:]
+
+
+def test_a_plan_search_that_pruned_every_candidate_is_e1504_naming_why():
+    """(A region summing 300 GEMMs: no SIMT plan holds 300 accumulators; it was E1999 IndexError.)"""
+    from polysat.backend.common.plan_search import Pruned, SearchResult
+    with pytest.raises(PolysatError) as e:
+        SearchResult((), (Pruned(None, "a 1x1 micro-tile of 300 reduction(s) holds 300 accumulators > 32"),)).best
+    assert e.value.diagnostics[0].code == "E1504" and "300 accumulators" in e.value.diagnostics[0].why
