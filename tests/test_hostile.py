@@ -465,6 +465,20 @@ def test_index_maps_composed_along_a_long_reshape_chain_stop_at_their_size_bound
     assert "index expression" in err and "MemoryError" not in err
 
 
+@pytest.mark.parametrize("depth, code", [(100_000, "E1108"), (900, "E1008")])
+def test_a_model_file_nested_past_the_json_reader_is_malformed_and_a_deep_attribute_is_walked(box, depth, code):
+    """100,000 levels: past json's own reader (E1108, was E1505 'a walk over the model'); 900: read, frozen
+    without a frame per level, then refused as an unknown attribute."""
+    doc = json.dumps({"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": "Y"}]},
+                      "tensors": {"X": {"dtype": "fp32", "shape": [4]}, "Y": {"dtype": "fp32", "shape": [4]}},
+                      "graph": [{"op": "Elementwise", "name": "r", "inputs": ["X"], "outputs": ["Y"],
+                                 "attrs": {"fn": "relu", "junk": "DEEP"}}]})
+    (box.run_dir / "m.json").write_text(doc.replace('"DEEP"', "[" * depth + "]" * depth))
+    rc, _, err = box.cli("compile", "m.json")
+    assert rc == 1
+    _coded(err, code)
+
+
 @pytest.mark.parametrize("how,code", [("length", "E1109"), ("type", "E1011")])
 def test_a_bad_onnx_initializer_is_a_coded_diagnostic(box, how, code):
     from onnx import TensorProto, helper
