@@ -48,7 +48,7 @@ def rss_mb() -> float:
 def _crossed(cpu_until: float, rss0: float, rss_growth: float) -> "str | None":
     cpu, rss = time.process_time(), rss_mb()
     if rss - rss0 > rss_growth:
-        return (f"resident memory grew by {rss - rss0:.0f} MiB since the saturation began, past its limit of "
+        return (f"resident memory grew by {rss - rss0:.1f} MiB since the saturation began, past its limit of "
                 f"{rss_growth:g} MiB (POLYSAT_EGRAPH_MEMORY_MB)")
     if cpu > cpu_until:
         return "it ran past the saturation's CPU deadline (twice POLYSAT_EGRAPH_SECONDS, and 2 s more)"
