@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from . import knobs
+from .egraph import watchdog
 from .ir import progress
 from .ir.diagnostics import Diagnostic, PolysatError, diag, dumps, fail
 
@@ -410,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
     progress.quiet(as_json)  # a --json command shows no progress unless POLYSAT_PROGRESS=1 forces it
+    watchdog.set_reporter(lambda diags: _report(diags, as_json))  # an egglog call past its bound (E1505)
     try:
         args = _parser().parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2)

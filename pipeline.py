@@ -15,13 +15,12 @@ imported on first use (``_call``), which keeps ``polysat run``'s start-up light.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .frontend import read_model
-from .ir import progress
+from .ir import progress, trampoline
 from .ir.diagnostics import PolysatError, fail
 
 ARCHS = ("sm80", "sm90")
@@ -332,7 +331,7 @@ def write_dumps(c: Compilation, stages: list[str], out_dir: str, tolerant: bool 
             if isinstance(doc, str):
                 f.write(doc)
             else:
-                json.dump(doc, f, indent=1, ensure_ascii=False)
+                f.write(trampoline.json_text(doc, indent=1))  # json.dump recurses once per level
                 f.write("\n")
         written.append(path)
     if failed and not tolerant:

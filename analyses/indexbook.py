@@ -116,19 +116,24 @@ class IndexBook:
     # ---- composition through movement chains (for Poly-View and RB-SSA Read maps) ----------------
     def to_base(self, vid: str, stops: frozenset = frozenset()) -> Access:
         """The read of value vid over its own axes, composed through movement down to a source:
-        a non-movement value, a non_scop node or one of ``stops`` (region inputs)."""
-        key = (vid, stops)
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        info = self.entries[vid]
-        node = self.program[vid]
-        if node.op not in GroupOp.Movement or vid in stops or info.non_scop:
-            acc = Access(vid, tuple(Expr.var(a.name) for a in info.axes))
-        else:
+        a non-movement value, a non_scop node or one of ``stops`` (region inputs). The chain is followed by a
+        loop, then composed from the source up (a chain of views as long as the model costs no frames)."""
+        chain, v = [], vid  # the movement values above the source, outermost first
+        while True:
+            acc = self._memo.get((v, stops))
+            if acc is not None:
+                break
+            info, node = self.entries[v], self.program[v]
+            if node.op not in GroupOp.Movement or v in stops or info.non_scop:
+                acc = self._memo[v, stops] = Access(v, tuple(Expr.var(a.name) for a in info.axes))
+                break
+            chain.append(v)
             (inp,) = info.inputs
-            acc = self.compose(info.box, inp.map, inp.guard, inp.pads, self.to_base(inp.value_id, stops))
-        self._memo[key] = acc
+            v = inp.value_id
+        for v in reversed(chain):
+            info = self.entries[v]
+            (inp,) = info.inputs
+            acc = self._memo[v, stops] = self.compose(info.box, inp.map, inp.guard, inp.pads, acc)
         return acc
 
     def compose(self, box: Box, exprs: tuple, guard: tuple, pads: tuple, inner: Access) -> Access:

@@ -25,6 +25,7 @@ import math
 
 import islpy as isl
 
+from ..ir import trampoline
 from ..ir.diagnostics import Diagnostic, PolysatError, diag
 from ..ir.expr import Expr
 from ..ir.region import REDUCE_OPS, R, Region, RNode, neutral, walk
@@ -150,6 +151,9 @@ class _RegionCheck:
         return self.out
 
     def visit(self, n: RNode, where: str, in_body: bool, guard, seen: set):
+        trampoline.run(self._visit(n, where, in_body, guard, seen))  # a region's tree is as deep as its chain
+
+    def _visit(self, n: RNode, where: str, in_body: bool, guard, seen: set):
         key = (id(n), in_body, id(guard))
         if key in seen:
             return
@@ -166,24 +170,24 @@ class _RegionCheck:
             return
         if n.op == R.REDUCE:
             self.check_reduce(n, where)
-            self.visit(n.src[0], where, True, guard, seen)
+            yield self._visit(n.src[0], where, True, guard, seen)
             return
         if n.op == R.ONLINE:
             self.check_online(n, where)
             for s in n.src:
-                self.visit(s, where, True, guard, seen)
+                yield self._visit(s, where, True, guard, seen)
             return
         if n.op == R.SELECT and n.src[0].op == R.PRED and guard is not None and self._isl_ok:
             p = self.pred_set(n.src[0])
-            self.visit(n.src[0], where, in_body, guard, seen)
+            yield self._visit(n.src[0], where, in_body, guard, seen)
             if p is None:
-                self.visit(n.src[1], where, in_body, guard, seen)
+                yield self._visit(n.src[1], where, in_body, guard, seen)
             else:
-                self.visit(n.src[1], where, in_body, guard.intersect(p), seen)
-                self.visit(n.src[2], where, in_body, guard.subtract(p), seen)
+                yield self._visit(n.src[1], where, in_body, guard.intersect(p), seen)
+                yield self._visit(n.src[2], where, in_body, guard.subtract(p), seen)
         else:
             for s in n.src:
-                self.visit(s, where, in_body, guard, seen)
+                yield self._visit(s, where, in_body, guard, seen)
         if n.op in (R.BINARY, R.SELECT) and not in_body:
             self.check_aligned(n, where)
         elif n.op == R.BROADCAST:

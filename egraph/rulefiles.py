@@ -55,6 +55,9 @@ def discover(dirs=None, builtin: bool = True) -> list:
     return out
 
 
+MAX_NESTING = 200  # parentheses inside one top-level form (a rule's pattern is a few levels deep)
+
+
 def _forms(text: str, path: str) -> list:
     """Top-level s-expressions as (start offset, end offset, line), skipping comments and strings."""
     forms, depth, start, i, n = [], 0, 0, 0, len(text)
@@ -72,6 +75,10 @@ def _forms(text: str, path: str) -> list:
             if depth == 0:
                 start = i
             depth += 1
+            if depth > MAX_NESTING:
+                _fail(path, _line(text, i), None, f"a form nested deeper than {MAX_NESTING} levels (the walks over "
+                      "a rule's patterns, and egglog's own parser, would run out of stack)",
+                      "Split the pattern into shorter rules.")
         elif c == ")":
             depth -= 1
             if depth < 0:

@@ -12,7 +12,6 @@ equated values of different types: that is E1404 UnsoundRule naming the rules th
 from __future__ import annotations
 
 import enum
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from ..ir.diagnostics import fail
 from ..ir.tiny import Program
 from .rulefiles import discover, parse_file, shipped_rulesets
 from .state import EGraphState, new_state
+from .watchdog import bounded, rss_mb as _rss_mb
 
 
 @dataclass(frozen=True)
@@ -234,14 +234,16 @@ class _Driver:
     """Runs iterations in steps small enough to check: one egglog call per iteration of a phase's rulesets, a
     fixpoint (the analysis, a fixpoint phase) in chunks of CHUNK iterations; rows and memory are checked after
     each step, time between the chunks of a fixpoint, whose length the budget left bounds at the last chunk's
-    pace (an iteration predicted to cross the budget is not started; egglog cannot be interrupted inside one). (egglog 13.2's back-off scheduler, which would bound one
-    rule's matches inside an iteration, panics on a rule whose actions use none of its variables.)"""
+    pace (an iteration predicted to cross the budget is not started). Inside one egglog call, which cannot be
+    interrupted, egraph/watchdog.py ends the process (E1505) past the memory limit or twice the budget."""
 
     def __init__(self, st: EGraphState, lim: Limits, rep: RunReport, t0: float, check: bool = True):
         self.st, self.lim, self.rep, self.t0, self.check = st, lim, rep, t0, check
         self.rows = 0
         self.matches: dict = {}
         self.rss0 = _rss_mb()
+        # inside one egglog call (egraph/watchdog.py): the memory limit, and twice the budget (at least 1 s) and 2 s more
+        self.cpu_until = t0 + 2 * max(lim.seconds, 1.0) + 2.0
 
     def iteration(self, ph: Phase) -> bool:
         grew = self.fixpoint(ph.rulesets) if ph.fixpoint else self.step(ph.rulesets, 1)[0]
@@ -285,7 +287,11 @@ class _Driver:
         """One egglog call of sched, its matches and times added to the report, then rows and memory checked
         -> whether each of its iterations changed the e-graph."""
         lim = self.lim
-        report = _run_schedule(self.st, sched)
+        if self.check:
+            with bounded(sched, self.cpu_until, self.rss0, lim.memory_mb):
+                report = _run_schedule(self.st, sched)
+        else:
+            report = _run_schedule(self.st, sched)
         for name, v in report.num_matches_per_rule.items():
             if v and name in self.rep.rules:
                 self.matches[name] = self.matches.get(name, 0) + v
@@ -318,16 +324,6 @@ def _replay(st: EGraphState, schedule: tuple, lim: Limits, iterations: int) -> N
             done += 1
             if not grew or ph.fixpoint:
                 break
-
-
-def _rss_mb() -> float:
-    """The process's resident memory in MiB (Linux /proc; elsewhere its peak, from resource)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
-    except (OSError, ValueError, IndexError, AttributeError):
-        import resource
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _rule_seconds(report) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 from ..ir.diagnostics import fail
@@ -22,6 +23,9 @@ def read_json(path: str) -> Any:
         fail("MalformedJSON", path, f"not UTF-8 text: {e.reason}")
     except json.JSONDecodeError as e:
         fail("MalformedJSON", f"{path}:{e.lineno}:{e.colno}", e.msg)
+    except RecursionError:  # json's reader recurses once per level
+        fail("MalformedJSON", path, f"nested deeper than the JSON reader allows (Python's recursion limit, "
+             f"{sys.getrecursionlimit()} levels)", "A model nests a few levels; flatten the document.")
 
 
 def read_model(path: str) -> Any:

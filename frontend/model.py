@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..ir import trampoline
 from ..ir.diagnostics import fail
 from ..ir.dtypes import parse_dtype
 from ..ir.shapes import shape_of
@@ -47,11 +48,17 @@ def check_fields(r: dict, name: str) -> None:
 
 
 def _freeze(v: Any) -> Any:
-    if isinstance(v, list):
-        return tuple(_freeze(x) for x in v)
-    if isinstance(v, dict):
-        return Arg({k: _freeze(x) for k, x in v.items()})
-    return v
+    """Lists as tuples, dicts as Args, at any depth (a generator walk: an attribute nested as deep as the JSON
+    reader allows costs no frames)."""
+    return trampoline.run(_frozen(v)) if isinstance(v, (list, dict)) else v
+
+
+def _frozen(v: Any):
+    items = list(v.items()) if isinstance(v, dict) else list(enumerate(v))
+    out = []
+    for k, x in items:
+        out.append((k, (yield _frozen(x)) if isinstance(x, (list, dict)) else x))
+    return Arg(dict(out)) if isinstance(v, dict) else tuple(x for _, x in out)
 
 
 def _sig_entries(raw: Any, where: str) -> tuple:

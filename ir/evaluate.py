@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from . import trampoline
 from .diagnostics import fail
 from ..knobs import eval_contract_elements, eval_max_elements
 from .dtypes import DType, round_kept, round_to
@@ -95,13 +96,15 @@ def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[st
     lazy |= fused
 
     def release(s: str) -> None:
-        remaining[s] -= 1
-        if remaining[s] == 0 and s not in outs:
-            if s in lazy:
-                for t in program[s].src:
-                    release(t)
-            else:
-                del vals[s]
+        stack = [s]  # a deferred node's use ends its operands' uses too (a chain of them: no frame per node)
+        while stack:
+            s = stack.pop()
+            remaining[s] -= 1
+            if remaining[s] == 0 and s not in outs:
+                if s in lazy:
+                    stack.extend(program[s].src)
+                else:
+                    del vals[s]
 
     for n in program.nodes:
         if n.id in lazy:
@@ -470,16 +473,24 @@ def _boxes(shape: tuple, kept: list, limit: int):
 
 
 def _slice_of(program: Program, nid: str, box: tuple, vals: dict, lazy: set, env: Mapping) -> np.ndarray:
-    """Node nid's value over box ((lo, hi) per axis), computing the deferred nodes only there."""
+    """Node nid's value over box ((lo, hi) per axis), computing the deferred nodes only there (a generator walk:
+    a chain of deferred nodes as long as the model costs no frames)."""
+    return trampoline.run(_slice_walk(program, nid, box, vals, lazy, env))
+
+
+def _slice_walk(program: Program, nid: str, box: tuple, vals: dict, lazy: set, env: Mapping):
     if nid not in lazy:
         return vals[nid][tuple(slice(lo, hi) for lo, hi in box)]
     n = program[nid]
     if n.op == Ops.EXPAND:
         src = program[n.src[0]]
         sub = tuple((0, 1) if s == 1 else b for s, b in zip(bind(src.shape, env), box, strict=True))
-        x = _slice_of(program, src.id, sub, vals, lazy, env)
+        x = yield _slice_walk(program, src.id, sub, vals, lazy, env)
         return np.broadcast_to(x, tuple(hi - lo for lo, hi in box))
-    return _IMPL[n.op](n, [_slice_of(program, s, box, vals, lazy, env) for s in n.src], env)
+    args = []
+    for s in n.src:
+        args.append((yield _slice_walk(program, s, box, vals, lazy, env)))
+    return _IMPL[n.op](n, args, env)
 
 
 def _reduce_in_slices(program: Program, n: UOp, vals: dict, lazy: set, env: Mapping, limit: int) -> np.ndarray:

@@ -15,6 +15,10 @@ from functools import cached_property
 from typing import Mapping, Union
 
 Atom = Union[str, "FloorDiv"]
+# Past these a floordiv atom is E1505 ResourceLimit: composing a long chain of reshapes nests floordivs
+# that nothing here simplifies, and their text doubles with each (docs/DESIGN.md §Diagnostics).
+MAX_NESTING = 64  # floordivs inside floordivs (also bounds the walks that recurse into a numerator)
+MAX_TEXT = 1 << 20  # characters of one atom's text
 Monomial = tuple  # sorted tuple of atoms; () is the constant monomial
 
 
@@ -34,6 +38,11 @@ class FloorDiv:
 
     def __str__(self) -> str:
         return self.text
+
+    @cached_property
+    def nesting(self) -> int:
+        """1 + the deepest floordiv inside the numerator (made once, when the atom is built)."""
+        return 1 + max((a.nesting for m, _ in self.num.terms for a in m if isinstance(a, FloorDiv)), default=0)
 
     def __hash__(self) -> int:
         return self.num.__hash__() * 31 + self.q
@@ -141,7 +150,14 @@ class Expr:
         inner = Expr._make({**rest, (): const})
         if q == 1:
             return Expr._make(exact) + inner + outer
-        return Expr._make(exact) + Expr((((FloorDiv(inner, q),), 1),)) + outer
+        atom = FloorDiv(inner, q)
+        if atom.nesting > MAX_NESTING or len(atom.text) > MAX_TEXT:
+            from .diagnostics import fail
+            fail("ResourceLimit", "index expression", f"a floordiv nested {atom.nesting} deep, {len(atom.text)} "
+                 f"characters long (at most {MAX_NESTING} and {MAX_TEXT}): index maps composed along a long chain of "
+                 "reshapes or strided views that do not simplify", "Merge consecutive reshapes and transposes "
+                 "in the model (a chain of them is one view).")
+        return Expr._make(exact) + Expr((((atom,), 1),)) + outer
 
     def mod(self, q: int) -> "Expr":
         """self mod q as E - q*floor(E/q): affine + floordiv only (docs/DESIGN.md §IndexBook invariant 1)."""

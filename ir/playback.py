@@ -95,6 +95,11 @@ def _size(d: Dim, env: Mapping[str, int]) -> int:
     return d if isinstance(d, int) else int(d.evaluate(env))
 
 
+def _plain(n: RNode) -> bool:
+    """Its operands are evaluated under its own guard and block (_RegionRun._below)."""
+    return n.op in (R.UNARY, R.BINARY, R.BROADCAST, R.TRANSPOSE) or (n.op == R.SELECT and n.src[0].op != R.PRED)
+
+
 class _RegionRun:
     def __init__(self, region: Region, tensors: dict, env: dict):
         self.r, self.tensors, self.env = region, tensors, env
@@ -131,9 +136,27 @@ class _RegionRun:
             fail("ResourceLimit", self.r.name, f"playback of {n.op.value} would materialise {elems} elements (axes "
                  f"{list(axes)}), over POLYSAT_EVAL_MAX_ELEMENTS = {self.limit}",
                  "Run smaller shapes on the CPU evaluators, or raise POLYSAT_EVAL_MAX_ELEMENTS.")
+        if _plain(n):
+            self._below(n, guard)
         v = self._eval(n, guard)
         self.memo[key] = (n, v, guard)  # keep n and guard alive so their ids stay unique
         return v
+
+    def _below(self, n: RNode, guard: Value | None) -> None:
+        """Evaluate the nodes under n that share its guard, children first, by an explicit stack: a region's
+        tree is as deep as the chain it fused, and n's own evaluation then finds each child made (no Python
+        frame per node; only the nodes that change the guard or the block nest calls)."""
+        gid = None if guard is None else id(guard)
+        stack = [(s, False) for s in n.src]
+        while stack:
+            m, ready = stack.pop()
+            if (id(m), gid) in self.memo:
+                continue
+            if ready or not _plain(m):
+                self.eval(m, guard)
+                continue
+            stack.append((m, True))
+            stack.extend((s, False) for s in m.src if (id(s), gid) not in self.memo)
 
     def _eval(self, n: RNode, guard: Value | None) -> Value:
         op = n.op

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any, Iterable
 
+from . import trampoline
 from .dtypes import DType
 from .expr import Expr
 from .shapes import Dim, dim_json
@@ -108,10 +109,22 @@ class RNode:
         return self._hash  # type: ignore[attr-defined]
 
     def __eq__(self, other: object) -> bool:
+        """Structural equality, pair by pair from an explicit stack (comparing the keys' src tuples would
+        recurse once per level of a tree as deep as the chain it fused)."""
         if self is other:
             return True
-        return (isinstance(other, RNode) and self._hash == other._hash  # type: ignore[attr-defined]
-                and self._key == other._key)  # type: ignore[attr-defined]
+        if not isinstance(other, RNode):
+            return False
+        stack = [(self, other)]
+        while stack:
+            a, b = stack.pop()
+            if a is b:
+                continue
+            if (a._hash != b._hash or a.op != b.op or a.arg != b.arg  # type: ignore[attr-defined]
+                    or a.dtype != b.dtype or a.axes != b.axes or len(a.src) != len(b.src)):
+                return False
+            stack.extend(zip(a.src, b.src))
+        return True
 
     def __repr__(self) -> str:
         return f"RNode({self.op.name}, {self.arg!r}, axes={self.axes})"
@@ -325,37 +338,42 @@ def _expr_json(e: Expr) -> Any:
 
 
 def node_json(n: RNode) -> Any:
+    return trampoline.run(_node_json(n))  # a region's tree is as deep as the chain it fused: no frame per node
+
+
+def _node_json(n: RNode):
     if n.op == R.REF:
         return n.arg
     if n.op == R.READ:
         return {"read": {"tensor": n.arg[0], "map": [_expr_json(e) for e in n.arg[1]]}}
     if n.op == R.CONST:
         return {"const": _num_json(n.arg), "dtype": n.dtype.value}
+    src = []
+    for s in n.src:
+        src.append((yield _node_json(s)))
     if n.op == R.GATHER:
         return {"gather": {"tensor": n.arg[0], "axis": n.arg[1], "map": [_expr_json(e) for e in n.arg[2]],
-                           "index": node_json(n.src[0])}}
+                           "index": src[0]}}
     if n.op == R.PRED:
         return {"and": [{"ge": [_expr_json(g), 0]} for g in n.arg]}
     if n.op in (R.UNARY, R.BINARY):
-        return {n.arg: [node_json(s) for s in n.src], "dtype": n.dtype.value}
+        return {n.arg: src, "dtype": n.dtype.value}
     if n.op == R.SELECT:
-        p, a, b = n.src
-        return {"select": {"pred": node_json(p), "then": node_json(a), "else": node_json(b)},
-                "dtype": n.dtype.value}
+        return {"select": {"pred": src[0], "then": src[1], "else": src[2]}, "dtype": n.dtype.value}
     if n.op == R.REDUCE:
         op, axes, init = n.arg
         return {"reduce": {"op": op, "axes": list(axes), "init": _num_json(init),
-                           "dtype": n.dtype.value if n.dtype else None, "body": node_json(n.src[0])}}
+                           "dtype": n.dtype.value if n.dtype else None, "body": src[0]}}
     if n.op == R.BROADCAST:
         axes, shape, bdims = n.arg
-        return {"BroadcastInDim": {"operand": node_json(n.src[0]), "result_shape": [dim_json(d) for d in shape],
+        return {"BroadcastInDim": {"operand": src[0], "result_shape": [dim_json(d) for d in shape],
                                    "broadcast_dimensions": list(bdims), "result_axes": list(axes)}}
     if n.op == R.TRANSPOSE:
-        return {"Transpose": {"operand": node_json(n.src[0]), "permutation": list(n.arg)}}
+        return {"Transpose": {"operand": src[0], "permutation": list(n.arg)}}
     if n.op == R.ONLINE:
         axes, p, block, passes = n.arg
         return {"online_softmax_sum": {"axes": list(axes), "p_dtype": p.value, "block": block, "passes": passes,
-                                       "scores": node_json(n.src[0]), "values": node_json(n.src[1])},
+                                       "scores": src[0], "values": src[1]},
                 "dtype": n.dtype.value}
     raise AssertionError(n.op)
 
@@ -396,36 +414,43 @@ def regions_json(regions: Iterable[Region]) -> dict:
 # ---- text form (for humans and test failure messages) ------------------------------------------------
 
 def format_node(n: RNode) -> str:
+    return trampoline.run(_format_node(n))
+
+
+def _format_node(n: RNode):
     if n.op == R.REF:
         return n.arg
     if n.op == R.READ:
         return f"{n.arg[0]}[{', '.join(str(e) for e in n.arg[1])}]"
     if n.op == R.CONST:
         return f"{n.arg!r}:{n.dtype.value}"
+    if n.op == R.PRED:
+        return " and ".join(f"{g} >= 0" for g in n.arg)
+    src = []
+    for s in n.src:
+        src.append((yield _format_node(s)))
     if n.op == R.GATHER:
         t, axis, m = n.arg
         at = [str(e) for e in m]
-        at.insert(axis, f"@{format_node(n.src[0])}")
+        at.insert(axis, f"@{src[0]}")
         return f"{t}[{', '.join(at)}]"
-    if n.op == R.PRED:
-        return " and ".join(f"{g} >= 0" for g in n.arg)
     if n.op in (R.UNARY, R.BINARY):
         tail = f":{n.dtype.value}" if n.arg == "cast" else ""
-        return f"{n.arg}{tail}({', '.join(format_node(s) for s in n.src)})"
+        return f"{n.arg}{tail}({', '.join(src)})"
     if n.op == R.SELECT:
-        return f"select({', '.join(format_node(s) for s in n.src)})"
+        return f"select({', '.join(src)})"
     if n.op == R.REDUCE:
         op, axes, init = n.arg
         dt = n.dtype.value if n.dtype else "?"
-        return f"reduce_{op}<{','.join(axes)}; init={init}; {dt}>({format_node(n.src[0])})"
+        return f"reduce_{op}<{','.join(axes)}; init={init}; {dt}>({src[0]})"
     if n.op == R.BROADCAST:
-        return f"BroadcastInDim({format_node(n.src[0])} -> [{','.join(n.arg[0])}], dims={list(n.arg[2])})"
+        return f"BroadcastInDim({src[0]} -> [{','.join(n.arg[0])}], dims={list(n.arg[2])})"
     if n.op == R.TRANSPOSE:
-        return f"Transpose({format_node(n.src[0])}, {list(n.arg)})"
+        return f"Transpose({src[0]}, {list(n.arg)})"
     if n.op == R.ONLINE:
         axes, p, block, passes = n.arg
         return (f"online_softmax_sum<{','.join(axes)}; p={p.value}; block={block}; passes={passes}; {n.dtype.value}>"
-                f"(scores={format_node(n.src[0])}, values={format_node(n.src[1])})")
+                f"(scores={src[0]}, values={src[1]})")
     raise AssertionError(n.op)
 
 

@@ -20,6 +20,7 @@ import functools
 import itertools
 from dataclasses import replace
 
+from . import trampoline
 from .region import (R, Buffer, Let, Region, RNode, Yield, binary, online_softmax_sum, read, reduce, ref,
                      select, transpose, unary, walk)
 from .region_squeeze import packed_view
@@ -93,14 +94,17 @@ def _permute_reads(r: Region, tensor: str, perm: tuple) -> Region:
             out = read(tensor, (n.arg[1][p] for p in perm), n.dtype, order)
         else:
             body = in_body or n.op in (R.REDUCE, R.ONLINE)
-            src = tuple(go(s, body) for s in n.src)
+            src = []
+            for s in n.src:  # a generator walk (ir/trampoline.py): trees as deep as a fused chain
+                src.append((yield go(s, body)))
+            src = tuple(src)
             out = n if all(a is b for a, b in zip(src, n.src)) else _rebuild(n, src, order)
         if out.axes != n.axes and not in_body:
             raise _Keep
         memo[id(n)] = out
         return out
 
-    lets = tuple(Let(let.name, go(let.expr, False)) for let in r.lets)
+    lets = tuple(Let(let.name, trampoline.run(go(let.expr, False))) for let in r.lets)
     return replace(r, inputs=tuple(_permuted(b, perm) if b.name == tensor else b for b in r.inputs), lets=lets)
 
 

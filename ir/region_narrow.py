@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from . import trampoline
 from .region import R, Let, Region, RNode
 
 
@@ -58,7 +59,10 @@ def narrow_boundaries(regions: list[Region]) -> list[Region]:
         if n.op == R.UNARY and n.arg == "cast" and n.src[0].op == R.READ and n.src[0].arg[0] in narrow:
             out = RNode(R.READ, (), n.src[0].arg, n.dtype, n.src[0].axes)
         else:
-            src = tuple(rewrite(s, memo) for s in n.src)
+            src = []
+            for s in n.src:  # a generator walk (ir/trampoline.py): trees as deep as a fused chain
+                src.append((yield rewrite(s, memo)))
+            src = tuple(src)
             out = n if all(a is b for a, b in zip(src, n.src)) else RNode(n.op, src, n.arg, n.dtype, n.axes)
         memo[id(n)] = out
         return out
@@ -70,6 +74,6 @@ def narrow_boundaries(regions: list[Region]) -> list[Region]:
     for r in regions:
         memo: dict = {}
         out.append(replace(r, inputs=tuple(buf(b) for b in r.inputs), outputs=tuple(buf(b) for b in r.outputs),
-                           lets=tuple(Let(let.name, rewrite(let.expr, memo)) for let in r.lets),
+                           lets=tuple(Let(let.name, trampoline.run(rewrite(let.expr, memo))) for let in r.lets),
                            yields=tuple(replace(y, cast=narrow[y.dst]) if y.dst in narrow else y for y in r.yields)))
     return out

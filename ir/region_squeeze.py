@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from . import trampoline
 from .expr import Expr, FloorDiv
 from .region import (R, Buffer, Let, Region, RNode, Yield, binary, broadcast, const, online_softmax_sum,
                      pred, read, ref, reduce, select, transpose, unary, walk)
@@ -104,7 +105,10 @@ def _view_inputs(region: Region) -> Region | None:
 
     def go(n: RNode) -> RNode:
         if id(n) not in memo:
-            src = tuple(go(s) for s in n.src)
+            src = []
+            for s in n.src:  # a generator walk (ir/trampoline.py): trees as deep as a fused chain
+                src.append((yield go(s)))
+            src = tuple(src)
             memo[id(n)] = by_id.get(id(n)) or (n if all(a is b for a, b in zip(src, n.src))
                                                else RNode(n.op, src, n.arg, n.dtype, n.axes))
         return memo[id(n)]
@@ -113,7 +117,7 @@ def _view_inputs(region: Region) -> Region | None:
         return replace(b, memref=replace(b.memref, shape=views[b.name][0])) if b.name in views else b
 
     return replace(region, inputs=tuple(buf(b) for b in region.inputs),
-                   lets=tuple(Let(let.name, go(let.expr)) for let in region.lets))
+                   lets=tuple(Let(let.name, trampoline.run(go(let.expr))) for let in region.lets))
 
 
 def _squeeze(region: Region) -> Region | None:
@@ -138,7 +142,10 @@ def _squeeze(region: Region) -> Region | None:
     def go(n: RNode) -> RNode:
         if id(n) in memo:
             return memo[id(n)]
-        src = tuple(go(s) for s in n.src)
+        src = []
+        for s in n.src:  # a generator walk (ir/trampoline.py)
+            src.append((yield go(s)))
+        src = tuple(src)
         if n.op == R.READ:
             tensor, index = n.arg
             index = tuple(e.subs(zero) for e in index)
@@ -191,7 +198,7 @@ def _squeeze(region: Region) -> Region | None:
     try:
         new_lets = []
         for let in region.lets:
-            e = go(let.expr)
+            e = trampoline.run(go(let.expr))
             if e.op == R.REF:
                 alias[let.name] = e.arg
                 continue

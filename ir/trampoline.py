@@ -51,3 +51,34 @@ def run(walk: "Generator | Any") -> Any:
         else:
             value = got
     return value
+
+
+def json_text(doc: Any, indent: int = 1) -> str:
+    """``json.dumps(doc, indent=indent, ensure_ascii=False)`` by a walk that costs no frame per level (json's
+    own encoder recurses once per nesting level: a region's expression tree is as deep as the chain it fused)."""
+    out: list = []
+    run(_json(doc, indent, 0, out))
+    return "".join(out)
+
+
+def _json(x: Any, indent: int, level: int, out: list):
+    import json
+    if isinstance(x, dict) and x:
+        items, ends = [(json.dumps(_key(k), ensure_ascii=False) + ": ", v) for k, v in x.items()], "{}"
+    elif isinstance(x, (list, tuple)) and x:
+        items, ends = [("", v) for v in x], "[]"
+    else:
+        out.append(json.dumps(x, ensure_ascii=False))
+        return
+    pad = "\n" + " " * (indent * (level + 1))
+    out.append(ends[0])
+    for k, (key, v) in enumerate(items):
+        out.append(("," if k else "") + pad + key)
+        yield _json(v, indent, level + 1, out)
+    out.append("\n" + " " * (indent * level) + ends[1])
+
+
+def _key(k: Any) -> str:
+    """A key as json writes it: str as is, numbers and None as their JSON text."""
+    import json
+    return k if isinstance(k, str) else json.dumps(k)

@@ -188,3 +188,110 @@ def test_a_long_chain_renders_its_cuda_source_without_recursion(tmp_path, capsys
     assert rc == 0, err
     (cu,) = (tmp_path / "d").glob("*.cu")
     assert cu.read_text().count("polysat_simt::relu(") == 200  # every op of the chain is in the kernel
+
+
+def _chain_in_a_reduce(n: int, fns: tuple = ("neg", "tanh")) -> dict:
+    """X [40,1] times Y [1,50], then n unary ops (fns in turn), then a row sum: the whole chain is one reduce's
+    body, a tree n deep inside one region (no lets to cut it)."""
+    graph = [{"op": "Elementwise", "name": "p", "inputs": ["X", "Y"], "outputs": ["p"], "attrs": {"fn": "mul"}}]
+    tensors = {"X": {"dtype": "fp32", "shape": [40, 1]}, "Y": {"dtype": "fp32", "shape": [1, 50]},
+               "p": {"dtype": "fp32", "shape": [40, 50]}, "R": {"dtype": "fp32", "shape": [40]}}
+    prev = "p"
+    for k in range(n):
+        graph.append({"op": "Elementwise", "name": f"t{k}", "inputs": [prev], "outputs": [f"t{k}"],
+                      "attrs": {"fn": fns[k % 2]}})
+        tensors[f"t{k}"] = {"dtype": "fp32", "shape": [40, 50]}
+        prev = f"t{k}"
+    graph.append({"op": "Reduce", "name": "r", "inputs": [prev], "outputs": ["R"], "attrs": {"op": "sum", "axes": [1]}})
+    return {"signature": {"inputs": [{"tensor": "X"}, {"tensor": "Y"}], "outputs": [{"tensor": "R"}]},
+            "tensors": tensors, "graph": graph}
+
+
+def _transposes(n: int) -> dict:
+    """X [8,4] through n transposes (a view chain n long), then relu(v) + exp(v) summed over rows, v an output."""
+    graph, prev = [], "X"
+    tensors = {"X": {"dtype": "fp32", "shape": [8, 4]}}
+    for k in range(n):
+        shape = [4, 8] if k % 2 == 0 else [8, 4]
+        graph.append({"op": "Transpose", "name": f"v{k}", "inputs": [prev], "outputs": [f"v{k}"], "attrs": {"perm": [1, 0]}})
+        tensors[f"v{k}"] = {"dtype": "fp32", "shape": shape}
+        prev = f"v{k}"
+    graph += [{"op": "Elementwise", "name": "a", "inputs": [prev], "outputs": ["a"], "attrs": {"fn": "relu"}},
+              {"op": "Elementwise", "name": "b", "inputs": [prev], "outputs": ["b"], "attrs": {"fn": "exp"}},
+              {"op": "Elementwise", "name": "c", "inputs": ["a", "b"], "outputs": ["c"], "attrs": {"fn": "add"}},
+              {"op": "Reduce", "name": "R", "inputs": ["c"], "outputs": ["R"], "attrs": {"op": "sum", "axes": [1]}}]
+    tensors |= {t: {"dtype": "fp32", "shape": tensors[prev]["shape"]} for t in "abc"}
+    tensors["R"] = {"dtype": "fp32", "shape": [tensors[prev]["shape"][0]]}
+    return {"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": "R"}, {"tensor": prev}]},
+            "tensors": tensors, "graph": graph}
+
+
+@pytest.mark.parametrize("case", ["chain_in_a_reduce", "deferred_chain", "transposes"])
+def test_a_deep_fused_tree_and_a_long_view_chain_compile_dump_and_run_without_recursion(tmp_path, capsys, monkeypatch,
+                                                                                      low_recursion_limit, case):
+    """The stages, the region and Poly-View dumps, playback and the reference evaluator walk a region's tree (as
+    deep as the chain it fused) and a chain of views without a frame per op; the values are numpy's (fp64). (Also
+    measured by hand at 400 ops: `--dump=all`, `extract --cost model`.)"""
+    rng = np.random.default_rng(0)
+    if case == "transposes":
+        doc, x = _transposes(300), rng.standard_normal((8, 4)).astype(np.float32)
+        np.savez(tmp_path / "in.npz", X=x)
+        want = {"R": (np.maximum(x, 0) + np.exp(x.astype(np.float64))).sum(1), "v299": x}
+    else:  # deferred: each [40,50] value is over the element limit, so the evaluators defer the chain and sum blocks
+        fns = ("neg", "exp2") if case == "deferred_chain" else ("neg", "tanh")
+        doc = _chain_in_a_reduce(300, fns)
+        x, y = rng.standard_normal((40, 1)).astype(np.float32), rng.standard_normal((1, 50)).astype(np.float32)
+        np.savez(tmp_path / "in.npz", X=x, Y=y)
+        p = x.astype(np.float64) * y
+        for k in range(300):
+            p = {"neg": np.negative, "tanh": np.tanh, "exp2": np.exp2}[fns[k % 2]](p)
+        want = {"R": p.sum(1)}
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc))
+    rc = main(["compile", str(path), "--cost", "size", "--dump=region,poly_view", "--out", str(tmp_path / "d")])
+    assert rc == 0, capsys.readouterr().err
+    text = (tmp_path / "d" / "region.json").read_text()  # (json.loads itself recurses once per level)
+    assert text.count('"exp2": [') == (1 if case == "transposes" else 150)  # a tanh (an exp) or an exp2 each; exp
+    if case == "deferred_chain":
+        monkeypatch.setenv("POLYSAT_EVAL_MAX_ELEMENTS", "1000")
+    for target in ("reference", "playback"):
+        rc = main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--target", target, "--cost", "size",
+                   "--out", str(tmp_path / f"{target}.npz")])
+        assert rc == 0, capsys.readouterr().err
+        with np.load(tmp_path / f"{target}.npz") as z:
+            for k, v in want.items():
+                np.testing.assert_allclose(z[k], v, rtol=1e-4, atol=1e-5)
+
+
+def test_the_json_writer_writes_what_json_does_at_any_depth():
+    docs = [{"a": [1, 2.5, None, True, {"x": [], "y": {}}], "b": 'é"', 3: float("nan"), None: -0.0}, [], {}, "x", [[[]]]]
+    for d in docs:
+        assert trampoline.json_text(d) == json.dumps(d, indent=1, ensure_ascii=False)
+    deep = x = {}
+    for _ in range(3 * sys.getrecursionlimit()):
+        x["c"] = x = {}
+    assert trampoline.json_text(deep).count("{") == 3 * sys.getrecursionlimit() + 1
+
+
+def test_a_sum_of_many_terms_is_split_and_rebuilt_without_recursion(low_recursion_limit):
+    """backend/gemm/concat.py on a left-deep sum of 1,000 reads (a model summing 300 GEMMs reached its walks, past
+    the recursion limit; by hand, that model now compiles its regions and is E1504 at its kernel, below)."""
+    from polysat.backend.gemm import concat
+    from polysat.ir.dtypes import DType
+    from polysat.ir.expr import Expr
+    from polysat.ir.region import binary, read
+    leaves = [read(f"A{k}", (Expr.var("i0"),), DType.fp32, ("i0",)) for k in range(1000)]
+    total = leaves[0]
+    for leaf in leaves[1:]:
+        total = binary("add", total, leaf, DType.fp32)
+    assert concat._terms(lambda n: n, total) == leaves  # left to right
+    swapped = concat._rebuild(total, lambda n: n, lambda n: leaves[1] if n is leaves[0] else None)
+    assert concat._terms(lambda n: n, swapped) == [leaves[1]] + leaves[1:]
+
+
+def test_a_plan_search_that_pruned_every_candidate_is_e1504_naming_why():
+    """(A region summing 300 GEMMs: no SIMT plan holds 300 accumulators; it was E1999 IndexError.)"""
+    from polysat.backend.common.plan_search import Pruned, SearchResult
+    with pytest.raises(PolysatError) as e:
+        SearchResult((), (Pruned(None, "a 1x1 micro-tile of 300 reduction(s) holds 300 accumulators > 32"),)).best
+    assert e.value.diagnostics[0].code == "E1504" and "300 accumulators" in e.value.diagnostics[0].why

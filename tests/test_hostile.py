@@ -81,6 +81,20 @@ def test_a_rule_file_command_other_than_a_declaration_is_refused_at_its_line(box
     assert "evil.egg:4" in err
 
 
+def test_a_rule_nested_past_the_parser_bound_is_refused_at_its_line(box):
+    """A pattern 5,000 deep (a RecursionError in the pattern walks, and a stack overflow for egglog's parser)."""
+    deep = "a"
+    for i in range(5000):
+        deep = f'(Binary "ADD" {deep} b{i % 3})'
+    rules = box.run_dir / "rules"
+    rules.mkdir()
+    (rules / "deep.egg").write_text(f'(ruleset mine)\n; law: a = a\n(rewrite {deep} {deep} :ruleset mine :name "h-deep")\n')
+    rc, _, err = box.cli("compile", GEMM, "--rules", str(rules))
+    assert rc == 1
+    _coded(err, "E1403")
+    assert "deep.egg:3" in err and "nested deeper than 200" in err
+
+
 GROW = """(relation h-grow (i64))
 ; law: (facts only) h-grow holds for every number it reaches
 (rule ((h-grow x)) ((h-grow (+ x 1)) (h-grow (+ x 1000000000))) :ruleset RULESET :name "h-grow-step")
@@ -141,6 +155,44 @@ def test_a_relation_that_doubles_each_iteration_stops_at_the_row_limit(box, monk
     assert rep.stop.value == "row_limit" and rep.rolled_back
     assert sum(st.sizes().values()) <= 30000 and rep.rules["h-dbl-step"].matches > 0
     assert c.regions
+
+
+def _explode(grow: int, pairs_action: str) -> str:
+    """h-n grows ``grow``-fold in each of two iterations (1, grow, grow**2 rows: far under the row limit); h-pairs
+    joins it with itself on c, so its matches in the last step are grow**4, all in one egglog call."""
+    kids = " ".join(f"(h-n (+ (* {grow} x) {i}) c)" for i in range(grow))
+    return f"""(ruleset mine)
+(relation h-n (i64 i64))
+(relation h-one (i64))
+(relation h-q (i64 i64))
+; law: (facts only) a seed fact
+(rule ((Tensor t)) ((h-n 0 0)) :ruleset mine :name "h-seed")
+; law: (facts only) h-n grows {grow}-fold, twice
+(rule ((h-n x c) (< x {grow})) ({kids}) :ruleset mine :name "h-grow")
+; law: (facts only) every pair of h-n facts sharing c
+(rule ((h-n a c) (h-n b c)) ({pairs_action}) :ruleset mine :name "h-pairs")
+"""
+
+
+@pytest.mark.parametrize("knob, action, said", [
+    ("POLYSAT_EGRAPH_MEMORY_MB=150", "(h-q a b)", "resident memory grew"),  # 16M rows asked for in one call
+    ("POLYSAT_EGRAPH_SECONDS=1", "(h-one (+ a b))", "CPU deadline")])  # 4G matches, few rows: hours of CPU
+def test_one_egglog_call_past_its_bound_ends_with_e1505(box, knob, action, said):
+    """A step whose matches explode inside one egglog call (which cannot be stopped) ends the process with E1505
+    within its bound (egraph/watchdog.py), in the command's own format; it never runs on to MemoryError."""
+    import subprocess
+    import sys
+    rules = box.run_dir / "rules"
+    rules.mkdir()
+    grow = 64 if "MEMORY" in knob else 256
+    (rules / "boom.egg").write_text(_explode(grow, action))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **dict([knob.split("=")]))
+    p = subprocess.run([sys.executable, "-m", "polysat", "extract", GEMM, "--cost", "size", "--rules", "rules",
+                        "--json"], cwd=box.run_dir, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stderr[-2000:]
+    (d,) = json.loads(p.stdout)["diagnostics"]
+    assert d["code"] == "E1505" and said in d["why"] and "(run mine)" in d["why"], d
+    assert "Traceback" not in p.stderr and "MemoryError" not in p.stderr
 
 
 CROSS = """(ruleset mine)
@@ -391,6 +443,40 @@ def test_a_constant_of_shape_of_4_gib_folds_without_the_memory(box):
     rc, _, err = box.cli("compile", model)
     assert rc == 1
     _coded(err, "E1505")
+
+
+def test_index_maps_composed_along_a_long_reshape_chain_stop_at_their_size_bound(box):
+    """120 reshapes and transposes whose composed index maps do not simplify: their floordivs nest and double in
+    text each step (5 GB and MemoryError, or the OOM killer at 24 GB, before the bound): E1505 at once."""
+    graph, tensors, prev = [], {"X": {"dtype": "fp32", "shape": [8, 4]}}, "X"
+    for k in range(40):
+        for j, (op, attrs, shape) in enumerate([("Reshape", {"shape": [32]}, [32]), ("Reshape", {"shape": [4, 8]}, [4, 8]),
+                                                ("Transpose", {"perm": [1, 0]}, [8, 4])]):
+            t = f"v{k}_{j}"
+            graph.append({"op": op, "name": t, "inputs": [prev], "outputs": [t], "attrs": attrs})
+            tensors[t], prev = {"dtype": "fp32", "shape": shape}, t
+    graph.append({"op": "Elementwise", "name": "r", "inputs": [prev], "outputs": ["Y"], "attrs": {"fn": "relu"}})
+    tensors["Y"] = {"dtype": "fp32", "shape": [8, 4]}
+    (box.run_dir / "m.json").write_text(json.dumps({"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": "Y"}]},
+                                                    "tensors": tensors, "graph": graph}))
+    rc, _, err = box.cli("extract", "m.json")
+    assert rc == 1
+    _coded(err, "E1505")
+    assert "index expression" in err and "MemoryError" not in err
+
+
+@pytest.mark.parametrize("depth, code", [(100_000, "E1108"), (900, "E1008")])
+def test_a_model_file_nested_past_the_json_reader_is_malformed_and_a_deep_attribute_is_walked(box, depth, code):
+    """100,000 levels: past json's own reader (E1108, was E1505 'a walk over the model'); 900: read, frozen
+    without a frame per level, then refused as an unknown attribute."""
+    doc = json.dumps({"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": "Y"}]},
+                      "tensors": {"X": {"dtype": "fp32", "shape": [4]}, "Y": {"dtype": "fp32", "shape": [4]}},
+                      "graph": [{"op": "Elementwise", "name": "r", "inputs": ["X"], "outputs": ["Y"],
+                                 "attrs": {"fn": "relu", "junk": "DEEP"}}]})
+    (box.run_dir / "m.json").write_text(doc.replace('"DEEP"', "[" * depth + "]" * depth))
+    rc, _, err = box.cli("compile", "m.json")
+    assert rc == 1
+    _coded(err, code)
 
 
 @pytest.mark.parametrize("how,code", [("length", "E1109"), ("type", "E1011")])

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping
 
 from ...analyses.devices import Device
+from ...ir.diagnostics import fail
 
 SMEM_FRACTION = 0.8
 HINT_SIZE = 4096          # size assumed for a symbol when ranking (the plan is re-specialised at run time)
@@ -29,6 +30,9 @@ class SearchResult:
 
     @property
     def best(self) -> Any:
+        if not self.ranked:  # every candidate pruned (say, a sum of hundreds of contractions in one region)
+            why = "; ".join(sorted({p.reason for p in self.pruned})[:3]) or "no candidate plan"
+            fail("NoKernelTemplate", "plan search", f"every plan for this kernel was pruned: {why}")
         return self.ranked[0]
 
     def to_json(self, spec: Any = None) -> dict:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from ...ir import trampoline
 from ...ir.dtypes import DType
 from ...ir.expr import Expr
 from ...ir.region import Buffer, Let, MemRef, R, Region, RNode
@@ -30,10 +31,15 @@ class Piece:
 
 
 def _terms(lets: Lets, n: RNode) -> list:
-    n = lets(n)
-    if n.op == R.BINARY and n.arg == "add":
-        return [t for s in n.src for t in _terms(lets, s)]
-    return [n]
+    """The summands of a tree of adds, left to right (from a stack: a sum of many is a deep tree)."""
+    out, stack = [], [n]
+    while stack:
+        n = lets(stack.pop())
+        if n.op == R.BINARY and n.arg == "add":
+            stack.extend(reversed(n.src))
+        else:
+            out.append(n)
+    return out
 
 
 def _piece(lets: Lets, n: RNode, n_ax: str, width: int, out: DType) -> "Piece | None":
@@ -64,11 +70,18 @@ def _piece(lets: Lets, n: RNode, n_ax: str, width: int, out: DType) -> "Piece | 
 
 
 def _rebuild(n: RNode, lets: Lets, f: Callable[[RNode], "RNode | None"]) -> RNode:
+    return trampoline.run(_rebuilt(n, lets, f))
+
+
+def _rebuilt(n: RNode, lets: Lets, f: Callable[[RNode], "RNode | None"]):
     n = lets(n)
     got = f(n)
     if got is not None:
         return got
-    return dataclasses.replace(n, src=tuple(_rebuild(s, lets, f) for s in n.src))
+    src = []
+    for s in n.src:  # a generator walk (ir/trampoline.py)
+        src.append((yield _rebuilt(s, lets, f)))
+    return dataclasses.replace(n, src=tuple(src))
 
 
 def merged(r: Region) -> "tuple[Region, tuple] | None":
