@@ -413,6 +413,13 @@ def main(argv: list[str] | None = None) -> int:
     progress.quiet(as_json)  # a --json command shows no progress unless POLYSAT_PROGRESS=1 forces it
     watchdog.set_reporter(lambda diags: _report(diags, as_json))  # an egglog call past its bound (E1505)
     try:
+        return _command(argv, as_json)
+    finally:
+        watchdog.set_reporter(None)  # the command is over: a library call after it must not end the process
+
+
+def _command(argv: list, as_json: bool) -> int:
+    try:
         args = _parser().parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2)
         return int(e.code or 0)

@@ -7,6 +7,10 @@ When the call crosses its hard bound — the saturation's memory limit, or its C
 reports E1505 ResourceLimit through the command's reporter (``set_reporter``: text or ``--json``) and ends
 the process with exit status 1. Nothing is rolled back: the e-graph is in the middle of the call, and the
 egglog object is bound to the thread that made it, so the call cannot be left running in a thread of its own.
+
+Ending the process is a command's choice, never a library's: the watchdog runs only once a command has set
+its reporter (cli.py). Called as a library (``polysat.compile``, ``torch.compile(backend="polysat")``), polysat
+never ends its caller's process; the limits checked between egglog calls still hold there.
 """
 from __future__ import annotations
 
@@ -22,16 +26,12 @@ from ..ir.diagnostics import diag
 POLL = 0.02  # seconds between samples
 
 
-def _stderr(diags: list) -> None:
-    for dg in diags:
-        print(f"error: {dg}", file=sys.stderr)
+_REPORTER: list = [None]  # None: no command owns the process, so the watchdog stays off
 
 
-_REPORTER: list = [_stderr]
-
-
-def set_reporter(fn: Callable) -> None:
-    """fn(diagnostics) prints the watchdog's diagnostic as the running command prints its own."""
+def set_reporter(fn: "Callable | None") -> None:
+    """fn(diagnostics) prints the watchdog's diagnostic as the running command prints its own; setting one
+    arms the watchdog (a command owns the process), None disarms it."""
     _REPORTER[0] = fn
 
 
@@ -70,7 +70,11 @@ def _end(what: str, why: str) -> None:
 @contextmanager
 def bounded(what: str, cpu_until: float, rss0: float, rss_growth: float):
     """Run the body (one egglog call) with a thread that ends the process past ``cpu_until`` (process CPU
-    seconds, ``time.process_time``) or once its resident memory exceeds ``rss0`` by ``rss_growth`` MiB."""
+    seconds, ``time.process_time``) or once its resident memory exceeds ``rss0`` by ``rss_growth`` MiB; without
+    a command's reporter, the body runs as is."""
+    if _REPORTER[0] is None:
+        yield
+        return
     done = threading.Event()
 
     def watch() -> None:

@@ -195,6 +195,17 @@ def test_one_egglog_call_past_its_bound_ends_with_e1505(box, knob, action, said)
     assert "Traceback" not in p.stderr and "MemoryError" not in p.stderr
 
 
+def test_the_watchdog_never_ends_a_library_callers_process(box):
+    """Only a command arms the watchdog: after a CLI call returns, and in library use, a call past every bound
+    runs to its end (the checks between egglog calls still bound the saturation)."""
+    import time
+    from polysat.egraph import watchdog
+    box.cli("extract", GEMM, "--cost", "size")
+    assert watchdog._REPORTER[0] is None
+    with watchdog.bounded("library call", cpu_until=0.0, rss0=0.0, rss_growth=0.0):  # every bound crossed
+        time.sleep(0.1)  # the sampler would have ended the process within 20 ms
+
+
 CROSS = """(ruleset mine)
 (relation h-one (i64))
 ; law: (facts only) every pair of tensors
