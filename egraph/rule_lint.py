@@ -25,7 +25,7 @@ UNARY_OPS = frozenset(o.value for o in GroupOp.Unary) - {"CAST"}
 BINARY_OPS = frozenset(o.value for o in GroupOp.Binary)
 DTYPES = frozenset({"fp16", "bf16", "fp32", "i32", "bool"})
 RELATIONS = frozenset({"has-shape", "has-dtype", "shape-conflict", "dtype-conflict", "sees", "softmax-exp",
-                       "softmax-sum", "computed", "reduce-free", "N"})
+                       "softmax-sum", "computed", "reduce-free", "program-out", "N"})
 
 
 def _canon(kind: str, text: str) -> str:
