@@ -97,12 +97,21 @@ class Partition:
 
 
 def _free_cone_ok(program: Program, nid: str, k: Kernel, done: set) -> bool:
-    """A free node outside k's list is fine if it only views memory k reads (or other free nodes)."""
-    n = program[nid]
-    if n.op == Ops.CONST:
-        return True
-    return all((s in done and s in k.inputs) or s in k.nodes
-               or (program[s].op in FREE_OPS and _free_cone_ok(program, s, k, done)) for s in n.src)
+    """A free node outside k's list is fine if it only views memory k reads (or other free nodes). (A walk with
+    its own stack: a chain of views is as long as the model makes it.)"""
+    stack, seen = [nid], {nid}
+    while stack:
+        n = program[stack.pop()]
+        if n.op == Ops.CONST:
+            continue
+        for s in n.src:
+            if (s in done and s in k.inputs) or s in k.nodes or s in seen:
+                continue
+            if program[s].op not in FREE_OPS:
+                return False
+            seen.add(s)
+            stack.append(s)
+    return True
 
 
 def _bad(k: Kernel, why: str):

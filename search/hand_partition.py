@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.tiny import GroupOp, Ops, Program
+from ..ir.trampoline import run
 from ..ir.user_names import node_names
 from ..egraph.partition import FREE_OPS, Kernel, Partition
 from ..egraph.stream import groups as stream_groups
@@ -100,14 +101,17 @@ def _recompute_casts(p: Program, owner: dict) -> Program:
     after: dict = {}  # original id -> the copies placed right after it
     made: dict = {}
 
-    def copy(nid: str, g: str) -> str:
+    def copy(nid: str, g: str):  # a walk (ir/trampoline.py): the views between a reader and the cast are a chain
         n = nodes[nid]
         if (nid, g) in made:
             return made[nid, g]
         if nid in shared:
             new = replace(n, id=f"{nid}_g{gid[g]}", tag=None)  # named after the op that reads it
         elif n.op in FREE_OPS and _reaches(p, nid, shared):
-            new = replace(n, id=f"{nid}_g{gid[g]}", src=tuple(copy(s, g) for s in n.src))
+            src = []
+            for s in n.src:
+                src.append((yield copy(s, g)))
+            new = replace(n, id=f"{nid}_g{gid[g]}", src=tuple(src))
         else:
             return nid
         made[nid, g] = new.id
@@ -115,7 +119,7 @@ def _recompute_casts(p: Program, owner: dict) -> Program:
         return new.id
     for x, g in owner.items():
         if any(r in shared and owner[r] != g for r in reads[x]):
-            nodes[x] = replace(nodes[x], src=tuple(copy(s, g) if owner.get(s) != g else s for s in nodes[x].src))
+            nodes[x] = replace(nodes[x], src=tuple(run(copy(s, g)) if owner.get(s) != g else s for s in nodes[x].src))
     out = []
     for n in p.nodes:
         out.append(nodes[n.id])

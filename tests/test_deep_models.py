@@ -295,3 +295,52 @@ def test_a_plan_search_that_pruned_every_candidate_is_e1504_naming_why():
     with pytest.raises(PolysatError) as e:
         SearchResult((), (Pruned(None, "a 1x1 micro-tile of 300 reduction(s) holds 300 accumulators > 32"),)).best
     assert e.value.diagnostics[0].code == "E1504" and "300 accumulators" in e.value.diagnostics[0].why
+
+
+def _views_of(n: int, reads: list) -> dict:
+    """X [8,4] fp16 cast to fp32 (c), n transposes of c, then a Reduce for each (name, op) of reads."""
+    graph = [{"op": "Elementwise", "name": "c", "inputs": ["X"], "outputs": ["c"],
+              "attrs": {"fn": "cast", "to": "fp32"}}]
+    tensors, prev = {"X": {"dtype": "fp16", "shape": [8, 4]}, "c": {"dtype": "fp32", "shape": [8, 4]}}, "c"
+    for k in range(n):
+        graph.append({"op": "Transpose", "name": f"v{k}", "inputs": [prev], "outputs": [f"v{k}"],
+                      "attrs": {"perm": [1, 0]}})
+        tensors[f"v{k}"] = {"dtype": "fp32", "shape": [4, 8] if k % 2 == 0 else [8, 4]}
+        prev = f"v{k}"
+    for name, op in reads:
+        graph.append({"op": "Reduce", "name": name, "inputs": [prev], "outputs": [name],
+                      "attrs": {"op": op, "axes": [1]}})
+        tensors[name] = {"dtype": "fp32", "shape": [tensors[prev]["shape"][0]]}
+    return {"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": name} for name, _ in reads]},
+            "tensors": tensors, "graph": graph}
+
+
+def test_a_partition_is_checked_through_a_long_chain_of_views_without_recursion(low_recursion_limit):
+    """egraph/partition.py: a kernel that reads a value through 400 views it does not list is legal when the
+    chain starts at memory the kernel reads, and E1999 when it starts at a value the kernel never reads."""
+    from polysat.egraph.partition import Kernel, Partition
+    from polysat.frontend import program_from_doc
+    from polysat.ir.tiny import Ops
+    p = program_from_doc(_views_of(400, [("R", "sum")]))
+    (cast,) = [n.id for n in p.nodes if n.op == Ops.CAST]
+    (red,) = [n.id for n in p.nodes if n.op == Ops.REDUCE]
+    first = Kernel("k0", frozenset({cast}), (cast,), ("X",))
+    Partition((first, Kernel("k1", frozenset({red}), (red,), (cast,)))).check(p)
+    with pytest.raises(PolysatError) as e:
+        Partition((first, Kernel("k1", frozenset({red}), (red,), ("X",)))).check(p)
+    assert e.value.diagnostics[0].code == "E1999" and "neither in the kernel nor one of its inputs" in str(e.value)
+
+
+def test_the_hand_style_partition_copies_a_cast_through_a_long_chain_of_views_without_recursion(low_recursion_limit):
+    """search/hand_partition.py rule 4: a cast that two kernels read through 400 views is copied, views and
+    all, into the kernel that does not compute it; each kernel then reads only X."""
+    from polysat.frontend import program_from_doc
+    from polysat.ir.tiny import Ops
+    from polysat.search.hand_partition import hand_partition
+    p = program_from_doc(_views_of(400, [("S", "sum"), ("M", "max")]))
+    q, part = hand_partition(p, p)
+    assert len(q.nodes) == 2 * len(p.nodes) - 3  # the cast and its 400 views once more; X and the reduces not
+    assert [k.inputs for k in part.kernels] == [("X",), ("X",)]
+    for k in part.kernels:
+        assert sorted(q[i].op.name for i in k.nodes if q[i].op != Ops.PERMUTE) == ["CAST", "REDUCE"]
+        assert sum(q[i].op == Ops.PERMUTE for i in k.nodes) == 400
