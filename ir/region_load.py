@@ -11,6 +11,7 @@ from .region import (BINARY_FNS, MATERIALIZE, UNARY_FNS, Buffer, Layout, Let, Me
                      broadcast, const, gather, neutral, online_softmax_sum, pred, read, reduce, ref, select, transpose,
                      unary)
 from .shapes import Dim, dim
+from .trampoline import run
 
 
 class _Loader:
@@ -80,6 +81,10 @@ class _Loader:
                       bool(x.get("program_output", False)) if output else False)
 
     def node(self, x: Any, where: str) -> RNode:
+        return run(self._node(x, where))
+
+    def _node(self, x: Any, where: str):
+        """node(x) as a walk (ir/trampoline.py): a region's expression is as deep as the chain it fused."""
         if isinstance(x, str):
             if x not in self.lets:
                 self.bad(where, f"reference to {x!r}, which no earlier let defines")
@@ -101,8 +106,8 @@ class _Loader:
             if isinstance(axis, bool) or not isinstance(axis, int):
                 self.bad(where + ".gather.axis", f"axis {axis!r} is not an int")
             m = tuple(self.expr(e, where + ".map") for e in self.lst(g.get("map"), where + ".gather.map"))
-            return gather(t, axis, m, self.node(g.get("index"), where + ".gather.index"), self.inputs[t].dtype,
-                          self.axis_names)
+            index = yield self._node(g.get("index"), where + ".gather.index")
+            return gather(t, axis, m, index, self.inputs[t].dtype, self.axis_names)
         if "const" in x:
             return const(self.number(x["const"], where), self.dtype(x.get("dtype", "fp32"), where))
         if "and" in x:
@@ -120,11 +125,13 @@ class _Loader:
             return pred(gs, self.axis_names)
         if "select" in x:
             s = self.obj(x["select"], where + ".select")
-            p, a, b = (self.node(s.get(k), f"{where}.select.{k}") for k in ("pred", "then", "else"))
+            p = yield self._node(s.get("pred"), f"{where}.select.pred")
+            a = yield self._node(s.get("then"), f"{where}.select.then")
+            b = yield self._node(s.get("else"), f"{where}.select.else")
             return select(p, a, b, self.dtype(x.get("dtype", a.dtype.value if a.dtype else None), where))
         if "reduce" in x:
             r = self.obj(x["reduce"], where + ".reduce")
-            body = self.node(r.get("body"), where + ".reduce.body")
+            body = yield self._node(r.get("body"), where + ".reduce.body")
             axes = [str(a) for a in self.lst(r.get("axes"), where + ".reduce.axes")]
             dt = self.dtype(r.get("dtype"), where + ".reduce.dtype", optional=True)
             init = self.number(r.get("init"), where + ".reduce.init")
@@ -132,7 +139,7 @@ class _Loader:
             return reduce(op, axes, body, dt, init if init is not None else neutral(op, dt), self.axis_names)
         if "BroadcastInDim" in x:
             b = self.obj(x["BroadcastInDim"], where + ".BroadcastInDim")
-            operand = self.node(b.get("operand"), where + ".BroadcastInDim.operand")
+            operand = yield self._node(b.get("operand"), where + ".BroadcastInDim.operand")
             axes = tuple(str(a) for a in self.lst(b.get("result_axes"), where + ".result_axes"))
             shape = tuple(self.dim(d, where) for d in self.lst(b.get("result_shape"), where + ".result_shape"))
             bdims = tuple(self.lst(b.get("broadcast_dimensions", []), where + ".broadcast_dimensions"))
@@ -142,8 +149,8 @@ class _Loader:
             return node
         if "online_softmax_sum" in x:
             o = self.obj(x["online_softmax_sum"], where + ".online_softmax_sum")
-            sc = self.node(o.get("scores"), where + ".online_softmax_sum.scores")
-            vs = self.node(o.get("values"), where + ".online_softmax_sum.values")
+            sc = yield self._node(o.get("scores"), where + ".online_softmax_sum.scores")
+            vs = yield self._node(o.get("values"), where + ".online_softmax_sum.values")
             axes = [str(a) for a in self.lst(o.get("axes"), where + ".online_softmax_sum.axes")]
             p = self.dtype(o.get("p_dtype"), where + ".online_softmax_sum.p_dtype")
             block, passes = o.get("block", 64), o.get("passes", 1)
@@ -157,12 +164,14 @@ class _Loader:
             return node
         if "Transpose" in x:
             t = self.obj(x["Transpose"], where + ".Transpose")
-            return transpose(self.node(t.get("operand"), where + ".Transpose.operand"),
-                             [int(p) for p in self.lst(t.get("permutation"), where + ".permutation")])
+            operand = yield self._node(t.get("operand"), where + ".Transpose.operand")
+            return transpose(operand, [int(p) for p in self.lst(t.get("permutation"), where + ".permutation")])
         fns = [k for k in x if k != "dtype"]
         if len(fns) == 1 and fns[0] in UNARY_FNS + BINARY_FNS:
             fn = fns[0]
-            args = [self.node(a, f"{where}.{fn}[{k}]") for k, a in enumerate(self.lst(x[fn], f"{where}.{fn}"))]
+            args = []
+            for k, a in enumerate(self.lst(x[fn], f"{where}.{fn}")):
+                args.append((yield self._node(a, f"{where}.{fn}[{k}]")))
             want = 1 if fn in UNARY_FNS else 2
             if len(args) != want:
                 fail("WrongArity", f"{self.at}: {where}", f"{fn} takes {want} operand(s), got {len(args)}")

@@ -344,3 +344,31 @@ def test_the_hand_style_partition_copies_a_cast_through_a_long_chain_of_views_wi
     for k in part.kernels:
         assert sorted(q[i].op.name for i in k.nodes if q[i].op != Ops.PERMUTE) == ["CAST", "REDUCE"]
         assert sum(q[i].op == Ops.PERMUTE for i in k.nodes) == 400
+
+
+def test_a_deep_region_reads_back_from_its_json_without_recursion(low_recursion_limit):
+    """ir/region_load.py (the compiled-model cache's loader) on a region whose reduce body is a 500-node chain
+    (unary and binary ops, transposes and selects in turn): the region read back is the region written."""
+    from polysat.ir.dtypes import DType
+    from polysat.ir.expr import Expr
+    from polysat.ir.region import (Buffer, Let, MemRef, Region, Yield, binary, pred, read, reduce, regions_json,
+                                   select, transpose, unary)
+    from polysat.ir.region_load import regions_from_json
+    names, f32 = ("i", "k"), DType.fp32
+    i, k = Expr.var("i"), Expr.var("k")
+    x = read("X", (i, k), f32, names)
+    v = x
+    for n in range(400):
+        step = n % 4
+        if step == 0:
+            v = unary("neg", v, f32)
+        elif step == 1:
+            v = binary("mul", v, x, f32)
+        elif step == 2:
+            v = transpose(transpose(v, [1, 0]), [1, 0])
+        else:
+            v = select(pred((i - 2,), names), v, x, f32)
+    body = reduce("sum", ["k"], v, f32, 0.0, names)
+    r = Region("deep", (("i", 8),), (("k", 4),), (Buffer("X", MemRef((8, 4), f32)),),
+               (Buffer("R", MemRef((8,), f32), "gmem", True),), (Let("r", body),), (Yield("r", "R", f32, ("i",)),))
+    assert regions_from_json(regions_json([r])) == [r]
