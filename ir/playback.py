@@ -96,8 +96,9 @@ def _size(d: Dim, env: Mapping[str, int]) -> int:
 
 
 def _plain(n: RNode) -> bool:
-    """Its operands are evaluated under its own guard and block (_RegionRun._below)."""
-    return n.op in (R.UNARY, R.BINARY, R.BROADCAST, R.TRANSPOSE) or (n.op == R.SELECT and n.src[0].op != R.PRED)
+    """Its operands are evaluated in its own block, under its own guard or (an index-guarded select's branches)
+    one known before it runs (_RegionRun._below)."""
+    return n.op in (R.UNARY, R.BINARY, R.BROADCAST, R.TRANSPOSE, R.SELECT)
 
 
 class _RegionRun:
@@ -143,20 +144,37 @@ class _RegionRun:
         return v
 
     def _below(self, n: RNode, guard: Value | None) -> None:
-        """Evaluate the nodes under n that share its guard, children first, by an explicit stack: a region's
-        tree is as deep as the chain it fused, and n's own evaluation then finds each child made (no Python
-        frame per node; only the nodes that change the guard or the block nest calls)."""
-        gid = None if guard is None else id(guard)
-        stack = [(s, False) for s in n.src]
+        """Evaluate the nodes under n in its block, children first, by an explicit stack: a region's tree is as
+        deep as the chain it fused (a chain of pads is a chain of index-guarded selects), and n's own evaluation
+        then finds each child made (no Python frame per node; only reduces, gathers and online sums nest calls)."""
+        stack = [(s, g, False) for s, g in self._operands(n, guard)]
         while stack:
-            m, ready = stack.pop()
-            if (id(m), gid) in self.memo:
+            m, g, ready = stack.pop()
+            if (id(m), None if g is None else id(g)) in self.memo:
                 continue
             if ready or not _plain(m):
-                self.eval(m, guard)
+                self.eval(m, g)
                 continue
-            stack.append((m, True))
-            stack.extend((s, False) for s in m.src if (id(s), gid) not in self.memo)
+            stack.append((m, g, True))
+            stack.extend((s, h, False) for s, h in self._operands(m, g)
+                         if (id(s), None if h is None else id(h)) not in self.memo)
+
+    def _operands(self, n: RNode, guard: Value | None) -> list:
+        """[(operand, the guard it is evaluated under)] of a plain node n under guard."""
+        if n.op == R.SELECT and n.src[0].op == R.PRED:
+            p, a, b = n.src
+            ga, gb = self._branch_guards(n, guard)
+            return [(p, guard), (a, ga), (b, gb)]
+        return [(s, guard) for s in n.src]
+
+    def _branch_guards(self, n: RNode, guard: Value | None) -> tuple:
+        """(then's guard, else's guard) of the index-guarded select n under guard: guard where n's predicate holds /
+        fails. Made once per block (kept in the memo, so both branches' values are found again by their guard)."""
+        key = ("guards", id(n), None if guard is None else id(guard))
+        if key not in self.memo:
+            pv = self.eval(n.src[0], guard)  # a PRED: a leaf
+            self.memo[key] = (n, (self._and(guard, pv, False), self._and(guard, pv, True)), guard)
+        return self.memo[key][1]
 
     def _eval(self, n: RNode, guard: Value | None) -> Value:
         op = n.op
@@ -268,10 +286,8 @@ class _RegionRun:
     def select(self, n: RNode, guard: Value | None) -> Value:
         p, a, b = n.src
         pv = self.eval(p, guard)
-        if p.op == R.PRED:  # an index guard: the branches are only valid where it holds / fails
-            ga, gb = self._and(guard, pv, False), self._and(guard, pv, True)
-        else:
-            ga = gb = guard
+        # an index guard: the branches are only valid where it holds / fails
+        ga, gb = self._branch_guards(n, guard) if p.op == R.PRED else (guard, guard)
         av, bv = self.eval(a, ga), self.eval(b, gb)
         out = np.where(pv.to(n.axes), av.to(n.axes), bv.to(n.axes))
         return Value(np.broadcast_to(round_kept(out, n.dtype), self.shape(n.axes)), n.axes)

@@ -372,3 +372,30 @@ def test_a_deep_region_reads_back_from_its_json_without_recursion(low_recursion_
     r = Region("deep", (("i", 8),), (("k", 4),), (Buffer("X", MemRef((8, 4), f32)),),
                (Buffer("R", MemRef((8,), f32), "gmem", True),), (Let("r", body),), (Yield("r", "R", f32, ("i",)),))
     assert regions_from_json(regions_json([r])) == [r]
+
+
+def test_a_long_chain_of_pads_plays_back_without_recursion(tmp_path, capsys, low_recursion_limit):
+    """ir/playback.py: each Pad is a select guarded by an index predicate, its branches evaluated under a guard of
+    their own; a chain of 150 pads (each sliced back) is a chain of such selects. The values are numpy's."""
+    graph, tensors, prev = [], {"X": {"dtype": "fp32", "shape": [6, 4]}}, "X"
+    for k in range(300):
+        op = ({"op": "Pad", "attrs": {"pads": [[1, 0], [0, 1]], "value": 0.5}} if k % 2 == 0 else
+              {"op": "Slice", "attrs": {"starts": [0, 1], "ends": [6, 5]}})
+        graph.append({**op, "name": f"v{k}", "inputs": [prev], "outputs": [f"v{k}"]})
+        tensors[f"v{k}"] = {"dtype": "fp32", "shape": [7, 5] if k % 2 == 0 else [6, 4]}
+        prev = f"v{k}"
+    graph.append({"op": "Elementwise", "name": "e", "inputs": [prev], "outputs": ["E"], "attrs": {"fn": "exp"}})
+    tensors["E"] = {"dtype": "fp32", "shape": [6, 4]}
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"signature": {"inputs": [{"tensor": "X"}], "outputs": [{"tensor": "E"}]},
+                                "tensors": tensors, "graph": graph}))
+    x = np.random.default_rng(0).standard_normal((6, 4))
+    np.savez(tmp_path / "in.npz", X=x.astype(np.float32))
+    want = x.astype(np.float32).astype(np.float64)
+    for _ in range(150):
+        want = np.pad(want, ((1, 0), (0, 1)), constant_values=0.5)[0:6, 1:5]
+    rc = main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--target", "playback", "--cost", "size",
+               "--out", str(tmp_path / "o.npz")])
+    assert rc == 0, capsys.readouterr().err
+    with np.load(tmp_path / "o.npz") as z:
+        np.testing.assert_allclose(z["E"], np.exp(want), rtol=1e-5)
