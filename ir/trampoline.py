@@ -17,7 +17,7 @@ costs heap, not stack (docs/DESIGN.md §Diagnostics: no recursion proportional t
 from __future__ import annotations
 
 from types import GeneratorType
-from typing import Any, Generator
+from typing import Any, Callable, Generator
 
 Walk = Generator[Any, Any, Any]  # a step of a walk: yields the walks it calls, returns its value to run()
 
@@ -53,29 +53,88 @@ def run(walk: "Generator | Any") -> Any:
     return value
 
 
-def json_text(doc: Any, indent: int = 1) -> str:
-    """``json.dumps(doc, indent=indent, ensure_ascii=False)`` by a walk that costs no frame per level (json's
-    own encoder recurses once per nesting level: a region's expression tree is as deep as the chain it fused)."""
+def json_text(doc: Any, indent: int = 1, default: "Callable | None" = None) -> str:
+    """``json.dumps(doc, indent=indent, ensure_ascii=False, default=default)`` by a walk that costs no frame per
+    level (json's own encoder recurses once per nesting level: a region's expression tree is as deep as the chain
+    it fused)."""
     out: list = []
-    run(_json(doc, indent, 0, out))
+    run(_json(doc, indent, 0, out, default))
     return "".join(out)
 
 
-def _json(x: Any, indent: int, level: int, out: list):
+def _json(x: Any, indent: int, level: int, out: list, default: "Callable | None"):
     import json
     if isinstance(x, dict) and x:
         items, ends = [(json.dumps(_key(k), ensure_ascii=False) + ": ", v) for k, v in x.items()], "{}"
     elif isinstance(x, (list, tuple)) and x:
         items, ends = [("", v) for v in x], "[]"
     else:
-        out.append(json.dumps(x, ensure_ascii=False))
+        out.append(json.dumps(x, ensure_ascii=False, default=default))
         return
     pad = "\n" + " " * (indent * (level + 1))
     out.append(ends[0])
     for k, (key, v) in enumerate(items):
         out.append(("," if k else "") + pad + key)
-        yield _json(v, indent, level + 1, out)
+        yield _json(v, indent, level + 1, out, default)
     out.append("\n" + " " * (indent * level) + ends[1])
+
+
+def json_value(text: str) -> Any:
+    """``json.loads(text)`` by a loop with its own stack of open arrays and objects (json's decoder recurses once
+    per nesting level). Malformed text raises json.JSONDecodeError, as json.loads does."""
+    import json
+    scalar, scanstring = json.JSONDecoder().raw_decode, json.decoder.scanstring
+    stack: list = []  # [open list or dict, the key its next value goes to]
+    pos = 0
+
+    def at(p: int) -> tuple:  # (the first character from p that is not white space, its position)
+        while p < len(text) and text[p] in " \t\n\r":
+            p += 1
+        return (text[p] if p < len(text) else ""), p
+
+    def key(p: int) -> tuple:  # the key starting at p (white space first), and the position after its ':'
+        c, p = at(p)
+        if c != '"':
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, p)
+        k, p = scanstring(text, p + 1)
+        c, p = at(p)
+        if c != ":":
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, p)
+        return k, p + 1
+
+    while True:
+        c, pos = at(pos)
+        if c in "[{":
+            close, pos = at(pos + 1)
+            if close != "]}"[c == "{"]:
+                container = [] if c == "[" else {}
+                k, pos = (None, pos) if c == "[" else key(pos)
+                stack.append([container, k])
+                continue
+            v, pos = ([] if c == "[" else {}), pos + 1
+        else:
+            v, pos = scalar(text, pos)
+        while True:  # v is complete: place it, then close what it completes
+            if not stack:
+                c, pos = at(pos)
+                if c:
+                    raise json.JSONDecodeError("Extra data", text, pos)
+                return v
+            top = stack[-1]
+            if isinstance(top[0], list):
+                top[0].append(v)
+            else:
+                top[0][top[1]] = v
+            c, pos = at(pos)
+            if c == ",":
+                if isinstance(top[0], dict):
+                    top[1], pos = key(pos + 1)
+                else:
+                    pos += 1
+                break
+            if c != "]}"[isinstance(top[0], dict)]:
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+            v, pos = stack.pop()[0], pos + 1
 
 
 def _key(k: Any) -> str:

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .. import knobs
+from ..ir.trampoline import json_text, json_value
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCHEMA = "polysat-compiled-model/1"  # entry.json's "schema": another value is a miss
@@ -73,8 +74,8 @@ def load(key: str) -> "tuple[dict, dict[str, bytes]] | None":
     d = os.path.join(cache_dir(), key)
     raw = read_confined(d, "entry.json", limit=256 << 20)
     try:
-        doc = json.loads(raw.decode("utf-8")) if raw is not None else None
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        doc = json_value(raw.decode("utf-8")) if raw is not None else None
+    except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("key") != key:
         return None
@@ -106,7 +107,7 @@ def store(key: str, doc: dict, cubins: Mapping[str, bytes]) -> str:
     try:
         for name, data in cubins.items():
             write_confined(tmp, name, data)
-        write_confined(tmp, "entry.json", json.dumps({**doc, "key": key, "schema": SCHEMA}, indent=1).encode())
+        write_confined(tmp, "entry.json", json_text({**doc, "key": key, "schema": SCHEMA}).encode())
         if os.path.isdir(final):
             shutil.rmtree(final, ignore_errors=True)
         try:

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from ..ir.diagnostics import fail
 from ..ir.region import regions_json
 from ..ir.region_load import regions_from_json
+from ..ir.trampoline import json_text, json_value
 from . import cache, measure
 from .model import parameter_names, plan_memory, steps_of
 
@@ -114,7 +115,7 @@ def compile_model(c, inputs: Mapping[str, Any], arch: str, cc: tuple) -> Compile
     doc = {"model": c.origin, "arch": arch, "env": env, "params": sorted(params & _read(regions)),
            "regions": regions_json(regions), "memory": plan_memory(steps, env, params).to_json(),
            "kernels": kernels, "prices": prices(c, env, arch)}
-    doc = json.loads(json.dumps(doc, default=str))
+    doc = json_value(json_text(doc, default=str))  # JSON types only (the regions nest as deep as a fused chain)
     try:
         directory = cache.store(key, doc, cubins)
     except OSError as e:  # the cache only saves time: the model still runs
@@ -141,7 +142,7 @@ def _read(regions) -> set:
 
 
 def _from_doc(key: str, directory: str, doc: dict, from_cache: bool) -> CompiledModel:
-    return CompiledModel(key, directory, doc["model"], regions_from_json(json.loads(json.dumps(doc["regions"]))),
+    return CompiledModel(key, directory, doc["model"], regions_from_json(json_value(json_text(doc["regions"]))),
                          frozenset(doc["params"]), dict(doc["env"]), doc["arch"], list(doc["kernels"]),
                          dict(doc["prices"]), dict(doc["memory"]), from_cache)
 

@@ -273,6 +273,25 @@ def test_the_json_writer_writes_what_json_does_at_any_depth():
     assert trampoline.json_text(deep).count("{") == 3 * sys.getrecursionlimit() + 1
 
 
+def test_the_json_reader_reads_what_json_does_at_any_depth():
+    texts = [json.dumps(d, indent=k) for d in ({"a": [1, 2.5, None, True, {"x": [], "y": {}}], "b": 'é"\\n', "c": -0.0,
+                                                "d": [float("nan"), float("inf"), 1e300]}, [], {}, "x", [[[]]], 7)
+             for k in (None, 2)] + ['  {"a" :[ 1 ,{ }] , "a": 2 }  ']
+    for t in texts:
+        assert repr(trampoline.json_value(t)) == repr(json.loads(t)), t
+    for t in ["", "[", "[1,]", '{"a" 1}', '{"a": 1,}', "[1 2]", "{1: 2}", "[1] x", "]", '{"a": }', "tru"]:
+        with pytest.raises(json.JSONDecodeError):
+            trampoline.json_value(t)
+    deep = x = {}
+    for _ in range(3 * sys.getrecursionlimit()):
+        x["c"] = [{}]
+        x = x["c"][0]
+    got, levels = trampoline.json_value(trampoline.json_text(deep)), 0
+    while got:  # (== would recurse)
+        got, levels = got["c"][0], levels + 1
+    assert levels == 3 * sys.getrecursionlimit()
+
+
 def test_a_sum_of_many_terms_is_split_and_rebuilt_without_recursion(low_recursion_limit):
     """backend/gemm/concat.py on a left-deep sum of 1,000 reads (a model summing 300 GEMMs reached its walks, past
     the recursion limit; by hand, that model now compiles its regions and is E1504 at its kernel, below)."""
@@ -346,14 +365,12 @@ def test_the_hand_style_partition_copies_a_cast_through_a_long_chain_of_views_wi
         assert sum(q[i].op == Ops.PERMUTE for i in k.nodes) == 400
 
 
-def test_a_deep_region_reads_back_from_its_json_without_recursion(low_recursion_limit):
-    """ir/region_load.py (the compiled-model cache's loader) on a region whose reduce body is a 500-node chain
-    (unary and binary ops, transposes and selects in turn): the region read back is the region written."""
+def _deep_region():
+    """A region whose reduce body is a 500-node chain (unary and binary ops, transposes and selects in turn)."""
     from polysat.ir.dtypes import DType
     from polysat.ir.expr import Expr
-    from polysat.ir.region import (Buffer, Let, MemRef, Region, Yield, binary, pred, read, reduce, regions_json,
-                                   select, transpose, unary)
-    from polysat.ir.region_load import regions_from_json
+    from polysat.ir.region import (Buffer, Let, MemRef, Region, Yield, binary, pred, read, reduce, select, transpose,
+                                   unary)
     names, f32 = ("i", "k"), DType.fp32
     i, k = Expr.var("i"), Expr.var("k")
     x = read("X", (i, k), f32, names)
@@ -369,9 +386,33 @@ def test_a_deep_region_reads_back_from_its_json_without_recursion(low_recursion_
         else:
             v = select(pred((i - 2,), names), v, x, f32)
     body = reduce("sum", ["k"], v, f32, 0.0, names)
-    r = Region("deep", (("i", 8),), (("k", 4),), (Buffer("X", MemRef((8, 4), f32)),),
-               (Buffer("R", MemRef((8,), f32), "gmem", True),), (Let("r", body),), (Yield("r", "R", f32, ("i",)),))
+    return Region("deep", (("i", 8),), (("k", 4),), (Buffer("X", MemRef((8, 4), f32)),),
+                  (Buffer("R", MemRef((8,), f32), "gmem", True),), (Let("r", body),), (Yield("r", "R", f32, ("i",)),))
+
+
+def test_a_deep_region_reads_back_from_its_json_without_recursion(low_recursion_limit):
+    """ir/region_load.py (the compiled-model cache's loader): the region read back is the region written."""
+    from polysat.ir.region import regions_json
+    from polysat.ir.region_load import regions_from_json
+    r = _deep_region()
     assert regions_from_json(regions_json([r])) == [r]
+
+
+def test_a_compiled_model_with_a_deep_region_is_stored_and_loaded_without_recursion(tmp_path, monkeypatch,
+                                                                                     low_recursion_limit):
+    """runtime/cache.py writes and reads entry.json, runtime/compiled.py rebuilds the regions from it, with no frame
+    per level (the region nests 2 JSON levels per op; json's own encoder and decoder recurse per level)."""
+    from polysat.ir.region import regions_json
+    from polysat.runtime import cache
+    from polysat.runtime.compiled import _from_doc
+    monkeypatch.setenv("POLYSAT_MODEL_CACHE", str(tmp_path / "models"))
+    r = _deep_region()
+    doc = {"model": "m.json", "arch": "sm90", "env": {}, "params": [], "regions": regions_json([r]), "memory": {},
+           "kernels": [{"region": "deep", "kind": "playback"}], "prices": {}}
+    directory = cache.store("k" * 32, doc, {})
+    loaded, cubins = cache.load("k" * 32)
+    assert cubins == {} and loaded["kernels"] == doc["kernels"]
+    assert _from_doc("k" * 32, directory, loaded, True).regions == [r]
 
 
 def test_a_long_chain_of_pads_plays_back_without_recursion(tmp_path, capsys, low_recursion_limit):
