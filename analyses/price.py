@@ -31,13 +31,13 @@ from ..ir.diagnostics import PolysatError, fail
 from .buffers import SMEM_BUDGET, edges, halo_matters, staged_operands, staging_bytes
 from .devices import Device, device
 from .occupancy import bandwidth_share, best_shares, occupancy
+from .origin import SECTOR, at_origin
 from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
                         tile_footprint)
 from .poly_region import BoundRegion, BoundStatement, PolyRegion
 from .polycore import MAX_RECOMPUTE, analyze, bounded_recompute, default_tile, kstep, recompute_factors, stages
 from .roofline import roofline
 
-SECTOR = 32
 SIMT_EFF = 0.6  # estimate: fraction of fp32 peak elementwise/reduction code reaches (not FMA-only)
 PREDICATE_COST = 0.03  # estimate: share of compute time a predicated (guarded) access adds
 BASE_REGS = 32  # registers per thread besides accumulators and on-chip values (addresses, indices)
@@ -171,7 +171,7 @@ def _vector_width(b: BoundRegion, tile) -> int:
 def price_tile(region: PolyRegion, arch: "str | Device", tile: Mapping[str, int]) -> Cost:
     """The cost of `region` run with one given tile of its driver."""
     dev = device(arch)
-    return _price(region, dev, tuple(sorted(tile.items())))
+    return _price(at_origin(region), dev, tuple(sorted(tile.items())))
 
 
 @dataclass(frozen=True)
@@ -453,9 +453,11 @@ def candidate_tiles(b: BoundRegion, dev: Device) -> list:
 
 def price(region: PolyRegion, arch: "str | Device" = "sm90", tile: Mapping[str, int] | None = None) -> Cost:
     """The modelled cost of one region. With no tile, the cheapest of :func:`candidate_tiles`
-    that hits no STOP condition (or the cheapest of all when every one does)."""
+    that hits no STOP condition (or the cheapest of all when every one does). Priced on the region
+    :func:`at_origin` moves (the same price), so slices of one tensor at other offsets share one pricing."""
     dev = device(arch)
     try:
+        region = at_origin(region)
         if tile is not None:
             return _price(region, dev, tuple(sorted(tile.items())))
         return _best(region, dev)
