@@ -33,6 +33,7 @@ from ...ir.region import R
 
 # shared pieces, at their current homes
 from ...analyses.devices import Device, device
+from ...analyses.origin import SECTOR  # bytes a global memory transaction moves
 from ...analyses.roofline import clock_time, dram_time, roofline as compose
 from ..common.mma_search import L2_MISS
 from ..common.plan_search import SearchResult, prune, rank
@@ -44,7 +45,6 @@ STEP_NS = 40.0          # one lane step of a pass: a dependent global load (L2 h
 SHUFFLE_NS = 15.0       # one butterfly step of a warp reduction
 BARRIER_NS = 60.0       # a shared-memory round (two __syncthreads) of a group wider than a warp
 DRAM_LATENCY_NS = 1000.0  # a global load's round trip under load: bytes in flight per SM must cover BW x latency
-SECTOR = 32             # bytes a global memory transaction moves
 VEC_BYTES = 16          # widest per-thread global access (ld.global.v4.b32)
 FP32_LANES = 128        # fp32 ops per clock per SM
 LSU_LANES = 32          # global load instructions per clock per SM (one per lane)
