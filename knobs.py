@@ -98,7 +98,7 @@ def egraph_iters() -> int:
 
 def egraph_seconds() -> float:
     """POLYSAT_EGRAPH_SECONDS: CPU-second budget of one saturation; one egglog call still running at twice it
-    (at least 1 s) and 2 s more ends the process with E1505 (egraph/watchdog.py) (default 20)."""
+    (at least 1 s) and 2 s more ends a CLI command with E1505 (egraph/watchdog.py) (default 20)."""
     return _num("POLYSAT_EGRAPH_SECONDS", 20.0, float, lo=0)
 
 
@@ -110,7 +110,7 @@ def egraph_rows() -> int:
 
 def egraph_memory_mb() -> int:
     """POLYSAT_EGRAPH_MEMORY_MB: a saturation stops (rolling the last iteration back) when the process's resident
-    memory has grown by this many MiB since it began; one egglog call crossing it ends the process with E1505
+    memory has grown by this many MiB since it began; one egglog call crossing it ends a CLI command with E1505
     (egraph/watchdog.py) (default 4096)."""
     return _num("POLYSAT_EGRAPH_MEMORY_MB", 4096, lo=1)
 

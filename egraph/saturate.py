@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import re
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from .. import knobs
@@ -287,10 +288,7 @@ class _Driver:
         """One egglog call of sched, its matches and times added to the report, then rows and memory checked
         -> whether each of its iterations changed the e-graph."""
         lim = self.lim
-        if self.check:
-            with bounded(sched, self.cpu_until, self.rss0, lim.memory_mb):
-                report = _run_schedule(self.st, sched)
-        else:
+        with bounded(sched, self.cpu_until, self.rss0, lim.memory_mb) if self.check else nullcontext():
             report = _run_schedule(self.st, sched)
         for name, v in report.num_matches_per_rule.items():
             if v and name in self.rep.rules:
