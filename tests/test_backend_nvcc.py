@@ -12,10 +12,15 @@ from polysat.backend.common.spec import EpilogueOp
 from polysat.backend.gemm.spec import GemmSpec
 from polysat.backend.common.nvcc import check_many, missing_instructions
 from polysat.backend.gemm.plan import search
+from polysat.backend.gemm.prologue import Prologue, Source
 from polysat.backend.gemm.render import render
 from polysat.ir.dtypes import DType
 
 F16, BF16, F32 = DType.fp16, DType.bf16, DType.fp32
+SWIGLU = Prologue((Source("gu", "mk", F16, 2048, 0), Source("gu", "mk", F16, 2048, 1024)), (
+    ("mul", (("x", 0), ("c", -1.4426950408889634))), ("exp2", (("s", 0),)), ("add", (("s", 1), ("c", 1.0))),
+    ("reciprocal", (("s", 2),)), ("round_fp16", (("s", 3),)), ("mul", (("x", 0), ("s", 4))),
+    ("round_fp16", (("s", 5),)), ("mul", (("s", 6), ("x", 1))), ("round_fp16", (("s", 7),))))
 EVIL = 'b"); } __global__ void pwn(){ /*'
 
 CASES = {
@@ -41,6 +46,13 @@ CASES = {
             ("mul", (("v",), ("c", -1.4426950216293335))), ("exp2", (("s", 0),)), ("add", (("s", 1), ("c", 1.0))),
             ("reciprocal", (("s", 2),)), ("round_fp16", (("s", 3),)), ("mul", (("v",), ("s", 4))),
             ("round_fp16", (("s", 5),)), ("mul", (("s", 6), ("s", 6))), ("round_bf16", (("s", 7),)))))),
+    # A computed as its tile is filled (backend/gemm/prologue.py): SiLU(gate) x up from the two halves of the
+    # sibling GEMMs' [M, 2F] output, each fp16 step rounded; and an RMSNorm-like x * r[m] * g[k]
+    "prologue_swiglu": GemmSpec("pro_swiglu", 128, 512, 1024, a_prologue=SWIGLU),
+    "prologue_rows": GemmSpec("pro_rows", 200, 136, 264, b_layout="col", out_dtype=F32, a_prologue=Prologue((
+        Source("x", "mk", F16, 264), Source("r", "m", F32), Source("g", "k", F16)), (
+        ("mul", (("x", 0), ("x", 1))), ("round_fp16", (("s", 0),)), ("mul", (("s", 1), ("x", 2))),
+        ("round_fp16", (("s", 2),))))),
 }
 
 

@@ -3,8 +3,9 @@
 The named epilogue ops (scale, relu, gelu, silu, sigmoid) cover the activations a frontend spells; every other
 elementwise function of the accumulator (``y * y``, ``y * sigmoid(1.702 y)``, ``min(max(y, a), b)``, a value read
 several times) is its RB-SSA ops copied as a program: one step per op, in dependency order, each step's
-arguments the input value ``("v",)``, an earlier step ``("s", i)``, an fp32 constant ``("c", x)`` or a bool one
-``("b", p)``. An op the program computes in fp16 or bf16 (a half-precision model's SiLU or ``y * y``) is its
+arguments the input value ``("v",)``, an earlier step ``("s", i)``, an fp32 constant ``("c", x)``, a bool one
+``("b", p)`` or, in a program of several inputs (a GEMM's A-operand prologue, backend/gemm/prologue.py), the
+input ``("x", j)``. An op the program computes in fp16 or bf16 (a half-precision model's SiLU or ``y * y``) is its
 fp32 op followed by a rounding step (``round_fp16`` / ``round_bf16``: to the 16-bit type and back): a 16-bit
 add, mul, div or sqrt so computed is the correctly rounded 16-bit result (fp32 carries more than twice the
 16-bit significand), which is how the reference evaluator computes 16-bit ops too. The same program is the kernel's C code (:func:`c_lines`), the numpy meaning (:func:`evaluate`,
@@ -48,10 +49,12 @@ def _rounded(x: np.ndarray, dtype: DType) -> np.ndarray:
     return round_to(x, dtype).astype(np.asarray(x).dtype)
 
 
-def from_region(lets: Callable[[RNode], RNode], top: RNode, x_node: RNode) -> tuple[Step, ...] | None:
+def from_region(lets: Callable[[RNode], RNode], top: RNode, x_node: "RNode | None",
+                leaves: "Callable[[RNode], Arg | None] | None" = None) -> tuple[Step, ...] | None:
     """top as a program of x_node: fp32, fp16, bf16 (and bool) constants, unary, binary and value selects only,
     each 16-bit result rounded (``ROUND``); None when top reads memory, reduces, broadcasts, guards an index
-    or computes in another dtype (an integer)."""
+    or computes in another dtype (an integer). ``leaves(n)`` (a program of several inputs) names the nodes that
+    are inputs (``("x", j)``), None for the others."""
     steps: list[Step] = []
     at: dict[int, Arg] = {}
 
@@ -68,6 +71,10 @@ def from_region(lets: Callable[[RNode], RNode], top: RNode, x_node: RNode) -> tu
             return ("v",)
         if id(n) in at:
             return at[id(n)]
+        leaf = leaves(n) if leaves is not None else None
+        if leaf is not None:
+            at[id(n)] = leaf
+            return leaf
         if n.op == R.CONST and n.dtype in FLOATS:
             a: Arg = ("c", float(n.arg) if n.dtype == DType.fp32 else float(round_to(np.float32(n.arg), n.dtype)))
         elif n.op == R.CONST and n.dtype == DType.bool:
@@ -118,13 +125,16 @@ def from_region(lets: Callable[[RNode], RNode], top: RNode, x_node: RNode) -> tu
     return tuple(steps)
 
 
-def evaluate(steps: tuple[Step, ...], v: np.ndarray) -> np.ndarray:
-    """The program on v, computed in v's float type (fp32 for the kernel's meaning, fp64 for the probe)."""
+def evaluate(steps: tuple[Step, ...], v: np.ndarray, xs: tuple = ()) -> np.ndarray:
+    """The program on v (and the inputs xs, arrays broadcasting against v), computed in v's float type (fp32
+    for the kernel's meaning, fp64 for the probe)."""
     v = np.asarray(v)
     ft = v.dtype.type
     vals: list[Any] = []
 
     def arg(a: Arg):
+        if a[0] == "x":
+            return np.asarray(xs[a[1]], dtype=v.dtype)
         return v if a[0] == "v" else vals[a[1]] if a[0] == "s" else ft(a[1]) if a[0] == "c" else np.bool_(a[1])
 
     with np.errstate(all="ignore"):
@@ -150,10 +160,12 @@ def _literal(x: float) -> str:
     return f"{x:.9e}f"
 
 
-def c_lines(steps: tuple[Step, ...], var: str = "v") -> list[str]:
+def c_lines(steps: tuple[Step, ...], var: str = "v", inputs: tuple[str, ...] = ()) -> list[str]:
     """The program as C statements that replace the float var by its value (names ``f0, f1, ..`` local to a
-    block the caller opens)."""
+    block the caller opens); ``inputs[j]`` is the C expression of input ``("x", j)``."""
     def arg(a: Arg) -> str:
+        if a[0] == "x":
+            return inputs[a[1]]
         return var if a[0] == "v" else f"f{a[1]}" if a[0] == "s" else _literal(a[1]) if a[0] == "c" else \
             ("true" if a[1] else "false")
     lines = []
@@ -168,8 +180,8 @@ def c_lines(steps: tuple[Step, ...], var: str = "v") -> list[str]:
     return lines
 
 
-def check(steps: Any) -> str | None:
-    """Why steps is not a well-formed program, or None."""
+def check(steps: Any, n_inputs: int = 0) -> str | None:
+    """Why steps is not a well-formed program (of ``v`` and n_inputs inputs ``("x", j)``), or None."""
     if not isinstance(steps, tuple) or not steps or len(steps) > MAX_STEPS:
         return f"an fn epilogue is 1 to {MAX_STEPS} steps"
     kinds: list[str] = []
@@ -182,8 +194,10 @@ def check(steps: Any) -> str | None:
             return f"step {i}: unknown op {op!r} or wrong argument count"
         got = []
         for a in args:
-            if not isinstance(a, tuple) or not a or a[0] not in ("v", "s", "c", "b"):
+            if not isinstance(a, tuple) or not a or a[0] not in ("v", "s", "c", "b", "x"):
                 return f"step {i}: bad argument {a!r}"
+            if a[0] == "x" and not (len(a) == 2 and isinstance(a[1], int) and 0 <= a[1] < n_inputs):
+                return f"step {i}: argument {a!r} is not one of the {n_inputs} inputs"
             if a[0] == "s" and not (len(a) == 2 and isinstance(a[1], int) and 0 <= a[1] < i):
                 return f"step {i}: argument {a!r} is not an earlier step"
             if a[0] == "c" and not (len(a) == 2 and isinstance(a[1], float)):

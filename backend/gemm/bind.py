@@ -30,6 +30,7 @@ from ..common.epilogue import HALF, addend_source, peel_epilogue
 from ..common.region_match import (Aliases, Lets, Mismatch, RegionBinding, axis_size, axis_var, recogniser,
                                    row_major_input, the_yield, walk)
 from ..common.spec import EpilogueOp
+from . import prologue
 from .concat import merged
 from .spec import GemmSpec, packed_dims
 
@@ -143,6 +144,9 @@ def _bind(region: Region, name: str | None) -> "GemmBinding":
     (k_ax,) = acc.arg[1]
     if set(acc.axes) != set(y.axes):
         _reject(r, f"the reduction keeps axes [{', '.join(acc.axes)}], the output has [{', '.join(y.axes)}]")
+    got = _prologue_operand(r, lets, acc, y.axes, k_ax)
+    if got is not None:
+        return _bind_prologue(r, name, lets, y, out, top, acc, k_ax, *got)
     (x, xdt), (w, wdt) = (_operand(r, lets, s) for s in lets(acc.src[0]).src)
     if xdt != wdt:
         _reject(r, f"the operands are {xdt.value} and {wdt.value}; the MMA takes one input type")
@@ -183,6 +187,57 @@ def _bind(region: Region, name: str | None) -> "GemmBinding":
     stored = {"a": a_dims, "b": b_dims, "c": tuple(label[a] for a in y.axes)}  # non-packed orders: strided
     spec = replace(spec, **{f"{role}_dims": d for role, d in stored.items() if d != packed_dims(spec, role)})
     return GemmBinding(spec, tuple(al.pairs))
+
+
+def _prologue_operand(r: Region, lets: Lets, acc: RNode, out_axes: tuple, k_ax: str) -> "tuple | None":
+    """(prologue, operand type, B's read) when one factor of the product is A computed by a prologue
+    (:mod:`.prologue`) and the other a widened read of B; None when neither factor is a prologue. A prologue
+    GEMM has no batch: the output is [m, n]."""
+    if len(out_axes) != 2:
+        return None
+    m_ax, n_ax = out_axes[0], out_axes[1]
+    for a, b in (lets(acc.src[0]).src, lets(acc.src[0]).src[::-1]):
+        got = prologue.from_operand(r, lets, a, m_ax, k_ax)
+        if got is None:
+            continue
+        try:
+            w, wdt = _operand(r, lets, b)
+        except Mismatch:
+            return None
+        if wdt != got[1]:
+            _reject(r, f"the operands are {got[1].value} and {wdt.value}; the MMA takes one input type")
+        return got[0], wdt, w, m_ax, n_ax
+    return None
+
+
+def _bind_prologue(r: Region, name: "str | None", lets: Lets, y, out, top: RNode, acc: RNode, k_ax: str,
+                   pro: "prologue.Prologue", dtype: DType, w: RNode, m_ax: str, n_ax: str) -> "GemmBinding":
+    """The GEMM whose A is computed by a prologue: B a packed [k, n] or [n, k] read, no batch."""
+    b_name, b_axes = _read_axes(r, w, "operand")
+    if sorted(b_axes) != sorted((k_ax, n_ax)):
+        _reject(r, f"operand {b_name!r} reads axes [{', '.join(b_axes)}]; it must read [{k_ax}, {n_ax}]")
+    epilogue = peel_epilogue(lets, top, acc, y.cast, lambda n: _addend(r, lets, n, m_ax, n_ax, tuple(y.axes)),
+                             partial(_reject, r))
+    if y.cast not in (DType.fp16, DType.bf16, DType.fp32):
+        _reject(r, f"it writes {y.cast.value}; the template writes fp16, bf16 or fp32")
+    al = Aliases(r)
+    alias = {t: al(t, "a") for t in pro.tensors}  # in kernel-parameter order: the prologue's tensors, B, epilogue
+    pro = prologue.Prologue(tuple(replace(s, tensor=alias[s.tensor]) for s in pro.sources), pro.steps)
+    b_spec = al(b_name, "b")
+    size = partial(axis_size, r, reject=partial(_reject, r))
+    why = prologue.check(pro, size(m_ax), size(k_ax), dtype)
+    if why is not None:
+        _reject(r, why)
+    spec = GemmSpec(name or r.name, size(m_ax), size(n_ax), size(k_ax), in_dtype=dtype, out_dtype=y.cast,
+                    b_layout="row" if b_axes == (k_ax, n_ax) else "col", epilogue=al.epilogue(epilogue),
+                    a=_free_name(r, "A"), b=b_spec, c=out.name, a_prologue=pro)
+    return GemmBinding(spec, tuple(al.pairs))
+
+
+def _free_name(r: Region, stem: str) -> str:
+    """A name no tensor of r has (the computed A: never a kernel parameter)."""
+    taken = {b.name for b in (*r.inputs, *r.outputs)}
+    return next(x for x in (stem + "_" * i for i in range(len(taken) + 1)) if x not in taken)
 
 
 def _m_axis(r: Region, out_axes: tuple, a_axes: tuple, b_axes: tuple) -> str:

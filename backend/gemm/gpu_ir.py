@@ -24,8 +24,12 @@ def _sm80(spec: GemmSpec, plan: SchedulePlan) -> tuple[Stmt, ...]:
     wm, wn = plan.warp_tile
 
     def copies(slot: str, kt: str) -> tuple[Stmt, ...]:
-        return (S("CpAsync", tensor=spec.a, dst=f"smA[{slot}]", coords=f"(m0, {kt}*{bk})", bytes=2 * plan.vec_a,
-                  pred="row < M && col < K (zero-fill)"),
+        a = S("CpAsync", tensor=spec.a, dst=f"smA[{slot}]", coords=f"(m0, {kt}*{bk})", bytes=2 * plan.vec_a,
+              pred="row < M && col < K (zero-fill)")
+        if spec.a_prologue is not None:
+            a = _prologue(spec, f"smA[{slot}]", f"(m0, {kt}*{bk})", "ld.global.nc.v4 before the MMAs, "
+                          "fp32 fn + st.shared.v4 after them (register-staged)", token=False)
+        return (a,
                 S("CpAsync", tensor=spec.b, dst=f"smB[{slot}]", coords=f"({kt}*{bk}, n0)", bytes=2 * plan.vec_b,
                   pred="row < K && col < N (zero-fill)"))
 
@@ -59,7 +63,11 @@ def _sm90(spec: GemmSpec, plan: SchedulePlan) -> tuple[Stmt, ...]:
         S("Loop", var="tile", range="blockIdx.x..tiles step gridDim.x", role="persistent", body=(
             S("Loop", var="kt", range="0..ceil(K/64)-1", role="mainloop", body=(
                 S("Wait", ins=(f"tC[it-{st}]",), lowering="mbarrier.try_wait.parity empty[it%S]", skip_first=st),
-                S("MBarrierArriveExpectTx", mbarrier="full[it%S]", bytes=(bm + bn) * bk * 2),
+                S("MBarrierArriveExpectTx", mbarrier="full[it%S]",
+                  bytes=(bn if spec.a_prologue is not None else bm + bn) * bk * 2),
+                _prologue(spec, "smA[it%S]", "(m0, k0)", "128 producer threads: ld.global.nc.v4, fp32 fn, "
+                          "st.shared.v4 (128B swizzle), fence.proxy.async, mbarrier.arrive full[it%S]")
+                if spec.a_prologue is not None else
                 S("TmaLoad", dst_smem="smA[it%S]", desc="tmA", coords="(k0, m0)" if plan.a_kmajor else "(m0, k0)",
                   box=a_box, mbarrier="full[it%S]", out="tL[it]", kind="TokLoad"),
                 S("TmaLoad", dst_smem="smB[it%S]", desc="tmB", coords="(k0, n0)" if plan.b_kmajor else "(n0, k0)",
@@ -77,6 +85,14 @@ def _sm90(spec: GemmSpec, plan: SchedulePlan) -> tuple[Stmt, ...]:
         S("Role", name="producer", warpgroups="0", setmaxnreg=40 if nc >= 2 else None, body=producer),
         S("Role", name="consumer", warpgroups=f"1..{nc}", setmaxnreg=232 if nc >= 2 else None, body=consumer),
     )
+
+
+def _prologue(spec: GemmSpec, dst: str, coords: str, how: str, token: bool = True) -> Stmt:
+    """The A tile computed from the prologue's sources (backend/gemm/prologue.py) in place of its copy."""
+    p = spec.a_prologue
+    return S("PrologueA", sources=[f"{s.tensor}:{s.role}" for s in p.sources], steps=len(p.steps), dst=dst,
+             coords=coords, lowering=how, pred="row < M && col < K (else 0)", out="tL[it]" if token else None,
+             kind="TokLoad" if token else None)
 
 
 def build_gpu_ir(spec: GemmSpec, plan: SchedulePlan) -> GpuIR:

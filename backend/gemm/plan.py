@@ -50,6 +50,8 @@ def stop_reason(spec: GemmSpec, plan: SchedulePlan, dev: Device, best_vec: tuple
         return None
     if regs_estimate(plan) > 255:
         return f"registers ~{regs_estimate(plan)} > 255 (spills)"
+    if spec.a_prologue is not None and (bm * bk // 8) % plan.threads:
+        return "the prologue's 16-byte chunks of the A tile do not divide evenly among the threads"
     a_rows, a_cols = (bm, bk) if plan.a_kmajor else (bk, bm)
     b_rows, b_cols = (bn, bk) if plan.b_kmajor else (bk, bn)
     if not (_load_divides(a_rows, a_cols, plan.vec_a, plan.threads) and _load_divides(b_rows, b_cols, plan.vec_b, plan.threads)):

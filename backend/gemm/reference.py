@@ -15,6 +15,7 @@ import numpy as np
 from ...ir.diagnostics import fail
 from ...ir.dtypes import round_to
 from ..common.epilogue_fn import evaluate
+from . import prologue
 from .spec import GemmSpec, packed_dims
 
 
@@ -67,7 +68,11 @@ def check_inputs(spec: GemmSpec, inputs: Mapping[str, object], env: Mapping[str,
 def reference(spec: GemmSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str, int] | None = None) -> np.ndarray:
     check_inputs(spec, inputs, env)
     dts = spec.dtypes()
-    a = _packed(spec, "a", _f32(round_to(inputs[spec.a], dts[spec.a])))
+    if spec.a_prologue is not None:  # A computed from its sources (backend/gemm/prologue.py)
+        sz = spec.sizes(env)
+        a = prologue.evaluate(spec.a_prologue, inputs, sz["m"], sz["k"], spec.in_dtype)
+    else:
+        a = _packed(spec, "a", _f32(round_to(inputs[spec.a], dts[spec.a])))
     if spec.b_pieces:  # B is the concatenation of its pieces along N
         b = np.concatenate([_f32(round_to(inputs[p], dts[p])) for p, _ in spec.b_pieces],
                            axis=-1 if spec.b_layout == "row" else -2)
@@ -111,7 +116,7 @@ def random_inputs(spec: GemmSpec, env: Mapping[str, int] | None = None, seed: in
     out = {}
     for name in spec.inputs:
         x = rng.uniform(-1.0, 1.0, size=shapes[name]).astype(np.float32)
-        if name == spec.a or name in spec.b_names:
+        if name in spec.a_names or name in spec.b_names:
             x = x * operand_scale
         out[name] = round_to(x, dts[name])
     return out

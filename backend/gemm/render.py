@@ -18,10 +18,11 @@ A B concatenated along N (``spec.b_pieces``) is passed as one pointer / tensor m
 """
 from __future__ import annotations
 
+from ..common.epilogue_fn import c_lines
 from ..common.gpu_ir import check_tokens
 from ..common.layouts import sm90_operand
 from ..common.mma_plan import SchedulePlan
-from ..common.names import c_ident
+from ..common.names import c_ident, unique_idents
 from ..common.render import (CTYPE, KernelSource, Param, TmaOperand, cbool, epilogue_args, jinja_env, skeleton_header,
                              specialisation_hash)
 from .gpu_ir import build_gpu_ir
@@ -53,7 +54,8 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
     layouts = []
     if plan.skeleton == "sm90":
         layouts = [("la", sm90_operand(plan.a_kmajor, bm)), ("lb", sm90_operand(plan.b_kmajor, bn))]
-    src = jinja_env().get_template("gemm.cu.j2").render(layouts=layouts,
+    pro = _prologue_args(spec, plan) if spec.a_prologue is not None else None
+    src = jinja_env().get_template("gemm.cu.j2").render(layouts=layouts, pro=pro,
         kernel=kname, summary=summary, skeleton=plan.skeleton, plan_key=plan.key(), header=skeleton_header(),
         in_t=CTYPE[spec.in_dtype], out_t=CTYPE[spec.out_dtype], tensors=tensors, ops=ops, threads=plan.threads,
         bm=bm, bn=bn, bk=bk, wm=wm, wn=wn, stages=plan.stages, consumers=plan.warps[0],
@@ -62,7 +64,10 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
         bmap_params="".join(f", int {x}" for x in BATCH_MAP) if has_map else "",
         bmap_args="".join(f", {x}" for x in BATCH_MAP) if has_map else "")
     bs = [f"B{j}" for j in range(len(spec.b_pieces))] or ["B"]  # B, or one parameter per piece of B
-    if plan.skeleton == "sm90":
+    if pro is not None:  # A computed from the prologue's tensors, passed in its place
+        params = [Param(t["ident"], "ptr", t["tensor"]) for t in pro["tensors"]]
+        params += [Param("tmB", "tmap", "B")] if plan.skeleton == "sm90" else [Param("B", "ptr", "B")]
+    elif plan.skeleton == "sm90":
         params = [Param("tmA", "tmap", "A")] + [Param("tm" + b, "tmap", b) for b in bs]
     else:
         params = [Param("A", "ptr", "A")] + [Param(b, "ptr", b) for b in bs]
@@ -75,10 +80,31 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
     if has_map:
         params += [Param(x, "i32", x) for x in BATCH_MAP]
     tma: tuple[TmaOperand, ...] = ()
-    if plan.skeleton == "sm90":
+    if plan.skeleton == "sm90" and pro is not None:
+        tma = (_tma("B", layouts[1][1], "n", False),)
+    elif plan.skeleton == "sm90":
         tma = (_tma("A", layouts[0][1], "m", a_rank3, _tma_strides(spec, "a"), _batch_dim(spec, "a")),) + tuple(
             _tma(b, layouts[1][1], "n", b_rank3, _tma_strides(spec, "b"), _batch_dim(spec, "b")) for b in bs)
     return KernelSource(kname, plan.arch, plan.skeleton, src, plan.threads, plan.smem_bytes, tuple(params), tma, plan, spec)
+
+
+def _prologue_args(spec: GemmSpec, plan: SchedulePlan) -> dict:
+    """The template arguments of an A prologue (backend/gemm/prologue.py): its tensors (kernel parameters), the
+    chunked sources (16-byte loads: mk and k), the per-row ones, the fp32 program's C lines and, on sm90, the
+    passes a producer thread loads at once (its 40 registers: at most 8 for the loaded chunks; more spill)."""
+    p = spec.a_prologue
+    idents = dict(zip(p.tensors, unique_idents(p.tensors, "p_"), strict=True))
+    dts = spec.dtypes()
+    chunked = [s for s in p.sources if s.role != "m"]
+    inputs = tuple(f"x[{chunked.index(s)}]" if s.role != "m" else f"polysat::to_f32({idents[s.tensor]}[m])"
+                   for s in p.sources)
+    rows = list(dict.fromkeys(s.tensor for s in p.sources if s.role == "m"))
+    passes = plan.tile[0] * (plan.tile[2] // 8) // 128
+    chunk = max(c for c in range(1, passes + 1) if passes % c == 0 and c * len(chunked) * 4 <= 8) if chunked else 1
+    return {"tensors": [{"ident": idents[t], "tensor": t, "ctype": CTYPE[dts[t]]} for t in p.tensors],
+            "chunked": [{"ident": idents[s.tensor], "ld": s.ld if s.role == "mk" else 0, "col": s.col} for s in chunked],
+            "rows": [{"ident": idents[t], "ctype": CTYPE[dts[t]]} for t in rows],
+            "lines": c_lines(p.steps, "v", inputs), "chunk": chunk}
 
 
 def _pieces(spec: GemmSpec) -> list:

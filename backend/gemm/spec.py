@@ -25,6 +25,10 @@ it is broadcast along the others. Flat batch index t (over C's batch dims) reads
 (t / div) % mod (:func:`batch_map`): an operand reading the trailing batch dims has div 1, one reading
 the leading ones has div = the product of the trailing ones.
 
+A may instead be computed as its tile is filled (``a_prologue``, :mod:`.prologue`): an elementwise function of
+[M, K]-shaped, per-K and per-M reads (SiLU(gate) x up read from the sibling GEMMs' output), never written out;
+then ``a`` names no tensor, the kernel reads the prologue's tensors in its place, and there is no batch.
+
 Sizes are ints or symbol names (runtime parameters, bound by ``env`` at launch).
 """
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any, Mapping
 from ...ir.diagnostics import fail
 from ...ir.dtypes import DType
 from ..common import epilogue_fn
+from . import prologue as pro_
 from ..common.spec import (EPILOGUE_KINDS, IN_DTYPES, OUT_DTYPES, EpilogueOp, Size, check_sizes, epilogue_dtypes,
                            epilogue_tensors, parse_spec_dtype, resolve_size, symbols_of)
 
@@ -62,6 +67,7 @@ class GemmSpec:
     a_dims: tuple[str, ...] = ()  # storage order of A's dims (labels b0.., m, k); () = packed
     b_dims: tuple[str, ...] = ()
     c_dims: tuple[str, ...] = ()
+    a_prologue: "pro_.Prologue | None" = None  # A computed from these reads (no A tensor)
 
     def dims(self, role: str) -> tuple[str, ...]:
         """Storage order of role's dims ("a", "b" or "c"): the labels b0.. (batch), m, n, k."""
@@ -116,6 +122,9 @@ class GemmSpec:
         size = {"m": s["m"], "n": s["n"], "k": s["k"], **{f"b{i}": d for i, d in enumerate(bdims)}}
         out = {t: tuple(size[x] for x in self.dims(r)) for t, r in ((self.a, "a"), (self.b, "b"), (self.c, "c"))}
         m, n, k = s["m"], s["n"], s["k"]
+        if self.a_prologue is not None:
+            del out[self.a]
+            out.update(pro_.shapes(self.a_prologue, m, k))
         for p, w in self.b_pieces:
             out[p] = (k, w) if self.b_layout == "row" else (w, k)
         for op in self.epilogue:
@@ -126,13 +135,19 @@ class GemmSpec:
         return out
 
     def dtypes(self) -> dict[str, DType]:
-        return {self.a: self.in_dtype, self.b: self.in_dtype, self.c: self.out_dtype,
+        a = {s.tensor: s.dtype for s in self.a_prologue.sources} if self.a_prologue else {self.a: self.in_dtype}
+        return {**a, self.b: self.in_dtype, self.c: self.out_dtype,
                 **{p: self.in_dtype for p, _ in self.b_pieces}, **epilogue_dtypes(self.epilogue)}
+
+    @property
+    def a_names(self) -> tuple[str, ...]:
+        """The tensors A is read from: A itself, or its prologue's tensors."""
+        return self.a_prologue.tensors if self.a_prologue else (self.a,)
 
     @property
     def inputs(self) -> tuple[str, ...]:
         """Tensor names the kernel reads, in kernel-parameter order."""
-        return (self.a, *self.b_names) + epilogue_tensors(self.epilogue)
+        return (*self.a_names, *self.b_names) + epilogue_tensors(self.epilogue)
 
     def flops(self, env: Mapping[str, int] | None = None) -> int:
         s = self.sizes(env)
@@ -145,6 +160,7 @@ class GemmSpec:
                 "a_broadcast": self.a_broadcast, "b_broadcast": self.b_broadcast,
                 "epilogue": [op.to_json() for op in self.epilogue], "a": self.a, "b": self.b, "c": self.c,
                 **({"b_pieces": [list(p) for p in self.b_pieces]} if self.b_pieces else {}),
+                **({"a_prologue": self.a_prologue.to_json()} if self.a_prologue else {}),
                 **{f"{r}_dims": list(getattr(self, f"{r}_dims")) for r in "abc" if getattr(self, f"{r}_dims")}}
 
     @staticmethod
@@ -163,6 +179,8 @@ class GemmSpec:
                             a_broadcast=bool(d.get("a_broadcast", False)), b_broadcast=bool(d.get("b_broadcast", False)),
                             epilogue=ops, a=d.get("a", "A"), b=d.get("b", "B"), c=d.get("c", "C"),
                             b_pieces=tuple((str(p), int(w)) for p, w in d.get("b_pieces", ())),
+                            a_prologue=pro_.Prologue.from_json(d["a_prologue"], lambda x: parse_spec_dtype(x, at))
+                            if d.get("a_prologue") else None,
                             **{f"{r}_dims": tuple(map(str, d.get(f"{r}_dims", ()))) for r in "abc"})
         except (KeyError, TypeError, ValueError) as e:
             fail("MalformedStructure", at, f"GEMM spec field missing or malformed: {e}")
@@ -265,7 +283,13 @@ def validate(s: GemmSpec) -> None:
     _check_dims(s, at)
     if s.b_pieces and s.strided:
         fail("InvalidAttribute", at, "b_pieces take packed operands")
-    names = [s.a, *s.b_names, s.c]
+    names = [*s.a_names, *s.b_names, s.c]
+    if s.a_prologue is not None:
+        why = pro_.check(s.a_prologue, s.m, s.k, s.in_dtype)
+        if why is None and (s.batch or s.strided or s.a_layout != "row"):
+            why = "a prologue GEMM has no batch and a packed row-major A"
+        if why is not None:
+            fail("InvalidAttribute", at, why)
     if s.b_pieces:
         if s.batch or any(not isinstance(w, int) or w < 1 for _, w in s.b_pieces) or len(s.b_pieces) < 2:
             fail("InvalidAttribute", at, "b_pieces: two or more (tensor, width) pieces with positive int widths, no batch")

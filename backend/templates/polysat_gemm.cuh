@@ -709,4 +709,133 @@ __device__ __forceinline__ void gemm_sm90_pieces(const void* tmA, const void* co
                                                                      (N + BN - 1) / BN, 1, K, smem_raw);
 }
 
+
+// =============================================================================================
+// A computed as its tile is filled (backend/gemm/prologue.py): A[m, k] = Fn::f(sources at (m, k)), each source
+// ("mk" [M, ld] at (m, col + k), or "k" [K]) read 8 16-bit elements (16 bytes) at a time, the value computed
+// in fp32 (Fn rounds each 16-bit step as the reference does) and stored as T into the K-major A tile.
+// Outside the matrix (m >= M or k >= K; K % 8 == 0) the tile holds 0. Fn (generated per kernel) gives NS
+// chunked sources src[s] with row strides ld[s] (0: a "k" source) and columns col[s], and f(x, m).
+// =============================================================================================
+__device__ __forceinline__ uint4 load_v4(const void* p, bool pred) {
+  uint4 v;
+  asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\nmov.b32 %0, 0;\nmov.b32 %1, 0;\nmov.b32 %2, 0;\nmov.b32 %3, 0;\n"
+               "@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "r"((int)pred));
+  return v;
+}
+__device__ __forceinline__ void store_v4(unsigned char* tile, int off, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_u32(tile) + off), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w) : "memory");
+}
+template <class T> __device__ __forceinline__ float bits_to_f32(u32 h);
+template <> __device__ __forceinline__ float bits_to_f32<__half>(u32 h) { return __half2float(__ushort_as_half((unsigned short)h)); }
+template <> __device__ __forceinline__ float bits_to_f32<__nv_bfloat16>(u32 h) { return __uint_as_float(h << 16); }
+template <class T> __device__ __forceinline__ u32 f32_to_bits(float x);
+template <> __device__ __forceinline__ u32 f32_to_bits<__half>(float x) { return __half_as_ushort(__float2half_rn(x)); }
+template <> __device__ __forceinline__ u32 f32_to_bits<__nv_bfloat16>(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ u32 word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// byte offset of the 16-byte chunk (row, 8 kc .. 8 kc + 7) in one ring slot of the K-major A tile:
+// sm80 the [ROWS][BK] xor-16B tile ldmatrix reads (swz_offset), sm90 rows of 128 bytes, 128B-swizzled (TMA's)
+template <int BK>
+struct KPlaceSm80 {
+  static POLYSAT_HD int offset(int row, int kc) { return 2 * swz_offset<BK>(row, kc * 8); }
+};
+struct KPlaceSm90 {
+  static POLYSAT_HD int offset(int row, int kc) { return (row << 7) ^ ((row & 7) << 4) ^ (kc << 4); }
+};
+
+// PASSES chunks per thread per k tile: chunk c = tid + p * THREADS is row c / CPR, k chunk c % CPR.
+// fetch() loads CHUNK passes into registers, land() computes and stores them.
+template <class T, class Fn, int ROWS, int BK, int THREADS, int CHUNK, class Place>
+struct PrologueTile {
+  static constexpr int CPR = BK / 8, PASSES = ROWS * CPR / THREADS;
+  static_assert(BK % 8 == 0 && (ROWS * CPR) % THREADS == 0 && PASSES % CHUNK == 0,
+                "the prologue tile must divide evenly among the threads");
+  Fn fn;
+  int m0, M, K;
+  uint4 raw[CHUNK][Fn::NS];
+  __device__ __forceinline__ void fetch(int k0, int tid, int p0) {
+#pragma unroll
+    for (int p = 0; p < CHUNK; ++p) {
+      const int c = tid + (p0 + p) * THREADS, m = m0 + c / CPR, k = k0 + (c % CPR) * 8;
+      const bool in = m < M && k < K;
+#pragma unroll
+      for (int s = 0; s < Fn::NS; ++s)
+        raw[p][s] = load_v4(fn.src[s] + (in ? (long long)m * fn.ld[s] + fn.col[s] + k : 0), in);
+    }
+  }
+  __device__ __forceinline__ void land(unsigned char* tile, int k0, int tid, int p0) const {
+#pragma unroll
+    for (int p = 0; p < CHUNK; ++p) {
+      const int c = tid + (p0 + p) * THREADS, row = c / CPR, kc = c % CPR, m = m0 + row;
+      const bool in = m < M && k0 + kc * 8 < K;
+      u32 out[4];
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        u32 h[2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          float x[Fn::NS];
+#pragma unroll
+          for (int s = 0; s < Fn::NS; ++s) x[s] = bits_to_f32<T>((word(raw[p][s], e >> 1) >> (16 * q)) & 0xffffu);
+          h[q] = in ? f32_to_bits<T>(fn.f(x, m)) : 0u;
+        }
+        out[e >> 1] = h[0] | (h[1] << 16);
+      }
+      store_v4(tile, Place::offset(row, kc), make_uint4(out[0], out[1], out[2], out[3]));
+    }
+  }
+};
+
+// sm80: the A producer of mainloop_sm80, register-staged (fetch before the MMAs, land after them).
+template <class T, class Fn, int BM, int BK, int THREADS>
+struct PrologueSm80 {
+  PrologueTile<T, Fn, BM, BK, THREADS, BM * (BK / 8) / THREADS, KPlaceSm80<BK>> t;
+  int k0 = 0;
+  __device__ __forceinline__ void fetch(T*, int kt, int tid) { k0 = kt * BK; t.fetch(k0, tid, 0); }
+  __device__ __forceinline__ void land(T* tile, int tid) const { t.land(reinterpret_cast<unsigned char*>(tile), k0, tid, 0); }
+};
+
+// sm90: the gathered A operand of ws_sm90 (the producer warpgroup's 128 threads), CHUNK passes at a time.
+template <class T, class Fn, int BM, int CHUNK>
+struct PrologueSm90 {
+  static constexpr bool kGather = true;
+  static constexpr int kTmaBytes = 0;
+  PrologueTile<T, Fn, BM, 64, 128, CHUNK, KPlaceSm90> t;
+  __device__ __forceinline__ void issue(unsigned char*, u64*, int, int, int) const {}
+  __device__ __forceinline__ void gather(unsigned char* dst, int tm, int k0, int, int tid) {
+    t.m0 = tm * BM;
+#pragma unroll
+    for (int p0 = 0; p0 < t.PASSES; p0 += CHUNK) {
+      t.fetch(k0, tid, p0);
+      t.land(dst, k0, tid, p0);
+    }
+  }
+};
+
+template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool B_KMAJOR, int VEC_B, class Fn, class Epi>
+__device__ __forceinline__ void gemm_sm80_prologue(const Fn& fn, const T* __restrict__ B, const Epi& epi, int M, int N,
+                                                   int K, unsigned char* smem, long long b_ld = 0) {
+  constexpr int THREADS = WM * WN * 32;
+  constexpr int B_ROWS = B_KMAJOR ? BN : BK, B_COLS = B_KMAJOR ? BK : BN;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  PrologueSm80<T, Fn, BM, BK, THREADS> pa{{fn, m0, M, K}};
+  TileProducer<T, B_KMAJOR, B_ROWS, B_COLS, VEC_B, THREADS, BK> pb{B, n0, N, K, b_ld};
+  float acc[BM / WM / 16][BN / WN / 8][4];
+  mainloop_sm80<T, BM, BN, BK, WM, WN, STAGES, true, B_KMAJOR>(pa, pb, K, smem, acc);
+  store_acc_sm80<BM, BN, WM, WN>(epi, acc, 0, m0, n0);
+}
+
+template <class T, int BM, int BN, int STAGES, int NC, bool B_KMAJOR, class LA, class LB, int CHUNK, class Fn, class Epi>
+__device__ __forceinline__ void gemm_sm90_prologue(const Fn& fn, const void* tmB, const Epi& epi, int M, int N, int K,
+                                                   unsigned char* smem_raw) {
+  PrologueSm90<T, Fn, BM, CHUNK> pa{{fn, 0, M, K}};
+  TmaOperand<B_KMAJOR, false, LB, BN> pb{tmB};
+  const StoreOut<Epi> out{epi};
+  ws_sm90<T, BM, BN, STAGES, NC, true, B_KMAJOR, LA, LB, 40, 232>(pa, pb, out, (M + BM - 1) / BM, (N + BN - 1) / BN, 1,
+                                                                  K, smem_raw);
+}
+
 }  // namespace polysat

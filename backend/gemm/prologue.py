@@ -1,0 +1,171 @@
+"""A GEMM's A-operand prologue: A[m, k] computed from reads as the CTA's A tile is filled, never written out.
+
+``A[m, k] = round_to_in_dtype(f(x_0, .., x_j))`` where each input x_i is a read of a :class:`Source`:
+
+* ``mk``: a 2-D packed tensor [M, ld] read at (m, k + col) (the gate and up halves of the sibling GEMMs'
+  concatenation: ld = 2F, col = 0 and F);
+* ``k``: a vector along K (a per-channel weight, RMSNorm's g);
+* ``m``: a vector along M (a per-row scale).
+
+f is an :mod:`..common.epilogue_fn` program of the inputs (``("x", i)``), computed in fp32 with each 16-bit step
+rounded as the reference evaluator rounds it; its last step rounds to the operand type (the region's operand
+is ``cast:fp32(X)`` of a 16-bit X), so the tile the MMA reads holds exactly the reference's A. The ``mk`` and
+``k`` sources are 16-bit and read 8 elements (16 bytes) at a time: ld, col and K are multiples of 8. Outside
+the matrix (m >= M, k >= K) the tile holds 0, as a plain operand's zero-filled copy does.
+
+The region form (``from_operand``): the contraction's A operand ``cast:fp32(X)``, X a read-free 16-bit function
+of such reads (backend/gemm/bind.py tries it when the operand is not a widened read).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ...ir.dtypes import DType, round_to
+from ...ir.expr import Expr
+from ...ir.region import R, Region, RNode
+from ..common import epilogue_fn
+from ..common.epilogue import HALF
+from ..common.region_match import Lets, axis_var
+
+ROLES = ("mk", "k", "m")
+CHUNK = 8  # elements of one 16-byte load of a 16-bit mk / k source
+
+
+@dataclass(frozen=True)
+class Source:
+    tensor: str
+    role: str  # "mk", "k" or "m"
+    dtype: DType
+    ld: int = 0  # mk: the row stride (the tensor is [M, ld])
+    col: int = 0  # mk: the column of k = 0
+
+    def to_json(self) -> dict:
+        return {"tensor": self.tensor, "role": self.role, "dtype": self.dtype.value, "ld": self.ld, "col": self.col}
+
+
+@dataclass(frozen=True)
+class Prologue:
+    sources: tuple[Source, ...]
+    steps: tuple  # an epilogue_fn program of the inputs ("x", i), source i
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        """The tensors the prologue reads, each once, in source order."""
+        return tuple(dict.fromkeys(s.tensor for s in self.sources))
+
+    def to_json(self) -> dict:
+        return {"sources": [s.to_json() for s in self.sources], "steps": epilogue_fn.to_json(self.steps)}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any], parse_dtype: Callable[[Any], DType]) -> "Prologue":
+        return Prologue(tuple(Source(str(s["tensor"]), str(s["role"]), parse_dtype(s["dtype"]), int(s.get("ld", 0)),
+                                     int(s.get("col", 0))) for s in d["sources"]),
+                        epilogue_fn.from_json(d["steps"]))
+
+
+def check(p: Prologue, m: Any, k: Any, in_dtype: DType) -> str | None:
+    """Why p is not a prologue the template computes for an [m, k] A of in_dtype, or None."""
+    if not any(s.role != "m" for s in p.sources):
+        return "a prologue reads at least one source along K (mk or k)"
+    why = epilogue_fn.check(p.steps, len(p.sources))
+    if why is not None:
+        return f"prologue: {why}"
+    if p.steps[-1][0] != epilogue_fn.ROUND.get(in_dtype):
+        return f"the prologue's last step must round to the operand type {in_dtype.value}"
+    for s in p.sources:
+        if s.role not in ROLES:
+            return f"prologue source {s.tensor!r}: role {s.role!r}; roles: {', '.join(ROLES)}"
+        if s.role == "m" and s.dtype not in (*HALF, DType.fp32):
+            return f"prologue source {s.tensor!r} is {s.dtype.value}; a per-row source is fp16, bf16 or fp32"
+        if s.role != "m" and s.dtype != in_dtype:
+            return (f"prologue source {s.tensor!r} is {s.dtype.value}; the template loads tiles of the operand "
+                    f"type {in_dtype.value}")
+        if s.role == "mk" and not (isinstance(k, int) and s.ld >= s.col + k and s.col >= 0):
+            return f"prologue source {s.tensor!r}: columns {s.col}..{s.col}+K exceed its row of {s.ld}"
+        if s.role == "mk" and (s.ld % CHUNK or s.col % CHUNK):
+            return f"prologue source {s.tensor!r}: row stride {s.ld} and column {s.col} must be multiples of {CHUNK}"
+    if not isinstance(k, int) or k % CHUNK:
+        return f"a prologue needs K a multiple of {CHUNK} (16-byte loads), got {k}"
+    return None
+
+
+def shapes(p: Prologue, m: int, k: int) -> dict[str, tuple[int, ...]]:
+    return {s.tensor: (m, s.ld) if s.role == "mk" else (k,) if s.role == "k" else (m,) for s in p.sources}
+
+
+def evaluate(p: Prologue, inputs: Mapping[str, np.ndarray], m: int, k: int, in_dtype: DType) -> np.ndarray:
+    """The [m, k] A the prologue computes, in fp32 (each value representable in in_dtype)."""
+    xs = []
+    for s in p.sources:
+        x = np.asarray(round_to(np.asarray(inputs[s.tensor]), s.dtype)).astype(np.float32)
+        xs.append(x[:, s.col:s.col + k] if s.role == "mk" else x[None, :] if s.role == "k" else x[:, None])
+    a = epilogue_fn.evaluate(p.steps, np.zeros((m, k), np.float32), tuple(xs))
+    return np.asarray(round_to(a, in_dtype)).astype(np.float32)
+
+
+# ---- the region form ----------------------------------------------------------------------------
+
+def from_operand(r: Region, lets: Lets, n: RNode, m_ax: str, k_ax: str) -> "tuple[Prologue, DType] | None":
+    """The operand node n as a prologue over axes (m_ax, k_ax), and the operand type; None when n is not
+    ``cast:fp32(X)`` of a 16-bit read-free function X of mk / k / m reads."""
+    n = lets(n)
+    if not (n.op == R.UNARY and n.arg == "cast" and n.dtype == DType.fp32):
+        return None
+    x = lets(n.src[0])
+    if x.dtype not in HALF or x.op == R.READ:
+        return None
+    sources: list[Source] = []
+    bad: list[str] = []
+
+    def leaf(node: RNode):
+        if node.op != R.READ:
+            return None
+        s = _source(r, node, m_ax, k_ax)
+        if s is None:
+            bad.append(node.arg[0])
+            return None
+        if s not in sources:
+            sources.append(s)
+        return ("x", sources.index(s))
+
+    steps = epilogue_fn.from_region(lets, x, None, leaf)
+    if steps is None or bad or not sources:
+        return None
+    if steps[-1][0] != epilogue_fn.ROUND[x.dtype]:  # a 16-bit step's rounding ends the program
+        return None
+    return Prologue(tuple(sources), steps), x.dtype
+
+
+def _source(r: Region, node: RNode, m_ax: str, k_ax: str) -> "Source | None":
+    """A read as a prologue source: [m, k + c] of a packed [M, ld] tensor, [k] or [m]; None otherwise."""
+    tensor, index = node.arg
+    buf = next((b for b in r.inputs if b.name == tensor), None)
+    if buf is None or buf.memref.layout.kind != "row_major" or not all(isinstance(d, int) for d in buf.memref.shape):
+        return None
+    dims = [(e, d) for e, d in zip(index, buf.memref.shape, strict=True)
+            if not (e.is_const and e.constant == 0 and d == 1)]  # size-1 dims read at 0: dropped
+    sizes = r.axis_sizes
+    if len(dims) == 1:
+        (e, d), = dims
+        v = axis_var(e)
+        if v in (m_ax, k_ax) and d == sizes[v]:
+            return Source(tensor, "m" if v == m_ax else "k", node.dtype)
+        return None
+    if len(dims) != 2:
+        return None
+    (em, dm), (ek, dk) = dims
+    col = _offset(ek, k_ax)
+    if axis_var(em) != m_ax or dm != sizes[m_ax] or col is None:
+        return None
+    return Source(tensor, "mk", node.dtype, ld=dk, col=col)
+
+
+def _offset(e: Expr, axis: str) -> "int | None":
+    """c when e is ``axis + c`` with a constant c >= 0, else None."""
+    if e.variables() != {axis}:
+        return None
+    c = e - Expr.var(axis)
+    return c.constant if c.is_const and c.constant >= 0 else None
