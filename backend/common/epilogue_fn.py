@@ -125,8 +125,8 @@ def from_region(lets: Callable[[RNode], RNode], top: RNode, x_node: "RNode | Non
     return tuple(steps)
 
 
-def evaluate(steps: tuple[Step, ...], v: np.ndarray, xs: tuple = ()) -> np.ndarray:
-    """The program on v (and the inputs xs, arrays broadcasting against v), computed in v's float type (fp32
+def evaluate(steps: tuple[Step, ...], v: np.ndarray, inputs: tuple = ()) -> np.ndarray:
+    """The program on v (and the inputs, arrays broadcasting against v), computed in v's float type (fp32
     for the kernel's meaning, fp64 for the probe)."""
     v = np.asarray(v)
     ft = v.dtype.type
@@ -134,7 +134,7 @@ def evaluate(steps: tuple[Step, ...], v: np.ndarray, xs: tuple = ()) -> np.ndarr
 
     def arg(a: Arg):
         if a[0] == "x":
-            return np.asarray(xs[a[1]], dtype=v.dtype)
+            return np.asarray(inputs[a[1]], dtype=v.dtype)
         return v if a[0] == "v" else vals[a[1]] if a[0] == "s" else ft(a[1]) if a[0] == "c" else np.bool_(a[1])
 
     with np.errstate(all="ignore"):
