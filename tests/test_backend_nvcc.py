@@ -21,6 +21,10 @@ SWIGLU = Prologue((Source("gu", "mk", F16, 2048, 0), Source("gu", "mk", F16, 204
     ("mul", (("x", 0), ("c", -1.4426950408889634))), ("exp2", (("s", 0),)), ("add", (("s", 1), ("c", 1.0))),
     ("reciprocal", (("s", 2),)), ("round_fp16", (("s", 3),)), ("mul", (("x", 0), ("s", 4))),
     ("round_fp16", (("s", 5),)), ("mul", (("s", 6), ("x", 1))), ("round_fp16", (("s", 7),))))
+PAIR = (("round_fp16", (("v",),)), ("mul", (("s", 0), ("c", -1.4426950408889634))), ("exp2", (("s", 1),)),
+        ("add", (("s", 2), ("c", 1.0))), ("reciprocal", (("s", 3),)), ("round_fp16", (("s", 4),)),
+        ("mul", (("s", 0), ("s", 5))), ("round_fp16", (("s", 6),)), ("round_fp16", (("x", 0),)),
+        ("mul", (("s", 7), ("s", 8))), ("round_fp16", (("s", 9),)))
 EVIL = 'b"); } __global__ void pwn(){ /*'
 
 CASES = {
@@ -53,6 +57,8 @@ CASES = {
         Source("x", "mk", F16, 264), Source("r", "m", F32), Source("g", "k", F16)), (
         ("mul", (("x", 0), ("x", 1))), ("round_fp16", (("s", 0),)), ("mul", (("s", 1), ("x", 2))),
         ("round_fp16", (("s", 2),))))),
+    # two sibling GEMMs combined column by column: SiLU(x @ W_gate) * (x @ W_up), each fp16 step rounded
+    "pair_swiglu": GemmSpec("pair_swiglu", 200, 1024, 256, b_pieces=(("wg", 512), ("wu", 512)), pair=PAIR),
 }
 
 

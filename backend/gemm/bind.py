@@ -32,6 +32,7 @@ from ..common.region_match import (Aliases, Lets, Mismatch, RegionBinding, axis_
 from ..common.spec import EpilogueOp
 from . import prologue
 from .concat import merged
+from .paired import paired
 from .spec import GemmSpec, packed_dims
 
 
@@ -115,6 +116,13 @@ def bind(region: Region, name: str | None = None) -> "GemmBinding":
     """The region as a GemmSpec plus its tensor binding, or NoBind saying why it is not a GEMM. A
     region that yields the concatenation along N of sibling contractions (rules/siblings.egg) binds as
     one GEMM whose B is the concatenation of theirs (backend/gemm/concat.py)."""
+    pair = paired(region)
+    if pair is not None:  # two sibling GEMMs combined column by column (backend/gemm/paired.py)
+        one, pieces, steps = pair
+        g = _bind(one, name)
+        spec = replace(g.spec, b_pieces=pieces, pair=steps)
+        have = dict(g.tensors)
+        return GemmBinding(spec, tuple((n, have.get(n, n)) for n in spec.inputs))
     got = merged(region)
     if got is None:
         return _bind(region, name)

@@ -30,7 +30,10 @@ def _load_divides(rows: int, cols: int, vec: int, threads: int) -> bool:
 def stop_reason(spec: GemmSpec, plan: SchedulePlan, dev: Device, best_vec: tuple[int, int]) -> str | None:
     """Why the STOP conditions drop this candidate (None: it survives)."""
     bm, bn, bk = plan.tile
-    if any(w % bn for _, w in spec.b_pieces):
+    if spec.pair and (spec.b_pieces[0][1] % (bn // 2) or (plan.skeleton == "sm90" and bn % 128)):
+        return (f"BN {bn}: a pair tile holds BN/2 columns of each piece of B ({spec.b_pieces[0][1]} wide)"
+                + (" in whole 64-column boxes" if plan.skeleton == "sm90" else ""))
+    if not spec.pair and any(w % bn for _, w in spec.b_pieces):
         return f"BN {bn} does not divide every piece of B ({', '.join(str(w) for _, w in spec.b_pieces)}): a tile would straddle two"
     if smem := smem_reason(plan, dev):
         return smem

@@ -88,6 +88,9 @@ def reference(spec: GemmSpec, inputs: Mapping[str, np.ndarray], env: Mapping[str
     b = np.broadcast_to(b, bshape + b.shape[-2:])
     v = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.float32)
     assert v.shape == bshape + (s["m"], s["n"])
+    if spec.pair:  # column j of each piece combined (backend/gemm/paired.py)
+        w = s["n"] // 2
+        v = evaluate(spec.pair, _f32(v[..., :w]), (_f32(v[..., w:]),))
     for op in spec.epilogue:
         if op.kind == "bias":
             t = _f32(round_to(inputs[op.tensor], op.dtype))

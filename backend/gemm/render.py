@@ -55,7 +55,8 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
     if plan.skeleton == "sm90":
         layouts = [("la", sm90_operand(plan.a_kmajor, bm)), ("lb", sm90_operand(plan.b_kmajor, bn))]
     pro = _prologue_args(spec, plan) if spec.a_prologue is not None else None
-    src = jinja_env().get_template("gemm.cu.j2").render(layouts=layouts, pro=pro,
+    pair = c_lines(spec.pair, "v", ("u",)) if spec.pair else None
+    src = jinja_env().get_template("gemm.cu.j2").render(layouts=layouts, pro=pro, pair=pair,
         kernel=kname, summary=summary, skeleton=plan.skeleton, plan_key=plan.key(), header=skeleton_header(),
         in_t=CTYPE[spec.in_dtype], out_t=CTYPE[spec.out_dtype], tensors=tensors, ops=ops, threads=plan.threads,
         bm=bm, bn=bn, bk=bk, wm=wm, wn=wn, stages=plan.stages, consumers=plan.warps[0],

@@ -68,6 +68,7 @@ class GemmSpec:
     b_dims: tuple[str, ...] = ()
     c_dims: tuple[str, ...] = ()
     a_prologue: "pro_.Prologue | None" = None  # A computed from these reads (no A tensor)
+    pair: tuple = ()  # C[m, j] = this fn program of (acc[m, j], acc[m, W + j]), B = [B_0 | B_1] (backend/gemm/paired.py)
 
     def dims(self, role: str) -> tuple[str, ...]:
         """Storage order of role's dims ("a", "b" or "c"): the labels b0.. (batch), m, n, k."""
@@ -122,6 +123,8 @@ class GemmSpec:
         size = {"m": s["m"], "n": s["n"], "k": s["k"], **{f"b{i}": d for i, d in enumerate(bdims)}}
         out = {t: tuple(size[x] for x in self.dims(r)) for t, r in ((self.a, "a"), (self.b, "b"), (self.c, "c"))}
         m, n, k = s["m"], s["n"], s["k"]
+        if self.pair:
+            out[self.c] = (m, n // 2)
         if self.a_prologue is not None:
             del out[self.a]
             out.update(pro_.shapes(self.a_prologue, m, k))
@@ -161,6 +164,7 @@ class GemmSpec:
                 "epilogue": [op.to_json() for op in self.epilogue], "a": self.a, "b": self.b, "c": self.c,
                 **({"b_pieces": [list(p) for p in self.b_pieces]} if self.b_pieces else {}),
                 **({"a_prologue": self.a_prologue.to_json()} if self.a_prologue else {}),
+                **({"pair": epilogue_fn.to_json(self.pair)} if self.pair else {}),
                 **{f"{r}_dims": list(getattr(self, f"{r}_dims")) for r in "abc" if getattr(self, f"{r}_dims")}}
 
     @staticmethod
@@ -180,7 +184,7 @@ class GemmSpec:
                             epilogue=ops, a=d.get("a", "A"), b=d.get("b", "B"), c=d.get("c", "C"),
                             b_pieces=tuple((str(p), int(w)) for p, w in d.get("b_pieces", ())),
                             a_prologue=pro_.Prologue.from_json(d["a_prologue"], lambda x: parse_spec_dtype(x, at))
-                            if d.get("a_prologue") else None,
+                            if d.get("a_prologue") else None, pair=epilogue_fn.from_json(d.get("pair")),
                             **{f"{r}_dims": tuple(map(str, d.get(f"{r}_dims", ()))) for r in "abc"})
         except (KeyError, TypeError, ValueError) as e:
             fail("MalformedStructure", at, f"GEMM spec field missing or malformed: {e}")
@@ -284,6 +288,13 @@ def validate(s: GemmSpec) -> None:
     if s.b_pieces and s.strided:
         fail("InvalidAttribute", at, "b_pieces take packed operands")
     names = [*s.a_names, *s.b_names, s.c]
+    if s.pair:
+        why = epilogue_fn.check(s.pair, 1)
+        if why is None and (len(s.b_pieces) != 2 or s.b_pieces[0][1] != s.b_pieces[1][1] or s.b_layout != "row"
+                            or s.epilogue):
+            why = "a pair epilogue combines two row-major pieces of B of one width, with no other epilogue"
+        if why is not None:
+            fail("InvalidAttribute", at, f"pair: {why}")
     if s.a_prologue is not None:
         why = pro_.check(s.a_prologue, s.m, s.k, s.in_dtype)
         if why is None and (s.batch or s.strided or s.a_layout != "row"):

@@ -838,4 +838,112 @@ __device__ __forceinline__ void gemm_sm90_prologue(const Fn& fn, const void* tmB
                                                                   K, smem_raw);
 }
 
+
+// =============================================================================================
+// Two sibling GEMMs combined column by column (backend/gemm/paired.py): B = [B_0 | B_1], both [K, W] row-major
+// (MN-major), interleaved inside each N tile so that column j of both pieces lands in one thread's
+// accumulators; the epilogue computes C[m, j] = Epi::pair(acc_0, acc_1) and C is [M, W]. The CTA's N tile tn
+// covers the piece columns tn*BN/2 .. tn*BN/2 + BN/2 - 1 of both pieces.
+//   sm80: tile column c is piece (c / 8) & 1, piece column tn*BN/2 + (c / 16) * 8 + c % 8 (n8 fragment pairs);
+//   sm90: 64-column TMA box q is piece q & 1 at column tn*BN/2 + (q / 2) * 64 (accumulator groups i, i + 8).
+// =============================================================================================
+template <class T, int BK, int BN, int VEC, int THREADS>
+struct PairTileProducer {
+  const T* __restrict__ b[2];
+  int n0h, W, K;
+  __device__ __forceinline__ void fetch(T* tile, int kt, int tid) const {
+    constexpr int TOTAL = BK * (BN / VEC);
+    static_assert(TOTAL % THREADS == 0 && 8 % VEC == 0, "pair tile copies must divide evenly among the threads");
+#pragma unroll
+    for (int i = 0; i < TOTAL / THREADS; ++i) {
+      int r, c;
+      copy_coord<BN, VEC>(tid + i * THREADS, r, c);
+      const int k = kt * BK + r, col = n0h + (c >> 4) * 8 + (c & 7);
+      const bool ok = k < K && col < W;
+      const T* src = ((c >> 3) & 1) ? b[1] : b[0];  // a select, not a runtime index (no local memory)
+      src = ok ? src + (long long)k * W + col : src;
+      cp_async<VEC * 2>(smem_u32(tile + swz_offset<BN>(r, c)), src, ok);
+    }
+  }
+  __device__ __forceinline__ void land(T*, int) const {}
+};
+
+template <int BM, int BN, int WM, int WN, class Epi>
+__device__ __forceinline__ void store_pair_sm80(const Epi& epi, const float (&acc)[BM / WM / 16][BN / WN / 8][4], int m0,
+                                                int n0h) {
+  constexpr int WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
+  static_assert(WTN % 16 == 0, "a warp holds whole n8 fragment pairs");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warp_m = warp / WN, warp_n = warp % WN;
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; j += 2) {
+      int m, n;
+      acc_coord<WTM, WTN>(warp_m, warp_n, i, j, lane, m, n);
+      const int col = n0h + (n >> 4) * 8 + (n & 7);  // n: the gate fragment's tile column
+      const float(&g)[4] = acc[i][j];
+      const float(&u)[4] = acc[i][j + 1];
+      epi.store2(0, m0 + m, col, epi.pair(g[0], u[0]), epi.pair(g[1], u[1]));
+      epi.store2(0, m0 + m + 8, col, epi.pair(g[2], u[2]), epi.pair(g[3], u[3]));
+    }
+}
+
+template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool A_KMAJOR, int VEC_A, int VEC_B, class Epi>
+__device__ __forceinline__ void gemm_sm80_pair(const T* __restrict__ A, const T* __restrict__ B0, const T* __restrict__ B1,
+                                               const Epi& epi, int M, int N, int K, unsigned char* smem) {
+  constexpr int THREADS = WM * WN * 32;
+  constexpr int A_ROWS = A_KMAJOR ? BM : BK, A_COLS = A_KMAJOR ? BK : BM;
+  const int m0 = blockIdx.y * BM, n0h = blockIdx.x * (BN / 2);
+  TileProducer<T, A_KMAJOR, A_ROWS, A_COLS, VEC_A, THREADS, BK> pa{A, m0, M, K, 0};
+  PairTileProducer<T, BK, BN, VEC_B, THREADS> pb{{B0, B1}, n0h, N / 2, K};
+  float acc[BM / WM / 16][BN / WN / 8][4];
+  mainloop_sm80<T, BM, BN, BK, WM, WN, STAGES, A_KMAJOR, false>(pa, pb, K, smem, acc);
+  store_pair_sm80<BM, BN, WM, WN>(epi, acc, m0, n0h);
+}
+
+// sm90: the interleaved B (MN-major boxes of 64 columns, one tensor map per piece)
+template <class L, int BN>
+struct TmaPair {
+  const void* tmap[2];
+  static constexpr bool kGather = false;
+  static constexpr int kTmaBytes = L::bytes;
+  static_assert(BN % 128 == 0 && L::boxes == BN / 64, "a pair tile holds whole 64-column boxes of both pieces");
+  __device__ __forceinline__ void issue(unsigned char* dst, u64* bar, int tn, int k0, int) const {
+#pragma unroll
+    for (int q = 0; q < L::boxes; ++q)
+      tma_load<false>(dst + q * L::box_stride, tmap[q & 1], bar, tn * (BN / 2) + (q >> 1) * 64, k0, 0);
+  }
+  __device__ __forceinline__ void gather(unsigned char*, int, int, int, int) const {}
+};
+
+template <class Epi>
+struct StorePair {
+  Epi epi;
+  static constexpr int kSmemBytes = 0;
+  template <int BM, int BN, int NC>
+  __device__ __forceinline__ void tile(const float (&d)[BN / 2], int tm, int tn, int b, int c, unsigned char*) const {
+    const int tid = threadIdx.x, wq = (tid & 127) >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int mrow = tm * BM + c * 64 + wq * 16 + g;
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) {
+      if ((i >> 3) & 1) continue;  // an up group: paired with the gate group i - 8
+      const int j = tn * (BN / 2) + (i >> 4) * 64 + (i & 7) * 8 + 2 * t;
+      const int u = 4 * (i + 8);
+      epi.store2(b, mrow, j, epi.pair(d[4 * i + 0], d[u + 0]), epi.pair(d[4 * i + 1], d[u + 1]));
+      epi.store2(b, mrow + 8, j, epi.pair(d[4 * i + 2], d[u + 2]), epi.pair(d[4 * i + 3], d[u + 3]));
+    }
+  }
+};
+
+template <class T, int BM, int BN, int STAGES, int NC, bool A_KMAJOR, class LA, class LB, class Epi>
+__device__ __forceinline__ void gemm_sm90_pair(const void* tmA, const void* tmB0, const void* tmB1, const Epi& epi,
+                                               int M, int N, int K, unsigned char* smem_raw) {
+  TmaOperand<A_KMAJOR, false, LA, BM> pa{tmA};
+  TmaPair<LB, BN> pb{{tmB0, tmB1}};
+  const StorePair<Epi> out{epi};
+  ws_sm90<T, BM, BN, STAGES, NC, A_KMAJOR, false, LA, LB, 40, 232>(pa, pb, out, (M + BM - 1) / BM, (N + BN - 1) / BN,
+                                                                   1, K, smem_raw);
+}
+
 }  // namespace polysat

@@ -1,0 +1,115 @@
+"""Two sibling GEMMs combined column by column in one epilogue (backend/gemm/paired.py): a half-precision SwiGLU
+MLP's ``SiLU(x @ W_gate) * (x @ W_up)`` (every fp16 step rounded) is one tensor-core GEMM over B = [W_gate | W_up]
+whose tiles hold column j of both pieces, writing the [S, F] product, never the [S, 2F] concatenation. The spec's
+numpy meaning equals CPU playback of the region; the compiled MLP (reference evaluator, playback and the host
+runtime, where each kernel is its kind's numpy meaning) equals onnxruntime on the same bytes; the kernel builds
+for sm_80 and sm_90a with no spills (no GPU needed); a pair spec survives JSON and a malformed one is refused.
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+
+from polysat.backend.gemm.spec import GemmSpec
+from polysat.backend.kinds import bind
+from polysat.ir.diagnostics import PolysatError
+from polysat.ir.playback import bind_region_symbols, playback
+from polysat.ir.region import R, walk
+
+_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
+oracle = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(oracle)
+
+S, D, F = 128, 64, 128
+
+
+def _mlp() -> bytes:
+    from onnx import TensorProto, helper
+    from polysat.bench.corpora.scale_models import WeightFree
+    g = WeightFree("fp16")
+    gate = g.matmul("x", D, F)
+    act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), g.matmul("x", D, F)])
+    g.op("Identity", [g.matmul(act, F, D)])
+    g.nodes[-1].output[0] = "y"
+    return g.built([helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, S, D])], "y", [1, S, D],
+                   "mlp").SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    import onnx
+    from polysat.frontend.onnx import import_onnx
+    from polysat.pipeline import Compilation
+    data = _mlp()
+    doc = import_onnx(onnx.load_from_string(data), origin="mlp.onnx")
+    return data, doc, Compilation(doc, cost="model")
+
+
+def _pair_region(regions):
+    rs = [r for r in regions if sum(n.op == R.REDUCE for let in r.lets for n in walk(let.expr)) >= 2]
+    assert len(rs) == 1, [r.name for r in rs]
+    return rs[0]
+
+
+def test_gate_up_and_silu_x_up_bind_as_one_paired_gemm_with_playbacks_meaning(compiled):
+    _, _, c = compiled
+    r = _pair_region(c.regions)
+    kind, b = bind(r)
+    assert kind.name == "gemm", r.name
+    assert [w for _, w in b.spec.b_pieces] == [F, F] and b.spec.pair and b.spec.shapes()[b.spec.c] == (S, F)
+    assert [op for op, _ in b.spec.pair].count("round_fp16") >= 4  # gate, up, sigmoid, x*sigmoid, *up
+    rng = np.random.default_rng(0)
+    x = {buf.name: (rng.uniform(-1, 1, buf.memref.shape) * (1 if buf.name == "x" else 0.2)).astype(np.float16)
+         for buf in r.inputs}
+    env = bind_region_symbols([r], x)
+    want = playback([r], x, keep_all=True)[r.outputs[0].name]
+    got = kind.reference(b.spec, b.arrays(x, env), env)
+    oracle.assert_close(np.asarray(got).reshape(want.shape), want.astype(np.float64), "fp16", r.name)
+
+
+def test_the_compiled_mlp_equals_onnxruntime(compiled):
+    import onnxruntime as ort
+    from polysat.cli import TARGETS
+    from polysat.frontend import with_parameters
+    from polysat.runtime.host import host_runtime
+    from polysat.runtime.model import parameter_names
+    data, doc, c = compiled
+    rng = np.random.default_rng(1)
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    feeds = {i.name: (rng.uniform(-1, 1, i.shape) * (1 if i.name == "x" else 0.2)).astype(np.float16)
+             for i in sess.get_inputs()}
+    want = sess.run(None, feeds)[0].astype(np.float64)
+    inputs = with_parameters(doc, feeds)
+    rt = host_runtime(c.regions, parameter_names(doc), playback_only=False)
+    assert sum(not st.on_cpu and st.kind.name == "gemm" for st in rt.steps) == 2  # the pair and the down projection
+    outs = {t: TARGETS[t](c, inputs)["y"] for t in ("reference", "playback")} | {"host": rt.run(inputs)["y"]}
+    tol = 2.0 ** -9 * float(np.abs(want).max())  # 2 fp16 ulps at the output's scale (onnxruntime rounds otherwise)
+    for target, got in outs.items():
+        err = float(np.abs(np.asarray(got, np.float64).reshape(want.shape) - want).max())
+        assert err <= tol, (target, err, tol)
+    for target in ("playback", "host"):
+        oracle.assert_close(np.asarray(outs[target], np.float64), np.asarray(outs["reference"], np.float64), "fp16",
+                            target)
+
+
+def test_a_pair_spec_survives_json_and_a_bad_one_is_refused(compiled):
+    spec = bind(_pair_region(compiled[2].regions))[1].spec
+    assert GemmSpec.from_json(spec.to_json()) == spec
+    with pytest.raises(PolysatError, match="pair"):
+        GemmSpec("p", 16, 256, 64, b_pieces=(("a", 128), ("b", 64), ("c", 64)), pair=spec.pair)
+    with pytest.raises(PolysatError, match="pair"):
+        GemmSpec("p", 16, 256, 64, b_pieces=(("a", 128), ("b", 128)), pair=(("mul", (("v",), ("x", 1))),))
+
+
+def test_the_paired_gemm_builds_for_both_skeletons(compiled):
+    from polysat.backend import stages
+    from polysat.backend.common.nvcc import missing_instructions
+    r = _pair_region(compiled[2].regions)
+    index = [(r.name, arch, stages.kernel_sources([r], arch)[0]) for arch in ("sm80", "sm90")]
+    for label, arch, ks, rep in oracle.nvcc_builds(index, "paired GEMM"):
+        assert "gemm_sm" in ks.source and "_pair<" in ks.source, (label, arch)
+        assert rep.ok and rep.spills == 0 and rep.stack_frame == 0, (label, arch, rep.log[-2000:])
+        assert missing_instructions(rep, ks.skeleton) == [], (label, arch)
