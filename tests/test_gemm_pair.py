@@ -113,3 +113,23 @@ def test_the_paired_gemm_builds_for_both_skeletons(compiled):
         assert "gemm_sm" in ks.source and "_pair<" in ks.source, (label, arch)
         assert rep.ok and rep.spills == 0 and rep.stack_frame == 0, (label, arch, rep.log[-2000:])
         assert missing_instructions(rep, ks.skeleton) == [], (label, arch)
+
+
+@pytest.mark.gpu
+def test_the_paired_gemm_on_the_gpu_matches_its_reference(compiled):
+    """Both skeletons run the bound spec against its numpy meaning (when a GPU is lent)."""
+    from polysat.backend.common.gpu import cuda_available, device
+    if not cuda_available():
+        pytest.skip("no CUDA GPU visible")
+    from polysat.backend.gemm.launch import run
+    from polysat.backend.gemm.plan import search
+    from polysat.backend.gemm.reference import random_inputs, reference
+    spec = bind(_pair_region(compiled[2].regions))[1].spec
+    x = random_inputs(spec, seed=3)
+    want = reference(spec, x)
+    plans = [search(spec, device().arch, skeletons=("sm80",)).best]
+    if device().arch == "sm90":
+        plans.append(search(spec, "sm90", skeletons=("sm90",)).best)
+    for plan in plans:
+        oracle.assert_close(np.asarray(run(spec, x, plan=plan), np.float64), want.astype(np.float64), "fp16",
+                            plan.key())

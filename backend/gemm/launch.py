@@ -54,6 +54,9 @@ def prepare(spec: GemmSpec, tensors: Mapping[str, Any], env: Mapping[str, int] |
     need = {cspec.a: 2 * ks.plan.vec_a, **{b: 2 * ks.plan.vec_b for b in cspec.b_names}}
     if ks.skeleton == "sm90":
         need = {cspec.a: 16, **{b: 16 for b in cspec.b_names}}
+    if cspec.a_prologue is not None:  # A computed from these (16-byte loads; a per-row source element-aligned)
+        del need[cspec.a]
+        need.update({s.tensor: 16 if s.role != "m" else s.dtype.itemsize for s in cspec.a_prologue.sources})
     need[cspec.c] = 2 * cspec.out_dtype.itemsize  # paired stores
     ptrs, keep = device_pointers("gemm launch", cspec, tensors, need)
     # B, or each piece of a B concatenated along N (role Bj: the piece's own tensor, its own width)
