@@ -429,3 +429,30 @@ def compile_model(doc: "dict | str | bytes", *extra: str) -> tuple:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
         rc, stdout, stderr = cli(["compile", path, "--json", "--out", os.path.join(tmp, "dumps"), *extra])
         return rc, diagnostics(stdout), stdout + stderr
+
+
+def gemm_on_gpu_matches_reference(spec, env=None, seed: int = 3) -> None:
+    """The GEMM spec run by the sm80 skeleton (and on sm90 also by the sm90 one) against its numpy meaning."""
+    from polysat.backend.common.gpu import device
+    from polysat.backend.gemm.launch import run
+    from polysat.backend.gemm.plan import search
+    from polysat.backend.gemm.reference import random_inputs, reference
+    x = random_inputs(spec, env, seed=seed)
+    want = reference(spec, x, env)
+    plans = [search(spec, device().arch, env, skeletons=("sm80",)).best]
+    if device().arch == "sm90":
+        plans.append(search(spec, "sm90", env, skeletons=("sm90",)).best)
+    for plan in plans:
+        assert_close(np.asarray(run(spec, x, env, plan=plan), np.float64), want.astype(np.float64), "fp16", plan.key())
+
+
+def region_builds_for_both_skeletons(region, what: str, marker: str) -> None:
+    """The region's kernel for sm80 and sm90: its text holds marker, and nvcc builds it with no spill, no stack
+    frame and the skeleton's instructions."""
+    from polysat.backend import stages
+    from polysat.backend.common.nvcc import missing_instructions
+    index = [(region.name, arch, stages.kernel_sources([region], arch)[0]) for arch in ("sm80", "sm90")]
+    for label, arch, ks, rep in nvcc_builds(index, what):
+        assert marker in ks.source, (label, arch)
+        assert rep.ok and rep.spills == 0 and rep.stack_frame == 0, (label, arch, rep.log[-2000:])
+        assert missing_instructions(rep, ks.skeleton) == [], (label, arch)

@@ -192,15 +192,4 @@ def test_sm80_index_helpers_compute_the_partial_batch_region_on_the_host(tmp_pat
 def test_partial_batch_gemm_on_the_gpu_matches_the_reference(a_dims, b_dims):
     """Both skeletons (sm90: the batch coordinate of the tensor map; sm80: the batch offset) against the
     numpy meaning; M and K with tails."""
-    from polysat.backend.common.gpu import device
-    from polysat.backend.gemm.launch import run
-    from polysat.backend.gemm.plan import search
-    spec = GemmSpec("bc", 136, 96, 72, batch=(4, 6), a_dims=a_dims, b_dims=b_dims)
-    x = random_inputs(spec, seed=3)
-    want = reference(spec, x)
-    plans = [search(spec, device().arch, skeletons=("sm80",)).best]
-    if device().arch == "sm90":
-        plans.append(search(spec, "sm90", skeletons=("sm90",)).best)
-    for plan in plans:
-        got = run(spec, x, plan=plan)
-        oracle.assert_close(np.asarray(got, np.float64), want.astype(np.float64), "fp16", plan.key())
+    oracle.gemm_on_gpu_matches_reference(GemmSpec("bc", 136, 96, 72, batch=(4, 6), a_dims=a_dims, b_dims=b_dims))

@@ -105,31 +105,13 @@ def test_a_pair_spec_survives_json_and_a_bad_one_is_refused(compiled):
 
 
 def test_the_paired_gemm_builds_for_both_skeletons(compiled):
-    from polysat.backend import stages
-    from polysat.backend.common.nvcc import missing_instructions
-    r = _pair_region(compiled[2].regions)
-    index = [(r.name, arch, stages.kernel_sources([r], arch)[0]) for arch in ("sm80", "sm90")]
-    for label, arch, ks, rep in oracle.nvcc_builds(index, "paired GEMM"):
-        assert "gemm_sm" in ks.source and "_pair<" in ks.source, (label, arch)
-        assert rep.ok and rep.spills == 0 and rep.stack_frame == 0, (label, arch, rep.log[-2000:])
-        assert missing_instructions(rep, ks.skeleton) == [], (label, arch)
+    oracle.region_builds_for_both_skeletons(_pair_region(compiled[2].regions), "paired GEMM", "_pair<")
 
 
 @pytest.mark.gpu
 def test_the_paired_gemm_on_the_gpu_matches_its_reference(compiled):
     """Both skeletons run the bound spec against its numpy meaning (when a GPU is lent)."""
-    from polysat.backend.common.gpu import cuda_available, device
+    from polysat.backend.common.gpu import cuda_available
     if not cuda_available():
         pytest.skip("no CUDA GPU visible")
-    from polysat.backend.gemm.launch import run
-    from polysat.backend.gemm.plan import search
-    from polysat.backend.gemm.reference import random_inputs, reference
-    spec = bind(_pair_region(compiled[2].regions))[1].spec
-    x = random_inputs(spec, seed=3)
-    want = reference(spec, x)
-    plans = [search(spec, device().arch, skeletons=("sm80",)).best]
-    if device().arch == "sm90":
-        plans.append(search(spec, "sm90", skeletons=("sm90",)).best)
-    for plan in plans:
-        oracle.assert_close(np.asarray(run(spec, x, plan=plan), np.float64), want.astype(np.float64), "fp16",
-                            plan.key())
+    oracle.gemm_on_gpu_matches_reference(bind(_pair_region(compiled[2].regions))[1].spec)

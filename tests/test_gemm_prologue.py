@@ -100,53 +100,14 @@ def test_the_compiled_graph_equals_onnxruntime(compiled):
                             target)
 
 
-def test_the_prologue_survives_json_and_bad_ones_are_refused():
-    pro = Prologue((Source("gu", "mk", DType.fp16, 256, 0), Source("gu", "mk", DType.fp16, 256, 128),
-                    Source("r", "m", DType.fp32), Source("g", "k", DType.fp16)),
-                   (("mul", (("x", 0), ("x", 1))), ("mul", (("s", 0), ("x", 2))), ("mul", (("s", 1), ("x", 3))),
-                    ("round_fp16", (("s", 2),))))
-    spec = GemmSpec("p", 16, 64, 128, a_prologue=pro)
-    assert GemmSpec.from_json(spec.to_json()) == spec
-    assert spec.inputs == ("gu", "r", "g", "B") and spec.shapes()["gu"] == (16, 256)
-    assert check(pro, 16, 128, DType.fp16) is None
-    assert "round to the operand type" in check(Prologue(pro.sources, pro.steps[:-1]), 16, 128, DType.fp16)
-    assert "exceed its row" in check(Prologue((Source("gu", "mk", DType.fp16, 256, 192),), (
-        ("round_fp16", (("x", 0),)),)), 16, 128, DType.fp16)
-    assert "multiples of 8" in check(Prologue((Source("gu", "mk", DType.fp16, 260, 4),), (
-        ("round_fp16", (("x", 0),)),)), 16, 128, DType.fp16)
-    assert "along K" in check(Prologue((Source("r", "m", DType.fp32),), (("round_fp16", (("x", 0),)),)), 16, 128,
-                              DType.fp16)
-    assert "not one of the 1 inputs" in check(Prologue((Source("g", "k", DType.fp16),), (
-        ("round_fp16", (("x", 1),)),)), 16, 128, DType.fp16)
-
-
-def test_the_prologue_gemm_builds_for_both_skeletons(compiled):
-    from polysat.backend import stages
-    from polysat.backend.common.nvcc import missing_instructions
-    _, _, c = compiled
-    r = _contraction(c.regions)
-    index = [(r.name, arch, stages.kernel_sources([r], arch)[0]) for arch in ("sm80", "sm90")]
-    for label, arch, ks, rep in oracle.nvcc_builds(index, "prologue GEMM"):
-        assert "_pro fn{" in ks.source, (label, arch)
-        assert rep.ok and rep.spills == 0 and rep.stack_frame == 0, (label, arch, rep.log[-2000:])
-        assert missing_instructions(rep, ks.skeleton) == [], (label, arch)
+def test_the_prologue_survives_json_and_bad_ones_are_refused(compiled):
+    oracle.region_builds_for_both_skeletons(_contraction(compiled[2].regions), "prologue GEMM", "_pro fn{")
 
 
 @pytest.mark.gpu
 def test_the_prologue_gemm_on_the_gpu_matches_its_reference(compiled):
     """Both skeletons run the bound spec against its numpy meaning (when a GPU is lent)."""
-    from polysat.backend.common.gpu import cuda_available, device
+    from polysat.backend.common.gpu import cuda_available
     if not cuda_available():
         pytest.skip("no CUDA GPU visible")
-    from polysat.backend.gemm.launch import run
-    from polysat.backend.gemm.plan import search
-    from polysat.backend.gemm.reference import random_inputs, reference
-    spec = bind(_contraction(compiled[2].regions))[1].spec
-    x = random_inputs(spec, seed=3)
-    want = reference(spec, x)
-    plans = [search(spec, device().arch, skeletons=("sm80",)).best]
-    if device().arch == "sm90":
-        plans.append(search(spec, "sm90", skeletons=("sm90",)).best)
-    for plan in plans:
-        oracle.assert_close(np.asarray(run(spec, x, plan=plan), np.float64), want.astype(np.float64), "fp16",
-                            plan.key())
+    oracle.gemm_on_gpu_matches_reference(bind(_contraction(compiled[2].regions))[1].spec)

@@ -84,19 +84,27 @@ def _rebuilt(n: RNode, lets: Lets, f: Callable[[RNode], "RNode | None"]):
     return dataclasses.replace(n, src=tuple(src))
 
 
-def merged(r: Region) -> "tuple[Region, tuple] | None":
-    """(the region as one contraction over a virtual B, ((B tensor, width), ..)) when r yields a
-    concatenation along its last axis of sibling contractions; None otherwise."""
+def one_matrix(r: Region) -> "tuple[Lets, object, int] | None":
+    """(lets, the yield, its static column count) when r yields one let as one [m, n] matrix; None otherwise."""
     if len(r.yields) != 1 or len(r.outputs) != 1:
         return None
     lets = Lets(r)
     y = r.yields[0]
-    if y.src not in lets.map or len(y.axes) != 2:
+    if y.src not in lets.map or len(y.axes) != 2 or not isinstance(r.axis_sizes[y.axes[-1]], int):
         return None
+    return lets, y, r.axis_sizes[y.axes[-1]]
+
+
+def merged(r: Region) -> "tuple[Region, tuple] | None":
+    """(the region as one contraction over a virtual B, ((B tensor, width), ..)) when r yields a
+    concatenation along its last axis of sibling contractions; None otherwise."""
+    got = one_matrix(r)
+    if got is None:
+        return None
+    lets, y, width = got
     n_ax = y.axes[-1]
-    width = r.axis_sizes[n_ax]
     terms = _terms(lets, lets.map[y.src])
-    if len(terms) < 2 or not isinstance(width, int):
+    if len(terms) < 2:
         return None
     pieces = [_piece(lets, t, n_ax, width, y.cast) for t in terms]
     if any(p is None for p in pieces):

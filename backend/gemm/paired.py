@@ -20,7 +20,7 @@ from ...ir.expr import Expr
 from ...ir.region import Buffer, Let, MemRef, R, Region, RNode
 from ..common import epilogue_fn
 from ..common.region_match import Lets, walk
-from .concat import _operand_reads, _rebuild, _renamed
+from .concat import _operand_reads, _rebuild, _renamed, one_matrix
 
 
 def _decided(lets: Lets, pred: RNode, n_ax: str, width: int) -> "bool | None":
@@ -64,16 +64,11 @@ def _fold(lets: Lets, top: RNode, n_ax: str, width: int) -> RNode:
 def paired(r: Region) -> "tuple[Region, tuple, tuple] | None":
     """(the region as one contraction over a virtual B = [B_0 | B_1] writing a virtual [M, 2W] output,
     ((B_0, W), (B_1, W)), the pair program) when r is such a pair; None otherwise."""
-    if len(r.yields) != 1 or len(r.outputs) != 1:
+    got = one_matrix(r)
+    if got is None:
         return None
-    lets = Lets(r)
-    y = r.yields[0]
-    if y.src not in lets.map or len(y.axes) != 2:
-        return None
+    lets, y, width = got
     m_ax, n_ax = y.axes
-    width = r.axis_sizes[n_ax]
-    if not isinstance(width, int):
-        return None
     top = _fold(lets, lets.map[y.src], n_ax, width)
     flat = Lets(dataclasses.replace(r, lets=()))
     reds: list[RNode] = []

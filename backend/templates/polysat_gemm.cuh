@@ -554,8 +554,9 @@ struct TmaPieces {
 
 // Consumer-side output of the plain skeleton: the epilogue on the accumulators, paired stores
 // (Epi::store2). Consumer c's thread (warp wq, lane g*4+t) holds rows 64c + 16wq + g (+8) and columns
-// 8i + 2t (+1) of the BM x BN tile.
-template <class Epi>
+// 8i + 2t (+1) of the BM x BN tile. PAIR (two sibling GEMMs combined column by column, TmaPair's boxes):
+// group i of an even box is the first piece's, i + 8 the second's, and C[m, j] = Epi::pair(first, second).
+template <class Epi, bool PAIR = false>
 struct StoreOut {
   Epi epi;
   static constexpr int kSmemBytes = 0;
@@ -565,6 +566,13 @@ struct StoreOut {
     const int mrow = tm * BM + c * 64 + wq * 16 + g;
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) {
+      if constexpr (PAIR) {
+        if ((i >> 3) & 1) continue;  // the second piece's group: paired with group i - 8
+        const int j = tn * (BN / 2) + (i >> 4) * 64 + (i & 7) * 8 + 2 * t, u = 4 * (i + 8);
+        epi.store2(b, mrow, j, epi.pair(d[4 * i + 0], d[u + 0]), epi.pair(d[4 * i + 1], d[u + 1]));
+        epi.store2(b, mrow + 8, j, epi.pair(d[4 * i + 2], d[u + 2]), epi.pair(d[4 * i + 3], d[u + 3]));
+        continue;
+      }
       const int n = tn * BN + i * 8 + 2 * t;
       epi.store2(b, mrow, n, d[4 * i + 0], d[4 * i + 1]);
       epi.store2(b, mrow + 8, n, d[4 * i + 2], d[4 * i + 3]);
@@ -917,31 +925,13 @@ struct TmaPair {
   __device__ __forceinline__ void gather(unsigned char*, int, int, int, int) const {}
 };
 
-template <class Epi>
-struct StorePair {
-  Epi epi;
-  static constexpr int kSmemBytes = 0;
-  template <int BM, int BN, int NC>
-  __device__ __forceinline__ void tile(const float (&d)[BN / 2], int tm, int tn, int b, int c, unsigned char*) const {
-    const int tid = threadIdx.x, wq = (tid & 127) >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int mrow = tm * BM + c * 64 + wq * 16 + g;
-#pragma unroll
-    for (int i = 0; i < BN / 8; ++i) {
-      if ((i >> 3) & 1) continue;  // an up group: paired with the gate group i - 8
-      const int j = tn * (BN / 2) + (i >> 4) * 64 + (i & 7) * 8 + 2 * t;
-      const int u = 4 * (i + 8);
-      epi.store2(b, mrow, j, epi.pair(d[4 * i + 0], d[u + 0]), epi.pair(d[4 * i + 1], d[u + 1]));
-      epi.store2(b, mrow + 8, j, epi.pair(d[4 * i + 2], d[u + 2]), epi.pair(d[4 * i + 3], d[u + 3]));
-    }
-  }
-};
 
 template <class T, int BM, int BN, int STAGES, int NC, bool A_KMAJOR, class LA, class LB, class Epi>
 __device__ __forceinline__ void gemm_sm90_pair(const void* tmA, const void* tmB0, const void* tmB1, const Epi& epi,
                                                int M, int N, int K, unsigned char* smem_raw) {
   TmaOperand<A_KMAJOR, false, LA, BM> pa{tmA};
   TmaPair<LB, BN> pb{{tmB0, tmB1}};
-  const StorePair<Epi> out{epi};
+  const StoreOut<Epi, true> out{epi};
   ws_sm90<T, BM, BN, STAGES, NC, A_KMAJOR, false, LA, LB, 40, 232>(pa, pb, out, (M + BM - 1) / BM, (N + BN - 1) / BN,
                                                                    1, K, smem_raw);
 }
