@@ -725,24 +725,42 @@ __device__ __forceinline__ void gemm_sm90_pieces(const void* tmA, const void* co
 // Outside the matrix (m >= M or k >= K; K % 8 == 0) the tile holds 0. Fn (generated per kernel) gives NS
 // chunked sources src[s] with row strides ld[s] (0: a "k" source) and columns col[s], and f(x, m).
 // =============================================================================================
-__device__ __forceinline__ uint4 load_v4(const void* p, bool pred) {
-  uint4 v;
+// 16 bytes of global memory, or zeros where pred is false (nothing is read then); on the host (the emulator of
+// tests/test_gemm_prologue_emulate.py) a plain copy
+POLYSAT_HD uint4 load_v4(const void* p, bool pred) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+#if defined(__CUDA_ARCH__)
   asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\nmov.b32 %0, 0;\nmov.b32 %1, 0;\nmov.b32 %2, 0;\nmov.b32 %3, 0;\n"
                "@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "r"((int)pred));
+#else
+  if (pred) {
+    const unsigned char* b = static_cast<const unsigned char*>(p);
+    u32 w[4] = {0u, 0u, 0u, 0u};
+    for (int i = 0; i < 16; ++i) w[i / 4] |= (u32)b[i] << (8 * (i % 4));
+    v = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+#endif
   return v;
 }
-__device__ __forceinline__ void store_v4(unsigned char* tile, int off, uint4 v) {
+POLYSAT_HD void store_v4(unsigned char* tile, int off, uint4 v) {
+#if defined(__CUDA_ARCH__)
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_u32(tile) + off), "r"(v.x), "r"(v.y),
                "r"(v.z), "r"(v.w) : "memory");
+#else
+  const u32 w[4] = {v.x, v.y, v.z, v.w};
+  for (int i = 0; i < 16; ++i) tile[off + i] = (unsigned char)(w[i / 4] >> (8 * (i % 4)));
+#endif
 }
-template <class T> __device__ __forceinline__ float bits_to_f32(u32 h);
-template <> __device__ __forceinline__ float bits_to_f32<__half>(u32 h) { return __half2float(__ushort_as_half((unsigned short)h)); }
-template <> __device__ __forceinline__ float bits_to_f32<__nv_bfloat16>(u32 h) { return __uint_as_float(h << 16); }
-template <class T> __device__ __forceinline__ u32 f32_to_bits(float x);
-template <> __device__ __forceinline__ u32 f32_to_bits<__half>(float x) { return __half_as_ushort(__float2half_rn(x)); }
-template <> __device__ __forceinline__ u32 f32_to_bits<__nv_bfloat16>(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
-__device__ __forceinline__ u32 word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+template <class T> POLYSAT_HD float bits_to_f32(u32 h);
+template <> POLYSAT_HD float bits_to_f32<__half>(u32 h) { return __half2float(__ushort_as_half((unsigned short)h)); }
+template <> POLYSAT_HD float bits_to_f32<__nv_bfloat16>(u32 h) {
+  return __bfloat162float(__ushort_as_bfloat16((unsigned short)h));
+}
+template <class T> POLYSAT_HD u32 f32_to_bits(float x);
+template <> POLYSAT_HD u32 f32_to_bits<__half>(float x) { return __half_as_ushort(__float2half_rn(x)); }
+template <> POLYSAT_HD u32 f32_to_bits<__nv_bfloat16>(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+POLYSAT_HD u32 word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // byte offset of the 16-byte chunk (row, 8 kc .. 8 kc + 7) in one ring slot of the K-major A tile:
 // sm80 the [ROWS][BK] xor-16B tile ldmatrix reads (swz_offset), sm90 rows of 128 bytes, 128B-swizzled (TMA's)
@@ -764,7 +782,7 @@ struct PrologueTile {
   Fn fn;
   int m0, M, K;
   uint4 raw[CHUNK][Fn::NS];
-  __device__ __forceinline__ void fetch(int k0, int tid, int p0) {
+  POLYSAT_HD void fetch(int k0, int tid, int p0) {
 #pragma unroll
     for (int p = 0; p < CHUNK; ++p) {
       const int c = tid + (p0 + p) * THREADS, m = m0 + c / CPR, k = k0 + (c % CPR) * 8;
@@ -774,7 +792,7 @@ struct PrologueTile {
         raw[p][s] = load_v4(fn.src[s] + (in ? (long long)m * fn.ld[s] + fn.col[s] + k : 0), in);
     }
   }
-  __device__ __forceinline__ void land(unsigned char* tile, int k0, int tid, int p0) const {
+  POLYSAT_HD void land(unsigned char* tile, int k0, int tid, int p0) const {
 #pragma unroll
     for (int p = 0; p < CHUNK; ++p) {
       const int c = tid + (p0 + p) * THREADS, row = c / CPR, kc = c % CPR, m = m0 + row;

@@ -1,0 +1,118 @@
+"""The A prologue's producer (polysat_gemm.cuh ``PrologueTile``) run on the host: every thread of one CTA, in
+turn, fetches and lands its passes of each (M tile, K tile) as the sm80 and sm90 skeletons do, and the shared
+tile it writes is numpy's A = f(gate, up) = 2 gate + up (exact in fp16 for small integers) of the sources read
+at (m, col + k) of a [M, ld] tensor, 0 outside the matrix (M and K tails), placed where the skeleton reads it:
+sm80 the [BM][BK] xor-16B tile ldmatrix reads (``swz_offset``), sm90 128-byte rows, 128B-swizzled (the layout
+a K-major TMA box writes). No GPU needed: nvcc builds the header for the host.
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from polysat.backend.common.layouts import swizzle128
+from polysat.backend.common.nvcc import nvcc_path
+from polysat.backend.common.render import TEMPLATES
+
+SOURCE = r"""
+#include "polysat_gemm.cuh"
+#include <cstdio>
+#include <vector>
+using namespace polysat;
+
+struct Fn {  // A = 2 gate + up, rounded to fp16 (as a generated prologue's program ends)
+  static constexpr int NS = 2;
+  const __half* src[NS];
+  long long ld[NS];
+  int col[NS];
+  POLYSAT_HD float f(const float (&x)[NS], int) const { return round_to_host(2.0f * x[0] + x[1]); }
+  static POLYSAT_HD float round_to_host(float v) { return __half2float(__float2half_rn(v)); }
+};
+
+template <int ROWS, int BK, int THREADS, int CHUNK, class Place>
+static void images(int M, int K, int F) {
+  const int ld = 2 * F + 8;
+  std::vector<unsigned short> gu((size_t)M * ld);
+  for (int m = 0; m < M; ++m)
+    for (int j = 0; j < ld; ++j) gu[(size_t)m * ld + j] = __half_as_ushort(__float2half_rn((float)((m * 7 + j) % 61)));
+  const __half* base = reinterpret_cast<const __half*>(gu.data());
+  Fn fn{{base, base}, {ld, ld}, {0, F}};
+  const int tiles_m = (M + ROWS - 1) / ROWS, kts = (K + BK - 1) / BK;
+  std::printf("images %d %d\n", tiles_m, kts);
+  std::vector<unsigned char> smem(ROWS * BK * 2);
+  for (int tm = 0; tm < tiles_m; ++tm)
+    for (int kt = 0; kt < kts; ++kt) {
+      std::fill(smem.begin(), smem.end(), (unsigned char)0xEE);
+      for (int tid = 0; tid < THREADS; ++tid) {
+        PrologueTile<__half, Fn, ROWS, BK, THREADS, CHUNK, Place> t{fn, tm * ROWS, M, K};
+        for (int p0 = 0; p0 < t.PASSES; p0 += CHUNK) {
+          t.fetch(kt * BK, tid, p0);
+          t.land(smem.data(), kt * BK, tid, p0);
+        }
+      }
+      for (int i = 0; i < ROWS * BK; ++i) std::printf("%u ", (unsigned)(smem[2 * i] | (smem[2 * i + 1] << 8)));
+      std::printf("\n");
+    }
+}
+"""
+
+
+def swz_offset(cols: int, row: int, col: int) -> int:
+    """The sm80 tile's xor-16B swizzle (polysat::swz_offset), in elements."""
+    cpr = cols // 8
+    x = (row & 7) if cpr >= 8 else ((row >> 1) & 3) if cpr == 4 else ((row >> 2) & 1) if cpr == 2 else 0
+    return row * cols + (((col >> 3) ^ x) << 3) + (col & 7)
+
+
+# (rows, bk, threads, chunk, placement): sm80 tiles the plan search keeps, and the sm90 producer warpgroup's
+TILES = [(64, 32, 128, 2, "sm80"), (128, 64, 256, 4, "sm80"), (64, 64, 128, 1, "sm90"), (128, 64, 128, 2, "sm90")]
+SIZES = (77, 200, 200)  # M (a tail), K (a tail: a multiple of 8), F (up at column F of each row)
+
+
+def _expected(rows: int, bk: int, placement: str) -> list[np.ndarray]:
+    m_all, k_all, f = SIZES
+    ld = 2 * f + 8
+    gu = ((np.arange(m_all)[:, None] * 7 + np.arange(ld)[None]) % 61).astype(np.float32)
+    a = (2 * gu[:, :k_all] + gu[:, f:f + k_all]).astype(np.float16)  # exact: small integers
+    out = []
+    for tm in range(math.ceil(m_all / rows)):
+        for kt in range(math.ceil(k_all / bk)):
+            img = np.zeros(rows * bk, np.uint16)
+            for r in range(rows):
+                for k in range(bk):
+                    m, kk = tm * rows + r, kt * bk + k
+                    v = a[m, kk].view(np.uint16) if m < m_all and kk < k_all else 0
+                    at = swz_offset(bk, r, k) if placement == "sm80" else swizzle128(r * 128 + 2 * k) // 2
+                    img[at] = v
+            out.append(img)
+    return out
+
+
+def test_the_prologue_tile_is_numpys_a_where_the_skeleton_reads_it(tmp_path):
+    exe = nvcc_path()
+    if exe is None:
+        pytest.fail("nvcc is needed to build the host emulator")
+    body = "".join(f"  images<{rows}, {bk}, {threads}, {chunk}, "
+                   f"{'KPlaceSm80<%d>' % bk if placement == 'sm80' else 'KPlaceSm90'}>({', '.join(map(str, SIZES))});\n"
+                   for rows, bk, threads, chunk, placement in TILES)
+    src = tmp_path / "prologue_emulate.cu"
+    src.write_text(SOURCE + "int main() {\n" + body + "  return 0;\n}\n")
+    binary = tmp_path / "prologue_emulate"
+    build = subprocess.run([exe, "-std=c++17", "-O1", "-I", TEMPLATES, "-o", str(binary), str(src)],
+                           capture_output=True, text=True, check=False, timeout=300)
+    assert build.returncode == 0, build.stderr[-4000:]
+    run = subprocess.run([str(binary)], capture_output=True, text=True, check=False, timeout=300,
+                         env={**os.environ, "LC_ALL": "C"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = iter(run.stdout.split("\n"))
+    for rows, bk, threads, chunk, placement in TILES:
+        assert next(lines).split()[0] == "images"
+        for i, want in enumerate(_expected(rows, bk, placement)):
+            got = np.array(next(lines).split(), dtype=np.int64)
+            bad = np.flatnonzero(got != want)
+            assert bad.size == 0, (f"{rows}x{bk}/{threads} {placement}, image {i}: {bad.size} differ, first at "
+                                   f"{bad[0]}: {got[bad[0]]} != {want[bad[0]]}")
