@@ -1,9 +1,10 @@
-"""The A prologue's producer (polysat_gemm.cuh ``PrologueTile``) run on the host: every thread of one CTA, in
-turn, fetches and lands its passes of each (M tile, K tile) as the sm80 and sm90 skeletons do, and the shared
-tile it writes is numpy's A = f(gate, up) = 2 gate + up (exact in fp16 for small integers) of the sources read
-at (m, col + k) of a [M, ld] tensor, 0 outside the matrix (M and K tails), placed where the skeleton reads it:
-sm80 the [BM][BK] xor-16B tile ldmatrix reads (``swz_offset``), sm90 128-byte rows, 128B-swizzled (the layout
-a K-major TMA box writes). No GPU needed: nvcc builds the header for the host.
+"""The A prologue's producer (polysat_gemm.cuh ``PrologueTile``) and the paired GEMM's column maps, run on the
+host. Every thread of one CTA, in turn, fetches and lands its passes of each (M tile, K tile) as the sm80 and
+sm90 skeletons do, and the shared tile it writes is numpy's A = f(gate, up) = 2 gate + up (exact in fp16 for
+small integers) of the sources read at (m, col + k) of a [M, ld] tensor, 0 outside the matrix (M and K tails),
+placed where the skeleton reads it: sm80 the [BM][BK] xor-16B tile ldmatrix reads (``swz_offset``), sm90
+128-byte rows, 128B-swizzled (the layout a K-major TMA box writes). No GPU needed: nvcc builds the header for
+the host.
 """
 from __future__ import annotations
 
@@ -116,3 +117,47 @@ def test_the_prologue_tile_is_numpys_a_where_the_skeleton_reads_it(tmp_path):
             bad = np.flatnonzero(got != want)
             assert bad.size == 0, (f"{rows}x{bk}/{threads} {placement}, image {i}: {bad.size} differ, first at "
                                    f"{bad[0]}: {got[bad[0]]} != {want[bad[0]]}")
+
+
+PAIR_SOURCE = r"""
+#include "polysat_gemm.cuh"
+#include <cstdio>
+using namespace polysat;
+// for each tile column c of an N tile: the (piece, piece column) the B producer loads there, and for the first
+// piece's columns the output column the epilogue writes (sm80 fragment n, n + 8; sm90 group i, i + 8)
+int main() {
+  const int BN = 256, tn = 3, n0h = tn * BN / 2;
+  for (int c = 0; c < BN; ++c) {
+    int p80, p90;
+    const int col80 = pair_col_sm80(c, n0h, p80);
+    const int col90 = pair_col_sm90(c / 64, n0h, p90) + c % 64;
+    std::printf("%d %d %d %d\n", p80, col80, p90, col90);
+  }
+  return 0;
+}
+"""
+
+
+def test_pair_tiles_hold_column_j_of_both_pieces_where_the_epilogue_pairs_them(tmp_path):
+    """The paired GEMM (backend/gemm/paired.py): the epilogue combines tile column n of the first piece with
+    n + 8 (sm80: the next n8 fragment of the same warp) or n + 64 (sm90: accumulator group i + 8), so the B
+    producer must have loaded the same piece column of the second piece there, and every piece column of the
+    tile's half must appear exactly once per piece."""
+    exe = nvcc_path()
+    if exe is None:
+        pytest.fail("nvcc is needed to build the host emulator")
+    src = tmp_path / "pair_emulate.cu"
+    src.write_text(PAIR_SOURCE)
+    binary = tmp_path / "pair_emulate"
+    build = subprocess.run([exe, "-std=c++17", "-O1", "-I", TEMPLATES, "-o", str(binary), str(src)],
+                           capture_output=True, text=True, check=False, timeout=300)
+    assert build.returncode == 0, build.stderr[-4000:]
+    rows = np.array([line.split() for line in subprocess.run([str(binary)], capture_output=True, text=True,
+                                                              check=True, timeout=60).stdout.split("\n") if line],
+                    dtype=np.int64)
+    bn, n0h = 256, 3 * 128
+    for piece, col, partner in ((rows[:, 0], rows[:, 1], 8), (rows[:, 2], rows[:, 3], 64)):
+        for p in (0, 1):
+            assert sorted(col[piece == p]) == list(range(n0h, n0h + bn // 2))  # each piece column once
+        first = [c for c in range(bn) if piece[c] == 0]
+        assert all(piece[c + partner] == 1 and col[c + partner] == col[c] for c in first)

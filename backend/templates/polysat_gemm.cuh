@@ -160,6 +160,18 @@ POLYSAT_HD int b_piece(int n0, const int (&start)[P], int& lo) {
   return j;
 }
 
+// two sibling GEMMs combined column by column (backend/gemm/paired.py): the piece (0, 1) and the piece column
+// of tile column c (sm80: 8-column chunks alternate), of 64-column box q (sm90: boxes alternate);
+// n0h = tn * BN / 2, the tile's first piece column
+POLYSAT_HD int pair_col_sm80(int c, int n0h, int& piece) {
+  piece = (c >> 3) & 1;
+  return n0h + (c >> 4) * 8 + (c & 7);
+}
+POLYSAT_HD int pair_col_sm90(int q, int n0h, int& piece) {
+  piece = q & 1;
+  return n0h + (q >> 1) * 64;
+}
+
 // xs[j] with constant indices only (a select chain, unrolled): no local-memory array
 template <int P, class X>
 POLYSAT_HD X pick(int j, const X (&xs)[P]) {
@@ -568,7 +580,8 @@ struct StoreOut {
     for (int i = 0; i < BN / 8; ++i) {
       if constexpr (PAIR) {
         if ((i >> 3) & 1) continue;  // the second piece's group: paired with group i - 8
-        const int j = tn * (BN / 2) + (i >> 4) * 64 + (i & 7) * 8 + 2 * t, u = 4 * (i + 8);
+        int piece;
+        const int j = pair_col_sm90(i >> 3, tn * (BN / 2), piece) + (i & 7) * 8 + 2 * t, u = 4 * (i + 8);
         epi.store2(b, mrow, j, epi.pair(d[4 * i + 0], d[u + 0]), epi.pair(d[4 * i + 1], d[u + 1]));
         epi.store2(b, mrow + 8, j, epi.pair(d[4 * i + 2], d[u + 2]), epi.pair(d[4 * i + 3], d[u + 3]));
         continue;
@@ -884,9 +897,10 @@ struct PairTileProducer {
     for (int i = 0; i < TOTAL / THREADS; ++i) {
       int r, c;
       copy_coord<BN, VEC>(tid + i * THREADS, r, c);
-      const int k = kt * BK + r, col = n0h + (c >> 4) * 8 + (c & 7);
+      int piece;
+      const int k = kt * BK + r, col = pair_col_sm80(c, n0h, piece);
       const bool ok = k < K && col < W;
-      const T* src = ((c >> 3) & 1) ? b[1] : b[0];  // a select, not a runtime index (no local memory)
+      const T* src = piece ? b[1] : b[0];  // a select, not a runtime index (no local memory)
       src = ok ? src + (long long)k * W + col : src;
       cp_async<VEC * 2>(smem_u32(tile + swz_offset<BN>(r, c)), src, ok);
     }
@@ -907,7 +921,8 @@ __device__ __forceinline__ void store_pair_sm80(const Epi& epi, const float (&ac
     for (int j = 0; j < NI; j += 2) {
       int m, n;
       acc_coord<WTM, WTN>(warp_m, warp_n, i, j, lane, m, n);
-      const int col = n0h + (n >> 4) * 8 + (n & 7);  // n: the gate fragment's tile column
+      int piece;
+      const int col = pair_col_sm80(n, n0h, piece);  // n: the first piece's fragment (its n8 block is even)
       const float(&g)[4] = acc[i][j];
       const float(&u)[4] = acc[i][j + 1];
       epi.store2(0, m0 + m, col, epi.pair(g[0], u[0]), epi.pair(g[1], u[1]));
@@ -937,8 +952,11 @@ struct TmaPair {
   static_assert(BN % 128 == 0 && L::boxes == BN / 64, "a pair tile holds whole 64-column boxes of both pieces");
   __device__ __forceinline__ void issue(unsigned char* dst, u64* bar, int tn, int k0, int) const {
 #pragma unroll
-    for (int q = 0; q < L::boxes; ++q)
-      tma_load<false>(dst + q * L::box_stride, tmap[q & 1], bar, tn * (BN / 2) + (q >> 1) * 64, k0, 0);
+    for (int q = 0; q < L::boxes; ++q) {
+      int piece;
+      const int col = pair_col_sm90(q, tn * (BN / 2), piece);
+      tma_load<false>(dst + q * L::box_stride, piece ? tmap[1] : tmap[0], bar, col, k0, 0);
+    }
   }
   __device__ __forceinline__ void gather(unsigned char*, int, int, int, int) const {}
 };
