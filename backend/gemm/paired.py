@@ -18,6 +18,7 @@ import dataclasses
 from ...ir.dtypes import DType
 from ...ir.expr import Expr
 from ...ir.region import Buffer, Let, MemRef, R, Region, RNode
+from ...ir.region import walk as rwalk
 from ..common import epilogue_fn
 from ..common.region_match import Lets, walk
 from .concat import _operand_reads, _rebuild, _renamed, one_matrix
@@ -68,6 +69,8 @@ def paired(r: Region) -> "tuple[Region, tuple, tuple] | None":
     if got is None:
         return None
     lets, y, width = got
+    if sum(n.op == R.REDUCE for let in r.lets for n in rwalk(let.expr)) < 2:
+        return None  # most regions: no pair, and no fold to pay for
     m_ax, n_ax = y.axes
     top = _fold(lets, lets.map[y.src], n_ax, width)
     flat = Lets(dataclasses.replace(r, lets=()))
