@@ -24,7 +24,20 @@ def violations(view, fused, chosen=None) -> list:
     return [("many-to-many", sorted(k.sites), k.reduce, f"fused into {'a kernel' if k.root is None else f'the reduction @{k.root}'}, "
              f"the reduction @{k.reduce} would be read by broadcast inside one kernel (many-to-many): never legal "
              "(rule many-to-many, rules/fusion.egg)")
-            for k in view.conflicts if k.sites <= fused and (paths is None or paths.holds(k, fused))]
+            for k in _within(view, fused) if k.sites <= fused and (paths is None or paths.holds(k, fused))]
+
+
+def _within(view, fused: frozenset) -> tuple:
+    """The conflicts that may lie within ``fused``, in the view's order: each is indexed under its least site, so
+    a small decision set (a group of the merge search) looks at its own sites' conflicts, not every one."""
+    idx = view.__dict__.get("_conflicts_by_site")
+    if idx is None:
+        idx = view.__dict__["_conflicts_by_site"] = {}
+        for j, k in enumerate(view.conflicts):
+            idx.setdefault(min(k.sites), []).append((j, k))
+    if len(fused) * 4 >= len(view.conflicts):
+        return view.conflicts
+    return tuple(k for _, k in sorted(jk for s in fused for jk in idx.get(s, ())))
 
 
 def on_path(view, k, chosen: dict, fused: frozenset) -> bool:

@@ -357,51 +357,82 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
     """After a search a limit stopped: while joining one group into the group all its root's readers
     share lowers the total, take the join that lowers it most, with every other join that lowers it and
     touches none of the groups taken, and search again from there (its first path is the joined partition;
-    no further prices). Past ``deadline`` (CPU, the search's ``total``
+    no further prices). Where several joins go into one group (a mixture's experts into their concatenation),
+    joining them all at once is one more move, priced once (the one group they all join would otherwise take
+    one join a round): first every legal one, and when that gains at least what any single join into the group
+    could (its two groups' prices less the group's lower bound), no single join into it is priced; otherwise
+    each is priced, and the improving ones at once are a move too. Past ``deadline`` (CPU, the search's ``total``
     seconds) it takes the best join found so far and stops, and its stop reason says so."""
     done, stop, priced, late = 0, res.stop, res.priced, False
     for _ in range(rounds):
         if late:
             break
         rho = {m: r for r, ms in res.groups.items() for m in ms}
-        gains = []  # (gain, the group joined, the group it joins), in the items' order
+        legal_joins = []  # (group joined, the group it joins) for each legal join, in the items' order
         for it in items:
             if not it.candidate or it.name not in res.groups or any(r not in rho for r in it.readers):
                 continue  # a reader absorbed into another's group (recomputed there) has no group of its own
             shared = {rho[r] for r in it.readers}
-            if len(shared) != 1:
-                continue
-            (g,) = shared
-            merged = res.groups[g] | res.groups[it.name]
-            if not legal(merged):
+            if len(shared) == 1 and legal(res.groups[rho[it.readers[0]]] | res.groups[it.name]):
+                legal_joins.append((it.name, rho[it.readers[0]]))
+        by_target: dict = {}  # group joined into -> the groups whose join into it is legal
+        for name, g in legal_joins:
+            by_target.setdefault(g, []).append(name)
+        gains = []  # (gain, the groups joined, the group they join)
+        whole = set()  # groups whose every join is taken at once, unpriced one by one
+
+        def gain_of(g, names) -> float:
+            return sum(price(n, res.groups[n]) for n in names) + price(g, res.groups[g]) - \
+                price(g, res.groups[g].union(*(res.groups[n] for n in names)))
+        for g, names in by_target.items():
+            # every legal join into g at once, priced first: when it gains at least what any one of them could
+            # (a join's gain is at most its two groups' prices less g's lower bound), no single join into g is
+            # priced (a mixture's experts: one price, not one per expert)
+            if len(names) < 2 or not legal(res.groups[g].union(*(res.groups[n] for n in names))):
                 continue
             if time.process_time() > deadline:
                 late = True
                 break
-            gain = price(it.name, res.groups[it.name]) + price(g, res.groups[g]) - price(g, merged)
+            gain = gain_of(g, names)
+            if gain > 1e-9 and all(price(n, res.groups[n]) + price(g, res.groups[g]) - lower(g) <= gain for n in names):
+                gains.append((gain, tuple(names), g))
+                whole.add(g)
+        into: dict = {}  # group joined into -> the groups whose join into it lowers the total
+        for name, g in legal_joins if not late else ():
+            if g in whole:
+                continue
+            if time.process_time() > deadline:
+                late = True
+                break
+            gain = gain_of(g, [name])
             if gain > 1e-9:
-                gains.append((gain, it.name, g))
+                gains.append((gain, (name,), g))
+                into.setdefault(g, []).append(name)
+        for g, names in into.items():  # every improving join into one group at once
+            if len(names) > 1 and not late and legal(res.groups[g].union(*(res.groups[n] for n in names))):
+                gain = gain_of(g, names)
+                if gain > 1e-9:
+                    gains.append((gain, tuple(names), g))
         if not gains:
             break
-        # the best join, and with it every other that lowers the total and touches none of the groups already
-        # taken (their prices add up: each join changes its two groups only): the identical blocks of a wide
-        # graph (a mixture's experts) are joined together, not one a round; if the batch does not lower the
-        # total, the best join alone
+        # the best move, and with it every other that lowers the total and touches none of the groups already
+        # taken (their prices add up: each move changes its own groups only): the identical blocks of a wide
+        # graph are joined together, not one a round; if the batch does not lower the total, the best move alone
         gains.sort(key=lambda t: -t[0])  # stable: of equal gains, the first item
         taken, batch = set(), []
-        for _, name, g in gains:
-            if name not in taken and g not in taken:
-                taken |= {name, g}
-                batch.append(name)
+        for _, names, g in gains:
+            if not taken & {g, *names}:
+                taken |= {g, *names}
+                batch.append(names)
         nxt = None
         for joins in ([batch, batch[:1]] if len(batch) > 1 else [batch]):
-            prefer = res.absorbed | set(joins)
+            prefer = res.absorbed.union(*joins)
             nxt = merge_search(items, price, lower, legal, SearchLimits(prices=0), lambda k: k in prefer)
             if nxt.total < res.total:
                 break
         if not nxt.total < res.total:
             break
-        res, done, priced = nxt, done + len(joins), priced + nxt.priced
+        res, done, priced = nxt, done + sum(map(len, joins)), priced + nxt.priced
     if late:
         stop = f"{stop}, then {done} join(s) (the polish stopped at the time limit: {total:g} s CPU)"
     elif done:

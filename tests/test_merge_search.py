@@ -250,3 +250,25 @@ def test_the_polish_joins_independent_blocks_in_one_round():
     res = _polish(items, first, price, lambda r: 1.0, lambda m: True, rounds=1)
     assert res.total == pytest.approx(20.0) and len(res.groups) == 10, res.groups
     assert res.stop.endswith("then 10 join(s)"), res.stop
+
+
+def test_the_polish_joins_every_improving_join_into_one_group_in_one_round():
+    """Ten kernels all read by one concatenation (a mixture's experts), each cheaper computed inside it: their
+    joins all go into one group, so no two of them are disjoint; joining them all at once is one move of the
+    round, not one join a round, and since it gains more than any single join could (10 µs against at most
+    1.5 + 1.5 - 1.0), it is the only join priced."""
+    from polysat.search.merge import _polish
+    items = [Item(f"p{b}", True, (), ("cat",)) for b in range(10)]
+    items.append(Item("cat", False, tuple(f"p{b}" for b in range(10)), ()))
+    priced = []
+
+    def price(root, members):
+        priced.append((root, members))
+        return 1.0 + 0.5 * len(members)
+
+    first = merge_search(items, price, lambda r: 1.0, lambda m: True, SearchLimits(prices=0), prefer=lambda k: False)
+    assert first.total == pytest.approx(16.5)
+    res = _polish(items, first, price, lambda r: 1.0, lambda m: True, rounds=1)
+    assert res.total == pytest.approx(6.5) and list(res.groups) == ["cat"], res.groups
+    assert res.stop.endswith("then 10 join(s)"), res.stop
+    assert len(set(priced)) == 10 + 1 + 1  # each kernel alone, the concatenation alone, all joined
