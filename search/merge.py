@@ -124,6 +124,16 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
             prices[key] = price(root, members)
         return prices[key]
 
+    def suffix(i: int, pending: frozenset) -> dict:
+        """The groups of the solved subproblem (i, pending) (exact in memo), root name -> members."""
+        groups = {}
+        while i < n:
+            _, _, (group, pending) = memo[(i, pending)]
+            if group is not None:
+                groups[items[i].name] = group
+            i += 1
+        return groups
+
     def close(i: int, pending: frozenset) -> "tuple | None":
         """(group, pending left) when items[i] is a root, None when a pending kernel it reads could
         then never join a group."""
@@ -144,6 +154,8 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
         key = (i, pending)
         if key in memo:
             v, exact, _ = memo[key]
+            if exact and spent + v < incumbent["total"]:  # a new prefix completed by a solved suffix
+                incumbent["total"], incumbent["groups"] = spent + v, {**dict(path), **suffix(i, pending)}
             if exact or v >= budget:
                 return v
         stats["nodes"] += 1
@@ -214,12 +226,7 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
         found = incumbent["groups"] or {}
         return MergeResult(found, incumbent["total"], stats["stop"], stats["nodes"], stats["priced"],
                            frozenset(m for r, ms in found.items() for m in ms if m != r))
-    groups, i, pending = {}, 0, frozenset()
-    while i < n and total < math.inf:
-        _, _, (group, nxt) = memo[(i, pending)]
-        if group is not None:
-            groups[items[i].name] = group
-        i, pending = i + 1, nxt
+    groups = suffix(0, frozenset()) if total < math.inf else {}
     absorbed = frozenset(m for r, ms in groups.items() for m in ms if m != r)
     return MergeResult(groups, total, stats["stop"], stats["nodes"], stats["priced"], absorbed)
 
