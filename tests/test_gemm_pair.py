@@ -27,15 +27,8 @@ S, D, F = 128, 64, 128
 
 
 def _mlp() -> bytes:
-    from onnx import TensorProto, helper
-    from polysat.bench.corpora.scale_models import WeightFree
-    g = WeightFree("fp16")
-    gate = g.matmul("x", D, F)
-    act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), g.matmul("x", D, F)])
-    g.op("Identity", [g.matmul(act, F, D)])
-    g.nodes[-1].output[0] = "y"
-    return g.built([helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, S, D])], "y", [1, S, D],
-                   "mlp").SerializeToString()
+    from polysat.bench.corpora.scale_models import swiglu_mlp
+    return swiglu_mlp(D, F, S).SerializeToString()
 
 
 @pytest.fixture(scope="module")

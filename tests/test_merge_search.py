@@ -93,6 +93,19 @@ def test_a_limit_is_the_stop_reason():
     assert res.stop == "node limit (3 subproblems)" and res.groups == {} and res.total == math.inf
 
 
+def test_a_limit_keeps_a_partition_completed_by_a_solved_suffix():
+    """A chain a -> b -> c, absorbing first: the first path prices {a, b, c}; the next closes {a, b} and then c
+    alone, whose subproblem after c ((3, {}) in memo) was solved on the first path, so the partition completes
+    without reaching the end again. The price limit stops the search at its next price: it returns
+    {a, b} + {c}, the best partition it completed, not the first one."""
+    items = [Item("a", True, (), ("b",)), Item("b", True, ("a",), ("c",)), Item("c", False, ("b",), ())]
+    prices = {frozenset("abc"): 10.0, frozenset("ab"): 3.0, frozenset("c"): 3.0}
+    res = merge_search(items, lambda root, members: prices.get(members, 1.0), lambda root: 0.5, lambda members: True,
+                       SearchLimits(prices=3))
+    assert res.stop == "price limit (3 groups priced)"
+    assert res.groups == {"b": frozenset("ab"), "c": frozenset("c")} and res.total == pytest.approx(6.0)
+
+
 def test_a_graph_wider_and_deeper_than_the_recursion_limit_is_searched():
     """One subproblem level per kernel, driven from an explicit stack: a chain of 1,100 kernels feeding
     a 300-wide fan-in (an MoE's experts) is searched past Python's recursion limit."""
@@ -190,9 +203,18 @@ def _limited_cases():
     import json
     import pathlib
 
+    import onnx
+
+    from polysat.bench.corpora.scale_models import swiglu_mlp
     from polysat.bench.models import transformer
+    from polysat.frontend.onnx import import_onnx
     ex = pathlib.Path(__file__).resolve().parent.parent / "examples"
+    # swiglu: the fp16 MLP on 16 tokens; its first path joins gate, up and SiLU x up (the paired GEMM) and prices
+    # the plain down projection at 16 rows dear, the better partition (the prologue GEMM) is completed later by a
+    # suffix solved on that first path
     return {"mlp": lambda: json.loads((ex / "mlp.json").read_text()),
+            "swiglu": lambda: import_onnx(onnx.load_from_string(swiglu_mlp(1024, 2752, 16).SerializeToString()),
+                                          origin="swiglu.onnx"),
             "attention": lambda: json.loads((ex / "attention.json").read_text()),
             "transformer_1": lambda: transformer(1)}
 

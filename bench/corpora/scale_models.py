@@ -78,6 +78,12 @@ class WeightFree(G):
     def matmul(self, x: str, din: int, dout: int) -> str:
         return self.op("MatMul", [x, self.weight(din, dout)])
 
+    def swiglu(self, h: str, d: int, ffn: int) -> str:
+        """LLaMA's MLP: ``(SiLU(h @ W_gate) * (h @ W_up)) @ W_down``, SiLU as ``x*sigmoid(x)``."""
+        gate = self.matmul(h, d, ffn)
+        return self.matmul(self.op("Mul", [self.op("Mul", [gate, self.op("Sigmoid", [gate])]), self.matmul(h, d, ffn)]),
+                           ffn, d)
+
     def slice(self, x: str, lo: int, hi: int, axis: int) -> str:
         return self.op("Slice", [x, self.ints(lo), self.ints(hi), self.ints(axis)])
 
@@ -120,10 +126,7 @@ def llama(layers: int, d: int = 4096, heads: int = 32, kv: int = 32, ffn: int = 
         v = g.heads(g.matmul(h, d, kv * dh), s, kv, dh)
         a = g.attention(q, _repeat_kv(g, k, kv, rep, s, dh), _repeat_kv(g, v, kv, rep, s, dh), dh, mask)
         x = g.op("Add", [x, g.matmul(g.merge_heads(a, s, d), d, d)])
-        h = g.rmsnorm(x, d)
-        gate = g.matmul(h, d, ffn)
-        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), g.matmul(h, d, ffn)])
-        x = g.op("Add", [x, g.matmul(act, ffn, d)])
+        x = g.op("Add", [x, g.swiglu(g.rmsnorm(x, d), d, ffn)])
     out = g.op("Identity", [g.rmsnorm(x, d)])
     g.nodes[-1].output[0] = "hidden"
     return g.built([_ids(s), g.io(cos, [1, 1, s, dh]), g.io(sin, [1, 1, s, dh])], "hidden", [1, s, d], name)
@@ -208,6 +211,14 @@ def unet(levels: int = 4, ch: int = 64, hw: int = 128):
         x, cin = double(g.op("Concat", [skip, up], axis=1), 2 * c, c), c
     g.nodes.append(helper.make_node("Conv", [x, g.weight(2, cin, 1, 1)], ["mask"], kernel_shape=[1, 1], name="head"))
     return g.built([_io("image", [1, 3, hw, hw])], "mask", [1, 2, hw, hw], f"unet_{levels}")
+
+
+def swiglu_mlp(d: int = 4096, ffn: int = 11008, s: int = 16, dtype: str = "fp16"):
+    """LLaMA's MLP alone on ``s`` tokens: x (1, s, d) -> y (1, s, d), no residual."""
+    g = WeightFree(dtype)
+    g.op("Identity", [g.swiglu("x", d, ffn)])
+    g.nodes[-1].output[0] = "y"
+    return g.built([g.io("x", [1, s, d])], "y", [1, s, d], f"swiglu_mlp_{d}x{ffn}_s{s}_{dtype}")
 
 
 # ---- mixture of experts -------------------------------------------------------------------------------
