@@ -336,13 +336,8 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
         return not why_illegal(members)
     res = merge_search(sp.items, price, sp.lower, legal, limits,
                        (lambda k: sp.site(k) in hint) if hint is not None else (lambda k: True))
-    if res.stop != "exhausted" and res.total > unfused:
-        alone = merge_search(sp.items, price, sp.lower, legal, SearchLimits(prices=0), lambda k: False)
-        if alone.total < res.total:  # every kernel its own group: the first path, complete whatever the limit
-            res = dataclasses.replace(alone, stop=res.stop, nodes=res.nodes + alone.nodes,
-                                      priced=res.priced + alone.priced)
     if res.stop != "exhausted":
-        res = _polish(sp.items, res, price, sp.lower, legal, deadline=deadline, total=limits.total)
+        res = _polish(sp.items, res, price, sp.lower, legal, deadline=deadline, total=limits.total, unfused=unfused)
     fused = frozenset(sp.site(m) for m in res.absorbed)
     rho = {m: r for r, ms in res.groups.items() for m in ms}
 
@@ -368,7 +363,7 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
 
 
 def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, legal: Callable,
-            rounds: int = 8, deadline: float = math.inf, total: float = math.inf) -> MergeResult:
+            rounds: int = 8, deadline: float = math.inf, total: float = math.inf, unfused: float = math.inf) -> MergeResult:
     """After a search a limit stopped: while joining one group into the group all its root's readers
     share lowers the total, take the join that lowers it most, with every other join that lowers it and
     touches none of the groups taken, and search again from there (its first path is the joined partition;
@@ -377,7 +372,13 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
     one join a round): first every legal one, and when that gains at least what any single join into the group
     could (its two groups' prices less the group's lower bound), no single join into it is priced; otherwise
     each is priced, and the improving ones at once are a move too. Past ``deadline`` (CPU, the search's ``total``
-    seconds) it takes the best join found so far and stops, and its stop reason says so."""
+    seconds) it takes the best join found so far and stops, and its stop reason says so. When ``res`` is priced
+    above ``unfused`` (one kernel per op's price), it starts from every kernel its own group instead, where that
+    prices lower (the search's first path, the hint's, was a bad one: LLaMA-7B L1's default partition)."""
+    if res.total > unfused:
+        alone = merge_search(items, price, lower, legal, SearchLimits(prices=0), lambda k: False)
+        if alone.total < res.total:  # every kernel its own group (a first path: complete whatever the limit)
+            res = dataclasses.replace(alone, stop=res.stop, nodes=res.nodes + alone.nodes, priced=res.priced + alone.priced)
     done, stop, priced, late = 0, res.stop, res.priced, False
     for _ in range(rounds):
         if late:

@@ -256,6 +256,25 @@ def test_the_polish_stops_at_its_deadline_and_says_so():
     assert stopped
 
 
+def test_the_polish_starts_from_one_kernel_per_op_when_the_search_stopped_above_it():
+    """A chain a -> b -> c whose first path (absorbing all) is a group priced far above the three kernels apart
+    (LLaMA-7B L1's default partition: 2,591.7 µs against 1,470.9 one kernel per op): no join can lower a single
+    group, so the polish would keep it; told one kernel per op's price, it starts from every kernel its own group
+    and joins a into b from there."""
+    from polysat.search.merge import _polish
+    items = [Item("a", True, (), ("b",)), Item("b", True, ("a",), ("c",)), Item("c", False, ("b",), ())]
+    prices = {frozenset("abc"): 100.0, frozenset("ab"): 5.0}
+
+    def price(root, members):
+        return prices.get(members, 3.0 * len(members))
+    first = merge_search(items, price, lambda r: 1.0, lambda m: True, SearchLimits(prices=0))
+    assert first.total == pytest.approx(100.0) and first.stop == "price limit (0 groups priced)"
+    assert _polish(items, first, price, lambda r: 1.0, lambda m: True).total == pytest.approx(100.0)
+    res = _polish(items, first, price, lambda r: 1.0, lambda m: True, unfused=9.0)
+    assert res.groups == {"b": frozenset("ab"), "c": frozenset("c")} and res.total == pytest.approx(8.0), res
+    assert res.stop == "price limit (0 groups priced), then 1 join(s)"
+
+
 def test_the_polish_joins_independent_blocks_in_one_round():
     """Ten identical two-kernel blocks side by side (a mixture's experts), each cheaper fused: one round of
     the polish joins all ten (their joins touch disjoint groups, so their gains add up), not one a round."""
