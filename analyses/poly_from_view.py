@@ -94,5 +94,6 @@ def regions_from_partition(program: Program, partition, params: Mapping[str, int
 @lru_cache(maxsize=64)
 def _view(program: Program, symbols: "tuple | None") -> PolyView:
     """The Poly-View of a program, built once: a partition search prices many partitions of one
-    extracted program."""
-    return build_polyview(checked_indexbook(program, symbols))
+    extracted program, and many programs that share most of their values (their IndexBook entries are reused,
+    ``build_indexbook``)."""
+    return build_polyview(checked_indexbook(program, symbols, reuse=True))
