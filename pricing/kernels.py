@@ -36,9 +36,11 @@ from ..ir.tiny import GroupOp, Ops, Program
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?=\s*\[)")  # tuple names only: a symbol may share a tensor's name
 
 
-def kernel_regions(program: Program, partition, params: "dict | None" = None) -> list:
-    """One PolyRegion per kernel of ``partition`` that computes something, priced as emitted (``as_emitted``)."""
-    return as_emitted(program, partition, regions_from_partition(program, partition, params))
+def kernel_regions(program: Program, partition, params: "dict | None" = None, by_kernel: bool = False) -> list:
+    """One PolyRegion per kernel of ``partition`` that computes something, priced as emitted (``as_emitted``);
+    ``by_kernel``: each built from its kernel's own sub-program (analyses/poly_from_view.py, for a stitched program,
+    whose kernels its segments' searches met under other ids)."""
+    return as_emitted(program, partition, regions_from_partition(program, partition, params, by_kernel=by_kernel))
 
 
 def as_emitted(program: Program, partition, regions: list) -> list:
@@ -177,8 +179,9 @@ def _rewalked(prog: Program, k, g) -> list:
     return out
 
 
-def price_kernels(prog: Program, part, params: dict, arch: str) -> list:
-    regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params))}
+def price_kernels(prog: Program, part, params: dict, arch: str, by_kernel: bool = False) -> list:
+    """Each kernel of ``part`` with its region and price (``by_kernel``: see ``kernel_regions``)."""
+    regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params, by_kernel))}
     out = []
     for k in part.kernels:
         deadline.check(f"kernel {k.name}")
