@@ -137,7 +137,8 @@ def kernel_program(ctx: _Context, kernel) -> tuple:
     """(key, a function making (Program, consumers), real id per local id) of ``kernel``'s sub-program: its nodes (ids ``v0..`` in
     program order) and what building their IndexBook entries and Poly-View blocks reads of the rest: the
     movement chains their reads compose through, a MUL a REDUCE of the kernel contracts over and a widening
-    CAST a contraction reads through (each with its own sources), constants; every other value read (a
+    CAST a contraction reads through (each with its own sources), constants, and the REDUCE of another kernel
+    that is the only reader of a MUL of this one (the MUL folds into it); every other value read (a
     program input, another kernel's output) is an INPUT of the same shape and dtype. An entry is a function of
     its node's cone, which this cuts only at values whose reads stop there, so the kernel's entries and blocks
     are the whole program's. ``consumers`` stands in for the whole program's (a MUL folds into its contraction
@@ -147,13 +148,16 @@ def kernel_program(ctx: _Context, kernel) -> tuple:
     keep, holes = set(mine), set()
     stack = [s for i in mine for s in prog[i].src if s not in mine]
     stack += [prog[i].src[0] for i in mine if prog[i].op == Ops.REDUCE]
+    # a MUL of the kernel read only by a REDUCE of another kernel folds into that contraction (no statement)
+    stack += [c for i in mine if prog[i].op == Ops.MUL for c in ctx.consumers[i] if c not in mine
+              and prog[c].op == Ops.REDUCE and len(ctx.consumers[i]) == 1]
     while stack:
         i = stack.pop()
         if i in keep or i in holes:
             continue
         n = prog[i]
         wide = n.op == Ops.CAST and n.dtype == DType.fp32 and prog[n.src[0]].dtype in _WIDE
-        if n.op in GroupOp.Movement or n.op in (Ops.CONST, Ops.MUL) or wide:
+        if n.op in GroupOp.Movement or n.op in (Ops.CONST, Ops.MUL) or wide or n.op == Ops.REDUCE and n.src[0] in mine:
             keep.add(i)
             stack.extend(n.src)
         else:
