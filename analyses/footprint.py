@@ -175,11 +175,22 @@ def clamp(s: isl.Set, k: int, lo: int, hi: int) -> isl.Set:
     return s.lower_bound_val(isl.dim_type.set, k, isl.Val(lo)).upper_bound_val(isl.dim_type.set, k, isl.Val(hi - 1))
 
 
+_BOXES: dict = {}  # (domain text, bounds) -> the clamped domain
+
+
 def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
-    out = stmt.domain
-    for d, (lo, hi) in ranges.items():
-        if d in stmt.dims:
-            out = clamp(out, stmt.dims.index(d), lo, hi)
+    """stmt's domain clamped to ``ranges`` on its dims of those names, kept by the domain's text (the candidate
+    regions of a search share statements and tiles)."""
+    bounds = tuple((stmt.dims.index(d), lo, hi) for d, (lo, hi) in ranges.items() if d in stmt.dims)
+    key = (_held(stmt.domain)[2], bounds)
+    out = _BOXES.get(key)
+    if out is None:
+        out = stmt.domain
+        for k, lo, hi in bounds:
+            out = clamp(out, k, lo, hi)
+        if len(_BOXES) > 50000:
+            _BOXES.clear()
+        _BOXES[key] = out
     return out
 
 
