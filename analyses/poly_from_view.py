@@ -19,7 +19,7 @@ from ..ir.dtypes import DType
 from ..ir.tiny import Arg, GroupOp, Ops, Program, UOp
 from .indexbook import checked_indexbook
 from .isl_util import isl_name
-from .poly_region import Access, PolyRegion, Statement, TensorInfo
+from .poly_region import Access, PolyRegion, Statement, TensorInfo, renamed
 from .polyview import Block, PolyView, build_polyview, tensor_names
 
 SFU_OPS = {Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RSQRT, Ops.RECIPROCAL, Ops.POW}
@@ -128,7 +128,6 @@ def _context(program: Program, symbols: "tuple | None") -> _Context:
 
 
 _LOCAL_ID = re.compile(r"(S_)?v[0-9]+")  # the names of a kernel program's nodes, tensors and statements
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?=\s*\[)")  # isl tuple names (a symbol is never followed by '[')
 _WIDE = (DType.fp16, DType.bf16)
 _REGIONS: dict = {}  # kernel program key -> its region in local names
 
@@ -220,7 +219,7 @@ def kernel_region(ctx: _Context, kernel, params: Mapping[str, int] | None = None
         for local, i in real.items():
             ren[local] = ctx.names[i]
             ren["S_" + local] = "S_" + isl_name(i)
-        made = _renamed(got, ren, kernel.name)
+        made = renamed(got, ren, kernel.name)
     ctx.made[mk] = made
     return made
 
@@ -228,31 +227,6 @@ def kernel_region(ctx: _Context, kernel, params: Mapping[str, int] | None = None
 def _whole(ctx: _Context, kernel, params: Mapping[str, int] | None) -> PolyRegion:
     """The kernel's region on the whole program's Poly-View."""
     return region_from_polyview(_view(ctx.program, ctx.symbols), kernel.nodes, kernel.outputs, params, kernel.name)
-
-
-@lru_cache(maxsize=65536)
-def _template(text: str) -> tuple:
-    """text split at its isl tuple names: (text, name, text, name, .., text)."""
-    out, at = [], 0
-    for m in _NAME.finditer(text):
-        out += [text[at:m.start()], m.group(0)]
-        at = m.end()
-    return tuple(out + [text[at:]])
-
-
-def _renamed(region: PolyRegion, ren: dict, name: str) -> PolyRegion:
-    """region with its statement and tensor names mapped by ren, named name."""
-    def sub(text: str) -> str:
-        parts = _template(text)
-        return "".join(p if k % 2 == 0 else ren.get(p, p) for k, p in enumerate(parts))
-
-    def acc(a: Access) -> Access:
-        return Access(ren.get(a.tensor, a.tensor), sub(a.relation))
-    tensors = tuple(TensorInfo(ren.get(t.name, t.name), t.shape, t.dtype, t.role) for t in region.tensors)
-    stmts = tuple(Statement(ren.get(s.name, s.name), sub(s.domain), tuple(acc(a) for a in s.reads), acc(s.write), s.flops,
-                            s.unit, s.combine, s.loop_order) for s in region.statements)
-    return PolyRegion(name, tensors, stmts, region.params, tuple(ren.get(x, x) for x in region.stream), region.stream_block,
-                      tuple(ren.get(x, x) for x in region.stream_recompute))
 
 
 @lru_cache(maxsize=64)
