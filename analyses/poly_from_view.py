@@ -100,8 +100,17 @@ def regions_from_partition(program: Program, partition, params: Mapping[str, int
     syms = None if symbols is None else tuple(symbols)
     if not by_kernel:
         pv = _view(program, syms)
-        return [region_from_polyview(pv, k.nodes, k.outputs, params, k.name) for k in partition.kernels
-                if any(b.value_id in k.nodes for b in pv.blocks)]
+        made = pv.__dict__.setdefault("_regions", {})  # a kernel met again in another partition of the program
+        bound = tuple(sorted(dict(params or {}).items()))
+        out = []
+        for k in partition.kernels:
+            key = (k.nodes, k.outputs, k.name, bound)
+            if key not in made:
+                made[key] = region_from_polyview(pv, k.nodes, k.outputs, params, k.name) \
+                    if any(b.value_id in k.nodes for b in pv.blocks) else None
+            if made[key] is not None:
+                out.append(made[key])
+        return out
     ctx = _context(program, syms)
     return [r for r in (kernel_region(ctx, k, params) for k in partition.kernels) if r.statements]
 
