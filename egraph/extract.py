@@ -78,6 +78,7 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
     price_of = [own[n] for n in nodes]
     heap: list = [(price_of[k], k) for k, n in enumerate(nodes) if not n.children]
     heapq.heapify(heap)
+    waiting = [len(ks) for ks in kids]  # per e-node, its child classes still without a solution
     regions = type(model).region_cost is not CostModel.region_cost  # a model that prices a Mat's kernel whole
     budget = 64 * max(1, view.nodes) + 1000
     while heap and budget:
@@ -85,7 +86,7 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
         _, k = heapq.heappop(heap)
         n = nodes[k]
         ks = kids[k]
-        if any(c not in best for c in ks):
+        if waiting[k]:
             continue
         bits, total = 0, 0.0
         for c in ks:
@@ -107,7 +108,9 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
         at[e] = k
         weight.set(e, price)
         for p in readers.get(e, ()):
-            if all(c in best for c in kids[p]):
+            if cur is None:  # e's first solution: one child class fewer to wait for
+                waiting[p] -= 1
+            if not waiting[p]:
                 heapq.heappush(heap, (total, p))
     return best, own
 
