@@ -75,7 +75,7 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
     weight = _Weights()  # class -> price of its currently chosen e-node (with its region cost)
     nodes, kids, readers = _layout(view)
     own = model.enode_costs(view)
-    price_of = [own[n] for n in nodes]
+    price_of = _in_export_order(own, view)
     heap: list = [(price_of[k], k) for k, n in enumerate(nodes) if not n.children]
     heapq.heapify(heap)
     waiting = [len(ks) for ks in kids]  # per e-node, its child classes still without a solution
@@ -113,6 +113,26 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
             if not waiting[p]:
                 heapq.heappush(heap, (total, p))
     return best, own
+
+
+def _in_export_order(own: dict, view: EGraphView) -> list:
+    """own's prices in export order. A model's dict made in the view's class order (``CostModel.enode_costs`` and
+    a copy of it) is read by position, its keys checked by identity, so no e-node is hashed."""
+    listed, place = _class_order(view)
+    if len(own) == len(listed) and all(a is b for a, b in zip(own, listed)):
+        prices = list(own.values())
+        return [prices[i] for i in place]
+    return [own[n] for n in _layout(view)[0]]
+
+
+def _class_order(view: EGraphView) -> tuple:
+    """(the e-nodes in the view's class order, per export position its place in that order), once per view."""
+    got = view.__dict__.get("_class_order")
+    if got is None:
+        listed = [n for ns in view.classes.values() for n in ns]
+        at = {id(n): i for i, n in enumerate(listed)}
+        got = view.__dict__["_class_order"] = (listed, [at[id(n)] for n in _layout(view)[0]])
+    return got
 
 
 def _layout(view: EGraphView) -> tuple:
