@@ -92,10 +92,12 @@ def _priced(s):
 
 
 def _priced_in(s):
-    if s.search is not None and not isinstance(s.saturated[0], _get("search.stitch:SegmentedState")):
+    stitched = isinstance(s.saturated[0], _get("search.stitch:SegmentedState"))
+    if s.search is not None and not stitched:
         return s.search.best.priced  # a stitched search's regions are its segments' (their names)
     x = s.extraction
-    return _call("pricing.kernels:price_kernels", x.program, x.partition, s.params, s.arch)
+    # a stitched program's kernels are its segments' under other ids: built kernel by kernel, each distinct one once
+    return _call("pricing.kernels:price_kernels", x.program, x.partition, s.params, s.arch, by_kernel=stitched)
 
 
 def _region(s):

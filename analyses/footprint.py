@@ -27,16 +27,21 @@ _MEMO: dict = {}  # (what, isl text) -> value; isl's own set hash collides often
 _BY_ID: dict = {}  # id(set) -> (set, {what: value}, its text): the same object asked again skips printing it
 
 
-def _memo(kind: str, s: isl.Set, fn):
+def _held(s) -> tuple:
+    """s's entry of _BY_ID: (s, its memo, its text)."""
     hit = _BY_ID.get(id(s))
-    if hit is not None and hit[0] is s:
-        v = hit[1].get(kind)
-        if v is not None:
-            return v
-    else:
+    if hit is None or hit[0] is not s:
         if len(_BY_ID) > 50000:
             _BY_ID.clear()
         hit = _BY_ID[id(s)] = (s, {}, str(s))  # holding s keeps its id from being reused
+    return hit
+
+
+def _memo(kind: str, s: isl.Set, fn):
+    hit = _held(s)
+    v = hit[1].get(kind)
+    if v is not None:
+        return v
     text = hit[2]
     key = (kind, text)
     v = _MEMO.get(key)
@@ -170,11 +175,22 @@ def clamp(s: isl.Set, k: int, lo: int, hi: int) -> isl.Set:
     return s.lower_bound_val(isl.dim_type.set, k, isl.Val(lo)).upper_bound_val(isl.dim_type.set, k, isl.Val(hi - 1))
 
 
+_BOXES: dict = {}  # (domain text, bounds) -> the clamped domain
+
+
 def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
-    out = stmt.domain
-    for d, (lo, hi) in ranges.items():
-        if d in stmt.dims:
-            out = clamp(out, stmt.dims.index(d), lo, hi)
+    """stmt's domain clamped to ``ranges`` on its dims of those names, kept by the domain's text (the candidate
+    regions of a search share statements and tiles)."""
+    bounds = tuple((stmt.dims.index(d), lo, hi) for d, (lo, hi) in ranges.items() if d in stmt.dims)
+    key = (_held(stmt.domain)[2], bounds)
+    out = _BOXES.get(key)
+    if out is None:
+        out = stmt.domain
+        for k, lo, hi in bounds:
+            out = clamp(out, k, lo, hi)
+        if len(_BOXES) > 50000:
+            _BOXES.clear()
+        _BOXES[key] = out
     return out
 
 
@@ -243,8 +259,23 @@ def slices(b: BoundRegion, driver_tile: isl.Set, ranges: Mapping[str, tuple]) ->
 def _pull_back(b: BoundRegion, s: BoundStatement, mine: isl.Set, inst: dict) -> None:
     """Add to inst, per earlier statement, the instances that write what the instances `mine` of s read."""
     for p, dep in pre_images(b.region, s.name):
-        need = mine.apply(dep)
+        need = image(mine, dep)
         inst[p.name] = need if p.name not in inst else inst[p.name].union(need).coalesce()
+
+
+_IMAGES: dict = {}  # (set text, map text) -> the set's image
+
+
+def image(s: isl.Set, m: isl.Map) -> isl.Set:
+    """s.apply(m), kept by the texts of both: the candidate regions of a search share statements, their tiles
+    and accesses (a conv with one epilogue or another), so most images recur under other regions' objects."""
+    key = (_held(s)[2], _held(m)[2])
+    got = _IMAGES.get(key)
+    if got is None:
+        if len(_IMAGES) > 50000:
+            _IMAGES.clear()
+        got = _IMAGES[key] = s.apply(m)
+    return got
 
 
 @lru_cache(maxsize=8192)
@@ -265,7 +296,7 @@ def pre_images(region, name: str) -> tuple:
 
 def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.Set:
     """The elements of `tensor` touched (read or written) by the given instances."""
-    images = [inst[name].apply(m) for name, m in b.accesses(tensor) if name in inst]
+    images = [image(inst[name], m) for name, m in b.accesses(tensor) if name in inst]
     if not images:
         return isl.Set.empty(b.tensor_sets[tensor].get_space())
     out = images[0]

@@ -106,6 +106,7 @@ class IndexBook:
     params: tuple  # symbols, aligned to the signature
     diagnostics: list = field(default_factory=list)  # warnings (W2101)
     _memo: dict = field(default_factory=dict, repr=False)
+    cones: dict = field(default_factory=dict, repr=False)  # node id -> cone number (books built with reuse)
 
     def __getitem__(self, vid: str) -> ValueInfo:
         return self.entries[vid]
@@ -228,10 +229,37 @@ def _size_ok(d: Dim) -> bool:
     return isinstance(d, int) or d.is_affine
 
 
-def build_indexbook(program: Program, symbols: Sequence[str] | None = None) -> IndexBook:
-    """The IndexBook of a program, aligned to the signature's symbols (default: the inputs')."""
+_CONES: dict = {}  # (node, its sources' cone numbers) -> the cone's number: equal numbers, equal cones
+_SHARED: dict = {}  # cone number -> the finished entry of its top node (books built with reuse=True)
+_VALID: set = set()  # (cone number, params): entries validate() passed
+
+
+def _cone_numbers(program: Program) -> dict:
+    """node id -> the number of its cone (the node and, recursively, its sources; ids included)."""
+    if len(_CONES) > 200000:  # the numbers name the shared entries: both go together
+        _CONES.clear()
+        _SHARED.clear()
+        _VALID.clear()
+    out: dict = {}
+    for n in program.nodes:
+        k = (n, tuple(out[s] for s in n.src))
+        c = _CONES.get(k)
+        if c is None:
+            c = _CONES[k] = len(_CONES)
+        out[n.id] = c
+    return out
+
+
+def build_indexbook(program: Program, symbols: Sequence[str] | None = None, reuse: bool = False) -> IndexBook:
+    """The IndexBook of a program, aligned to the signature's symbols (default: the inputs'). With ``reuse``, an
+    entry whose cone (the node and its sources, recursively, ids included) an earlier such book held is taken from
+    it: an entry is a function of its cone (the reads are composed down the cone), except the axis ids, which then
+    are unique per cone rather than per book (they key nothing the pricing reads; dumps build with reuse off). A
+    search builds the books of many extracted programs that share most of their values."""
     entries: dict = {}
     next_id = 0
+    cones = _cone_numbers(program) if reuse else {}
+    shared = {n.id: _SHARED[cones[n.id]] for n in program.nodes if cones.get(n.id) in _SHARED}
 
     def fresh_axes(shape, prefix="i", kinds=None) -> tuple:
         nonlocal next_id
@@ -243,6 +271,9 @@ def build_indexbook(program: Program, symbols: Sequence[str] | None = None) -> I
         return tuple(out)
 
     for node in program.nodes:
+        if node.id in shared:
+            entries[node.id] = shared[node.id]
+            continue
         non_scop = None
         bad = [d for d in node.shape if not _size_ok(d)]
         if bad:
@@ -286,7 +317,7 @@ def build_indexbook(program: Program, symbols: Sequence[str] | None = None) -> I
     # compose compute inputs and the pieces of movement values (needs the whole book for to_base)
     for vid, info in entries.items():
         node = program[vid]
-        if info.non_scop or node.op in GroupOp.Leaf:
+        if info.non_scop or node.op in GroupOp.Leaf or vid in shared:
             continue
         if node.op in GroupOp.Movement:
             (acc,) = book.sources(vid)
@@ -301,6 +332,7 @@ def build_indexbook(program: Program, symbols: Sequence[str] | None = None) -> I
                 book.diagnostics.append(diag(
                     "ExcessivePiecewise", info.value_id,
                     f"the read of {acc.value_id} passes {len(acc.pads)} padding tests (limit {MAX_PIECES})"))
+    book.cones = cones
     return align_params(book, symbols if symbols is not None else sorted(program.symbols()))
 
 
@@ -352,10 +384,11 @@ def align_params(book: IndexBook, symbols: Sequence[str]) -> IndexBook:
     return book
 
 
-def validate(book: IndexBook) -> None:
-    """Check the invariants of docs/DESIGN.md §IndexBook (and bounds of every read); raise the diagnostics."""
+def validate(book: IndexBook, infos: "Iterable[ValueInfo] | None" = None) -> None:
+    """Check the invariants of docs/DESIGN.md §IndexBook (and bounds of every read) of ``infos`` (default: every
+    entry); raise the diagnostics."""
     errs: list[Diagnostic] = []
-    for info in book:
+    for info in book if infos is None else infos:
         node = book.program[info.value_id]
         names = [a.name for a in info.axes]
         if names != [f"i{k}" for k in range(len(names))]:  # rule 2
@@ -490,10 +523,20 @@ def book_to_json(book: IndexBook) -> dict:
             "diagnostics": [d.to_json() for d in book.diagnostics]}
 
 
-def checked_indexbook(program: Program, symbols: Sequence[str] | None = None) -> IndexBook:
-    """Build, then validate: the IndexBook stage of the pipeline."""
-    book = build_indexbook(program, symbols)
-    validate(book)
+def checked_indexbook(program: Program, symbols: Sequence[str] | None = None, reuse: bool = False) -> IndexBook:
+    """Build, then validate: the IndexBook stage of the pipeline. With ``reuse`` (``build_indexbook``), an entry
+    validated under the same params before is not validated again (validate reads only the entry's cone), and the
+    book's entries are kept for the next books."""
+    book = build_indexbook(program, symbols, reuse)
+    if not reuse:
+        validate(book)
+        return book
+    fresh = [info for vid, info in book.entries.items() if (book.cones[vid], book.params) not in _VALID]
+    validate(book, fresh)
+    for info in fresh:
+        c = book.cones[info.value_id]
+        _SHARED.setdefault(c, info)
+        _VALID.add((c, book.params))
     return book
 
 

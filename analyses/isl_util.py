@@ -115,7 +115,19 @@ def rename_tuples(text: str, ren: Mapping[str, str]) -> "str | None":
     pattern for every text; None when a name of ren is not an identifier (the caller takes its slow path)."""
     if not all(_IDENTIFIER.fullmatch(n) for n in ren):
         return None
-    return _TUPLE.sub(lambda m: ren.get(m.group(1), m.group(1)), text)
+    parts = tuple_template(text)
+    return "".join(p if k % 2 == 0 else ren.get(p, p) for k, p in enumerate(parts))
+
+
+@lru_cache(maxsize=65536)
+def tuple_template(text: str) -> tuple:
+    """text split at its tuple names: (text, name, text, name, .., text), kept per text (a search renames the
+    same texts many times)."""
+    out, at = [], 0
+    for m in _TUPLE.finditer(text):
+        out += [text[at:m.start()], m.group(1)]
+        at = m.end()
+    return tuple(out + [text[at:]])
 
 
 @lru_cache(maxsize=8192)

@@ -9,13 +9,18 @@ Symbols are bound by ``params`` (Poly Core counts on concrete shapes).
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterable, Mapping
 
-from ..ir.tiny import Ops, Program
+from ..ir.diagnostics import PolysatError
+from ..ir.dtypes import DType
+from ..ir.tiny import Arg, GroupOp, Ops, Program, UOp
 from .indexbook import checked_indexbook
-from .poly_region import Access, PolyRegion, Statement, TensorInfo
-from .polyview import Block, PolyView, build_polyview
+from .isl_util import isl_name
+from .poly_region import Access, PolyRegion, Statement, TensorInfo, renamed
+from .polyview import Block, PolyView, build_polyview, tensor_names
 
 SFU_OPS = {Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RSQRT, Ops.RECIPROCAL, Ops.POW}
 COMBINE = {"SUM": "sum", "MAX": "max", "MIN": "min"}
@@ -83,16 +88,159 @@ def region_from_program(program: Program, params: Mapping[str, int] | None = Non
 
 
 def regions_from_partition(program: Program, partition, params: Mapping[str, int] | None = None,
-                           symbols=None) -> list:
+                           symbols=None, by_kernel: bool = False) -> list:
     """One PolyRegion per kernel of an extraction partition (``egraph.partition.Partition``:
-    kernels with ``nodes`` and ``outputs``), in its order."""
-    pv = _view(program, None if symbols is None else tuple(symbols))
-    return [region_from_polyview(pv, k.nodes, k.outputs, params, k.name) for k in partition.kernels
-            if any(b.value_id in k.nodes for b in pv.blocks)]
+    kernels with ``nodes`` and ``outputs``) that computes something, in its order; the same regions either way:
+
+    - by default on the program's Poly-View, built once per program (a search prices many partitions of one
+      extracted program, and its programs share most of their values: IndexBook entries and blocks are reused);
+    - ``by_kernel``: each from the kernel's own sub-program (``kernel_program``), kept by its text in local names,
+      so a kernel met before under other node ids (the segments of a stitched program, searched on their own) is
+      renamed, not rebuilt: the work follows the distinct kernels, not the program."""
+    syms = None if symbols is None else tuple(symbols)
+    if not by_kernel:
+        pv = _view(program, syms)
+        made = pv.__dict__.setdefault("_regions", {})  # a kernel met again in another partition of the program
+        bound = tuple(sorted(dict(params or {}).items()))
+        out = []
+        for k in partition.kernels:
+            key = (k.nodes, k.outputs, k.name, bound)
+            if key not in made:
+                made[key] = region_from_polyview(pv, k.nodes, k.outputs, params, k.name) \
+                    if any(b.value_id in k.nodes for b in pv.blocks) else None
+            if made[key] is not None:
+                out.append(made[key])
+        return out
+    ctx = _context(program, syms)
+    return [r for r in (kernel_region(ctx, k, params) for k in partition.kernels) if r.statements]
+
+
+@dataclass(frozen=True, eq=False)
+class _Context:
+    """What a kernel's region reads of the whole program beyond its sub-program."""
+    program: Program
+    symbols: tuple  # the isl parameters, in the signature's order
+    names: dict  # node id -> its tensor name (polyview.tensor_names)
+    consumers: dict  # node id -> the ids of the nodes reading it
+    position: dict  # node id -> its place in program order
+    outputs: frozenset  # program output node ids
+    local_ok: bool  # no symbol is spelled like a local id (then the whole program's view is used)
+    made: dict = field(default_factory=dict)  # (kernel nodes, outputs, name, params) -> its region
+
+
+@lru_cache(maxsize=64)
+def _context(program: Program, symbols: "tuple | None") -> _Context:
+    syms = symbols if symbols is not None else tuple(sorted(program.symbols()))
+    return _Context(program, syms, tensor_names(program), program.consumers(),
+                    {n.id: k for k, n in enumerate(program.nodes)}, frozenset(n for _, n in program.outputs),
+                    not any(_LOCAL_ID.fullmatch(str(x)) for x in syms))
+
+
+_LOCAL_ID = re.compile(r"(S_)?v[0-9]+")  # the names of a kernel program's nodes, tensors and statements
+_WIDE = (DType.fp16, DType.bf16)
+_REGIONS: dict = {}  # kernel program key -> its region in local names
+
+
+def kernel_program(ctx: _Context, kernel) -> tuple:
+    """(key, a function making (Program, consumers), real id per local id) of ``kernel``'s sub-program: its nodes (ids ``v0..`` in
+    program order) and what building their IndexBook entries and Poly-View blocks reads of the rest: the
+    movement chains their reads compose through, a MUL a REDUCE of the kernel contracts over and a widening
+    CAST a contraction reads through (each with its own sources), constants, and the REDUCE of another kernel
+    that is the only reader of a MUL of this one (the MUL folds into it); every other value read (a
+    program input, another kernel's output) is an INPUT of the same shape and dtype. An entry is a function of
+    its node's cone, which this cuts only at values whose reads stop there, so the kernel's entries and blocks
+    are the whole program's. ``consumers`` stands in for the whole program's (a MUL folds into its contraction
+    only when nothing else reads it); the key holds everything the region depends on, in local ids."""
+    prog = ctx.program
+    mine = kernel.nodes
+    keep, holes = set(mine), set()
+    stack = [s for i in mine for s in prog[i].src if s not in mine]
+    stack += [prog[i].src[0] for i in mine if prog[i].op == Ops.REDUCE]
+    # a MUL of the kernel read only by a REDUCE of another kernel folds into that contraction (no statement)
+    stack += [c for i in mine if prog[i].op == Ops.MUL for c in ctx.consumers[i] if c not in mine
+              and prog[c].op == Ops.REDUCE and len(ctx.consumers[i]) == 1]
+    while stack:
+        i = stack.pop()
+        if i in keep or i in holes:
+            continue
+        n = prog[i]
+        wide = n.op == Ops.CAST and n.dtype == DType.fp32 and prog[n.src[0]].dtype in _WIDE
+        if n.op in GroupOp.Movement or n.op in (Ops.CONST, Ops.MUL) or wide or n.op == Ops.REDUCE and n.src[0] in mine:
+            keep.add(i)
+            stack.extend(n.src)
+        else:
+            holes.add(i)
+    pos = ctx.position
+    order = sorted(keep | holes, key=pos.__getitem__)
+    local = {i: f"v{j}" for j, i in enumerate(order)}
+    rows, cons = [], {}
+    for i in order:
+        n = prog[i]
+        if i in holes:
+            rows.append((n.dtype, n.shape))
+            continue
+        lid = local[i]
+        cons[lid] = tuple(local[c] if c in keep else "" for c in ctx.consumers[i])
+        rows.append((n.op, tuple(local[x] for x in n.src), n.arg, n.dtype, n.shape, i in mine, i in ctx.outputs, cons[lid]))
+    key = (tuple(rows), tuple(local[o] for o in kernel.outputs), ctx.symbols)
+
+    def make() -> tuple:
+        nodes = []
+        for i in order:
+            n, lid = prog[i], local[i]
+            if i in holes:
+                nodes.append(UOp(lid, Ops.INPUT, (), Arg({"tensor_id": lid, "dtype": n.dtype, "shape": n.shape}), n.dtype,
+                                 n.shape))
+            else:
+                nodes.append(UOp(lid, n.op, tuple(local[x] for x in n.src), n.arg, n.dtype, n.shape, n.tag))
+        outs = tuple((lid, lid) for i, lid in local.items() if i in ctx.outputs and i in keep)
+        return Program(tuple(nodes), outs), {v: list(c) for v, c in cons.items()}
+    return key, make, {v: k for k, v in local.items()}
+
+
+def kernel_region(ctx: _Context, kernel, params: Mapping[str, int] | None = None) -> PolyRegion:
+    """The region of one kernel (its statements empty when it computes nothing), named as the whole program names
+    it; built on its sub-program (``kernel_program``) once per distinct sub-program and params."""
+    bound = tuple(sorted(dict(params or {}).items()))
+    mk = (kernel.nodes, kernel.outputs, kernel.name, bound)
+    made = ctx.made.get(mk)
+    if made is not None:
+        return made
+    if not ctx.local_ok:
+        made = _whole(ctx, kernel, params)
+    else:
+        key, make, real = kernel_program(ctx, kernel)
+        key = (key, bound)
+        got = _REGIONS.get(key)
+        if got is None:
+            prog, cons = make()
+            try:
+                pv = build_polyview(checked_indexbook(prog, ctx.symbols), {n.id: n.id for n in prog.nodes}, cons)
+            except PolysatError:  # reported on the whole program, naming its nodes
+                return _whole(ctx, kernel, params)
+            mine = {local for local, i in real.items() if i in kernel.nodes}
+            outs = [local for local, i in real.items() if i in kernel.outputs]
+            got = region_from_polyview(pv, mine, outs, params, "kernel")
+            if len(_REGIONS) > 20000:
+                _REGIONS.clear()
+            _REGIONS[key] = got
+        ren = {}
+        for local, i in real.items():
+            ren[local] = ctx.names[i]
+            ren["S_" + local] = "S_" + isl_name(i)
+        made = renamed(got, ren, kernel.name)
+    ctx.made[mk] = made
+    return made
+
+
+def _whole(ctx: _Context, kernel, params: Mapping[str, int] | None) -> PolyRegion:
+    """The kernel's region on the whole program's Poly-View."""
+    return region_from_polyview(_view(ctx.program, ctx.symbols), kernel.nodes, kernel.outputs, params, kernel.name)
 
 
 @lru_cache(maxsize=64)
 def _view(program: Program, symbols: "tuple | None") -> PolyView:
-    """The Poly-View of a program, built once: a partition search prices many partitions of one
-    extracted program."""
-    return build_polyview(checked_indexbook(program, symbols))
+    """The Poly-View of a whole program, built once: a partition search prices many partitions of one extracted
+    program, and many programs that share most of their values (their IndexBook entries are reused,
+    ``build_indexbook``)."""
+    return build_polyview(checked_indexbook(program, symbols, reuse=True))

@@ -29,7 +29,7 @@ from ..ir.diagnostics import PolysatError, fail
 from ..ir.dtypes import DType
 from ..ir.expr import Expr
 from ..ir.shapes import Dim, dim as to_dim
-from .isl_util import parse_renamed, rename_tuples, val_int
+from .isl_util import parse_renamed, rename_tuples, tuple_template, val_int
 
 ROLES = ("input", "output", "internal")
 UNITS = ("tensor", "fp32", "sfu")  # tensor cores (MMA), FP32 SIMT pipes, special-function unit
@@ -371,6 +371,22 @@ def _bind_statement(region_name: str, st: Statement, env_key: tuple, used: tuple
         return m.set_tuple_name(isl.dim_type.in_, st.name).set_tuple_name(isl.dim_type.out, tensor)
     return (dom.set_tuple_name(st.name), dims, order, tuple((tensors[t], named(m, tensors[t])) for t, m in reads),
             named(write, st.write.tensor), rdims)
+
+
+def renamed(region: PolyRegion, ren: Mapping[str, str], name: str) -> PolyRegion:
+    """region named ``name``, its statement and tensor names (and the tuple names of its texts) mapped by ``ren``
+    (names it lacks stay); every name is an identifier, as isl prints them."""
+    def sub(text: str) -> str:
+        parts = tuple_template(text)
+        return "".join(p if k % 2 == 0 else ren.get(p, p) for k, p in enumerate(parts))
+
+    def acc(a: Access) -> Access:
+        return Access(ren.get(a.tensor, a.tensor), sub(a.relation))
+    tensors = tuple(TensorInfo(ren.get(t.name, t.name), t.shape, t.dtype, t.role) for t in region.tensors)
+    stmts = tuple(Statement(ren.get(s.name, s.name), sub(s.domain), tuple(acc(a) for a in s.reads), acc(s.write), s.flops,
+                            s.unit, s.combine, s.loop_order) for s in region.statements)
+    return PolyRegion(name, tensors, stmts, region.params, tuple(ren.get(x, x) for x in region.stream), region.stream_block,
+                      tuple(ren.get(x, x) for x in region.stream_recompute))
 
 
 _STMT = "polysat_s"

@@ -141,10 +141,11 @@ def _widened(book: IndexBook, info: ValueInfo, acc: Access) -> Access:
     return acc
 
 
-def _plans(book: IndexBook) -> tuple:
-    """(value info, block kind, reads, attrs) per block, the folded MULs, and the non_scop values."""
+def _plans(book: IndexBook, consumers: "dict | None" = None) -> tuple:
+    """(value info, block kind, reads, attrs) per block, the folded MULs, and the non_scop values. ``consumers``
+    (default: the program's) decides which MULs fold: those read only by their contraction."""
     prog = book.program
-    consumers = prog.consumers()
+    consumers = prog.consumers() if consumers is None else consumers
     outputs = {nid for _, nid in prog.outputs}
     plans, folded, non_scop = [], set(), []
     for info in book:
@@ -211,10 +212,12 @@ def _make_block(book: IndexBook, names: dict, info: ValueInfo, kind: str, reads:
     return Block(stmt, info.value_id, kind, info.space_names, dom, accs, attrs)
 
 
-def build_polyview(book: IndexBook) -> PolyView:
-    """One block per compute value (a contraction folds its MUL) and per movement output."""
-    names = tensor_names(book.program)
-    plans, non_scop = _plans(book)
+def build_polyview(book: IndexBook, names: "dict | None" = None, consumers: "dict | None" = None) -> PolyView:
+    """One block per compute value (a contraction folds its MUL) and per movement output. ``names`` and
+    ``consumers`` (default: the program's own) stand in for those of a larger program the book's program is a
+    part of (analyses/poly_from_view.py ``kernel_program``)."""
+    names = tensor_names(book.program) if names is None else names
+    plans, non_scop = _plans(book, consumers)
     blocks = [_block(book, names, *p) for p in plans]
     producer = {b.value_id: b.name for b in blocks}
     edges = [{"from": producer[a.value_id], "to": b.name, "tensor": a.tensor}

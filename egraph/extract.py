@@ -75,9 +75,10 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
     weight = _Weights()  # class -> price of its currently chosen e-node (with its region cost)
     nodes, kids, readers = _layout(view)
     own = model.enode_costs(view)
-    price_of = [own[n] for n in nodes]
+    price_of = _in_export_order(own, view)
     heap: list = [(price_of[k], k) for k, n in enumerate(nodes) if not n.children]
     heapq.heapify(heap)
+    waiting = [len(ks) for ks in kids]  # per e-node, its child classes still without a solution
     regions = type(model).region_cost is not CostModel.region_cost  # a model that prices a Mat's kernel whole
     budget = 64 * max(1, view.nodes) + 1000
     while heap and budget:
@@ -85,7 +86,7 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
         _, k = heapq.heappop(heap)
         n = nodes[k]
         ks = kids[k]
-        if any(c not in best for c in ks):
+        if waiting[k]:
             continue
         bits, total = 0, 0.0
         for c in ks:
@@ -107,9 +108,31 @@ def solve(view: EGraphView, model: CostModel) -> tuple:
         at[e] = k
         weight.set(e, price)
         for p in readers.get(e, ()):
-            if all(c in best for c in kids[p]):
+            if cur is None:  # e's first solution: one child class fewer to wait for
+                waiting[p] -= 1
+            if not waiting[p]:
                 heapq.heappush(heap, (total, p))
     return best, own
+
+
+def _in_export_order(own: dict, view: EGraphView) -> list:
+    """own's prices in export order. A model's dict made in the view's class order (``CostModel.enode_costs`` and
+    a copy of it) is read by position, its keys checked by identity, so no e-node is hashed."""
+    listed, place = _class_order(view)
+    if len(own) == len(listed) and all(a is b for a, b in zip(own, listed)):
+        prices = list(own.values())
+        return [prices[i] for i in place]
+    return [own[n] for n in _layout(view)[0]]
+
+
+def _class_order(view: EGraphView) -> tuple:
+    """(the e-nodes in the view's class order, per export position its place in that order), once per view."""
+    got = view.__dict__.get("_class_order")
+    if got is None:
+        listed = [n for ns in view.classes.values() for n in ns]
+        at = {id(n): i for i, n in enumerate(listed)}
+        got = view.__dict__["_class_order"] = (listed, [at[id(n)] for n in _layout(view)[0]])
+    return got
 
 
 def _layout(view: EGraphView) -> tuple:

@@ -45,6 +45,21 @@ def _make(nid: str, op: Ops, src: list, arg: dict, tag: "str | None", c: int) ->
     return UOp(nid, op, tuple(x.id for x in src), t.arg, t.dtype, t.shape, tag)
 
 
+def _program_facts(st: EGraphState, view: EGraphView) -> tuple:
+    """(class id -> the original node id it holds, the program's node ids, tensor id -> INPUT node): the same
+    for every candidate extracted from one view, so made once per (state, view)."""
+    got = view.__dict__.get("_totiny_facts")
+    if got is None or got[0] is not st:
+        names: dict = {}
+        for nid, i in st.index.items():
+            c = view.by_index.get(i)
+            if c is not None and c not in names and st.program[nid].op != Ops.INPUT:
+                names[c] = nid
+        got = view.__dict__["_totiny_facts"] = (st, names, frozenset(n.id for n in st.program.nodes),
+                                                {n.arg["tensor_id"]: n for n in st.program.inputs})
+    return got[1:]
+
+
 class TermBuilder:
     """Converts chosen e-nodes to Tiny IR nodes, one e-class at a time (memoized per class)."""
 
@@ -53,14 +68,10 @@ class TermBuilder:
         self.nodes: list = []
         self.made: dict = {}  # class id -> UOp
         self.class_nodes: dict = {}  # class id -> ids of the nodes its conversion created
-        self.names: dict = {}  # class id -> original node id
-        for nid, i in st.index.items():
-            c = view.by_index.get(i)
-            if c is not None and c not in self.names and st.program[nid].op != Ops.INPUT:
-                self.names[c] = nid
-        self.taken = {n.id for n in st.program.nodes}
+        names, taken, self.inputs = _program_facts(st, view)
+        self.names: dict = names  # class id -> original node id (read only)
+        self.taken = set(taken)
         self.count = 0
-        self.inputs = {n.arg["tensor_id"]: n for n in st.program.inputs}
         self.cur: list = []
         self.used: set = set()  # ids given to nodes so far
 

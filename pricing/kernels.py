@@ -18,7 +18,7 @@ from functools import lru_cache
 from ..analyses.isl_util import isl_name
 from ..analyses.poly_from_view import regions_from_partition
 from ..analyses.devices import device
-from ..analyses.poly_region import Access, PolyRegion, Statement, TensorInfo
+from ..analyses.poly_region import PolyRegion, renamed
 from ..analyses.price import Cost, price
 from ..analyses.roofline import roofline
 from ..backend.common.spec import IN_DTYPES
@@ -33,12 +33,13 @@ from ..ir.shapes import bind as bind_shape
 from ..ir.tiny import GroupOp, Ops, Program
 
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?=\s*\[)")  # tuple names only: a symbol may share a tensor's name
 
 
-def kernel_regions(program: Program, partition, params: "dict | None" = None) -> list:
-    """One PolyRegion per kernel of ``partition`` that computes something, priced as emitted (``as_emitted``)."""
-    return as_emitted(program, partition, regions_from_partition(program, partition, params))
+def kernel_regions(program: Program, partition, params: "dict | None" = None, by_kernel: bool = False) -> list:
+    """One PolyRegion per kernel of ``partition`` that computes something, priced as emitted (``as_emitted``);
+    ``by_kernel``: each built from its kernel's own sub-program (analyses/poly_from_view.py, for a stitched program,
+    whose kernels its segments' searches met under other ids)."""
+    return as_emitted(program, partition, regions_from_partition(program, partition, params, by_kernel=by_kernel))
 
 
 def as_emitted(program: Program, partition, regions: list) -> list:
@@ -121,17 +122,7 @@ def canonical(region: PolyRegion) -> PolyRegion:
     """region with statements S0.. and tensors T0..: equal kernels from different extractions (or
     layers) compare equal, so the price and analysis caches hit. Kept per region: a search meets the same
     kernel in many candidates."""
-    ren = canonical_names(region)
-
-    def sub(text: str) -> str:
-        return _NAME.sub(lambda mt: ren.get(mt.group(0), mt.group(0)), text)
-
-    tensors = tuple(TensorInfo(ren[t.name], t.shape, t.dtype, t.role) for t in region.tensors)
-    stmts = tuple(Statement(ren[s.name], sub(s.domain), tuple(Access(ren[a.tensor], sub(a.relation)) for a in s.reads),
-                            Access(ren[s.write.tensor], sub(s.write.relation)), s.flops, s.unit, s.combine,
-                            s.loop_order) for s in region.statements)
-    return PolyRegion("kernel", tensors, stmts, region.params, tuple(ren[s] for s in region.stream), region.stream_block,
-                      tuple(ren[s] for s in region.stream_recompute))
+    return renamed(region, canonical_names(region), "kernel")
 
 
 @dataclass
@@ -177,8 +168,9 @@ def _rewalked(prog: Program, k, g) -> list:
     return out
 
 
-def price_kernels(prog: Program, part, params: dict, arch: str) -> list:
-    regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params))}
+def price_kernels(prog: Program, part, params: dict, arch: str, by_kernel: bool = False) -> list:
+    """Each kernel of ``part`` with its region and price (``by_kernel``: see ``kernel_regions``)."""
+    regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params, by_kernel))}
     out = []
     for k in part.kernels:
         deadline.check(f"kernel {k.name}")

@@ -23,17 +23,28 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
-from ..ir.tiny import Arg, GroupOp, Ops, Program
+from ..ir.tiny import Arg, GroupOp, Ops, Program, UOp
 
 SEGMENT_OUT = "segment_out"  # the output name of a segment that is not the last one
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Segment:
-    program: Program  # canonical
     key: str  # equal keys: equal programs up to ids, tensor ids and tags
     origin: dict  # canonical node id -> the whole program's node id ("n" and "i" ids; "f" ids are copies)
+    make: "Callable[[], Program]" = dataclasses.field(repr=False)  # builds the canonical program (once, on use)
+
+    @property
+    def program(self) -> Program:
+        """The canonical program, built when first asked: the run search keys many candidate segments it never
+        uses (``segment``'s ``longest``)."""
+        got = self.__dict__.get("_program")
+        if got is None:
+            got = self.make()
+            object.__setattr__(self, "_program", got)
+        return got
 
 
 def _free(prog: Program) -> set:
@@ -134,22 +145,38 @@ def _canonical(prog: Program, free: set, nodes: list, entry: "str | None", outpu
             ids[i], nn = f"n{nn}", nn + 1
         else:
             ids[i], nf = f"f{nf}", nf + 1
-    uops = []
-    for k, s in enumerate(inputs):
-        n = prog[s]
-        arg = Arg({"tensor_id": f"t{k}", "dtype": n.dtype, "shape": n.shape})
-        uops.append(dataclasses.replace(n, id=ids[s], op=Ops.INPUT, src=(), arg=arg, tag=None))
-    for i in body:
-        n = prog[i]
-        uops.append(dataclasses.replace(n, id=ids[i], src=tuple(ids[s] for s in n.src)))
-    canon = Program(tuple(uops), tuple((f"o{k}", ids[nid]) for k, (_, nid) in enumerate(outputs)))
-    key = repr(tuple((u.op.value, u.id, u.src, u.dtype, u.shape, _arg_key(u)) for u in canon.nodes) + canon.outputs)
+    outs = tuple((f"o{k}", ids[nid]) for k, (_, nid) in enumerate(outputs))
+
+    def make() -> Program:
+        uops = []
+        for k, s in enumerate(inputs):
+            n = prog[s]
+            uops.append(UOp(ids[s], Ops.INPUT, (), _input_arg(k, n), n.dtype, n.shape))
+        for i in body:
+            n = prog[i]
+            uops.append(dataclasses.replace(n, id=ids[i], src=tuple(ids[s] for s in n.src)))
+        return Program(tuple(uops), outs)
+    # the key is the canonical program's nodes as text, read off the whole program's nodes (no node is built)
+    rows = [(Ops.INPUT.value, ids[s], (), prog[s].dtype, prog[s].shape, _items_key(_input_arg(k, prog[s])))
+            for k, s in enumerate(inputs)]
+    rows += [(n.op.value, ids[i], tuple(ids[s] for s in n.src), n.dtype, n.shape, _arg_key(n))
+             for i in body for n in (prog[i],)]
+    key = repr(tuple(rows) + outs)
     origin = {ids[i]: i for i in inputs} | {ids[i]: i for i in nodes if i in mine}
-    return Segment(canon, key, origin)
+    return Segment(key, origin, make)
+
+
+def _input_arg(k: int, n) -> Arg:
+    """The arg of canonical input k standing for node n."""
+    return Arg({"tensor_id": f"t{k}", "dtype": n.dtype, "shape": n.shape})
 
 
 def _arg_key(u) -> str:
-    return repr(sorted((k, v) for k, v in u.arg.items()))
+    return _items_key(u.arg)
+
+
+def _items_key(arg: Arg) -> str:
+    return repr(sorted((k, v) for k, v in arg.items()))
 
 
 def segment(prog: Program) -> list:
@@ -157,7 +184,7 @@ def segment(prog: Program) -> list:
     A repeated segment must hold a reduction (materializing between elementwise ops never pays)."""
     free = _free(prog)
     comp = [n.id for n in prog.nodes if n.id not in free]
-    whole = [Segment(prog, "whole", {n.id: n.id for n in prog.nodes})]  # searched as it is: not renamed
+    whole = [Segment("whole", {n.id: n.id for n in prog.nodes}, lambda: prog)]  # searched as it is: not renamed
     if any(nid not in comp for _, nid in prog.outputs):
         return whole
     entry = {0: None} | {k: v for k, v in _cut_points(prog, free)}
@@ -196,7 +223,7 @@ def segment(prog: Program) -> list:
                     bounds.append(at[weight[bounds[-1]] + n])
                 cand = ((len(bounds) - 1) * n, -n, a, bounds)
                 if len(bounds) >= 3 and (best is None or cand[:2] > best[:2]) and \
-                        any(u.op == Ops.REDUCE for u in seg(a, b).program.nodes):
+                        any(prog[i].op == Ops.REDUCE for i in comp[a:b]):  # the segment's own nodes
                     best = cand
         return best[3] if best else None
     cuts, todo = {0, end}, [(0, end)]  # runs found in the parts around each run too: one per shape signature
