@@ -261,7 +261,7 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
         for n in view.classes[m]:
             if n.op == "Mat" and n.children[0] in tb.made:
                 site_of[tb.made[n.children[0]].id] = m
-    pv = build_polyview(checked_indexbook(prog))
+    pv = build_polyview(checked_indexbook(prog, reuse=True))
     with_blocks = {b.value_id for b in pv.blocks}
     outs = {nid for _, nid in prog.outputs}
     ks = {k.name: k for k in part.kernels}
