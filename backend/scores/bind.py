@@ -132,6 +132,8 @@ def bind(region: Region, name: "str | None" = None) -> ScoresBinding:
         if len(batch) != 1:
             raise
         sp = score_part(r, lets, s, batch, m_ax, j, reject, window)  # Q and K heads of row-major matrices
+    if sp.fn or sp.mask is not None:
+        reject("its scores are a function of the sum or masked by a tensor; the kind takes scale * Q K^T, causal")
     d = r.axis_sizes[sp.k_axis]
     if not isinstance(d, int):
         reject(f"the head dim is {d}; the template needs a static int")
