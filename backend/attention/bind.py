@@ -40,7 +40,11 @@ def _renamed(p: "OperandPrologue | None", al: Aliases, operand: str, names: dict
     if p is None:
         return None
     def name(s):
-        return operand if s.role == "win" else names.setdefault(s.tensor, al(s.tensor, "t"))
+        if s.role == "win":
+            return operand
+        if s.tensor not in names:
+            names[s.tensor] = al(s.tensor, "t")
+        return names[s.tensor]
     return replace(p, sources=tuple(s if s.role == "col" else replace(s, tensor=name(s)) for s in p.sources))
 
 

@@ -261,10 +261,10 @@ def c_functor(p: OperandPrologue, name: str, in_dtype: DType) -> str:
         elif s.role == "win":
             lines.append(f"    const long long k{j} = {s.off}LL + (long long)h * {s.hs}LL + c;")
             lines.append(f"    const float x{j} = (k{j} >= 0 && k{j} < {s.ld}LL) ? "
-                         f"to_f32(t{idx[s.tensor]}[(long long)row * {s.ld}LL + k{j}]) : 0.0f;")
+                         f"polysat::to_f32(t{idx[s.tensor]}[(long long)row * {s.ld}LL + k{j}]) : 0.0f;")
         else:
             at = f"(long long)row * {s.ld}LL + {s.col} + c" if s.role == "mk" else "c" if s.role == "k" else "row"
-            lines.append(f"    const float x{j} = to_f32(t{idx[s.tensor]}[{at}]);")
+            lines.append(f"    const float x{j} = polysat::to_f32(t{idx[s.tensor]}[{at}]);")
         ins.append(f"x{j}")
     lines += ["    float v = 0.0f;", "    {"]
     lines += ["      " + x for x in epilogue_fn.c_lines(p.steps, "v", tuple(ins))]
