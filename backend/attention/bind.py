@@ -88,12 +88,14 @@ def bind(region: Region, name: "str | None" = None) -> AttentionBinding:
         _reject(r, f"it writes [{', '.join(y.axes)}]; the template writes [*batch, rows, head dim] or, with one "
                    "batch axis, [rows, heads, head dim]")
     windows: list = []
+    reps: dict = {}  # Q, K, V -> heads sharing one window (grouped-query attention: K and V at h // rep)
 
     def read(node: RNode, row: str, col: str, what: str) -> str:
         if not heads:
             return packed_read(r, node, batch + (row, col), what, reject)
-        tensor, window = window_read(r, node, row, batch[0], col, what, reject)
+        tensor, window, rep = window_read(r, node, row, batch[0], col, what, reject)
         windows.append(window)
+        reps[what] = rep
         return tensor
 
     pros: dict = {}
@@ -109,6 +111,7 @@ def bind(region: Region, name: "str | None" = None) -> AttentionBinding:
             reject(f"{what} is computed, and not as a prologue: {got}")
         pros[what], (p, dtype) = got[0], got
         windows.append(p.window())
+        reps[what] = p.rep
         return p.sources[[x.role for x in p.sources].index("win")].tensor, dtype
 
     sp = score_part(r, lets, top.src[0], batch, m_ax, j, reject, read, operand)
@@ -125,6 +128,9 @@ def bind(region: Region, name: "str | None" = None) -> AttentionBinding:
         _reject(r, f"the head dims are {d} and {dv}; the template needs static ints")
     if why := head_dims_reason(d, dv):
         _reject(r, why)
+    if reps.get("Q", 1) != 1 or reps.get("K", 1) != reps.get("V", 1):
+        _reject(r, f"heads share windows as Q {reps.get('Q', 1)}, K {reps.get('K', 1)}, V {reps.get('V', 1)}; the "
+                   "template shares K and V heads alike (grouped-query attention), never Q's")
     al = Aliases(r)  # Q and K one tensor: bound twice
     qn, kn, vn = al(q, "q"), al(k, "k"), al(v, "v")
     tables: dict = {}
@@ -137,5 +143,6 @@ def bind(region: Region, name: "str | None" = None) -> AttentionBinding:
                          causal=sp.causal, scale=sp.scale, in_dtype=sp.in_dtype, p_dtype=p, out_dtype=y.cast,
                          q=qn, k=kn, v=vn, o=out.name, passes=passes, cols=cols, fn=sp.fn,
                          mask=sp.mask and replace(sp.mask, tensor=al(sp.mask.tensor, "mask")),
-                         q_pro=_renamed(pros.get("Q"), al, qn, tables), k_pro=_renamed(pros.get("K"), al, kn, tables))
+                         q_pro=_renamed(pros.get("Q"), al, qn, tables), k_pro=_renamed(pros.get("K"), al, kn, tables),
+                         kv_rep=reps.get("K", 1))
     return AttentionBinding(spec, tuple(al.pairs), passes)

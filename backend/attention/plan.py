@@ -311,9 +311,9 @@ def stop_reason(spec: AttentionSpec, plan: AttentionPlan, dev: Device) -> str | 
                     "(D a multiple of 64); the sm80 skeleton takes the other head dims")
         if any(x % 8 for c in spec.cols for x in c):
             return "sm90: TMA needs 16-byte column windows (offsets, row and head strides multiples of 8 elements)"
-        if spec.q_pro or spec.k_pro or spec.fn or spec.mask is not None:
+        if spec.q_pro or spec.k_pro or spec.fn or spec.mask is not None or spec.kv_rep != 1:
             return ("sm90: TMA lands Q and K as they lie and the consumers score them unmasked; Q/K prologues, score "
-                    "programs and mask tensors run in the sm80 skeleton (mma.sync, built for sm_90a too)")
+                    "programs, mask tensors and shared KV heads run in the sm80 skeleton (mma.sync, built for sm_90a too)")
         budget = 240 if plan.warps[0] >= 2 else 255
         if plan.regs_estimate > budget:
             return f"sm90: ~{plan.regs_estimate} registers per consumer thread > {budget}"

@@ -33,6 +33,7 @@ from ..common.epilogue import HALF
 from ..common.render import CTYPE
 from ..gemm.prologue import source as table_source
 from ..common.region_match import Lets
+from ..common.score_match import head_share
 
 ROLES = ("win", "mk", "k", "m", "col")
 
@@ -47,15 +48,17 @@ class Src:
     hs: int = 0         # win: the head stride
     col: int = 0        # mk: the column of c = 0
     guards: tuple = ()  # col: ((a, b), ...), each a*c + b >= 0
+    rep: int = 1        # win: head h reads the window of head h // rep (grouped-query attention's K)
 
     def to_json(self) -> dict:
         return {"tensor": self.tensor, "role": self.role, "dtype": self.dtype.value, "off": self.off, "ld": self.ld,
-                "hs": self.hs, "col": self.col, "guards": [list(g) for g in self.guards]}
+                "hs": self.hs, "col": self.col, "guards": [list(g) for g in self.guards], "rep": self.rep}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "Src":
         return Src(str(d["tensor"]), str(d["role"]), DType(d["dtype"]), int(d.get("off", 0)), int(d.get("ld", 0)),
-                   int(d.get("hs", 0)), int(d.get("col", 0)), tuple(tuple(int(x) for x in g) for g in d.get("guards", ())))
+                   int(d.get("hs", 0)), int(d.get("col", 0)), tuple(tuple(int(x) for x in g) for g in d.get("guards", ())),
+                   int(d.get("rep", 1)))
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,11 @@ class OperandPrologue:
             return None
         return OperandPrologue(tuple(Src.from_json(s) for s in d["sources"]), epilogue_fn.from_json(d["steps"]))
 
+    @property
+    def rep(self) -> int:
+        """Heads sharing one window of the projection (its ``win`` sources')."""
+        return next(s.rep for s in self.sources if s.role == "win")
+
     def window(self) -> tuple[int, int, int]:
         """(off, ld, hs) of the first ``win`` source whose heads' windows all lie inside the row: the operand's
         window as ``AttentionSpec.cols`` records it."""
@@ -96,9 +104,9 @@ def check(p: OperandPrologue, heads: int, d: int, in_dtype: DType) -> str | None
     if p.steps[-1][0] != epilogue_fn.ROUND.get(in_dtype):
         return f"the prologue's last step must round to the operand type {in_dtype.value}"
     wins = [s for s in p.sources if s.role == "win"]
-    if not wins or len({(s.tensor, s.ld, s.hs) for s in wins}) != 1:
+    if not wins or len({(s.tensor, s.ld, s.hs, s.rep) for s in wins}) != 1 or heads % wins[0].rep:
         return "a prologue reads one projection's heads (win sources of one tensor, row and head stride)"
-    if not any(s.off >= 0 and s.off + (heads - 1) * s.hs + d <= s.ld for s in wins):
+    if not any(s.off >= 0 and s.off + (heads // s.rep - 1) * s.hs + d <= s.ld for s in wins):
         return "no window of the prologue's projection lies inside its rows"
     for s in p.sources:
         if s.role not in ROLES:
@@ -122,7 +130,7 @@ def _inputs(p: OperandPrologue, arrays: Mapping[str, np.ndarray], rows: int, hea
         x = np.asarray(round_to(np.asarray(arrays[s.tensor]), s.dtype)).astype(np.float32)
         if s.role == "win":
             x = x.reshape(rows, s.ld)
-            cols = s.off + s.hs * np.arange(heads)[:, None] + c[None, :]  # [heads, d]
+            cols = s.off + s.hs * (np.arange(heads)[:, None] // s.rep) + c[None, :]  # [heads, d]
             inside = (cols >= 0) & (cols < s.ld)
             v = x[:, np.clip(cols, 0, s.ld - 1)]  # [rows, heads, d]
             out.append(np.where(inside[None], v, np.float32(fill)).transpose(1, 0, 2))
@@ -224,8 +232,11 @@ def _window(r: Region, node: RNode, row_ax: str, head_ax: str, col_ax: str) -> "
     buf = next((b for b in r.inputs if b.name == tensor), None)
     if buf is None or buf.memref.layout.kind != "row_major" or not all(isinstance(x, int) for x in buf.memref.shape):
         return None
-    coef: dict = {}
+    coef, rep = {}, 1
     for mono, c in linear_address(index, buf.memref.shape).terms:
+        q = head_share(mono, head_ax)
+        if q is not None:  # grouped-query attention: head h reads KV head h // q
+            mono, rep = (head_ax,), q
         if len(mono) > 1 or (mono and mono[0] not in (row_ax, head_ax, col_ax)) or not isinstance(c, int):
             return None
         coef[mono[0] if mono else ""] = c
@@ -233,7 +244,7 @@ def _window(r: Region, node: RNode, row_ax: str, head_ax: str, col_ax: str) -> "
     if coef.get(col_ax) != 1 or ld <= 0 or hs <= 0 or not isinstance(rows, int) \
             or int(np.prod(buf.memref.shape)) != rows * ld:
         return None
-    return Src(tensor, "win", node.dtype, off=coef.get("", 0), ld=ld, hs=hs)
+    return Src(tensor, "win", node.dtype, off=coef.get("", 0), ld=ld, hs=hs, rep=rep)
 
 
 def _table(r: Region, node: RNode, row_ax: str, col_ax: str) -> "Src | None":
@@ -259,7 +270,7 @@ def c_functor(p: OperandPrologue, name: str, in_dtype: DType) -> str:
         if s.role == "col":
             lines.append(f"    const bool x{j} = {' && '.join(f'({a} * c + {b} >= 0)' for a, b in s.guards) or 'true'};")
         elif s.role == "win":
-            lines.append(f"    const long long k{j} = {s.off}LL + (long long)h * {s.hs}LL + c;")
+            lines.append(f"    const long long k{j} = {s.off}LL + (long long)(h / {s.rep}) * {s.hs}LL + c;")
             lines.append(f"    const float x{j} = (k{j} >= 0 && k{j} < {s.ld}LL) ? "
                          f"polysat::to_f32(t{idx[s.tensor]}[(long long)row * {s.ld}LL + k{j}]) : 0.0f;")
         else:

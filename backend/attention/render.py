@@ -120,8 +120,8 @@ def operand_parts(spec: AttentionSpec, kname: str) -> dict:
         types["mk"], objs["mk"] = "polysat::attn::NoMask", "polysat::attn::NoMask{}"
     extra = [(f"X{i}", "const unsigned char*" if dts[t] == DType.bool else f"const {CTYPE[dts[t]]}*", t)
              for i, t in enumerate(spec.extra_inputs)]
-    return {"structs": "\n".join(structs), "types": types, "objs": objs, "extra": extra,
-            "on": bool(spec.q_pro or spec.k_pro or spec.fn or spec.mask is not None)}
+    return {"structs": "\n".join(structs), "types": types, "objs": objs, "extra": extra, "kv_rep": spec.kv_rep,
+            "on": bool(spec.q_pro or spec.k_pro or spec.fn or spec.mask is not None or spec.kv_rep != 1)}
 
 
 def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:

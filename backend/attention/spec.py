@@ -96,7 +96,8 @@ class QKSoftmaxSpec:
         if not self.cols:
             return x
         off, _, hs = self.cols[k]
-        return np.stack([x[:, off + h * hs: off + h * hs + dim] for h in range(self.batch[0])])
+        rep = getattr(self, "kv_rep", 1) if k in (1, 2) else 1  # K and V of grouped-query attention
+        return np.stack([x[:, off + (h // rep) * hs: off + (h // rep) * hs + dim] for h in range(self.batch[0])])
 
     def _json(self, dtypes: Mapping[str, DType], tensors: Mapping[str, str], **rest: Any) -> dict[str, Any]:
         return {"kind": self.KIND, "name": self.name, "m": self.m, "n": self.n, **self.head_dims(),
@@ -146,6 +147,7 @@ class AttentionSpec(QKSoftmaxSpec):
     mask: Any = None                # a bool mask tensor (module doc)
     q_pro: Any = None               # Q's prologue (.prologue.OperandPrologue)
     k_pro: Any = None               # K's prologue
+    kv_rep: int = 1                 # with cols: query head h reads K and V head h // kv_rep (grouped-query)
 
     def __post_init__(self):
         validate(self)
@@ -202,7 +204,8 @@ class AttentionSpec(QKSoftmaxSpec):
                           **({"cols": [list(c) for c in self.cols]} if self.cols else {}),
                           **({"fn": epilogue_fn.to_json(self.fn)} if self.fn else {}),
                           **({"mask": self.mask.to_json()} if self.mask is not None else {}),
-                          **{k: p.to_json() for k, p in (("q_pro", self.q_pro), ("k_pro", self.k_pro)) if p is not None})
+                          **{k: p.to_json() for k, p in (("q_pro", self.q_pro), ("k_pro", self.k_pro)) if p is not None},
+                          **({"kv_rep": self.kv_rep} if self.kv_rep != 1 else {}))
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "AttentionSpec":
@@ -213,7 +216,8 @@ class AttentionSpec(QKSoftmaxSpec):
             "mask": None if d.get("mask") is None else Source(str(d["mask"]["tensor"]), str(d["mask"]["role"]),
                                                               DType.bool, int(d["mask"].get("ld", 0)),
                                                               int(d["mask"].get("col", 0))),
-            "q_pro": OperandPrologue.from_json(d.get("q_pro")), "k_pro": OperandPrologue.from_json(d.get("k_pro"))})
+            "q_pro": OperandPrologue.from_json(d.get("q_pro")), "k_pro": OperandPrologue.from_json(d.get("k_pro")),
+            "kv_rep": int(d.get("kv_rep", 1))})
 
 
 def causal_pairs(m: int, n: int) -> int:
@@ -265,7 +269,11 @@ def validate(s: AttentionSpec) -> None:
     if s.passes not in (None, 1, 2) or isinstance(s.passes, bool):
         fail("InvalidAttribute", at, f"passes = {s.passes!r}; the softmax walks the keys once (1) or twice (2)")
     check_names([s.q, s.k, s.v, s.o], at)
-    check_cols(s, (s.d, s.d, s.dv, s.dv), at)
+    if s.kv_rep != 1 and (isinstance(s.kv_rep, bool) or not isinstance(s.kv_rep, int) or s.kv_rep < 1 or not s.cols
+                          or s.batch[0] % s.kv_rep):
+        fail("InvalidAttribute", at, f"kv_rep = {s.kv_rep!r}: K and V heads shared by kv_rep query heads need "
+                                     "column windows and a head count it divides")
+    check_cols(s, (s.d, s.d, s.dv, s.dv), at, (1, s.kv_rep, s.kv_rep, 1))
     if s.cols and tuple(s.cols[3]) != (0, s.batch[0] * s.dv, s.dv):
         fail("InvalidAttribute", at, f"cols = {s.cols!r}: O is [m, H*dv], the heads interleaved")
     if s.fn and (epilogue_fn.check(s.fn) is not None or s.scale != 1.0):
@@ -277,7 +285,7 @@ def validate(s: AttentionSpec) -> None:
             fail("InvalidAttribute", at, f"{name}: {why if s.cols else 'a prologue reads heads of a projection (cols)'}")
 
 
-def check_cols(s: QKSoftmaxSpec, dims: tuple[int, ...], at: str) -> None:
+def check_cols(s: QKSoftmaxSpec, dims: tuple[int, ...], at: str, reps: tuple = (1, 1, 1, 1)) -> None:
     """s.cols, if any: one (offset, ld, head stride) per tensor of dims, one static batch dim (the heads), each
     head's window inside its row (the sm80 skeleton copies as many elements at once as they all allow; the
     sm90 skeleton's TMA needs multiples of 8: its plans check that)."""
@@ -286,8 +294,8 @@ def check_cols(s: QKSoftmaxSpec, dims: tuple[int, ...], at: str) -> None:
     h = s.batch[0] if len(s.batch) == 1 else None
     ok = isinstance(h, int) and len(s.cols) == len(dims) and all(
         len(c) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in c) and c[0] >= 0
-        and c[2] >= dim and c[0] + (h - 1) * c[2] + dim <= c[1]
-        for c, dim in zip(s.cols, dims))
+        and c[2] >= dim and c[0] + (h // rep - 1) * c[2] + dim <= c[1]
+        for c, dim, rep in zip(s.cols, dims, reps))
     if not ok:
         fail("InvalidAttribute", at, f"cols = {s.cols!r} with batch {list(s.batch)}: column windows need one "
                                      "static batch dim (the heads) and windows inside each row")

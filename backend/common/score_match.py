@@ -173,13 +173,16 @@ def _scores(r: Region, lets: Lets, s: RNode, m_ax: str, j: str, reject: Reject) 
 
 
 def window_read(r: Region, node: RNode, row: str, head: str, col: str, what: str, reject: Reject) -> tuple:
-    """(tensor, (offset, ld, hs)) of a read that takes, for head h, the column window [offset + h*hs,
+    """(tensor, (offset, ld, hs), rep) of a read that takes, for head h, the column window [offset + (h // rep)*hs,
     offset + h*hs + |col|) of a row-major [|row|, ld] matrix (the tensor's bytes): a head of a [tokens,
     H * d] projection, or of one piece of a fused Q/K/V projection. Static ints, inside each row."""
     tensor, index = node.arg
     buf = row_major_input(r, tensor, what, reject)
-    coef = {}
+    coef, rep = {}, 1
     for mono, c in linear_address(index, buf.memref.shape).terms:
+        q = head_share(mono, head)
+        if q is not None:  # head h reads head h // q (grouped-query attention: a KV head shared by q heads)
+            mono, rep = (head,), q
         if len(mono) > 1 or (mono and mono[0] not in (row, head, col)):
             reject(f"{what} read {tensor}[{', '.join(map(str, index))}] is not a column window of rows over "
                    f"[{row}, {head}, {col}]: the template reads rows of heads at static strides")
@@ -187,6 +190,9 @@ def window_read(r: Region, node: RNode, row: str, head: str, col: str, what: str
     sizes = r.axis_sizes
     off, ld, hs, unit = coef.get("", 0), coef.get(row, 0), coef.get(head, 0), coef.get(col, 0)
     heads, width, rows = sizes[head], sizes[col], sizes[row]
+    if isinstance(heads, int) and heads % rep:
+        reject(f"{what} read {tensor}: {heads} heads do not share {rep} to a KV head")
+    heads = heads // rep if isinstance(heads, int) else heads
     total = Expr.const(1)
     for d in buf.memref.shape:
         total = total * Expr.of(d)
@@ -194,7 +200,16 @@ def window_read(r: Region, node: RNode, row: str, head: str, col: str, what: str
             or off + (heads - 1) * hs + width > ld or total != Expr.of(rows) * ld):
         reject(f"{what} read {tensor}[{', '.join(map(str, index))}] is not a column window of a row-major "
                f"[{row}, ld] matrix (offset {off}, ld {ld}, head stride {hs})")
-    return tensor, (off, ld, hs)
+    return tensor, (off, ld, hs), rep
+
+
+def head_share(mono: tuple, head: str) -> "int | None":
+    """q when the monomial is the one atom ``head // q`` (q > 1), else None."""
+    if len(mono) != 1 or isinstance(mono[0], str):
+        return None
+    a = mono[0]
+    num, q = getattr(a, "num", None), getattr(a, "q", None)
+    return q if num is not None and num == Expr.var(head) and isinstance(q, int) and q > 1 else None
 
 
 def score_part(r: Region, lets: Lets, s: RNode, batch: tuple, m_ax: str, j: str, reject: Reject,

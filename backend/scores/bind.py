@@ -122,7 +122,9 @@ def bind(region: Region, name: "str | None" = None) -> ScoresBinding:
     windows: list = []
 
     def window(node, row: str, col: str, what: str) -> str:
-        tensor, w = window_read(r, node, row, batch[0], col, what, reject)
+        tensor, w, rep = window_read(r, node, row, batch[0], col, what, reject)
+        if rep != 1:
+            reject(f"{what} is read at heads // {rep} (grouped-query); the kind reads one window per head")
         windows.append(w)
         return tensor
 

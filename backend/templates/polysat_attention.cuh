@@ -442,11 +442,12 @@ __device__ __forceinline__ void store_p(PT* __restrict__ gP, int M, int N, int r
 // V and O lie as rows_at says: (offset, ld, head stride) QO, QL, QH of Q, ... of K and V, O's rows OL apart
 // (heads DV apart); ld 0 = packed. QPRO / KPRO: Q's / K's prologue (NoPro: loaded as they lie; else computed
 // per element of head b as the tile is filled, pro_rows); FN, MK: the score program and the mask tensor
-// (scores; with a mask every key block evaluates the mask)
+// (scores; with a mask every key block evaluates the mask). KV_REP: query head b reads K and V head b / KV_REP
+// (grouped-query attention, the KV heads read in place)
 template <class T, class OutT, int D, int DV, int BM, int BN, int STAGES, bool CAUSAL, bool TWO_PASS, int SIGN,
           bool Q_REGS, bool STORE_P = false, long long QO = 0, long long QL = 0, long long QH = 0, long long KO = 0,
           long long KL = 0, long long KH = 0, long long VO = 0, long long VL = 0, long long VH = 0, long long OL = 0,
-          class QPRO = NoPro, class KPRO = NoPro, class FN = NoFn, class MK = NoMask>
+          class QPRO = NoPro, class KPRO = NoPro, class FN = NoFn, class MK = NoMask, int KV_REP = 1>
 __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                                OutT* __restrict__ O, int M, int N, int batch, float c,
                                                unsigned char* smem, const QPRO& qp = QPRO{}, const KPRO& kp = KPRO{},
@@ -470,7 +471,8 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
   (void)batch;
   const int m0 = tm * BM;
   static_assert(!STORE_P || OL == 0, "P is stored packed");
-  const RowsAt aq = rows_at(b, M, D, QO, QL, QH), ak = rows_at(b, N, D, KO, KL, KH), av = rows_at(b, N, DV, VO, VL, VH),
+  const RowsAt aq = rows_at(b, M, D, QO, QL, QH), ak = rows_at(b / KV_REP, N, D, KO, KL, KH),
+               av = rows_at(b / KV_REP, N, DV, VO, VL, VH),
                ao = rows_at(b, M, DV, 0, OL, DV);
   const T* gQ = Q + aq.base;
   const T* gK = K + ak.base;
