@@ -1,4 +1,5 @@
-"""Attention with rotary embeddings as exporters write it (bench/corpora/scale_models.py's fp16 LLaMA at toy sizes:
+"""Attention with rotary embeddings as exporters write it, with 4 KV heads and grouped-query (2 KV heads read in
+place by 2 query heads each, never a repeat_kv copy) (bench/corpora/scale_models.py's fp16 LLaMA at toy sizes:
 Q and K rotated in fp16, ``cast:fp16(Q K^T) / sqrt(d)`` in fp16, a boolean causal mask tensor, softmax in fp32,
 the heads merged): the attention kind binds the region with Q/K prologues (backend/attention/prologue.py), a score
 program and a mask tensor.
@@ -35,13 +36,13 @@ _spec.loader.exec_module(oracle)
 S, DH, HEADS = 16, 16, 4
 
 
-@pytest.fixture(scope="module")
-def region():
+@pytest.fixture(scope="module", params=[HEADS, 2], ids=["mha", "gqa"])
+def region(request):
     import onnx
     from polysat.bench.corpora.scale_models import llama
     from polysat.frontend.onnx import import_onnx
     from polysat.pipeline import Compilation
-    m = llama(1, d=DH * HEADS, heads=HEADS, kv=HEADS, ffn=128, s=S, vocab=100, dtype="fp16")
+    m = llama(1, d=DH * HEADS, heads=HEADS, kv=request.param, ffn=128, s=S, vocab=100, dtype="fp16")
     c = Compilation(import_onnx(onnx.load_from_string(m.SerializeToString()), origin="rope.onnx"), cost="model")
     (r,) = [r for r in c.regions if any(x.name.startswith("rope_cos") for x in r.inputs)]
     return r
@@ -64,6 +65,8 @@ def test_rope_attention_binds_the_attention_kind_with_prologues(region):
     s = b.spec
     assert s.q_pro is not None and s.k_pro is not None and s.mask is not None and s.fn
     assert s.batch == (HEADS,) and s.d == DH and s.cols[3] == (0, HEADS * DH, DH)
+    kv = region.inputs[[x.name for x in region.inputs].index(s.q)].memref.shape[-1] // DH - HEADS  # K and V heads
+    assert s.kv_rep == HEADS // (kv // 2)  # grouped-query: each KV head read in place by kv_rep query heads
     assert {x.role for x in s.q_pro.sources} == {"win", "mk", "col"}  # x, cos/sin, rotate_half's halves
     assert AttentionSpec.from_json(s.to_json()) == s
 
@@ -79,7 +82,8 @@ def test_prologue_is_numpys_fp16_rotary_embedding(region):
         tabs = [t for t in pro.sources if t.role == "mk"]
         cos, sin = (np.asarray(ins[t.tensor]).reshape(rows, t.ld)[:, :DH] for t in tabs)
         for h in range(HEADS):
-            xh = x[:, off + h * hs: off + h * hs + DH]  # fp16: numpy rounds each op to fp16
+            at = off + (h // pro.rep) * hs
+            xh = x[:, at: at + DH]  # fp16: numpy rounds each op to fp16
             rot = np.concatenate([-xh[:, DH // 2:], xh[:, :DH // 2]], axis=-1)
             want = xh * cos + rot * sin
             np.testing.assert_array_equal(got[h], want.astype(np.float32), err_msg=f"head {h}")
