@@ -25,7 +25,6 @@ from typing import Any, Mapping
 import numpy as np
 
 from ...ir.dtypes import DType, round_to
-from ...ir.expr import Expr
 from ...ir.region import R, Region, RNode
 from ...ir.region_squeeze import linear_address
 from ..common import epilogue_fn
@@ -282,17 +281,3 @@ def c_functor(p: OperandPrologue, name: str, in_dtype: DType) -> str:
     lines += ["    }", "    return v;", "  }", "};"]
     return "\n".join(lines)
 
-
-def read_axes(lets: Lets, node: RNode) -> frozenset:
-    """Every axis the reads under node index (the binder tells Q's operand from K's by its row axis)."""
-    out: set = set()
-    stack, seen = [node], set()
-    while stack:
-        n = lets(stack.pop())
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if n.op == R.READ:
-            out.update(v for e in n.arg[1] for v in e.variables())
-        stack.extend(n.src)
-    return frozenset(out)

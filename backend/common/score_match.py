@@ -89,33 +89,26 @@ def _guard(lets: Lets, n: RNode) -> "RNode | None":
     return None
 
 
-def read_axes(lets: Lets, node: RNode) -> frozenset:
-    """Every axis the reads under node index."""
-    out: set = set()
+def _nodes(lets: Lets, node: RNode, into=lambda n: True):
+    """Every node under node once (through lets), not descending below a node ``into`` refuses."""
     stack, seen = [node], set()
     while stack:
         n = lets(stack.pop())
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if n.op == R.READ:
-            out.update(v for e in n.arg[1] for v in e.variables())
-        stack.extend(n.src)
-    return frozenset(out)
+        if id(n) not in seen:
+            seen.add(id(n))
+            yield n
+            if into(n):
+                stack.extend(n.src)
+
+
+def read_axes(lets: Lets, node: RNode) -> frozenset:
+    """Every axis the reads under node index."""
+    return frozenset(v for n in _nodes(lets, node) if n.op == R.READ for e in n.arg[1] for v in e.variables())
 
 
 def _sum_under(lets: Lets, s: RNode) -> "RNode | None":
     """The one reduction under the read-free chain s (None: none, or several)."""
-    found, stack, seen = [], [s], set()
-    while stack:
-        n = lets(stack.pop())
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if n.op == R.REDUCE:
-            found.append(n)
-        else:
-            stack.extend(n.src)
+    found = [n for n in _nodes(lets, s, lambda n: n.op != R.REDUCE) if n.op == R.REDUCE]
     return found[0] if len(found) == 1 else None
 
 
