@@ -390,14 +390,15 @@ __device__ __forceinline__ void load_rows(T* tile, const T* __restrict__ g, long
 }
 
 // a [ROWS][COLS] smem tile (tile_offset's layout) of head h's operand computed by a prologue P (P::at(row, h, c),
-// exact in T) for rows row0.. (rows >= row_lim and columns >= cols are 0): plain stores, no cp.async
+// exact in T) for rows row0.. (rows >= row_lim and columns >= cols are 0): plain stores, no cp.async (host
+// too: tests/test_attention_prologue_emulate.py runs it per thread on the CPU)
 template <class T, int ROWS, int COLS, int THREADS, class P>
-__device__ __forceinline__ void pro_rows(T* tile, const P& p, int h, int row0, int row_lim, int cols, int tid) {
+POLYSAT_HD void pro_rows(T* tile, const P& p, int h, int row0, int row_lim, int cols, int tid) {
   constexpr int TOTAL = ROWS * COLS;
 #pragma unroll 2
   for (int idx = tid; idx < TOTAL; idx += THREADS) {
     const int r = idx / COLS, c = idx % COLS, gr = row0 + r;
-    tile[tile_offset<ROWS, COLS>(r, c)] = from_f32<T>(gr < row_lim && c < cols ? p.at(gr, h, c) : 0.0f);
+    tile[tile_offset<ROWS, COLS>(r, c)] = T(gr < row_lim && c < cols ? p.at(gr, h, c) : 0.0f);  // exact: rounded
   }
 }
 
