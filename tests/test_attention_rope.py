@@ -37,14 +37,18 @@ S, DH, HEADS = 16, 16, 4
 
 
 @pytest.fixture(scope="module", params=[HEADS, 2], ids=["mha", "gqa"])
-def region(request):
+def compiled(request):
     import onnx
     from polysat.bench.corpora.scale_models import llama
     from polysat.frontend.onnx import import_onnx
     from polysat.pipeline import Compilation
     m = llama(1, d=DH * HEADS, heads=HEADS, kv=request.param, ffn=128, s=S, vocab=100, dtype="fp16")
-    c = Compilation(import_onnx(onnx.load_from_string(m.SerializeToString()), origin="rope.onnx"), cost="model")
-    (r,) = [r for r in c.regions if any(x.name.startswith("rope_cos") for x in r.inputs)]
+    return Compilation(import_onnx(onnx.load_from_string(m.SerializeToString()), origin="rope.onnx"), cost="model")
+
+
+@pytest.fixture(scope="module")
+def region(compiled):
+    (r,) = [r for r in compiled.regions if any(x.name.startswith("rope_cos") for x in r.inputs)]
     return r
 
 
@@ -96,6 +100,23 @@ def test_kernel_meaning_equals_playback(region, seed):
     want = playback([region], ins, keep_all=True)[region.outputs[0].name]
     got = np.asarray(kind.reference(b.spec, b.arrays(ins))).reshape(want.shape)
     oracle.assert_close(got, want, "fp16", f"rope attention, seed {seed}")
+
+
+def test_layer_on_the_host_runtime_equals_the_reference_evaluator(compiled):
+    """The whole toy layer, each kernel computed by its kind's numpy meaning (runtime/host.py), RoPE + attention
+    by the attention kind: the reference evaluator's answer within half an fp16 ulp of the output's scale."""
+    from polysat.cli import random_inputs
+    from polysat.ir.evaluate import evaluate
+    from polysat.runtime.host import host_runtime
+    from polysat.runtime.model import parameter_names
+    ins = {k: (v * 0.5).astype(v.dtype) if v.dtype == np.float16 else v
+           for k, v in random_inputs(compiled.program, {}, 0).items()}
+    rt = host_runtime(compiled.regions, parameter_names(compiled.doc), playback_only=False)
+    got, ref = rt.run(ins), evaluate(compiled.program, ins)
+    assert [st.kind.name for st in rt.steps if not st.on_cpu].count("attention") == 1
+    for k, want in ref.items():
+        w = want.astype(np.float64)
+        assert np.abs(got[k].astype(np.float64) - w).max() <= 2.0 ** -11 * np.abs(w).max(), k
 
 
 def test_unguarded_reads_outside_the_row_are_refused():
