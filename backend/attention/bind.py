@@ -21,7 +21,7 @@ Anything else is a NoBind saying exactly what does not fit.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from typing import NoReturn
@@ -30,7 +30,22 @@ from ...ir.region import R, Region, RNode
 from ..common.region_match import Aliases, Lets, Mismatch, RegionBinding, axis_size, recogniser, the_yield
 from ..common.score_match import packed_read, score_part, widened_read, window_read
 from ..common.spec import IN_DTYPES, OUT_DTYPES
+from .prologue import OperandPrologue, from_operand
 from .spec import AttentionSpec, head_dims_reason
+
+
+def _renamed(p: "OperandPrologue | None", al: Aliases, operand: str, names: dict) -> "OperandPrologue | None":
+    """p with its tensors under their kernel names: its projection the operand's (Q or K), each table one name
+    shared by both prologues (names: region tensor -> kernel name)."""
+    if p is None:
+        return None
+    def name(s):
+        if s.role == "win":
+            return operand
+        if s.tensor not in names:
+            names[s.tensor] = al(s.tensor, "t")
+        return names[s.tensor]
+    return replace(p, sources=tuple(s if s.role == "col" else replace(s, tensor=name(s)) for s in p.sources))
 
 
 def _reject(r: Region, why: str) -> NoReturn:
@@ -73,15 +88,33 @@ def bind(region: Region, name: "str | None" = None) -> AttentionBinding:
         _reject(r, f"it writes [{', '.join(y.axes)}]; the template writes [*batch, rows, head dim] or, with one "
                    "batch axis, [rows, heads, head dim]")
     windows: list = []
+    reps: dict = {}  # Q, K, V -> heads sharing one window (grouped-query attention: K and V at h // rep)
 
     def read(node: RNode, row: str, col: str, what: str) -> str:
         if not heads:
             return packed_read(r, node, batch + (row, col), what, reject)
-        tensor, window = window_read(r, node, row, batch[0], col, what, reject)
+        tensor, window, rep = window_read(r, node, row, batch[0], col, what, reject)
         windows.append(window)
+        reps[what] = rep
         return tensor
 
-    sp = score_part(r, lets, top.src[0], batch, m_ax, j, reject, read)
+    pros: dict = {}
+
+    def operand(node: RNode, row: str, col: str, what: str):
+        """Q or K computed from its projection (rotary embeddings): a prologue (.prologue)."""
+        h, dim = r.axis_sizes.get(batch[0]) if heads else None, r.axis_sizes[col]
+        if not heads or not isinstance(h, int) or not isinstance(dim, int):
+            reject(f"{what} is computed, not read; the prologue takes heads of a projection ([rows, heads, head "
+                   "dim] output)")
+        got = from_operand(r, lets, node, row, batch[0], col, h, dim)
+        if isinstance(got, str):
+            reject(f"{what} is computed, and not as a prologue: {got}")
+        pros[what], (p, dtype) = got[0], got
+        windows.append(p.window())
+        reps[what] = p.rep
+        return p.sources[[x.role for x in p.sources].index("win")].tensor, dtype
+
+    sp = score_part(r, lets, top.src[0], batch, m_ax, j, reject, read, operand)
     k_ax, q, k = sp.k_axis, sp.q, sp.k
     v_read = widened_read(lets, top.src[1], "the values", reject)
     v = read(v_read, j, dv_ax, "V")
@@ -95,8 +128,12 @@ def bind(region: Region, name: "str | None" = None) -> AttentionBinding:
         _reject(r, f"the head dims are {d} and {dv}; the template needs static ints")
     if why := head_dims_reason(d, dv):
         _reject(r, why)
+    if reps.get("Q", 1) != 1 or reps.get("K", 1) != reps.get("V", 1):
+        _reject(r, f"heads share windows as Q {reps.get('Q', 1)}, K {reps.get('K', 1)}, V {reps.get('V', 1)}; the "
+                   "template shares K and V heads alike (grouped-query attention), never Q's")
     al = Aliases(r)  # Q and K one tensor: bound twice
     qn, kn, vn = al(q, "q"), al(k, "k"), al(v, "v")
+    tables: dict = {}
     size = partial(axis_size, r, reject=reject)
     cols = ()
     if heads:
@@ -104,5 +141,8 @@ def bind(region: Region, name: "str | None" = None) -> AttentionBinding:
         cols = (*windows, (0, h * dv, dv)) if isinstance(h, int) else ()
     spec = AttentionSpec(name or r.name, size(m_ax), size(j), d, dv, batch=tuple(size(a) for a in batch),
                          causal=sp.causal, scale=sp.scale, in_dtype=sp.in_dtype, p_dtype=p, out_dtype=y.cast,
-                         q=qn, k=kn, v=vn, o=out.name, passes=passes, cols=cols)
+                         q=qn, k=kn, v=vn, o=out.name, passes=passes, cols=cols, fn=sp.fn,
+                         mask=sp.mask and replace(sp.mask, tensor=al(sp.mask.tensor, "mask")),
+                         q_pro=_renamed(pros.get("Q"), al, qn, tables), k_pro=_renamed(pros.get("K"), al, kn, tables),
+                         kv_rep=reps.get("K", 1))
     return AttentionBinding(spec, tuple(al.pairs), passes)

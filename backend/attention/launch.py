@@ -49,7 +49,8 @@ def prepare(spec: AttentionSpec, tensors: Mapping[str, Any], env: Mapping[str, i
     if ks.skeleton == "sm90" and dev.arch != "sm90":
         fail("UnknownTarget", "--target cuda", "an sm90 attention plan cannot run on this GPU")
     need = {cspec.q: 16, cspec.k: 16, cspec.v: 16, cspec.o: 2 * cspec.out_dtype.itemsize}  # cp.async / TMA; paired stores
-    return launch("attention launch", ks, cspec, tensors, need, {"Q": cspec.q, "K": cspec.k, "V": cspec.v, "O": cspec.o}, dev)
+    roles = {"Q": cspec.q, "K": cspec.k, "V": cspec.v, "O": cspec.o, **{t: t for t in cspec.extra_inputs}}
+    return launch("attention launch", ks, cspec, tensors, need, roles, dev)
 
 
 def launch(what: str, ks: AttentionKernelSource, cspec, tensors: Mapping[str, Any], need: Mapping[str, int],

@@ -311,6 +311,9 @@ def stop_reason(spec: AttentionSpec, plan: AttentionPlan, dev: Device) -> str | 
                     "(D a multiple of 64); the sm80 skeleton takes the other head dims")
         if any(x % 8 for c in spec.cols for x in c):
             return "sm90: TMA needs 16-byte column windows (offsets, row and head strides multiples of 8 elements)"
+        if spec.q_pro or spec.k_pro or spec.fn or spec.mask is not None or spec.kv_rep != 1:
+            return ("sm90: TMA lands Q and K as they lie and the consumers score them unmasked; Q/K prologues, score "
+                    "programs, mask tensors and shared KV heads run in the sm80 skeleton (mma.sync, built for sm_90a too)")
         budget = 240 if plan.warps[0] >= 2 else 255
         if plan.regs_estimate > budget:
             return f"sm90: ~{plan.regs_estimate} registers per consumer thread > {budget}"
@@ -340,6 +343,20 @@ def core_time(plan: AttentionPlan, dev: Device, ctas: int, flops: float, exps: f
     return occ, waves, wave_eff, t_mma, t_exp, t_core
 
 
+def operand_time(spec: AttentionSpec, plan: AttentionPlan, ctas: int, blocks: int, passes: int, dev: Device) -> float:
+    """Seconds of FP32-pipe work the Q/K prologues, the score program and the mask add, in series with the MMAs
+    (the prologue tiles are filled by plain loads and stores, not in the copy ring): every CTA computes its Q tile
+    once and redoes K's prologue for each key block it visits (each pass): rotary embeddings of K are recomputed
+    by every query tile; one op per program step and per source read or guard."""
+    bm, bn, d = plan.tile
+
+    def ops(p) -> int:
+        return 0 if p is None else len(p.steps) + len(p.sources)
+    elems = ops(spec.q_pro) * ctas * bm * d + ops(spec.k_pro) * blocks * bn * d * passes
+    elems += (len(spec.fn) + (spec.mask is not None)) * blocks * bm * bn * passes
+    return elems / (dev.fp32_tflops * 1e12 / 2) if elems else 0.0
+
+
 def estimate(spec: AttentionSpec, plan: AttentionPlan, sizes: Mapping[str, int], dev: Device) -> dict[str, float]:
     """The time of one attention plan under sizes {batch, m, n} on dev, with its terms."""
     b, m, n = sizes["batch"], sizes["m"], sizes["n"]
@@ -359,8 +376,10 @@ def estimate(spec: AttentionSpec, plan: AttentionPlan, sizes: Mapping[str, int],
     kv_reads = b * bn * (d * passes + dv) * isz * visited_blocks(spec, sizes, bm, bn)
     total = q_bytes + o_bytes + kv_unique + L2_MISS * max(0.0, kv_reads - kv_unique)
     t_mem = dram_time(total, dev)
-    time = roofline(dev, (t_core, t_mem))
-    return {"time_s": time, "t_mma_s": t_mma, "t_exp_s": t_exp, "t_mem_s": t_mem, "flops_issued": flops,
+    t_pro = operand_time(spec, plan, ctas, blocks, passes, dev)
+    time = roofline(dev, (t_core + t_pro, t_mem))
+    return {"time_s": time, "t_mma_s": t_mma, "t_exp_s": t_exp, "t_mem_s": t_mem, "t_prologue_s": t_pro,
+            "flops_issued": flops,
             "flops_useful": 2.0 * b * pairs(m, n, spec.causal) * (d + dv), "bytes": float(total),
             "ctas_per_sm": float(occ), "waves": float(waves), "wave_eff": wave_eff,
             "regs_est": float(plan.regs_estimate)}

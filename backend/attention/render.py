@@ -22,7 +22,10 @@ from ..common.gpu_ir import check_tokens
 from ..common.names import c_ident
 from ..common.render import (CTYPE, KernelSource, Param, TmaOperand, cbool, jinja_env, skeleton_header,
                              specialisation_hash, template_text)
+from ...ir.dtypes import DType
+from ..common import epilogue_fn
 from .gpu_ir import build_gpu_ir
+from .prologue import c_functor
 from .plan import AttentionPlan
 from .spec import AttentionSpec
 
@@ -60,7 +63,7 @@ def kernel_name(spec: AttentionSpec, plan: AttentionPlan, prefix: str = "polysat
 
 
 def render_text(spec, plan: AttentionPlan, kname: str, summary: str, out_dtype, *, dv: int, two_pass: bool,
-                store_p: bool) -> str:
+                store_p: bool, parts: "dict | None" = None) -> str:
     """templates/attention.cu.j2 filled for spec (an AttentionSpec or a scores_spec.ScoresSpec) and plan,
     after the plan's GPU IR passed check_tokens."""
     check_tokens(build_gpu_ir(spec, plan))
@@ -71,7 +74,7 @@ def render_text(spec, plan: AttentionPlan, kname: str, summary: str, out_dtype, 
         header=attention_header(), c_literal=f"{c:.9e}f", sign=sign, threads=plan.threads,
         in_t=CTYPE[spec.in_dtype], out_t=CTYPE[out_dtype], d=spec.d, dv=dv, bm=bm, bn=bn,
         stages=plan.stages, consumers=plan.warps[0], causal=cbool(spec.causal), two_pass=cbool(two_pass), store_p=store_p,
-        q_regs=cbool(plan.q_regs),
+        q_regs=cbool(plan.q_regs), parts=parts,
         cols=_ints(_cols(spec, 3)) + f", {out_ld(spec)}LL", out_ld=f"{out_ld(spec)}LL", qk_cols=_ints(_cols(spec, 2)))
 
 
@@ -89,12 +92,49 @@ def out_ld(spec) -> int:
     return spec.cols[3][1] if len(spec.cols) > 3 else 0
 
 
+def operand_parts(spec: AttentionSpec, kname: str) -> dict:
+    """The C text of the spec's Q/K prologues, score program and mask (:mod:`.prologue`; structs the sm80
+    skeleton takes as template arguments, ``polysat::attn::NoPro`` / ``NoFn`` / ``NoMask`` when absent) and the
+    extra kernel parameters (``X0, X1, ..``: ``spec.extra_inputs``)."""
+    ident = {spec.q: "Q", spec.k: "K", spec.v: "V", **{t: f"X{i}" for i, t in enumerate(spec.extra_inputs)}}
+    dts = spec.dtypes()
+    structs, types, objs = [], {}, {}
+    for role, p in (("qp", spec.q_pro), ("kp", spec.k_pro)):
+        if p is None:
+            types[role], objs[role] = "polysat::attn::NoPro", "polysat::attn::NoPro{}"
+            continue
+        structs.append(c_functor(p, f"{kname}_{role}", spec.in_dtype))
+        types[role] = f"{kname}_{role}"
+        objs[role] = f"{kname}_{role}{{{', '.join(ident[t] for t in p.tensors)}}}"
+    if spec.fn:
+        body = "\n".join("    " + x for x in epilogue_fn.c_lines(spec.fn, "v"))
+        structs.append(f"struct {kname}_fn {{\n  static constexpr bool on = true;\n  __device__ __forceinline__ static "
+                       f"float f(float v) {{\n  {{\n{body}\n  }}\n    return v;\n  }}\n}};")
+    types["fn"] = f"{kname}_fn" if spec.fn else "polysat::attn::NoFn"
+    if spec.mask is not None:
+        at = f"(long long)i * {spec.mask.ld}LL + {spec.mask.col} + j" if spec.mask.role == "mk" else "j"
+        structs.append(f"struct {kname}_mask {{\n  static constexpr bool on = true;\n  const unsigned char* __restrict__ t;\n"
+                       f"  __device__ __forceinline__ bool keep(int i, int j) const {{ (void)i; return t[{at}] != 0; }}\n}};")
+        types["mk"], objs["mk"] = f"{kname}_mask", f"{kname}_mask{{{ident[spec.mask.tensor]}}}"
+    else:
+        types["mk"], objs["mk"] = "polysat::attn::NoMask", "polysat::attn::NoMask{}"
+    extra = [(f"X{i}", "const unsigned char*" if dts[t] == DType.bool else f"const {CTYPE[dts[t]]}*", t)
+             for i, t in enumerate(spec.extra_inputs)]
+    return {"structs": "\n".join(structs), "types": types, "objs": objs, "extra": extra, "kv_rep": spec.kv_rep,
+            "on": bool(spec.q_pro or spec.k_pro or spec.fn or spec.mask is not None or spec.kv_rep != 1)}
+
+
 def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:
     kname = kernel_name(spec, plan)
     bm, bn, d = plan.tile
     summary = (f"O[{'batch,' if spec.batch else ''}M,Dv] = softmax({'causal ' if spec.causal else ''}"
                f"{spec.scale:g} * Q K^T) V, D={spec.d} Dv={spec.dv}, {spec.in_dtype.value}->{spec.out_dtype.value}")
-    src = render_text(spec, plan, kname, summary, spec.out_dtype, dv=spec.dv, two_pass=plan.two_pass, store_p=False)
+    parts = operand_parts(spec, kname)
+    if parts["on"]:
+        summary += (", with" + (" Q/K prologues" if spec.q_pro or spec.k_pro else "") + (" a score program" if spec.fn
+                    else "") + (" a mask tensor" if spec.mask is not None else ""))
+    src = render_text(spec, plan, kname, summary, spec.out_dtype, dv=spec.dv, two_pass=plan.two_pass, store_p=False,
+                      parts=parts)
     if plan.skeleton == "sm90":
         params = [Param("tmQ", "tmap", "Q"), Param("tmK", "tmap", "K"), Param("tmV", "tmap", "V")]
         def window(k: int) -> dict:  # column windows: rows ld apart, heads hs, from an offset
@@ -105,6 +145,7 @@ def render(spec: AttentionSpec, plan: AttentionPlan) -> AttentionKernelSource:
     else:
         params = [Param("Q", "ptr", "Q"), Param("K", "ptr", "K"), Param("V", "ptr", "V")]
         tma = ()
+    params += [Param(x, "ptr", t) for x, _, t in parts["extra"]]
     params += [Param("O", "ptr", "O"), Param("M", "i32", "M"), Param("N", "i32", "N"), Param("batch", "i32", "batch")]
     return AttentionKernelSource(kname, plan.arch, plan.skeleton, src, plan.threads, plan.smem_bytes, tuple(params),
                                  tma, plan, spec)

@@ -8,6 +8,11 @@ Q [*batch, m, d], K [*batch, n, d], V [*batch, n, dv] and O [*batch, m, dv], all
 columns [off_q + h*hs_q, off_q + h*hs_q + d), K and V alike over n rows, O [m, H*dv] with the heads
 interleaved (``cols`` = ((off, ld, hs) of Q, K, V, O)): a [tokens, H * d] projection, or one piece of a
 fused Q/K/V projection, read in place;
+``fn`` (an epilogue_fn program of the fp32 sum, then ``scale`` is 1): the scores as an exporter computes them
+(``cast:fp16(Q K^T) / sqrt(d)`` in fp16, each step rounded); ``mask`` (a bool tensor, gemm.prologue.Source over
+(query, key): [m, ld] at (i, col + j), or a [n] key vector): key j is visible to query i only where it is true;
+``q_pro`` / ``k_pro`` (:mod:`.prologue`, with ``cols``): Q / K computed per head from its projection and tables
+(rotary embeddings) as its tile lands in shared memory.
 fp16|bf16 inputs, scores, max and sum in fp32, P rounded to ``p_dtype`` (V's type: the type the second
 MMA takes) before P V, fp32 accumulation, O rounded to ``out_dtype``. ``causal``: key j is visible to
 query i iff ``j <= i + (n - m)`` (aligned bottom-right, as the frontend lowers it); a query row that
@@ -25,7 +30,10 @@ from typing import Any, Callable, ClassVar, Mapping
 
 from ...ir.diagnostics import fail
 from ...ir.dtypes import DType
+from ..common import epilogue_fn
 from ..common.spec import IN_DTYPES, OUT_DTYPES, Size, check_sizes, parse_spec_dtype, resolve_size, symbols_of
+from ..gemm.prologue import Source
+from .prologue import OperandPrologue, check as check_prologue
 
 MAX_HEAD_DIM = 256  # the flash skeletons take any head dim up to this (padded_dim in polysat_attention.cuh)
 
@@ -88,7 +96,8 @@ class QKSoftmaxSpec:
         if not self.cols:
             return x
         off, _, hs = self.cols[k]
-        return np.stack([x[:, off + h * hs: off + h * hs + dim] for h in range(self.batch[0])])
+        rep = getattr(self, "kv_rep", 1) if k in (1, 2) else 1  # K and V of grouped-query attention
+        return np.stack([x[:, off + (h // rep) * hs: off + (h // rep) * hs + dim] for h in range(self.batch[0])])
 
     def _json(self, dtypes: Mapping[str, DType], tensors: Mapping[str, str], **rest: Any) -> dict[str, Any]:
         return {"kind": self.KIND, "name": self.name, "m": self.m, "n": self.n, **self.head_dims(),
@@ -134,9 +143,21 @@ class AttentionSpec(QKSoftmaxSpec):
     passes: int | None = None       # walks over the keys a region prescribes (1: P rounded at the running
                                     # max, online; 2: P rounded after normalisation); None: the plan chooses
     cols: tuple = ()                # (): packed; else (offset, ld, head stride) of Q, K, V and O (module doc)
+    fn: tuple = ()                  # the scores as a program of the fp32 sum (module doc)
+    mask: Any = None                # a bool mask tensor (module doc)
+    q_pro: Any = None               # Q's prologue (.prologue.OperandPrologue)
+    k_pro: Any = None               # K's prologue
+    kv_rep: int = 1                 # with cols: query head h reads K and V head h // kv_rep (grouped-query)
 
     def __post_init__(self):
         validate(self)
+
+    @property
+    def extra_inputs(self) -> tuple[str, ...]:
+        """The tensors read besides Q, K and V: the prologues' tables and projections, the mask."""
+        names = [t for p in (self.q_pro, self.k_pro) if p is not None for t in p.tensors]
+        names += [self.mask.tensor] if self.mask is not None else []
+        return tuple(t for t in dict.fromkeys(names) if t not in (self.q, self.k, self.v))
 
     @property
     def c(self) -> str:
@@ -145,7 +166,7 @@ class AttentionSpec(QKSoftmaxSpec):
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        return (self.q, self.k, self.v)
+        return (self.q, self.k, self.v, *self.extra_inputs)
 
     def head_dims(self) -> dict[str, int]:
         return {"d": self.d, "dv": self.dv}
@@ -156,12 +177,21 @@ class AttentionSpec(QKSoftmaxSpec):
         def shape(k: int, rows: int, dim: int) -> tuple[int, ...]:
             return (rows, self.cols[k][1]) if self.cols else bd + (rows, dim)
 
-        return {self.q: shape(0, s["m"], self.d), self.k: shape(1, s["n"], self.d),
+        out = {}
+        for p, rows in ((self.k_pro, s["n"]), (self.q_pro, s["m"])):
+            if p is not None:
+                out.update(p.shapes(rows, self.d))
+        if self.mask is not None:
+            out[self.mask.tensor] = (s["m"], self.mask.ld) if self.mask.role == "mk" else (s["n"],)
+        return {**out, self.q: shape(0, s["m"], self.d), self.k: shape(1, s["n"], self.d),
                 self.v: shape(2, s["n"], self.dv), self.o: shape(3, s["m"], self.dv)}
 
 
     def dtypes(self) -> dict[str, DType]:
-        return {self.q: self.in_dtype, self.k: self.in_dtype, self.v: self.in_dtype, self.o: self.out_dtype}
+        out = {x.tensor: x.dtype for p in (self.q_pro, self.k_pro) if p is not None for x in p.sources if x.role != "col"}
+        if self.mask is not None:
+            out[self.mask.tensor] = DType.bool
+        return {**out, self.q: self.in_dtype, self.k: self.in_dtype, self.v: self.in_dtype, self.o: self.out_dtype}
 
     def flops(self, env: Mapping[str, int] | None = None) -> int:
         """Useful MMA FLOPs (2 per multiply-add of QK^T and of PV) over the visible pairs."""
@@ -171,14 +201,23 @@ class AttentionSpec(QKSoftmaxSpec):
     def to_json(self) -> dict[str, Any]:
         return self._json({"p_dtype": self.p_dtype, "out_dtype": self.out_dtype},
                           {"q": self.q, "k": self.k, "v": self.v, "o": self.o}, passes=self.passes,
-                          **({"cols": [list(c) for c in self.cols]} if self.cols else {}))
+                          **({"cols": [list(c) for c in self.cols]} if self.cols else {}),
+                          **({"fn": epilogue_fn.to_json(self.fn)} if self.fn else {}),
+                          **({"mask": self.mask.to_json()} if self.mask is not None else {}),
+                          **{k: p.to_json() for k, p in (("q_pro", self.q_pro), ("k_pro", self.k_pro)) if p is not None},
+                          **({"kv_rep": self.kv_rep} if self.kv_rep != 1 else {}))
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> "AttentionSpec":
         return AttentionSpec._from_json(d, lambda d, at: {
             "dv": d.get("dv", d["d"]), "out_dtype": parse_spec_dtype(d.get("out_dtype", "fp16"), at),
             "v": d.get("v", "V"), "o": d.get("o", "O"), "passes": d.get("passes"),
-            "cols": tuple(tuple(c) for c in d.get("cols", ()))})
+            "cols": tuple(tuple(c) for c in d.get("cols", ())), "fn": epilogue_fn.from_json(d.get("fn", [])),
+            "mask": None if d.get("mask") is None else Source(str(d["mask"]["tensor"]), str(d["mask"]["role"]),
+                                                              DType.bool, int(d["mask"].get("ld", 0)),
+                                                              int(d["mask"].get("col", 0))),
+            "q_pro": OperandPrologue.from_json(d.get("q_pro")), "k_pro": OperandPrologue.from_json(d.get("k_pro")),
+            "kv_rep": int(d.get("kv_rep", 1))})
 
 
 def causal_pairs(m: int, n: int) -> int:
@@ -230,12 +269,23 @@ def validate(s: AttentionSpec) -> None:
     if s.passes not in (None, 1, 2) or isinstance(s.passes, bool):
         fail("InvalidAttribute", at, f"passes = {s.passes!r}; the softmax walks the keys once (1) or twice (2)")
     check_names([s.q, s.k, s.v, s.o], at)
-    check_cols(s, (s.d, s.d, s.dv, s.dv), at)
+    if s.kv_rep != 1 and (isinstance(s.kv_rep, bool) or not isinstance(s.kv_rep, int) or s.kv_rep < 1 or not s.cols
+                          or s.batch[0] % s.kv_rep):
+        fail("InvalidAttribute", at, f"kv_rep = {s.kv_rep!r}: K and V heads shared by kv_rep query heads need "
+                                     "column windows and a head count it divides")
+    check_cols(s, (s.d, s.d, s.dv, s.dv), at, (1, s.kv_rep, s.kv_rep, 1))
     if s.cols and tuple(s.cols[3]) != (0, s.batch[0] * s.dv, s.dv):
         fail("InvalidAttribute", at, f"cols = {s.cols!r}: O is [m, H*dv], the heads interleaved")
+    if s.fn and (epilogue_fn.check(s.fn) is not None or s.scale != 1.0):
+        fail("InvalidAttribute", at, f"fn: {epilogue_fn.check(s.fn) or 'a score program takes scale 1.0'}")
+    if s.mask is not None and (s.mask.role not in ("mk", "k") or s.mask.dtype != DType.bool):
+        fail("InvalidAttribute", at, "mask: a bool [m, ld] tensor read at (i, col + j) or a [n] key vector")
+    for name, p in (("q_pro", s.q_pro), ("k_pro", s.k_pro)):
+        if p is not None and (not s.cols or (why := check_prologue(p, s.batch[0], s.d, s.in_dtype)) is not None):
+            fail("InvalidAttribute", at, f"{name}: {why if s.cols else 'a prologue reads heads of a projection (cols)'}")
 
 
-def check_cols(s: QKSoftmaxSpec, dims: tuple[int, ...], at: str) -> None:
+def check_cols(s: QKSoftmaxSpec, dims: tuple[int, ...], at: str, reps: tuple = (1, 1, 1, 1)) -> None:
     """s.cols, if any: one (offset, ld, head stride) per tensor of dims, one static batch dim (the heads), each
     head's window inside its row (the sm80 skeleton copies as many elements at once as they all allow; the
     sm90 skeleton's TMA needs multiples of 8: its plans check that)."""
@@ -244,8 +294,8 @@ def check_cols(s: QKSoftmaxSpec, dims: tuple[int, ...], at: str) -> None:
     h = s.batch[0] if len(s.batch) == 1 else None
     ok = isinstance(h, int) and len(s.cols) == len(dims) and all(
         len(c) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in c) and c[0] >= 0
-        and c[2] >= dim and c[0] + (h - 1) * c[2] + dim <= c[1]
-        for c, dim in zip(s.cols, dims))
+        and c[2] >= dim and c[0] + (h // rep - 1) * c[2] + dim <= c[1]
+        for c, dim, rep in zip(s.cols, dims, reps))
     if not ok:
         fail("InvalidAttribute", at, f"cols = {s.cols!r} with batch {list(s.batch)}: column windows need one "
                                      "static batch dim (the heads) and windows inside each row")

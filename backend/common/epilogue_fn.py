@@ -5,7 +5,8 @@ elementwise function of the accumulator (``y * y``, ``y * sigmoid(1.702 y)``, ``
 several times) is its RB-SSA ops copied as a program: one step per op, in dependency order, each step's
 arguments the input value ``("v",)``, an earlier step ``("s", i)``, an fp32 constant ``("c", x)``, a bool one
 ``("b", p)`` or, in a program of several inputs (a GEMM's A-operand prologue, backend/gemm/prologue.py), the
-input ``("x", j)``. An op the program computes in fp16 or bf16 (a half-precision model's SiLU or ``y * y``) is its
+input ``("x", j)`` (a float) or ``("p", j)`` (a bool: an index guard an attention operand prologue evaluates,
+backend/attention/prologue.py). An op the program computes in fp16 or bf16 (a half-precision model's SiLU or ``y * y``) is its
 fp32 op followed by a rounding step (``round_fp16`` / ``round_bf16``: to the 16-bit type and back): a 16-bit
 add, mul, div or sqrt so computed is the correctly rounded 16-bit result (fp32 carries more than twice the
 16-bit significand), which is how the reference evaluator computes 16-bit ops too. The same program is the kernel's C code (:func:`c_lines`), the numpy meaning (:func:`evaluate`,
@@ -103,7 +104,7 @@ def from_region(lets: Callable[[RNode], RNode], top: RNode, x_node: "RNode | Non
                 return None
             steps.append((n.arg, tuple(args)))
             a = rounded(("s", len(steps) - 1), n.dtype)
-        elif n.op == R.SELECT and n.dtype in FLOATS and lets(n.src[0]).op != R.PRED \
+        elif n.op == R.SELECT and n.dtype in FLOATS and (lets(n.src[0]).op != R.PRED or leaves is not None) \
                 and lets(n.src[0]).dtype == DType.bool:
             args = []
             for s in n.src:
@@ -133,8 +134,8 @@ def evaluate(steps: tuple[Step, ...], v: np.ndarray, inputs: tuple = ()) -> np.n
     vals: list[Any] = []
 
     def arg(a: Arg):
-        if a[0] == "x":
-            return np.asarray(inputs[a[1]], dtype=v.dtype)
+        if a[0] in ("x", "p"):
+            return np.asarray(inputs[a[1]], dtype=v.dtype if a[0] == "x" else np.bool_)
         return v if a[0] == "v" else vals[a[1]] if a[0] == "s" else ft(a[1]) if a[0] == "c" else np.bool_(a[1])
 
     with np.errstate(all="ignore"):
@@ -164,7 +165,7 @@ def c_lines(steps: tuple[Step, ...], var: str = "v", inputs: tuple[str, ...] = (
     """The program as C statements that replace the float var by its value (names ``f0, f1, ..`` local to a
     block the caller opens); ``inputs[j]`` is the C expression of input ``("x", j)``."""
     def arg(a: Arg) -> str:
-        if a[0] == "x":
+        if a[0] in ("x", "p"):
             return inputs[a[1]]
         return var if a[0] == "v" else f"f{a[1]}" if a[0] == "s" else _literal(a[1]) if a[0] == "c" else \
             ("true" if a[1] else "false")
@@ -194,15 +195,15 @@ def check(steps: Any, n_inputs: int = 0) -> str | None:
             return f"step {i}: unknown op {op!r} or wrong argument count"
         got = []
         for a in args:
-            if not isinstance(a, tuple) or not a or a[0] not in ("v", "s", "c", "b", "x"):
+            if not isinstance(a, tuple) or not a or a[0] not in ("v", "s", "c", "b", "x", "p"):
                 return f"step {i}: bad argument {a!r}"
-            if a[0] == "x" and not (len(a) == 2 and isinstance(a[1], int) and 0 <= a[1] < n_inputs):
+            if a[0] in ("x", "p") and not (len(a) == 2 and isinstance(a[1], int) and 0 <= a[1] < n_inputs):
                 return f"step {i}: argument {a!r} is not one of the {n_inputs} inputs"
             if a[0] == "s" and not (len(a) == 2 and isinstance(a[1], int) and 0 <= a[1] < i):
                 return f"step {i}: argument {a!r} is not an earlier step"
             if a[0] == "c" and not (len(a) == 2 and isinstance(a[1], float)):
                 return f"step {i}: constant {a!r} is not a float"
-            got.append("bool" if a[0] == "b" or (a[0] == "s" and kinds[a[1]] == "bool") else "float")
+            got.append("bool" if a[0] in ("b", "p") or (a[0] == "s" and kinds[a[1]] == "bool") else "float")
         want = (["bool", "float", "float"] if op == "select" else ["bool"] if op == "cast"
                 else ["float"] * arity)
         if got != want:

@@ -9,7 +9,12 @@ region (scores.bind):
 * the scale is a multiplication of the scores by an fp32 constant (either operand order; none = 1.0);
 * the mask, if any, is ``select(j <= m + (N - M), scores, -inf)``: exactly the causal mask aligned
   bottom-right (the frontend's), written as an index guard (a Pred, or a select of one between true and
-  false, possibly broadcast or transposed).
+  false, possibly broadcast or transposed), or ``select(mask[m, j], scores, -inf)`` of a bool tensor read
+  (an exporter's mask; ``ScorePart.mask``), possibly in 16 bits under a cast to fp32;
+* instead of the scale, the scores may be any read-free function of the sum (``ScorePart.fn``, an
+  epilogue_fn program: an exporter's ``cast:fp16(sum) / sqrt(d)`` in fp16, each 16-bit step rounded);
+* ``operand(node, row, col, what)`` (the caller's, optional) takes a Q or K operand that is not a widened
+  read (attention's Q/K prologue: rotary embeddings) and returns the tensor it reads.
 
 Every helper takes ``reject(why)`` (the caller's, raising Mismatch).
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ...ir.dtypes import DType
 from ...ir.expr import Expr
@@ -34,6 +40,8 @@ class ScorePart:
     k: str          # region tensor read as K
     k_axis: str     # the head-dim (contraction) axis
     in_dtype: DType
+    fn: tuple = ()  # the scores as an epilogue_fn program of the fp32 sum ("v",) (then scale is 1.0)
+    mask: "Any" = None  # a bool tensor the scores are masked by (gemm.prologue.Source over (m, j): mk or k)
 
 
 def widened_read(lets: Lets, n: RNode, what: str, reject: Reject) -> RNode:
@@ -81,11 +89,45 @@ def _guard(lets: Lets, n: RNode) -> "RNode | None":
     return None
 
 
+def _nodes(lets: Lets, node: RNode, into=lambda n: True):
+    """Every node under node once (through lets), not descending below a node ``into`` refuses."""
+    stack, seen = [node], set()
+    while stack:
+        n = lets(stack.pop())
+        if id(n) not in seen:
+            seen.add(id(n))
+            yield n
+            if into(n):
+                stack.extend(n.src)
+
+
+def read_axes(lets: Lets, node: RNode) -> frozenset:
+    """Every axis the reads under node index."""
+    return frozenset(v for n in _nodes(lets, node) if n.op == R.READ for e in n.arg[1] for v in e.variables())
+
+
+def _sum_under(lets: Lets, s: RNode) -> "RNode | None":
+    """The one reduction under the read-free chain s (None: none, or several)."""
+    found = [n for n in _nodes(lets, s, lambda n: n.op != R.REDUCE) if n.op == R.REDUCE]
+    return found[0] if len(found) == 1 else None
+
+
 def _scores(r: Region, lets: Lets, s: RNode, m_ax: str, j: str, reject: Reject) -> tuple:
-    """(causal, scale, QK^T reduce node) of the scores."""
+    """(causal, scale, QK^T reduce node, fn, mask) of the scores."""
+    from . import epilogue_fn
+    from ..gemm.prologue import source
     s = lets(s)
-    causal = False
-    if s.op == R.SELECT:
+    if s.op == R.UNARY and s.arg == "cast" and s.dtype == DType.fp32 and lets(s.src[0]).op == R.SELECT \
+            and lets(s.src[0]).dtype in IN_DTYPES:  # a 16-bit masked select widened: exact
+        s = lets(s.src[0])
+    causal, mask, fn = False, None, ()
+    if s.op == R.SELECT and lets(s.src[0]).op == R.READ and lets(s.src[0]).dtype == DType.bool:
+        p, x, other = s.src
+        mask = source(r, lets(p), m_ax, j)
+        if mask is None or mask.role == "m" or not is_neg_inf(lets(other)):
+            reject(f"the scores are masked by {lets(p).arg[0]!r} read otherwise than over [{m_ax}, {j}] or [{j}]")
+        s = lets(x)
+    elif s.op == R.SELECT:
         p, x, other = s.src
         g = _guard(lets, p)
         if g is None or not is_neg_inf(lets(other)):
@@ -104,6 +146,10 @@ def _scores(r: Region, lets: Lets, s: RNode, m_ax: str, j: str, reject: Reject) 
             scale, s = float(b.arg), a
         elif a.op == R.CONST and a.dtype == DType.fp32:
             scale, s = float(a.arg), b
+    if s.op != R.REDUCE and (red := _sum_under(lets, s)) is not None:
+        fn = epilogue_fn.from_region(lets, s, red) or ()
+        if fn:
+            scale, s = 1.0, red
     if s.op != R.REDUCE:
         what = f"a read of {s.arg[0]!r}" if s.op == R.READ else \
             (f"{s.op.value} {s.arg}" if s.op in (R.UNARY, R.BINARY) else s.op.value)
@@ -116,17 +162,20 @@ def _scores(r: Region, lets: Lets, s: RNode, m_ax: str, j: str, reject: Reject) 
         reject("the scores' reduction body is not a product of Q and K")
     if not math.isfinite(scale):
         reject(f"the scale {scale} is not finite")
-    return causal, scale, s
+    return causal, scale, s, fn, mask
 
 
 def window_read(r: Region, node: RNode, row: str, head: str, col: str, what: str, reject: Reject) -> tuple:
-    """(tensor, (offset, ld, hs)) of a read that takes, for head h, the column window [offset + h*hs,
+    """(tensor, (offset, ld, hs), rep) of a read that takes, for head h, the column window [offset + (h // rep)*hs,
     offset + h*hs + |col|) of a row-major [|row|, ld] matrix (the tensor's bytes): a head of a [tokens,
     H * d] projection, or of one piece of a fused Q/K/V projection. Static ints, inside each row."""
     tensor, index = node.arg
     buf = row_major_input(r, tensor, what, reject)
-    coef = {}
+    coef, rep = {}, 1
     for mono, c in linear_address(index, buf.memref.shape).terms:
+        q = head_share(mono, head)
+        if q is not None:  # head h reads head h // q (grouped-query attention: a KV head shared by q heads)
+            mono, rep = (head,), q
         if len(mono) > 1 or (mono and mono[0] not in (row, head, col)):
             reject(f"{what} read {tensor}[{', '.join(map(str, index))}] is not a column window of rows over "
                    f"[{row}, {head}, {col}]: the template reads rows of heads at static strides")
@@ -134,6 +183,9 @@ def window_read(r: Region, node: RNode, row: str, head: str, col: str, what: str
     sizes = r.axis_sizes
     off, ld, hs, unit = coef.get("", 0), coef.get(row, 0), coef.get(head, 0), coef.get(col, 0)
     heads, width, rows = sizes[head], sizes[col], sizes[row]
+    if isinstance(heads, int) and heads % rep:
+        reject(f"{what} read {tensor}: {heads} heads do not share {rep} to a KV head")
+    heads = heads // rep if isinstance(heads, int) else heads
     total = Expr.const(1)
     for d in buf.memref.shape:
         total = total * Expr.of(d)
@@ -141,21 +193,39 @@ def window_read(r: Region, node: RNode, row: str, head: str, col: str, what: str
             or off + (heads - 1) * hs + width > ld or total != Expr.of(rows) * ld):
         reject(f"{what} read {tensor}[{', '.join(map(str, index))}] is not a column window of a row-major "
                f"[{row}, ld] matrix (offset {off}, ld {ld}, head stride {hs})")
-    return tensor, (off, ld, hs)
+    return tensor, (off, ld, hs), rep
+
+
+def head_share(mono: tuple, head: str) -> "int | None":
+    """q when the monomial is the one atom ``head // q`` (q > 1), else None."""
+    if len(mono) != 1 or isinstance(mono[0], str):
+        return None
+    a = mono[0]
+    num, q = getattr(a, "num", None), getattr(a, "q", None)
+    return q if num is not None and num == Expr.var(head) and isinstance(q, int) and q > 1 else None
 
 
 def score_part(r: Region, lets: Lets, s: RNode, batch: tuple, m_ax: str, j: str, reject: Reject,
-               read=None) -> ScorePart:
+               read=None, operand=None) -> ScorePart:
     """The scores s over [*batch, m_ax, j] as a ScorePart, or reject(why). read(node, row, col, what): the
-    tensor Q (K) is read from over rows row and head-dim col (default: packed_read over batch + (row, col))."""
+    tensor Q (K) is read from over rows row and head-dim col (default: packed_read over batch + (row, col));
+    operand(node, row, col, what) -> (tensor, dtype): an operand that is not a widened read (None: rejected)."""
     read = read or (lambda node, row, col, what: packed_read(r, node, batch + (row, col), what, reject))
-    causal, scale, qk = _scores(r, lets, s, m_ax, j, reject)
+    causal, scale, qk, fn, mask = _scores(r, lets, s, m_ax, j, reject)
     (k_ax,) = qk.arg[1]
-    x, w = (widened_read(lets, t, "a Q K^T operand", reject) for t in lets(qk.src[0]).src)
-    if m_ax not in (axis_var(e) for e in x.arg[1]):
+    x, w = lets(qk.src[0]).src
+    if m_ax not in read_axes(lets, x):
         x, w = w, x
-    q = read(x, m_ax, k_ax, "Q")
-    k = read(w, j, k_ax, "K")
-    if x.dtype != w.dtype:
-        reject(f"Q and K are {x.dtype.value} and {w.dtype.value}; the template takes one input type")
-    return ScorePart(causal, scale, q, k, k_ax, x.dtype)
+    got = []
+    for t, row, what in ((x, m_ax, "Q"), (w, j, "K")):
+        t = lets(t)
+        src = lets(t.src[0]) if t.op == R.UNARY and t.arg == "cast" and t.src else None
+        if operand is not None and (src is None or src.op != R.READ):
+            got.append(operand(t, row, k_ax, what))
+            continue
+        rd = widened_read(lets, t, "a Q K^T operand", reject)
+        got.append((read(rd, row, k_ax, what), rd.dtype))
+    (q, qt), (k, kt) = got
+    if qt != kt:
+        reject(f"Q and K are {qt.value} and {kt.value}; the template takes one input type")
+    return ScorePart(causal, scale, q, k, k_ax, qt, fn, mask)

@@ -123,7 +123,7 @@ def from_operand(r: Region, lets: Lets, n: RNode, m_ax: str, k_ax: str) -> "tupl
     def leaf(node: RNode):
         if node.op != R.READ:
             return None
-        s = _source(r, node, m_ax, k_ax)
+        s = source(r, node, m_ax, k_ax)
         if s is None:
             bad.append(node.arg[0])
             return None
@@ -139,7 +139,7 @@ def from_operand(r: Region, lets: Lets, n: RNode, m_ax: str, k_ax: str) -> "tupl
     return Prologue(tuple(sources), steps), x.dtype
 
 
-def _source(r: Region, node: RNode, m_ax: str, k_ax: str) -> "Source | None":
+def source(r: Region, node: RNode, m_ax: str, k_ax: str) -> "Source | None":
     """A read as a prologue source: [m, k + c] of a packed [M, ld] tensor, [k] or [m]; None otherwise."""
     tensor, index = node.arg
     buf = next((b for b in r.inputs if b.name == tensor), None)

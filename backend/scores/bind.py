@@ -122,7 +122,9 @@ def bind(region: Region, name: "str | None" = None) -> ScoresBinding:
     windows: list = []
 
     def window(node, row: str, col: str, what: str) -> str:
-        tensor, w = window_read(r, node, row, batch[0], col, what, reject)
+        tensor, w, rep = window_read(r, node, row, batch[0], col, what, reject)
+        if rep != 1:
+            reject(f"{what} is read at heads // {rep} (grouped-query); the kind reads one window per head")
         windows.append(w)
         return tensor
 
@@ -132,6 +134,8 @@ def bind(region: Region, name: "str | None" = None) -> ScoresBinding:
         if len(batch) != 1:
             raise
         sp = score_part(r, lets, s, batch, m_ax, j, reject, window)  # Q and K heads of row-major matrices
+    if sp.fn or sp.mask is not None:
+        reject("its scores are a function of the sum or masked by a tensor; the kind takes scale * Q K^T, causal")
     d = r.axis_sizes[sp.k_axis]
     if not isinstance(d, int):
         reject(f"the head dim is {d}; the template needs a static int")

@@ -138,18 +138,37 @@ POLYSAT_HD float fast_exp2(float x) {
 // c * m, or 0 for a row that has seen no key yet (m = -inf), so that exp2(c t - c m) stays 0, not NaN
 POLYSAT_HD float row_offset(float m, float c) { return m == neg_inf() ? 0.0f : m * c; }
 
-// signed scores t (masked: -inf) in place, and this thread's share of each row's max of t
-template <int NT, int SIGN, bool MASK, bool CAUSAL>
-POLYSAT_HD void scores(float (&s)[NT][4], float (&mx)[2], int lane, int row0, int col0, int M, int N) {
+// No Q/K prologue, score program or mask tensor (the generated kernel's structs take their place: at(row, h, c)
+// is the operand's value, f(v) the score of the sum v, keep(i, j) whether query i sees key j)
+struct NoPro {
+  static constexpr bool on = false;
+  POLYSAT_HD float at(int, int, int) const { return 0.0f; }
+};
+struct NoFn {
+  static constexpr bool on = false;
+  POLYSAT_HD static float f(float v) { return v; }
+};
+struct NoMask {
+  static constexpr bool on = false;
+  POLYSAT_HD bool keep(int, int) const { return true; }
+};
+
+// signed scores t (masked: -inf) in place, and this thread's share of each row's max of t; FN (a score
+// program) first maps each sum, MK (a mask tensor) hides the keys it says (rows >= M read no mask)
+template <int NT, int SIGN, bool MASK, bool CAUSAL, class FN = NoFn, class MK = NoMask>
+POLYSAT_HD void scores(float (&s)[NT][4], float (&mx)[2], int lane, int row0, int col0, int M, int N,
+                       const MK& mk = MK{}) {
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      float t = SIGN > 0 ? s[j][e] : (SIGN < 0 ? -s[j][e] : 0.0f);
+      const float v = FN::on ? FN::f(s[j][e]) : s[j][e];
+      float t = SIGN > 0 ? v : (SIGN < 0 ? -v : 0.0f);
       if (MASK) {
         int r, c;
         acc_rc(lane, j, e, r, c);
-        if (!visible(row0 + r, col0 + c, M, N, CAUSAL)) t = neg_inf();
+        if (!visible(row0 + r, col0 + c, M, N, CAUSAL) || (MK::on && !(row0 + r < M && mk.keep(row0 + r, col0 + c))))
+          t = neg_inf();
       }
       s[j][e] = t;
       mx[e >> 1] = fmaxf(mx[e >> 1], t);
@@ -370,6 +389,19 @@ __device__ __forceinline__ void load_rows(T* tile, const T* __restrict__ g, long
   }
 }
 
+// a [ROWS][COLS] smem tile (tile_offset's layout) of head h's operand computed by a prologue P (P::at(row, h, c),
+// exact in T) for rows row0.. (rows >= row_lim and columns >= cols are 0): plain stores, no cp.async (host
+// too: tests/test_attention_prologue_emulate.py runs it per thread on the CPU)
+template <class T, int ROWS, int COLS, int THREADS, class P>
+POLYSAT_HD void pro_rows(T* tile, const P& p, int h, int row0, int row_lim, int cols, int tid) {
+  constexpr int TOTAL = ROWS * COLS;
+#pragma unroll 2
+  for (int idx = tid; idx < TOTAL; idx += THREADS) {
+    const int r = idx / COLS, c = idx % COLS, gr = row0 + r;
+    tile[tile_offset<ROWS, COLS>(r, c)] = T(gr < row_lim && c < cols ? p.at(gr, h, c) : 0.0f);  // exact: rounded
+  }
+}
+
 // ldmatrix.x4 of the four 8x8 blocks at (mn0, k0) of a [ROWS][COLS] tile in tile_offset's layout (load_frag's
 // fragment order; a 16-byte row of a block never straddles a panel)
 template <class T, bool KMAJOR, int ROWS, int COLS>
@@ -409,13 +441,18 @@ __device__ __forceinline__ void store_p(PT* __restrict__ gP, int M, int N, int r
 // by ldmatrix for every key block: large head dims, where registers are short).
 // STORE_P: O is P [batch, M, N] (OutT its type), V is not read (DV only sizes unused registers). HEADS: Q, K,
 // V and O lie as rows_at says: (offset, ld, head stride) QO, QL, QH of Q, ... of K and V, O's rows OL apart
-// (heads DV apart); ld 0 = packed
+// (heads DV apart); ld 0 = packed. QPRO / KPRO: Q's / K's prologue (NoPro: loaded as they lie; else computed
+// per element of head b as the tile is filled, pro_rows); FN, MK: the score program and the mask tensor
+// (scores; with a mask every key block evaluates the mask). KV_REP: query head b reads K and V head b / KV_REP
+// (grouped-query attention, the KV heads read in place)
 template <class T, class OutT, int D, int DV, int BM, int BN, int STAGES, bool CAUSAL, bool TWO_PASS, int SIGN,
           bool Q_REGS, bool STORE_P = false, long long QO = 0, long long QL = 0, long long QH = 0, long long KO = 0,
-          long long KL = 0, long long KH = 0, long long VO = 0, long long VL = 0, long long VH = 0, long long OL = 0>
+          long long KL = 0, long long KH = 0, long long VO = 0, long long VL = 0, long long VH = 0, long long OL = 0,
+          class QPRO = NoPro, class KPRO = NoPro, class FN = NoFn, class MK = NoMask, int KV_REP = 1>
 __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                                OutT* __restrict__ O, int M, int N, int batch, float c,
-                                               unsigned char* smem) {
+                                               unsigned char* smem, const QPRO& qp = QPRO{}, const KPRO& kp = KPRO{},
+                                               const MK& mk = MK{}) {
   constexpr int WARPS = BM / 16, THREADS = 32 * WARPS, DP = padded_dim(D), DVP = padded_dim(DV);
   constexpr int NT = BN / 8, NO = DVP / 8, KQ = DP / 16, KP = BN / 16;
   // Q from smem: S = Q K^T unrolled by two k16 steps only, so that the K fragments in flight stay few
@@ -435,7 +472,8 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
   (void)batch;
   const int m0 = tm * BM;
   static_assert(!STORE_P || OL == 0, "P is stored packed");
-  const RowsAt aq = rows_at(b, M, D, QO, QL, QH), ak = rows_at(b, N, D, KO, KL, KH), av = rows_at(b, N, DV, VO, VL, VH),
+  const RowsAt aq = rows_at(b, M, D, QO, QL, QH), ak = rows_at(b / KV_REP, N, D, KO, KL, KH),
+               av = rows_at(b / KV_REP, N, DV, VO, VL, VH),
                ao = rows_at(b, M, DV, 0, OL, DV);
   const T* gQ = Q + aq.base;
   const T* gK = K + ak.base;
@@ -444,7 +482,8 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
   const int row0 = m0 + warp * 16;  // this warp's first query row
 
   // Q joins cp.async group 0 (with the first K/V tile); rows >= M read zero
-  load_rows<T, BM, DP, VEC, THREADS>(sQ, gQ, aq.ld, m0, M, D, tid);
+  if constexpr (QPRO::on) pro_rows<T, BM, DP, THREADS>(sQ, qp, b, m0, M, D, tid);
+  else load_rows<T, BM, DP, VEC, THREADS>(sQ, gQ, aq.ld, m0, M, D, tid);
 
   u32 qf[Q_REGS ? KQ : 1][4];
   float o[NO][4];
@@ -456,7 +495,8 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
 
   // tile jb of K (and V) into ring slot `slot`; keys >= N read zero
   auto load_kv = [&](int slot, int jb, bool with_v) {
-    load_rows<T, BN, DP, VEC, THREADS>(sK + slot * BN * DP, gK, ak.ld, jb * BN, N, D, tid);
+    if constexpr (KPRO::on) pro_rows<T, BN, DP, THREADS>(sK + slot * BN * DP, kp, b, jb * BN, N, D, tid);
+    else load_rows<T, BN, DP, VEC, THREADS>(sK + slot * BN * DP, gK, ak.ld, jb * BN, N, D, tid);
     if (with_v) load_rows<T, BN, DVP, VEC, THREADS>(sV + slot * BN * DVP, gV, av.ld, jb * BN, N, DV, tid);
   };
 
@@ -509,7 +549,7 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
     constexpr bool MASK = decltype(mask_tag)::value;
     float s[NT][4], mx[2] = {neg_inf(), neg_inf()};
     qk(slot, s);
-    scores<NT, SIGN, MASK, CAUSAL>(s, mx, lane, row0, jb * BN, M, N);
+    scores<NT, SIGN, MASK, CAUSAL, FN, MK>(s, mx, lane, row0, jb * BN, M, N, mk);
     if (TWO_PASS && pass == 0) {
       quad_max(mx);
       stats_step<NT>(s, mx, m, l, c);
@@ -554,7 +594,7 @@ __device__ __forceinline__ void attention_sm80(const T* __restrict__ Q, const T*
       const int pre = jb + STAGES - 1;
       if (pre < count) load_kv(pre % STAGES, pre, with_v);
       cp_async_commit();
-      if (jb >= kr.first_masked) block(bool_c<true>{}, jb % STAGES, jb, pass);
+      if (MK::on || jb >= kr.first_masked) block(bool_c<true>{}, jb % STAGES, jb, pass);
       else block(bool_c<false>{}, jb % STAGES, jb, pass);
     }
     cp_async_wait<0>();
