@@ -336,6 +336,19 @@ def build_host_emulator(source: str, workdir, name: str) -> str:
     return exe
 
 
+def run_host_emulator(source: str, workdir, name: str) -> list:
+    """Build (:func:`build_host_emulator`) and run a host emulator; fails the test on a non-zero exit.
+    Returns its stdout's lines."""
+    import os
+    import subprocess
+
+    exe = build_host_emulator(source, workdir, name)
+    run = subprocess.run([exe], capture_output=True, text=True, check=False, timeout=300,
+                         env={**os.environ, "LC_ALL": "C"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.split("\n")
+
+
 def nvcc_builds(index: list, what: str) -> list:
     """Build each (label, arch, kernel source) with nvcc (2 workers, cached by source hash) and return
     (label, arch, kernel source, report); fails the test when nvcc is missing, prints the build time."""
@@ -429,6 +442,16 @@ def compile_model(doc: "dict | str | bytes", *extra: str) -> tuple:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
         rc, stdout, stderr = cli(["compile", path, "--json", "--out", os.path.join(tmp, "dumps"), *extra])
         return rc, diagnostics(stdout), stdout + stderr
+
+
+def onnx_compiled(data: bytes, origin: str) -> tuple:
+    """(the bytes, the imported document, its ``--cost model`` Compilation): the fixture of the ONNX-graph tests."""
+    import onnx
+
+    from polysat.frontend.onnx import import_onnx
+    from polysat.pipeline import Compilation
+    doc = import_onnx(onnx.load_from_string(data), origin=origin)
+    return data, doc, Compilation(doc, cost="model")
 
 
 def gemm_on_gpu_matches_reference(spec, env=None, seed: int = 3) -> None:

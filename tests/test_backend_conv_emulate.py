@@ -18,23 +18,25 @@ X holds distinct 16-bit ids (which element landed where) or small integers (exac
 """
 from __future__ import annotations
 
+import importlib.util
 import math
-import os
-import subprocess
+import pathlib
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from polysat.backend.common.render import TEMPLATES
 from polysat.backend.conv_pool.reference import reference as conv_pool_reference
 from polysat.backend.conv_pool.spec import ConvPoolSpec
 from polysat.backend.conv.reference import im2col
 from polysat.backend.conv.spec import ConvSpec
 from polysat.backend.common.spec import EpilogueOp
 from polysat.backend.common.layouts import swizzle128
-from polysat.backend.common.nvcc import nvcc_path
 from polysat.ir.dtypes import DType
+
+_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
+oracle = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(oracle)
 
 HEADER = r"""
 #include "polysat_gemm.cuh"
@@ -167,18 +169,7 @@ def dims(s: ConvSpec, hw=None) -> str:
 
 
 def build_and_run(tmp_path, body: str) -> list[str]:
-    exe = nvcc_path()
-    assert exe, "nvcc is needed to build the host emulator"
-    src = tmp_path / "conv_emulate.cu"
-    src.write_text(HEADER + "int main() {\n" + body + "  return 0;\n}\n")
-    binary = tmp_path / "conv_emulate"
-    build = subprocess.run([exe, "-std=c++17", "-O1", "-I", TEMPLATES, "-o", str(binary), str(src)],
-                           capture_output=True, text=True, check=False, timeout=300)
-    assert build.returncode == 0, build.stderr[-4000:]
-    run = subprocess.run([str(binary)], capture_output=True, text=True, check=False, timeout=300,
-                         env={**os.environ, "LC_ALL": "C"})
-    assert run.returncode == 0, run.stderr[-2000:]
-    return run.stdout.split("\n")
+    return oracle.run_host_emulator(HEADER + "int main() {\n" + body + "  return 0;\n}\n", tmp_path, "conv_emulate")
 
 
 # (bm, bk, threads, placement, chunk): the sm80 tiles the plan search keeps, and the sm90 producer's

@@ -33,12 +33,7 @@ def _mlp() -> bytes:
 
 @pytest.fixture(scope="module")
 def compiled():
-    import onnx
-    from polysat.frontend.onnx import import_onnx
-    from polysat.pipeline import Compilation
-    data = _mlp()
-    doc = import_onnx(onnx.load_from_string(data), origin="mlp.onnx")
-    return data, doc, Compilation(doc, cost="model")
+    return oracle.onnx_compiled(_mlp(), "mlp.onnx")
 
 
 def _pair_region(regions):

@@ -42,12 +42,7 @@ def _swiglu_down():
 
 @pytest.fixture(scope="module")
 def compiled():
-    import onnx
-    from polysat.frontend.onnx import import_onnx
-    from polysat.pipeline import Compilation
-    data = _swiglu_down()
-    doc = import_onnx(onnx.load_from_string(data), origin="swiglu.onnx")
-    return data, doc, Compilation(doc, cost="model")
+    return oracle.onnx_compiled(_swiglu_down(), "swiglu.onnx")
 
 
 def _contraction(regions):

@@ -8,16 +8,17 @@ the host.
 """
 from __future__ import annotations
 
+import importlib.util
 import math
-import os
-import subprocess
+import pathlib
 
 import numpy as np
-import pytest
 
 from polysat.backend.common.layouts import swizzle128
-from polysat.backend.common.nvcc import nvcc_path
-from polysat.backend.common.render import TEMPLATES
+
+_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
+oracle = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(oracle)
 
 SOURCE = r"""
 #include "polysat_gemm.cuh"
@@ -94,22 +95,11 @@ def _expected(rows: int, bk: int, placement: str) -> list[np.ndarray]:
 
 
 def test_the_prologue_tile_is_numpys_a_where_the_skeleton_reads_it(tmp_path):
-    exe = nvcc_path()
-    if exe is None:
-        pytest.fail("nvcc is needed to build the host emulator")
     body = "".join(f"  images<{rows}, {bk}, {threads}, {chunk}, "
                    f"{'KPlaceSm80<%d>' % bk if placement == 'sm80' else 'KPlaceSm90'}>({', '.join(map(str, SIZES))});\n"
                    for rows, bk, threads, chunk, placement in TILES)
-    src = tmp_path / "prologue_emulate.cu"
-    src.write_text(SOURCE + "int main() {\n" + body + "  return 0;\n}\n")
-    binary = tmp_path / "prologue_emulate"
-    build = subprocess.run([exe, "-std=c++17", "-O1", "-I", TEMPLATES, "-o", str(binary), str(src)],
-                           capture_output=True, text=True, check=False, timeout=300)
-    assert build.returncode == 0, build.stderr[-4000:]
-    run = subprocess.run([str(binary)], capture_output=True, text=True, check=False, timeout=300,
-                         env={**os.environ, "LC_ALL": "C"})
-    assert run.returncode == 0, run.stderr[-2000:]
-    lines = iter(run.stdout.split("\n"))
+    lines = iter(oracle.run_host_emulator(SOURCE + "int main() {\n" + body + "  return 0;\n}\n", tmp_path,
+                                          "prologue_emulate"))
     for rows, bk, threads, chunk, placement in TILES:
         assert next(lines).split()[0] == "images"
         for i, want in enumerate(_expected(rows, bk, placement)):
@@ -143,17 +133,7 @@ def test_pair_tiles_hold_column_j_of_both_pieces_where_the_epilogue_pairs_them(t
     n + 8 (sm80: the next n8 fragment of the same warp) or n + 64 (sm90: accumulator group i + 8), so the B
     producer must have loaded the same piece column of the second piece there, and every piece column of the
     tile's half must appear exactly once per piece."""
-    exe = nvcc_path()
-    if exe is None:
-        pytest.fail("nvcc is needed to build the host emulator")
-    src = tmp_path / "pair_emulate.cu"
-    src.write_text(PAIR_SOURCE)
-    binary = tmp_path / "pair_emulate"
-    build = subprocess.run([exe, "-std=c++17", "-O1", "-I", TEMPLATES, "-o", str(binary), str(src)],
-                           capture_output=True, text=True, check=False, timeout=300)
-    assert build.returncode == 0, build.stderr[-4000:]
-    rows = np.array([line.split() for line in subprocess.run([str(binary)], capture_output=True, text=True,
-                                                              check=True, timeout=60).stdout.split("\n") if line],
+    rows = np.array([line.split() for line in oracle.run_host_emulator(PAIR_SOURCE, tmp_path, "pair_emulate") if line],
                     dtype=np.int64)
     bn, n0h = 256, 3 * 128
     for piece, col, partner in ((rows[:, 0], rows[:, 1], 8), (rows[:, 2], rows[:, 3], 64)):
