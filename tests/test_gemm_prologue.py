@@ -95,7 +95,27 @@ def test_the_compiled_graph_equals_onnxruntime(compiled):
                             target)
 
 
-def test_the_prologue_survives_json_and_bad_ones_are_refused(compiled):
+def test_the_prologue_survives_json_and_bad_ones_are_refused():
+    pro = Prologue((Source("gu", "mk", DType.fp16, 256, 0), Source("gu", "mk", DType.fp16, 256, 128),
+                    Source("r", "m", DType.fp32), Source("g", "k", DType.fp16)),
+                   (("mul", (("x", 0), ("x", 1))), ("mul", (("s", 0), ("x", 2))), ("mul", (("s", 1), ("x", 3))),
+                    ("round_fp16", (("s", 2),))))
+    spec = GemmSpec("p", 16, 64, 128, a_prologue=pro)
+    assert GemmSpec.from_json(spec.to_json()) == spec
+    assert spec.inputs == ("gu", "r", "g", "B") and spec.shapes()["gu"] == (16, 256)
+    assert check(pro, 16, 128, DType.fp16) is None
+    assert "round to the operand type" in check(Prologue(pro.sources, pro.steps[:-1]), 16, 128, DType.fp16)
+    assert "exceed its row" in check(Prologue((Source("gu", "mk", DType.fp16, 256, 192),), (
+        ("round_fp16", (("x", 0),)),)), 16, 128, DType.fp16)
+    assert "multiples of 8" in check(Prologue((Source("gu", "mk", DType.fp16, 260, 4),), (
+        ("round_fp16", (("x", 0),)),)), 16, 128, DType.fp16)
+    assert "along K" in check(Prologue((Source("r", "m", DType.fp32),), (("round_fp16", (("x", 0),)),)), 16, 128,
+                              DType.fp16)
+    assert "not one of the 1 inputs" in check(Prologue((Source("g", "k", DType.fp16),), (
+        ("round_fp16", (("x", 1),)),)), 16, 128, DType.fp16)
+
+
+def test_the_prologue_gemm_builds_for_both_skeletons(compiled):
     oracle.region_builds_for_both_skeletons(_contraction(compiled[2].regions), "prologue GEMM", "_pro fn{")
 
 
