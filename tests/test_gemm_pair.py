@@ -59,28 +59,9 @@ def test_gate_up_and_silu_x_up_bind_as_one_paired_gemm_with_playbacks_meaning(co
 
 
 def test_the_compiled_mlp_equals_onnxruntime(compiled):
-    import onnxruntime as ort
-    from polysat.cli import TARGETS
-    from polysat.frontend import with_parameters
-    from polysat.runtime.host import host_runtime
-    from polysat.runtime.model import parameter_names
-    data, doc, c = compiled
-    rng = np.random.default_rng(1)
-    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    feeds = {i.name: (rng.uniform(-1, 1, i.shape) * (1 if i.name == "x" else 0.2)).astype(np.float16)
-             for i in sess.get_inputs()}
-    want = sess.run(None, feeds)[0].astype(np.float64)
-    inputs = with_parameters(doc, feeds)
-    rt = host_runtime(c.regions, parameter_names(doc), playback_only=False)
+    rt = oracle.targets_equal_onnxruntime(compiled, lambda name, shape, rng: rng.uniform(-1, 1, shape) * (
+        1 if name == "x" else 0.2))
     assert sum(not st.on_cpu and st.kind.name == "gemm" for st in rt.steps) == 2  # the pair and the down projection
-    outs = {t: TARGETS[t](c, inputs)["y"] for t in ("reference", "playback")} | {"host": rt.run(inputs)["y"]}
-    tol = 2.0 ** -9 * float(np.abs(want).max())  # 2 fp16 ulps at the output's scale (onnxruntime rounds otherwise)
-    for target, got in outs.items():
-        err = float(np.abs(np.asarray(got, np.float64).reshape(want.shape) - want).max())
-        assert err <= tol, (target, err, tol)
-    for target in ("playback", "host"):
-        oracle.assert_close(np.asarray(outs[target], np.float64), np.asarray(outs["reference"], np.float64), "fp16",
-                            target)
 
 
 def test_a_pair_spec_survives_json_and_a_bad_one_is_refused(compiled):

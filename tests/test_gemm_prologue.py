@@ -71,28 +71,9 @@ def test_the_swiglu_down_projection_binds_a_prologue_gemm_with_playbacks_meaning
 def test_the_compiled_graph_equals_onnxruntime(compiled):
     """Reference evaluator, playback and the host runtime (each kernel its kind's numpy meaning, the prologue
     GEMM's included) against onnxruntime, to fp16 rounding; the kernels against the evaluator more tightly."""
-    import onnxruntime as ort
-    from polysat.cli import TARGETS
-    data, doc, c = compiled
-    from polysat.frontend import with_parameters
-    rng = np.random.default_rng(1)
-    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    feeds = {i.name: (rng.uniform(-3, 3, i.shape) * (1 if i.name == "gu" else 0.1)).astype(np.float16)
-             for i in sess.get_inputs()}  # the activations and the (weight-free graph's) down-projection weight
-    inputs = with_parameters(doc, feeds)
-    want = sess.run(None, feeds)[0]
-    from polysat.runtime.host import host_runtime
-    from polysat.runtime.model import parameter_names
-    rt = host_runtime(c.regions, parameter_names(doc), playback_only=False)
+    rt = oracle.targets_equal_onnxruntime(compiled, lambda name, shape, rng: rng.uniform(-3, 3, shape) * (
+        1 if name == "gu" else 0.1))  # the activations and the (weight-free graph's) down-projection weight
     assert any(not st.on_cpu and st.kind.name == "gemm" for st in rt.steps)
-    outs = {t: TARGETS[t](c, inputs)["y"] for t in ("reference", "playback")} | {"host": rt.run(inputs)["y"]}
-    tol = 2.0 ** -9 * float(np.abs(want).max())  # 2 fp16 ulps at the output's scale: onnxruntime's fp16 MatMul
-    for target, got in outs.items():                # and Sigmoid round otherwise
-        err = float(np.abs(np.asarray(got, np.float64).reshape(want.shape) - want).max())
-        assert err <= tol, (target, err, tol)
-    for target in ("playback", "host"):  # the kernels' meaning against the reference evaluator: to fp32 rounding
-        oracle.assert_close(np.asarray(outs[target], np.float64), np.asarray(outs["reference"], np.float64), "fp16",
-                            target)
 
 
 def test_the_prologue_survives_json_and_bad_ones_are_refused():
