@@ -454,6 +454,14 @@ def onnx_compiled(data: bytes, origin: str) -> tuple:
     return data, doc, Compilation(doc, cost="model")
 
 
+def the_region(regions, reduces: int) -> object:
+    """The one region holding at least ``reduces`` REDUCE nodes (fails naming them when not exactly one)."""
+    from polysat.ir.region import R, walk
+    rs = [r for r in regions if sum(n.op == R.REDUCE for let in r.lets for n in walk(let.expr)) >= reduces]
+    assert len(rs) == 1, [r.name for r in rs]
+    return rs[0]
+
+
 def targets_equal_onnxruntime(compiled: tuple, feed, output: str = "y"):
     """The reference evaluator, playback and the host runtime (each kernel its kind's numpy meaning) against
     onnxruntime to 2 fp16 ulps at the output's scale (onnxruntime's fp16 MatMul and Sigmoid round otherwise),
@@ -483,8 +491,13 @@ def targets_equal_onnxruntime(compiled: tuple, feed, output: str = "y"):
 
 
 def gemm_on_gpu_matches_reference(spec, env=None, seed: int = 3) -> None:
-    """The GEMM spec run by the sm80 skeleton (and on sm90 also by the sm90 one) against its numpy meaning."""
-    from polysat.backend.common.gpu import device
+    """The GEMM spec run by the sm80 skeleton (and on sm90 also by the sm90 one) against its numpy meaning;
+    skipped only when no CUDA GPU is visible (the callers are ``gpu``-marked)."""
+    import pytest
+
+    from polysat.backend.common.gpu import cuda_available, device
+    if not cuda_available():
+        pytest.skip("no CUDA GPU visible")
     from polysat.backend.gemm.launch import run
     from polysat.backend.gemm.plan import search
     from polysat.backend.gemm.reference import random_inputs, reference
