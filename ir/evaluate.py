@@ -193,10 +193,10 @@ def _view(n, xs, env):
     shape = bind(n.shape, env)
     names = [f"i{k}" for k in range(len(shape))]
     if not n.arg["index_map"]:  # a rank-0 input viewed at any shape is a broadcast of its one element
-        return np.ascontiguousarray(np.broadcast_to(x, shape))
+        return np.ascontiguousarray(np.broadcast_to(x, shape)).reshape(shape)
     v = strided(x, n.arg["index_map"], names, shape, [0] * len(shape), env)
-    if v is not None:  # a linear map inside x: a strided copy, no gather
-        return np.ascontiguousarray(v)
+    if v is not None:  # a linear map inside x: a strided copy, no gather (reshaped: a rank-0 view stays rank 0)
+        return np.ascontiguousarray(v).reshape(shape)
     grid = np.indices(shape, dtype=np.int64, sparse=True) if shape else []
     local = dict(env)
     local.update(zip(names, grid))
@@ -206,7 +206,7 @@ def _view(n, xs, env):
         if v.size and math.prod(shape) and (v.min() < 0 or v.max() >= x.shape[k]):
             fail("OutOfBoundsView", n.id, f"index_map[{k}] = {e} reaches [{v.min()}, {v.max()}] outside size {x.shape[k]}")
         idx.append(v)
-    return np.ascontiguousarray(np.broadcast_to(x[tuple(idx)], shape))
+    return np.ascontiguousarray(np.broadcast_to(x[tuple(idx)], shape)).reshape(shape)
 
 
 def strided(x: np.ndarray, index: tuple, names: list, sizes: list, starts: list, env: Mapping) -> "np.ndarray | None":
