@@ -31,7 +31,8 @@ struct Fn {  // A = 2 gate + up, rounded to fp16 (as a generated prologue's prog
   const __half* src[NS];
   long long ld[NS];
   int col[NS];
-  POLYSAT_HD float f(const float (&x)[NS], int) const { return round_to_host(2.0f * x[0] + x[1]); }
+  static constexpr int NST = 0;  // no per-row statistic (RowStats: STATS_SOURCE below)
+  POLYSAT_HD float f(const float (&x)[NS], int, const float*) const { return round_to_host(2.0f * x[0] + x[1]); }
   static POLYSAT_HD float round_to_host(float v) { return __half2float(__float2half_rn(v)); }
 };
 
@@ -141,3 +142,69 @@ def test_pair_tiles_hold_column_j_of_both_pieces_where_the_epilogue_pairs_them(t
             assert sorted(col[piece == p]) == list(range(n0h, n0h + bn // 2))  # each piece column once
         first = [c for c in range(bn) if piece[c] == 0]
         assert all(piece[c + partner] == 1 and col[c + partner] == col[c] for c in first)
+
+
+STATS_SOURCE = r"""
+#include "polysat_gemm.cuh"
+#include <cmath>
+#include <cstdio>
+#include <vector>
+using namespace polysat;
+
+struct Fn {  // RMSNorm's statistic over columns col .. col + K of x: 1 / sqrt(sum(x^2) / K + eps)
+  static constexpr int NST = 1;
+  const __half* st_src[1];
+  long long st_ld[1];
+  int st_col[1];
+  float inv_k;
+  POLYSAT_HD float pre(int, float v) const { return v * v; }
+  POLYSAT_HD float post(int, float v) const { return 1.0f / std::sqrt(v * inv_k + 1e-6f); }
+};
+
+// every thread's partials, then (the barrier) every thread's finish, for each M tile; one line per tile
+template <int ROWS, int THREADS>
+static void stats(const Fn& fn, int M, int K) {
+  using RS = RowStats<__half, Fn, ROWS, THREADS>;
+  std::vector<float> part(RS::NST * RS::PART, NAN), st(ROWS * RS::NST, NAN);
+  for (int m0 = 0; m0 < M; m0 += ROWS) {
+    for (int tid = 0; tid < THREADS; ++tid) RS::partials(fn, part.data(), m0, M, K, tid);
+    for (int tid = 0; tid < THREADS; ++tid) RS::finish(fn, part.data(), st.data(), tid);
+    for (int r = 0; r < ROWS; ++r) std::printf("%.9e ", m0 + r < M ? st[r] : 0.0f);
+    std::printf("\n");
+  }
+}
+
+int main() {
+  const int M = 77, K = 200, ld = 264, col = 48;
+  std::vector<unsigned short> x((size_t)M * ld);
+  for (int m = 0; m < M; ++m)
+    for (int j = 0; j < ld; ++j)
+      x[(size_t)m * ld + j] = __half_as_ushort(__float2half_rn((float)((m * 13 + j * 7) % 23 - 11) / 4.0f));
+  const Fn fn{{reinterpret_cast<const __half*>(x.data())}, {ld}, {col}, 1.0f / K};
+  stats<64, 128>(fn, M, K);   // sm90 producer, BM 64: two threads a row
+  stats<128, 128>(fn, M, K);  // sm90 producer, BM 128: one thread a row
+  stats<192, 128>(fn, M, K);  // sm90, BM 192: rows tid and tid + 128
+  stats<64, 256>(fn, M, K);   // sm80, 8 warps: four threads a row
+  return 0;
+}
+"""
+
+
+def test_the_row_statistic_is_numpys_over_the_rows_columns(tmp_path):
+    """RowStats (the per-row statistic a prologue computes before its first A tile: RMSNorm's 1 / sqrt(mean(x^2) +
+    eps) over K columns from col of a [M, ld] fp16 tensor), every thread's partials then every thread's finish, as
+    the sm90 producer warpgroup (BM 64, 128, 192) and an sm80 CTA (8 warps) run it, against numpy in fp64 to
+    fp32 rounding (the kernel sums in its own order), M and K not multiples of the tile or of the threads' chunks."""
+    m_all, k_all, ld, col = 77, 200, 264, 48
+    x = ((np.arange(m_all)[:, None] * 13 + np.arange(ld)[None] * 7) % 23 - 11) / 4.0
+    want = 1.0 / np.sqrt((x[:, col:col + k_all] ** 2).sum(axis=1) / k_all + 1e-6)
+    lines = [ln for ln in oracle.run_host_emulator(STATS_SOURCE, tmp_path, "stats_emulate") if ln.strip()]
+    at = 0
+    for rows in (64, 128, 192, 64):
+        got = []
+        for _ in range(math.ceil(m_all / rows)):
+            got += [float(v) for v in lines[at].split()]
+            at += 1
+        got = np.array(got[:m_all])
+        np.testing.assert_allclose(got, want, rtol=4e-7 * 8, err_msg=f"{rows} rows")
+    assert at == len(lines)

@@ -76,6 +76,8 @@ def _operand(r: Region, lets: Lets, n: RNode) -> tuple[RNode, DType]:
 
 def _accumulator(r: Region, lets: Lets, top: RNode) -> RNode:
     reds = [n for n in walk(lets, top) if n.op == R.REDUCE]
+    inner = {id(x) for n in reds for x in walk(lets, n.src[0]) if x.op == R.REDUCE}
+    reds = [n for n in reds if id(n) not in inner]  # one inside the operand: a prologue's statistic (prologue.py)
     if len(reds) != 1:
         _reject(r, f"it has {len(reds)} reductions; a GEMM has exactly one")
     acc = reds[0]

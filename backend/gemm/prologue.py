@@ -5,7 +5,12 @@
 * ``mk``: a 2-D packed tensor [M, ld] read at (m, k + col) (the gate and up halves of the sibling GEMMs'
   concatenation: ld = 2F, col = 0 and F);
 * ``k``: a vector along K (a per-channel weight, RMSNorm's g);
-* ``m``: a vector along M (a per-row scale).
+* ``m``: a vector along M (a per-row scale);
+* ``stat``: a per-row statistic the kernel computes before the row's first A tile (RMSNorm's
+  ``rsqrt(mean(x^2) + eps)``): ``post(sum_k pre(x[m, col + k]))`` over the K columns of a packed [M, ld] tensor
+  of the operand type, ``pre`` a program of the element (``("v",)``, widened to fp32) and ``post`` one of the
+  fp32 sum, both :mod:`..common.epilogue_fn` programs rounded as the evaluator rounds. The sum's order is the
+  kernel's own (a reduction may reassociate); what is summed and what is done to the sum are the graph's.
 
 f is an :mod:`..common.epilogue_fn` program of the inputs (``("x", i)``), computed in fp32 with each 16-bit step
 rounded as the reference evaluator rounds it; its last step rounds to the operand type (the region's operand
@@ -28,28 +33,37 @@ from ...ir.expr import Expr
 from ...ir.region import R, Region, RNode
 from ..common import epilogue_fn
 from ..common.epilogue import HALF
-from ..common.region_match import Lets, axis_var
+from ..common.region_match import Lets, axis_var, walk
 
-ROLES = ("mk", "k", "m")
+ROLES = ("mk", "k", "m", "stat")
 CHUNK = 8  # elements of one 16-byte load of a 16-bit mk / k source
 
 
 @dataclass(frozen=True)
 class Source:
     tensor: str
-    role: str  # "mk", "k" or "m"
+    role: str  # "mk", "k", "m" or "stat"
     dtype: DType
-    ld: int = 0  # mk: the row stride (the tensor is [M, ld])
-    col: int = 0  # mk: the column of k = 0
+    ld: int = 0  # mk, stat: the row stride (the tensor is [M, ld])
+    col: int = 0  # mk, stat: the column of k = 0
+    pre: tuple = ()  # stat: the program of each element summed
+    post: tuple = ()  # stat: the program of the row's sum
 
     def to_json(self) -> dict:
-        return {"tensor": self.tensor, "role": self.role, "dtype": self.dtype.value, "ld": self.ld, "col": self.col}
+        stat = {"pre": epilogue_fn.to_json(self.pre), "post": epilogue_fn.to_json(self.post)} if self.role == "stat" else {}
+        return {"tensor": self.tensor, "role": self.role, "dtype": self.dtype.value, "ld": self.ld, "col": self.col,
+                **stat}
 
 
 @dataclass(frozen=True)
 class Prologue:
     sources: tuple[Source, ...]
     steps: tuple  # an epilogue_fn program of the inputs ("x", i), source i
+
+    @property
+    def stats(self) -> tuple[Source, ...]:
+        """The per-row statistics the kernel computes (``stat`` sources), in source order."""
+        return tuple(s for s in self.sources if s.role == "stat")
 
     @property
     def tensors(self) -> tuple[str, ...]:
@@ -62,13 +76,14 @@ class Prologue:
     @staticmethod
     def from_json(d: Mapping[str, Any], parse_dtype: Callable[[Any], DType]) -> "Prologue":
         return Prologue(tuple(Source(str(s["tensor"]), str(s["role"]), parse_dtype(s["dtype"]), int(s.get("ld", 0)),
-                                     int(s.get("col", 0))) for s in d["sources"]),
+                                     int(s.get("col", 0)), epilogue_fn.from_json(s.get("pre")),
+                                     epilogue_fn.from_json(s.get("post"))) for s in d["sources"]),
                         epilogue_fn.from_json(d["steps"]))
 
 
 def check(p: Prologue, m: Any, k: Any, in_dtype: DType) -> str | None:
     """Why p is not a prologue the template computes for an [m, k] A of in_dtype, or None."""
-    if not any(s.role != "m" for s in p.sources):
+    if not any(s.role in ("mk", "k") for s in p.sources):
         return "a prologue reads at least one source along K (mk or k)"
     why = epilogue_fn.check(p.steps, len(p.sources))
     if why is not None:
@@ -80,12 +95,16 @@ def check(p: Prologue, m: Any, k: Any, in_dtype: DType) -> str | None:
             return f"prologue source {s.tensor!r}: role {s.role!r}; roles: {', '.join(ROLES)}"
         if s.role == "m" and s.dtype not in (*HALF, DType.fp32):
             return f"prologue source {s.tensor!r} is {s.dtype.value}; a per-row source is fp16, bf16 or fp32"
+        if s.role == "stat":
+            why = epilogue_fn.check(s.pre) or epilogue_fn.check(s.post)
+            if why is not None:
+                return f"prologue statistic over {s.tensor!r}: {why}"
         if s.role != "m" and s.dtype != in_dtype:
             return (f"prologue source {s.tensor!r} is {s.dtype.value}; the template loads tiles of the operand "
                     f"type {in_dtype.value}")
-        if s.role == "mk" and not (isinstance(k, int) and s.ld >= s.col + k and s.col >= 0):
+        if s.role in ("mk", "stat") and not (isinstance(k, int) and s.ld >= s.col + k and s.col >= 0):
             return f"prologue source {s.tensor!r}: columns {s.col}..{s.col}+K exceed its row of {s.ld}"
-        if s.role == "mk" and (s.ld % CHUNK or s.col % CHUNK):
+        if s.role in ("mk", "stat") and (s.ld % CHUNK or s.col % CHUNK):
             return f"prologue source {s.tensor!r}: row stride {s.ld} and column {s.col} must be multiples of {CHUNK}"
     if not isinstance(k, int) or k % CHUNK:
         return f"a prologue needs K a multiple of {CHUNK} (16-byte loads), got {k}"
@@ -93,7 +112,7 @@ def check(p: Prologue, m: Any, k: Any, in_dtype: DType) -> str | None:
 
 
 def shapes(p: Prologue, m: int, k: int) -> dict[str, tuple[int, ...]]:
-    return {s.tensor: (m, s.ld) if s.role == "mk" else (k,) if s.role == "k" else (m,) for s in p.sources}
+    return {s.tensor: (m, s.ld) if s.role in ("mk", "stat") else (k,) if s.role == "k" else (m,) for s in p.sources}
 
 
 def evaluate(p: Prologue, inputs: Mapping[str, np.ndarray], m: int, k: int, in_dtype: DType) -> np.ndarray:
@@ -101,9 +120,16 @@ def evaluate(p: Prologue, inputs: Mapping[str, np.ndarray], m: int, k: int, in_d
     xs = []
     for s in p.sources:
         x = np.asarray(round_to(np.asarray(inputs[s.tensor]), s.dtype)).astype(np.float32)
-        xs.append(x[:, s.col:s.col + k] if s.role == "mk" else x[None, :] if s.role == "k" else x[:, None])
+        xs.append(x[:, s.col:s.col + k] if s.role == "mk" else x[None, :] if s.role == "k" else
+                  statistic(s, x, k)[:, None] if s.role == "stat" else x[:, None])
     a = epilogue_fn.evaluate(p.steps, np.zeros((m, k), np.float32), tuple(xs))
     return np.asarray(round_to(a, in_dtype)).astype(np.float32)
+
+
+def statistic(s: Source, x: np.ndarray, k: int) -> np.ndarray:
+    """The [M] fp32 values of a ``stat`` source over x (fp32, [M, ld]): post of the sum over K of pre."""
+    terms = epilogue_fn.evaluate(s.pre, np.ascontiguousarray(x[:, s.col:s.col + k], np.float32))
+    return epilogue_fn.evaluate(s.post, terms.sum(axis=1, dtype=np.float32))
 
 
 # ---- the region form ----------------------------------------------------------------------------
@@ -122,7 +148,10 @@ def from_operand(r: Region, lets: Lets, n: RNode, m_ax: str, k_ax: str) -> "tupl
 
     def leaf(node: RNode):
         if node.op != R.READ:
-            return None
+            got = statistic_source(r, lets, node, m_ax, k_ax)
+            if got is not None and got not in sources:
+                sources.append(got)
+            return None if got is None else ("x", sources.index(got))
         s = source(r, node, m_ax, k_ax)
         if s is None:
             bad.append(node.arg[0])
@@ -137,6 +166,35 @@ def from_operand(r: Region, lets: Lets, n: RNode, m_ax: str, k_ax: str) -> "tupl
     if steps[-1][0] != epilogue_fn.ROUND[x.dtype]:  # a 16-bit step's rounding ends the program
         return None
     return Prologue(tuple(sources), steps), x.dtype
+
+
+def statistic_source(r: Region, lets: Lets, node: RNode, m_ax: str, k_ax: str) -> "Source | None":
+    """node as a ``stat`` source: an fp32 value over [m] that is a program of one fp32 sum from 0 over an axis
+    of K's extent of a program of one read x[m, r + c] of a 16-bit packed tensor; None otherwise."""
+    if tuple(node.axes) != (m_ax,) or node.dtype != DType.fp32:
+        return None
+    reds = [n for n in walk(lets, node) if n.op == R.REDUCE]
+    if len(reds) != 1:
+        return None
+    red = reds[0]
+    op, axes, init = red.arg
+    if op != "sum" or init != 0 or red.dtype != DType.fp32 or len(axes) != 1 or tuple(red.axes) != (m_ax,):
+        return None
+    (r_ax,) = axes
+    if r.axis_sizes.get(r_ax) != r.axis_sizes.get(k_ax):
+        return None
+    reads = {n.arg: n for n in walk(lets, red.src[0]) if n.op == R.READ}
+    if len(reds) != 1 or len(reads) != 1:
+        return None
+    (x,) = reads.values()
+    s = source(r, x, m_ax, r_ax)
+    if s is None or s.role != "mk" or x.dtype not in HALF:
+        return None
+    pre = epilogue_fn.from_region(lets, red.src[0], x)
+    post = epilogue_fn.from_region(lets, node, red)
+    if pre is None or post is None:
+        return None
+    return Source(s.tensor, "stat", x.dtype, ld=s.ld, col=s.col, pre=pre, post=post)
 
 
 def source(r: Region, node: RNode, m_ax: str, k_ax: str) -> "Source | None":

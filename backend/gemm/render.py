@@ -96,15 +96,18 @@ def _prologue_args(spec: GemmSpec, plan: SchedulePlan) -> dict:
     p = spec.a_prologue
     idents = dict(zip(p.tensors, unique_idents(p.tensors, "p_"), strict=True))
     dts = spec.dtypes()
-    chunked = [s for s in p.sources if s.role != "m"]
-    inputs = tuple(f"x[{chunked.index(s)}]" if s.role != "m" else f"polysat::to_f32({idents[s.tensor]}[m])"
-                   for s in p.sources)
+    chunked = [s for s in p.sources if s.role in ("mk", "k")]
+    stats = list(p.stats)
+    inputs = tuple(f"x[{chunked.index(s)}]" if s.role in ("mk", "k") else f"st[{stats.index(s)}]" if s.role == "stat"
+                   else f"polysat::to_f32({idents[s.tensor]}[m])" for s in p.sources)
     rows = list(dict.fromkeys(s.tensor for s in p.sources if s.role == "m"))
     passes = plan.tile[0] * (plan.tile[2] // 8) // 128
     chunk = max(c for c in range(1, passes + 1) if passes % c == 0 and c * len(chunked) * 4 <= 8) if chunked else 1
     return {"tensors": [{"ident": idents[t], "tensor": t, "ctype": CTYPE[dts[t]]} for t in p.tensors],
             "chunked": [{"ident": idents[s.tensor], "ld": s.ld if s.role == "mk" else 0, "col": s.col} for s in chunked],
             "rows": [{"ident": idents[t], "ctype": CTYPE[dts[t]]} for t in rows],
+            "stats": [{"ident": idents[s.tensor], "ld": s.ld, "col": s.col, "pre": c_lines(s.pre, "v"),
+                       "post": c_lines(s.post, "v")} for s in stats],
             "lines": c_lines(p.steps, "v", inputs), "chunk": chunk}
 
 

@@ -736,7 +736,8 @@ __device__ __forceinline__ void gemm_sm90_pieces(const void* tmA, const void* co
 // ("mk" [M, ld] at (m, col + k), or "k" [K]) read 8 16-bit elements (16 bytes) at a time, the value computed
 // in fp32 (Fn rounds each 16-bit step as the reference does) and stored as T into the K-major A tile.
 // Outside the matrix (m >= M or k >= K; K % 8 == 0) the tile holds 0. Fn (generated per kernel) gives NS
-// chunked sources src[s] with row strides ld[s] (0: a "k" source) and columns col[s], and f(x, m).
+// chunked sources src[s] with row strides ld[s] (0: a "k" source) and columns col[s], and f(x, m, st), st the
+// row's NST per-row statistics (RowStats below; NST 0: none) that the CTA computes before its first A tile.
 // =============================================================================================
 // 16 bytes of global memory, or zeros where pred is false (nothing is read then); on the host (the emulator of
 // tests/test_gemm_prologue_emulate.py) a plain copy
@@ -785,6 +786,58 @@ struct KPlaceSm90 {
   static POLYSAT_HD int offset(int row, int kc) { return (row << 7) ^ ((row & 7) << 4) ^ (kc << 4); }
 };
 
+// A prologue's per-row statistics (backend/gemm/prologue.py "stat"): stats[row * NST + s] = Fn::post(s, the sum over
+// k < K of Fn::pre(s, x_s[m0 + row, col_s + k])) for the ROWS rows of the CTA's M tile, x_s the [M, st_ld[s]]
+// tensor st_src[s] of T (K % 8 == 0). THREADS threads: TPR = THREADS / ROWS threads share a row (when ROWS
+// divides THREADS; else each thread takes rows tid, tid + THREADS, ..), thread q of a row summing its 16-byte chunks
+// q, q + TPR, .. with U loads in flight; partials() leaves each thread's sums in part[], and after the caller's
+// barrier finish() adds a row's TPR partials in order and applies post (the sum's order is the kernel's own:
+// the reduction reassociates). part holds NST * PART floats, stats ROWS * NST.
+template <class T, class Fn, int ROWS, int THREADS, int U = 4>
+struct RowStats {
+  static constexpr bool SHARED = THREADS >= ROWS && THREADS % ROWS == 0;
+  static constexpr int TPR = SHARED ? THREADS / ROWS : 1, RPT = SHARED ? 1 : (ROWS + THREADS - 1) / THREADS;
+  static constexpr int NST = Fn::NST > 0 ? Fn::NST : 1, PART = ROWS * TPR;
+  static POLYSAT_HD void partials(const Fn& fn, float* part, int m0, int M, int K, int tid) {
+    const int chunks = K / 8;
+#pragma unroll
+    for (int s = 0; s < Fn::NST; ++s)
+      for (int i = 0; i < RPT; ++i) {
+        const int row = SHARED ? tid / TPR : tid + i * THREADS, q = SHARED ? tid % TPR : 0, m = m0 + row;
+        if (row >= ROWS) continue;
+        float acc = 0.0f;
+        if (m < M) {
+          const T* p = fn.st_src[s] + (long long)m * fn.st_ld[s] + fn.st_col[s];
+          for (int c0 = q; c0 < chunks; c0 += TPR * U) {
+            uint4 raw[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+              const int c = c0 + u * TPR;
+              raw[u] = load_v4(p + (c < chunks ? 8 * c : 0), c < chunks);
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+              if (c0 + u * TPR >= chunks) continue;
+#pragma unroll
+              for (int e = 0; e < 8; ++e)
+                acc += fn.pre(s, bits_to_f32<T>((word(raw[u], e >> 1) >> (16 * (e & 1))) & 0xffffu));
+            }
+          }
+        }
+        part[s * PART + row * TPR + q] = acc;
+      }
+  }
+  static POLYSAT_HD void finish(const Fn& fn, const float* part, float* stats, int tid) {
+    for (int row = tid; row < ROWS; row += THREADS)
+#pragma unroll
+      for (int s = 0; s < Fn::NST; ++s) {
+        float sum = 0.0f;
+        for (int q = 0; q < TPR; ++q) sum += part[s * PART + row * TPR + q];
+        stats[row * NST + s] = fn.post(s, sum);
+      }
+  }
+};
+
 // PASSES chunks per thread per k tile: chunk c = tid + p * THREADS is row c / CPR, k chunk c % CPR.
 // fetch() loads CHUNK passes into registers, land() computes and stores them.
 template <class T, class Fn, int ROWS, int BK, int THREADS, int CHUNK, class Place>
@@ -794,6 +847,7 @@ struct PrologueTile {
                 "the prologue tile must divide evenly among the threads");
   Fn fn;
   int m0, M, K;
+  const float* stats = nullptr;  // the tile's per-row statistics (RowStats), when Fn::NST > 0
   uint4 raw[CHUNK][Fn::NS];
   POLYSAT_HD void fetch(int k0, int tid, int p0) {
 #pragma unroll
@@ -819,7 +873,7 @@ struct PrologueTile {
           float x[Fn::NS];
 #pragma unroll
           for (int s = 0; s < Fn::NS; ++s) x[s] = bits_to_f32<T>((word(raw[p][s], e >> 1) >> (16 * q)) & 0xffffu);
-          h[q] = in ? f32_to_bits<T>(fn.f(x, m)) : 0u;
+          h[q] = in ? f32_to_bits<T>(fn.f(x, m, Fn::NST > 0 ? stats + row * Fn::NST : nullptr)) : 0u;
         }
         out[e >> 1] = h[0] | (h[1] << 16);
       }
@@ -844,8 +898,20 @@ struct PrologueSm90 {
   static constexpr int kTmaBytes = 0;
   PrologueTile<T, Fn, BM, 64, 128, CHUNK, KPlaceSm90> t;
   __device__ __forceinline__ void issue(unsigned char*, u64*, int, int, int) const {}
+  float* part = nullptr;  // RowStats' smem (Fn::NST > 0): partial sums, then the tile's statistics in t.stats
+  float* stats = nullptr;
   __device__ __forceinline__ void gather(unsigned char* dst, int tm, int k0, int, int tid) {
     t.m0 = tm * BM;
+    if constexpr (Fn::NST > 0) {
+      if (k0 == 0) {  // the tile's first A stage: its rows' statistics, over all of K, by the 128 producer threads
+        named_bar_sync(2, 128);  // every producer thread is done with the previous tile's statistics
+        RowStats<T, Fn, BM, 128>::partials(t.fn, part, t.m0, t.M, t.K, tid);
+        named_bar_sync(2, 128);
+        RowStats<T, Fn, BM, 128>::finish(t.fn, part, stats, tid);
+        named_bar_sync(2, 128);
+        t.stats = stats;
+      }
+    }
 #pragma unroll
     for (int p0 = 0; p0 < t.PASSES; p0 += CHUNK) {
       t.fetch(k0, tid, p0);
@@ -861,6 +927,15 @@ __device__ __forceinline__ void gemm_sm80_prologue(const Fn& fn, const T* __rest
   constexpr int B_ROWS = B_KMAJOR ? BN : BK, B_COLS = B_KMAJOR ? BK : BN;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   PrologueSm80<T, Fn, BM, BK, THREADS> pa{{fn, m0, M, K}};
+  if constexpr (Fn::NST > 0) {  // the rows' statistics (RowStats) before the mainloop, by every thread
+    using RS = RowStats<T, Fn, BM, THREADS>;
+    __shared__ float part[RS::NST * RS::PART], stats[BM * RS::NST];
+    RS::partials(fn, part, m0, M, K, threadIdx.x);
+    __syncthreads();
+    RS::finish(fn, part, stats, threadIdx.x);
+    __syncthreads();
+    pa.t.stats = stats;
+  }
   TileProducer<T, B_KMAJOR, B_ROWS, B_COLS, VEC_B, THREADS, BK> pb{B, n0, N, K, b_ld};
   float acc[BM / WM / 16][BN / WN / 8][4];
   mainloop_sm80<T, BM, BN, BK, WM, WN, STAGES, true, B_KMAJOR>(pa, pb, K, smem, acc);
@@ -871,6 +946,12 @@ template <class T, int BM, int BN, int STAGES, int NC, bool B_KMAJOR, class LA, 
 __device__ __forceinline__ void gemm_sm90_prologue(const Fn& fn, const void* tmB, const Epi& epi, int M, int N, int K,
                                                    unsigned char* smem_raw) {
   PrologueSm90<T, Fn, BM, CHUNK> pa{{fn, 0, M, K}};
+  if constexpr (Fn::NST > 0) {
+    using RS = RowStats<T, Fn, BM, 128>;
+    __shared__ float part[RS::NST * RS::PART], stats[BM * RS::NST];
+    pa.part = part;
+    pa.stats = stats;
+  }
   TmaOperand<B_KMAJOR, false, LB, BN> pb{tmB};
   const StoreOut<Epi> out{epi};
   ws_sm90<T, BM, BN, STAGES, NC, true, B_KMAJOR, LA, LB, 40, 232>(pa, pb, out, (M + BM - 1) / BM, (N + BN - 1) / BN, 1,
