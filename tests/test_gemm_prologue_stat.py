@@ -1,0 +1,101 @@
+"""A GEMM whose A prologue takes a per-row statistic the kernel computes (backend/gemm/prologue.py ``stat``):
+an fp16 RMSNorm (transformers' form: cast up, mean of squares, ``1 / sqrt(. + eps)``, the scaled row cast back
+to fp16, then times the fp16 weight) fused into the projection that reads it binds the tensor-core GEMM kind, the
+statistic ``post(sum_K pre(x))`` recognised from the region's inner reduction; the spec's numpy meaning equals
+CPU playback of the region and onnxruntime on the same bytes; the statistic survives the spec's JSON and bad
+ones are refused; the kernel builds for sm_80 and sm_90a with no spills (no GPU needed).
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+
+from polysat.backend.gemm.prologue import Prologue, Source, check
+from polysat.backend.gemm.spec import GemmSpec
+from polysat.backend.kinds import bind
+from polysat.ir.dtypes import DType
+from polysat.ir.playback import bind_region_symbols, playback
+
+_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
+oracle = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(oracle)
+
+S, D, N = 16, 256, 256
+
+
+def _rmsnorm_proj():
+    """ONNX bytes: x [1, S, D] fp16 -> RMSNorm (fp32 inside, weight in fp16) -> @ W [D, N] fp16."""
+    from onnx import TensorProto, helper
+    from polysat.bench.corpora.scale_models import WeightFree
+    g = WeightFree("fp16")
+    g.op("Identity", [g.matmul(g.rmsnorm("x", D), D, N)])
+    g.nodes[-1].output[0] = "y"
+    m = g.built([helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, S, D])], "y", [1, S, N], "rmsproj")
+    return m.SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return oracle.onnx_compiled(_rmsnorm_proj(), "rmsproj.onnx")
+
+
+def _fused(regions):
+    return oracle.the_region(regions, 2)  # the norm's row sum and the contraction
+
+
+def test_rmsnorm_into_the_projection_binds_a_statistic_prologue_with_playbacks_meaning(compiled):
+    r = _fused(compiled[2].regions)
+    kind, b = bind(r)
+    assert kind.name == "gemm", r.name
+    pro = b.spec.a_prologue
+    assert pro is not None and sorted(s.role for s in pro.sources) == ["k", "mk", "stat"]
+    (st,) = pro.stats
+    assert [op for op, _ in st.pre] == ["mul"] and [op for op, _ in st.post] == ["div", "add", "sqrt", "reciprocal"]
+    assert [op for op, _ in pro.steps].count("round_fp16") == 2  # x * r cast to fp16, then * g in fp16
+    rng = np.random.default_rng(0)
+    x = {buf.name: rng.uniform(-3, 3, buf.memref.shape).astype(np.float16) for buf in r.inputs}
+    env = bind_region_symbols([r], x)
+    want = playback([r], x, keep_all=True)[r.outputs[0].name]
+    got = kind.reference(b.spec, b.arrays(x, env), env)
+    oracle.assert_close(np.asarray(got).reshape(want.shape), want.astype(np.float64), "fp16", r.name)
+
+
+def test_the_compiled_graph_equals_onnxruntime(compiled):
+    rt = oracle.targets_equal_onnxruntime(compiled, lambda name, shape, rng: rng.uniform(-3, 3, shape) * (
+        1 if name == "x" else 0.1))
+    assert any(not st.on_cpu and st.kind.name == "gemm" and bind(st.region)[1].spec.a_prologue is not None
+               and bind(st.region)[1].spec.a_prologue.stats for st in rt.steps)
+
+
+def test_the_statistic_survives_json_and_bad_ones_are_refused():
+    stat = Source("x", "stat", DType.fp16, 256, 0, (("mul", (("v",), ("v",))),),
+                  (("div", (("v",), ("c", 256.0))), ("add", (("s", 0), ("c", 1e-6))), ("sqrt", (("s", 1),)),
+                   ("reciprocal", (("s", 2),))))
+    pro = Prologue((Source("x", "mk", DType.fp16, 256, 0), stat, Source("g", "k", DType.fp16)),
+                   (("mul", (("x", 0), ("x", 1))), ("round_fp16", (("s", 0),)), ("mul", (("s", 1), ("x", 2))),
+                    ("round_fp16", (("s", 2),))))
+    spec = GemmSpec("p", 16, 64, 256, a_prologue=pro)
+    assert GemmSpec.from_json(spec.to_json()) == spec
+    assert spec.inputs == ("x", "g", "B") and spec.shapes()["x"] == (16, 256)
+    assert check(pro, 16, 256, DType.fp16) is None
+    bad = Prologue((pro.sources[0], Source("x", "stat", DType.fp16, 256, 0, (), stat.post), pro.sources[2]), pro.steps)
+    assert "statistic over 'x'" in check(bad, 16, 256, DType.fp16)
+    wide = Prologue((pro.sources[0], Source("x", "stat", DType.fp16, 256, 128, stat.pre, stat.post), pro.sources[2]),
+                    pro.steps)
+    assert "exceed its row" in check(wide, 16, 256, DType.fp16)
+    fp32 = Prologue((pro.sources[0], Source("x", "stat", DType.fp32, 256, 0, stat.pre, stat.post), pro.sources[2]),
+                    pro.steps)
+    assert "operand type" in check(fp32, 16, 256, DType.fp16)
+
+
+def test_the_statistic_gemm_builds_for_both_skeletons(compiled):
+    oracle.region_builds_for_both_skeletons(_fused(compiled[2].regions), "statistic prologue GEMM", "RowStats<")
+
+
+@pytest.mark.gpu
+def test_the_statistic_gemm_on_the_gpu_matches_its_reference(compiled):
+    """Both skeletons run the bound spec against its numpy meaning (when a GPU is lent)."""
+    oracle.gemm_on_gpu_matches_reference(bind(_fused(compiled[2].regions))[1].spec)
