@@ -35,6 +35,7 @@ from .origin import SECTOR, at_origin
 from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
                         tile_footprint)
 from .poly_region import BoundRegion, BoundStatement, PolyRegion
+from .prologue_cone import cone, first_pass_l2, on_chip, producer
 from .polycore import MAX_RECOMPUTE, analyze, bounded_recompute, default_tile, kstep, recompute_factors, stages
 from .roofline import roofline
 
@@ -339,9 +340,10 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     staged = staged_operands(b, ts, kstep(dev))
     ring = staging_bytes(staged, stages(dev))
     es = edges(b, ts, h.per_tensor, max(0, budget - ring))
+    es = on_chip(pc, es) if (pc := cone(region)) else es  # an A prologue with a row statistic (prologue_cone.py)
     w = _work(b, t)
     dram, in_useful, out_useful, spill_bytes, l2 = _traffic(b, t, es)
-    l2 += _rewalk_l2(b, t)
+    l2 += _rewalk_l2(b, t) + (first_pass_l2(b, pc, t) if pc else 0)
     smem, threads, regs, ctas, by_regs, by_smem = _resources(b, ts, es, ring, dev)
     occ = occupancy(t.count, ctas, threads, dev)
     dram_occ = bandwidth_share(t.count, ctas, threads, dev, dev.dram_tbps)
@@ -350,18 +352,18 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     # roofline terms (us)
     effs, stops = _mma_eff(b, ts.slices, dev)
     eff = min(effs.values(), default=1.0) * dev.mma_eff
-    us = 1e6
-    mma_rate = dev.tensor_tflops * 1e12 * occ * eff
+    us, mma_rate = 1e6, dev.tensor_tflops * 1e12 * occ * eff
     simt_rate = dev.fp32_tflops * 1e12 * occ * SIMT_EFF
     sfu_rate = simt_rate * dev.sfu_ratio
     epi, epi_sfu = (w.epilogue, w.epilogue_sfu) if w.mma else (0, 0)
     t_mma = w.useful["tensor"] / mma_rate * us
-    t_simt = (w.useful["fp32"] - epi) / simt_rate * us
-    t_sfu = (w.useful["sfu"] - epi_sfu) / sfu_rate * us
+    t_simt, t_sfu = (w.useful["fp32"] - epi) / simt_rate * us, (w.useful["sfu"] - epi_sfu) / sfu_rate * us
     t_epi = (epi / simt_rate + epi_sfu / sfu_rate) * us
+    p_lim, p_ser, d_simt, d_sfu, d_fan = producer(pc, b, t, _facts(region).live, w.factors, dev, simt_rate, sfu_rate,
+                                                  ctas) if pc else (0.0,) * 5
+    t_simt, t_sfu = t_simt - d_simt, t_sfu - d_sfu  # on sm90 the producer's limit p_lim
     bw = dev.dram_tbps * 1e12 * dram_occ
-    t_load = (in_useful + spill_bytes // 2) / bw * us
-    t_store = (out_useful + spill_bytes // 2) / bw * us
+    t_load, t_store = (in_useful + spill_bytes // 2) / bw * us, (out_useful + spill_bytes // 2) / bw * us
     t_mem = t_load + t_store  # loads and stores share the DRAM bandwidth
     t_l2 = l2 / (dev.l2_tbps * 1e12 * l2_occ) * us
     compute = t_mma + t_simt + t_sfu
@@ -370,7 +372,7 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     overlap = 0.0 if single else min(t_mem, t_epi)
 
     # penalties (us): recomputed work, wasted sector bytes, predicated accesses, register spills
-    fanout = (w.extra["tensor"] / mma_rate + w.extra["fp32"] / simt_rate + w.extra["sfu"] / sfu_rate) * us
+    fanout = (w.extra["tensor"] / mma_rate + w.extra["fp32"] / simt_rate + w.extra["sfu"] / sfu_rate) * us - d_fan
     layout = max(0.0, (dram - spill_bytes - in_useful - out_useful) / bw * us)
     piecewise = PREDICATE_COST * _facts(region).predicated * compute
     spill = 0.0
@@ -378,7 +380,7 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
         spill = (regs - 255) * 4 * threads * t.count * 2 / (dev.l2_tbps * 1e12 * l2_occ) * us
         stops.append(f"regs {regs} per thread > 255: spills")
     penalties = (("fanout", fanout), ("layout", layout), ("piecewise", piecewise), ("spill", spill))
-    time = roofline(dev, (compute, t_mem, t_l2), serial=(t_epi,), hidden=overlap,
+    time = roofline(dev, (compute, t_mem, t_l2, p_lim), serial=(t_epi, p_ser), hidden=overlap,
                     penalties=(fanout, layout, piecewise, spill), unit="us")
 
     # STOP conditions (docs/DESIGN.md §Cost model)

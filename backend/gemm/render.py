@@ -18,6 +18,7 @@ A B concatenated along N (``spec.b_pieces``) is passed as one pointer / tensor m
 """
 from __future__ import annotations
 
+from ...analyses.prologue_cone import producer_chunk
 from ..common.epilogue_fn import c_lines
 from ..common.gpu_ir import check_tokens
 from ..common.layouts import sm90_operand
@@ -92,7 +93,7 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
 def _prologue_args(spec: GemmSpec, plan: SchedulePlan) -> dict:
     """The template arguments of an A prologue (backend/gemm/prologue.py): its tensors (kernel parameters), the
     chunked sources (16-byte loads: mk and k), the per-row ones, the fp32 program's C lines and, on sm90, the
-    passes a producer thread loads at once (its 40 registers: at most 8 for the loaded chunks; more spill)."""
+    passes a producer thread loads at once (analyses/prologue_cone.py :func:`producer_chunk`)."""
     p = spec.a_prologue
     idents = dict(zip(p.tensors, unique_idents(p.tensors, "p_"), strict=True))
     dts = spec.dtypes()
@@ -101,8 +102,7 @@ def _prologue_args(spec: GemmSpec, plan: SchedulePlan) -> dict:
     inputs = tuple(f"x[{chunked.index(s)}]" if s.role in ("mk", "k") else f"st[{stats.index(s)}]" if s.role == "stat"
                    else f"polysat::to_f32({idents[s.tensor]}[m])" for s in p.sources)
     rows = list(dict.fromkeys(s.tensor for s in p.sources if s.role == "m"))
-    passes = plan.tile[0] * (plan.tile[2] // 8) // 128
-    chunk = max(c for c in range(1, passes + 1) if passes % c == 0 and c * len(chunked) * 4 <= 8) if chunked else 1
+    chunk = producer_chunk(plan.tile[0] * (plan.tile[2] // 8) // 128, plan.warps[0], len(chunked))
     return {"tensors": [{"ident": idents[t], "tensor": t, "ctype": CTYPE[dts[t]]} for t in p.tensors],
             "chunked": [{"ident": idents[s.tensor], "ld": s.ld if s.role == "mk" else 0, "col": s.col} for s in chunked],
             "rows": [{"ident": idents[t], "ctype": CTYPE[dts[t]]} for t in rows],

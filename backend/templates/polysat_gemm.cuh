@@ -891,9 +891,12 @@ struct PrologueSm80 {
   __device__ __forceinline__ void land(T* tile, int tid) const { t.land(reinterpret_cast<unsigned char*>(tile), k0, tid, 0); }
 };
 
-// sm90: the gathered A operand of ws_sm90 (the producer warpgroup's 128 threads), CHUNK passes at a time.
+// sm90: the gathered A operand of ws_sm90 (the producer warpgroup's 128 threads), CHUNK passes at a time; the
+// statistics' pass holds STAT_LOADS 16-byte loads in flight per thread (16 with one consumer warpgroup, whose
+// producer keeps its registers; 4 under setmaxnreg's 40: analyses/prologue_cone.py STAT_LOADS_ONE)
 template <class T, class Fn, int BM, int CHUNK>
 struct PrologueSm90 {
+  static constexpr int STAT_LOADS = BM == 64 ? 16 : 4;
   static constexpr bool kGather = true;
   static constexpr int kTmaBytes = 0;
   PrologueTile<T, Fn, BM, 64, 128, CHUNK, KPlaceSm90> t;
@@ -905,9 +908,9 @@ struct PrologueSm90 {
     if constexpr (Fn::NST > 0) {
       if (k0 == 0) {  // the tile's first A stage: its rows' statistics, over all of K, by the 128 producer threads
         named_bar_sync(2, 128);  // every producer thread is done with the previous tile's statistics
-        RowStats<T, Fn, BM, 128>::partials(t.fn, part, t.m0, t.M, t.K, tid);
+        RowStats<T, Fn, BM, 128, STAT_LOADS>::partials(t.fn, part, t.m0, t.M, t.K, tid);
         named_bar_sync(2, 128);
-        RowStats<T, Fn, BM, 128>::finish(t.fn, part, stats, tid);
+        RowStats<T, Fn, BM, 128, STAT_LOADS>::finish(t.fn, part, stats, tid);
         named_bar_sync(2, 128);
         t.stats = stats;
       }
