@@ -50,6 +50,9 @@ def stop_reason(spec: GemmSpec, plan: SchedulePlan, dev: Device, best_vec: tuple
                 return f"sm90: TMA needs 16-byte strides, contiguous extent {ext} is not a multiple of 8"
         if regs_estimate(plan) > 232:
             return "sm90: accumulators exceed the consumer register budget"
+        if spec.a_prologue is not None and spec.a_prologue.stats and bm > 64:
+            return ("sm90: a prologue with a row statistic runs with one consumer warpgroup (BM 64), whose producer "
+                    "keeps its registers (setmaxnreg's 40 spill it)")
         return None
     if regs_estimate(plan) > 255:
         return f"registers ~{regs_estimate(plan)} > 255 (spills)"

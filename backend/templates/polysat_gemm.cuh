@@ -896,24 +896,24 @@ struct PrologueSm80 {
 // producer keeps its registers; 4 under setmaxnreg's 40: analyses/prologue_cone.py STAT_LOADS_ONE)
 template <class T, class Fn, int BM, int CHUNK>
 struct PrologueSm90 {
-  static constexpr int STAT_LOADS = BM == 64 ? 16 : 4;
+  static constexpr int STAT_LOADS = BM == 64 ? 16 : 1;
   static constexpr bool kGather = true;
   static constexpr int kTmaBytes = 0;
   PrologueTile<T, Fn, BM, 64, 128, CHUNK, KPlaceSm90> t;
   __device__ __forceinline__ void issue(unsigned char*, u64*, int, int, int) const {}
-  float* part = nullptr;  // RowStats' smem (Fn::NST > 0): partial sums, then the tile's statistics in t.stats
-  float* stats = nullptr;
   __device__ __forceinline__ void gather(unsigned char* dst, int tm, int k0, int, int tid) {
     t.m0 = tm * BM;
     if constexpr (Fn::NST > 0) {
+      using RS = RowStats<T, Fn, BM, 128, STAT_LOADS>;
+      __shared__ float part[RS::NST * RS::PART], stats[BM * RS::NST];  // static: no pointer held in registers
       if (k0 == 0) {  // the tile's first A stage: its rows' statistics, over all of K, by the 128 producer threads
         named_bar_sync(2, 128);  // every producer thread is done with the previous tile's statistics
-        RowStats<T, Fn, BM, 128, STAT_LOADS>::partials(t.fn, part, t.m0, t.M, t.K, tid);
+        RS::partials(t.fn, part, t.m0, t.M, t.K, tid);
         named_bar_sync(2, 128);
-        RowStats<T, Fn, BM, 128, STAT_LOADS>::finish(t.fn, part, stats, tid);
+        RS::finish(t.fn, part, stats, tid);
         named_bar_sync(2, 128);
-        t.stats = stats;
       }
+      t.stats = stats;
     }
 #pragma unroll
     for (int p0 = 0; p0 < t.PASSES; p0 += CHUNK) {
@@ -949,12 +949,6 @@ template <class T, int BM, int BN, int STAGES, int NC, bool B_KMAJOR, class LA, 
 __device__ __forceinline__ void gemm_sm90_prologue(const Fn& fn, const void* tmB, const Epi& epi, int M, int N, int K,
                                                    unsigned char* smem_raw) {
   PrologueSm90<T, Fn, BM, CHUNK> pa{{fn, 0, M, K}};
-  if constexpr (Fn::NST > 0) {
-    using RS = RowStats<T, Fn, BM, 128>;
-    __shared__ float part[RS::NST * RS::PART], stats[BM * RS::NST];
-    pa.part = part;
-    pa.stats = stats;
-  }
   TmaOperand<B_KMAJOR, false, LB, BN> pb{tmB};
   const StoreOut<Epi> out{epi};
   ws_sm90<T, BM, BN, STAGES, NC, true, B_KMAJOR, LA, LB, 40, 232>(pa, pb, out, (M + BM - 1) / BM, (N + BN - 1) / BN, 1,
