@@ -20,7 +20,7 @@ from ...ir import trampoline
 from ...ir.dtypes import DType
 from ...ir.expr import Expr
 from ...ir.region import Buffer, Let, MemRef, R, Region, RNode
-from ..common.region_match import Lets
+from ..common.region_match import Lets, same_value, walk
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +84,55 @@ def _rebuilt(n: RNode, lets: Lets, f: Callable[[RNode], "RNode | None"]):
     return dataclasses.replace(n, src=tuple(src))
 
 
+def _decided(lets: Lets, pred: RNode, n_ax: str, lo: int, hi: int) -> "bool | None":
+    """Whether every guard of pred (affine in n_ax alone, ``e >= 0``) holds on all of [lo, hi) (True), on none
+    of it (False), or either (None)."""
+    always = True
+    for e in lets(pred).arg:
+        if not e.variables() <= {n_ax}:
+            return None
+        a, b = (Expr.of(e).subs({n_ax: v}) for v in (lo, hi - 1))
+        if not (a.is_const and b.is_const):
+            return None
+        if a.constant < 0 and b.constant < 0:  # affine: its extremes are at the ends
+            return False
+        always = always and a.constant >= 0 and b.constant >= 0
+    return True if always else None
+
+
+def _zero(n: RNode) -> bool:
+    return n.op == R.CONST and n.arg == 0 or (n.op == R.UNARY and n.arg == "cast" and _zero(n.src[0]))
+
+
+def fold(lets: Lets, top: RNode, n_ax: str, lo: int, hi: int) -> RNode:
+    """top with every Select whose guard is decided on columns [lo, hi) replaced by its branch, and ``x + 0`` by x
+    (a piece's own guards, over its cone: region synthesis guards every value of a piece by its column range)."""
+    def f(n: RNode) -> "RNode | None":
+        if n.op == R.SELECT and lets(n.src[0]).op == R.PRED:
+            got = _decided(lets, n.src[0], n_ax, lo, hi)
+            if got is not None:
+                return _rebuild(n.src[1] if got else n.src[2], lets, f)
+        if n.op == R.BINARY and n.arg == "add":
+            a, b = (_rebuild(s, lets, f) for s in n.src)
+            if _zero(b) and a.dtype == n.dtype:
+                return a
+            if _zero(a) and b.dtype == n.dtype:
+                return b
+            return dataclasses.replace(n, src=(a, b))
+        return None
+    return _rebuild(top, lets, f)
+
+
+def uses_axis(lets: Lets, n: RNode, ax: str) -> bool:
+    """Whether the value n depends on axis ax: a read or a guard below it uses ax (a broadcast along ax does not)."""
+    for x in walk(lets, n):
+        if x.op == R.READ and any(ax in Expr.of(e).variables() for e in x.arg[1]):
+            return True
+        if x.op == R.PRED and any(ax in Expr.of(e).variables() for e in x.arg):
+            return True
+    return False
+
+
 def one_matrix(r: Region) -> "tuple[Lets, object, int] | None":
     """(lets, the yield, its static column count) when r yields one let as one [m, n] matrix; None otherwise."""
     if len(r.yields) != 1 or len(r.outputs) != 1:
@@ -109,6 +158,7 @@ def merged(r: Region) -> "tuple[Region, tuple] | None":
     pieces = [_piece(lets, t, n_ax, width, y.cast) for t in terms]
     if any(p is None for p in pieces):
         return None
+    pieces = [dataclasses.replace(p, acc=fold(lets, p.acc, n_ax, p.lo, p.hi)) for p in pieces]
     pieces.sort(key=lambda p: p.lo)
     if pieces[0].lo != 0 or pieces[-1].hi != width or any(a.hi != b.lo for a, b in zip(pieces, pieces[1:])):
         return None
@@ -121,7 +171,7 @@ def merged(r: Region) -> "tuple[Region, tuple] | None":
         if p.acc.arg[0] != "sum" or len(p.acc.arg[1]) != 1 or p.acc.dtype != DType.fp32:
             return None
         ren = {p.acc.arg[1][0]: Expr.var(k0)}
-        if _renamed(a, ren).arg != a0.arg or a.dtype != a0.dtype or b.dtype != a0.dtype:
+        if not same_a(lets, a, a0, p.acc.arg[1][0], k0) or b.dtype != a_dtype(lets, a0):
             return None  # every piece reads the same A, the same way, in one input type
         t, index = b.arg
         ix = tuple(Expr.of(e).subs(ren).subs({n_ax: Expr.var(n_ax) + p.lo}) for e in index)
@@ -147,28 +197,46 @@ def merged(r: Region) -> "tuple[Region, tuple] | None":
     layout = next(b.memref.layout for b in r.inputs if b.name == b0.arg[0])
     inputs = tuple(b for b in r.inputs if b.name not in used) + (
         Buffer(virtual, MemRef(shape, b0.dtype, 128, True, layout), None, False),)
-    one = dataclasses.replace(r, reduce_axes=tuple(a for a in r.reduce_axes if a[0] == k0), inputs=inputs,
+    one = dataclasses.replace(r, reduce_axes=kept_axes(r, k0, [p.acc for p in pieces]), inputs=inputs,
                               lets=(Let(y.src, acc),))
     return one, tuple((t, w) for t, w, _ in out)
 
 
 def _operand_reads(lets: Lets, acc: RNode) -> "tuple | None":
-    """(the A read, the B read) of a contraction: A is the operand that does not read the last output axis."""
+    """(A, the B read) of a contraction: B is the widened read of the operand that reads the last output axis; A is
+    the other operand's read, or, when it is not a read, the whole factor (an A prologue, backend/gemm/prologue.py,
+    which the binder then checks)."""
     body = lets(acc.src[0])
     if not (body.op == R.BINARY and body.arg == "mul"):
         return None
-    reads = []
+    n_ax = acc.axes[-1]
+    reads, others = [], []
     for s in body.src:
         s = lets(s)
-        if s.op == R.UNARY and s.arg == "cast":
-            s = lets(s.src[0])
-        if s.op != R.READ:
-            return None
-        reads.append(s)
-    n_ax = acc.axes[-1]
-    a = [x for x in reads if n_ax not in x.axes]
+        f = lets(s.src[0]) if s.op == R.UNARY and s.arg == "cast" else s
+        (reads if f.op == R.READ else others).append(f if f.op == R.READ else s)
     b = [x for x in reads if n_ax in x.axes]
+    a = [x for x in reads if n_ax not in x.axes] + [x for x in others if not uses_axis(lets, x, n_ax)]
     return (a[0], b[0]) if len(a) == 1 and len(b) == 1 else None
+
+
+def same_a(lets: Lets, a: RNode, a0: RNode, k: str, k0: str) -> bool:
+    """Whether piece A a (contracted over k) is piece A a0 (over k0): the same read, or the same prologue value."""
+    if a.op == R.READ:
+        return a0.op == R.READ and _renamed(a, {k: Expr.var(k0)}).arg == a0.arg and a.dtype == a0.dtype
+    return a0.op != R.READ and same_value(lets, a, a0, {k: k0} if k != k0 else None)
+
+
+def a_dtype(lets: Lets, a: RNode) -> DType:
+    """The input type of A: its read's, or the 16-bit value a prologue widens."""
+    return a.dtype if a.op == R.READ else lets(a.src[0]).dtype
+
+
+def kept_axes(r: Region, k0: str, accs: list) -> tuple:
+    """r's reduce axes once the contractions accs are one over k0: k0 and those no other of them binds (an A
+    prologue's statistic)."""
+    drop = {a.arg[1][0] for a in accs} - {k0}
+    return tuple(a for a in r.reduce_axes if a[0] not in drop)
 
 
 def _renamed(n: RNode, ren: dict) -> RNode:

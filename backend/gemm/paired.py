@@ -21,45 +21,7 @@ from ...ir.region import Buffer, Let, MemRef, R, Region, RNode
 from ...ir.region import walk as rwalk
 from ..common import epilogue_fn
 from ..common.region_match import Lets, walk
-from .concat import _operand_reads, _rebuild, _renamed, one_matrix
-
-
-def _decided(lets: Lets, pred: RNode, n_ax: str, width: int) -> "bool | None":
-    """Whether every guard of pred (affine in n_ax alone, ``e >= 0``) holds on all of [0, width) (True), on none
-    of it (False), or either (None)."""
-    always = True
-    for e in lets(pred).arg:
-        if not e.variables() <= {n_ax}:
-            return None
-        lo, hi = (Expr.of(e).subs({n_ax: v}) for v in (0, width - 1))
-        if not (lo.is_const and hi.is_const):
-            return None
-        if lo.constant < 0 and hi.constant < 0:  # affine: its extremes are at the ends
-            return False
-        always = always and lo.constant >= 0 and hi.constant >= 0
-    return True if always else None
-
-
-def _zero(n: RNode) -> bool:
-    return n.op == R.CONST and n.arg == 0 or (n.op == R.UNARY and n.arg == "cast" and _zero(n.src[0]))
-
-
-def _fold(lets: Lets, top: RNode, n_ax: str, width: int) -> RNode:
-    """top with every Select whose guard is decided on [0, width) replaced by its branch, and ``x + 0`` by x."""
-    def f(n: RNode) -> "RNode | None":
-        if n.op == R.SELECT and lets(n.src[0]).op == R.PRED:
-            got = _decided(lets, n.src[0], n_ax, width)
-            if got is not None:
-                return _rebuild(n.src[1] if got else n.src[2], lets, f)
-        if n.op == R.BINARY and n.arg == "add":
-            a, b = (_rebuild(s, lets, f) for s in n.src)
-            if _zero(b) and a.dtype == n.dtype:
-                return a
-            if _zero(a) and b.dtype == n.dtype:
-                return b
-            return dataclasses.replace(n, src=(a, b))
-        return None
-    return _rebuild(top, lets, f)
+from .concat import _operand_reads, _rebuild, a_dtype, fold, kept_axes, one_matrix, same_a
 
 
 def paired(r: Region) -> "tuple[Region, tuple, tuple] | None":
@@ -72,12 +34,14 @@ def paired(r: Region) -> "tuple[Region, tuple, tuple] | None":
     if sum(n.op == R.REDUCE for let in r.lets for n in rwalk(let.expr)) < 2:
         return None  # most regions: no pair, and no fold to pay for
     m_ax, n_ax = y.axes
-    top = _fold(lets, lets.map[y.src], n_ax, width)
+    top = fold(lets, lets.map[y.src], n_ax, 0, width)
     flat = Lets(dataclasses.replace(r, lets=()))
     reds: list[RNode] = []
     for n in walk(flat, top):
         if n.op == R.REDUCE and n not in reds:
             reds.append(n)
+    inner = {id(x) for n in reds for x in walk(flat, n.src[0]) if x.op == R.REDUCE}
+    reds = [n for n in reds if id(n) not in inner]  # one inside A: a prologue's statistic (prologue.py)
     if len(reds) != 2 or any(n.op == R.SELECT and flat(n.src[0]).op == R.PRED for n in walk(flat, top)):
         return None
     reads = [_operand_reads(flat, a) for a in reds]
@@ -89,7 +53,7 @@ def paired(r: Region) -> "tuple[Region, tuple, tuple] | None":
     bs = []
     for acc, (a, b) in zip(reds, reads):
         ren = {acc.arg[1][0]: Expr.var(k0)}
-        if _renamed(a, ren).arg != a0.arg or a.dtype != a0.dtype or b.dtype != a0.dtype:
+        if not same_a(flat, a, a0, acc.arg[1][0], k0) or b.dtype != a_dtype(flat, a0):
             return None  # both read the same A, the same way, in one input type
         t, index = b.arg
         if tuple(str(Expr.of(e).subs(ren)) for e in index) != (k0, n_ax):
@@ -116,6 +80,6 @@ def paired(r: Region) -> "tuple[Region, tuple, tuple] | None":
     inputs = tuple(x for x in r.inputs if x.name not in bs) + (
         Buffer(virtual, MemRef((r.axis_sizes[k0], 2 * width), b0.dtype, 128, True, layout), None, False),)
     wide = dataclasses.replace(out, memref=dataclasses.replace(out.memref, shape=(r.axis_sizes[m_ax], 2 * width)))
-    one = dataclasses.replace(r, iters=iters, reduce_axes=tuple(a for a in r.reduce_axes if a[0] == k0),
+    one = dataclasses.replace(r, iters=iters, reduce_axes=kept_axes(r, k0, reds),
                               inputs=inputs, outputs=(wide,), lets=(Let(y.src, acc),))
     return one, ((bs[0], width), (bs[1], width)), steps

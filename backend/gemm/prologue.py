@@ -34,6 +34,7 @@ from ...ir.region import R, Region, RNode
 from ..common import epilogue_fn
 from ..common.epilogue import HALF
 from ..common.region_match import Lets, axis_var, walk
+from .concat import _rebuild as rebuild, uses_axis
 
 ROLES = ("mk", "k", "m", "stat")
 CHUNK = 8  # elements of one 16-byte load of a 16-bit mk / k source
@@ -171,14 +172,15 @@ def from_operand(r: Region, lets: Lets, n: RNode, m_ax: str, k_ax: str) -> "tupl
 def statistic_source(r: Region, lets: Lets, node: RNode, m_ax: str, k_ax: str) -> "Source | None":
     """node as a ``stat`` source: an fp32 value over [m] that is a program of one fp32 sum from 0 over an axis
     of K's extent of a program of one read x[m, r + c] of a 16-bit packed tensor; None otherwise."""
-    if tuple(node.axes) != (m_ax,) or node.dtype != DType.fp32:
+    if m_ax not in node.axes or node.dtype != DType.fp32 or not _only(lets, node, m_ax):
         return None
+    node = _unbroadcast(lets, node)
     reds = [n for n in walk(lets, node) if n.op == R.REDUCE]
     if len(reds) != 1:
         return None
     red = reds[0]
     op, axes, init = red.arg
-    if op != "sum" or init != 0 or red.dtype != DType.fp32 or len(axes) != 1 or tuple(red.axes) != (m_ax,):
+    if op != "sum" or init != 0 or red.dtype != DType.fp32 or len(axes) != 1:
         return None
     (r_ax,) = axes
     if r.axis_sizes.get(r_ax) != r.axis_sizes.get(k_ax):
@@ -190,11 +192,24 @@ def statistic_source(r: Region, lets: Lets, node: RNode, m_ax: str, k_ax: str) -
     s = source(r, x, m_ax, r_ax)
     if s is None or s.role != "mk" or x.dtype not in HALF:
         return None
-    pre = epilogue_fn.from_region(lets, red.src[0], x)
-    post = epilogue_fn.from_region(lets, node, red)
+    pre = epilogue_fn.from_region(lets, red.src[0], None, lambda n: ("v",) if n.op == R.READ and n.arg == x.arg else None)
+    post = epilogue_fn.from_region(lets, node, None, lambda n: ("v",) if n.op == R.REDUCE else None)
     if pre is None or post is None:
         return None
     return Source(s.tensor, "stat", x.dtype, ld=s.ld, col=s.col, pre=pre, post=post)
+
+
+def _only(lets: Lets, node: RNode, m_ax: str) -> bool:
+    """Whether node's value depends on no output axis but m_ax (its other axes are broadcasts: a statistic a
+    piece of a concatenation computes over its columns, region synthesis spelling it over [m, n])."""
+    return not any(uses_axis(lets, node, a) for a in node.axes if a != m_ax)
+
+
+def _unbroadcast(lets: Lets, node: RNode) -> RNode:
+    """node with its BroadcastInDims dropped (they only say where a value is read)."""
+    def f(n: RNode) -> "RNode | None":
+        return _unbroadcast(lets, n.src[0]) if n.op == R.BROADCAST else None
+    return rebuild(node, lets, f)
 
 
 def source(r: Region, node: RNode, m_ax: str, k_ax: str) -> "Source | None":

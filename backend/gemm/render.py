@@ -68,7 +68,7 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
     bs = [f"B{j}" for j in range(len(spec.b_pieces))] or ["B"]  # B, or one parameter per piece of B
     if pro is not None:  # A computed from the prologue's tensors, passed in its place
         params = [Param(t["ident"], "ptr", t["tensor"]) for t in pro["tensors"]]
-        params += [Param("tmB", "tmap", "B")] if plan.skeleton == "sm90" else [Param("B", "ptr", "B")]
+        params += [Param("tm" + b, "tmap", b) for b in bs] if plan.skeleton == "sm90" else [Param(b, "ptr", b) for b in bs]
     elif plan.skeleton == "sm90":
         params = [Param("tmA", "tmap", "A")] + [Param("tm" + b, "tmap", b) for b in bs]
     else:
@@ -83,7 +83,7 @@ def render(spec: GemmSpec, plan: SchedulePlan) -> KernelSource:
         params += [Param(x, "i32", x) for x in BATCH_MAP]
     tma: tuple[TmaOperand, ...] = ()
     if plan.skeleton == "sm90" and pro is not None:
-        tma = (_tma("B", layouts[1][1], "n", False),)
+        tma = tuple(_tma(b, layouts[1][1], "n", False) for b in bs)
     elif plan.skeleton == "sm90":
         tma = (_tma("A", layouts[0][1], "m", a_rank3, _tma_strides(spec, "a"), _batch_dim(spec, "a")),) + tuple(
             _tma(b, layouts[1][1], "n", b_rank3, _tma_strides(spec, "b"), _batch_dim(spec, "b")) for b in bs)

@@ -923,34 +923,45 @@ struct PrologueSm90 {
   }
 };
 
-template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool B_KMAJOR, int VEC_B, class Fn, class Epi>
-__device__ __forceinline__ void gemm_sm80_prologue(const Fn& fn, const T* __restrict__ B, const Epi& epi, int M, int N,
-                                                   int K, unsigned char* smem, long long b_ld = 0) {
+// sm80: the rows' statistics (RowStats, by every thread, before the main loop), then the main loop with A computed by
+// the prologue and B from any producer PB (a plain operand, the piece of a concatenation, or a pair's two pieces).
+template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool B_KMAJOR, class Fn, class PB>
+__device__ __forceinline__ void mainloop_sm80_prologue(const Fn& fn, PB& pb, int M, int K, unsigned char* smem,
+                                                       float (&acc)[BM / WM / 16][BN / WN / 8][4]) {
   constexpr int THREADS = WM * WN * 32;
-  constexpr int B_ROWS = B_KMAJOR ? BN : BK, B_COLS = B_KMAJOR ? BK : BN;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  PrologueSm80<T, Fn, BM, BK, THREADS> pa{{fn, m0, M, K}};
-  if constexpr (Fn::NST > 0) {  // the rows' statistics (RowStats) before the mainloop, by every thread
+  PrologueSm80<T, Fn, BM, BK, THREADS> pa{{fn, (int)blockIdx.y * BM, M, K}};
+  if constexpr (Fn::NST > 0) {
     using RS = RowStats<T, Fn, BM, THREADS>;
     __shared__ float part[RS::NST * RS::PART], stats[BM * RS::NST];
-    RS::partials(fn, part, m0, M, K, threadIdx.x);
+    RS::partials(fn, part, pa.t.m0, M, K, threadIdx.x);
     __syncthreads();
     RS::finish(fn, part, stats, threadIdx.x);
     __syncthreads();
     pa.t.stats = stats;
   }
-  TileProducer<T, B_KMAJOR, B_ROWS, B_COLS, VEC_B, THREADS, BK> pb{B, n0, N, K, b_ld};
-  float acc[BM / WM / 16][BN / WN / 8][4];
   mainloop_sm80<T, BM, BN, BK, WM, WN, STAGES, true, B_KMAJOR>(pa, pb, K, smem, acc);
-  store_acc_sm80<BM, BN, WM, WN>(epi, acc, 0, m0, n0);
 }
 
-template <class T, int BM, int BN, int STAGES, int NC, bool B_KMAJOR, class LA, class LB, int CHUNK, class Fn, class Epi>
-__device__ __forceinline__ void gemm_sm90_prologue(const Fn& fn, const void* tmB, const Epi& epi, int M, int N, int K,
+// B's N tile from B itself, or from the piece b_lo.. of NB columns of a concatenation that holds it
+template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool B_KMAJOR, int VEC_B, class Fn, class Epi>
+__device__ __forceinline__ void gemm_sm80_prologue(const Fn& fn, const T* __restrict__ B, const Epi& epi, int M, int N,
+                                                   int K, unsigned char* smem, long long b_ld = 0, int b_lo = 0,
+                                                   int NB = -1) {
+  constexpr int THREADS = WM * WN * 32;
+  constexpr int B_ROWS = B_KMAJOR ? BN : BK, B_COLS = B_KMAJOR ? BK : BN;
+  const int n0 = blockIdx.x * BN;
+  TileProducer<T, B_KMAJOR, B_ROWS, B_COLS, VEC_B, THREADS, BK> pb{B, n0 - b_lo, NB < 0 ? N : NB, K, b_ld};
+  float acc[BM / WM / 16][BN / WN / 8][4];
+  mainloop_sm80_prologue<T, BM, BN, BK, WM, WN, STAGES, B_KMAJOR>(fn, pb, M, K, smem, acc);
+  store_acc_sm80<BM, BN, WM, WN>(epi, acc, 0, blockIdx.y * BM, n0);
+}
+
+// sm90: the producer warpgroup computes A (and the rows' statistics); B from any TMA producer PB, out any output
+template <class T, int BM, int BN, int STAGES, int NC, bool B_KMAJOR, class LA, class LB, int CHUNK, class Fn, class PB,
+          class Out>
+__device__ __forceinline__ void gemm_sm90_prologue(const Fn& fn, PB& pb, const Out& out, int M, int N, int K,
                                                    unsigned char* smem_raw) {
   PrologueSm90<T, Fn, BM, CHUNK> pa{{fn, 0, M, K}};
-  TmaOperand<B_KMAJOR, false, LB, BN> pb{tmB};
-  const StoreOut<Epi> out{epi};
   ws_sm90<T, BM, BN, STAGES, NC, true, B_KMAJOR, LA, LB, 40, 232>(pa, pb, out, (M + BM - 1) / BM, (N + BN - 1) / BN, 1,
                                                                   K, smem_raw);
 }
@@ -1019,6 +1030,18 @@ __device__ __forceinline__ void gemm_sm80_pair(const T* __restrict__ A, const T*
   float acc[BM / WM / 16][BN / WN / 8][4];
   mainloop_sm80<T, BM, BN, BK, WM, WN, STAGES, A_KMAJOR, false>(pa, pb, K, smem, acc);
   store_pair_sm80<BM, BN, WM, WN>(epi, acc, m0, n0h);
+}
+
+// ... with A computed by a prologue (backend/gemm/prologue.py)
+template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, int VEC_B, class Fn, class Epi>
+__device__ __forceinline__ void gemm_sm80_prologue_pair(const Fn& fn, const T* __restrict__ B0, const T* __restrict__ B1,
+                                                        const Epi& epi, int M, int N, int K, unsigned char* smem) {
+  constexpr int THREADS = WM * WN * 32;
+  const int n0h = blockIdx.x * (BN / 2);
+  PairTileProducer<T, BK, BN, VEC_B, THREADS> pb{{B0, B1}, n0h, N / 2, K};
+  float acc[BM / WM / 16][BN / WN / 8][4];
+  mainloop_sm80_prologue<T, BM, BN, BK, WM, WN, STAGES, false>(fn, pb, M, K, smem, acc);
+  store_pair_sm80<BM, BN, WM, WN>(epi, acc, blockIdx.y * BM, n0h);
 }
 
 // sm90: the interleaved B (MN-major boxes of 64 columns, one tensor map per piece)
