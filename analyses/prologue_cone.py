@@ -1,8 +1,8 @@
 """The A-operand prologue of a tensor-core statement that needs a per-row statistic, as the cost model prices it
 (docs/DESIGN.md §Cost model, "Operand prologues with a row statistic").
 
-The cone of a region: the statements that compute, from the region's inputs, an operand the region's one
-tensor-core statement reads, each read only by the cone or by that statement, at least one of them a reduction
+The cone of a region: the statements that compute, from the region's inputs, an operand the region's tensor-core
+statements read (one GEMM, or sibling GEMMs over one A), each read only by the cone or by those statements, at least one of them a reduction
 (RMSNorm before a projection: the row's sum of squares, its rsqrt, x * r, * g), and none a load-path value
 (analyses/buffers.py ``load_path``: those are staged with the MMA operands already). The GEMM kind computes such
 a cone as its A prologue (backend/gemm/prologue.py ``stat``, polysat_gemm.cuh ``RowStats``), so the price reads:
@@ -41,7 +41,7 @@ CHUNK_ELEMS = 8  # 16-bit elements of one 16-byte load
 class Cone:
     statements: frozenset  # statement names
     tensors: frozenset  # the internal tensors they write
-    mma: str  # the tensor-core statement
+    mma: str  # the (first) tensor-core statement
     reductions: tuple  # the cone's reductions (the statistics)
     first_pass: tuple  # the statements the statistics' pass runs: the reductions and what they read in the cone
     sources: int  # input tensors the cone reads besides the statistics' (the A fill's chunked sources)
@@ -58,25 +58,28 @@ def _cone(region) -> "Cone | None":
     b = region.bind()
     live = [s for s in b.statements if not (region.tensor(s.stmt.write.tensor).role == "internal"
                                             and not b.readers(s.stmt.write.tensor))]
-    mma = [s for s in live if s.stmt.unit == "tensor"]
-    if len(mma) != 1 or len(mma[0].reduce_dims) != 1:
+    mma = [s for s in live if s.stmt.unit == "tensor"]  # one GEMM, or the pieces of sibling GEMMs over one A
+    if not mma or any(len(s.reduce_dims) != 1 for s in mma):
         return None
     t = mma[0]
+    ks = {(lambda e: e[1] - e[0])(extents(s.domain)[s.dims.index(s.reduce_dims[0])]) for s in mma}
+    if len(ks) != 1:
+        return None
     staged = load_path(b)
     members: dict = {}
-    todo = [x for x, _ in t.reads if region.tensor(x).role == "internal" and x not in staged]
+    todo = [x for s in mma for x, _ in s.reads if region.tensor(x).role == "internal" and x not in staged]
     while todo:
         x = todo.pop()
         w = b.writer(x)
         if w is None or w.name in members:
             continue
-        if w.stmt.unit == "tensor" or w.index > t.index:
+        if w.stmt.unit == "tensor" or w.index > max(s.index for s in mma):
             return None
         members[w.name] = w
         todo += [y for y, _ in w.reads if region.tensor(y).role == "internal" and y not in staged]
     tensors = frozenset(s.stmt.write.tensor for s in members.values())
-    names = {s.name for s in live}
-    if any(r.name not in members and r.name != t.name and r.name in names for x in tensors for r in b.readers(x)):
+    names, mmas = {s.name for s in live}, {s.name for s in mma}
+    if any(r.name not in members and r.name not in mmas and r.name in names for x in tensors for r in b.readers(x)):
         return None  # a cone value read elsewhere (the epilogue, an output): not the operand's alone
     reds = tuple(s.name for s in members.values() if s.reduce_dims)
     if not reds:

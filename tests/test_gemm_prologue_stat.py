@@ -3,7 +3,8 @@ an fp16 RMSNorm (transformers' form: cast up, mean of squares, ``1 / sqrt(. + ep
 to fp16, then times the fp16 weight) fused into the projection that reads it binds the tensor-core GEMM kind, the
 statistic ``post(sum_K pre(x))`` recognised from the region's inner reduction; the spec's numpy meaning equals
 CPU playback of the region and onnxruntime on the same bytes; the statistic survives the spec's JSON and bad
-ones are refused; the kernel builds for sm_80 and sm_90a with no spills (no GPU needed).
+ones are refused; the kernel builds for sm_80 and sm_90a with no spills (no GPU needed). The same with the norm
+fused into the paired gate/up GEMM of a SwiGLU MLP (``SiLU(h W_gate) * (h W_up)``, backend/gemm/paired.py).
 """
 from __future__ import annotations
 
@@ -37,13 +38,47 @@ def _rmsnorm_proj():
     return m.SerializeToString()
 
 
+def _rmsnorm_gated():
+    """ONNX bytes: x [1, S, D] fp16 -> h = RMSNorm(x) -> SiLU(h @ W_gate) * (h @ W_up), W_* [D, F] fp16."""
+    from onnx import TensorProto, helper
+    from polysat.bench.corpora.scale_models import WeightFree
+    g = WeightFree("fp16")
+    h = g.rmsnorm("x", D)
+    gate, up = g.matmul(h, D, 2 * D), g.matmul(h, D, 2 * D)
+    g.op("Identity", [g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])])
+    g.nodes[-1].output[0] = "y"
+    m = g.built([helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 4 * S, D])], "y", [1, 4 * S, 2 * D],
+                "rmsgated")
+    return m.SerializeToString()
+
+
 @pytest.fixture(scope="module")
 def compiled():
     return oracle.onnx_compiled(_rmsnorm_proj(), "rmsproj.onnx")
 
 
+@pytest.fixture(scope="module")
+def gated():
+    return oracle.onnx_compiled(_rmsnorm_gated(), "rmsgated.onnx")
+
+
 def _fused(regions):
     return oracle.the_region(regions, 2)  # the norm's row sum and the contraction
+
+
+def _meaning_is_playbacks(r):
+    """The spec's numpy meaning against playback. The statistic's fp32 sum runs in another order (playback
+    contracts x . x; the spec sums pairwise), so its r may differ in the last bit and a 16-bit A = fp16(fp16(x r) g)
+    round the other way: one fp16 ulp inside the kernel, carried to the output with its gain (the normwise bound
+    of oracle.assert_close_chained, one 16-bit intermediate)."""
+    kind, b = bind(r)
+    rng = np.random.default_rng(0)
+    x = {buf.name: rng.uniform(-3, 3, buf.memref.shape).astype(np.float16) for buf in r.inputs}
+    env = bind_region_symbols([r], x)
+    want = playback([r], x, keep_all=True)[r.outputs[0].name]
+    got = kind.reference(b.spec, b.arrays(x, env), env)
+    oracle.assert_close_chained(np.asarray(got).reshape(want.shape), want.astype(np.float64), "fp16",
+                                oracle.ulp_at_one("fp16"), r.name)
 
 
 def test_rmsnorm_into_the_projection_binds_a_statistic_prologue_with_playbacks_meaning(compiled):
@@ -55,12 +90,19 @@ def test_rmsnorm_into_the_projection_binds_a_statistic_prologue_with_playbacks_m
     (st,) = pro.stats
     assert [op for op, _ in st.pre] == ["mul"] and [op for op, _ in st.post] == ["div", "add", "sqrt", "reciprocal"]
     assert [op for op, _ in pro.steps].count("round_fp16") == 2  # x * r cast to fp16, then * g in fp16
-    rng = np.random.default_rng(0)
-    x = {buf.name: rng.uniform(-3, 3, buf.memref.shape).astype(np.float16) for buf in r.inputs}
-    env = bind_region_symbols([r], x)
-    want = playback([r], x, keep_all=True)[r.outputs[0].name]
-    got = kind.reference(b.spec, b.arrays(x, env), env)
-    oracle.assert_close(np.asarray(got).reshape(want.shape), want.astype(np.float64), "fp16", r.name)
+    _meaning_is_playbacks(r)
+
+
+def test_rmsnorm_into_the_paired_gate_up_gemm_binds_with_playbacks_meaning(gated):
+    """One kernel: the norm's statistic and A in the prologue, gate and up interleaved in B, SiLU(g) u in the
+    epilogue (the concatenation's guards over each piece's cone folded)."""
+    (r,) = gated[2].regions
+    kind, b = bind(r)
+    assert kind.name == "gemm" and len(b.spec.b_pieces) == 2 and b.spec.pair, r.name
+    assert b.spec.a_prologue is not None and len(b.spec.a_prologue.stats) == 1
+    _meaning_is_playbacks(r)
+    oracle.targets_equal_onnxruntime(gated, lambda name, shape, rng: rng.uniform(-3, 3, shape) * (
+        1 if name == "x" else 0.1))
 
 
 def test_the_compiled_graph_equals_onnxruntime(compiled):
@@ -95,7 +137,16 @@ def test_the_statistic_gemm_builds_for_both_skeletons(compiled):
     oracle.region_builds_for_both_skeletons(_fused(compiled[2].regions), "statistic prologue GEMM", "RowStats<")
 
 
+def test_the_paired_statistic_gemm_builds_for_both_skeletons(gated):
+    oracle.region_builds_for_both_skeletons(gated[2].regions[0], "paired statistic prologue GEMM", "NST = 1")
+
+
 @pytest.mark.gpu
 def test_the_statistic_gemm_on_the_gpu_matches_its_reference(compiled):
     """Both skeletons run the bound spec against its numpy meaning (when a GPU is lent)."""
     oracle.gemm_on_gpu_matches_reference(bind(_fused(compiled[2].regions))[1].spec)
+
+
+@pytest.mark.gpu
+def test_the_paired_statistic_gemm_on_the_gpu_matches_its_reference(gated):
+    oracle.gemm_on_gpu_matches_reference(bind(gated[2].regions[0])[1].spec)
