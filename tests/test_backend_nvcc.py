@@ -5,6 +5,7 @@ All builds run once per session in a small thread pool and are cached by source 
 (POLYSAT_NVCC_CACHE); the fixture prints the nvcc wall time.
 """
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -25,6 +26,10 @@ PAIR = (("round_fp16", (("v",),)), ("mul", (("s", 0), ("c", -1.4426950408889634)
         ("add", (("s", 2), ("c", 1.0))), ("reciprocal", (("s", 3),)), ("round_fp16", (("s", 4),)),
         ("mul", (("s", 0), ("s", 5))), ("round_fp16", (("s", 6),)), ("round_fp16", (("x", 0),)),
         ("mul", (("s", 7), ("s", 8))), ("round_fp16", (("s", 9),)))
+RMS = Prologue((Source("x", "mk", F16, 264), Source("x", "stat", F16, 264, 0, (("mul", (("v",), ("v",))),), (
+    ("div", (("v",), ("c", 264.0))), ("add", (("s", 0), ("c", 1e-6))), ("sqrt", (("s", 1),)), ("reciprocal", (("s", 2),)))),
+    Source("g", "k", F16)), (("mul", (("x", 0), ("x", 1))), ("round_fp16", (("s", 0),)), ("mul", (("s", 1), ("x", 2))),
+                            ("round_fp16", (("s", 2),))))
 EVIL = 'b"); } __global__ void pwn(){ /*'
 
 CASES = {
@@ -59,6 +64,13 @@ CASES = {
         ("round_fp16", (("s", 2),))))),
     # two sibling GEMMs combined column by column: SiLU(x @ W_gate) * (x @ W_up), each fp16 step rounded
     "pair_swiglu": GemmSpec("pair_swiglu", 200, 1024, 256, b_pieces=(("wg", 512), ("wu", 512)), pair=PAIR),
+    # RMSNorm computed in the prologue, its row statistic by the kernel (RowStats): alone, over the Q/K/V pieces,
+    # and under the gate/up pair (M tails)
+    "prologue_stat": GemmSpec("pro_stat", 200, 136, 264, b_layout="col", out_dtype=F32, a_prologue=RMS),
+    "prologue_stat_pieces": GemmSpec("pro_stat_qkv", 77, 768, 256, b_pieces=(("wq", 256), ("wk", 256), ("wv", 256)),
+                                     a_prologue=replace(RMS, sources=tuple(replace(x, ld=256) for x in RMS.sources))),
+    "prologue_stat_pair": GemmSpec("pro_stat_pair", 200, 1024, 256, b_pieces=(("wg", 512), ("wu", 512)), pair=PAIR,
+                                   a_prologue=replace(RMS, sources=tuple(replace(x, ld=256) for x in RMS.sources))),
 }
 
 
