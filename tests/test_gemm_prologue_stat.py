@@ -27,14 +27,14 @@ _spec.loader.exec_module(oracle)
 S, D, N = 16, 256, 256
 
 
-def _rmsnorm_proj():
-    """ONNX bytes: x [1, S, D] fp16 -> RMSNorm (fp32 inside, weight in fp16) -> @ W [D, N] fp16."""
+def _rmsnorm_proj(s: int = S, d: int = D, n: int = N):
+    """ONNX bytes: x [1, s, d] fp16 -> RMSNorm (fp32 inside, weight in fp16) -> @ W [d, n] fp16."""
     from onnx import TensorProto, helper
     from polysat.bench.corpora.scale_models import WeightFree
     g = WeightFree("fp16")
-    g.op("Identity", [g.matmul(g.rmsnorm("x", D), D, N)])
+    g.op("Identity", [g.matmul(g.rmsnorm("x", d), d, n)])
     g.nodes[-1].output[0] = "y"
-    m = g.built([helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, S, D])], "y", [1, S, N], "rmsproj")
+    m = g.built([helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, s, d])], "y", [1, s, n], "rmsproj")
     return m.SerializeToString()
 
 
@@ -150,3 +150,21 @@ def test_the_statistic_gemm_on_the_gpu_matches_its_reference(compiled):
 @pytest.mark.gpu
 def test_the_paired_statistic_gemm_on_the_gpu_matches_its_reference(gated):
     oracle.gemm_on_gpu_matches_reference(bind(gated[2].regions[0])[1].spec)
+
+
+def test_the_prices_decide_where_the_norm_runs():
+    """LLaMA-7B's first norm and projections (128 tokens, d 4096, fp16, sm90; analyses/prologue_cone.py): at the
+    Q/K/V width (N 12288) the fused kernel prices as the GEMM alone (the producer's work and round trips fit under
+    the weight stream) and one kernel is chosen; at N 4096 each tile's 64 A stages and statistic pass outlast its
+    shorter weight stream and the norm stays a row kernel. The fused kernel's values never reach device memory
+    (its bytes are its inputs' and output's)."""
+    from polysat.analyses.prologue_cone import cone
+    got = {}
+    for n in (12288, 4096):
+        got[n] = oracle.onnx_compiled(_rmsnorm_proj(128, 4096, n), "rmsproj7b.onnx")[2].priced
+    assert len(got[4096]) == 2 and len(got[12288]) == 1, {n: [p.kernel.name for p in ps] for n, ps in got.items()}
+    (fused,) = got[12288]
+    pc = cone(fused.region)
+    assert pc is not None and len(pc.reductions) == 1 and pc.k == 4096
+    assert fused.cost.bytes == (128 * 4096 + 4096 + 4096 * 12288 + 128 * 12288) * 2  # x, g, W in; y out
+    assert all(cone(p.region) is None for p in got[4096])  # the plain GEMM: no prologue
