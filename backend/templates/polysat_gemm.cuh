@@ -896,7 +896,7 @@ struct PrologueSm80 {
 // producer keeps its registers; 4 under setmaxnreg's 40: analyses/prologue_cone.py STAT_LOADS_ONE)
 template <class T, class Fn, int BM, int CHUNK>
 struct PrologueSm90 {
-  static constexpr int STAT_LOADS = BM == 64 ? 16 : 1;
+  static constexpr int STAT_LOADS = BM == 64 ? 16 : 4;
   static constexpr bool kGather = true;
   static constexpr int kTmaBytes = 0;
   PrologueTile<T, Fn, BM, 64, 128, CHUNK, KPlaceSm90> t;
