@@ -12,7 +12,8 @@ candidate or another identical layer, is priced once.
 
 The search: two complete partitions are realized and priced first, one kernel per op (every site cut)
 and the loaded default partition's decisions (search/sites.py, what ``--cost size`` keeps), the cheaper
-one the incumbent; the global merge search (search/merge.py: a bounded
+one the incumbent (one kernel per op only where the default partition is not below its admissible floor,
+merge.partition_floor; otherwise on demand); the global merge search (search/merge.py: a bounded
 branch and bound over the groupings of the one-kernel-per-op kernels, exact when its stop reason is
 "exhausted") chooses the kernels by the sum of their prices; its decisions are realized in the e-graph
 and priced whole, and replace the incumbent only when cheaper, so the search never ends above one kernel
@@ -30,7 +31,9 @@ that holds several values (``sites.alternatives``: the sibling GEMMs' concatenat
 its GEMMs are separate kernels in the merge search's space) is priced taken and kept where cheaper. A cut site
 whose read composes to the value itself (an identity read) is materialized by the partition
 (totiny.to_tiny), not by the extraction. A program of repeated blocks (search/segment.py) is searched
-once per distinct segment and stitched (search/stitch.py, ``saturate_unfused`` and ``search``).
+once per distinct segment and stitched (search/stitch.py, ``saturate_unfused`` and ``search``); a segment of
+the structure of one searched before (the same block at other extents) takes its decisions where they are legal
+and priced at or below both baselines (search/transfer.py).
 Legality is the rules' (rules/fusion.egg ``fusion-facts``, ``fusion-conflicts``): a candidate, or a group
 of the merge search, that fuses every site of one of their conflicts (a reduction read many-to-many,
 GEMM -> GEMM) on a path its extraction holds is illegal (search/legality.py ``violations``).
