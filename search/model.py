@@ -200,12 +200,11 @@ class ModelCost(SearchingCost):
             # is checked again on its own extraction below)
             grouped = streamed_terms(view, base.extraction.chosen, roots) if stream else base.extraction.chosen
             # the global merge search over the one-kernel-per-op partition (search/merge.py), its first path
-            # the incumbent's decisions (the default partition's, or every kernel its own group); its polish starts
-            # from one kernel per op instead where the search stopped above that price
+            # the default partition's decisions; its polish starts from one kernel per op instead where the search
+            # stopped above that price
             merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
                                                         lambda sites: violations(view, sites, grouped), self.limits,
-                                                        seed.fused if cur is seed else frozenset(), deadline,
-                                                        lambda: evaluate(frozenset()).total)
+                                                        seed.fused, deadline, lambda: evaluate(frozenset()).total)
         progress.note(f"merge search: {merge.stop}, {merge.priced} groups priced")
         big = len(st) > self.exact_sites
         # realized: streaming every softmax-weighted sum at once first on a large program (the merge
