@@ -36,6 +36,7 @@ class Segment:
     origin: dict  # canonical node id -> the whole program's node id ("n" and "i" ids; "f" ids are copies)
     make: "Callable[[], Program]" = dataclasses.field(repr=False)  # builds the canonical program (once, on use)
     structure: str = ""  # equal structures: equal keys but for the extents (each shape by its rank)
+    entry_tensor: "str | None" = None  # the canonical tensor id of the cut value flowing in (None: none)
 
     @property
     def program(self) -> Program:
@@ -168,7 +169,8 @@ def _canonical(prog: Program, free: set, nodes: list, entry: "str | None", outpu
                  for k, s in enumerate(inputs)]
     structure += [_shape_free(n.op.value, ids[i], tuple(ids[s] for s in n.src), n.dtype, n.shape, n.arg)
                   for i in body for n in (prog[i],)]
-    return Segment(key, origin, make, repr(tuple(structure) + outs))
+    return Segment(key, origin, make, repr(tuple(structure) + outs),
+                   f"t{inputs.index(entry)}" if entry in inputs else None)
 
 
 _SHAPES = ("shape", "result_shape")  # the args that hold extents (a view's index map, a pad, an axis stay)

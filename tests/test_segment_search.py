@@ -130,6 +130,7 @@ def test_stitched_view_and_terms_cover_every_block(stack):
     assert doc["partition"]["kernels"] and doc["terms"]
     view = c.saturated[0].export()
     assert all(cl in view.classes for cl in c.extraction.chosen)
+    assert all(any(n is e for e in view.classes[cl]) for cl, n in c.extraction.chosen.items())  # the same e-nodes
     assert {r.mat for r in s.rejected} <= set(view.classes)
 
 
@@ -234,3 +235,14 @@ def test_a_stage_of_the_same_structure_takes_the_decisions_searched_in_the_first
     inputs = random_inputs(c.program, rng, bind_env(c.program, rng))
     ok, _, err = same_outputs(c.program, c.extraction.program, inputs)
     assert ok, err
+
+
+def test_the_search_maps_only_the_e_nodes_it_chose_into_the_stitched_view():
+    """The stitch makes the stitched e-node of each chosen term (and site) on demand; the whole stitched view
+    (every instance's e-nodes) is built only when asked (``export``: --dump, extract's JSON)."""
+    c = Compilation(mlp_stack(3, width=32, tokens=16, dtype="fp32"), cost="model")
+    _ = c.search
+    st = c.saturated[0]
+    assert isinstance(st, SegmentedState) and st._view is None
+    made = sum(len(st.instance(j).made) for j in range(len(st.segments)))
+    assert 0 < made < sum(len(ns) for ns in st.export().classes.values())
