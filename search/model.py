@@ -316,6 +316,7 @@ class ModelCost(SearchingCost):
                 bad = "; ".join(b[3] for b in cand.illegal)
                 why = ("illegal: " + original_ids(bad, state.program, cand.extraction.program)) if cand.illegal else \
                     ("no fused term" if cand.extraction is None else "priced higher" if cand.total >= final.total
+                     else f"not tried: {CARRIED} were taken" if done
                      else f"not reached: the descent stopped after its {rounds} rounds" if c in moved and not late
                      else "not reached: the descent stopped at its time limit" if c in moved
                      else "not tried: a stream decision, taken for every softmax-weighted sum at once on a large "

@@ -231,6 +231,8 @@ def test_a_stage_of_the_same_structure_takes_the_decisions_searched_in_the_first
     assert took.stop == CARRIED and full.stop != CARRIED and took.groups_priced == 0 < full.groups_priced
     assert took.best.fused == given and took.best.total == pytest.approx(full.best.total)
     assert took.best.total <= took.baseline.total
+    assert took.rejected and all(r.why.startswith(("illegal", "priced higher", "no fused term", "not tried"))
+                                 for r in took.rejected), [r.why for r in took.rejected]  # --explain's reasons
     rng = np.random.default_rng(3)
     inputs = random_inputs(c.program, rng, bind_env(c.program, rng))
     ok, _, err = same_outputs(c.program, c.extraction.program, inputs)
