@@ -191,7 +191,7 @@ class ModelCost(SearchingCost):
                           f"not searched: {state.no_facts}", 0, 0)
         # a segment of the structure of one searched before: its decisions, where legal and not priced above either
         # baseline here, are the answer (the blocks of a ResNet's stages at other extents)
-        given = carried(like, view, state, st, streams if stream else frozenset()) if like is not None and like[1] else None
+        given = None if like is None or not like[1] else carried(like, view, state, st, streams if stream else frozenset())
         if given is not None and evaluate(given).total <= cur.total:
             cur = evaluate(given)
             merged, merge, merge_rejected = frozenset(), MergeResult({}, cur.total, CARRIED, 0, 0), dict

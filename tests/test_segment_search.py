@@ -227,7 +227,8 @@ def test_a_stage_of_the_same_structure_takes_the_decisions_searched_in_the_first
     given = carried((state.states[a.key], first.best.fused), view, state.states[b.key], sites(view),
                     frozenset(stream_sites(view)))
     assert given and len(given) == len(first.best.fused)
-    took, full = m.search(state.states[b.key], like=(state.states[a.key], first.best.fused)), m.search(state.states[b.key])
+    took = m.search(state.states[b.key], like=(state.states[a.key], first.best.fused))
+    full = m.search(state.states[b.key])
     assert took.stop == CARRIED and full.stop != CARRIED and took.groups_priced == 0 < full.groups_priced
     assert took.best.fused == given and took.best.total == pytest.approx(full.best.total)
     assert took.best.total <= took.baseline.total
