@@ -296,10 +296,7 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
         return pricing.price(pricing.canonical(r), arch).time_est_us
 
     def lower(root: str) -> float:
-        if not (ks[root].nodes & with_blocks):
-            return 0.0
-        out_bytes = sum(math.prod(bind_shape(prog[o].shape, params)) * prog[o].dtype.itemsize for o in ks[root].outputs)
-        return (dev.launch_us + out_bytes / (dev.dram_tbps * 1e12) * 1e6) * (1 - 1e-9)
+        return kernel_floor(prog, ks[root].outputs, params, dev) if ks[root].nodes & with_blocks else 0.0
 
     def why_illegal(members) -> list:  # the sites a group fuses: its members read only inside it
         return illegal(frozenset(site_of[ks[m].outputs[0]] for m in members
@@ -307,15 +304,28 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
     return Space(items, price, lower, why_illegal, ks, site_of)
 
 
+def kernel_floor(prog, outputs: tuple, params: dict, dev) -> float:
+    """An admissible lower bound of the price of any kernel writing ``outputs``: the launch plus their bytes at full
+    bandwidth (the roofline adds the launch to its slowest limit, the store among them; a copy is priced so too)."""
+    out_bytes = sum(math.prod(bind_shape(prog[o].shape, params)) * prog[o].dtype.itemsize for o in outputs)
+    return (dev.launch_us + out_bytes / (dev.dram_tbps * 1e12) * 1e6) * (1 - 1e-9)
+
+
+def partition_floor(prog, part, params: dict, arch: str) -> float:
+    """An admissible lower bound of a partition's price: each kernel's ``kernel_floor``."""
+    dev = device(arch)
+    return sum(kernel_floor(prog, k.outputs, params, dev) for k in part.kernels)
+
+
 def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable,
                 limits: SearchLimits = SearchLimits(), hint: "frozenset | None" = None,
-                deadline: float = math.inf, unfused: float = math.inf) -> tuple:
+                deadline: float = math.inf, unfused: Callable = lambda: math.inf) -> tuple:
     """The merge search over the one-kernel-per-op partition of ``base`` (a Candidate of every site
     cut). Returns (the Mat site classes fused, MergeResult, ``rejected()``: {Mat class: (separate µs,
     fused µs or None where a legality rule decided, why, groups)} for each site the best partition
     keeps whose readers share one group; priced on demand, for --explain). ``hint``: the Mat classes a
     known good partition fuses, tried first. ``deadline`` (``time.process_time``): the polish stops there.
-    ``unfused``: the one-kernel-per-op partition's price; a search a limit stopped above it (its first path, the
+    ``unfused()``: the one-kernel-per-op partition's price; a search a limit stopped above it (its first path, the
     hint's, a bad one: LLaMA-7B L1's default partition, 2,591.7 µs against 1,470.9) is polished from every kernel
     its own group instead, where that prices lower in the search's own prices (no new price but the singletons')."""
     sp = merge_space(state, view, st, roots, base, params, arch, illegal)
@@ -363,7 +373,8 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
 
 
 def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, legal: Callable,
-            rounds: int = 8, deadline: float = math.inf, total: float = math.inf, unfused: float = math.inf) -> MergeResult:
+            rounds: int = 8, deadline: float = math.inf, total: float = math.inf,
+            unfused: Callable = lambda: math.inf) -> MergeResult:
     """After a search a limit stopped: while joining one group into the group all its root's readers
     share lowers the total, take the join that lowers it most, with every other join that lowers it and
     touches none of the groups taken, and search again from there (its first path is the joined partition;
@@ -373,9 +384,10 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
     could (its two groups' prices less the group's lower bound), no single join into it is priced; otherwise
     each is priced, and the improving ones at once are a move too. Past ``deadline`` (CPU, the search's ``total``
     seconds) it takes the best join found so far and stops, and its stop reason says so. When ``res`` is priced
-    above ``unfused`` (one kernel per op's price), it starts from every kernel its own group instead, where that
-    prices lower (the search's first path, the hint's, was a bad one: LLaMA-7B L1's default partition)."""
-    if res.total > unfused:
+    above ``unfused()`` (one kernel per op's price, asked only when ``res`` is above its lower bound, the kernels'
+    ``lower``), it starts from every kernel its own group instead, where that prices lower (the search's first
+    path, the hint's, was a bad one: LLaMA-7B L1's default partition)."""
+    if res.total > sum(map(lower, (it.name for it in items))) and res.total > unfused():
         alone = merge_search(items, price, lower, legal, SearchLimits(prices=0), lambda k: False)
         if alone.total < res.total:  # every kernel its own group (a first path: complete whatever the limit)
             res = dataclasses.replace(alone, stop=res.stop, nodes=res.nodes + alone.nodes, priced=res.priced + alone.priced)

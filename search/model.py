@@ -12,7 +12,8 @@ candidate or another identical layer, is priced once.
 
 The search: two complete partitions are realized and priced first, one kernel per op (every site cut)
 and the loaded default partition's decisions (search/sites.py, what ``--cost size`` keeps), the cheaper
-one the incumbent; the global merge search (search/merge.py: a bounded
+one the incumbent (one kernel per op only where the default partition is not below its admissible floor,
+merge.partition_floor; otherwise on demand); the global merge search (search/merge.py: a bounded
 branch and bound over the groupings of the one-kernel-per-op kernels, exact when its stop reason is
 "exhausted") chooses the kernels by the sum of their prices; its decisions are realized in the e-graph
 and priced whole, and replace the incumbent only when cheaper, so the search never ends above one kernel
@@ -30,7 +31,9 @@ that holds several values (``sites.alternatives``: the sibling GEMMs' concatenat
 its GEMMs are separate kernels in the merge search's space) is priced taken and kept where cheaper. A cut site
 whose read composes to the value itself (an identity read) is materialized by the partition
 (totiny.to_tiny), not by the extraction. A program of repeated blocks (search/segment.py) is searched
-once per distinct segment and stitched (search/stitch.py, ``saturate_unfused`` and ``search``).
+once per distinct segment and stitched (search/stitch.py, ``saturate_unfused`` and ``search``); a segment of
+the structure of one searched before (the same block at other extents) takes its decisions where they are legal
+and priced at or below both baselines (search/transfer.py).
 Legality is the rules' (rules/fusion.egg ``fusion-facts``, ``fusion-conflicts``): a candidate, or a group
 of the merge search, that fuses every site of one of their conflicts (a reduction read many-to-many,
 GEMM -> GEMM) on a path its extraction holds is illegal (search/legality.py ``violations``).
@@ -63,16 +66,18 @@ from ..knobs import streaming
 from ..pricing.kernels import price_kernels, total_us
 from ..pricing.symbols import bind_params, program_symbols
 from .legality import violations
-from .merge import SearchLimits, merge_phase
+from .merge import MergeResult, SearchLimits, merge_phase, partition_floor
 from .result import Candidate, Rejection, Search, Streamed
 from .segment import segment
 from .sites import (Masked, alternatives, apply, chosen_terms, computes_reduction, default_fused, masks, moves, site_values, sites,
                     stream_sites, streamed_terms)
 from .stitch import SegmentedState, merge_reports, stitch
+from .transfer import carried
 
 MAX_ROUNDS = 64  # rounds of the exact boundary search
 EXACT_SITES = 24  # a program with at most this many sites is polished by the descent after the merge search
 FUSE_ROUNDS = 4  # rounds of the fuse-only descent that polishes a larger program (recomputed values)
+CARRIED = "the decisions of the segment of the same structure searched before"  # the stop reason then
 
 
 @register
@@ -102,15 +107,20 @@ class ModelCost(SearchingCost):
         return type(self)(mine, self.arch, self.max_rounds, self.exact_sites, self.limits)
 
     # the search proper
-    def search(self, state: "EGraphState | SegmentedState", stream: bool = True) -> Search:
+    def search(self, state: "EGraphState | SegmentedState", stream: bool = True, like: "tuple | None" = None) -> Search:
         """The boundary search; with stream=False no value is streamed (the two-pass partition). A
-        segmented program is searched once per distinct segment and stitched (search/stitch.py)."""
+        segmented program is searched once per distinct segment and stitched (search/stitch.py); a segment of
+        the structure of one searched before (``like``: its EGraphState and decisions) takes those decisions
+        where they are legal and priced at or below both baselines here (search/transfer.py)."""
         if isinstance(state, SegmentedState):
             params = bind_params(state.program, self.params)
-            found = {}
+            found: dict = {}
+            structure = {sg.key: sg.structure for sg in state.segments}
+            first: dict = {}  # structure -> (the first segment of it searched, its decisions)
             for j, (k, st) in enumerate(state.states.items()):
                 with progress.stage(f"segment {j + 1} of {len(state.states)} distinct ({len(st.program.nodes)} nodes)"):
-                    found[k] = self.for_program(st.program, params).search(st, stream)
+                    found[k] = self.for_program(st.program, params).search(st, stream, first.get(structure[k]))
+                    first.setdefault(structure[k], (st, found[k].best.fused))
             return stitch(state, found)
         deadline = time.process_time() + self.limits.total  # the polish and the descent stop there
         view = export(state)
@@ -168,21 +178,33 @@ class ModelCost(SearchingCost):
         # site cut: legal, since no conflict fuses nothing) and the loaded default partition (what --cost
         # size keeps); every later step replaces the incumbent only by a cheaper one, so the search never
         # returns a partition priced above either, whichever limit stops it
-        unfused = evaluate(frozenset())
+        # one kernel per op is priced only where the default partition is not below its admissible lower bound
+        # (merge.partition_floor: a mixture of 32 experts has 1,048 kernels of one op, their floor alone far above the
+        # default partition), so the incumbent is the same either way
         seed = evaluate(default_fused(state, view, st, streams))
-        cur = seed if seed.total <= unfused.total else unfused
-        progress.note(f"{len(st)} sites; one kernel per op {unfused.total:.1f} µs, default partition {seed.total:.1f} µs")
+        floor = partition_floor(base.extraction.program, base.extraction.partition, params, self.arch)
+        cur = seed if seed.total <= floor else min(seed, evaluate(frozenset()), key=lambda c: (c.total, c is not seed))
+        progress.note(f"{len(st)} sites; default partition {seed.total:.1f} µs, one kernel per op "
+                      + (f"{evaluate(frozenset()).total:.1f} µs" if frozenset() in memo else f"above {floor:.1f} µs"))
         if state.no_facts:  # no rule said which fusions are illegal: only the two partitions legal by construction
-            return Search(cur, lambda: unfused, lambda: [], len(memo), st, [], f"not searched: {state.no_facts}", 0, 0)
-        # a group is judged as it is realized: its softmax-weighted sums streamed (the realized partition
-        # is checked again on its own extraction below)
-        grouped = streamed_terms(view, base.extraction.chosen, roots) if stream else base.extraction.chosen
-        # the global merge search over the one-kernel-per-op partition (search/merge.py), its first path
-        # the default partition's decisions; its polish starts from one kernel per op instead where the search
-        # stopped above that price
-        merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
-                                                    lambda sites: violations(view, sites, grouped), self.limits, seed.fused,
-                                                    deadline, unfused.total)
+            return Search(cur, lambda: evaluate(frozenset()), lambda: [], len(memo), st, [],
+                          f"not searched: {state.no_facts}", 0, 0)
+        # a segment of the structure of one searched before: its decisions, where legal and not priced above either
+        # baseline here, are the answer (the blocks of a ResNet's stages at other extents)
+        given = None if like is None or not like[1] else carried(like, view, state, st, streams if stream else frozenset())
+        if given is not None and evaluate(given).total <= cur.total:
+            cur = evaluate(given)
+            merged, merge, merge_rejected = frozenset(), MergeResult({}, cur.total, CARRIED, 0, 0), dict
+        else:
+            # a group is judged as it is realized: its softmax-weighted sums streamed (the realized partition
+            # is checked again on its own extraction below)
+            grouped = streamed_terms(view, base.extraction.chosen, roots) if stream else base.extraction.chosen
+            # the global merge search over the one-kernel-per-op partition (search/merge.py), its first path
+            # the default partition's decisions; its polish starts from one kernel per op instead where the search
+            # stopped above that price
+            merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
+                                                        lambda sites: violations(view, sites, grouped), self.limits,
+                                                        seed.fused, deadline, lambda: evaluate(frozenset()).total)
         progress.note(f"merge search: {merge.stop}, {merge.priced} groups priced")
         big = len(st) > self.exact_sites
         # realized: streaming every softmax-weighted sum at once first on a large program (the merge
@@ -203,14 +225,15 @@ class ModelCost(SearchingCost):
                     and (stream or m not in streams)]
         # a few sites left: a descent over them in the e-graph (recomputed values, streams) polishes
         exact = not big and len(live(cur)) <= self.exact_sites
-        if stream and not exact and streams and not streams <= cur.fused:
+        done = merge.stop == CARRIED  # no polish: the decisions were searched in the segment they came from
+        if stream and not exact and streams and not streams <= cur.fused and not done:
             cand = evaluate(cur.fused | streams)  # stream every softmax-weighted sum at once
             if cand.total < cur.total:
                 cur = cand
         # a materialization that holds several values (the sibling GEMMs' concatenation) lies outside the merge
         # search's space (its kernels are the separate GEMMs): each is priced taken, its pieces' own
         # materializations fused away, and kept where cheaper
-        alts = alternatives(view, st)
+        alts = alternatives(view, st) if not done else {}
         for c in sorted(alts):
             if c not in cur.fused and alts[c] - cur.fused:
                 cand = evaluate((cur.fused | alts[c]) - {c})
@@ -229,7 +252,7 @@ class ModelCost(SearchingCost):
             those that do, tried once the cheap ones gain nothing."""
             return live(cand) if exact else [m for m in live(cand) if m not in streams and heavy ==
                                              computes_reduction(view, cand.extraction.chosen, value_of.get(m))]
-        rounds = self.max_rounds if exact else FUSE_ROUNDS
+        rounds = 0 if done else self.max_rounds if exact else FUSE_ROUNDS
         # a move is extracted only when its decision set breaks no conflict on the incumbent's own terms: the
         # path walk crosses a fused read (View) as it crosses a cut one (Read(Mat)), and a move changes the
         # extraction at its site's reads, so a conflict whose path the incumbent holds with every site fused is
@@ -293,6 +316,7 @@ class ModelCost(SearchingCost):
                 bad = "; ".join(b[3] for b in cand.illegal)
                 why = ("illegal: " + original_ids(bad, state.program, cand.extraction.program)) if cand.illegal else \
                     ("no fused term" if cand.extraction is None else "priced higher" if cand.total >= final.total
+                     else f"not tried: {CARRIED} were taken" if done
                      else f"not reached: the descent stopped after its {rounds} rounds" if c in moved and not late
                      else "not reached: the descent stopped at its time limit" if c in moved
                      else "not tried: a stream decision, taken for every softmax-weighted sum at once on a large "

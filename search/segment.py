@@ -35,6 +35,8 @@ class Segment:
     key: str  # equal keys: equal programs up to ids, tensor ids and tags
     origin: dict  # canonical node id -> the whole program's node id ("n" and "i" ids; "f" ids are copies)
     make: "Callable[[], Program]" = dataclasses.field(repr=False)  # builds the canonical program (once, on use)
+    structure: str = ""  # equal structures: equal keys but for the extents (each shape by its rank)
+    entry_tensor: "str | None" = None  # the canonical tensor id of the cut value flowing in (None: none)
 
     @property
     def program(self) -> Program:
@@ -163,7 +165,23 @@ def _canonical(prog: Program, free: set, nodes: list, entry: "str | None", outpu
              for i in body for n in (prog[i],)]
     key = repr(tuple(rows) + outs)
     origin = {ids[i]: i for i in inputs} | {ids[i]: i for i in nodes if i in mine}
-    return Segment(key, origin, make)
+    structure = [_shape_free(Ops.INPUT.value, ids[s], (), prog[s].dtype, prog[s].shape, _input_arg(k, prog[s]))
+                 for k, s in enumerate(inputs)]
+    structure += [_shape_free(n.op.value, ids[i], tuple(ids[s] for s in n.src), n.dtype, n.shape, n.arg)
+                  for i in body for n in (prog[i],)]
+    return Segment(key, origin, make, repr(tuple(structure) + outs),
+                   f"t{inputs.index(entry)}" if entry in inputs else None)
+
+
+_SHAPES = ("shape", "result_shape")  # the args that hold extents (a view's index map, a pad, an axis stay)
+
+
+def _shape_free(op: str, i: str, src: tuple, dtype, shape: tuple, arg: Arg) -> tuple:
+    """A key row with every extent dropped: the node's shape and its args' shapes by their rank, a constant's
+    value (a LayerNorm's width, read by no price) by nothing."""
+    items = sorted((k, len(v) if k in _SHAPES and isinstance(v, tuple) else v) for k, v in arg.items()
+                   if not (op == Ops.CONST.value and k == "value"))
+    return op, i, src, dtype, len(shape), repr(items)
 
 
 def _input_arg(k: int, n) -> Arg:

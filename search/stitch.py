@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..egraph.api import Extraction
 from ..egraph.graph import ENode, EGraphView, export
@@ -40,6 +41,7 @@ class SegmentedState:
     reports: dict
     files: tuple = ()
     _view: "tuple | None" = field(default=None, repr=False)
+    _instances: "list | None" = field(default=None, repr=False)
 
     @property
     def rulesets(self) -> list:
@@ -51,6 +53,8 @@ class SegmentedState:
         return self._view
 
     def export(self) -> EGraphView:
+        """The stitched view: every instance's e-nodes at its offsets (built when first asked: the search's
+        stitch maps only the e-nodes it chose, ``_Instance.node``)."""
         return self._build()[0]
 
     @property
@@ -59,65 +63,79 @@ class SegmentedState:
         return self._build()[1]
 
     def instance(self, j: int) -> "_Instance":
-        return self._build()[2][j]
+        if self._instances is None:
+            self._instances = _place(self)
+        return self._instances[j]
 
 
 @dataclass
 class _Instance:
-    """Segment j's offsets in the stitched view and its e-node map."""
+    """Segment j's offsets in the stitched view; its e-nodes there are made on demand (``node``), once each."""
     coff: int
     ioff: int
-    nodes: dict  # a segment ENode's order (its position in the segment's export) -> the stitched ENode
-    entry_class: "int | None"  # the segment's class of the tensor it reads from the segment before
+    order: int  # the stitched export position of the segment's first e-node
+    view: EGraphView  # the segment's own view
+    entry: "tuple | None"  # (the canonical tensor id it reads from the segment before, that segment's root class)
+    rename: Callable  # a canonical tensor id of a program input -> the program's tensor id
+    entry_class: "int | None"  # the stitched class of the tensor it reads from the segment before
+    made: dict = field(default_factory=dict)  # a segment ENode's order -> the stitched ENode
+
+    def node(self, n: ENode) -> ENode:
+        """The stitched e-node of the segment's e-node ``n``: its classes at the offset, a program input's Tensor
+        named by the program's tensor id, and the tensor read from the segment before a Mat of that segment's root."""
+        got = self.made.get(n.order)
+        if got is None:
+            tid = n.args[0].strip('"') if n.op == "Tensor" else None
+            c, o = n.eclass + self.coff, self.order + n.order
+            if tid is not None and self.entry is not None and tid == self.entry[0]:
+                got = ENode("Mat", (), (self.entry[1],), c, o)
+            elif tid is not None:
+                got = ENode("Tensor", (n.args[0].replace(tid, self.rename(tid)),), (), c, o)
+            else:
+                got = ENode(n.op, n.args, tuple(ch + self.coff for ch in n.children), c, o)
+            self.made[n.order] = got
+        return got
+
+
+def _place(s: SegmentedState) -> list:
+    """Each segment instance's offsets and entry (no e-node is made)."""
+    views = {k: export(st) for k, st in s.states.items()}
+    tensors = {k: {n.args[0].strip('"'): c for c, ns in v.classes.items() for n in ns if n.op == "Tensor"}
+               for k, v in views.items()}
+    out, coff, ioff, order, prev_root = [], 0, 0, 0, None
+    for seg in s.segments:
+        st, v = s.states[seg.key], views[seg.key]
+        entry = (seg.entry_tensor, prev_root) if seg.entry_tensor is not None and prev_root is not None else None
+        local = tensors[seg.key].get(seg.entry_tensor) if entry is not None else None
+
+        def rename(tid: str, seg=seg) -> str:
+            return s.program[seg.origin[f"i{tid[1:]}"]].arg["tensor_id"]
+        out.append(_Instance(coff, ioff, order, v, entry if local is not None else None, rename,
+                             None if local is None else local + coff))
+        (_, out_id), = st.program.outputs[:1]
+        prev_root = v.by_index[st.index[out_id]] + coff
+        coff += max(v.classes, default=-1) + 1
+        ioff += max(st.index.values(), default=-1) + 1
+        order += v.nodes
+    return out
 
 
 def _stitch_view(s: SegmentedState) -> tuple:
-    views = {k: export(st) for k, st in s.states.items()}
-    classes, shape, dtype, by_index, index, insts = {}, {}, {}, {}, {}, []
-    coff = ioff = order = 0
-    prev_root = None
-    for seg in s.segments:
-        st, v = s.states[seg.key], views[seg.key]
-        entry_tid = _entry_tensor(seg, s.program)
-        nodes: dict = {}
-        entry_class = None
+    classes, shape, dtype, by_index, index = {}, {}, {}, {}, {}
+    order = 0
+    for j, seg in enumerate(s.segments):
+        inst, st = s.instance(j), s.states[seg.key]
+        v, coff, ioff = inst.view, inst.coff, inst.ioff
         for c, ns in v.classes.items():
-            out = []
-            for n in ns:
-                tid = n.args[0].strip('"') if n.op == "Tensor" else None
-                if tid is not None and tid == entry_tid and prev_root is not None:
-                    m = ENode("Mat", (), (prev_root,), c + coff, order + n.order)
-                    entry_class = c + coff
-                elif tid is not None:
-                    real = s.program[seg.origin[f"i{tid[1:]}"]].arg["tensor_id"]
-                    m = ENode("Tensor", (n.args[0].replace(tid, real),), (), c + coff, order + n.order)
-                else:
-                    m = ENode(n.op, n.args, tuple(ch + coff for ch in n.children), c + coff, order + n.order)
-                nodes[n.order] = m
-                out.append(m)
-            classes[c + coff] = out
+            classes[c + coff] = [inst.node(n) for n in ns]
         shape.update({c + coff: x for c, x in v.shape.items()})
         dtype.update({c + coff: x for c, x in v.dtype.items()})
         by_index.update({i + ioff: c + coff for i, c in v.by_index.items()})
         for cid, i in st.index.items():
             if cid.startswith("n"):
                 index[seg.origin[cid]] = i + ioff
-        insts.append(_Instance(coff, ioff, nodes, entry_class))
-        (_, out_id), = st.program.outputs[:1]
-        prev_root = v.by_index[st.index[out_id]] + coff
-        coff += max(v.classes, default=-1) + 1
-        ioff += max(st.index.values(), default=-1) + 1
         order += v.nodes
-    return EGraphView(classes, shape, dtype, by_index, order), index, insts
-
-
-def _entry_tensor(seg: Segment, whole: Program) -> "str | None":
-    """The canonical tensor id of the cut value the segment reads from the segment before (None: none)."""
-    for n in seg.program.inputs:
-        o = seg.origin[n.id]
-        if whole[o].op != Ops.INPUT:
-            return n.arg["tensor_id"]
-    return None
+    return EGraphView(classes, shape, dtype, by_index, order), index
 
 
 _ID = re.compile(r"\b[nif][0-9]+\b")
@@ -156,7 +174,6 @@ def merge_reports(reports: list):
 
 def stitch(s: SegmentedState, found: dict):
     """The whole program's Search from ``found[key]`` (the Search of each distinct segment)."""
-    view = s.export()
     taken = {n.id for n in s.program.nodes}
     nodes, kernels, priced, chosen, rejected, sites, streamed = [], [], [], {}, [], {}, []
     fused: set = set()
@@ -194,13 +211,13 @@ def stitch(s: SegmentedState, found: dict):
                           None if p.cost is None else dataclasses.replace(p.cost, region=kmap[p.kernel.name].name))
                    for p in res.best.priced]
         c = inst.coff
-        chosen.update({k + c: inst.nodes[n.order] for k, n in x.chosen.items()})
+        chosen.update({k + c: inst.node(n) for k, n in x.chosen.items()})
         if inst.entry_class is not None:
-            chosen[inst.entry_class] = view.classes[inst.entry_class][0]
+            chosen[inst.entry_class] = inst.node(inst.view.classes[inst.entry_class - c][0])
             bounds.append(inst.entry_class)
         fused |= {m + c for m in res.best.fused}
         rejected.append((c, seg, res))
-        sites.update({m + c: tuple(tuple(inst.nodes[n.order] for n in part) for part in v) for m, v in res.sites.items()})
+        sites.update({m + c: tuple(tuple(inst.node(n) for n in part) for part in v) for m, v in res.sites.items()})
         streamed += [(r, c) for r in res.streamed]
         prev_exit = ids[x.program.outputs[0][1]]
         roots = tuple(r + c for r in x.roots)

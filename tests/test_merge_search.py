@@ -259,8 +259,8 @@ def test_the_polish_stops_at_its_deadline_and_says_so():
 def test_the_polish_starts_from_one_kernel_per_op_when_the_search_stopped_above_it():
     """A chain a -> b -> c whose first path (absorbing all) is a group priced far above the three kernels apart
     (LLaMA-7B L1's default partition: 2,591.7 µs against 1,470.9 one kernel per op): no join can lower a single
-    group, so the polish would keep it; told one kernel per op's price, it starts from every kernel its own group
-    and joins a into b from there."""
+    group, so the polish would keep it; told one kernel per op's price (asked only above the kernels' lower
+    bounds), it starts from every kernel its own group and joins a into b from there."""
     from polysat.search.merge import _polish
     items = [Item("a", True, (), ("b",)), Item("b", True, ("a",), ("c",)), Item("c", False, ("b",), ())]
     prices = {frozenset("abc"): 100.0, frozenset("ab"): 5.0}
@@ -270,7 +270,7 @@ def test_the_polish_starts_from_one_kernel_per_op_when_the_search_stopped_above_
     first = merge_search(items, price, lambda r: 1.0, lambda m: True, SearchLimits(prices=0))
     assert first.total == pytest.approx(100.0) and first.stop == "price limit (0 groups priced)"
     assert _polish(items, first, price, lambda r: 1.0, lambda m: True).total == pytest.approx(100.0)
-    res = _polish(items, first, price, lambda r: 1.0, lambda m: True, unfused=9.0)
+    res = _polish(items, first, price, lambda r: 1.0, lambda m: True, unfused=lambda: 9.0)
     assert res.groups == {"b": frozenset("ab"), "c": frozenset("c")} and res.total == pytest.approx(8.0), res
     assert res.stop == "price limit (0 groups priced), then 1 join(s)"
 

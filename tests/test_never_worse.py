@@ -110,3 +110,24 @@ def test_a_saturation_stopped_before_the_legality_facts_keeps_a_partition_legal_
     chosen, unfused, sized, stop = _prices(_gemm_rmsnorm())
     assert stop == ("not searched: the saturation stopped at its iter limit before the fusion legality facts"), stop
     assert chosen == pytest.approx(unfused) and _not_above(chosen, unfused, sized)
+
+
+def test_one_kernel_per_op_is_priced_only_where_the_default_partition_is_not_below_its_floor(monkeypatch):
+    """A soft MoE of 4 experts: its one kernel per op partition's admissible floor (each kernel's launch and
+    output bytes, search/merge.py ``partition_floor``) is already above the default partition's price, so the
+    search never prices it (it is priced on demand, ``Search.baseline``) and still ends at or below both."""
+    from polysat.bench.corpora.scale_models import build
+    from polysat.search.merge import partition_floor
+    sizes = []
+    real = search_model.price_kernels
+
+    def counting(prog, part, *args, **kw):
+        sizes.append(len(part.kernels))
+        return real(prog, part, *args, **kw)
+    monkeypatch.setattr(search_model, "price_kernels", counting)
+    s = Compilation(import_onnx(build("soft_moe", 4)), cost="model").search
+    searched = list(sizes)
+    base = s.baseline
+    floor = partition_floor(base.extraction.program, base.extraction.partition, {}, "sm90")
+    assert len(base.priced) not in searched and sizes[len(searched):] == [len(base.priced)]
+    assert s.best.total <= floor <= base.total, (s.best.total, floor, base.total)

@@ -130,6 +130,7 @@ def test_stitched_view_and_terms_cover_every_block(stack):
     assert doc["partition"]["kernels"] and doc["terms"]
     view = c.saturated[0].export()
     assert all(cl in view.classes for cl in c.extraction.chosen)
+    assert all(any(n is e for e in view.classes[cl]) for cl, n in c.extraction.chosen.items())  # the same e-nodes
     assert {r.mat for r in s.rejected} <= set(view.classes)
 
 
@@ -202,3 +203,49 @@ def test_each_stage_of_blocks_of_another_shape_is_its_own_run():
     assert all(keys.count(k) == 3 for k in runs)
     widths = {s.key: {d for n in s.program.nodes for d in n.shape} for s in segs}
     assert 96 in widths[runs[0]] and 192 not in widths[runs[0]] and 192 in widths[runs[1]]
+
+
+def test_a_stage_of_the_same_structure_takes_the_decisions_searched_in_the_first():
+    """The blocks of the second stage are the first stage's at other extents (Segment.structure): their search
+    prices the first stage's decisions, carried through the program nodes they name (search/transfer.py),
+    keeps them (legal, priced at or below both baselines), and they are what a full search there finds."""
+    from polysat.ir.tiny_json import dump_tiny
+    from polysat.search.model import CARRIED, ModelCost
+    from polysat.search.transfer import carried
+    from polysat.egraph.graph import export
+    from polysat.search.sites import sites, stream_sites
+    prog = _two_stages()
+    segs = segment(prog)
+    keys = [s.key for s in segs]
+    a, b = (s for s in dict((s.key, s) for s in segs).values() if keys.count(s.key) == 3)
+    assert a.structure == b.structure and a.key != b.key
+    c = Compilation(dump_tiny(prog), cost="model")
+    state, s = c.saturated[0], c.search
+    m = ModelCost().for_program(state.program, {})
+    first = m.search(state.states[a.key])
+    view = export(state.states[b.key])
+    given = carried((state.states[a.key], first.best.fused), view, state.states[b.key], sites(view),
+                    frozenset(stream_sites(view)))
+    assert given and len(given) == len(first.best.fused)
+    took = m.search(state.states[b.key], like=(state.states[a.key], first.best.fused))
+    full = m.search(state.states[b.key])
+    assert took.stop == CARRIED and full.stop != CARRIED and took.groups_priced == 0 < full.groups_priced
+    assert took.best.fused == given and took.best.total == pytest.approx(full.best.total)
+    assert took.best.total <= took.baseline.total
+    assert took.rejected and all(r.why.startswith(("illegal", "priced higher", "no fused term", "not tried"))
+                                 for r in took.rejected), [r.why for r in took.rejected]  # --explain's reasons
+    rng = np.random.default_rng(3)
+    inputs = random_inputs(c.program, rng, bind_env(c.program, rng))
+    ok, _, err = same_outputs(c.program, c.extraction.program, inputs)
+    assert ok, err
+
+
+def test_the_search_maps_only_the_e_nodes_it_chose_into_the_stitched_view():
+    """The stitch makes the stitched e-node of each chosen term (and site) on demand; the whole stitched view
+    (every instance's e-nodes) is built only when asked (``export``: --dump, extract's JSON)."""
+    c = Compilation(mlp_stack(3, width=32, tokens=16, dtype="fp32"), cost="model")
+    _ = c.search
+    st = c.saturated[0]
+    assert isinstance(st, SegmentedState) and st._view is None
+    made = sum(len(st.instance(j).made) for j in range(len(st.segments)))
+    assert 0 < made < sum(len(ns) for ns in st.export().classes.values())
