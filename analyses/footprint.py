@@ -223,22 +223,29 @@ def make_tile(b: BoundRegion, sizes: Mapping[str, int], shift: Mapping[str, int]
 @lru_cache(maxsize=4096)
 def _make_tile(region, sizes_key: tuple, shift_key: tuple) -> Tile | None:
     b = region.bind()
-    sizes, shift = dict(sizes_key), dict(shift_key)
-    drv = b.driver
-    ext = dict(zip(drv.dims, extents(drv.domain), strict=True))
-    ranges, origin, count = {}, [], 1
+    placed = _placed(b, dict(sizes_key), dict(shift_key))
+    if placed is None:
+        return None
+    ranges, count = placed
+    t = _box(b.driver, ranges)
+    return Tile(sizes_key, tuple((d, lo) for d, (lo, _) in ranges.items()), count, slices(b, t, ranges))
+
+
+def _placed(b: BoundRegion, sizes: Mapping[str, int], shift: Mapping[str, int]) -> "tuple | None":
+    """(driver dim -> [lo, hi) of the tile, tile count) of the middle tile moved by ``shift`` tiles; None when the
+    moved tile leaves the domain."""
+    ext = dict(zip(b.driver.dims, extents(b.driver.domain), strict=True))
+    ranges, count = {}, 1
     for d, s in sizes.items():
         lo, hi = ext[d]
         n = ceil((hi - lo + 1) / s)
         count *= n
-        k = (n - 1) // 2 + (shift or {}).get(d, 0)
+        k = (n - 1) // 2 + shift.get(d, 0)
         if k >= n:
             return None
         start = lo + k * s
         ranges[d] = (start, min(start + s, hi + 1))
-        origin.append((d, start))
-    t = _box(drv, ranges)
-    return Tile(tuple(sizes.items()), tuple(origin), count, slices(b, t, ranges))
+    return ranges, count
 
 
 def slices(b: BoundRegion, driver_tile: isl.Set, ranges: Mapping[str, tuple]) -> dict:
@@ -324,6 +331,55 @@ def _full_footprint(region, tensor: str) -> isl.Set:
     return footprint(b, b.domains, tensor)
 
 
+def reached(b: BoundRegion, ranges: Mapping[str, tuple], tensor: str) -> isl.Set:
+    """The elements of ``tensor`` the driver tile of these ``ranges`` (dim -> [lo, hi)) reads or writes, as
+    ``footprint(slices(...))`` counts them: through the tensor's :func:`reach`, one image where the slices cost
+    one per dependence; by the slices themselves in a region with an output the driver does not reach."""
+    tile = _box(b.driver, ranges)
+    m = reach(b.region, tensor)
+    return image(tile, m) if m is not None else footprint(b, slices(b, tile, ranges), tensor)
+
+
+@lru_cache(maxsize=8192)
+def reach(region, tensor: str) -> "isl.Map | None":
+    """driver instance -> the elements of ``tensor`` its tile reads or writes, the dependence pre-images
+    (:func:`pre_images`) composed along every path from the driver, then the accesses: image and union commute,
+    so ``footprint(slices(T)) == T.apply(reach)`` for every driver tile T (exact relations, no approximation).
+    None when a statement writes an output the driver does not reach (its slice is a box of the tile's ranges,
+    not an image)."""
+    paths = _paths(region)
+    if paths is None:
+        return None
+    b = region.bind()
+    ms = [paths[name].apply_range(m) for name, m in b.accesses(tensor) if name in paths]
+    if not ms:
+        return isl.Map.empty(isl.Space.map_from_domain_and_range(b.driver.domain.get_space(),
+                                                                  b.tensor_sets[tensor].get_space()))
+    out = ms[0]
+    for m in ms[1:]:
+        out = out.union(m)
+    return out.coalesce()
+
+
+@lru_cache(maxsize=4096)
+def _paths(region) -> "dict | None":
+    """statement -> (driver instance -> its instances a driver tile needs), the closure :func:`slices` takes per
+    tile, taken once on relations; None when some output is not reached from the driver."""
+    b = region.bind()
+    drv = b.driver
+    out = {drv.name: isl.Map.identity(drv.domain.get_space().map_from_set()).intersect_domain(drv.domain)}
+    for s in reversed(b.statements):
+        mine = out.get(s.name)
+        if mine is None:
+            if b.region.tensor(s.stmt.write.tensor).role == "internal":
+                continue  # dead, as in slices()
+            return None
+        for p, dep in pre_images(region, s.name):
+            m = mine.apply_range(dep)
+            out[p.name] = m if p.name not in out else out[p.name].union(m).coalesce()
+    return out
+
+
 @dataclass(frozen=True)
 class Halo:
     per_axis: dict  # driver dim -> widest overlap (elements along the moved tensor axis)
@@ -341,11 +397,11 @@ def halo(b: BoundRegion, tile: Tile, tensors) -> Halo:
     total = 0
     base = {t: tile_footprint(b, tile, t) for t in tensors}
     for d in sizes if base else ():
-        nb = make_tile(b, sizes, {d: 1})
-        if nb is None:
+        placed = _placed(b, sizes, {d: 1})
+        if placed is None:
             continue
         for t in tensors:
-            f0, f1 = base[t], tile_footprint(b, nb, t)
+            f0, f1 = base[t], reached(b, placed[0], t)
             if f0.is_empty() or f0.is_equal(f1):
                 continue
             ov = f0.intersect(f1)

@@ -3,9 +3,9 @@ against brute-force enumeration of the loops (the pre-image of a consumer tile, 
 import islpy as isl
 from hypothesis import given, strategies as st
 
-from polysat.analyses.footprint import card, footprint, halo, make_tile, sectors
+from polysat.analyses.footprint import _placed, card, footprint, halo, make_tile, reach, reached, sectors
 from polysat.analyses.isl_util import points
-from polysat.tests.poly_examples import conv, conv_relu_maxpool, gemm, maxpool, softmax
+from polysat.tests.poly_examples import conv, conv_relu_maxpool, gemm, maxpool, merge, softmax
 from polysat.analyses.polycore import analyze
 
 
@@ -144,3 +144,40 @@ def test_maxpool_tile_footprint_is_the_window_union(H, W, tp, tq):
     p1, q1 = min(o["ph"] + tp, Po), min(o["pw"] + tq, Qo)
     _eq(footprint(b, t.slices, "X"), f"{{ X[0, c, h, w] : 0 <= c < 2 and {2 * o['ph']} <= h < {2 * p1} and "
                                      f"{2 * o['pw']} <= w < {2 * q1} }}")
+
+
+@given(H=st.integers(6, 20), W=st.integers(6, 20), S=st.sampled_from([1, 2]), P=st.sampled_from([0, 1]),
+       win=st.sampled_from([2, 3]), ps=st.sampled_from([1, 2]), tp=st.integers(1, 5), tq=st.integers(1, 5),
+       dim=st.sampled_from(["ph", "pw"]))
+def test_reached_footprint_of_the_next_tile_equals_enumeration(H, W, S, P, win, ps, tp, tq, dim):
+    """The halo's next tile, through the composed relation (footprint.reach), touches what walking its loops
+    touches."""
+    r = conv_relu_maxpool(N=1, C=1, K=1, H=H, W=W, stride=S, pad=P, win=win, pstride=ps)
+    params = dict(r.params)
+    if params["Po"] < 1 or params["Qo"] < 1:
+        return
+    b = r.bind()
+    sizes = {"n": 1, "k": 1, "ph": tp, "pw": tq}
+    placed = _placed(b, sizes, {dim: 1})
+    nb = make_tile(b, sizes, {dim: 1})
+    assert (placed is None) == (nb is None)
+    if placed is None:
+        return
+    o = dict(nb.origin)
+    want, _ = _brute_pool_conv_footprint(H, W, S, P, win, ps, (o["ph"], o["pw"]), (tp, tq), params["Ho"],
+                                         params["Wo"], params["Po"], params["Qo"])
+    assert reach(r, "I") is not None
+    assert set(points(reached(b, placed[0], "I"))) == want
+
+
+def test_reached_without_a_relation_when_an_output_is_not_reached():
+    """A region with a second output the driver never reads: its slices are boxes of the tile's ranges, so
+    reach() declines and reached() takes the slices; both give the next tile's footprints."""
+    r = merge([softmax(R=16, C=64), maxpool(N=1, C=2, H=8, W=8)])
+    b = r.bind()
+    sizes = {d: 2 for d in b.driver.parallel_dims}
+    placed = _placed(b, sizes, {b.driver.parallel_dims[-1]: 1})
+    assert reach(r, "X") is None and placed is not None
+    nb = make_tile(b, sizes, {b.driver.parallel_dims[-1]: 1})
+    for t in [t.name for t in r.tensors]:
+        assert reached(b, placed[0], t).is_equal(footprint(b, nb.slices, t)), t
