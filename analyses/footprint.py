@@ -114,8 +114,8 @@ def sectors(s: isl.Set, itemsize: int, sector: int = 32, shape: "tuple | None" =
     it, each row of the innermost axis starts a new sector."""
     dims = s.dim(isl.dim_type.set)
     merge = 0  # trailing axes whose full extent the set spans (each is merged into the axis before it)
-    if shape is not None and dims > 1 and not s.is_empty():
-        ext = extents(s)
+    if shape is not None and dims > 1:
+        ext = extents(s)  # an empty set spans (0, -1) on every dim: no axis is covered whole
         while merge < dims - 1 and ext[dims - 1 - merge] == (0, shape[dims - 1 - merge] - 1):
             merge += 1
     key = f"sectors{itemsize},{sector}" + (f",{tuple(shape[dims - 1 - merge:])}" if merge else "")
@@ -301,15 +301,27 @@ def pre_images(region, name: str) -> tuple:
     return tuple(out)
 
 
+_UNIONS: dict = {}  # ids of the images -> (the images, their union): the images are kept (and shared) by text
+
+
 def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.Set:
-    """The elements of `tensor` touched (read or written) by the given instances."""
-    images = [image(inst[name], m) for name, m in b.accesses(tensor) if name in inst]
+    """The elements of `tensor` touched (read or written) by the given instances; the union of the same image
+    objects (:func:`image` keeps them by text) is the same object, whose counts are memoized on it."""
+    images = tuple(image(inst[name], m) for name, m in b.accesses(tensor) if name in inst)
     if not images:
         return isl.Set.empty(b.tensor_sets[tensor].get_space())
+    key = tuple(map(id, images))
+    hit = _UNIONS.get(key)
+    if hit is not None and all(x is y for x, y in zip(hit[0], images)):
+        return hit[1]
     out = images[0]
     for im in images[1:]:
         out = out.union(im)
-    return out.coalesce()
+    out = out.coalesce()
+    if len(_UNIONS) > 50000:
+        _UNIONS.clear()
+    _UNIONS[key] = (images, out)
+    return out
 
 
 def tile_footprint(b: BoundRegion, tile: Tile, tensor: str) -> isl.Set:

@@ -94,6 +94,9 @@ def test_card_and_sectors_are_exact():
     assert card(isl.Set("{ S[i] : 0 <= i < 10 and i mod 3 = 0 }")) == 4
     # fp16 row of 64 elements starting at 8: 16 elements per 32-byte sector -> sectors 0..4
     assert sectors(isl.Set("{ T[r, c] : 0 <= r < 2 and 8 <= c < 72 }"), 2) == 2 * 5
+    # with the tensor's shape: rows read whole are one run; an empty set touches nothing
+    assert sectors(isl.Set("{ T[r, c] : 2 <= r < 4 and 0 <= c < 64 }"), 2, 32, (8, 64)) == 8
+    assert sectors(isl.Set("{ T[r, c] : 2 <= r < 4 and 0 <= c < 64 and r > c + 100 }"), 2, 32, (8, 64)) == 0
 
 
 def _brute_pool_conv_footprint(H, W, S, P, win, ps, tile_origin, tile_size, Ho, Wo, Po, Qo):
