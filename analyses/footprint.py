@@ -181,7 +181,9 @@ _BOXES: dict = {}  # (domain text, bounds) -> the clamped domain
 def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
     """stmt's domain clamped to ``ranges`` on its dims of those names, kept by the domain's text (the candidate
     regions of a search share statements and tiles)."""
-    bounds = tuple((stmt.dims.index(d), lo, hi) for d, (lo, hi) in ranges.items() if d in stmt.dims)
+    ext = extents(stmt.domain)  # a range covering a dim's whole extent bounds nothing
+    bounds = tuple((k, lo, hi) for k, lo, hi in ((stmt.dims.index(d), lo, hi) for d, (lo, hi) in ranges.items()
+                                                   if d in stmt.dims) if lo > ext[k][0] or hi <= ext[k][1])
     key = (_held(stmt.domain)[2], bounds)
     out = _BOXES.get(key)
     if out is None:
@@ -373,6 +375,27 @@ def reach(region, tensor: str) -> "isl.Map | None":
     return out.coalesce()
 
 
+@lru_cache(maxsize=8192)
+def apart(region, tensor: str) -> frozenset:
+    """The driver's parallel dims along which two driver instances that touch one element of ``tensor`` never
+    differ (every difference ``reach ∘ reach⁻¹`` relates has 0 there): tiles next to each other along such a
+    dim share none of its elements, whatever their sizes, so the halo there is 0 with no next tile built.
+    Empty when the region has no :func:`reach`."""
+    m = reach(region, tensor)
+    if m is None:
+        return frozenset()
+    drv = region.bind().driver
+    deltas = m.apply_range(m.reverse()).deltas()
+    if deltas.is_empty():
+        return frozenset(drv.parallel_dims)
+    out = []
+    for d in drv.parallel_dims:
+        k = drv.dims.index(d)
+        if (val_int(deltas.dim_min_val(k)), val_int(deltas.dim_max_val(k))) == (0, 0):
+            out.append(d)
+    return frozenset(out)
+
+
 @lru_cache(maxsize=4096)
 def _paths(region) -> "dict | None":
     """statement -> (driver instance -> its instances a driver tile needs), the closure :func:`slices` takes per
@@ -413,8 +436,14 @@ def halo(b: BoundRegion, tile: Tile, tensors) -> Halo:
         if placed is None:
             continue
         for t in tensors:
-            f0, f1 = base[t], reached(b, placed[0], t)
-            if f0.is_empty() or f0.is_equal(f1):
+            f0 = base[t]
+            if f0.is_empty():
+                continue
+            if d in apart(b.region, t):  # the next tile shares no element of t with this one
+                per_tensor.setdefault(t, {})[d] = 0
+                continue
+            f1 = reached(b, placed[0], t)
+            if f0.is_equal(f1):
                 continue
             ov = f0.intersect(f1)
             if ov.is_empty():

@@ -3,9 +3,10 @@ against brute-force enumeration of the loops (the pre-image of a consumer tile, 
 import islpy as isl
 from hypothesis import given, strategies as st
 
-from polysat.analyses.footprint import _placed, card, footprint, halo, make_tile, reach, reached, sectors
+from polysat.analyses.footprint import _placed, apart, card, footprint, halo, make_tile, reach, reached, sectors
 from polysat.analyses.isl_util import points
-from polysat.tests.poly_examples import conv, conv_relu_maxpool, gemm, maxpool, merge, softmax
+from polysat.tests.poly_examples import (conv, conv_relu_maxpool, gemm, layernorm, maxpool, merge, mlp_residual,
+                                         softmax)
 from polysat.analyses.polycore import analyze
 
 
@@ -184,3 +185,42 @@ def test_reached_without_a_relation_when_an_output_is_not_reached():
     nb = make_tile(b, sizes, {b.driver.parallel_dims[-1]: 1})
     for t in [t.name for t in r.tensors]:
         assert reached(b, placed[0], t).is_equal(footprint(b, nb.slices, t)), t
+
+
+def test_apart_dims_are_those_no_shared_element_crosses():
+    """A GEMM's A rows are read by one m only (apart along m, shared along n); a 3x3 conv's input is shared
+    along h and w and across output channels, never across images."""
+    assert apart(gemm(M=256, N=256, K=64), "A") == {"m"}
+    assert apart(gemm(M=256, N=256, K=64), "B") == {"n"}
+    r = conv(N=2, C=4, K=8, H=16, W=16, stride=1, pad=1)
+    assert apart(r, "I") == {"n"}
+
+
+def _halo_by_definition(b, t, tensors) -> dict:
+    """Per tensor and tiled dim, the overlap of this tile's footprint with the next tile's, both sliced
+    statement by statement (make_tile), as the halo defines it."""
+    out: dict = {}
+    for d in dict(t.sizes):
+        nb = make_tile(b, dict(t.sizes), {d: 1})
+        if nb is None:
+            continue
+        for x in tensors:
+            f0, f1 = footprint(b, t.slices, x), footprint(b, nb.slices, x)
+            if f0.is_empty() or f0.is_equal(f1):
+                continue
+            out.setdefault(x, {})[d] = card(f0.intersect(f1))
+    return out
+
+
+@given(ex=st.sampled_from(["conv_relu_maxpool", "mlp_residual", "softmax", "layernorm"]),
+       a=st.sampled_from([1, 2, 4, 8]), c=st.sampled_from([1, 2, 4, 8]))
+def test_halo_equals_its_definition(ex, a, c):
+    r = {"conv_relu_maxpool": lambda: conv_relu_maxpool(N=2, C=2, K=4, H=16, W=16),
+         "mlp_residual": lambda: mlp_residual(M=32, D=16, H=32), "softmax": lambda: softmax(R=16, C=32),
+         "layernorm": lambda: layernorm(R=16, C=32)}[ex]()
+    b = r.bind()
+    par = b.driver.parallel_dims
+    sizes = {d: (a if k == len(par) - 1 else c if k == len(par) - 2 else 1) for k, d in enumerate(par)}
+    t = make_tile(b, sizes)
+    tensors = [x.name for x in r.tensors]
+    assert halo(b, t, tensors).per_tensor == _halo_by_definition(b, t, tensors)
