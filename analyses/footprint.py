@@ -199,12 +199,9 @@ def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
 def normalize_tile(b: BoundRegion, tile: Mapping[str, int] | None) -> dict:
     """Tile sizes for every parallel dim of the driver (missing dims: 1 outside the two innermost,
     64 on them), clipped to the dim's extent."""
-    drv = b.driver
-    ext = dict(zip(drv.dims, extents(drv.domain), strict=True))
-    par = drv.parallel_dims
+    par, fulls = _frame(b.region)
     out = {}
-    for i, d in enumerate(par):
-        full = ext[d][1] - ext[d][0] + 1
+    for i, (d, full) in enumerate(zip(par, fulls)):
         want = (tile or {}).get(d, 64 if i >= len(par) - 2 else 1)
         if not isinstance(want, int) or want <= 0:
             fail("InvalidAttribute", f"tile of region {b.region.name}", f"tile size of {d} must be a positive int, got {want!r}")
@@ -212,8 +209,16 @@ def normalize_tile(b: BoundRegion, tile: Mapping[str, int] | None) -> dict:
     for d in tile or {}:
         if d not in par:
             fail("InvalidAttribute", f"tile of region {b.region.name}",
-                 f"{d!r} is not a parallel dim of the driver {drv.name} (parallel dims: {list(par)})")
+                 f"{d!r} is not a parallel dim of the driver {b.driver.name} (parallel dims: {list(par)})")
     return out
+
+
+@lru_cache(maxsize=8192)
+def _frame(region) -> tuple:
+    """(the driver's parallel dims, the full extent of each): what every tile of the region is cut from."""
+    drv = region.bind().driver
+    ext = dict(zip(drv.dims, extents(drv.domain), strict=True))
+    return drv.parallel_dims, tuple(ext[d][1] - ext[d][0] + 1 for d in drv.parallel_dims)
 
 
 def make_tile(b: BoundRegion, sizes: Mapping[str, int], shift: Mapping[str, int] | None = None) -> Tile | None:

@@ -176,7 +176,7 @@ class BoundStatement:
     def name(self) -> str:
         return self.stmt.name
 
-    @property
+    @cached_property
     def parallel_dims(self) -> tuple:
         return tuple(d for d in self.loop_order if d not in self.reduce_dims)
 
