@@ -224,3 +224,17 @@ def test_halo_equals_its_definition(ex, a, c):
     t = make_tile(b, sizes)
     tensors = [x.name for x in r.tensors]
     assert halo(b, t, tensors).per_tensor == _halo_by_definition(b, t, tensors)
+
+
+def test_fans_are_the_same_under_other_names_and_counted_right():
+    """Each exp cell reads one row max, each row max is read by the row's C cells; each rowsum cell reads C
+    exps. A region renamed (other statement and tensor names, as another candidate names it) has the same fans."""
+    from polysat.analyses.buffers import _reads_of
+    from polysat.analyses.poly_region import renamed
+    r = softmax(R=16, C=32)
+    fans = {(t, c.name): (i, o) for t, rs in _reads_of(r).items() for c, i, o in rs}
+    assert fans[("mx", "exp")] == (1, 32) and fans[("e", "rowsum")] == (32, 1) and fans[("e", "div")] == (1, 1)
+    ren = {"mx": "q7", "e": "q8", "sm": "q9", "exp": "S9", "rowsum": "S4", "div": "S2", "rowmax": "S1"}
+    other = renamed(r, ren, "other")
+    got = {(t, c.name): (i, o) for t, rs in _reads_of(other).items() for c, i, o in rs}
+    assert got == {(ren[t], ren[c]): v for (t, c), v in fans.items()}
