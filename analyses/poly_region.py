@@ -173,7 +173,7 @@ class BoundStatement:
     reduce_dims: tuple  # dims the write does not depend on
     used: tuple = ()  # (tensor, concrete shape) of every tensor it accesses
 
-    @property
+    @cached_property
     def name(self) -> str:
         return self.stmt.name
 
