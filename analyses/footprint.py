@@ -18,12 +18,12 @@ from typing import Mapping
 import islpy as isl
 
 from ..ir.diagnostics import fail
-from .isl_util import parse_map, val_int
+from .isl_util import parse_map, tuple_template, val_int
 from .settext import box_card, box_of_text, separable_count
 from .poly_region import BoundRegion, BoundStatement
 
 
-_MEMO: dict = {}  # (what, isl text) -> value; isl's own set hash collides often, its text does not
+_MEMO: dict = {}  # (what, isl text but its tuple names) -> value; isl's own set hash collides often, its text does not
 _BY_ID: dict = {}  # id(set) -> (set, {what: value}, its text): the same object asked again skips printing it
 
 
@@ -43,7 +43,7 @@ def _memo(kind: str, s: isl.Set, fn):
     if v is not None:
         return v
     text = hit[2]
-    key = (kind, text)
+    key = (kind, tuple_template(text)[0::2])  # a count or a bound does not read the set's name
     v = _MEMO.get(key)
     if v is None:
         if len(_MEMO) > 50000:
@@ -278,18 +278,40 @@ def _pull_back(b: BoundRegion, s: BoundStatement, mine: isl.Set, inst: dict) -> 
 
 
 _IMAGES: dict = {}  # (set text, map text) -> the set's image
+_UNNAMED: dict = {}  # the same texts but for their tuple names -> an image of them (under other names)
 
 
 def image(s: isl.Set, m: isl.Map) -> isl.Set:
     """s.apply(m), kept by the texts of both: the candidate regions of a search share statements, their tiles
-    and accesses (a conv with one epilogue or another), so most images recur under other regions' objects."""
+    and accesses (a conv with one epilogue or another), so most images recur under other regions' objects; and
+    by those texts with the tuple names left out (a statement is S2 in one candidate region, S1 in the next), the
+    image then named as this map names its range: the same sets under other names have the same image."""
     key = (_held(s)[2], _held(m)[2])
     got = _IMAGES.get(key)
     if got is None:
         if len(_IMAGES) > 50000:
             _IMAGES.clear()
-        got = _IMAGES[key] = s.apply(m)
+            _UNNAMED.clear()
+        got = _IMAGES[key] = _image_unnamed(s, m, *key)
     return got
+
+
+def _image_unnamed(s: isl.Set, m: isl.Map, s_text: str, m_text: str) -> isl.Set:
+    """s.apply(m) kept by the texts around the tuple names (the set's one name, the map's domain and range
+    pairs, a union repeating them), the image renamed to the map's range; computed when the names do not pair."""
+    ps, pm = tuple_template(s_text), tuple_template(m_text)
+    sn, mn = ps[1::2], pm[1::2]
+    if not sn or len(set(sn)) != 1 or not mn or len(mn) % 2:
+        return s.apply(m)
+    src, dst = mn[0], mn[1]
+    if src != sn[0] or any(x != (src if k % 2 == 0 else dst) for k, x in enumerate(mn)):
+        return s.apply(m)
+    key = (ps[0::2], pm[0::2], src == dst)
+    got = _UNNAMED.get(key)
+    if got is None:
+        got = _UNNAMED[key] = s.apply(m)
+        return got
+    return got if got.get_tuple_name() == dst else got.set_tuple_name(dst)
 
 
 @lru_cache(maxsize=8192)

@@ -238,3 +238,16 @@ def test_fans_are_the_same_under_other_names_and_counted_right():
     other = renamed(r, ren, "other")
     got = {(t, c.name): (i, o) for t, rs in _reads_of(other).items() for c, i, o in rs}
     assert got == {(ren[t], ren[c]): v for (t, c), v in fans.items()}
+
+
+def test_an_image_met_under_other_tuple_names_is_renamed_not_recomputed():
+    """image() keeps an image by its texts without their tuple names: the same set and map named S1/T1 give
+    the image of S2/T2 renamed to T1, equal to isl's own apply; a count is kept the same way."""
+    from polysat.analyses.footprint import image
+    text = "{ %s[i, r] : 0 <= i < 40 and 0 <= r < 3 and i %% 7 >= 2 }"
+    rel = "{ %s[i, r] -> %s[i + r, 1] : 0 <= i < 40 and 0 <= r < 3 }"
+    a = image(isl.Set(text % "S2"), isl.Map(rel % ("S2", "T2")))
+    s, m = isl.Set(text % "S1"), isl.Map(rel % ("S1", "T1"))
+    b = image(s, m)
+    assert b.get_tuple_name() == "T1" and a.get_tuple_name() == "T2"
+    assert b.is_equal(s.apply(m)) and card(b) == card(s.apply(m)) == len(set(points(s.apply(m))))
