@@ -175,7 +175,7 @@ def clamp(s: isl.Set, k: int, lo: int, hi: int) -> isl.Set:
     return s.lower_bound_val(isl.dim_type.set, k, isl.Val(lo)).upper_bound_val(isl.dim_type.set, k, isl.Val(hi - 1))
 
 
-_BOXES: dict = {}  # (domain text, bounds) -> the clamped domain
+_BOXES: dict = {}  # (domain text, bounds) -> the clamped domain; (its text but the tuple name, bounds) -> one of them
 
 
 def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
@@ -184,15 +184,20 @@ def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
     ext = extents(stmt.domain)  # a range covering a dim's whole extent bounds nothing
     bounds = tuple((k, lo, hi) for k, lo, hi in ((stmt.dims.index(d), lo, hi) for d, (lo, hi) in ranges.items()
                                                    if d in stmt.dims) if lo > ext[k][0] or hi <= ext[k][1])
-    key = (_held(stmt.domain)[2], bounds)
-    out = _BOXES.get(key)
+    text = _held(stmt.domain)[2]
+    out = _BOXES.get((text, bounds))
     if out is None:
-        out = stmt.domain
-        for k, lo, hi in bounds:
-            out = clamp(out, k, lo, hi)
         if len(_BOXES) > 50000:
             _BOXES.clear()
-        _BOXES[key] = out
+        unnamed = (tuple_template(text)[0::2], bounds)  # the domain's text but its name (see image)
+        out = _BOXES.get(unnamed)
+        if out is None:
+            out = stmt.domain
+            for k, lo, hi in bounds:
+                out = clamp(out, k, lo, hi)
+            _BOXES[unnamed] = out
+        name = stmt.domain.get_tuple_name()
+        out = _BOXES[text, bounds] = out if out.get_tuple_name() == name else out.set_tuple_name(name)
     return out
 
 

@@ -251,3 +251,18 @@ def test_an_image_met_under_other_tuple_names_is_renamed_not_recomputed():
     b = image(s, m)
     assert b.get_tuple_name() == "T1" and a.get_tuple_name() == "T2"
     assert b.is_equal(s.apply(m)) and card(b) == card(s.apply(m)) == len(set(points(s.apply(m))))
+
+
+def test_a_tile_of_a_region_under_other_names_is_the_same_tile_renamed():
+    """The clamped driver domains and the images are kept without tuple names: a renamed region's tile slices
+    are the original's, each under its own statement's name."""
+    from polysat.analyses.poly_region import renamed
+    r = conv_relu_maxpool(N=1, C=2, K=4, H=16, W=16)
+    ren = {"conv": "S7", "relu": "S3", "pool": "S5", "R": "T9"}
+    sizes = {"n": 1, "k": 4, "ph": 2, "pw": 4}
+    t0 = make_tile(r.bind(), sizes)
+    t1 = make_tile(renamed(r, ren, "other").bind(), sizes)
+    for name, sl in t0.slices.items():
+        got = t1.slices[ren.get(name, name)]
+        assert got.get_tuple_name() == ren.get(name, name)
+        assert got.set_tuple_name(name).is_equal(sl), name
