@@ -24,7 +24,7 @@ import islpy as isl
 
 from .devices import Device
 from .footprint import Tile, card, clamp, extents, tile_footprint
-from .poly_region import BoundRegion, BoundStatement
+from .poly_region import BoundRegion, BoundStatement, generic
 
 SMEM_BUDGET = 0.8  # docs/DESIGN.md §Cost model STOP: smem per CTA above ~80% of the limit
 REG_BUDGET = 64 * 1024  # bytes of one edge a tile may keep in registers (64 regs x 256 threads)
@@ -93,9 +93,27 @@ def _load_path(region) -> dict:
 
 @lru_cache(maxsize=8192)
 def _fans(region, tensor: str, consumer: str):
-    """(fan-in, fan-out) of the edge tensor -> consumer, sampled in the middle of the relation."""
+    """(fan-in, fan-out) of the edge tensor -> consumer, sampled in the middle of the relation: counts of the
+    consumer's own texts and shapes, so kept per its generic form (poly_region.generic) across regions."""
     b = region.bind()
-    rel = _reader_relation(b.stmt(consumer), tensor)
+    c = b.stmt(consumer)
+    gen = generic(c)
+    if gen is None:
+        return _fans_of(c, tensor)
+    gst, gused, tensors = gen
+    key = (gst, region.params, gused, next(p for p, t in tensors.items() if t == tensor))
+    if key not in _FANS:
+        if len(_FANS) > 50000:
+            _FANS.clear()
+        _FANS[key] = _fans_of(c, tensor)
+    return _FANS[key]
+
+
+_FANS: dict = {}  # (generic statement, params, shapes, tensor placeholder) -> its fans
+
+
+def _fans_of(c: BoundStatement, tensor: str):
+    rel = _reader_relation(c, tensor)
     if rel.is_empty():
         return None
     return card(sample(rel.domain()).apply(rel)), card(sample(rel.range()).apply(rel.reverse()))

@@ -18,12 +18,12 @@ from typing import Mapping
 import islpy as isl
 
 from ..ir.diagnostics import fail
-from .isl_util import parse_map, val_int
+from .isl_util import parse_map, tuple_template, val_int
 from .settext import box_card, box_of_text, separable_count
 from .poly_region import BoundRegion, BoundStatement
 
 
-_MEMO: dict = {}  # (what, isl text) -> value; isl's own set hash collides often, its text does not
+_MEMO: dict = {}  # (what, isl text but its tuple names) -> value; isl's own set hash collides often, its text does not
 _BY_ID: dict = {}  # id(set) -> (set, {what: value}, its text): the same object asked again skips printing it
 
 
@@ -43,7 +43,7 @@ def _memo(kind: str, s: isl.Set, fn):
     if v is not None:
         return v
     text = hit[2]
-    key = (kind, text)
+    key = (kind, tuple_template(text)[0::2])  # a count or a bound does not read the set's name
     v = _MEMO.get(key)
     if v is None:
         if len(_MEMO) > 50000:
@@ -114,8 +114,8 @@ def sectors(s: isl.Set, itemsize: int, sector: int = 32, shape: "tuple | None" =
     it, each row of the innermost axis starts a new sector."""
     dims = s.dim(isl.dim_type.set)
     merge = 0  # trailing axes whose full extent the set spans (each is merged into the axis before it)
-    if shape is not None and dims > 1 and not s.is_empty():
-        ext = extents(s)
+    if shape is not None and dims > 1:
+        ext = extents(s)  # an empty set spans (0, -1) on every dim: no axis is covered whole
         while merge < dims - 1 and ext[dims - 1 - merge] == (0, shape[dims - 1 - merge] - 1):
             merge += 1
     key = f"sectors{itemsize},{sector}" + (f",{tuple(shape[dims - 1 - merge:])}" if merge else "")
@@ -175,34 +175,38 @@ def clamp(s: isl.Set, k: int, lo: int, hi: int) -> isl.Set:
     return s.lower_bound_val(isl.dim_type.set, k, isl.Val(lo)).upper_bound_val(isl.dim_type.set, k, isl.Val(hi - 1))
 
 
-_BOXES: dict = {}  # (domain text, bounds) -> the clamped domain
+_BOXES: dict = {}  # (domain text, bounds) -> the clamped domain; (its text but the tuple name, bounds) -> one of them
 
 
 def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
     """stmt's domain clamped to ``ranges`` on its dims of those names, kept by the domain's text (the candidate
     regions of a search share statements and tiles)."""
-    bounds = tuple((stmt.dims.index(d), lo, hi) for d, (lo, hi) in ranges.items() if d in stmt.dims)
-    key = (_held(stmt.domain)[2], bounds)
-    out = _BOXES.get(key)
+    ext = extents(stmt.domain)  # a range covering a dim's whole extent bounds nothing
+    bounds = tuple((k, lo, hi) for k, lo, hi in ((stmt.dims.index(d), lo, hi) for d, (lo, hi) in ranges.items()
+                                                   if d in stmt.dims) if lo > ext[k][0] or hi <= ext[k][1])
+    text = _held(stmt.domain)[2]
+    out = _BOXES.get((text, bounds))
     if out is None:
-        out = stmt.domain
-        for k, lo, hi in bounds:
-            out = clamp(out, k, lo, hi)
         if len(_BOXES) > 50000:
             _BOXES.clear()
-        _BOXES[key] = out
+        unnamed = (tuple_template(text)[0::2], bounds)  # the domain's text but its name (see image)
+        out = _BOXES.get(unnamed)
+        if out is None:
+            out = stmt.domain
+            for k, lo, hi in bounds:
+                out = clamp(out, k, lo, hi)
+            _BOXES[unnamed] = out
+        name = stmt.domain.get_tuple_name()
+        out = _BOXES[text, bounds] = out if out.get_tuple_name() == name else out.set_tuple_name(name)
     return out
 
 
 def normalize_tile(b: BoundRegion, tile: Mapping[str, int] | None) -> dict:
     """Tile sizes for every parallel dim of the driver (missing dims: 1 outside the two innermost,
     64 on them), clipped to the dim's extent."""
-    drv = b.driver
-    ext = dict(zip(drv.dims, extents(drv.domain), strict=True))
-    par = drv.parallel_dims
+    par, fulls = _frame(b.region)
     out = {}
-    for i, d in enumerate(par):
-        full = ext[d][1] - ext[d][0] + 1
+    for i, (d, full) in enumerate(zip(par, fulls)):
         want = (tile or {}).get(d, 64 if i >= len(par) - 2 else 1)
         if not isinstance(want, int) or want <= 0:
             fail("InvalidAttribute", f"tile of region {b.region.name}", f"tile size of {d} must be a positive int, got {want!r}")
@@ -210,8 +214,16 @@ def normalize_tile(b: BoundRegion, tile: Mapping[str, int] | None) -> dict:
     for d in tile or {}:
         if d not in par:
             fail("InvalidAttribute", f"tile of region {b.region.name}",
-                 f"{d!r} is not a parallel dim of the driver {drv.name} (parallel dims: {list(par)})")
+                 f"{d!r} is not a parallel dim of the driver {b.driver.name} (parallel dims: {list(par)})")
     return out
+
+
+@lru_cache(maxsize=8192)
+def _frame(region) -> tuple:
+    """(the driver's parallel dims, the full extent of each): what every tile of the region is cut from."""
+    drv = region.bind().driver
+    ext = dict(zip(drv.dims, extents(drv.domain), strict=True))
+    return drv.parallel_dims, tuple(ext[d][1] - ext[d][0] + 1 for d in drv.parallel_dims)
 
 
 def make_tile(b: BoundRegion, sizes: Mapping[str, int], shift: Mapping[str, int] | None = None) -> Tile | None:
@@ -223,22 +235,29 @@ def make_tile(b: BoundRegion, sizes: Mapping[str, int], shift: Mapping[str, int]
 @lru_cache(maxsize=4096)
 def _make_tile(region, sizes_key: tuple, shift_key: tuple) -> Tile | None:
     b = region.bind()
-    sizes, shift = dict(sizes_key), dict(shift_key)
-    drv = b.driver
-    ext = dict(zip(drv.dims, extents(drv.domain), strict=True))
-    ranges, origin, count = {}, [], 1
+    placed = _placed(b, dict(sizes_key), dict(shift_key))
+    if placed is None:
+        return None
+    ranges, count = placed
+    t = _box(b.driver, ranges)
+    return Tile(sizes_key, tuple((d, lo) for d, (lo, _) in ranges.items()), count, slices(b, t, ranges))
+
+
+def _placed(b: BoundRegion, sizes: Mapping[str, int], shift: Mapping[str, int]) -> "tuple | None":
+    """(driver dim -> [lo, hi) of the tile, tile count) of the middle tile moved by ``shift`` tiles; None when the
+    moved tile leaves the domain."""
+    ext = dict(zip(b.driver.dims, extents(b.driver.domain), strict=True))
+    ranges, count = {}, 1
     for d, s in sizes.items():
         lo, hi = ext[d]
         n = ceil((hi - lo + 1) / s)
         count *= n
-        k = (n - 1) // 2 + (shift or {}).get(d, 0)
+        k = (n - 1) // 2 + shift.get(d, 0)
         if k >= n:
             return None
         start = lo + k * s
         ranges[d] = (start, min(start + s, hi + 1))
-        origin.append((d, start))
-    t = _box(drv, ranges)
-    return Tile(tuple(sizes.items()), tuple(origin), count, slices(b, t, ranges))
+    return ranges, count
 
 
 def slices(b: BoundRegion, driver_tile: isl.Set, ranges: Mapping[str, tuple]) -> dict:
@@ -264,18 +283,40 @@ def _pull_back(b: BoundRegion, s: BoundStatement, mine: isl.Set, inst: dict) -> 
 
 
 _IMAGES: dict = {}  # (set text, map text) -> the set's image
+_UNNAMED: dict = {}  # the same texts but for their tuple names -> an image of them (under other names)
 
 
 def image(s: isl.Set, m: isl.Map) -> isl.Set:
     """s.apply(m), kept by the texts of both: the candidate regions of a search share statements, their tiles
-    and accesses (a conv with one epilogue or another), so most images recur under other regions' objects."""
+    and accesses (a conv with one epilogue or another), so most images recur under other regions' objects; and
+    by those texts with the tuple names left out (a statement is S2 in one candidate region, S1 in the next), the
+    image then named as this map names its range: the same sets under other names have the same image."""
     key = (_held(s)[2], _held(m)[2])
     got = _IMAGES.get(key)
     if got is None:
         if len(_IMAGES) > 50000:
             _IMAGES.clear()
-        got = _IMAGES[key] = s.apply(m)
+            _UNNAMED.clear()
+        got = _IMAGES[key] = _image_unnamed(s, m, *key)
     return got
+
+
+def _image_unnamed(s: isl.Set, m: isl.Map, s_text: str, m_text: str) -> isl.Set:
+    """s.apply(m) kept by the texts around the tuple names (the set's one name, the map's domain and range
+    pairs, a union repeating them), the image renamed to the map's range; computed when the names do not pair."""
+    ps, pm = tuple_template(s_text), tuple_template(m_text)
+    sn, mn = ps[1::2], pm[1::2]
+    if not sn or len(set(sn)) != 1 or not mn or len(mn) % 2:
+        return s.apply(m)
+    src, dst = mn[0], mn[1]
+    if src != sn[0] or any(x != (src if k % 2 == 0 else dst) for k, x in enumerate(mn)):
+        return s.apply(m)
+    key = (ps[0::2], pm[0::2], src == dst)
+    got = _UNNAMED.get(key)
+    if got is None:
+        got = _UNNAMED[key] = s.apply(m)
+        return got
+    return got if got.get_tuple_name() == dst else got.set_tuple_name(dst)
 
 
 @lru_cache(maxsize=8192)
@@ -294,15 +335,27 @@ def pre_images(region, name: str) -> tuple:
     return tuple(out)
 
 
+_UNIONS: dict = {}  # ids of the images -> (the images, their union): the images are kept (and shared) by text
+
+
 def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.Set:
-    """The elements of `tensor` touched (read or written) by the given instances."""
-    images = [image(inst[name], m) for name, m in b.accesses(tensor) if name in inst]
+    """The elements of `tensor` touched (read or written) by the given instances; the union of the same image
+    objects (:func:`image` keeps them by text) is the same object, whose counts are memoized on it."""
+    images = tuple(image(inst[name], m) for name, m in b.accesses(tensor) if name in inst)
     if not images:
         return isl.Set.empty(b.tensor_sets[tensor].get_space())
+    key = tuple(map(id, images))
+    hit = _UNIONS.get(key)
+    if hit is not None and all(x is y for x, y in zip(hit[0], images)):
+        return hit[1]
     out = images[0]
     for im in images[1:]:
         out = out.union(im)
-    return out.coalesce()
+    out = out.coalesce()
+    if len(_UNIONS) > 50000:
+        _UNIONS.clear()
+    _UNIONS[key] = (images, out)
+    return out
 
 
 def tile_footprint(b: BoundRegion, tile: Tile, tensor: str) -> isl.Set:
@@ -324,6 +377,76 @@ def _full_footprint(region, tensor: str) -> isl.Set:
     return footprint(b, b.domains, tensor)
 
 
+def reached(b: BoundRegion, ranges: Mapping[str, tuple], tensor: str) -> isl.Set:
+    """The elements of ``tensor`` the driver tile of these ``ranges`` (dim -> [lo, hi)) reads or writes, as
+    ``footprint(slices(...))`` counts them: through the tensor's :func:`reach`, one image where the slices cost
+    one per dependence; by the slices themselves in a region with an output the driver does not reach."""
+    tile = _box(b.driver, ranges)
+    m = reach(b.region, tensor)
+    return image(tile, m) if m is not None else footprint(b, slices(b, tile, ranges), tensor)
+
+
+@lru_cache(maxsize=8192)
+def reach(region, tensor: str) -> "isl.Map | None":
+    """driver instance -> the elements of ``tensor`` its tile reads or writes, the dependence pre-images
+    (:func:`pre_images`) composed along every path from the driver, then the accesses: image and union commute,
+    so ``footprint(slices(T)) == T.apply(reach)`` for every driver tile T (exact relations, no approximation).
+    None when a statement writes an output the driver does not reach (its slice is a box of the tile's ranges,
+    not an image)."""
+    paths = _paths(region)
+    if paths is None:
+        return None
+    b = region.bind()
+    ms = [paths[name].apply_range(m) for name, m in b.accesses(tensor) if name in paths]
+    if not ms:
+        return isl.Map.empty(isl.Space.map_from_domain_and_range(b.driver.domain.get_space(),
+                                                                  b.tensor_sets[tensor].get_space()))
+    out = ms[0]
+    for m in ms[1:]:
+        out = out.union(m)
+    return out.coalesce()
+
+
+@lru_cache(maxsize=8192)
+def apart(region, tensor: str) -> frozenset:
+    """The driver's parallel dims along which two driver instances that touch one element of ``tensor`` never
+    differ (every difference ``reach ∘ reach⁻¹`` relates has 0 there): tiles next to each other along such a
+    dim share none of its elements, whatever their sizes, so the halo there is 0 with no next tile built.
+    Empty when the region has no :func:`reach`."""
+    m = reach(region, tensor)
+    if m is None:
+        return frozenset()
+    drv = region.bind().driver
+    deltas = m.apply_range(m.reverse()).deltas()
+    if deltas.is_empty():
+        return frozenset(drv.parallel_dims)
+    out = []
+    for d in drv.parallel_dims:
+        k = drv.dims.index(d)
+        if (val_int(deltas.dim_min_val(k)), val_int(deltas.dim_max_val(k))) == (0, 0):
+            out.append(d)
+    return frozenset(out)
+
+
+@lru_cache(maxsize=4096)
+def _paths(region) -> "dict | None":
+    """statement -> (driver instance -> its instances a driver tile needs), the closure :func:`slices` takes per
+    tile, taken once on relations; None when some output is not reached from the driver."""
+    b = region.bind()
+    drv = b.driver
+    out = {drv.name: isl.Map.identity(drv.domain.get_space().map_from_set()).intersect_domain(drv.domain)}
+    for s in reversed(b.statements):
+        mine = out.get(s.name)
+        if mine is None:
+            if b.region.tensor(s.stmt.write.tensor).role == "internal":
+                continue  # dead, as in slices()
+            return None
+        for p, dep in pre_images(region, s.name):
+            m = mine.apply_range(dep)
+            out[p.name] = m if p.name not in out else out[p.name].union(m).coalesce()
+    return out
+
+
 @dataclass(frozen=True)
 class Halo:
     per_axis: dict  # driver dim -> widest overlap (elements along the moved tensor axis)
@@ -341,12 +464,18 @@ def halo(b: BoundRegion, tile: Tile, tensors) -> Halo:
     total = 0
     base = {t: tile_footprint(b, tile, t) for t in tensors}
     for d in sizes if base else ():
-        nb = make_tile(b, sizes, {d: 1})
-        if nb is None:
+        placed = _placed(b, sizes, {d: 1})
+        if placed is None:
             continue
         for t in tensors:
-            f0, f1 = base[t], tile_footprint(b, nb, t)
-            if f0.is_empty() or f0.is_equal(f1):
+            f0 = base[t]
+            if f0.is_empty():
+                continue
+            if d in apart(b.region, t):  # the next tile shares no element of t with this one
+                per_tensor.setdefault(t, {})[d] = 0
+                continue
+            f1 = reached(b, placed[0], t)
+            if f0.is_equal(f1):
                 continue
             ov = f0.intersect(f1)
             if ov.is_empty():

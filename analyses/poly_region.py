@@ -171,12 +171,13 @@ class BoundStatement:
     reads: tuple  # of (tensor name, isl.Map restricted to the domain)
     write: isl.Map
     reduce_dims: tuple  # dims the write does not depend on
+    used: tuple = ()  # (tensor, concrete shape) of every tensor it accesses
 
-    @property
+    @cached_property
     def name(self) -> str:
         return self.stmt.name
 
-    @property
+    @cached_property
     def parallel_dims(self) -> tuple:
         return tuple(d for d in self.loop_order if d not in self.reduce_dims)
 
@@ -328,7 +329,7 @@ def _bind(region: PolyRegion) -> BoundRegion:
         for a in st.reads + (st.write,):
             region.tensor(a.tensor)
         used = tuple(sorted({(a.tensor, shapes[a.tensor]) for a in st.reads + (st.write,)}))
-        bound.append(BoundStatement(st, i, *_bind_statement(region.name, st, env, used)))
+        bound.append(BoundStatement(st, i, *_bind_statement(region.name, st, env, used), used=used))
     for name in names:
         t = region.tensor(name)
         if t.role == "input" and name in written:
@@ -390,6 +391,13 @@ def renamed(region: PolyRegion, ren: Mapping[str, str], name: str) -> PolyRegion
 
 
 _STMT = "polysat_s"
+
+
+def generic(s: BoundStatement) -> "tuple | None":
+    """(the statement with its name and tensor names as placeholders, its tensors' shapes likewise, placeholder ->
+    tensor): equal for one statement met under other names in other regions, so a fact of its bound form that no
+    name changes can be kept once; None when it has no such form."""
+    return _generic(s.stmt, s.used)
 
 
 def _generic(st: Statement, used: tuple) -> "tuple | None":

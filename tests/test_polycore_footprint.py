@@ -3,9 +3,10 @@ against brute-force enumeration of the loops (the pre-image of a consumer tile, 
 import islpy as isl
 from hypothesis import given, strategies as st
 
-from polysat.analyses.footprint import card, footprint, halo, make_tile, sectors
+from polysat.analyses.footprint import _placed, apart, card, footprint, halo, make_tile, reach, reached, sectors
 from polysat.analyses.isl_util import points
-from polysat.tests.poly_examples import conv, conv_relu_maxpool, gemm, maxpool, softmax
+from polysat.tests.poly_examples import (conv, conv_relu_maxpool, gemm, layernorm, maxpool, merge, mlp_residual,
+                                         softmax)
 from polysat.analyses.polycore import analyze
 
 
@@ -94,6 +95,9 @@ def test_card_and_sectors_are_exact():
     assert card(isl.Set("{ S[i] : 0 <= i < 10 and i mod 3 = 0 }")) == 4
     # fp16 row of 64 elements starting at 8: 16 elements per 32-byte sector -> sectors 0..4
     assert sectors(isl.Set("{ T[r, c] : 0 <= r < 2 and 8 <= c < 72 }"), 2) == 2 * 5
+    # with the tensor's shape: rows read whole are one run; an empty set touches nothing
+    assert sectors(isl.Set("{ T[r, c] : 2 <= r < 4 and 0 <= c < 64 }"), 2, 32, (8, 64)) == 8
+    assert sectors(isl.Set("{ T[r, c] : 2 <= r < 4 and 0 <= c < 64 and r > c + 100 }"), 2, 32, (8, 64)) == 0
 
 
 def _brute_pool_conv_footprint(H, W, S, P, win, ps, tile_origin, tile_size, Ho, Wo, Po, Qo):
@@ -144,3 +148,121 @@ def test_maxpool_tile_footprint_is_the_window_union(H, W, tp, tq):
     p1, q1 = min(o["ph"] + tp, Po), min(o["pw"] + tq, Qo)
     _eq(footprint(b, t.slices, "X"), f"{{ X[0, c, h, w] : 0 <= c < 2 and {2 * o['ph']} <= h < {2 * p1} and "
                                      f"{2 * o['pw']} <= w < {2 * q1} }}")
+
+
+@given(H=st.integers(6, 20), W=st.integers(6, 20), S=st.sampled_from([1, 2]), P=st.sampled_from([0, 1]),
+       win=st.sampled_from([2, 3]), ps=st.sampled_from([1, 2]), tp=st.integers(1, 5), tq=st.integers(1, 5),
+       dim=st.sampled_from(["ph", "pw"]))
+def test_reached_footprint_of_the_next_tile_equals_enumeration(H, W, S, P, win, ps, tp, tq, dim):
+    """The halo's next tile, through the composed relation (footprint.reach), touches what walking its loops
+    touches."""
+    r = conv_relu_maxpool(N=1, C=1, K=1, H=H, W=W, stride=S, pad=P, win=win, pstride=ps)
+    params = dict(r.params)
+    if params["Po"] < 1 or params["Qo"] < 1:
+        return
+    b = r.bind()
+    sizes = {"n": 1, "k": 1, "ph": tp, "pw": tq}
+    placed = _placed(b, sizes, {dim: 1})
+    nb = make_tile(b, sizes, {dim: 1})
+    assert (placed is None) == (nb is None)
+    if placed is None:
+        return
+    o = dict(nb.origin)
+    want, _ = _brute_pool_conv_footprint(H, W, S, P, win, ps, (o["ph"], o["pw"]), (tp, tq), params["Ho"],
+                                         params["Wo"], params["Po"], params["Qo"])
+    assert reach(r, "I") is not None
+    assert set(points(reached(b, placed[0], "I"))) == want
+
+
+def test_reached_without_a_relation_when_an_output_is_not_reached():
+    """A region with a second output the driver never reads: its slices are boxes of the tile's ranges, so
+    reach() declines and reached() takes the slices; both give the next tile's footprints."""
+    r = merge([softmax(R=16, C=64), maxpool(N=1, C=2, H=8, W=8)])
+    b = r.bind()
+    sizes = {d: 2 for d in b.driver.parallel_dims}
+    placed = _placed(b, sizes, {b.driver.parallel_dims[-1]: 1})
+    assert reach(r, "X") is None and placed is not None
+    nb = make_tile(b, sizes, {b.driver.parallel_dims[-1]: 1})
+    for t in [t.name for t in r.tensors]:
+        assert reached(b, placed[0], t).is_equal(footprint(b, nb.slices, t)), t
+
+
+def test_apart_dims_are_those_no_shared_element_crosses():
+    """A GEMM's A rows are read by one m only (apart along m, shared along n); a 3x3 conv's input is shared
+    along h and w and across output channels, never across images."""
+    assert apart(gemm(M=256, N=256, K=64), "A") == {"m"}
+    assert apart(gemm(M=256, N=256, K=64), "B") == {"n"}
+    r = conv(N=2, C=4, K=8, H=16, W=16, stride=1, pad=1)
+    assert apart(r, "I") == {"n"}
+
+
+def _halo_by_definition(b, t, tensors) -> dict:
+    """Per tensor and tiled dim, the overlap of this tile's footprint with the next tile's, both sliced
+    statement by statement (make_tile), as the halo defines it."""
+    out: dict = {}
+    for d in dict(t.sizes):
+        nb = make_tile(b, dict(t.sizes), {d: 1})
+        if nb is None:
+            continue
+        for x in tensors:
+            f0, f1 = footprint(b, t.slices, x), footprint(b, nb.slices, x)
+            if f0.is_empty() or f0.is_equal(f1):
+                continue
+            out.setdefault(x, {})[d] = card(f0.intersect(f1))
+    return out
+
+
+@given(ex=st.sampled_from(["conv_relu_maxpool", "mlp_residual", "softmax", "layernorm"]),
+       a=st.sampled_from([1, 2, 4, 8]), c=st.sampled_from([1, 2, 4, 8]))
+def test_halo_equals_its_definition(ex, a, c):
+    r = {"conv_relu_maxpool": lambda: conv_relu_maxpool(N=2, C=2, K=4, H=16, W=16),
+         "mlp_residual": lambda: mlp_residual(M=32, D=16, H=32), "softmax": lambda: softmax(R=16, C=32),
+         "layernorm": lambda: layernorm(R=16, C=32)}[ex]()
+    b = r.bind()
+    par = b.driver.parallel_dims
+    sizes = {d: (a if k == len(par) - 1 else c if k == len(par) - 2 else 1) for k, d in enumerate(par)}
+    t = make_tile(b, sizes)
+    tensors = [x.name for x in r.tensors]
+    assert halo(b, t, tensors).per_tensor == _halo_by_definition(b, t, tensors)
+
+
+def test_fans_are_the_same_under_other_names_and_counted_right():
+    """Each exp cell reads one row max, each row max is read by the row's C cells; each rowsum cell reads C
+    exps. A region renamed (other statement and tensor names, as another candidate names it) has the same fans."""
+    from polysat.analyses.buffers import _reads_of
+    from polysat.analyses.poly_region import renamed
+    r = softmax(R=16, C=32)
+    fans = {(t, c.name): (i, o) for t, rs in _reads_of(r).items() for c, i, o in rs}
+    assert fans[("mx", "exp")] == (1, 32) and fans[("e", "rowsum")] == (32, 1) and fans[("e", "div")] == (1, 1)
+    ren = {"mx": "q7", "e": "q8", "sm": "q9", "exp": "S9", "rowsum": "S4", "div": "S2", "rowmax": "S1"}
+    other = renamed(r, ren, "other")
+    got = {(t, c.name): (i, o) for t, rs in _reads_of(other).items() for c, i, o in rs}
+    assert got == {(ren[t], ren[c]): v for (t, c), v in fans.items()}
+
+
+def test_an_image_met_under_other_tuple_names_is_renamed_not_recomputed():
+    """image() keeps an image by its texts without their tuple names: the same set and map named S1/T1 give
+    the image of S2/T2 renamed to T1, equal to isl's own apply; a count is kept the same way."""
+    from polysat.analyses.footprint import image
+    text = "{ %s[i, r] : 0 <= i < 40 and 0 <= r < 3 and i %% 7 >= 2 }"
+    rel = "{ %s[i, r] -> %s[i + r, 1] : 0 <= i < 40 and 0 <= r < 3 }"
+    a = image(isl.Set(text % "S2"), isl.Map(rel % ("S2", "T2")))
+    s, m = isl.Set(text % "S1"), isl.Map(rel % ("S1", "T1"))
+    b = image(s, m)
+    assert b.get_tuple_name() == "T1" and a.get_tuple_name() == "T2"
+    assert b.is_equal(s.apply(m)) and card(b) == card(s.apply(m)) == len(set(points(s.apply(m))))
+
+
+def test_a_tile_of_a_region_under_other_names_is_the_same_tile_renamed():
+    """The clamped driver domains and the images are kept without tuple names: a renamed region's tile slices
+    are the original's, each under its own statement's name."""
+    from polysat.analyses.poly_region import renamed
+    r = conv_relu_maxpool(N=1, C=2, K=4, H=16, W=16)
+    ren = {"conv": "S7", "relu": "S3", "pool": "S5", "R": "T9"}
+    sizes = {"n": 1, "k": 4, "ph": 2, "pw": 4}
+    t0 = make_tile(r.bind(), sizes)
+    t1 = make_tile(renamed(r, ren, "other").bind(), sizes)
+    for name, sl in t0.slices.items():
+        got = t1.slices[ren.get(name, name)]
+        assert got.get_tuple_name() == ren.get(name, name)
+        assert got.set_tuple_name(name).is_equal(sl), name
