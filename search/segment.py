@@ -22,6 +22,7 @@ so one search serves them all; ``Segment.origin`` maps canonical ids back to the
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -35,8 +36,18 @@ class Segment:
     key: str  # equal keys: equal programs up to ids, tensor ids and tags
     origin: dict  # canonical node id -> the whole program's node id ("n" and "i" ids; "f" ids are copies)
     make: "Callable[[], Program]" = dataclasses.field(repr=False)  # builds the canonical program (once, on use)
-    structure: str = ""  # equal structures: equal keys but for the extents (each shape by its rank)
+    shape_free: "Callable[[], str]" = dataclasses.field(default=lambda: "", repr=False)  # builds ``structure``
     entry_tensor: "str | None" = None  # the canonical tensor id of the cut value flowing in (None: none)
+
+    @property
+    def structure(self) -> str:
+        """Equal structures: equal keys but for the extents (each shape by its rank); built when first asked,
+        as ``program`` is."""
+        got = self.__dict__.get("_structure")
+        if got is None:
+            got = self.shape_free()
+            object.__setattr__(self, "_structure", got)
+        return got
 
     @property
     def program(self) -> Program:
@@ -109,9 +120,10 @@ def _materializable(prog: Program, v: str, users: dict) -> bool:
     return False
 
 
-def _canonical(prog: Program, free: set, nodes: list, entry: "str | None", outputs: tuple) -> Segment:
+def _canonical(prog: Program, free: set, nodes: list, entry: "str | None", outputs: tuple, texts: dict) -> Segment:
     """The standalone program of ``nodes`` (computed node ids in order) reading ``entry`` (a cut
-    value, or None) and the free nodes they need, yielding ``outputs`` ((name, id), ...)."""
+    value, or None) and the free nodes they need, yielding ``outputs`` ((name, id), ...). ``texts``: each
+    node's key text around its ids (``_texts``), filled on first use and shared by every candidate segment."""
     mine = set(nodes)
     free = set(free)
     for i in nodes:  # views of the value flowing in are as free as views of a program input
@@ -153,24 +165,40 @@ def _canonical(prog: Program, free: set, nodes: list, entry: "str | None", outpu
         uops = []
         for k, s in enumerate(inputs):
             n = prog[s]
-            uops.append(UOp(ids[s], Ops.INPUT, (), _input_arg(k, n), n.dtype, n.shape))
+            uops.append(UOp(ids[s], Ops.INPUT, (), _input_arg(k, n.dtype, n.shape), n.dtype, n.shape))
         for i in body:
             n = prog[i]
             uops.append(dataclasses.replace(n, id=ids[i], src=tuple(ids[s] for s in n.src)))
         return Program(tuple(uops), outs)
-    # the key is the canonical program's nodes as text, read off the whole program's nodes (no node is built)
-    rows = [(Ops.INPUT.value, ids[s], (), prog[s].dtype, prog[s].shape, _items_key(_input_arg(k, prog[s])))
-            for k, s in enumerate(inputs)]
-    rows += [(n.op.value, ids[i], tuple(ids[s] for s in n.src), n.dtype, n.shape, _arg_key(n))
-             for i in body for n in (prog[i],)]
-    key = repr(tuple(rows) + outs)
+    # the key is the canonical program's nodes as text, read off the whole program's nodes (no node is built):
+    # the repr of the rows (op, id, src, dtype, shape, arg text), each node's text around its ids made once
+    rows = [_input_row(k, prog[s].dtype, prog[s].shape) for k, s in enumerate(inputs)]
+    for i in body:
+        head, tail = texts.get(i) or texts.setdefault(i, _texts(prog[i]))
+        rows.append(f"({head}, {ids[i]!r}, {tuple(ids[s] for s in prog[i].src)!r}{tail}")
+    rows += [repr(o) for o in outs]
+    key = "(" + ", ".join(rows) + ("," if len(rows) == 1 else "") + ")"
     origin = {ids[i]: i for i in inputs} | {ids[i]: i for i in nodes if i in mine}
-    structure = [_shape_free(Ops.INPUT.value, ids[s], (), prog[s].dtype, prog[s].shape, _input_arg(k, prog[s]))
-                 for k, s in enumerate(inputs)]
-    structure += [_shape_free(n.op.value, ids[i], tuple(ids[s] for s in n.src), n.dtype, n.shape, n.arg)
-                  for i in body for n in (prog[i],)]
-    return Segment(key, origin, make, repr(tuple(structure) + outs),
-                   f"t{inputs.index(entry)}" if entry in inputs else None)
+
+    def shape_free() -> str:
+        structure = [_shape_free(Ops.INPUT.value, ids[s], (), n.dtype, n.shape, _input_arg(k, n.dtype, n.shape))
+                     for k, s in enumerate(inputs) for n in (prog[s],)]
+        structure += [_shape_free(n.op.value, ids[i], tuple(ids[s] for s in n.src), n.dtype, n.shape, n.arg)
+                      for i in body for n in (prog[i],)]
+        return repr(tuple(structure) + outs)
+    return Segment(key, origin, make, shape_free, f"t{inputs.index(entry)}" if entry in inputs else None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _input_row(k: int, dtype, shape: tuple) -> str:
+    """Canonical input k's key row as text (its id ``i{k}``, its tensor ``t{k}``)."""
+    return repr((Ops.INPUT.value, f"i{k}", (), dtype, shape, _items_key(_input_arg(k, dtype, shape))))
+
+
+def _texts(n: UOp) -> tuple:
+    """Node n's key row as text before its id and after its sources: the row is
+    ``(op, id, src, dtype, shape, arg text)``, as its repr reads."""
+    return repr(n.op.value), f", {n.dtype!r}, {n.shape!r}, {_arg_key(n)!r})"
 
 
 _SHAPES = ("shape", "result_shape")  # the args that hold extents (a view's index map, a pad, an axis stay)
@@ -184,9 +212,9 @@ def _shape_free(op: str, i: str, src: tuple, dtype, shape: tuple, arg: Arg) -> t
     return op, i, src, dtype, len(shape), repr(items)
 
 
-def _input_arg(k: int, n) -> Arg:
-    """The arg of canonical input k standing for node n."""
-    return Arg({"tensor_id": f"t{k}", "dtype": n.dtype, "shape": n.shape})
+def _input_arg(k: int, dtype, shape: tuple) -> Arg:
+    """The arg of canonical input k, of that dtype and shape."""
+    return Arg({"tensor_id": f"t{k}", "dtype": dtype, "shape": shape})
 
 
 def _arg_key(u) -> str:
@@ -213,10 +241,11 @@ def segment(prog: Program) -> list:
     weight = {k: sum(1 for h in heavy if h < k) for k in set(entry) | set(exits)}  # non-view nodes before each boundary
     at = {w: k for k, w in weight.items()}
     made: dict = {}  # (start, end) -> its Segment, built once
+    texts: dict = {}  # node id -> its key text around its ids, shared by every candidate segment
 
     def seg(a: int, b: int) -> Segment:
         if (a, b) not in made:
-            made[(a, b)] = _canonical(prog, free, comp[a:b], entry[a], exits[b])
+            made[(a, b)] = _canonical(prog, free, comp[a:b], entry[a], exits[b], texts)
         return made[(a, b)]
 
     def key(a: int, b: int) -> str:
