@@ -92,9 +92,9 @@ def _priced(s):
 
 
 def _priced_in(s):
+    if s.search is not None:
+        return s.search.best.priced  # a stitched search's too: its segments' regions in the whole program's names
     stitched = isinstance(s.saturated[0], _get("search.stitch:SegmentedState"))
-    if s.search is not None and not stitched:
-        return s.search.best.priced  # a stitched search's regions are its segments' (their names)
     x = s.extraction
     # a stitched program's kernels are its segments' under other ids: built kernel by kernel, each distinct one once
     return _call("pricing.kernels:price_kernels", x.program, x.partition, s.params, s.arch, by_kernel=stitched)

@@ -20,6 +20,9 @@ from ..egraph.api import Extraction
 from ..egraph.graph import ENode, EGraphView, export
 from ..egraph.partition import Kernel, Partition
 from ..egraph.saturate import StopReason
+from ..analyses.isl_util import isl_name
+from ..analyses.poly_region import renamed
+from ..analyses.polyview import tensor_names
 from ..egraph.stream import parse_tag, tag
 from ..ir.tiny import Ops, Program
 from ..pricing.kernels import Priced
@@ -172,10 +175,30 @@ def merge_reports(reports: list):
                                rolled_back=any(r.rolled_back for r in reports))
 
 
+def _named(prog: Program, priced: list, local: list) -> list:
+    """The segments' priced kernels with their regions in the whole program's names (its tensor names, its
+    statements ``S_<node id>``): each segment's kernels are priced where it was searched, and a kernel's price
+    reads no name, so the stitched program is not priced again (the same regions and prices as
+    ``pricing.kernels.price_kernels`` of the stitched program, tests/test_kernel_regions.py)."""
+    whole, mine, names = tensor_names(prog), {}, {}
+    out = []
+    for p, (j, seg_prog, ids) in zip(priced, local, strict=True):
+        if p.region is None:
+            out.append(p)
+            continue
+        if j not in names:
+            got = mine.setdefault(id(seg_prog), (seg_prog, tensor_names(seg_prog)))[1]  # held: its id stays its own
+            names[j] = {got[i]: whole[w] for i, w in ids.items()} | \
+                {"S_" + isl_name(i): "S_" + isl_name(w) for i, w in ids.items()}
+        out.append(dataclasses.replace(p, region=renamed(p.region, names[j], p.kernel.name)))
+    return out
+
+
 def stitch(s: SegmentedState, found: dict):
     """The whole program's Search from ``found[key]`` (the Search of each distinct segment)."""
     taken = {n.id for n in s.program.nodes}
     nodes, kernels, priced, chosen, rejected, sites, streamed = [], [], [], {}, [], {}, []
+    local: list = []  # per priced kernel: (its segment instance, the extraction's program, its id -> the whole program's)
     fused: set = set()
     bounds: list = []  # the Mat classes of the segment boundaries
     prev_exit = None
@@ -210,6 +233,7 @@ def stitch(s: SegmentedState, found: dict):
         priced += [Priced(kmap[p.kernel.name], p.region,
                           None if p.cost is None else dataclasses.replace(p.cost, region=kmap[p.kernel.name].name))
                    for p in res.best.priced]
+        local += [(j, x.program, ids)] * len(res.best.priced)
         c = inst.coff
         chosen.update({k + c: inst.node(n) for k, n in x.chosen.items()})
         if inst.entry_class is not None:
@@ -226,6 +250,7 @@ def stitch(s: SegmentedState, found: dict):
                    tuple((name, ids[nid]) for (name, _), (_, nid) in zip(s.program.outputs, last, strict=True)))
     part = Partition(tuple(kernels))
     part.check(prog)
+    priced = _named(prog, priced, local)
     total = sum(p.cost.time_est_us for p in priced if p.cost is not None)
     best = Candidate(frozenset(fused), Extraction(prog, part, total, chosen, roots), priced, [], total)
 
