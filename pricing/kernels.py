@@ -168,15 +168,21 @@ def _rewalked(prog: Program, k, g) -> list:
     return out
 
 
-def price_kernels(prog: Program, part, params: dict, arch: str, by_kernel: bool = False) -> list:
-    """Each kernel of ``part`` with its region and price (``by_kernel``: see ``kernel_regions``)."""
+def price_kernels(prog: Program, part, params: dict, arch: str, by_kernel: bool = False,
+                  above: float = math.inf) -> "list | None":
+    """Each kernel of ``part`` with its region and price (``by_kernel``: see ``kernel_regions``); None as soon as
+    the kernels priced so far add up to more than ``above`` (the rest unpriced: a search asking only whether a
+    partition beats a price it has)."""
     regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params, by_kernel))}
-    out = []
+    out, total = [], 0.0
     for k in part.kernels:
         deadline.check(f"kernel {k.name}")
         r = regions.get(k.name)
         c = copy_cost(prog, k, params, arch) if r is None else dataclasses.replace(price(canonical(r), arch), region=k.name)
         out.append(Priced(k, r, c))
+        total += c.time_est_us
+        if total > above:
+            return None
     return out
 
 

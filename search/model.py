@@ -180,18 +180,25 @@ class ModelCost(SearchingCost):
         # returns a partition priced above either, whichever limit stops it
         # one kernel per op is priced only where the default partition is not below its admissible lower bound
         # (merge.partition_floor: a mixture of 32 experts has 1,048 kernels of one op, their floor alone far above the
-        # default partition), so the incumbent is the same either way
+        # default partition), and only until its kernels add up to more than both the default partition and a carried
+        # one (below: a ResNet block at other extents), so the incumbent is the same either way
         seed = evaluate(default_fused(state, view, st, streams))
         floor = partition_floor(base.extraction.program, base.extraction.partition, params, self.arch)
-        cur = seed if seed.total <= floor else min(seed, evaluate(frozenset()), key=lambda c: (c.total, c is not seed))
+        # a segment of the structure of one searched before: its decisions, where legal and not priced above either
+        # baseline here, are the answer (the blocks of a ResNet's stages at other extents)
+        given = None if state.no_facts or like is None or not like[1] else \
+            carried(like, view, state, st, streams if stream else frozenset())
+        known = min(seed.total, evaluate(given).total if given is not None else math.inf)
+        if seed.total <= floor or given is not None and frozenset() not in memo and price_kernels(
+                base.extraction.program, base.extraction.partition, params, self.arch, above=known) is None:
+            cur = seed
+        else:
+            cur = min(seed, evaluate(frozenset()), key=lambda c: (c.total, c is not seed))
         progress.note(f"{len(st)} sites; default partition {seed.total:.1f} µs, one kernel per op "
                       + (f"{evaluate(frozenset()).total:.1f} µs" if frozenset() in memo else f"above {floor:.1f} µs"))
         if state.no_facts:  # no rule said which fusions are illegal: only the two partitions legal by construction
             return Search(cur, lambda: evaluate(frozenset()), lambda: [], len(memo), st, [],
                           f"not searched: {state.no_facts}", 0, 0)
-        # a segment of the structure of one searched before: its decisions, where legal and not priced above either
-        # baseline here, are the answer (the blocks of a ResNet's stages at other extents)
-        given = None if like is None or not like[1] else carried(like, view, state, st, streams if stream else frozenset())
         if given is not None and evaluate(given).total <= cur.total:
             cur = evaluate(given)
             merged, merge, merge_rejected = frozenset(), MergeResult({}, cur.total, CARRIED, 0, 0), dict

@@ -131,3 +131,16 @@ def test_one_kernel_per_op_is_priced_only_where_the_default_partition_is_not_bel
     floor = partition_floor(base.extraction.program, base.extraction.partition, {}, "sm90")
     assert len(base.priced) not in searched and sizes[len(searched):] == [len(base.priced)]
     assert s.best.total <= floor <= base.total, (s.best.total, floor, base.total)
+
+
+def test_pricing_a_partition_stops_once_its_kernels_add_up_above_a_bound():
+    """``price_kernels(above=...)``: the search asks whether one kernel per op beats a price it has (a carried
+    segment's); None as soon as the kernels priced add up to more, the whole list when they never do."""
+    from polysat.pricing.kernels import price_kernels
+    x = Compilation(_gemm_rmsnorm(), cost="model").search.baseline.extraction
+    full = price_kernels(x.program, x.partition, {}, "sm90")
+    total = total_us(full)
+    assert len(full) > 2
+    assert price_kernels(x.program, x.partition, {}, "sm90", above=total) == full
+    assert price_kernels(x.program, x.partition, {}, "sm90", above=total * (1 - 1e-6)) is None
+    assert price_kernels(x.program, x.partition, {}, "sm90", above=full[0].cost.time_est_us / 2) is None
