@@ -319,15 +319,15 @@ def partition_floor(prog, part, params: dict, arch: str) -> float:
 
 def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable,
                 limits: SearchLimits = SearchLimits(), hint: "frozenset | None" = None,
-                deadline: float = math.inf, unfused: Callable = lambda: math.inf) -> tuple:
+                deadline: float = math.inf, unfused_below: Callable = lambda price: False) -> tuple:
     """The merge search over the one-kernel-per-op partition of ``base`` (a Candidate of every site
     cut). Returns (the Mat site classes fused, MergeResult, ``rejected()``: {Mat class: (separate µs,
     fused µs or None where a legality rule decided, why, groups)} for each site the best partition
     keeps whose readers share one group; priced on demand, for --explain). ``hint``: the Mat classes a
     known good partition fuses, tried first. ``deadline`` (``time.process_time``): the polish stops there.
-    ``unfused()``: the one-kernel-per-op partition's price; a search a limit stopped above it (its first path, the
-    hint's, a bad one: LLaMA-7B L1's default partition, 2,591.7 µs against 1,470.9) is polished from every kernel
-    its own group instead, where that prices lower in the search's own prices (no new price but the singletons')."""
+    ``unfused_below(price)``: whether the one-kernel-per-op partition prices below that; a search a limit stopped
+    above it (its first path, the hint's, a bad one: LLaMA-7B L1's default partition, 2,591.7 µs against 1,470.9)
+    is polished from every kernel its own group instead, where that prices lower in the search's own prices (no new price but the singletons')."""
     sp = merge_space(state, view, st, roots, base, params, arch, illegal)
     prices: dict = {}
     verdicts: dict = {}
@@ -347,7 +347,8 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
     res = merge_search(sp.items, price, sp.lower, legal, limits,
                        (lambda k: sp.site(k) in hint) if hint is not None else (lambda k: True))
     if res.stop != "exhausted":
-        res = _polish(sp.items, res, price, sp.lower, legal, deadline=deadline, total=limits.total, unfused=unfused)
+        res = _polish(sp.items, res, price, sp.lower, legal, deadline=deadline, total=limits.total,
+                      unfused_below=unfused_below)
     fused = frozenset(sp.site(m) for m in res.absorbed)
     rho = {m: r for r, ms in res.groups.items() for m in ms}
 
@@ -374,7 +375,7 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
 
 def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, legal: Callable,
             rounds: int = 8, deadline: float = math.inf, total: float = math.inf,
-            unfused: Callable = lambda: math.inf) -> MergeResult:
+            unfused_below: Callable = lambda price: False) -> MergeResult:
     """After a search a limit stopped: while joining one group into the group all its root's readers
     share lowers the total, take the join that lowers it most, with every other join that lowers it and
     touches none of the groups taken, and search again from there (its first path is the joined partition;
@@ -384,10 +385,10 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
     could (its two groups' prices less the group's lower bound), no single join into it is priced; otherwise
     each is priced, and the improving ones at once are a move too. Past ``deadline`` (CPU, the search's ``total``
     seconds) it takes the best join found so far and stops, and its stop reason says so. When ``res`` is priced
-    above ``unfused()`` (one kernel per op's price, asked only when ``res`` is above its lower bound, the kernels'
-    ``lower``), it starts from every kernel its own group instead, where that prices lower (the search's first
+    above one kernel per op's price (``unfused_below(res.total)``, asked only when ``res`` is above its lower bound, the
+    kernels' ``lower``), it starts from every kernel its own group instead, where that prices lower (the search's first
     path, the hint's, was a bad one: LLaMA-7B L1's default partition)."""
-    if res.total > sum(map(lower, (it.name for it in items))) and res.total > unfused():
+    if res.total > sum(map(lower, (it.name for it in items))) and unfused_below(res.total):
         alone = merge_search(items, price, lower, legal, SearchLimits(prices=0), lambda k: False)
         if alone.total < res.total:  # every kernel its own group (a first path: complete whatever the limit)
             res = dataclasses.replace(alone, stop=res.stop, nodes=res.nodes + alone.nodes, priced=res.priced + alone.priced)

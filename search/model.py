@@ -181,16 +181,24 @@ class ModelCost(SearchingCost):
         # one kernel per op is priced only where the default partition is not below its admissible lower bound
         # (merge.partition_floor: a mixture of 32 experts has 1,048 kernels of one op, their floor alone far above the
         # default partition), and only until its kernels add up to more than both the default partition and a carried
-        # one (below: a ResNet block at other extents), so the incumbent is the same either way
+        # one (below: a ResNet block at other extents), so the incumbent is the same either way; so too where the
+        # polish asks whether it prices below the merge search's answer
         seed = evaluate(default_fused(state, view, st, streams))
         floor = partition_floor(base.extraction.program, base.extraction.partition, params, self.arch)
         # a segment of the structure of one searched before: its decisions, where legal and not priced above either
         # baseline here, are the answer (the blocks of a ResNet's stages at other extents)
         given = None if state.no_facts or like is None or not like[1] else \
             carried(like, view, state, st, streams if stream else frozenset())
+
+        def unfused_below(price: float) -> bool:
+            """Whether one kernel per op prices below ``price``: its kernels priced only until they add up to more
+            (prices are never negative), the whole partition evaluated where they do not."""
+            if frozenset() not in memo and price_kernels(base.extraction.program, base.extraction.partition, params,
+                                                          self.arch, above=price) is None:
+                return False
+            return evaluate(frozenset()).total < price
         known = min(seed.total, evaluate(given).total if given is not None else math.inf)
-        if seed.total <= floor or given is not None and frozenset() not in memo and price_kernels(
-                base.extraction.program, base.extraction.partition, params, self.arch, above=known) is None:
+        if seed.total <= floor or not unfused_below(known):
             cur = seed
         else:
             cur = min(seed, evaluate(frozenset()), key=lambda c: (c.total, c is not seed))
@@ -211,7 +219,7 @@ class ModelCost(SearchingCost):
             # stopped above that price
             merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
                                                         lambda sites: violations(view, sites, grouped), self.limits,
-                                                        seed.fused, deadline, lambda: evaluate(frozenset()).total)
+                                                        seed.fused, deadline, unfused_below)
         progress.note(f"merge search: {merge.stop}, {merge.priced} groups priced")
         big = len(st) > self.exact_sites
         # realized: streaming every softmax-weighted sum at once first on a large program (the merge

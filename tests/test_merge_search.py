@@ -270,7 +270,7 @@ def test_the_polish_starts_from_one_kernel_per_op_when_the_search_stopped_above_
     first = merge_search(items, price, lambda r: 1.0, lambda m: True, SearchLimits(prices=0))
     assert first.total == pytest.approx(100.0) and first.stop == "price limit (0 groups priced)"
     assert _polish(items, first, price, lambda r: 1.0, lambda m: True).total == pytest.approx(100.0)
-    res = _polish(items, first, price, lambda r: 1.0, lambda m: True, unfused=lambda: 9.0)
+    res = _polish(items, first, price, lambda r: 1.0, lambda m: True, unfused_below=lambda price: 9.0 < price)
     assert res.groups == {"b": frozenset("ab"), "c": frozenset("c")} and res.total == pytest.approx(8.0), res
     assert res.stop == "price limit (0 groups priced), then 1 join(s)"
 
