@@ -23,15 +23,21 @@ HELPERS: dict[str, Callable[..., str]] = {}
 
 
 def helper(name: str):
+    """Registers fn as the helper ``$name``: never raising, and remembered per argument tuple (a helper is a pure
+    function of its strings, and the rules ask the same question many times: every read of one shape and map,
+    every segment of a model)."""
     def deco(fn):
-        @functools.wraps(fn)
-        def safe(*args):
+        @functools.lru_cache(maxsize=1 << 16)
+        def answer(*args) -> str:
             try:
-                args = tuple(a.decode() if isinstance(a, bytes) else a for a in args)
                 out = fn(*args)
                 return "" if out is None else out
             except Exception:  # noqa: BLE001 — "does not apply"; see the module docstring
                 return ""
+
+        @functools.wraps(fn)
+        def safe(*args):
+            return answer(*(a.decode() if isinstance(a, bytes) else a for a in args))
         HELPERS[name] = safe
         return safe
     return deco
