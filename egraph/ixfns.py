@@ -27,7 +27,7 @@ def helper(name: str):
     function of its strings, and the rules ask the same question many times: every read of one shape and map,
     every segment of a model)."""
     def deco(fn):
-        @functools.lru_cache(maxsize=1 << 16)
+        @functools.lru_cache(maxsize=1 << 12)
         def answer(*args) -> str:
             try:
                 out = fn(*args)

@@ -25,27 +25,17 @@ _MOVE = {Ops.RESHAPE: "Reshape", Ops.PERMUTE: "Permute", Ops.EXPAND: "Expand", O
          Ops.SHRINK: "Shrink", Ops.FLIP: "Flip", Ops.VIEW: "View"}
 
 
-_PARSED: dict = {}  # (filename, text) -> egglog's commands, for the texts every e-graph runs (schema, rule files)
-
-
-def run_text(eg: EGraph, text: str, filename: str = "<polysat>", keep: bool = False) -> list:
-    """Run egglog text in eg; ``keep``: a text every e-graph runs, parsed once per process (a segmented model
-    builds an e-graph per distinct segment)."""
+def run_text(eg: EGraph, text: str, filename: str = "<polysat>") -> list:
     g = eg._egraph  # noqa: SLF001 — raw programs are how rule files run
-    if not keep:
-        return g.run_program(*g.parse_program(text, filename=filename))
-    cmds = _PARSED.get((filename, text))
-    if cmds is None:
-        cmds = _PARSED[(filename, text)] = g.parse_program(text, filename=filename)
-    return g.run_program(*cmds)
+    return g.run_program(*g.parse_program(text, filename=filename))
 
 
 def base_egraph() -> EGraph:
     """Schema, helper globals and the analysis ruleset; no rules, no program."""
     eg = EGraph()
     declare_all(eg)
-    run_text(eg, prelude(), "<ixfns prelude>", keep=True)
-    run_text(eg, ANALYSIS.read_text(encoding="utf-8"), str(ANALYSIS), keep=True)
+    run_text(eg, prelude(), "<ixfns prelude>")
+    run_text(eg, ANALYSIS.read_text(encoding="utf-8"), str(ANALYSIS))
     return eg
 
 
@@ -53,7 +43,7 @@ def add_rule_files(eg: EGraph, files: list) -> None:
     """Run each file into eg; an egglog error is E1403 naming file:line and rule (eg is then unusable)."""
     for rf in files:
         try:
-            run_text(eg, rf.text, rf.path, keep=True)
+            run_text(eg, rf.text, rf.path)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:  # noqa: BLE001 — pyo3 PanicException is a BaseException
