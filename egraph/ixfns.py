@@ -27,17 +27,22 @@ def helper(name: str):
     function of its strings, and the rules ask the same question many times: every read of one shape and map,
     every segment of a model)."""
     def deco(fn):
-        @functools.lru_cache(maxsize=1 << 12)
-        def answer(*args) -> str:
+        def plain(*args) -> str:
             try:
                 out = fn(*args)
                 return "" if out is None else out
             except Exception:  # noqa: BLE001 — "does not apply"; see the module docstring
                 return ""
+        answer = functools.lru_cache(maxsize=1 << 12)(plain)
 
         @functools.wraps(fn)
         def safe(*args):
-            return answer(*(a.decode() if isinstance(a, bytes) else a for a in args))
+            args = tuple(a.decode() if isinstance(a, bytes) else a for a in args)
+            try:
+                hash(args)
+            except TypeError:  # an argument that is no string (a py-dict): asked without the memo
+                return plain(*args)
+            return answer(*args)
         HELPERS[name] = safe
         return safe
     return deco
