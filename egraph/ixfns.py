@@ -23,15 +23,26 @@ HELPERS: dict[str, Callable[..., str]] = {}
 
 
 def helper(name: str):
+    """Registers fn as the helper ``$name``: never raising, and remembered per argument tuple (a helper is a pure
+    function of its strings, and the rules ask the same question many times: every read of one shape and map,
+    every segment of a model)."""
     def deco(fn):
-        @functools.wraps(fn)
-        def safe(*args):
+        def plain(*args) -> str:
             try:
-                args = tuple(a.decode() if isinstance(a, bytes) else a for a in args)
                 out = fn(*args)
                 return "" if out is None else out
             except Exception:  # noqa: BLE001 — "does not apply"; see the module docstring
                 return ""
+        answer = functools.lru_cache(maxsize=1 << 12)(plain)
+
+        @functools.wraps(fn)
+        def safe(*args):
+            args = tuple(a.decode() if isinstance(a, bytes) else a for a in args)
+            try:
+                hash(args)
+            except TypeError:  # an argument that is no string (a py-dict): asked without the memo
+                return plain(*args)
+            return answer(*args)
         HELPERS[name] = safe
         return safe
     return deco

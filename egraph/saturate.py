@@ -204,7 +204,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
                 grew = drive.iteration(ph)
             except _Stop as e:
                 stop, grew = e.reason, True
-            after = st.enodes()
+            after = st.enodes(drive.sizes)  # (the tables as the iteration's last egglog call left them)
             rep.iterations.append(Iteration(done, ph.name, after, _clock() - ti, dict(drive.matches)))
             progress.note(f"iteration {done} ({ph.name}): {after} e-nodes, {_clock() - ti:.1f} s")
             if stop is None:
@@ -241,6 +241,7 @@ class _Driver:
     def __init__(self, st: EGraphState, lim: Limits, rep: RunReport, t0: float, check: bool = True):
         self.st, self.lim, self.rep, self.t0, self.check = st, lim, rep, t0, check
         self.rows = 0
+        self.sizes: "dict | None" = None  # every table's rows after the last egglog call
         self.matches: dict = {}
         self.rss0 = _rss_mb()
         # inside one egglog call (egraph/watchdog.py): the memory limit, and twice the budget (at least 1 s) and 2 s more
@@ -297,7 +298,8 @@ class _Driver:
         for name, secs in _rule_seconds(report).items():
             if name in self.rep.rules:
                 self.rep.rules[name].seconds += secs
-        self.rows = sum(self.st.sizes().values())
+        self.sizes = self.st.sizes()
+        self.rows = sum(self.sizes.values())
         if self.check:
             if self.rows > lim.rows:
                 raise _Stop(StopReason.row_limit)

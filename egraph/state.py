@@ -92,10 +92,11 @@ class EGraphState:
         (out,) = self.run("(print-size)")
         return dict(out.sizes)
 
-    def enodes(self) -> int:
-        """E-nodes of the term language (analysis facts and the N ids excluded)."""
+    def enodes(self, sizes: "dict | None" = None) -> int:
+        """E-nodes of the term language (analysis facts and the N ids excluded); ``sizes``: the tables' rows if
+        just read (``sizes()``)."""
         from .schema import CHILDREN
-        return sum(n for f, n in self.sizes().items() if f in CHILDREN)
+        return sum(n for f, n in (self.sizes() if sizes is None else sizes).items() if f in CHILDREN)
 
 
 def new_state(program: Program, files: list, cuts: "set | None" = None) -> EGraphState:
