@@ -5,7 +5,7 @@ The cone of a region: the statements that compute, from the region's inputs, an 
 statements read (one GEMM, or sibling GEMMs over one A), each read only by the cone or by those statements, at least one of them a reduction
 (RMSNorm before a projection: the row's sum of squares, its rsqrt, x * r, * g), and none a load-path value
 (analyses/buffers.py ``load_path``: those are staged with the MMA operands already). The GEMM kind computes such
-a cone as its A prologue (backend/gemm/prologue.py ``stat``, polysat_gemm.cuh ``RowStats``), so the price reads:
+a cone as its A prologue (backend/gemm/prologue.py ``stat``, polysat_gemm.cuh ``PrologueStats``), so the price reads:
 
 * its values on chip: the statistic in shared memory, everything else in the producer's registers as each A stage
   is filled, never through device memory (:func:`on_chip`);
@@ -31,7 +31,7 @@ L2_LATENCY_US = 0.25  # estimate: one L2 round trip of a producer's loads under 
 # estimate (no GPU measured it): the share of the FP32 rate the sm90 producer warpgroup reaches beside the wgmma
 # consumers: one warp per SM sub-partition, 8-element chunks giving each enough independent work to issue most cycles
 PRODUCER_SIMT_SHARE = 0.5
-STAT_LOADS = 4  # 16-byte loads a thread holds in flight in the statistic's pass (polysat_gemm.cuh RowStats U) ...
+STAT_LOADS = 4  # 16-byte loads a thread holds in flight in the statistic's pass (polysat_gemm.cuh PrologueStats U) ...
 STAT_LOADS_ONE = 16  # ... and in the sm90 producer of one consumer warpgroup (no setmaxnreg: PrologueSm90)
 PRODUCER_THREADS = 128  # the sm90 producer warpgroup
 CHUNK_ELEMS = 8  # 16-bit elements of one 16-byte load

@@ -64,7 +64,7 @@ CASES = {
         ("round_fp16", (("s", 2),))))),
     # two sibling GEMMs combined column by column: SiLU(x @ W_gate) * (x @ W_up), each fp16 step rounded
     "pair_swiglu": GemmSpec("pair_swiglu", 200, 1024, 256, b_pieces=(("wg", 512), ("wu", 512)), pair=PAIR),
-    # RMSNorm computed in the prologue, its row statistic by the kernel (RowStats): alone, over the Q/K/V pieces,
+    # RMSNorm computed in the prologue, its row statistic by the kernel (PrologueStats): alone, over the Q/K/V pieces,
     # and under the gate/up pair (M tails)
     "prologue_stat": GemmSpec("pro_stat", 200, 136, 264, b_layout="col", out_dtype=F32, a_prologue=RMS),
     "prologue_stat_pieces": GemmSpec("pro_stat_qkv", 77, 768, 256, b_pieces=(("wq", 256), ("wk", 256), ("wv", 256)),

@@ -31,7 +31,7 @@ struct Fn {  // A = 2 gate + up, rounded to fp16 (as a generated prologue's prog
   const __half* src[NS];
   long long ld[NS];
   int col[NS];
-  static constexpr int NST = 0;  // no per-row statistic (RowStats: STATS_SOURCE below)
+  static constexpr int NST = 0;  // no per-row statistic (PrologueStats: STATS_SOURCE below)
   POLYSAT_HD float f(const float (&x)[NS], int, const float*) const { return round_to_host(2.0f * x[0] + x[1]); }
   static POLYSAT_HD float round_to_host(float v) { return __half2float(__float2half_rn(v)); }
 };
@@ -164,7 +164,7 @@ struct Fn {  // RMSNorm's statistic over columns col .. col + K of x: 1 / sqrt(s
 // every thread's partials, then (the barrier) every thread's finish, for each M tile; one line per tile
 template <int ROWS, int THREADS>
 static void stats(const Fn& fn, int M, int K) {
-  using RS = RowStats<__half, Fn, ROWS, THREADS>;
+  using RS = PrologueStats<__half, Fn, ROWS, THREADS>;
   std::vector<float> part(RS::NST * RS::PART, NAN), st(ROWS * RS::NST, NAN);
   for (int m0 = 0; m0 < M; m0 += ROWS) {
     for (int tid = 0; tid < THREADS; ++tid) RS::partials(fn, part.data(), m0, M, K, tid);
@@ -191,7 +191,7 @@ int main() {
 
 
 def test_the_row_statistic_is_numpys_over_the_rows_columns(tmp_path):
-    """RowStats (the per-row statistic a prologue computes before its first A tile: RMSNorm's 1 / sqrt(mean(x^2) +
+    """PrologueStats (the per-row statistic a prologue computes before its first A tile: RMSNorm's 1 / sqrt(mean(x^2) +
     eps) over K columns from col of a [M, ld] fp16 tensor), every thread's partials then every thread's finish, as
     the sm90 producer warpgroup (BM 64, 128, 192) and an sm80 CTA (8 warps) run it, against numpy in fp64 to
     fp32 rounding (the kernel sums in its own order), M and K not multiples of the tile or of the threads' chunks."""

@@ -134,7 +134,7 @@ def test_the_statistic_survives_json_and_bad_ones_are_refused():
 
 
 def test_the_statistic_gemm_builds_for_both_skeletons(compiled):
-    oracle.region_builds_for_both_skeletons(_fused(compiled[2].regions), "statistic prologue GEMM", "RowStats<")
+    oracle.region_builds_for_both_skeletons(_fused(compiled[2].regions), "statistic prologue GEMM", "PrologueStats<")
 
 
 def test_the_paired_statistic_gemm_builds_for_both_skeletons(gated):

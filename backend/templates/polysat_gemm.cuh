@@ -737,7 +737,7 @@ __device__ __forceinline__ void gemm_sm90_pieces(const void* tmA, const void* co
 // in fp32 (Fn rounds each 16-bit step as the reference does) and stored as T into the K-major A tile.
 // Outside the matrix (m >= M or k >= K; K % 8 == 0) the tile holds 0. Fn (generated per kernel) gives NS
 // chunked sources src[s] with row strides ld[s] (0: a "k" source) and columns col[s], and f(x, m, st), st the
-// row's NST per-row statistics (RowStats below; NST 0: none) that the CTA computes before its first A tile.
+// row's NST per-row statistics (PrologueStats below; NST 0: none) that the CTA computes before its first A tile.
 // =============================================================================================
 // 16 bytes of global memory, or zeros where pred is false (nothing is read then); on the host (the emulator of
 // tests/test_gemm_prologue_emulate.py) a plain copy
@@ -794,7 +794,7 @@ struct KPlaceSm90 {
 // barrier finish() adds a row's TPR partials in order and applies post (the sum's order is the kernel's own:
 // the reduction reassociates). part holds NST * PART floats, stats ROWS * NST.
 template <class T, class Fn, int ROWS, int THREADS, int U = 4>
-struct RowStats {
+struct PrologueStats {
   static constexpr bool SHARED = THREADS >= ROWS && THREADS % ROWS == 0;
   static constexpr int TPR = SHARED ? THREADS / ROWS : 1, RPT = SHARED ? 1 : (ROWS + THREADS - 1) / THREADS;
   static constexpr int NST = Fn::NST > 0 ? Fn::NST : 1, PART = ROWS * TPR;
@@ -847,7 +847,7 @@ struct PrologueTile {
                 "the prologue tile must divide evenly among the threads");
   Fn fn;
   int m0, M, K;
-  const float* stats = nullptr;  // the tile's per-row statistics (RowStats), when Fn::NST > 0
+  const float* stats = nullptr;  // the tile's per-row statistics (PrologueStats), when Fn::NST > 0
   uint4 raw[CHUNK][Fn::NS];
   POLYSAT_HD void fetch(int k0, int tid, int p0) {
 #pragma unroll
@@ -904,7 +904,7 @@ struct PrologueSm90 {
   __device__ __forceinline__ void gather(unsigned char* dst, int tm, int k0, int, int tid) {
     t.m0 = tm * BM;
     if constexpr (Fn::NST > 0) {
-      using RS = RowStats<T, Fn, BM, 128, STAT_LOADS>;
+      using RS = PrologueStats<T, Fn, BM, 128, STAT_LOADS>;
       __shared__ float part[RS::NST * RS::PART], stats[BM * RS::NST];  // static: no pointer held in registers
       if (k0 == 0) {  // the tile's first A stage: its rows' statistics, over all of K, by the 128 producer threads
         named_bar_sync(2, 128);  // every producer thread is done with the previous tile's statistics
@@ -923,7 +923,7 @@ struct PrologueSm90 {
   }
 };
 
-// sm80: the rows' statistics (RowStats, by every thread, before the main loop), then the main loop with A computed by
+// sm80: the rows' statistics (PrologueStats, by every thread, before the main loop), then the main loop with A computed by
 // the prologue and B from any producer PB (a plain operand, the piece of a concatenation, or a pair's two pieces).
 template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool B_KMAJOR, class Fn, class PB>
 __device__ __forceinline__ void mainloop_sm80_prologue(const Fn& fn, PB& pb, int M, int K, unsigned char* smem,
@@ -931,7 +931,7 @@ __device__ __forceinline__ void mainloop_sm80_prologue(const Fn& fn, PB& pb, int
   constexpr int THREADS = WM * WN * 32;
   PrologueSm80<T, Fn, BM, BK, THREADS> pa{{fn, (int)blockIdx.y * BM, M, K}};
   if constexpr (Fn::NST > 0) {
-    using RS = RowStats<T, Fn, BM, THREADS>;
+    using RS = PrologueStats<T, Fn, BM, THREADS>;
     __shared__ float part[RS::NST * RS::PART], stats[BM * RS::NST];
     RS::partials(fn, part, pa.t.m0, M, K, threadIdx.x);
     __syncthreads();
