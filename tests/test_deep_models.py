@@ -304,7 +304,7 @@ def test_a_sum_of_many_terms_is_split_and_rebuilt_without_recursion(low_recursio
     for leaf in leaves[1:]:
         total = binary("add", total, leaf, DType.fp32)
     assert concat._terms(lambda n: n, total) == leaves  # left to right
-    swapped = concat._rebuild(total, lambda n: n, lambda n: leaves[1] if n is leaves[0] else None)
+    swapped = concat.rebuild(total, lambda n: n, lambda n: leaves[1] if n is leaves[0] else None)
     assert concat._terms(lambda n: n, swapped) == [leaves[1]] + leaves[1:]
 
 

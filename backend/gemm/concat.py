@@ -69,7 +69,7 @@ def _piece(lets: Lets, n: RNode, n_ax: str, width: int, out: DType) -> "Piece | 
             return None
 
 
-def _rebuild(n: RNode, lets: Lets, f: Callable[[RNode], "RNode | None"]) -> RNode:
+def rebuild(n: RNode, lets: Lets, f: Callable[[RNode], "RNode | None"]) -> RNode:
     return trampoline.run(_rebuilt(n, lets, f))
 
 
@@ -111,16 +111,16 @@ def fold(lets: Lets, top: RNode, n_ax: str, lo: int, hi: int) -> RNode:
         if n.op == R.SELECT and lets(n.src[0]).op == R.PRED:
             got = _decided(lets, n.src[0], n_ax, lo, hi)
             if got is not None:
-                return _rebuild(n.src[1] if got else n.src[2], lets, f)
+                return rebuild(n.src[1] if got else n.src[2], lets, f)
         if n.op == R.BINARY and n.arg == "add":
-            a, b = (_rebuild(s, lets, f) for s in n.src)
+            a, b = (rebuild(s, lets, f) for s in n.src)
             if _zero(b) and a.dtype == n.dtype:
                 return a
             if _zero(a) and b.dtype == n.dtype:
                 return b
             return dataclasses.replace(n, src=(a, b))
         return None
-    return _rebuild(top, lets, f)
+    return rebuild(top, lets, f)
 
 
 def uses_axis(lets: Lets, n: RNode, ax: str) -> bool:
@@ -192,7 +192,7 @@ def merged(r: Region) -> "tuple[Region, tuple] | None":
 
     def swap(n: RNode) -> "RNode | None":
         return RNode(R.READ, (), (virtual, tuple(Expr.var(e) for e in ix)), b0.dtype, n.axes) if n == b0 else None
-    acc = _rebuild(pieces[0].acc, lets, swap)
+    acc = rebuild(pieces[0].acc, lets, swap)
     used = {t for t, _, _ in out}
     layout = next(b.memref.layout for b in r.inputs if b.name == b0.arg[0])
     inputs = tuple(b for b in r.inputs if b.name not in used) + (

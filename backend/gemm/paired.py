@@ -21,7 +21,7 @@ from ...ir.region import Buffer, Let, MemRef, R, Region, RNode
 from ...ir.region import walk as rwalk
 from ..common import epilogue_fn
 from ..common.region_match import Lets, walk
-from .concat import _operand_reads, _rebuild, a_dtype, fold, kept_axes, one_matrix, same_a
+from .concat import _operand_reads, rebuild, a_dtype, fold, kept_axes, one_matrix, same_a
 
 
 def paired(r: Region) -> "tuple[Region, tuple, tuple] | None":
@@ -74,7 +74,7 @@ def paired(r: Region) -> "tuple[Region, tuple, tuple] | None":
 
     def swap(n: RNode) -> "RNode | None":
         return RNode(R.READ, (), (virtual, (Expr.var(k0), Expr.var(n_ax))), b0.dtype, n.axes) if n == b0 else None
-    acc = _rebuild(reds[0], flat, swap)
+    acc = rebuild(reds[0], flat, swap)
     out = r.outputs[0]
     layout = next(x.memref.layout for x in r.inputs if x.name == bs[0])
     inputs = tuple(x for x in r.inputs if x.name not in bs) + (

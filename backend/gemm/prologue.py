@@ -34,7 +34,7 @@ from ...ir.region import R, Region, RNode
 from ..common import epilogue_fn
 from ..common.epilogue import HALF
 from ..common.region_match import Lets, axis_var, walk
-from .concat import _rebuild as rebuild, uses_axis
+from .concat import rebuild, uses_axis
 
 ROLES = ("mk", "k", "m", "stat")
 CHUNK = 8  # elements of one 16-byte load of a 16-bit mk / k source
