@@ -209,7 +209,7 @@ class ModelCost(SearchingCost):
                           f"not searched: {state.no_facts}", 0, 0)
         if given is not None and evaluate(given).total <= cur.total:
             cur = evaluate(given)
-            merged, merge, merge_rejected = frozenset(), MergeResult({}, cur.total, CARRIED, 0, 0), dict
+            merged, merge, merge_rejected = frozenset(), MergeResult({}, cur.total, CARRIED, 0, 0), lambda: {}
         else:
             # a group is judged as it is realized: its softmax-weighted sums streamed (the realized partition
             # is checked again on its own extraction below)
