@@ -171,13 +171,15 @@ def _plans(book: IndexBook, consumers: "dict | None" = None) -> tuple:
 
 
 _BLOCKS: dict = {}  # what a block is made of -> the Block (never changed once made)
+_FORMS: dict = {}  # a block's form (its key with the names taken out) -> a Block of that form, renamed per use
 
 
 def _block(book: IndexBook, names: dict, info: ValueInfo, kind: str, reads: tuple, attrs: dict) -> Block:
     """The value's block. Kept across views by everything it is made of (the node itself, its space and axes,
     the reads with their tensors' names, padding values by repr, the params): a search builds the views of many
     programs that share most of their values, and a shared block also keeps its Statement text
-    (analyses/poly_from_view.py)."""
+    (analyses/poly_from_view.py). A block of a form made before under other names (the identical experts of a
+    mixture, the same layer at other node ids: ``_form``) is that block renamed, not built again."""
     prog = book.program
     out_name = names[info.value_id]
     if prog[info.value_id].op == Ops.INPUT:  # an input returned as an output: copy to the output's name
@@ -189,8 +191,48 @@ def _block(book: IndexBook, names: dict, info: ValueInfo, kind: str, reads: tupl
     if got is None:
         if len(_BLOCKS) > 50000:
             _BLOCKS.clear()
-        got = _BLOCKS[key] = _make_block(book, names, info, kind, reads, attrs, out_name)
+            _FORMS.clear()
+        form = _form(book, names, info, kind, reads, attrs, out_name)
+        like = _FORMS.get(form)
+        if like is None:
+            got = _FORMS[form] = _make_block(book, names, info, kind, reads, attrs, out_name)
+        else:
+            got = _renamed_block(like, book, names, info, reads, attrs, out_name)
+        _BLOCKS[key] = got
     return got
+
+
+def _form(book: IndexBook, names: dict, info: ValueInfo, kind: str, reads: tuple, attrs: dict, out_name: str) -> tuple:
+    """What ``_make_block`` makes a block of, with the names taken out: the space, the axes, the params, the
+    reads' maps, guards and padding (each read's tensor as the first place its name occurs among the written
+    tensor and the reads), the contraction's operands as places among the reads; equal forms give blocks equal
+    but for the statement's and tensors' names."""
+    prog = book.program
+    place = {out_name: 0}
+    rows = tuple((acc.map, acc.guard, repr(acc.pads), prog[acc.value_id].op == Ops.CONST,
+                  place.setdefault(names[acc.value_id], len(place))) for acc in reads)
+    ids = [acc.value_id for acc in reads]
+    shape = {k: (ids.index(v) if k in ("lhs", "rhs") and v in ids else v) for k, v in attrs.items()}
+    return (kind, book.params, tuple((a.name, a.size) for a in info.space), tuple(a.name for a in info.axes),
+            repr(shape), rows)
+
+
+def _renamed_block(like: Block, book: IndexBook, names: dict, info: ValueInfo, reads: tuple, attrs: dict,
+                   out_name: str) -> Block:
+    """``like`` (a block of the same ``_form``) with this value's statement and tensor names: its isl sets and maps
+    renamed, its reads this block's own."""
+    stmt = "S_" + iu.isl_name(info.value_id)
+    live = [acc for acc in reads if book.program[acc.value_id].op != Ops.CONST]
+    accs = []
+    for a, acc in zip(like.reads(), live, strict=True):
+        tensor = names[acc.value_id]
+        m = a.map.set_tuple_name(isl.dim_type.in_, stmt).set_tuple_name(isl.dim_type.out, tensor)
+        ib = a.in_bounds.set_tuple_name(stmt) if a.in_bounds is not None else None
+        accs.append(AccessRel(tensor, acc.value_id, "read", m, acc, ib))
+    (w,) = like.writes()
+    accs.append(AccessRel(out_name, info.value_id, "write",
+                          w.map.set_tuple_name(isl.dim_type.in_, stmt).set_tuple_name(isl.dim_type.out, out_name)))
+    return Block(stmt, info.value_id, like.kind, info.space_names, like.domain.set_tuple_name(stmt), accs, attrs)
 
 
 def _make_block(book: IndexBook, names: dict, info: ValueInfo, kind: str, reads: tuple, attrs: dict,

@@ -191,11 +191,15 @@ class Expr:
         return True
 
     def variables(self) -> frozenset:
-        out = set()
-        for m, _ in self.terms:
-            for a in m:
-                out |= {a} if isinstance(a, str) else a.num.variables()
-        return frozenset(out)
+        """The variables it reads (made once, as the hash: an expression is immutable and read many times)."""
+        got = self.__dict__.get("_vars")
+        if got is None:
+            out = set()
+            for m, _ in self.terms:
+                for a in m:
+                    out |= {a} if isinstance(a, str) else a.num.variables()
+            got = self.__dict__["_vars"] = frozenset(out)
+        return got
 
     def coeff(self, name: str) -> int:
         """Coefficient of the plain variable name (not counting occurrences inside floordivs)."""

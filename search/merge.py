@@ -23,6 +23,7 @@ returned is the optimum of the space under the same prices; otherwise the best o
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 import time
 from dataclasses import dataclass, field
@@ -93,6 +94,7 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
     absorbing that kernel first (the order only changes how soon the bound bites)."""
     n = len(items)
     readers = {it.name: frozenset(it.readers) for it in items}
+    producers = {it.name: it.producers for it in items}
     order = {it.name: k for k, it in enumerate(items)}
     prices: dict = {}
     legal_memo: dict = {}
@@ -136,14 +138,24 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
 
     def close(i: int, pending: frozenset) -> "tuple | None":
         """(group, pending left) when items[i] is a root, None when a pending kernel it reads could
-        then never join a group."""
+        then never join a group. The group: the pending kernels all of whose readers are in it, found from
+        the root back along what its members read (a pending kernel has readers, so one of them is a member),
+        readers before the kernels they read: the work follows the group, not the pending set (a mixture's
+        experts all wait for their concatenation)."""
         name = items[i].name
         group = {name}
-        for p in sorted(pending, key=order.__getitem__, reverse=True):  # readers before the kernels they read
-            if readers[p] <= group:
-                group.add(p)
-        if any(readers[p] & group for p in pending - group):
-            return None
+        heap = [(-order[p], p) for p in producers[name] if p in pending]
+        heapq.heapify(heap)
+        while heap:
+            _, p = heapq.heappop(heap)
+            if p in group or not readers[p] <= group:
+                continue
+            group.add(p)
+            for q in producers[p]:
+                if q in pending and q not in group:
+                    heapq.heappush(heap, (-order[q], q))
+        if any(p in pending and p not in group for m in group for p in producers[m]):
+            return None  # a pending kernel a member reads stays out: it could never join a group
         g = frozenset(group)
         return g, pending - g
 

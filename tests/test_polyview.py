@@ -232,3 +232,38 @@ def test_padded_read_reports_its_gisted_in_bounds_predicate():
     name = blk.domain.get_tuple_name()
     assert rd.in_bounds.is_equal(isl.Set(f"{{ {name}[i0] : 2 <= i0 <= 7 }}"))
     assert rd.in_bounds.intersect(blk.domain).is_equal(rd.map.domain())
+
+
+# ---- blocks of one form under other names (identical experts) ------------------------------------------
+
+def test_blocks_of_one_form_are_renamed_and_equal_to_blocks_built_afresh():
+    """Two identical branches (a padded slice of X, exp, a GEMM each with its own weight): the second branch's
+    blocks are the first's renamed (one block made per form), and every block equals the one ``_make_block``
+    builds on its own: the domain, each read's map, in-bounds piece, tensor and value, the write."""
+    from polysat.analyses import polyview as pvm
+    b = Builder()
+    X = b.input("X", DType.fp32, (8, 6), at="X")
+    outs = []
+    for e in range(2):
+        xe = b.pad(b.shrink(X, (4 * e, 0), (4 * e + 4, 6), at=f"s{e}"), ((0, 0), (1, 1)), at=f"p{e}")
+        h = b.alu(Ops.EXP2, xe, at=f"x{e}")
+        W = b.input(f"W{e}", DType.fp32, (8, 5), at=f"W{e}")
+        outs.append((f"Y{e}", tiny_dot(b, h, W)))
+    prog = b.program(outs)
+    pvm._BLOCKS.clear()
+    pvm._FORMS.clear()
+    book = build_indexbook(prog)
+    pv = build_polyview(book)
+    assert len(pvm._FORMS) < len(pv.blocks)  # the second branch made no block of its own
+    plans, _ = pvm._plans(book)
+    for blk, (info, kind, reads, attrs) in zip(pv.blocks, plans, strict=True):
+        fresh = pvm._make_block(book, pv.tensors, info, kind, reads, attrs, blk.writes()[0].tensor)
+        assert (blk.name, blk.value_id, blk.kind, blk.space, blk.attrs) == \
+            (fresh.name, fresh.value_id, fresh.kind, fresh.space, fresh.attrs)
+        assert blk.domain.is_equal(fresh.domain) and blk.domain.get_tuple_name() == fresh.domain.get_tuple_name()
+        assert len(blk.accesses) == len(fresh.accesses)
+        for a, f in zip(blk.accesses, fresh.accesses, strict=True):
+            assert (a.tensor, a.value_id, a.kind, a.access) == (f.tensor, f.value_id, f.kind, f.access)
+            assert a.map.is_equal(f.map) and str(a.map) == str(f.map)
+            assert (a.in_bounds is None) == (f.in_bounds is None)
+            assert a.in_bounds is None or (a.in_bounds.is_equal(f.in_bounds) and str(a.in_bounds) == str(f.in_bounds))
