@@ -139,15 +139,16 @@ class IndexBook:
 
     def compose(self, box: Box, exprs: tuple, guard: tuple, pads: tuple, inner: Access) -> Access:
         """Read inner (over the source's axes i0..) through the map exprs (over box's vars). A pure function of
-        its arguments, kept across books (a search builds the books of many programs that share most reads);
-        padding values are keyed by repr, so -0.0 and 0.0 stay apart."""
-        key = (tuple(box.items()), exprs, guard, repr(pads), inner.value_id, inner.map, inner.guard, repr(inner.pads))
+        its arguments, kept across books by all of them but the value read (a search builds the books of many
+        programs that share most reads); padding values are keyed by repr, so -0.0 and 0.0 stay apart."""
+        key = (tuple(box.items()), exprs, guard, repr(pads), inner.map, inner.guard, repr(inner.pads))
         hit = _COMPOSED.get(key)
         if hit is None:
             if len(_COMPOSED) > 200000:
                 _COMPOSED.clear()
             hit = _COMPOSED[key] = _compose(box, exprs, guard, pads, inner)
-        return hit
+        # the read's index does not depend on which value it reads (the identical experts of a mixture compose alike)
+        return hit if hit.value_id == inner.value_id else Access(inner.value_id, hit.map, hit.guard, hit.pads)
 
     def sources(self, vid: str, stops: Iterable[str] = ()) -> tuple:
         """The reads computing value vid performs, over its iteration space, each composed through
@@ -347,19 +348,30 @@ def _pieces(acc: Access) -> tuple:
 def book_symbols(book: IndexBook) -> dict:
     """symbol -> the first place (value id) that uses it."""
     out: dict = {}
-
-    def see(e, where):
-        for v in Expr.of(e).variables():
-            if not _axis_like(v):
-                out.setdefault(v, where)
-
     for info in book:
+        for v, where in _entry_symbols(info):
+            out.setdefault(v, where)
+    return out
+
+
+def _entry_symbols(info: ValueInfo) -> tuple:
+    """(symbol, place) for each symbol use of one entry, in order; kept on the entry (an entry is shared by the
+    books of a search's programs, ``build_indexbook`` with reuse)."""
+    got = info.__dict__.get("_symbols")
+    if got is None:
+        out = []
+
+        def see(e, where):
+            for v in Expr.of(e).variables():
+                if not _axis_like(v):
+                    out.append((v, where))
         for a in info.space:
             see(a.size, f"{info.value_id}.{a.name}")
         for acc in info.inputs:
             for e in acc.map + acc.guard:
                 see(e, f"{info.value_id} -> {acc.value_id}")
-    return out
+        got = info.__dict__["_symbols"] = tuple(out)
+    return got
 
 
 def _axis_like(name: str) -> bool:
@@ -432,9 +444,25 @@ def _floordivs(e: Expr):
                 yield from _floordivs(a.num)
 
 
+_INSIDE: set = set()  # the forms of reads found inside their source's bounds (``unguarded``)
+
+
 def unguarded(book: IndexBook, info: ValueInfo, acc: Access) -> Diagnostic | None:
-    """E1204 when the read can leave its source's bounds on its in-bounds piece."""
+    """E1204 when the read can leave its source's bounds on its in-bounds piece. A read of a form found inside
+    before (its space, map, guard, source shape and params: not the names) is not checked again."""
     src = book.program[acc.value_id]
+    form = (tuple((a.name, a.size) for a in info.space), acc.map, acc.guard, src.shape, book.params)
+    if form in _INSIDE:
+        return None
+    err = _unguarded(book, info, acc, src)
+    if err is None:
+        if len(_INSIDE) > 200000:
+            _INSIDE.clear()
+        _INSIDE.add(form)
+    return err
+
+
+def _unguarded(book: IndexBook, info: ValueInfo, acc: Access, src) -> Diagnostic | None:
     box = info.box
     sizes = {a.name: a.size for a in info.space}
     ok = True

@@ -20,7 +20,7 @@ from ..ir.tiny import Arg, GroupOp, Ops, Program, UOp
 from .indexbook import checked_indexbook
 from .isl_util import isl_name
 from .poly_region import Access, PolyRegion, Statement, TensorInfo, renamed
-from .polyview import Block, PolyView, build_polyview, tensor_names
+from .polyview import Block, PolyView, block_texts, build_polyview, tensor_names
 
 SFU_OPS = {Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RSQRT, Ops.RECIPROCAL, Ops.POW}
 COMBINE = {"SUM": "sum", "MAX": "max", "MIN": "min"}
@@ -49,8 +49,9 @@ def _make_statement(pv: PolyView, blk: Block) -> Statement:
     elif node.op == Ops.FDIV:
         flops = 2
     (w,) = blk.writes()
-    return Statement(blk.name, str(blk.domain), tuple(Access(a.tensor, str(a.map)) for a in blk.reads()),
-                     Access(w.tensor, str(w.map)), flops, unit, combine)
+    domain, reads, write = block_texts(blk)
+    return Statement(blk.name, domain, tuple(Access(a.tensor, t) for a, t in zip(blk.reads(), reads, strict=True)),
+                     Access(w.tensor, write), flops, unit, combine)
 
 
 def region_from_polyview(pv: PolyView, nodes: Iterable[str] | None = None, outputs: Iterable[str] | None = None,

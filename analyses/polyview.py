@@ -232,7 +232,30 @@ def _renamed_block(like: Block, book: IndexBook, names: dict, info: ValueInfo, r
     (w,) = like.writes()
     accs.append(AccessRel(out_name, info.value_id, "write",
                           w.map.set_tuple_name(isl.dim_type.in_, stmt).set_tuple_name(isl.dim_type.out, out_name)))
-    return Block(stmt, info.value_id, like.kind, info.space_names, like.domain.set_tuple_name(stmt), accs, attrs)
+    blk = Block(stmt, info.value_id, like.kind, info.space_names, like.domain.set_tuple_name(stmt), accs, attrs)
+    ren = {like.name: stmt}
+    for a, b in zip(like.accesses, accs, strict=True):
+        if ren.setdefault(a.tensor, b.tensor) != b.tensor:
+            return blk  # a name of like's that two of its names share (its texts are printed afresh)
+    blk.__dict__["_like"] = (like, ren)
+    return blk
+
+
+def block_texts(blk: Block) -> tuple:
+    """(domain, each read's map, the write's map) of a block as isl prints them, kept on the block; a block renamed
+    from another (``_renamed_block``) renames that block's texts instead of printing its own."""
+    got = blk.__dict__.get("_texts")
+    if got is None:
+        like = blk.__dict__.get("_like")
+        if like is not None:
+            texts = block_texts(like[0])
+            got = (iu.rename_tuples(texts[0], like[1]), tuple(iu.rename_tuples(t, like[1]) for t in texts[1]),
+                   iu.rename_tuples(texts[2], like[1]))
+        if got is None or got[0] is None or got[2] is None or None in got[1]:
+            (w,) = blk.writes()
+            got = (str(blk.domain), tuple(str(a.map) for a in blk.reads()), str(w.map))
+        blk.__dict__["_texts"] = got
+    return got
 
 
 def _make_block(book: IndexBook, names: dict, info: ValueInfo, kind: str, reads: tuple, attrs: dict,

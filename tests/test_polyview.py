@@ -239,7 +239,8 @@ def test_padded_read_reports_its_gisted_in_bounds_predicate():
 def test_blocks_of_one_form_are_renamed_and_equal_to_blocks_built_afresh():
     """Two identical branches (a padded slice of X, exp, a GEMM each with its own weight): the second branch's
     blocks are the first's renamed (one block made per form), and every block equals the one ``_make_block``
-    builds on its own: the domain, each read's map, in-bounds piece, tensor and value, the write."""
+    builds on its own: the domain, each read's map, in-bounds piece, tensor and value, the write, and the texts
+    its statement is printed from."""
     from polysat.analyses import polyview as pvm
     b = Builder()
     X = b.input("X", DType.fp32, (8, 6), at="X")
@@ -262,6 +263,8 @@ def test_blocks_of_one_form_are_renamed_and_equal_to_blocks_built_afresh():
             (fresh.name, fresh.value_id, fresh.kind, fresh.space, fresh.attrs)
         assert blk.domain.is_equal(fresh.domain) and blk.domain.get_tuple_name() == fresh.domain.get_tuple_name()
         assert len(blk.accesses) == len(fresh.accesses)
+        assert pvm.block_texts(blk) == (str(fresh.domain), tuple(str(a.map) for a in fresh.reads()),
+                                        str(fresh.writes()[0].map))  # the statement's text, renamed not printed
         for a, f in zip(blk.accesses, fresh.accesses, strict=True):
             assert (a.tensor, a.value_id, a.kind, a.access) == (f.tensor, f.value_id, f.kind, f.access)
             assert a.map.is_equal(f.map) and str(a.map) == str(f.map)
