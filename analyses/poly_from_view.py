@@ -59,8 +59,11 @@ def region_from_polyview(pv: PolyView, nodes: Iterable[str] | None = None, outpu
     """The kernel evaluating `nodes` (value ids; default: every block) and materializing `outputs`
     (default: the program outputs among them, and values read by blocks outside the kernel)."""
     prog = pv.book.program
-    wanted = None if nodes is None else set(nodes)
-    blocks = [b for b in pv.blocks if wanted is None or b.value_id in wanted]
+    if nodes is None:
+        blocks = pv.blocks
+    else:  # the kernel's blocks in the view's order, found by value (a search builds many small kernels of one view)
+        at = block_places(pv)
+        blocks = [pv.blocks[k] for k in sorted(at[v] for v in set(nodes) if v in at)]
     mine = {b.value_id for b in blocks}
     if outputs is None:
         outside = {a.value_id for b in pv.blocks if b.value_id not in mine for a in b.reads()}
@@ -80,6 +83,14 @@ def region_from_polyview(pv: PolyView, nodes: Iterable[str] | None = None, outpu
         t = tensors[w.tensor]
         tensors[w.tensor] = TensorInfo(t.name, t.shape, t.dtype, "output" if b.value_id in outs else "internal")
     return PolyRegion(name, tuple(tensors.values()), tuple(_statement(pv, b) for b in blocks), dict(params or {}))
+
+
+def block_places(pv: PolyView) -> dict:
+    """value id -> the place of its block in ``pv.blocks``, made once per view."""
+    got = pv.__dict__.get("_places")
+    if got is None:
+        got = pv.__dict__["_places"] = {b.value_id: k for k, b in enumerate(pv.blocks)}
+    return got
 
 
 def region_from_program(program: Program, params: Mapping[str, int] | None = None, name: str = "region",
@@ -107,8 +118,9 @@ def regions_from_partition(program: Program, partition, params: Mapping[str, int
         for k in partition.kernels:
             key = (k.nodes, k.outputs, k.name, bound)
             if key not in made:
+                at = block_places(pv)
                 made[key] = region_from_polyview(pv, k.nodes, k.outputs, params, k.name) \
-                    if any(b.value_id in k.nodes for b in pv.blocks) else None
+                    if any(v in at for v in k.nodes) else None
             if made[key] is not None:
                 out.append(made[key])
         return out

@@ -27,6 +27,27 @@ def violations(view, fused, chosen=None) -> list:
             for k in _within(view, fused) if k.sites <= fused and (paths is None or paths.holds(k, fused))]
 
 
+def violates(view, fused, chosen: dict, first=()) -> bool:
+    """``bool(violations(view, fused, chosen))``, stopping at the first conflict that holds, looking first at the
+    conflicts of the sites ``first`` (a descent's move: the site it fuses decides most of its conflicts)."""
+    fused = frozenset(fused)
+    paths = _paths(view, chosen)
+    by_site = _conflicts_of_site(view)
+    early = [k for s in first for k in by_site.get(s, ())]
+    return any(k.sites <= fused and paths.holds(k, fused) for k in (*early, *_within(view, fused)))
+
+
+def _conflicts_of_site(view) -> dict:
+    """site -> the conflicts that hold it, in the view's order; kept on the view."""
+    idx = view.__dict__.get("_conflicts_of_site")
+    if idx is None:
+        idx = view.__dict__["_conflicts_of_site"] = {}
+        for k in view.conflicts:
+            for s in k.sites:
+                idx.setdefault(s, []).append(k)
+    return idx
+
+
 def _within(view, fused: frozenset) -> tuple:
     """The conflicts that may lie within ``fused``, in the view's order: each is indexed under its least site, so
     a small decision set (a group of the merge search) looks at its own sites' conflicts, not every one."""
@@ -92,6 +113,7 @@ class _Paths:
                 ends.append(x)
         self.readers, self.ends = readers, ends
         self.per: dict = {}  # conflict -> (classes, starts, asked sites, answers)
+        self.streams: "dict | None" = None  # Reduce class -> the chosen SoftmaxSums computing it (``_Paths._streams_over``)
 
     def _region(self, k):
         if k in self.per:
@@ -113,7 +135,7 @@ class _Paths:
             if k.root in chosen and chosen[k.root].op == "Reduce":
                 starts = [chosen[k.root].children[0]]
             else:  # a streamed softmax-weighted sum computes the reduction k.root: it reads its values as it did
-                starts = [n.children[1] for n in _streams_over(view, k.root, chosen)]
+                starts = [n.children[1] for n in self._streams_over(k.root)]
             starts = [(c, None) for c in starts if c in up]
         else:  # a kernel's root: a cut site's value (its site asked) or a program root
             starts = [(c, self.site_of.get(c) if c in self.inner else None) for c in up
@@ -121,6 +143,18 @@ class _Paths:
         asked = frozenset({s for _, s in starts if s is not None} | {self.own[x] for x in up if x in self.own})
         self.per[k] = (up, starts, asked, {})
         return self.per[k]
+
+    def _streams_over(self, r: int) -> list:
+        """The chosen SoftmaxSum e-nodes that compute the Reduce class r (see ``_streamed``), in the extraction's
+        order; their value operand (children[1]) is what that Reduce read by broadcast along the queries. Indexed
+        by r once per extraction: each conflict asks for its own reduction."""
+        if self.streams is None:
+            self.streams = {}
+            for c, n in self.chosen.items():
+                if n.op == "SoftmaxSum":
+                    for red in _streamed(self.view, c):
+                        self.streams.setdefault(red, []).append(n)
+        return self.streams.get(r, [])
 
     def holds(self, k, fused: frozenset) -> bool:
         up, starts, asked, answers = self._region(k)
@@ -161,12 +195,6 @@ class _Paths:
                 if crossed == k.sites and k.reduce in _pieces(view, n.children[0]):
                     return True  # a materialized view (the sibling concatenation): its pieces' reductions
         return False
-
-
-def _streams_over(view, r: int, chosen: dict) -> list:
-    """The chosen SoftmaxSum e-nodes that compute the Reduce class r (see ``_streamed``); their value
-    operand (children[1]) is what that Reduce read by broadcast along the queries."""
-    return [n for c, n in chosen.items() if n.op == "SoftmaxSum" and r in _streamed(view, c)]
 
 
 def _streamed(view, c: int) -> frozenset:

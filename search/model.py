@@ -65,7 +65,7 @@ from ..ir.user_names import original_ids
 from ..knobs import streaming
 from ..pricing.kernels import price_kernels, total_us
 from ..pricing.symbols import bind_params, program_symbols
-from .legality import violations
+from .legality import violates, violations
 from .merge import MergeResult, SearchLimits, merge_phase, partition_floor
 from .result import Candidate, Rejection, Search, Streamed
 from .segment import segment
@@ -290,7 +290,7 @@ class ModelCost(SearchingCost):
                     if time.process_time() > deadline:
                         late = True
                         break
-                    if violations(view, apply(cur.fused, mv), cur.extraction.chosen):
+                    if violates(view, apply(cur.fused, mv), cur.extraction.chosen, (mv[1],)):
                         continue  # illegal on the incumbent's own terms: not extracted (see above)
                     cand = evaluate(apply(cur.fused, mv))
                     if greedy and cand.total < cur.total:

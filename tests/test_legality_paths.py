@@ -88,5 +88,7 @@ def test_kept_answers_equal_fresh_walks():
         for f, v in zip(decisions, kept, strict=True):
             view.__dict__.pop("_paths", None)
             assert legality.violations(view, f, chosen) == v
+            # the descent's short-circuit: the same verdict, whichever sites it looks at first
+            assert legality.violates(view, f, chosen, sorted(f)[-1:]) == legality.violates(view, f, chosen) == bool(v)
             found += bool(v)
     assert found > 0
