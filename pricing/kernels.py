@@ -43,7 +43,8 @@ def kernel_regions(program: Program, partition, params: "dict | None" = None, by
 
 
 def as_emitted(program: Program, partition, regions: list) -> list:
-    """The regions priced as the kind the backend binds each kernel to (docs/DESIGN.md §Cost model): a Poly-View
+    """The regions priced as the kind the backend binds each kernel to (``partition``: the partition, or a function
+    making it, called only where a kind is asked) (docs/DESIGN.md §Cost model): a Poly-View
     contraction is a tensor-core statement, which is how the MMA kinds (gemm, conv, conv_pool, attention,
     softmax_scores) compute it; when none of them binds the kernel's RB-SSA region (synthesized, narrowed and
     laid out as the pipeline does, then ``backend.kinds.tensor_core_kind``) the SIMT kind computes it, so its
@@ -53,8 +54,10 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     the RB-SSA synthesis refuses keeps the Poly-View's units (no kernel of it is ever emitted)."""
     if not any(st.unit == "tensor" for r in regions for st in r.statements):
         return regions
-    if not any(n.dtype in IN_DTYPES for n in program.nodes):  # every MMA kind reads 16-bit operands: SIMT computes all
+    if not _sixteen_bit(program):  # every MMA kind reads 16-bit operands: SIMT computes all
         return [_on_fp32_pipes(r) for r in regions]
+    if callable(partition):  # made only here (the merge search prices many groups of one program)
+        partition = partition()
     try:
         emitted = {r.name: r for r in store_for_readers(narrow_boundaries(_near(synthesize(program, partition), regions)))}
     except PolysatError:
@@ -66,6 +69,11 @@ def as_emitted(program: Program, partition, regions: list) -> list:
             r = _on_fp32_pipes(r)
         out.append(r)
     return out
+
+
+@lru_cache(maxsize=64)
+def _sixteen_bit(program: Program) -> bool:
+    return any(n.dtype in IN_DTYPES for n in program.nodes)
 
 
 def _on_fp32_pipes(region: PolyRegion) -> PolyRegion:

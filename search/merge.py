@@ -303,7 +303,9 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
         g = Kernel("g", ns, ks[root].outputs, tuple(dict.fromkeys(s for i in ns for s in prog[i].src if s not in ns)))
         if not r.statements:  # a copy of memory, launched like any kernel
             return pricing.copy_cost(prog, g, params, arch).time_est_us
-        whole = Partition(tuple(g if k.name == root else k for k in part.kernels if k.name == root or k.name not in members))
+        def whole() -> Partition:  # the partition with the group joined (made only where its kernel's kind is asked)
+            return Partition(tuple(g if k.name == root else k for k in part.kernels
+                                   if k.name == root or k.name not in members))
         (r,) = pricing.as_emitted(prog, whole, [r])  # priced as the kind the backend binds the group to
         return pricing.price(pricing.canonical(r), arch).time_est_us
 

@@ -251,8 +251,11 @@ def sites(view: EGraphView) -> dict:
         other = [n for n in ns if not _is_cut(n, view)]
         if cut and other:
             for n in cut:
-                cs, os_ = out.setdefault(n.children[0], ([], []))
+                cs, os_, seen = out.setdefault(n.children[0], ([], [], set()))
                 cs.append(n)
-                os_.extend(o for o in other if o not in os_)
-    return {m: (tuple(a), tuple(b)) for m, (a, b) in out.items()} | stream_sites(view)
+                for o in other:
+                    if o not in seen:
+                        seen.add(o)
+                        os_.append(o)
+    return {m: (tuple(a), tuple(b)) for m, (a, b, _) in out.items()} | stream_sites(view)
 
