@@ -71,9 +71,13 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     return out
 
 
-@lru_cache(maxsize=64)
 def _sixteen_bit(program: Program) -> bool:
-    return any(n.dtype in IN_DTYPES for n in program.nodes)
+    """Whether the program has a 16-bit value, kept on the program (hashing a program hashes all its nodes)."""
+    got = program.__dict__.get("_sixteen_bit")
+    if got is None:
+        got = any(n.dtype in IN_DTYPES for n in program.nodes)
+        object.__setattr__(program, "_sixteen_bit", got)
+    return got
 
 
 def _on_fp32_pipes(region: PolyRegion) -> PolyRegion:
