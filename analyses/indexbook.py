@@ -463,7 +463,7 @@ def unguarded(book: IndexBook, info: ValueInfo, acc: Access) -> Diagnostic | Non
 
 
 def _unguarded(book: IndexBook, info: ValueInfo, acc: Access, src) -> Diagnostic | None:
-    box = info.box
+    box = _guarded_box(info.box, acc.guard)
     sizes = {a.name: a.size for a in info.space}
     ok = True
     for e, d in zip(acc.map, src.shape, strict=True):
@@ -487,6 +487,25 @@ def _unguarded(book: IndexBook, info: ValueInfo, acc: Access, src) -> Diagnostic
     outside = rng.subtract(target).coalesce()
     return diag("UnguardedAccess", info.value_id,
                 f"the read of {acc.value_id} reaches {outside} outside its bounds {list(map(str, src.shape))}")
+
+
+def _guarded_box(box: Box, guard: tuple) -> Box:
+    """box narrowed by the guard's constraints on one variable alone (``v - c >= 0``, ``c - v >= 0``): it holds the
+    in-bounds piece, so a read whose index stays inside the source's bounds over it does so on the piece (the concat's
+    padded reads of each expert); the other constraints are left to isl."""
+    out = None
+    for g in guard:
+        var = [(m[0], c) for m, c in g.terms if m]
+        if len(var) != 1 or abs(var[0][1]) != 1 or not isinstance(var[0][0], str) or var[0][0] not in box:
+            continue
+        (v, c), k = var[0], sum(c for m, c in g.terms if not m)
+        out = dict(box) if out is None else out
+        lo, hi = out[v]
+        if c == 1:  # v >= -k
+            out[v] = (-k if lo is None else max(lo, -k), hi)
+        else:  # v <= k
+            out[v] = (lo, k if hi is None else min(hi, k))
+    return box if out is None else out
 
 
 def domain_set(book: IndexBook, info: ValueInfo, name: str):

@@ -251,3 +251,35 @@ def test_symbol_named_like_an_axis_or_isl_keyword_is_E1304(sym):
     with pytest.raises(PolysatError) as e:
         build_indexbook(b.program([("y", b.add(Ops.NEG, [x], at="y"))]))
     assert codes(e.value) == ["E1304"]
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)),
+                min_size=1, max_size=3))
+def test_bounds_check_on_the_guarded_box_agrees_with_isl(slices):
+    """Each read's bounds verdict (the interval check on the box the guard narrows, isl past it) equals isl's on the
+    in-bounds piece: slices of X padded back to full width and summed (a concatenation's padded reads), and
+    reads shifted outside the source that no guard covers."""
+    from polysat.analyses import indexbook as ib
+    b = Builder()
+    X = b.input("X", DType.fp32, (4, 6), at="X")
+    acc = None
+    for k, (lo, hi, before, after) in enumerate(slices):
+        lo, hi = min(lo, hi), max(lo, hi) + 1
+        piece = b.pad(b.shrink(X, (lo, 0), (hi, 6), at=f"s{k}"), ((before, after), (0, 0)), at=f"p{k}")
+        acc = piece if acc is None else acc
+        if piece.shape == acc.shape and piece is not acc:
+            acc = b.alu(Ops.ADD, acc, piece, at=f"a{k}")
+    book = build_indexbook(b.program([("Y", acc)]))
+    for info in book:
+        for a in info.inputs if not info.non_scop else ():
+            src = book.program[a.value_id]
+            rng = ib.access_map(book, info, a, "S", "T").range()
+            box = isl.Set("{ T[%s] : %s }" % (", ".join(f"o{k}" for k in range(src.ndim)),
+                                             " and ".join(f"0 <= o{k} < {d}" for k, d in enumerate(src.shape))))
+            assert (ib._unguarded(book, info, a, src) is None) == rng.is_subset(box)
+    for info in book:  # an unguarded read past its source: E1204 from the same check
+        for a in info.inputs if not info.non_scop else ():
+            src = book.program[a.value_id]
+            if not a.guard and src.ndim and isinstance(src.shape[0], int):
+                far = Access(a.value_id, (a.map[0] + src.shape[0],) + a.map[1:], a.guard, a.pads)
+                assert ib._unguarded(book, info, far, src) is not None
