@@ -94,7 +94,10 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
     absorbing that kernel first (the order only changes how soon the bound bites)."""
     n = len(items)
     readers = {it.name: frozenset(it.readers) for it in items}
-    producers = {it.name: it.producers for it in items}
+    producers: dict = {it.name: [] for it in items}  # the kernels each one reads, as ``readers`` says
+    for it in items:
+        for r in it.readers:
+            producers.setdefault(r, []).append(it.name)
     order = {it.name: k for k, it in enumerate(items)}
     prices: dict = {}
     legal_memo: dict = {}
