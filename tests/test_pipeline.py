@@ -90,3 +90,28 @@ def test_binding_a_symbol_the_model_lacks_is_a_coded_diagnostic(tmp_path, capsys
     (dg,) = json.loads(capsys.readouterr().out)["diagnostics"]
     assert dg["code"].startswith("E") and "Q" in dg["why"]
     assert main(["compile", GEMM, "--bind", "Q=3", "--cost", "size", "--dump=tiny", "--out", str(tmp_path)]) == 1
+
+
+def test_a_stage_is_made_with_the_collector_relaxed_and_restored_after():
+    """While a stage is made the cycle collector's youngest generation waits GC_GEN0 allocations (the search's
+    millions of small objects beside a large live heap); after it, and after a nested stage, the thresholds are
+    the caller's again; a threshold the caller set higher, or 0 (collection off), is left as it is."""
+    import gc
+
+    from polysat import pipeline
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with pipeline._collector_relaxed():
+            assert gc.get_threshold() == (pipeline.GC_GEN0, 10, 10)
+            with pipeline._collector_relaxed():
+                assert gc.get_threshold() == (pipeline.GC_GEN0, 10, 10)
+            assert gc.get_threshold() == (pipeline.GC_GEN0, 10, 10)
+        assert gc.get_threshold() == (700, 10, 10)
+        for mine in ((0, 10, 10), (pipeline.GC_GEN0 * 2, 5, 5)):
+            gc.set_threshold(*mine)
+            with pipeline._collector_relaxed():
+                assert gc.get_threshold() == mine
+            assert gc.get_threshold() == mine
+    finally:
+        gc.set_threshold(*before)
