@@ -259,7 +259,7 @@ def test_bounds_check_on_the_guarded_box_agrees_with_isl(slices):
     """Each read's bounds verdict (the interval check on the box the guard narrows, isl past it) equals isl's on the
     in-bounds piece: slices of X padded back to full width and summed (a concatenation's padded reads), and
     reads shifted outside the source that no guard covers."""
-    from polysat.analyses import indexbook as ib
+    from polysat.analyses import indexbook as ib, read_bounds as rb
     b = Builder()
     X = b.input("X", DType.fp32, (4, 6), at="X")
     acc = None
@@ -276,10 +276,10 @@ def test_bounds_check_on_the_guarded_box_agrees_with_isl(slices):
             rng = ib.access_map(book, info, a, "S", "T").range()
             box = isl.Set("{ T[%s] : %s }" % (", ".join(f"o{k}" for k in range(src.ndim)),
                                              " and ".join(f"0 <= o{k} < {d}" for k, d in enumerate(src.shape))))
-            assert (ib._unguarded(book, info, a, src) is None) == rng.is_subset(box)
+            assert (rb._unguarded(book, info, a, src) is None) == rng.is_subset(box)
     for info in book:  # an unguarded read past its source: E1204 from the same check
         for a in info.inputs if not info.non_scop else ():
             src = book.program[a.value_id]
             if not a.guard and src.ndim and isinstance(src.shape[0], int):
                 far = Access(a.value_id, (a.map[0] + src.shape[0],) + a.map[1:], a.guard, a.pads)
-                assert ib._unguarded(book, info, far, src) is not None
+                assert rb._unguarded(book, info, far, src) is not None
