@@ -213,6 +213,10 @@ def to_tiny(st: EGraphState, view: EGraphView, chosen: dict, roots: list, materi
     b = TermBuilder(st, view, chosen)
     for r in roots:
         b.value(r)
+    kept = view.__dict__.setdefault("_first_made", {})  # for ``converted`` (the merge search's space)
+    kept[id(chosen)] = (chosen, st, tuple(roots), b.made)
+    while len(kept) > MADE_KEPT:
+        del kept[next(iter(kept))]
     prog = _program(st, b, roots)
     kroots, members, again = _kernels(b, prog, roots, materialize)
     if not again:
@@ -229,6 +233,21 @@ def to_tiny(st: EGraphState, view: EGraphView, chosen: dict, roots: list, materi
         b.value(r)
     prog = _program(st, b, roots)
     return prog, _partition(b, prog, kroots, members, ids)
+
+
+MADE_KEPT = 4  # extractions whose first conversion a view keeps (``converted``)
+
+
+def converted(st: EGraphState, view: EGraphView, chosen: dict, roots: list) -> dict:
+    """class -> its Tiny IR node, the chosen e-nodes converted from ``roots`` in one pass (a ``TermBuilder``): the
+    first pass of ``to_tiny`` on the same extraction, kept on the view, or made here."""
+    got = view.__dict__.get("_first_made", {}).get(id(chosen))
+    if got is not None and got[0] is chosen and got[1] is st and got[2] == tuple(roots):
+        return got[3]
+    b = TermBuilder(st, view, chosen)
+    for r in roots:
+        b.value(r)
+    return b.made
 
 
 def _program(st: EGraphState, b: TermBuilder, roots: list) -> Program:

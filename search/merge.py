@@ -35,7 +35,7 @@ from ..analyses.indexbook import checked_indexbook
 from ..analyses.poly_from_view import region_from_polyview
 from ..analyses.polyview import build_polyview
 from ..egraph.partition import Kernel, Partition
-from ..egraph.totiny import TermBuilder
+from ..egraph.totiny import converted
 from ..ir.shapes import bind as bind_shape
 from ..ir.tiny import GroupOp
 from ..ir.user_names import original_ids
@@ -268,14 +268,12 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
     ``illegal(sites)``: the legality violations of fusing those Mat sites into one kernel (the rules'
     conflicts, search/legality.py ``violations``)."""
     prog, part = base.extraction.program, base.extraction.partition
-    tb = TermBuilder(state, view, base.extraction.chosen)
-    for r in roots:
-        tb.value(r)
+    made = converted(state, view, base.extraction.chosen, roots)  # the conversion to_tiny made of it
     site_of: dict = {}
     for m in st:
         for n in view.classes[m]:
-            if n.op == "Mat" and n.children[0] in tb.made:
-                site_of[tb.made[n.children[0]].id] = m
+            if n.op == "Mat" and n.children[0] in made:
+                site_of[made[n.children[0]].id] = m
     pv = build_polyview(checked_indexbook(prog, reuse=True))
     with_blocks = {b.value_id for b in pv.blocks}
     outs = {nid for _, nid in prog.outputs}
