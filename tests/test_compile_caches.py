@@ -103,3 +103,35 @@ def test_blocks_of_equal_ids_but_other_nodes_stay_apart():
         (st,) = region_from_program(b.program([("Y", y)])).statements
         units.append((y.id, st.unit))
     assert units[0][0] == units[1][0] and [u for _, u in units] == ["fp32", "sfu", "fp32"]
+
+
+def test_the_kept_first_conversion_is_the_one_a_fresh_builder_makes():
+    """``totiny.converted`` (the merge search's space reads the base extraction's conversion) gives, for the
+    extraction ``to_tiny`` converted, its first pass, node for node what a fresh TermBuilder makes; for another
+    extraction (a copy of the dict: kept by identity) it converts afresh, again equal."""
+    from polysat.bench.models import mlp_stack
+    from polysat.egraph.boundaries import all_cuts
+    from polysat.egraph.graph import export
+    from polysat.egraph.saturate import OPT_IN, default_schedule, rule_files, run
+    from polysat.egraph.state import new_state
+    from polysat.egraph.totiny import TermBuilder, converted, to_tiny
+    from polysat.frontend import load_model
+    from polysat.search.sites import chosen_terms, masks, sites, stream_sites
+    prog = load_model(mlp_stack(2, 64))
+    st = new_state(prog, rule_files(), cuts=all_cuts(prog))
+    run(st, default_schedule(st.rulesets, OPT_IN))
+    view = export(st)
+    roots = [view.by_index[st.index[nid]] for _, nid in st.program.outputs]
+    s, streams = sites(view), frozenset(stream_sites(view))
+    excl, hard, mat = masks(view, s, streams, frozenset())
+    best, _ = solve(view, Masked(excl, hard))
+    chosen = chosen_terms(best, roots)
+    to_tiny(st, view, chosen, roots, mat)
+    fresh = TermBuilder(st, view, chosen)
+    for r in roots:
+        fresh.value(r)
+    kept = converted(st, view, chosen, roots)
+    assert kept is view.__dict__["_first_made"][id(chosen)][3]  # the first pass's own map, not made again
+    assert {c: u for c, u in kept.items()} == fresh.made
+    other = dict(chosen)
+    assert converted(st, view, other, roots) is not kept and converted(st, view, other, roots) == fresh.made
