@@ -35,7 +35,7 @@ from .origin import SECTOR, at_origin
 from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
                         tile_footprint)
 from .poly_region import BoundRegion, BoundStatement, PolyRegion
-from .price_facts import PREDICATE_COST, SIMT_EFF, dead, exact_floor, facts, floor
+from .price_facts import PREDICATE_COST, SIMT_EFF, dead, exact_floor, facts, floor, tile_floor
 from .prologue_cone import cone, first_pass_l2, on_chip, producer
 from .polycore import MAX_RECOMPUTE, analyze, bounded_recompute, default_tile, kstep, recompute_factors, stages
 from .roofline import roofline
@@ -198,7 +198,15 @@ def _rewalk_l2(b: BoundRegion, t) -> int:
 
 
 def _work(b: BoundRegion, t) -> _Work:
-    f = facts(b.region)
+    """The tile's work (made once per region and tile: the tile search's floor reads it before the price)."""
+    return _work_at(b.region, t.sizes)
+
+
+@lru_cache(maxsize=4096)
+def _work_at(region: PolyRegion, sizes: tuple) -> _Work:
+    b = region.bind()
+    t = make_tile(b, dict(sizes))
+    f = facts(region)
     extra = {"tensor": 0, "fp32": 0, "sfu": 0}
     factors = recompute_factors(b, t)
     for s, n in f.live:
@@ -206,14 +214,17 @@ def _work(b: BoundRegion, t) -> _Work:
     return _Work(dict(f.useful), extra, f.epilogue, f.epilogue_sfu, f.mma, factors)
 
 
+def _l2_in(b: BoundRegion, t) -> int:
+    """L2 -> SM bytes of the inputs: each tile's footprint, in sectors, once per tile."""
+    return sum(sectors(tile_footprint(b, t, x.name), x.dtype.itemsize, SECTOR, b.shapes[x.name]) * SECTOR * t.count
+               for x in b.region.tensors if x.role == "input")
+
+
 def _traffic(b: BoundRegion, t, es: list) -> tuple:
     """(device-memory bytes at sector granularity, useful input bytes, useful output bytes,
     spilled-edge bytes, L2 -> SM bytes)."""
     f = facts(b.region)
-    l2 = 0
-    for x in b.region.tensors:
-        if x.role == "input":
-            l2 += sectors(tile_footprint(b, t, x.name), x.dtype.itemsize, SECTOR, b.shapes[x.name]) * SECTOR * t.count
+    l2 = _l2_in(b, t)
     spill = 0
     spilled = [e.tensor for e in es if e.buffer == "gmem"]  # written once, read once per consumer
     for name in set(spilled):
@@ -400,14 +411,17 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
     exact = exact_floor(region)
 
     def beaten(sizes, k=None):
-        """No price of these sizes can displace a best that hits no hard STOP: the floor is above it, or (a floor
+        """No price of these sizes can displace a best that hits no hard STOP: a floor is above it, or (a floor
         exact to the bit) at it while a tie cannot win (a later candidate than the best's, or a local step, which
-        must undercut it), or the MMA shape stops it. k: the candidate's index (None: a local step)."""
+        must undercut it), or the MMA shape stops it; first the tile count's floor, then the made tile's.
+        k: the candidate's index (None: a local step)."""
         if key(best)[0]:
             return False
-        lb = floor(region, dev, sizes)
-        return (lb > best.time_est_us * (1 + 1e-9) + 1e-9 or exact and lb >= best.time_est_us and (k is None or k > first)
-                or _shape_stopped(b, dev, sizes))
+
+        def above(lb: float) -> bool:
+            return lb > best.time_est_us * (1 + 1e-9) + 1e-9 or \
+                exact and lb >= best.time_est_us and (k is None or k > first)
+        return above(floor(region, dev, sizes)) or _shape_stopped(b, dev, sizes) or above(_tile_floor(region, dev, sizes))
     best, first = None, None
 
     def consider(k: int, later: "list | None") -> None:
@@ -450,9 +464,24 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
 def _shape_stopped(b: BoundRegion, dev: Device, sizes: Mapping[str, int]) -> bool:
     """Whether a tile of these sizes hits the MMA shape STOP (a hard one) that ``_price`` would report: from
     the tile's slices alone, so the tile search skips it unpriced once it has a best that hits no hard STOP
-    (most of the tiles it would otherwise price on a GEMM region)."""
+    (most of the tiles it would otherwise price on a GEMM region). Only sm90 tiles of a region with a
+    tensor-core statement can hit it: no other tile is made here."""
+    if dev.arch != "sm90" or not facts(b.region).mma:
+        return False
     t = make_tile(b, normalize_tile(b, dict(sizes)))
     return bool(_mma_eff(b, stream_tile(b, t).slices, dev)[1])
+
+
+def _tile_floor(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> float:
+    """The floor of the made tile of these sizes (price_facts.tile_floor: its recompute, L2 bytes and MMA
+    efficiency, what ``_price`` computes first and reuses); 0 where a prologue's producer moves work between
+    terms (no floor but the count's holds there)."""
+    if cone(region):
+        return 0.0
+    b = region.bind()
+    t = make_tile(b, normalize_tile(b, dict(sizes)))
+    effs = _mma_eff(b, stream_tile(b, t).slices, dev)[0]
+    return tile_floor(region, dev, t.count, _work(b, t).extra, _l2_in(b, t), min(effs.values(), default=1.0) * dev.mma_eff)
 
 
 def _hard(stop: str) -> bool:

@@ -24,7 +24,7 @@ from typing import Mapping
 
 from .devices import Device
 from .footprint import card, extents, full_footprint, normalize_tile, sectors
-from .occupancy import best_shares
+from .occupancy import bandwidth_share, best_shares
 from .origin import SECTOR
 from .poly_region import BoundRegion, PolyRegion
 from .prologue_cone import cone
@@ -120,8 +120,8 @@ def facts(region: PolyRegion) -> Facts:
 
 
 def floor(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> float:
-    """A time no tile of these sizes is priced below (see the module docstring; exact to the bit where
-    :func:`exact_floor`)."""
+    """A time no tile of these sizes is priced below, from their tile count alone (see the module docstring;
+    exact to the bit where :func:`exact_floor`)."""
     b = region.bind()
     full = dict(zip(b.driver.dims, extents(b.driver.domain), strict=True))
     return _floor(region, dev, prod(ceil((full[d][1] - full[d][0] + 1) / n)
@@ -130,14 +130,21 @@ def floor(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> float:
 
 @lru_cache(maxsize=8192)
 def _floor(region: PolyRegion, dev: Device, count: int) -> float:
+    return tile_floor(region, dev, count)
+
+
+def tile_floor(region: PolyRegion, dev: Device, count: int, extra: "Mapping[str, int] | None" = None, l2: int = 0,
+               eff: "float | None" = None) -> float:
     """The floor of a tiling into ``count`` tiles: ``_price``'s operations, in its order, with the rates at the
-    best occupancy (resp. DRAM share) the count allows, the MMA efficiency at its ceiling, the device bytes the
-    useful ones, and zero for the L2 time, the prologue's terms, the epilogue's net serial time (its time less
-    what loads hide of it: not below zero), the fan-out and spill penalties."""
+    best occupancy (resp. DRAM and L2 share) the count allows, the MMA efficiency ``eff`` (default: its ceiling),
+    the device bytes the useful ones, and zero for the prologue's terms, the epilogue's net serial time (its time
+    less what loads hide of it: not below zero) and the spill penalty. Given a made tile's recompute (``extra``
+    FLOPs per unit), its input bytes from L2 (``l2``, without a stream's second walk) and its MMA efficiency, the
+    fan-out penalty and L2 time are the tile's too."""
     f = facts(region)
     occ, occ_m = best_shares(count, dev)
     us = 1e6
-    mma_rate = dev.tensor_tflops * 1e12 * occ * dev.mma_eff
+    mma_rate = dev.tensor_tflops * 1e12 * occ * (dev.mma_eff if eff is None else eff)
     simt_rate = dev.fp32_tflops * 1e12 * occ * SIMT_EFF
     sfu_rate = simt_rate * dev.sfu_ratio
     epi, epi_sfu = (f.epilogue, f.epilogue_sfu) if f.mma else (0, 0)
@@ -145,10 +152,18 @@ def _floor(region: PolyRegion, dev: Device, count: int) -> float:
         (f.useful["sfu"] - epi_sfu) / sfu_rate * us
     bw = dev.dram_tbps * 1e12 * occ_m
     t_mem = f.in_useful / bw * us + f.out_useful / bw * us
+    t_l2 = l2 / (dev.l2_tbps * 1e12 * _l2_share(count, dev)) * us if l2 else 0.0
+    fanout = (extra["tensor"] / mma_rate + extra["fp32"] / simt_rate + extra["sfu"] / sfu_rate) * us if extra else 0.0
     layout = max(0.0, (f.dram - f.in_useful - f.out_useful) / bw * us)
     piecewise = PREDICATE_COST * f.predicated * compute
-    return roofline(dev, (compute, t_mem, 0.0, 0.0), serial=(0.0, 0.0), hidden=0.0,
-                    penalties=(0.0, layout, piecewise, 0.0), unit="us")
+    return roofline(dev, (compute, t_mem, t_l2, 0.0), serial=(0.0, 0.0), hidden=0.0,
+                    penalties=(fanout, layout, piecewise, 0.0), unit="us")
+
+
+@lru_cache(maxsize=4096)
+def _l2_share(count: int, dev: Device) -> float:
+    """The best L2 bandwidth share any CTAs-per-SM gives a kernel of ``count`` tiles (256 threads, the most)."""
+    return max(bandwidth_share(count, c, 256, dev, dev.l2_tbps) for c in range(1, dev.max_ctas_per_sm + 1))
 
 
 @lru_cache(maxsize=4096)
