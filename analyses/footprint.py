@@ -218,6 +218,12 @@ def normalize_tile(b: BoundRegion, tile: Mapping[str, int] | None) -> dict:
     return out
 
 
+def tile_count(b: BoundRegion, sizes: Mapping[str, int]) -> int:
+    """How many tiles of these sizes (normalized: :func:`normalize_tile`) cover the driver's domain: the
+    ``count`` of :func:`make_tile`, without making the tile."""
+    return prod(ceil(full / n) for n, full in zip(normalize_tile(b, sizes).values(), _frame(b.region)[1], strict=True))
+
+
 @lru_cache(maxsize=8192)
 def _frame(region) -> tuple:
     """(the driver's parallel dims, the full extent of each): what every tile of the region is cut from."""

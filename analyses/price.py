@@ -421,7 +421,8 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
         def above(lb: float) -> bool:
             return lb > best.time_est_us * (1 + 1e-9) + 1e-9 or \
                 exact and lb >= best.time_est_us and (k is None or k > first)
-        return above(floor(region, dev, sizes)) or _shape_stopped(b, dev, sizes) or above(_tile_floor(region, dev, sizes))
+        return above(floor(region, dev, sizes)) or _shape_stopped(b, dev, sizes) or \
+            any(map(above, _tile_floors(region, dev, sizes)))
     best, first = None, None
 
     def consider(k: int, later: "list | None") -> None:
@@ -472,16 +473,18 @@ def _shape_stopped(b: BoundRegion, dev: Device, sizes: Mapping[str, int]) -> boo
     return bool(_mma_eff(b, stream_tile(b, t).slices, dev)[1])
 
 
-def _tile_floor(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> float:
-    """The floor of the made tile of these sizes (price_facts.tile_floor: its recompute, L2 bytes and MMA
-    efficiency, what ``_price`` computes first and reuses); 0 where a prologue's producer moves work between
-    terms (no floor but the count's holds there)."""
+def _tile_floors(region: PolyRegion, dev: Device, sizes: Mapping[str, int]):
+    """The floors of the made tile of these sizes (price_facts.tile_floor), the cheaper first: with its recompute
+    and MMA efficiency, then with its L2 bytes too (what ``_price`` computes first and reuses); none where a
+    prologue's producer moves work between terms (no floor but the count's holds there)."""
     if cone(region):
-        return 0.0
+        return
     b = region.bind()
     t = make_tile(b, normalize_tile(b, dict(sizes)))
     effs = _mma_eff(b, stream_tile(b, t).slices, dev)[0]
-    return tile_floor(region, dev, t.count, _work(b, t).extra, _l2_in(b, t), min(effs.values(), default=1.0) * dev.mma_eff)
+    eff, extra = min(effs.values(), default=1.0) * dev.mma_eff, _work(b, t).extra
+    yield tile_floor(region, dev, t.count, extra, 0, eff)
+    yield tile_floor(region, dev, t.count, extra, _l2_in(b, t), eff)
 
 
 def _hard(stop: str) -> bool:

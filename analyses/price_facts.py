@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from math import ceil, prod
+from math import ceil
 from typing import Mapping
 
 from .devices import Device
-from .footprint import card, extents, full_footprint, normalize_tile, sectors
+from .footprint import card, extents, full_footprint, sectors, tile_count
 from .occupancy import bandwidth_share, best_shares
 from .origin import SECTOR
 from .poly_region import BoundRegion, PolyRegion
@@ -122,10 +122,7 @@ def facts(region: PolyRegion) -> Facts:
 def floor(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> float:
     """A time no tile of these sizes is priced below, from their tile count alone (see the module docstring;
     exact to the bit where :func:`exact_floor`)."""
-    b = region.bind()
-    full = dict(zip(b.driver.dims, extents(b.driver.domain), strict=True))
-    return _floor(region, dev, prod(ceil((full[d][1] - full[d][0] + 1) / n)
-                                    for d, n in normalize_tile(b, dict(sizes)).items()))
+    return _floor(region, dev, tile_count(region.bind(), sizes))
 
 
 @lru_cache(maxsize=8192)
