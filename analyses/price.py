@@ -35,7 +35,7 @@ from .origin import SECTOR, at_origin
 from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
                         tile_footprint)
 from .poly_region import BoundRegion, BoundStatement, PolyRegion
-from .price_facts import PREDICATE_COST, SIMT_EFF, dead, exact_floor, facts, floor, tile_floor
+from .price_facts import PREDICATE_COST, SIMT_EFF, dead, exact_floor, facts, floor, region_floor, tile_floor
 from .prologue_cone import cone, first_pass_l2, on_chip, producer
 from .polycore import MAX_RECOMPUTE, analyze, bounded_recompute, default_tile, kstep, recompute_factors, stages
 from .roofline import roofline
@@ -491,6 +491,13 @@ def _hard(stop: str) -> bool:
     """STOP conditions that rule a tile out; a narrow vector width (a layout fact) and one CTA per
     SM (priced by occupancy) are reported but allowed."""
     return not (stop.startswith("vectorize") or stop.endswith("limit the SM to 1 CTA"))
+
+
+def price_floor(region: PolyRegion, arch: "str | Device" = "sm90") -> float:
+    """A time :func:`price` never returns below for this region (price_facts.region_floor: its useful work and bytes
+    at full occupancy and bandwidth), at a fraction of its cost: lets a caller asking only whether kernels add up
+    to more than a price stop before pricing them (up to rounding: compare with a margin)."""
+    return region_floor(region, device(arch))
 
 
 def price_partition(regions: Sequence[PolyRegion], arch: "str | Device" = "sm90") -> Cost:

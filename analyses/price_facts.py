@@ -138,8 +138,20 @@ def tile_floor(region: PolyRegion, dev: Device, count: int, extra: "Mapping[str,
     less what loads hide of it: not below zero) and the spill penalty. Given a made tile's recompute (``extra``
     FLOPs per unit), its input bytes from L2 (``l2``, without a stream's second walk) and its MMA efficiency, the
     fan-out penalty and L2 time are the tile's too."""
-    f = facts(region)
     occ, occ_m = best_shares(count, dev)
+    return _roof(region, dev, occ, occ_m, _l2_share(count, dev) if l2 else 1.0, extra, l2, eff)
+
+
+def region_floor(region: PolyRegion, dev: Device) -> float:
+    """A time no tiling of the region is priced below: the floor at full occupancy and bandwidth shares (no tile
+    count gives more); 0 where a prologue's producer moves work between terms (its terms may undercut any)."""
+    return 0.0 if cone(region) else _roof(region, dev, 1.0, 1.0, 1.0, None, 0, None)
+
+
+def _roof(region: PolyRegion, dev: Device, occ: float, occ_m: float, l2_share: float,
+          extra: "Mapping[str, int] | None", l2: int, eff: "float | None") -> float:
+    """``_price``'s roofline at these shares (upper bounds of the price's) on the region's facts: see tile_floor."""
+    f = facts(region)
     us = 1e6
     mma_rate = dev.tensor_tflops * 1e12 * occ * (dev.mma_eff if eff is None else eff)
     simt_rate = dev.fp32_tflops * 1e12 * occ * SIMT_EFF
@@ -149,7 +161,7 @@ def tile_floor(region: PolyRegion, dev: Device, count: int, extra: "Mapping[str,
         (f.useful["sfu"] - epi_sfu) / sfu_rate * us
     bw = dev.dram_tbps * 1e12 * occ_m
     t_mem = f.in_useful / bw * us + f.out_useful / bw * us
-    t_l2 = l2 / (dev.l2_tbps * 1e12 * _l2_share(count, dev)) * us if l2 else 0.0
+    t_l2 = l2 / (dev.l2_tbps * 1e12 * l2_share) * us if l2 else 0.0
     fanout = (extra["tensor"] / mma_rate + extra["fp32"] / simt_rate + extra["sfu"] / sfu_rate) * us if extra else 0.0
     layout = max(0.0, (f.dram - f.in_useful - f.out_useful) / bw * us)
     piecewise = PREDICATE_COST * f.predicated * compute

@@ -19,7 +19,7 @@ from ..analyses.isl_util import isl_name
 from ..analyses.poly_from_view import regions_from_partition
 from ..analyses.devices import device
 from ..analyses.poly_region import PolyRegion, renamed
-from ..analyses.price import Cost, price
+from ..analyses.price import Cost, price, price_floor
 from ..analyses.roofline import roofline
 from ..backend.common.spec import IN_DTYPES
 from ..backend.kinds import tensor_core_kind
@@ -172,10 +172,17 @@ def price_kernels(prog: Program, part, params: dict, arch: str, by_kernel: bool 
                   above: float = math.inf) -> "list | None":
     """Each kernel of ``part`` with its region and price (``by_kernel``: see ``kernel_regions``); None as soon as
     the kernels priced so far add up to more than ``above`` (the rest unpriced: a search asking only whether a
-    partition beats a price it has)."""
+    partition beats a price it has), or sooner: as soon as they and the floors of the rest (``price_floor``, a
+    fraction of a price) add up to more than ``above`` by more than a rounding (the kernels would too)."""
     regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params, by_kernel))}
     out, total = [], 0.0
-    for k in part.kernels:
+    floors = None if above == math.inf else \
+        [copy_cost(prog, k, params, arch).time_est_us if (r := regions.get(k.name)) is None else
+         price_floor(canonical(r), arch) for k in part.kernels]
+    rest = sum(floors or ())
+    for i, k in enumerate(part.kernels):
+        if total + rest > above * (1 + 1e-9) + 1e-9:
+            return None
         deadline.check(f"kernel {k.name}")
         r = regions.get(k.name)
         c = copy_cost(prog, k, params, arch) if r is None else dataclasses.replace(price(canonical(r), arch), region=k.name)
@@ -183,6 +190,7 @@ def price_kernels(prog: Program, part, params: dict, arch: str, by_kernel: bool 
         total += c.time_est_us
         if total > above:
             return None
+        rest -= floors[i] if floors else 0.0
     return out
 
 

@@ -2,7 +2,8 @@
 the pruned search chooses what pricing every tile would: on regions of tests/data/prices.json.gz (the kernels of
 the examples and bench models and the regions the search prices, sm90 and sm80).
 
-- Every candidate tile's count floor and made-tile floors are at most its computed price: to the last bit where
+- Every candidate tile's count floor and made-tile floors, and the region's floor (``price_floor``, which
+  ``pricing.kernels.price_kernels`` adds up to stop early), are at most its computed price: to the last bit where
   ``exact_floor`` says so (a tie with the best is then skipped unpriced), else within the search's margin.
 - ``price`` (floors, ties skipped, the MMA shape check) returns the Cost, field for field, of an exhaustive
   reference written here: every candidate priced, the least (hard STOP, time, candidate index), then the same
@@ -69,7 +70,7 @@ def test_floors_never_exceed_the_price(chunk):
         exact = exact_floor(region)
         for sizes in P.candidate_tiles(region.bind(), dev):
             got = P._price(region, dev, _key(P.normalize_tile(region.bind(), sizes))).time_est_us
-            for lb in (floor(region, dev, sizes), *P._tile_floors(region, dev, sizes)):
+            for lb in (P.price_floor(region, dev), floor(region, dev, sizes), *P._tile_floors(region, dev, sizes)):
                 if lb > got if exact else lb > got * (1 + 1e-9) + 1e-9:
                     bad.append((row["sources"][0], row["arch"], sizes, lb, got, exact))
             exact_tiles += exact
