@@ -165,6 +165,7 @@ class Tile:
     count: int  # number of tiles covering the driver's domain
     slices: dict  # statement name -> isl.Set of its instances computed for this tile
     footprints: dict = field(default_factory=dict, repr=False)  # tensor -> isl.Set (cache)
+    factors: dict = field(default_factory=dict, repr=False)  # statement -> recompute factor (polycore's cache)
 
     def size(self, d: str) -> int:
         return dict(self.sizes)[d]
