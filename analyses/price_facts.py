@@ -13,7 +13,10 @@ prologue producer), the floor takes the same floating-point operations in the sa
 most the price's, and IEEE rounding is monotone, so the floor is at most the computed price to the last bit: a
 tile whose floor equals the best price cannot undercut it even by a rounding, and a tie never displaces the best
 (the tile search skips such tiles unpriced, leaving its answer unchanged). Elsewhere it is a bound up to rounding,
-which the search uses with a margin.
+which the search uses with a margin. A region with an A prologue (analyses/prologue_cone.py) has its cone's FP32
+and SFU work taken off the shared compute term by the sm90 producer, which runs it as a limit of its own: its
+floor's compute is the tensor-core work alone (the rest of the term stays nonnegative: the cone's work is part of
+the region's, before any epilogue).
 """
 from __future__ import annotations
 
@@ -134,8 +137,9 @@ def tile_floor(region: PolyRegion, dev: Device, count: int, extra: "Mapping[str,
                eff: "float | None" = None) -> float:
     """The floor of a tiling into ``count`` tiles: ``_price``'s operations, in its order, with the rates at the
     best occupancy (resp. DRAM and L2 share) the count allows, the MMA efficiency ``eff`` (default: its ceiling),
-    the device bytes the useful ones, and zero for the prologue's terms, the epilogue's net serial time (its time
-    less what loads hide of it: not below zero) and the spill penalty. Given a made tile's recompute (``extra``
+    the device bytes the useful ones, the compute without its SIMT work where a prologue's producer takes some,
+    and zero for the prologue's own terms, the epilogue's net serial time (its time less what loads hide of it:
+    not below zero) and the spill penalty. Given a made tile's recompute (``extra``
     FLOPs per unit), its input bytes from L2 (``l2``, without a stream's second walk) and its MMA efficiency, the
     fan-out penalty and L2 time are the tile's too."""
     occ, occ_m = best_shares(count, dev)
@@ -144,8 +148,8 @@ def tile_floor(region: PolyRegion, dev: Device, count: int, extra: "Mapping[str,
 
 def region_floor(region: PolyRegion, dev: Device) -> float:
     """A time no tiling of the region is priced below: the floor at full occupancy and bandwidth shares (no tile
-    count gives more); 0 where a prologue's producer moves work between terms (its terms may undercut any)."""
-    return 0.0 if cone(region) else _roof(region, dev, 1.0, 1.0, 1.0, None, 0, None)
+    count gives more)."""
+    return _roof(region, dev, 1.0, 1.0, 1.0, None, 0, None)
 
 
 def _roof(region: PolyRegion, dev: Device, occ: float, occ_m: float, l2_share: float,
@@ -157,8 +161,9 @@ def _roof(region: PolyRegion, dev: Device, occ: float, occ_m: float, l2_share: f
     simt_rate = dev.fp32_tflops * 1e12 * occ * SIMT_EFF
     sfu_rate = simt_rate * dev.sfu_ratio
     epi, epi_sfu = (f.epilogue, f.epilogue_sfu) if f.mma else (0, 0)
-    compute = f.useful["tensor"] / mma_rate * us + (f.useful["fp32"] - epi) / simt_rate * us + \
-        (f.useful["sfu"] - epi_sfu) / sfu_rate * us
+    compute = f.useful["tensor"] / mma_rate * us
+    if cone(region) is None:  # a prologue's producer takes its cone's FP32 and SFU work off the shared terms (sm90)
+        compute = compute + (f.useful["fp32"] - epi) / simt_rate * us + (f.useful["sfu"] - epi_sfu) / sfu_rate * us
     bw = dev.dram_tbps * 1e12 * occ_m
     t_mem = f.in_useful / bw * us + f.out_useful / bw * us
     t_l2 = l2 / (dev.l2_tbps * 1e12 * l2_share) * us if l2 else 0.0
