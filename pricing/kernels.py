@@ -56,7 +56,8 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     if not any(n.dtype in IN_DTYPES for n in program.nodes):  # every MMA kind reads 16-bit operands: SIMT computes all
         return [_on_fp32_pipes(r) for r in regions]
     try:
-        emitted = {r.name: r for r in store_for_readers(narrow_boundaries(_near(synthesize(program, partition), regions)))}
+        emitted = {r.name: r for r in store_for_readers(narrow_boundaries(_near(synthesize(
+            program, partition, only=_neighbours(partition, regions)), regions)))}
     except PolysatError:
         return regions
     out = []
@@ -83,6 +84,14 @@ def _near(rbs: list, regions: list) -> list:
     want = {r.name for r in regions}
     bufs = {b.name for r in rbs if r.name in want for b in (*r.inputs, *r.outputs)}
     return [r for r in rbs if r.name in want or any(b.name in bufs for b in (*r.inputs, *r.outputs))]
+
+
+def _neighbours(partition, regions: list) -> frozenset:
+    """The names of the kernels of ``regions`` and of every kernel that reads or writes a value they read or
+    write: the kernels ``_near`` may keep, so the others are never synthesized."""
+    want = {r.name for r in regions}
+    vals = {v for k in partition.kernels if k.name in want for v in (*k.inputs, *k.outputs)}
+    return frozenset(k.name for k in partition.kernels if k.name in want or not vals.isdisjoint((*k.inputs, *k.outputs)))
 
 
 def _kind(region) -> "str | None":
