@@ -32,9 +32,7 @@ from math import gcd, prod
 
 import islpy as isl
 
-from ..ir.expr import Expr
 from .footprint import extents, full_footprint
-from .isl_util import val_int
 from .poly_region import Access, PolyRegion
 
 SECTOR = 32  # bytes: the unit of device-memory transactions (analyses/price.py SECTOR)
@@ -42,62 +40,20 @@ SECTOR = 32  # bytes: the unit of device-memory transactions (analyses/price.py 
 
 def shifts(region: PolyRegion) -> dict:
     """tensor -> its per-dim shift (subtracted from every access), for the tensors that move."""
+    b = region.bind()
     out = {}
     for t in region.tensors:
         size = t.dtype.itemsize
         if t.role == "internal" or not t.shape or SECTOR % size:
             continue
-        got = _lowest(region, t.name)
-        if got is None:
-            b = region.bind()
-            fa = full_footprint(b, t.name)
-            got = (b.shapes[t.name], None if fa.is_empty() else tuple(lo for lo, _ in extents(fa)))
-        shape, lows = got
-        if lows is None:
+        fa = full_footprint(b, t.name)
+        if fa.is_empty():
             continue
-        per = SECTOR // size
-        delta = tuple(lo - lo % (per // gcd(per, prod(shape[d + 1:]))) for d, lo in enumerate(lows))
+        shape, per = b.shapes[t.name], SECTOR // size
+        delta = tuple(lo - lo % (per // gcd(per, prod(shape[d + 1:]))) for d, (lo, _) in enumerate(extents(fa)))
         if any(delta):
             out[t.name] = delta
     return out
-
-
-def _lowest(region: PolyRegion, tensor: str) -> "tuple | None":
-    """(shape, the lowest index per dim of the elements of ``tensor`` the region touches, None if none) read off
-    each access's image of its statement's domain, without binding the region (the experts of an MoE layer are
-    one region form at 32 offsets: the bind of each is most of its price's cost); None where that needs the bind
-    (a symbolic size, a parameter, an unbounded image: the bind names the fault)."""
-    if region.params:
-        return None
-    try:
-        shape = tuple(int(Expr.of(d).evaluate({})) for d in region.tensor(tensor).shape)
-    except (KeyError, TypeError, ValueError):
-        return None
-    lows = None
-    for st in region.statements:
-        for a in (*st.reads, st.write):
-            if a.tensor != tensor:
-                continue
-            lo = _access_lows(st.domain, a.relation)
-            if lo is None:
-                return None
-            if lo:
-                lows = lo if lows is None else tuple(map(min, lows, lo))
-    return shape, lows
-
-
-@lru_cache(maxsize=8192)
-def _access_lows(domain: str, relation: str) -> "tuple | None":
-    """The lowest index per dim of the image of ``domain`` under ``relation``; () when it is empty; None when a
-    dim has no constant lowest index."""
-    try:
-        im = isl.Set(domain).apply(isl.Map(relation))
-    except isl.Error:  # malformed texts: the bind names the fault
-        return None
-    if im.is_empty():
-        return ()
-    out = tuple(val_int(im.dim_min_val(k)) for k in range(im.dim(isl.dim_type.set)))
-    return None if None in out or not out else out
 
 
 def at_origin(region: PolyRegion) -> PolyRegion:

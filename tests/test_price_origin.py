@@ -83,23 +83,3 @@ def test_outer_offsets_move_by_the_rows_sector_share():
 def test_internal_tensors_and_whole_reads_never_move():
     r = expert(0)
     assert shifts(r) == {} and at_origin(r) == r
-
-
-def _lows_by_bind(region: PolyRegion, tensor: str):
-    from polysat.analyses.footprint import extents, full_footprint
-    fa = full_footprint(region.bind(), tensor)
-    return None if fa.is_empty() else tuple(lo for lo, _ in extents(fa))
-
-
-@pytest.mark.parametrize("row, col", [(0, 0), (6, 8), (14, 12), (3, 40)])
-def test_the_lowest_indices_read_without_a_bind_are_the_bound_footprints(row, col):
-    """shifts reads each tensor's lowest indices off its accesses' images (no bind): the same as the bound
-    region's full footprint gives, for every tensor of experts at several offsets and of the rows region."""
-    from polysat.analyses.origin import _lowest
-    rows = printed(PolyRegion("rows", [T("X", (32, 4), F16), T("Y", (2, 4), F32, "output")],
-                              [stmt("cast", {"i": 2, "j": 4}, [f"X[{row} + i, j]"], "Y[i, j]")]))
-    for r in (expert(row, col, width=16), rows):
-        for t in r.tensors:
-            shape, lows = _lowest(r, t.name)
-            assert shape == r.bind().shapes[t.name] and lows == _lows_by_bind(r, t.name)
-    assert _lowest(rows.with_params(N=4), "X") is None  # a region with parameters: the bind answers
