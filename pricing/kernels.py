@@ -49,15 +49,17 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     laid out as the pipeline does, then ``backend.kinds.tensor_core_kind``) the SIMT kind computes it, so its
     statements run on the FP32 pipes; in a program with no 16-bit value no MMA kind binds (each reads fp16|bf16
     operands, ``IN_DTYPES``), so no region is synthesized to learn it. Regions without a contraction are returned
-    as they are. A partition
-    the RB-SSA synthesis refuses keeps the Poly-View's units (no kernel of it is ever emitted)."""
+    as they are. Only the contractions' kernels and the writers and readers of their buffers are synthesized
+    (``_neighbours``; the narrowing and the layout decide each buffer by its writer and readers alone). Regions
+    the RB-SSA synthesis of those kernels refuses keep the Poly-View's units (no such kernel is ever emitted)."""
     if not any(st.unit == "tensor" for r in regions for st in r.statements):
         return regions
     if not any(n.dtype in IN_DTYPES for n in program.nodes):  # every MMA kind reads 16-bit operands: SIMT computes all
         return [_on_fp32_pipes(r) for r in regions]
+    mma = [r for r in regions if any(st.unit == "tensor" for st in r.statements)]  # the kernels whose kind is asked
     try:
         emitted = {r.name: r for r in store_for_readers(narrow_boundaries(_near(synthesize(
-            program, partition, only=_neighbours(partition, regions)), regions)))}
+            program, partition, only=_neighbours(partition, mma)), mma)))}
     except PolysatError:
         return regions
     out = []
