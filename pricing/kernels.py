@@ -56,8 +56,8 @@ def as_emitted(program: Program, partition, regions: list) -> list:
         return regions
     if not any(n.dtype in IN_DTYPES for n in program.nodes):  # every MMA kind reads 16-bit operands: SIMT computes all
         return [_on_fp32_pipes(r) for r in regions]
-    mma = [r for r in regions if any(st.unit == "tensor" for st in r.statements)]  # the kernels whose kind is asked
     try:
+        mma = [r for r in regions if any(st.unit == "tensor" for st in r.statements)]  # the kernels whose kind is asked
         emitted = {r.name: r for r in store_for_readers(narrow_boundaries(_near(synthesize(
             program, partition, only=_neighbours(partition, mma)), mma)))}
     except PolysatError:
