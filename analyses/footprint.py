@@ -165,6 +165,7 @@ class Tile:
     count: int  # number of tiles covering the driver's domain
     slices: dict  # statement name -> isl.Set of its instances computed for this tile
     footprints: dict = field(default_factory=dict, repr=False)  # tensor -> isl.Set (cache)
+    factors: dict = field(default_factory=dict, repr=False)  # statement -> recompute factor (polycore's cache)
 
     def size(self, d: str) -> int:
         return dict(self.sizes)[d]
@@ -216,6 +217,12 @@ def normalize_tile(b: BoundRegion, tile: Mapping[str, int] | None) -> dict:
             fail("InvalidAttribute", f"tile of region {b.region.name}",
                  f"{d!r} is not a parallel dim of the driver {b.driver.name} (parallel dims: {list(par)})")
     return out
+
+
+def tile_count(b: BoundRegion, sizes: Mapping[str, int]) -> int:
+    """How many tiles of these sizes (normalized: :func:`normalize_tile`) cover the driver's domain: the
+    ``count`` of :func:`make_tile`, without making the tile."""
+    return prod(ceil(full / n) for n, full in zip(normalize_tile(b, sizes).values(), _frame(b.region)[1], strict=True))
 
 
 @lru_cache(maxsize=8192)

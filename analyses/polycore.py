@@ -220,7 +220,10 @@ def recompute_factors(b: BoundRegion, t: Tile) -> dict:
     ratio for the whole region: 1 when tiles share nothing, above 1 by the halo (or fan-out) recomputed.
     Only the driver instances a statement reaches count (driver_reach): a statement that feeds a part of
     the output (one piece of a concatenation along N) is computed by the tiles over that part alone, not
-    recomputed by the one tile that happens to lie there."""
+    recomputed by the one tile that happens to lie there. Kept on the tile: the default tile's search and
+    the price ask for the same tile's."""
+    if t.factors:
+        return dict(t.factors)
     drv_tile = t.slices[b.driver.name]
     out = {}
     for s in b.statements:
@@ -230,6 +233,7 @@ def recompute_factors(b: BoundRegion, t: Tile) -> dict:
         mine = drv_tile if reach is None else drv_tile.intersect(reach)
         out[s.name] = (card(t.slices[s.name]) / max(1, card(mine))) / \
             (card(s.domain) / max(1, card(b.driver.domain if reach is None else reach)))
+    t.factors.update(out)
     return out
 
 

@@ -30,17 +30,16 @@ import islpy as isl
 from ..ir.diagnostics import PolysatError, fail
 from .buffers import SMEM_BUDGET, edges, halo_matters, staged_operands, staging_bytes
 from .devices import Device, device
-from .occupancy import bandwidth_share, best_shares, occupancy
+from .occupancy import bandwidth_share, occupancy
 from .origin import SECTOR, at_origin
 from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
                         tile_footprint)
 from .poly_region import BoundRegion, BoundStatement, PolyRegion
+from .price_facts import PREDICATE_COST, SIMT_EFF, dead, exact_floor, facts, floor, region_floor, tile_floor
 from .prologue_cone import cone, first_pass_l2, on_chip, producer
 from .polycore import MAX_RECOMPUTE, analyze, bounded_recompute, default_tile, kstep, recompute_factors, stages
 from .roofline import roofline
 
-SIMT_EFF = 0.6  # estimate: fraction of fp32 peak elementwise/reduction code reaches (not FMA-only)
-PREDICATE_COST = 0.03  # estimate: share of compute time a predicated (guarded) access adds
 BASE_REGS = 32  # registers per thread besides accumulators and on-chip values (addresses, indices)
 MAX_ACC = 128 * 256  # accumulator cells of the largest MMA sub-tile one CTA holds (128x256 CTA tile)
 SEARCH_STEPS = 8  # tiles the local search may price beyond the candidates
@@ -185,44 +184,10 @@ class _Work:
     factors: dict  # statement -> recompute factor
 
 
-def _stream_work(b: BoundRegion) -> dict:
-    """FLOPs per unit of the recurrence's bookkeeping, per row and key block: the running max (max of
-    old and block max; exp2 of its change: sub, mul, exp2), the running sum (rescale, add) and the
-    accumulator rescale (one mul per output cell)."""
-    out = {"fp32": 0, "sfu": 0}
-    for name in b.region.stream:
-        s = b.stmt(name)
-        if len(s.reduce_dims) != 1:
-            continue
-        lo, hi = extents(s.domain)[s.dims.index(s.reduce_dims[0])]
-        blocks = ceil((hi - lo + 1) / b.region.stream_block)
-        cells = card(s.domain.apply(s.write))
-        if s.stmt.unit == "tensor":
-            if not b.region.stream_recompute:  # a two-pass stream's weighted sum needs no rescale
-                out["fp32"] += cells * blocks
-        elif s.stmt.combine == "max":
-            out["fp32"] += 3 * cells * blocks
-            out["sfu"] += cells * blocks
-        else:
-            out["fp32"] += 2 * cells * blocks
-    for name in b.region.stream_recompute:  # a two-pass stream walks the scores twice
-        s = b.stmt(name)
-        if not _dead(b, s):
-            out[s.stmt.unit] = out.get(s.stmt.unit, 0) + s.stmt.flops * card(s.domain)
-    return out
-
-
-def _dead(b: BoundRegion, s) -> bool:
-    """A statement whose internal tensor nothing reads: a widening cast the contraction reads through
-    (Poly-View keeps its block), which the kernel never runs."""
-    w = s.stmt.write.tensor
-    return b.region.tensor(w).role == "internal" and not b.readers(w)
-
-
 def _rewalk_l2(b: BoundRegion, t) -> int:
     """L2 -> SM bytes of the second walk of a two-pass stream: the inputs its rewalked statements
     read, once more per tile."""
-    again = {n: t.slices[n] for n in b.region.stream_recompute if n in t.slices and not _dead(b, b.stmt(n))}
+    again = {n: t.slices[n] for n in b.region.stream_recompute if n in t.slices and not dead(b, b.stmt(n))}
     if not again:
         return 0
     out = 0
@@ -232,59 +197,16 @@ def _rewalk_l2(b: BoundRegion, t) -> int:
     return out
 
 
-@dataclass(frozen=True)
-class _Facts:
-    """What the price of a region needs that no tile changes (computed once per region)."""
-    useful: dict  # unit -> FLOPs, each instance once (the stream's bookkeeping included)
-    epilogue: int  # FP32-pipe FLOPs after the last tensor-core statement
-    epilogue_sfu: int  # SFU FLOPs after it (the epilogue's exp2, rsqrt: serial after the main loop too)
-    mma: bool  # the region has a tensor-core statement
-    live: tuple  # of (statement, instances): the statements the kernel runs
-    dram: int  # device-memory bytes of the inputs and outputs (sector granularity)
-    in_useful: int
-    out_useful: int
-    predicated: float  # reads guarded inside their statement's domain, each weighted by its statement's share of the work
+def _work(b: BoundRegion, t) -> _Work:
+    """The tile's work (made once per region and tile: the tile search's floor reads it before the price)."""
+    return _work_at(b.region, t.sizes)
 
 
 @lru_cache(maxsize=4096)
-def _facts(region: PolyRegion) -> _Facts:
+def _work_at(region: PolyRegion, sizes: tuple) -> _Work:
     b = region.bind()
-    useful = {"tensor": 0, "fp32": 0, "sfu": 0}
-    for unit, n in _stream_work(b).items():  # the recurrence's bookkeeping: work the kernel really does
-        useful[unit] += n
-    last_mma = max([s.index for s in b.statements if s.stmt.unit == "tensor"], default=-1)
-    epi = {"fp32": 0, "sfu": 0}
-    live = []
-    for s in b.statements:
-        if _dead(b, s):
-            continue
-        n = card(s.domain)
-        live.append((s, n))
-        useful[s.stmt.unit] += s.stmt.flops * n
-        if s.index > last_mma >= 0 and s.stmt.unit != "tensor":
-            epi[s.stmt.unit] += s.stmt.flops * n
-    dram = in_useful = out_useful = 0
-    for x in region.tensors:
-        if x.role == "internal":
-            continue
-        size = x.dtype.itemsize
-        fa = full_footprint(b, x.name)
-        dram += sectors(fa, size, SECTOR, b.shapes[x.name]) * SECTOR
-        if x.role == "input":
-            in_useful += card(fa) * size
-        else:
-            out_useful += card(fa) * size
-    # a guarded read costs in proportion to the work of the statement that performs it: the guarded pieces
-    # of a concatenation's epilogue (rules/siblings.egg) are not the contraction's main loop
-    weight = {s.index: max(s.stmt.flops, 1) * n for s, n in live}
-    whole = sum(weight.values()) or 1
-    predicated = sum(weight.get(s.index, 0) for s in b.statements for _, m in s.reads
-                     if not m.domain().is_equal(s.domain)) / whole
-    return _Facts(useful, epi["fp32"], epi["sfu"], last_mma >= 0, tuple(live), dram, in_useful, out_useful, predicated)
-
-
-def _work(b: BoundRegion, t) -> _Work:
-    f = _facts(b.region)
+    t = make_tile(b, dict(sizes))
+    f = facts(region)
     extra = {"tensor": 0, "fp32": 0, "sfu": 0}
     factors = recompute_factors(b, t)
     for s, n in f.live:
@@ -292,14 +214,17 @@ def _work(b: BoundRegion, t) -> _Work:
     return _Work(dict(f.useful), extra, f.epilogue, f.epilogue_sfu, f.mma, factors)
 
 
+def _l2_in(b: BoundRegion, t) -> int:
+    """L2 -> SM bytes of the inputs: each tile's footprint, in sectors, once per tile."""
+    return sum(sectors(tile_footprint(b, t, x.name), x.dtype.itemsize, SECTOR, b.shapes[x.name]) * SECTOR * t.count
+               for x in b.region.tensors if x.role == "input")
+
+
 def _traffic(b: BoundRegion, t, es: list) -> tuple:
     """(device-memory bytes at sector granularity, useful input bytes, useful output bytes,
     spilled-edge bytes, L2 -> SM bytes)."""
-    f = _facts(b.region)
-    l2 = 0
-    for x in b.region.tensors:
-        if x.role == "input":
-            l2 += sectors(tile_footprint(b, t, x.name), x.dtype.itemsize, SECTOR, b.shapes[x.name]) * SECTOR * t.count
+    f = facts(b.region)
+    l2 = _l2_in(b, t)
     spill = 0
     spilled = [e.tensor for e in es if e.buffer == "gmem"]  # written once, read once per consumer
     for name in set(spilled):
@@ -359,7 +284,7 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     t_mma = w.useful["tensor"] / mma_rate * us
     t_simt, t_sfu = (w.useful["fp32"] - epi) / simt_rate * us, (w.useful["sfu"] - epi_sfu) / sfu_rate * us
     t_epi = (epi / simt_rate + epi_sfu / sfu_rate) * us
-    p_lim, p_ser, d_simt, d_sfu, d_fan = producer(pc, b, t, _facts(region).live, w.factors, dev, simt_rate, sfu_rate,
+    p_lim, p_ser, d_simt, d_sfu, d_fan = producer(pc, b, t, facts(region).live, w.factors, dev, simt_rate, sfu_rate,
                                                   ctas) if pc else (0.0,) * 5
     t_simt, t_sfu = t_simt - d_simt, t_sfu - d_sfu  # on sm90 the producer's limit p_lim
     bw = dev.dram_tbps * 1e12 * dram_occ
@@ -374,7 +299,7 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     # penalties (us): recomputed work, wasted sector bytes, predicated accesses, register spills
     fanout = (w.extra["tensor"] / mma_rate + w.extra["fp32"] / simt_rate + w.extra["sfu"] / sfu_rate) * us - d_fan
     layout = max(0.0, (dram - spill_bytes - in_useful - out_useful) / bw * us)
-    piecewise = PREDICATE_COST * _facts(region).predicated * compute
+    piecewise = PREDICATE_COST * facts(region).predicated * compute
     spill = 0.0
     if regs > 255:
         spill = (regs - 255) * 4 * threads * t.count * 2 / (dev.l2_tbps * 1e12 * l2_occ) * us
@@ -483,14 +408,26 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
     def key(c):
         return (any(_hard(s) for s in c.stops), c.time_est_us)
 
-    def beaten(sizes):  # no price of these sizes can undercut a best that hits no hard STOP
-        return not key(best)[0] and (_lower_bound(region, dev, sizes) > best.time_est_us * (1 + 1e-9) + 1e-9
-                                     or _shape_stopped(b, dev, sizes))
+    exact = exact_floor(region)
+
+    def beaten(sizes, k=None):
+        """No price of these sizes can displace a best that hits no hard STOP: a floor is above it, or (a floor
+        exact to the bit) at it while a tie cannot win (a later candidate than the best's, or a local step, which
+        must undercut it), or the MMA shape stops it; first the tile count's floor, then the made tile's.
+        k: the candidate's index (None: a local step)."""
+        if key(best)[0]:
+            return False
+
+        def above(lb: float) -> bool:
+            return lb > best.time_est_us * (1 + 1e-9) + 1e-9 or \
+                exact and lb >= best.time_est_us and (k is None or k > first)
+        return above(floor(region, dev, sizes)) or _shape_stopped(b, dev, sizes) or \
+            any(map(above, _tile_floors(region, dev, sizes)))
     best, first = None, None
 
     def consider(k: int, later: "list | None") -> None:
         nonlocal best, first
-        if best is not None and beaten(tiles[k]):
+        if best is not None and beaten(tiles[k], k):
             return
         if later is not None and _shape_stopped(b, dev, tiles[k]):
             later.append(k)  # a hard STOP: priced only if no tile free of one comes first
@@ -503,7 +440,7 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
     # which no order changes, so the tile chosen is the one candidate order gives
     tiles = candidate_tiles(b, dev)
     later: list = []
-    for k in sorted(range(len(tiles)), key=lambda k: _lower_bound(region, dev, tiles[k])):
+    for k in sorted(range(len(tiles)), key=lambda k: floor(region, dev, tiles[k])):
         consider(k, later)
     for k in later:
         consider(k, None)
@@ -528,34 +465,39 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
 def _shape_stopped(b: BoundRegion, dev: Device, sizes: Mapping[str, int]) -> bool:
     """Whether a tile of these sizes hits the MMA shape STOP (a hard one) that ``_price`` would report: from
     the tile's slices alone, so the tile search skips it unpriced once it has a best that hits no hard STOP
-    (most of the tiles it would otherwise price on a GEMM region)."""
+    (most of the tiles it would otherwise price on a GEMM region). Only sm90 tiles of a region with a
+    tensor-core statement can hit it: no other tile is made here."""
+    if dev.arch != "sm90" or not facts(b.region).mma:
+        return False
     t = make_tile(b, normalize_tile(b, dict(sizes)))
     return bool(_mma_eff(b, stream_tile(b, t).slices, dev)[1])
 
 
-def _lower_bound(region: PolyRegion, dev: Device, sizes: Mapping[str, int]) -> float:
-    """A time no tile of these sizes can beat, from the tile count alone: launch plus the larger of the
-    useful work at full MMA efficiency and the useful bytes, each at the best occupancy (resp. bandwidth
-    share) the count allows, plus the layout and piecewise penalties those imply (every other penalty and serial term is
->= 0). Lets the tile search skip dominated tiles."""
+def _tile_floors(region: PolyRegion, dev: Device, sizes: Mapping[str, int]):
+    """The floors of the made tile of these sizes (price_facts.tile_floor), the cheaper first: with its recompute
+    and MMA efficiency, then with its L2 bytes too (what ``_price`` computes first and reuses); none where a
+    prologue's producer moves work between terms (no floor but the count's holds there)."""
+    if cone(region):
+        return
     b = region.bind()
-    f = _facts(region)
-    full = dict(zip(b.driver.dims, extents(b.driver.domain), strict=True))
-    count = prod(ceil((full[d][1] - full[d][0] + 1) / n) for d, n in normalize_tile(b, dict(sizes)).items())
-    occ, occ_m = best_shares(count, dev)
-    simt = dev.fp32_tflops * 1e12 * SIMT_EFF
-    epi, epi_sfu = (f.epilogue, f.epilogue_sfu) if f.mma else (0, 0)
-    compute = (f.useful["tensor"] / (dev.tensor_tflops * 1e12 * dev.mma_eff)
-               + (f.useful["fp32"] - epi) / simt + (f.useful["sfu"] - epi_sfu) / (simt * dev.sfu_ratio)) / occ
-    mem = (f.in_useful + f.out_useful) / (dev.dram_tbps * 1e12) / occ_m
-    layout = max(0.0, (f.dram - f.in_useful - f.out_useful) / (dev.dram_tbps * 1e12)) / occ_m  # the layout penalty
-    return dev.launch_us + (max(compute, mem) + PREDICATE_COST * f.predicated * compute + layout) * 1e6
+    t = make_tile(b, normalize_tile(b, dict(sizes)))
+    effs = _mma_eff(b, stream_tile(b, t).slices, dev)[0]
+    eff, extra = min(effs.values(), default=1.0) * dev.mma_eff, _work(b, t).extra
+    yield tile_floor(region, dev, t.count, extra, 0, eff)
+    yield tile_floor(region, dev, t.count, extra, _l2_in(b, t), eff)
 
 
 def _hard(stop: str) -> bool:
     """STOP conditions that rule a tile out; a narrow vector width (a layout fact) and one CTA per
     SM (priced by occupancy) are reported but allowed."""
     return not (stop.startswith("vectorize") or stop.endswith("limit the SM to 1 CTA"))
+
+
+def price_floor(region: PolyRegion, arch: "str | Device" = "sm90") -> float:
+    """A time :func:`price` never returns below for this region (price_facts.region_floor: its useful work and bytes
+    at full occupancy and bandwidth), at a fraction of its cost: lets a caller asking only whether kernels add up
+    to more than a price stop before pricing them (up to rounding: compare with a margin)."""
+    return region_floor(region, device(arch))
 
 
 def price_partition(regions: Sequence[PolyRegion], arch: "str | Device" = "sm90") -> Cost:

@@ -499,13 +499,15 @@ class _KernelSynth:
         return self.run()
 
 
-def synthesize(program: Program, partition: Partition) -> list[Region]:
-    """RB-SSA regions, one per kernel of the partition, in its (dependency) order."""
+def synthesize(program: Program, partition: Partition, only: "frozenset | None" = None) -> list[Region]:
+    """RB-SSA regions, one per kernel of the partition, in its (dependency) order; ``only``: the names of the
+    kernels wanted (the others are not synthesized; pricing/kernels.py as_emitted asks for a kernel's neighbours)."""
     partition.check(program)
-    return _synthesize(program, partition)
+    return _synthesize(program, partition, only)
 
 
-def _synthesize(program: Program, partition: Partition) -> list[Region]:
+def _synthesize(program: Program, partition: Partition, only: "frozenset | None" = None) -> list[Region]:
+    program = _interned(program)
     mat = partition.materialized
     names = tensor_names(program, mat)
     out_names: dict = {}
@@ -518,6 +520,8 @@ def _synthesize(program: Program, partition: Partition) -> list[Region]:
     symbols = program.symbols()
     regions = []
     for k, kern in enumerate(partition.kernels):
+        if only is not None and kern.name not in only:
+            continue
         deadline.check(f"kernel {kern.name}")
         yields, iters, raxes, inputs, lets = _kernel_parts(program, kern, names, symbols)
         outputs, ys = [], []
@@ -533,7 +537,21 @@ def _synthesize(program: Program, partition: Partition) -> list[Region]:
     return regions
 
 
-_PARTS: dict = {}  # (id(program), kernel, the tensor names it uses) -> (program, parts), the latest _PARTS_MAX
+_PROGRAMS: dict = {}  # program -> the first equal program met, the latest 64 (the search re-extracts equal programs)
+
+
+def _interned(program: Program) -> Program:
+    """The first program met equal to ``program`` (hashed once per synthesis, not per kernel), so its kernels
+    hit the kernel cache below keyed by the program's id."""
+    got = _PROGRAMS.get(program)
+    if got is None:
+        if len(_PROGRAMS) >= 64:
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))
+        got = _PROGRAMS[program] = program
+    return got
+
+
+_PARTS: dict = {}  # (id(program), kernel less its name, the tensor names it uses) -> (program, parts), the latest _PARTS_MAX
 _PARTS_MAX = 16384  # above the kernels of a wide program's partition (an MoE layer of 64 experts: ~2,000)
 
 
@@ -541,9 +559,10 @@ def _kernel_parts(program: Program, kern: Kernel, names: dict, symbols) -> tuple
     """(yields, iteration axes, reduction axes, input buffers, lets) of one kernel: a kernel depends only on
     its own nodes and the names of the tensors it reads and writes, so the partitions the merge search
     prices as emitted (one group joined, every other kernel as in the base) synthesize each other kernel
-    once. The program is kept with its entry: an id is never reused while the entry lives."""
+    once; its name only names it in a diagnostic, so a kernel renumbered in another partition hits too. The
+    program is kept with its entry: an id is never reused while the entry lives."""
     used = tuple((i, names[i]) for i in sorted(kern.nodes | set(kern.inputs) | set(kern.outputs)) if i in names)
-    key = (id(program), kern, used)
+    key = (id(program), kern.nodes, kern.outputs, kern.inputs, used)
     hit = _PARTS.get(key)
     if hit is not None and hit[0] is program:
         return hit[1]

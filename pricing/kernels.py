@@ -19,7 +19,7 @@ from ..analyses.isl_util import isl_name
 from ..analyses.poly_from_view import regions_from_partition
 from ..analyses.devices import device
 from ..analyses.poly_region import PolyRegion, renamed
-from ..analyses.price import Cost, price
+from ..analyses.price import Cost, price, price_floor
 from ..analyses.roofline import roofline
 from ..backend.common.spec import IN_DTYPES
 from ..backend.kinds import tensor_core_kind
@@ -50,8 +50,9 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     laid out as the pipeline does, then ``backend.kinds.tensor_core_kind``) the SIMT kind computes it, so its
     statements run on the FP32 pipes; in a program with no 16-bit value no MMA kind binds (each reads fp16|bf16
     operands, ``IN_DTYPES``), so no region is synthesized to learn it. Regions without a contraction are returned
-    as they are. A partition
-    the RB-SSA synthesis refuses keeps the Poly-View's units (no kernel of it is ever emitted)."""
+    as they are. Only the contractions' kernels and the writers and readers of their buffers are synthesized
+    (``_neighbours``; the narrowing and the layout decide each buffer by its writer and readers alone). Regions
+    the RB-SSA synthesis of those kernels refuses keep the Poly-View's units (no such kernel is ever emitted)."""
     if not any(st.unit == "tensor" for r in regions for st in r.statements):
         return regions
     if not _sixteen_bit(program):  # every MMA kind reads 16-bit operands: SIMT computes all
@@ -59,7 +60,9 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     if callable(partition):  # made only here (the merge search prices many groups of one program)
         partition = partition()
     try:
-        emitted = {r.name: r for r in store_for_readers(narrow_boundaries(_near(synthesize(program, partition), regions)))}
+        mma = [r for r in regions if any(st.unit == "tensor" for st in r.statements)]  # the kernels whose kind is asked
+        emitted = {r.name: r for r in store_for_readers(narrow_boundaries(_near(synthesize(
+            program, partition, only=_neighbours(partition, mma)), mma)))}
     except PolysatError:
         return regions
     out = []
@@ -95,6 +98,14 @@ def _near(rbs: list, regions: list) -> list:
     want = {r.name for r in regions}
     bufs = {b.name for r in rbs if r.name in want for b in (*r.inputs, *r.outputs)}
     return [r for r in rbs if r.name in want or any(b.name in bufs for b in (*r.inputs, *r.outputs))]
+
+
+def _neighbours(partition, regions: list) -> frozenset:
+    """The names of the kernels of ``regions`` and of every kernel that reads or writes a value they read or
+    write: the kernels ``_near`` may keep, so the others are never synthesized."""
+    want = {r.name for r in regions}
+    vals = {v for k in partition.kernels if k.name in want for v in (*k.inputs, *k.outputs)}
+    return frozenset(k.name for k in partition.kernels if k.name in want or not vals.isdisjoint((*k.inputs, *k.outputs)))
 
 
 def _kind(region) -> "str | None":
@@ -184,10 +195,17 @@ def price_kernels(prog: Program, part, params: dict, arch: str, by_kernel: bool 
                   above: float = math.inf) -> "list | None":
     """Each kernel of ``part`` with its region and price (``by_kernel``: see ``kernel_regions``); None as soon as
     the kernels priced so far add up to more than ``above`` (the rest unpriced: a search asking only whether a
-    partition beats a price it has)."""
+    partition beats a price it has), or sooner: as soon as they and the floors of the rest (``price_floor``, a
+    fraction of a price) add up to more than ``above`` by more than a rounding (the kernels would too)."""
     regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params, by_kernel))}
     out, total = [], 0.0
-    for k in part.kernels:
+    floors = None if above == math.inf else \
+        [copy_cost(prog, k, params, arch).time_est_us if (r := regions.get(k.name)) is None else
+         price_floor(canonical(r), arch) for k in part.kernels]
+    rest = sum(floors or ())
+    for i, k in enumerate(part.kernels):
+        if total + rest > above * (1 + 1e-9) + 1e-9:
+            return None
         deadline.check(f"kernel {k.name}")
         r = regions.get(k.name)
         c = copy_cost(prog, k, params, arch) if r is None else dataclasses.replace(price(canonical(r), arch), region=k.name)
@@ -195,6 +213,7 @@ def price_kernels(prog: Program, part, params: dict, arch: str, by_kernel: bool 
         total += c.time_est_us
         if total > above:
             return None
+        rest -= floors[i] if floors else 0.0
     return out
 
 

@@ -144,3 +144,19 @@ def test_pricing_a_partition_stops_once_its_kernels_add_up_above_a_bound():
     assert price_kernels(x.program, x.partition, {}, "sm90", above=total) == full
     assert price_kernels(x.program, x.partition, {}, "sm90", above=total * (1 - 1e-6)) is None
     assert price_kernels(x.program, x.partition, {}, "sm90", above=full[0].cost.time_est_us / 2) is None
+
+
+def test_pricing_a_partition_whose_floors_add_up_above_the_bound_prices_no_kernel(monkeypatch):
+    """``price_kernels(above=...)`` first adds up each kernel's ``price_floor`` (at most its price): when they
+    exceed the bound, no kernel is priced at all."""
+    from polysat.analyses.price import price_floor
+    from polysat.pricing import kernels
+    x = Compilation(_gemm_rmsnorm(), cost="model").search.baseline.extraction
+    full = kernels.price_kernels(x.program, x.partition, {}, "sm90")
+    floors = [p.cost.time_est_us if p.region is None else price_floor(kernels.canonical(p.region), "sm90") for p in full]
+    assert all(0 < f <= p.cost.time_est_us for f, p in zip(floors, full)), floors
+    real, calls = kernels.price, []
+    monkeypatch.setattr(kernels, "price", lambda r, arch: calls.append(r) or real(r, arch))
+    assert kernels.price_kernels(x.program, x.partition, {}, "sm90", above=sum(floors) * 0.99) is None
+    assert not calls
+    assert kernels.price_kernels(x.program, x.partition, {}, "sm90", above=total_us(full)) == full and calls
