@@ -73,3 +73,60 @@ def test_a_wide_concatenation_is_a_balanced_sum_and_means_what_onnxruntime_compu
     got = evaluate(p, with_parameters(doc, feeds))["y"]
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_array_equal(got, want)
+
+
+# Every path from a root, recorded at every value on the way (the walk before `to-reduce`, `cross` and `step`), as a
+# user's rule file: the oracle for the facts the shipped walk keeps where it matters, at the reductions.
+EVERY_PATH = """\
+(relation every-at (Term String String String Sites))
+; law: bookkeeping only: a materialized value is a kernel's root
+(rule ((has-shape x s) (= mz (Mat x))) ((every-at x s (py-to-string (py-call $identity-map (py-from-string s))) "()" (Top x)))
+      :ruleset fusion-facts :name "every-root")
+; law: bookkeeping only: a program output is a kernel's root
+(rule ((has-shape x s) (program-out x)) ((every-at x s (py-to-string (py-call $identity-map (py-from-string s))) "()" (Top x)))
+      :ruleset fusion-facts :name "every-root-output")
+; law: bookkeeping only: a Reduce's body is evaluated in its loop order
+(rule ((= x (Reduce f ax i dt y)) (has-shape y s)) ((every-at y s (py-to-string (py-call $identity-map (py-from-string s))) ax (Root x)))
+      :ruleset fusion-facts :name "every-reduce-body")
+; law: bookkeeping only: an elementwise operand, where its consumer is
+(rule ((every-at x s m ax p) (operand x y)) ((every-at y s m ax p)) :ruleset fusion-facts :name "every-operand")
+; law: bookkeeping only: a view's operand, at the view's map
+(rule ((every-at x s m ax p) (view-of x y f)) ((want-reach f m)) :ruleset fusion-facts :name "every-want-view")
+; law: bookkeeping only: (the composed map)
+(rule ((every-at x s m ax p) (view-of x y f) (= c (reach f m))) ((every-at y s c ax p)) :ruleset fusion-facts :name "every-view")
+; law: bookkeeping only: across a cut read
+(rule ((every-at e s m ax p) (= e (Read (Mat z) s2 m2)) (computed z) (!= e z)) ((want-reach m2 m))
+      :ruleset fusion-facts :name "every-want-cut-read")
+; law: bookkeeping only: (the composed map)
+(rule ((every-at e s m ax p) (= e (Read (Mat z) s2 m2)) (computed z) (!= e z) (= c (reach m2 m)))
+      ((every-at z s c ax (Site (Mat z) p))) :ruleset fusion-facts :name "every-cut-read")
+; law: bookkeeping only: across a fused read
+(rule ((every-at e s m ax p) (= e (View z s2 m2)) (= mz (Mat z)) (!= e z)) ((want-reach m2 m))
+      :ruleset fusion-facts :name "every-want-fused-read")
+; law: bookkeeping only: (the composed map)
+(rule ((every-at e s m ax p) (= e (View z s2 m2)) (= mz (Mat z)) (!= e z) (= c (reach m2 m)))
+      ((every-at z s c ax (Site mz p))) :ruleset fusion-facts :name "every-fused-read")
+"""
+
+
+def test_the_walk_keeps_every_path_to_a_reduction_and_only_those(tmp_path):
+    """A soft mixture of experts (erf-GELU MLPs: long elementwise chains over cut reads, softmaxes, a concatenation):
+    the facts at the reductions, which every conflict is made of, are those of a walk that records every path at
+    every value (a user's rule file, EVERY_PATH); the shipped walk keeps a third of its rows or fewer (the paths
+    to values no reduction lies below, and the operands that are only reads, hold none)."""
+    from polysat.bench.corpora.scale_models import soft_moe
+    from polysat.egraph.graph import export
+    from polysat.search.model import saturate_unfused
+    (tmp_path / "every_path.egg").write_text(EVERY_PATH)
+    p = program_from_doc(import_onnx(soft_moe(2, tokens=8, d=16, hidden=32)))
+    st, rep = saturate_unfused(p, [str(tmp_path)])
+    assert rep.stop.value == "saturated", rep.stop
+    fz = st.eg._egraph.freeze().functions  # noqa: SLF001
+    reductions = {r.output for r in fz["Reduce"].rows}
+
+    def at_reductions(table: str) -> set:
+        return {tuple(r.inputs) for r in fz[table].rows if r.inputs[0] in reductions}
+    kept, every = at_reductions("eval-at"), at_reductions("every-at")
+    assert every and kept == every, (len(kept), len(every), len(every - kept))
+    assert 3 * len(fz["eval-at"].rows) <= len(fz["every-at"].rows), (len(fz["eval-at"].rows), len(fz["every-at"].rows))
+    assert export(st).conflicts  # GEMM -> GELU -> GEMM: conflicts, made of those facts
