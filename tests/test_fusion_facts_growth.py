@@ -130,3 +130,30 @@ def test_the_walk_keeps_every_path_to_a_reduction_and_only_those(tmp_path):
     assert every and kept == every, (len(kept), len(every), len(every - kept))
     assert 3 * len(fz["eval-at"].rows) <= len(fz["every-at"].rows), (len(fz["eval-at"].rows), len(fz["every-at"].rows))
     assert export(st).conflicts  # GEMM -> GELU -> GEMM: conflicts, made of those facts
+
+
+def test_a_read_merged_into_its_value_after_its_crossing_was_recorded_walks_no_cycle():
+    """A crossing (`cross`, `step`) is a fact: when the read it was recorded for later joins its value's class (an
+    identity read equals its value, and the checker's pool runs rewrites between rounds of the facts), the walk
+    asks again whether the read is still a boundary, as the old per-node rules did; the stale crossing walked round
+    that class forever, one more site a round (the checker's pool never settled: piece-operand never fired)."""
+    from polysat.egraph.boundaries import all_cuts
+    from polysat.egraph.saturate import rule_files
+    from polysat.egraph.state import new_state
+    from polysat.ir.builder import Builder
+    from polysat.ir.dtypes import DType
+    b = Builder("cycle")
+    x = b.input("X", DType.fp32, (3, 4), at="t")
+    z = b.reduce(x, "SUM", (1,), DType.fp32, at="t")
+    p = b.program([("w", b.add(Ops.EXP2, [z], at="t"))])
+    st = new_state(p, rule_files(), cuts=all_cuts(p))
+    facts = "(seq (saturate (run analysis)) (run fusion-facts))"
+    st.run(f"(run-schedule (saturate (run analysis)) (saturate (run fusion-search)) (saturate {facts}))")
+    fz = st.eg._egraph.freeze().functions  # noqa: SLF001
+    assert fz["cross"].rows and fz["step"].rows  # the exp's operand read crosses into the reduction
+    zi = st.index[z.id]
+    st.run(f'(union (Read (Mat (N {zi})) "[3]" "(i0)") (N {zi}))')
+    st.run(f"(run-schedule (repeat 8 {facts}))")
+    rows = len(st.eg._egraph.freeze().functions["eval-at"].rows)  # noqa: SLF001
+    st.run(f"(run-schedule (repeat 8 {facts}))")
+    assert len(st.eg._egraph.freeze().functions["eval-at"].rows) == rows  # noqa: SLF001 — a fixpoint, not a cycle
