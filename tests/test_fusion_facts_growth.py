@@ -157,3 +157,39 @@ def test_a_read_merged_into_its_value_after_its_crossing_was_recorded_walks_no_c
     rows = len(st.eg._egraph.freeze().functions["eval-at"].rows)  # noqa: SLF001
     st.run(f"(run-schedule (repeat 8 {facts}))")
     assert len(st.eg._egraph.freeze().functions["eval-at"].rows) == rows  # noqa: SLF001 — a fixpoint, not a cycle
+
+
+def test_a_cycle_through_a_site_is_walked_once_round():
+    """An e-graph cycle through a site: the value holds a view of its own read back (z = reshape(read of z as
+    [3, 1]), as Swin's window partition and its inverse land in one class). No extraction's terms visit z twice,
+    so no path crosses its site twice (`fresh`): the facts reach their fixpoint, every path's sites distinct; a
+    walk round the cycle added a site a round (Swin's facts ran into the 20 s limit)."""
+    from polysat.egraph.boundaries import all_cuts
+    from polysat.egraph.saturate import rule_files
+    from polysat.egraph.state import new_state
+    from polysat.ir.builder import Builder
+    from polysat.ir.dtypes import DType
+    b = Builder("cycle")
+    x = b.input("X", DType.fp32, (3, 4), at="t")
+    z = b.reduce(x, "SUM", (1,), DType.fp32, at="t")
+    p = b.program([("w", b.add(Ops.EXP2, [z], at="t"))])
+    st = new_state(p, rule_files(), cuts=all_cuts(p))
+    zi = st.index[z.id]
+    st.run(f'(union (N {zi}) (Reshape (Read (Mat (N {zi})) "[3, 1]" "(i0)") "[3]"))')
+    facts = "(seq (saturate (run analysis)) (run fusion-facts))"
+    st.run(f"(run-schedule (saturate (run analysis)) (saturate (run fusion-search)) (repeat 30 {facts}))")
+    fz = st.eg._egraph.freeze().functions  # noqa: SLF001
+    rows = len(fz["eval-at"].rows)
+    st.run(f"(run-schedule (repeat 8 {facts}))")
+    fz = st.eg._egraph.freeze().functions  # noqa: SLF001
+    assert len(fz["eval-at"].rows) == rows  # a fixpoint
+    site = {r.output: r.inputs for r in fz["Site"].rows}
+
+    def sites(q) -> list:
+        out = []
+        while q in site:
+            out.append(site[q][0])
+            q = site[q][1]
+        return out
+    paths = [sites(r.inputs[4]) for r in fz["eval-at"].rows]
+    assert any(paths) and all(len(set(s)) == len(s) for s in paths)
