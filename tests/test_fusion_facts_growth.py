@@ -159,10 +159,10 @@ def test_a_read_merged_into_its_value_after_its_crossing_was_recorded_walks_no_c
     assert len(st.eg._egraph.freeze().functions["eval-at"].rows) == rows  # noqa: SLF001 — a fixpoint, not a cycle
 
 
-def test_a_cycle_through_a_site_is_walked_once_round():
+def test_a_cycle_through_one_site_is_walked_once_round():
     """An e-graph cycle through a site: the value holds a view of its own read back (z = reshape(read of z as
     [3, 1]), as Swin's window partition and its inverse land in one class). No extraction's terms visit z twice,
-    so no path crosses its site twice (`fresh`): the facts reach their fixpoint, every path's sites distinct; a
+    so no path crosses the site it crossed last (`last-of`): the facts reach their fixpoint, every path's sites distinct; a
     walk round the cycle added a site a round (Swin's facts ran into the 20 s limit)."""
     from polysat.egraph.boundaries import all_cuts
     from polysat.egraph.saturate import rule_files
