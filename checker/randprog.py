@@ -278,15 +278,20 @@ def sibling_programs(rng: np.random.Generator) -> list:
 
 
 def owned_programs(rng: np.random.Generator) -> list:
-    """A softmax over a middle axis: its max and sum are read at a projection of the consumer's axes,
-    which a kernel owning the whole reduced extent computes once per tile (rules/fusion.egg legal-owned)."""
+    """Softmaxes over an axis that is not the last (the middle one, then the first): the max and sum are read at
+    a projection of the consumer's axes, which a kernel owning the whole reduced extent computes once per tile
+    (rules/fusion.egg legal-owned); one program each, so a rule must hold on each (the checker's cases)."""
     a, n, c = (int(v) for v in rng.integers(2, 5, 3))  # no unit axis: a unit axis is never a broadcast axis
-    b = Builder("o")
-    x = b.input("X", DType.fp32, (a, n + 1, c), at=AT)
-    mx = b.reduce(x, "MAX", (1,), DType.fp32, at=AT)
-    e = b.add(Ops.EXP2, [b.alu(Ops.SUB, x, b.reshape(mx, (a, 1, c), at=AT), at=AT)], at=AT)
-    z = b.reduce(e, "SUM", (1,), DType.fp32, at=AT)
-    return [b.program([("p", b.alu(Ops.FDIV, e, b.reshape(z, (a, 1, c), at=AT), at=AT))])]
+    out = []
+    for name, shape, ax in (("o", (a, n + 1, c), 1), ("f", (n + 1, a, c), 0), ("g", (a, c, n + 2, 2), 2)):
+        b = Builder(name)
+        x = b.input("X", DType.fp32, shape, at=AT)
+        kept = tuple(1 if j == ax else d for j, d in enumerate(shape))
+        mx = b.reduce(x, "MAX", (ax,), DType.fp32, at=AT)
+        e = b.add(Ops.EXP2, [b.alu(Ops.SUB, x, b.reshape(mx, kept, at=AT), at=AT)], at=AT)
+        z = b.reduce(e, "SUM", (ax,), DType.fp32, at=AT)
+        out.append(b.program([("p", b.alu(Ops.FDIV, e, b.reshape(z, kept, at=AT), at=AT))]))
+    return out
 
 
 def chained_gemm_programs(rng: np.random.Generator) -> list:
