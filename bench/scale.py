@@ -56,7 +56,7 @@ def points(quick: bool, dtype: str = "fp32") -> list:
     out += [(f"gpt2_{s}", "gpt2", (s,)) for s in ("small", "medium", "large", "xl")]
     out += [(f"resnet{d}", "resnet", (d,)) for d in (50, 101, 152)]
     out += [(f"soft_moe_e{e}", "soft_moe", (e,)) for e in (4, 8, 16, 32, 64)]
-    return out + [("unet_4", "unet", ())]
+    return out + [(f"unet_{n}", "unet", (n,)) for n in (4, 6)]
 
 
 def _peak_mb() -> float:
