@@ -256,6 +256,7 @@ def segment(prog: Program, most: int = LIVE) -> list:
     sig = [(prog[comp[k]].op, prog[comp[k]].dtype, prog[comp[k]].shape, _arg_key(prog[comp[k]])) for k in heavy]
     loose = [x[:2] for x in sig]  # what a structure keeps of a node's signature
     weight = {k: sum(1 for h in heavy if h < k) for k in set(cut) | {end}}  # non-view nodes before each cut
+    users = prog.consumers()
     made: dict = {}  # (start, end) -> its Segment, built once
     texts: dict = {}  # node id -> its key text around its ids, shared by every candidate segment
 
@@ -266,10 +267,16 @@ def segment(prog: Program, most: int = LIVE) -> list:
             made[(a, b)] = _canonical(prog, free, comp[a:b], cut[a], outs, texts)
         return made[(a, b)]
 
+    def rereads(a: int, b: int) -> bool:
+        """Whether segment [a, b) reads a value it writes for the segments after it."""
+        return any(a <= pos.get(u, -1) < b for v in cut.get(b, ()) if pos[v] >= a for u in users.get(v, ()))
+
     def longest(lo: int, hi: int, starts: list, sig: list, same: Callable, ties: bool) -> list:
         """The bounds of the longest run of at least two consecutive segments inside [lo, hi], each ``same`` as
         the first, and holding a reduction; of runs covering as many nodes, the one of the shortest period (with
-        ``ties``: each such run, the first first)."""
+        ``ties``: each such run, the first first, and only of segments that read none of the values they write:
+        such a value, a U-Net's skip tensor read by the level's pooling, is one the whole search may rather
+        leave unwritten, its ReLU applied in each reader, which a segment that must write it never finds)."""
         best, found = None, []  # (nodes covered, -period), the runs of it
         inside = [k for k in starts if lo <= k <= hi]
         at = {weight[k]: k for k in inside}  # a weight -> its last cut (only views between cuts of one weight)
@@ -277,7 +284,8 @@ def segment(prog: Program, most: int = LIVE) -> list:
             for b in inside:
                 n = weight[b] - weight[a]
                 room = (weight[hi] - weight[a]) // n * n if n > 0 else 0  # the most this run could cover
-                if n <= 0 or room < 2 * n or best is not None and (room < best[0] or room == best[0] and not ties):
+                if n <= 0 or room < 2 * n or best is not None and (room < best[0] or room == best[0] and not ties) \
+                        or ties and rereads(a, b):
                     continue
                 bounds = [a, b]
                 while weight[bounds[-1]] + n in at and \
