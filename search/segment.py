@@ -215,11 +215,12 @@ _SHAPES = ("shape", "result_shape")  # the args that hold extents (a view's inde
 
 
 def _shape_free(op: str, i: str, src: tuple, dtype, shape: tuple, arg: Arg) -> tuple:
-    """A key row with every extent dropped: the node's shape and its args' shapes by their rank, a pad by the
-    sides it pads (a concatenation's pads are the other part's extent; a convolution's halo keeps its sides), a
-    constant's value (a LayerNorm's width, read by no price) by nothing."""
+    """A key row with every extent dropped: the node's shape and its args' shapes by their rank, a constant pad
+    by the sides it pads (a concatenation's pads are the other part's extent; a convolution's halo keeps its
+    sides), a constant's value (a LayerNorm's width, read by no price) by nothing."""
     items = sorted((k, len(v) if k in _SHAPES and isinstance(v, tuple) else
-                    tuple((lo > 0, hi > 0) for lo, hi in v) if k == "pad" and op == Ops.PAD.value else v)
+                    tuple(tuple(x > 0 if isinstance(x, int) else x for x in side) for side in v)
+                    if k == "pad" and op == Ops.PAD.value else v)  # a symbolic pad as it is
                    for k, v in arg.items() if not (op == Ops.CONST.value and k == "value"))
     return op, i, src, dtype, len(shape), repr(items)
 

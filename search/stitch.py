@@ -30,8 +30,8 @@ from .result import Candidate, Rejection, Search, Streamed
 from .segment import Segment
 
 
-BOUNDARY = ("segment boundary: the only value flowing from one repeated block to the next is materialized, "
-            "so each distinct block is searched once (docs/DESIGN.md §Fusion)")
+BOUNDARY = ("segment boundary: a value flowing from one block to a later one (the stream, a skip tensor) is "
+            "materialized, so each distinct block is searched once (docs/DESIGN.md §Fusion)")
 
 
 @dataclass
