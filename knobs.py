@@ -158,6 +158,14 @@ def price_symbol_size() -> int:
     return max(1, _num("POLYSAT_PRICE_SYMBOL_SIZE", 256, lo=1))
 
 
+def segment_live() -> int:
+    """POLYSAT_SEGMENT_LIVE: the most values live at a cut of the second segmenting pass, which cuts the parts that
+    runs of identical blocks leave into runs of blocks of one structure (a U-Net's levels, with its stream and skip
+    tensors live: 8 takes up to 7 levels); default 0, no second pass (on U-Nets of 2-7 levels it priced within
+    -0.02% to +0.5% of the whole program's search, at 1.6-1.9x its compile CPU: docs/DESIGN.md, Segments)."""
+    return _num("POLYSAT_SEGMENT_LIVE", 0, lo=0)
+
+
 def streaming() -> bool:
     """POLYSAT_STREAMING: 0 keeps `--cost=model` from running rules/streaming.egg (attention's softmax and
     P V stay two kernels, as under `--cost=size`); default 1."""

@@ -9,9 +9,9 @@ decoder reads later). ``segment`` first uses the cuts of ONE live value: it grou
 longest run of at least two consecutive, identical *segments* (same ops, arguments, shapes and dtypes, same
 wiring; tensor identities and user names do not count), then, in the parts before and after it, their own
 longest runs, and so on (the stages of a ResNet: blocks identical within a run, of another shape in the
-next). A part no such run covers is then cut at the cuts of at most ``LIVE`` values each into its longest
-run of consecutive segments of one *structure* (equal but for extents, ``Segment.structure``: a U-Net's
-encoder levels, its decoder levels), and so on around it. Only the cuts at segment boundaries are used, and
+next). A part no such run covers is then cut (``most`` above 0: POLYSAT_SEGMENT_LIVE, off by default) at the
+cuts of at most ``most`` values each into its longest run of consecutive segments of one *structure* (equal
+but for extents, ``Segment.structure``: a U-Net's encoder levels, its decoder levels), and so on around it. Only the cuts at segment boundaries are used, and
 each of their live values is materialized by the partition (the hand partition of a transformer writes the
 residual stream there too; every level-by-level partition of a U-Net writes the skip tensors). A program
 without a run is one segment.
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..ir.tiny import Arg, GroupOp, Ops, Program, UOp
+from ..knobs import segment_live
 
 SEGMENT_OUT = "segment_out"  # the output name of a segment that is not the last one
 
@@ -238,19 +239,20 @@ def _items_key(arg: Arg) -> str:
     return repr(sorted((k, v) for k, v in arg.items()))
 
 
-LIVE = 8  # the most live values at a cut of the second pass: a U-Net of up to 7 levels (its stream and skips)
 TIES = 4  # the longest runs of a part of the second pass whose cuttings are compared (the first ones)
 
 
-def segment(prog: Program, most: int = LIVE) -> list:
+def segment(prog: Program, most: "int | None" = None) -> list:
     """The program's segments in order (see the module docstring); one segment when nothing repeats.
-    A repeated segment must hold a reduction (materializing between elementwise ops never pays)."""
+    A repeated segment must hold a reduction (materializing between elementwise ops never pays). ``most``: the
+    most values live at a cut of the second pass (default ``knobs.segment_live``; 0: no second pass)."""
+    most = segment_live() if most is None else most
     free = _free(prog)
     comp = [n.id for n in prog.nodes if n.id not in free]
     whole = [Segment("whole", {n.id: n.id for n in prog.nodes}, lambda: prog)]  # searched as it is: not renamed
     if any(nid not in comp for _, nid in prog.outputs):
         return whole
-    cut = {0: frozenset()} | _cut_points(prog, free, most)
+    cut = {0: frozenset()} | _cut_points(prog, free, max(1, most))
     end = len(comp)
     pos = {i: k for k, i in enumerate(comp)}
     heavy = [k for k, i in enumerate(comp) if prog[i].op not in GroupOp.Movement]
@@ -328,7 +330,7 @@ def segment(prog: Program, most: int = LIVE) -> list:
             split[(lo, hi)] = min(options, key=lambda o: o[0]) if options else \
                 (len(seg(lo, hi).exits) if lo < hi else 0, ())
         return split[(lo, hi)]
-    for lo, hi in rest:
+    for lo, hi in rest if most > 0 else ():
         cuts.update(best(lo, hi)[1])
     if len(cuts) == 2:
         return whole

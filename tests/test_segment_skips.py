@@ -1,6 +1,7 @@
-"""A U-Net is cut into its levels where a few values are live (the stream and the skip tensors the decoder
-reads later), its levels of one structure share a search, and the stitched partition keeps the program's
-values and is priced at or below the whole program's search (search/segment.py, search/stitch.py)."""
+"""With the second segmenting pass on (POLYSAT_SEGMENT_LIVE), a U-Net is cut into its levels where a few values
+are live (the stream and the skip tensors the decoder reads later), its levels of one structure share a search,
+and the stitched partition keeps the program's values and is priced as the whole program's search
+(search/segment.py, search/stitch.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,10 +15,12 @@ from polysat.frontend.onnx import import_onnx
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
 from polysat.pipeline import Compilation
-from polysat.search import model as search_model
 from polysat.search.segment import segment
 from polysat.search.stitch import SegmentedState
 from polysat.tests.numeric import bind_env, close, max_error, random_inputs
+
+
+LIVE = "8"  # POLYSAT_SEGMENT_LIVE: a cut of the stream and up to 7 skip tensors
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +33,8 @@ def net():
 
 def test_the_levels_of_a_unet_are_segments(net):
     _, _, p = net
-    segs = segment(p)
+    assert len(segment(p)) == 1  # the default: no second pass, the U-Net searched whole
+    segs = segment(p, int(LIVE))
     assert len(segs) > 3
     shared = [x for x in dict.fromkeys(s.structure for s in segs) if sum(s.structure == x for s in segs) >= 2]
     assert len(shared) >= 2  # the encoder levels (pool, conv, conv) and the decoder levels (up, concat, conv, conv)
@@ -50,9 +54,10 @@ def _inputs(p, seed: int) -> dict:
     return {k: np.abs(v) + np.float32(0.1) for k, v in random_inputs(p, rng, bind_env(p, rng)).items()}
 
 
-def test_a_segmented_unet_plays_back_equal_to_the_reference_and_onnxruntime(net):
+def test_a_segmented_unet_plays_back_equal_to_the_reference_and_onnxruntime(net, monkeypatch):
     import onnxruntime as ort
     model, doc, p = net
+    monkeypatch.setenv("POLYSAT_SEGMENT_LIVE", LIVE)
     c = Compilation(doc, cost="model")
     x = c.extraction
     assert isinstance(c.saturated[0], SegmentedState) and len(c.saturated[0].segments) > 3
@@ -75,8 +80,9 @@ def test_a_segmented_unet_is_priced_as_its_whole_search(net, monkeypatch):
     is written after its ReLU, where the whole search writes it before and applies the ReLU in both of its
     readers: 0.6 ns dearer of 30.4 µs here), and never above one kernel per op."""
     _, doc, _ = net
+    monkeypatch.setenv("POLYSAT_SEGMENT_LIVE", LIVE)
     cut = Compilation(doc, cost="model").search
-    monkeypatch.setattr(search_model, "segment", lambda prog: segment(prog, most=0))  # no cut: one segment
+    monkeypatch.setenv("POLYSAT_SEGMENT_LIVE", "0")
     whole = Compilation(doc, cost="model")
     assert not isinstance(whole.saturated[0], SegmentedState)
     assert len(cut.best.priced) == len(whole.search.best.priced)
