@@ -28,13 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import pathlib
 import platform
 import resource
 import sys
 import time
 
+from ..knobs import segment_live
 from .report import tinygrad_errors
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -62,7 +62,7 @@ def points(quick: bool, dtype: str = "fp32") -> list:
 
 
 # the knobs a point's polysat side runs under: the U-Net cut into its levels (search/segment.py's second pass)
-ENV = {f"unet_{n}_live8": {"POLYSAT_SEGMENT_LIVE": "8"} for n in (4, 6)}
+ENV = {f"unet_{n}_live8": {"segment_live": 8} for n in (4, 6)}  # knobs.segment_live
 
 
 def _peak_mb() -> float:
@@ -129,7 +129,8 @@ def tinygrad_side(model: bytes) -> dict:
 
 def _side(job: tuple) -> dict:
     which, model, arch, size, env = job
-    os.environ.update(env)  # a fresh process: the knobs are this point's alone
+    if "segment_live" in env:  # a fresh process: the knobs are this point's alone
+        segment_live(env["segment_live"])
     return polysat_side(model, arch, size) if which == "polysat" else tinygrad_side(model)
 
 

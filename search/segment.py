@@ -318,20 +318,33 @@ def segment(prog: Program, most: "int | None" = None) -> list:
     # in the parts between those runs, blocks of one structure at any cut; of the longest runs of a part (a
     # U-Net's decoder levels may start at the bottleneck or after it), the one whose whole cutting writes the
     # fewest values at its boundaries
-    every, split = sorted(cut) + [end], {}
+    every, split, found = sorted(cut) + [end], {}, {}
 
-    def best(lo: int, hi: int) -> tuple:
-        """(values written at the segment ends, the cuts) of part [lo, hi]."""
-        if (lo, hi) not in split:
-            options = []
-            for run in longest(lo, hi, every, loose, lambda x, y: x.structure == y.structure, True)[:TIES]:
-                (w1, c1), (w2, c2) = best(lo, run[0]), best(run[-1], hi)
-                options.append((w1 + w2 + sum(len(seg(x, y).exits) for x, y in zip(run, run[1:])), c1 + tuple(run) + c2))
+    def best(part: tuple) -> tuple:
+        """(values written at the segment ends, the cuts) of ``part`` (lo, hi): each of its longest runs with the
+        best cutting of the parts around it, the fewest writes taken (a stack, parts before the part they are in)."""
+        todo = [part]
+        while todo:
+            lo, hi = todo[-1]
+            if (lo, hi) in split:
+                todo.pop()
+                continue
+            if (lo, hi) not in found:
+                found[(lo, hi)] = longest(lo, hi, every, loose, lambda x, y: x.structure == y.structure,
+                                          True)[:TIES] if lo < hi else []
+            around = [q for run in found[(lo, hi)] for q in ((lo, run[0]), (run[-1], hi)) if q not in split]
+            if around:  # each strictly inside [lo, hi]: a run covers two segments at least
+                todo += around
+                continue
+            todo.pop()
+            options = [(split[(lo, run[0])][0] + split[(run[-1], hi)][0] +
+                        sum(len(seg(x, y).exits) for x, y in zip(run, run[1:])),
+                        split[(lo, run[0])][1] + tuple(run) + split[(run[-1], hi)][1]) for run in found[(lo, hi)]]
             split[(lo, hi)] = min(options, key=lambda o: o[0]) if options else \
                 (len(seg(lo, hi).exits) if lo < hi else 0, ())
-        return split[(lo, hi)]
-    for lo, hi in rest if most > 0 else ():
-        cuts.update(best(lo, hi)[1])
+        return split[part]
+    for part in rest if most > 0 else ():
+        cuts.update(best(part)[1])
     if len(cuts) == 2:
         return whole
     bounds = sorted(cuts)
