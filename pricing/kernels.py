@@ -23,6 +23,7 @@ from ..analyses.price import Cost, price
 from ..analyses.roofline import roofline
 from ..backend.common.spec import IN_DTYPES
 from ..backend.kinds import tensor_core_kind
+from ..egraph.partition import Partition
 from ..egraph.region_synth import synthesize
 from ..egraph.stream import BLOCK, groups
 from ..ir import deadline
@@ -39,7 +40,30 @@ def kernel_regions(program: Program, partition, params: "dict | None" = None, by
     """One PolyRegion per kernel of ``partition`` that computes something, priced as emitted (``as_emitted``);
     ``by_kernel``: each built from its kernel's own sub-program (analyses/poly_from_view.py, for a stitched program,
     whose kernels its segments' searches met under other ids)."""
-    return as_emitted(program, partition, regions_from_partition(program, partition, params, by_kernel=by_kernel))
+    return as_emitted(program, partition, _named_regions(program, partition, params, by_kernel))
+
+
+def _named_regions(program: Program, partition, params: "dict | None", by_kernel: bool) -> list:
+    """``regions_from_partition``'s regions, each kernel's made once per program under a key without its name
+    (its nodes and outputs; a kernel's name is its place in a partition, which shifts when the search merges an
+    earlier kernel) and given the kernel's name: a partition evaluated again derives only the kernels that
+    changed. Kept on the program (its life is the search's), one entry per distinct kernel it prices, each
+    name's copy kept beside it so the price caches meet the same object."""
+    made = program.__dict__.setdefault("_named_regions", {})
+    bound = (tuple(sorted(dict(params or {}).items())), by_kernel)
+    out = []
+    for k in partition.kernels:
+        key = (k.nodes, k.outputs, bound)
+        got = made.get(key)
+        if got is None:
+            one = Partition((replace(k, name="kernel"),))
+            got = made[key] = ((regions_from_partition(program, one, params, by_kernel=by_kernel) or [None])[0], {})
+        region, named = got
+        if region is not None:
+            if k.name not in named:
+                named[k.name] = replace(region, name=k.name)
+            out.append(named[k.name])
+    return out
 
 
 def as_emitted(program: Program, partition, regions: list) -> list:
