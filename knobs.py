@@ -158,6 +158,17 @@ def price_symbol_size() -> int:
     return max(1, _num("POLYSAT_PRICE_SYMBOL_SIZE", 256, lo=1))
 
 
+def segment_live(set_to: "int | None" = None) -> int:
+    """POLYSAT_SEGMENT_LIVE: the most values live at a cut of the second segmenting pass, which cuts the parts that
+    runs of identical blocks leave into runs of blocks of one structure (a U-Net's levels, with its stream and skip
+    tensors live: 8 takes up to 7 levels); default 0, no second pass (on U-Nets of 2-7 levels it priced as the
+    whole program's search, at 1.4-1.7x its compile CPU and about 3x its memory: docs/DESIGN.md, Segments).
+    ``set_to``: set it for the rest of this process first (a bench point's fresh process)."""
+    if set_to is not None:
+        os.environ["POLYSAT_SEGMENT_LIVE"] = str(set_to)
+    return _num("POLYSAT_SEGMENT_LIVE", 0, lo=0)
+
+
 def streaming() -> bool:
     """POLYSAT_STREAMING: 0 keeps `--cost=model` from running rules/streaming.egg (attention's softmax and
     P V stay two kernels, as under `--cost=size`); default 1."""

@@ -1,6 +1,7 @@
 """Scale bench: polysat's ``--cost model`` compile beside tinygrad 0.14's scheduler on large weight-free ONNX
 graphs (bench/corpora/scale_models.py: LLaMA-2-7B / LLaMA-3-8B dims at 1 to 32 layers, GPT-2 small to XL,
-ResNet-50/101/152 at batch 32, a soft mixture-of-experts layer with 2 to 64 experts, a U-Net).
+ResNet-50/101/152 at batch 32, a soft mixture-of-experts layer with 2 to 64 experts, U-Nets of 4 and 6 levels,
+each also cut into its levels: ``_live8``, POLYSAT_SEGMENT_LIVE=8).
 
 Each graph is serialized once here and the same bytes go to both sides, each side in a fresh process
 (spawned: no cache warmed by an earlier run, its peak RSS its own) with a wall-clock limit:
@@ -33,6 +34,7 @@ import resource
 import sys
 import time
 
+from ..knobs import segment_live
 from .report import tinygrad_errors
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -56,7 +58,11 @@ def points(quick: bool, dtype: str = "fp32") -> list:
     out += [(f"gpt2_{s}", "gpt2", (s,)) for s in ("small", "medium", "large", "xl")]
     out += [(f"resnet{d}", "resnet", (d,)) for d in (50, 101, 152)]
     out += [(f"soft_moe_e{e}", "soft_moe", (e,)) for e in (4, 8, 16, 32, 64)]
-    return out + [("unet_4", "unet", ())]
+    return out + [(f"unet_{n}{tail}", "unet", (n,)) for n in (4, 6) for tail in ("", "_live8")]
+
+
+# the knobs a point's polysat side runs under: the U-Net cut into its levels (search/segment.py's second pass)
+ENV = {f"unet_{n}_live8": {"segment_live": 8} for n in (4, 6)}  # knobs.segment_live
 
 
 def _peak_mb() -> float:
@@ -122,7 +128,9 @@ def tinygrad_side(model: bytes) -> dict:
 
 
 def _side(job: tuple) -> dict:
-    which, model, arch, size = job
+    which, model, arch, size, env = job
+    if "segment_live" in env:  # a fresh process: the knobs are this point's alone
+        segment_live(env["segment_live"])
     return polysat_side(model, arch, size) if which == "polysat" else tinygrad_side(model)
 
 
@@ -142,9 +150,9 @@ def measure(name: str, builder: str, args: tuple, arch: str = "sm90", timeout: f
     """One row: the graph built and serialized once, each side in its own fresh process."""
     from .corpora.scale_models import build
     model = build(builder, *args).SerializeToString()
-    row = {"graph": name, "onnx_bytes": len(model)}
+    row = {"graph": name, "onnx_bytes": len(model), "env": ENV.get(name, {})}
     for which in ("polysat", "tinygrad"):
-        row[which] = _fresh((which, model, arch, size), timeout)
+        row[which] = _fresh((which, model, arch, size, row["env"] if which == "polysat" else {}), timeout)
     ps, tg = row["polysat"], row["tinygrad"]
     if "error" not in ps and "error" not in tg:
         row["cpu_ratio"] = round(ps["cpu_s"] / max(1e-9, tg["cpu_s"]), 3)

@@ -23,6 +23,7 @@ from ..analyses.price import Cost, price, price_floor
 from ..analyses.roofline import roofline
 from ..backend.common.spec import IN_DTYPES
 from ..backend.kinds import tensor_core_kind
+from ..egraph.partition import Kernel, Partition
 from ..egraph.region_synth import synthesize
 from ..egraph.stream import BLOCK, groups
 from ..ir import deadline
@@ -39,7 +40,37 @@ def kernel_regions(program: Program, partition, params: "dict | None" = None, by
     """One PolyRegion per kernel of ``partition`` that computes something, priced as emitted (``as_emitted``);
     ``by_kernel``: each built from its kernel's own sub-program (analyses/poly_from_view.py, for a stitched program,
     whose kernels its segments' searches met under other ids)."""
-    return as_emitted(program, partition, regions_from_partition(program, partition, params, by_kernel=by_kernel))
+    return as_emitted(program, partition, _named_regions(program, partition, params, by_kernel))
+
+
+def _named_regions(program: Program, partition, params: "dict | None", by_kernel: bool) -> list:
+    """``regions_from_partition``'s regions, each kernel's made once per program under a key without its name
+    (its nodes and outputs; a kernel's name is its place in a partition, which shifts when the search merges an
+    earlier kernel) and given the kernel's name: a partition evaluated again derives only the kernels that
+    changed (those derived together, in one call). Kept per program (equal programs share them; the last 64
+    programs, as their Poly-Views), one entry per distinct kernel priced, each name's copy kept beside it so the
+    price caches meet the same object."""
+    made = _made(program, tuple(sorted(dict(params or {}).items())), by_kernel)
+    new = [k for k in dict.fromkeys((k.nodes, k.outputs) for k in partition.kernels) if k not in made]
+    if new:
+        fresh = Partition(tuple(Kernel(f"m{j}", nodes, outs, ()) for j, (nodes, outs) in enumerate(new)))
+        got = {r.name: r for r in regions_from_partition(program, fresh, params, by_kernel=by_kernel)}
+        for j, key in enumerate(new):
+            made[key] = (got.get(f"m{j}"), {})
+    out = []
+    for k in partition.kernels:
+        region, named = made[(k.nodes, k.outputs)]
+        if region is not None:
+            if k.name not in named:
+                named[k.name] = replace(region, name=k.name)
+            out.append(named[k.name])
+    return out
+
+
+@lru_cache(maxsize=64)
+def _made(program: Program, params: tuple, by_kernel: bool) -> dict:
+    """(kernel nodes, outputs) -> (its region, or None when it computes nothing; kernel name -> its copy so named)."""
+    return {}
 
 
 def as_emitted(program: Program, partition, regions: list) -> list:

@@ -1,23 +1,27 @@
 """Repeated blocks of a Tiny IR program, found so that each distinct block is saturated, searched and
 priced once (docs/DESIGN.md §Fusion, "Segments").
 
-A *cut value* is a computed value through which all data flows: at that point of the program's
-order it is the only computed value still needed later (program inputs, constants and views of them
-are free: each part re-reads or recomputes them). The parts between consecutive cut values are
-*atoms*; the residual stream between two transformer blocks, or between the attention and MLP halves
-of a block, is such a value. ``segment`` groups atoms into the longest run of at least two
-consecutive, identical *segments* (same ops, arguments, shapes and dtypes, same wiring; tensor
-identities and user names do not count), then, in the parts before and after it, their own longest runs, and
-so on (the stages of a ResNet, the levels of a U-Net: blocks identical within a run, of another shape in the
-next, each distinct shape searched once), with the parts no run covers as segments between them; only the cut
-values at segment boundaries are used, and each is materialized by the partition (the hand partition
-of a transformer writes the residual stream there too). A program without such a run is one segment.
+A *cut* is a point of the program's order where few computed values are still needed later (its *live*
+values; program inputs, constants and views of them are free: each part re-reads or recomputes them), each
+one worth materializing (``_materializable``). The residual stream between two transformer blocks is a cut
+of one live value; the start of a U-Net's next level a cut of several (the stream and the skip tensors the
+decoder reads later). ``segment`` first uses the cuts of ONE live value: it groups their atoms into the
+longest run of at least two consecutive, identical *segments* (same ops, arguments, shapes and dtypes, same
+wiring; tensor identities and user names do not count), then, in the parts before and after it, their own
+longest runs, and so on (the stages of a ResNet: blocks identical within a run, of another shape in the
+next). A part no such run covers is then cut (``most`` above 0: POLYSAT_SEGMENT_LIVE, off by default) at the
+cuts of at most ``most`` values each into its longest run of consecutive segments of one *structure* (equal
+but for extents, ``Segment.structure``: a U-Net's encoder levels, its decoder levels), and so on around it. Only the cuts at segment boundaries are used, and
+each of their live values is materialized by the partition (the hand partition of a transformer writes the
+residual stream there too; every level-by-level partition of a U-Net writes the skip tensors). A program
+without a run is one segment.
 
-Every segment becomes a standalone canonical Program (``Segment.program``): its inputs are the
-program inputs it reads and the cut value flowing in, in first-use order, with ids ``i0..``, tensor
-ids ``t0..``, its nodes ``n0..`` (free nodes it needs ``f0..``), its output the cut value flowing out
-(the last segment: the program's outputs). Equal segments have equal canonical programs (``key``),
-so one search serves them all; ``Segment.origin`` maps canonical ids back to the program's ids.
+Every segment becomes a standalone canonical Program (``Segment.program``): its inputs are the program
+inputs it reads and the live values of its first cut it reads, in first-use order, with ids ``i0..``, tensor
+ids ``t0..``, its nodes ``n0..`` (free nodes it needs ``f0..``), its outputs the values it computes that are
+live at its last cut, in program order (the last segment: the program's outputs it computes). Equal segments
+have equal canonical programs (``key``), so one search serves them all; ``Segment.origin`` maps canonical ids
+back to the program's ids.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..ir.tiny import Arg, GroupOp, Ops, Program, UOp
+from ..knobs import segment_live
 
 SEGMENT_OUT = "segment_out"  # the output name of a segment that is not the last one
 
@@ -37,7 +42,8 @@ class Segment:
     origin: dict  # canonical node id -> the whole program's node id ("n" and "i" ids; "f" ids are copies)
     make: "Callable[[], Program]" = dataclasses.field(repr=False)  # builds the canonical program (once, on use)
     shape_free: "Callable[[], str]" = dataclasses.field(default=lambda: "", repr=False)  # builds ``structure``
-    entry_tensor: "str | None" = None  # the canonical tensor id of the cut value flowing in (None: none)
+    entries: tuple = ()  # (canonical tensor id, the program's node id) of each value it reads from a segment before
+    exits: tuple = ()  # the program's node id of each canonical output, in order
 
     @property
     def structure(self) -> str:
@@ -69,8 +75,9 @@ def _free(prog: Program) -> set:
     return out
 
 
-def _cut_points(prog: Program, free: set) -> list:
-    """[(position in the computed-node order, the single live value there)] for every cut value."""
+def _cut_points(prog: Program, free: set, most: int) -> dict:
+    """{position in the computed-node order: the live values there} for every cut of at most ``most`` live
+    values, each materializable."""
     comp = [n for n in prog.nodes if n.id not in free]
     pos = {n.id: k for k, n in enumerate(comp)}
     last = {n.id: pos[n.id] for n in comp}
@@ -86,13 +93,15 @@ def _cut_points(prog: Program, free: set) -> list:
     ends: dict = {}
     for v, k in last.items():
         ends.setdefault(k, []).append(v)
-    out = []
+    worth: dict = {}  # value -> whether it is materializable, asked once
+    out = {}
     for k, n in enumerate(comp[:-1]):
         live.add(n.id)
         for v in ends.get(k, ()):
             live.discard(v)
-        if len(live) == 1 and _materializable(prog, next(iter(live)), users):
-            out.append((k + 1, next(iter(live))))
+        if 0 < len(live) <= most and \
+                all(worth[v] if v in worth else worth.setdefault(v, _materializable(prog, v, users)) for v in live):
+            out[k + 1] = frozenset(live)
     return out
 
 
@@ -120,15 +129,16 @@ def _materializable(prog: Program, v: str, users: dict) -> bool:
     return False
 
 
-def _canonical(prog: Program, free: set, nodes: list, entry: "str | None", outputs: tuple, texts: dict) -> Segment:
-    """The standalone program of ``nodes`` (computed node ids in order) reading ``entry`` (a cut
-    value, or None) and the free nodes they need, yielding ``outputs`` ((name, id), ...). ``texts``: each
-    node's key text around its ids (``_texts``), filled on first use and shared by every candidate segment."""
+def _canonical(prog: Program, free: set, nodes: list, entries: frozenset, outputs: tuple, texts: dict) -> Segment:
+    """The standalone program of ``nodes`` (computed node ids in order) reading ``entries`` (the live values of
+    the cut before them, those it reads) and the free nodes they need, yielding ``outputs`` ((name, id), ...).
+    ``texts``: each node's key text around its ids (``_texts``), filled on first use and shared by every
+    candidate segment."""
     mine = set(nodes)
     free = set(free)
-    for i in nodes:  # views of the value flowing in are as free as views of a program input
+    for i in nodes:  # views of the values flowing in are as free as views of a program input
         n = prog[i]
-        if n.op in GroupOp.Movement and all(q == entry or q in free for q in n.src):
+        if n.op in GroupOp.Movement and all(q in entries or q in free for q in n.src):
             free.add(i)
             mine.discard(i)
     body: list = []  # the free nodes each node needs just before it (first use), so equal parts list equally
@@ -140,7 +150,7 @@ def _canonical(prog: Program, free: set, nodes: list, entry: "str | None", outpu
             j, ready = stack.pop()
             if ready:
                 body.append(j)
-            elif j not in seen and j != entry and (j in mine or j in free and prog[j].op != Ops.INPUT):
+            elif j not in seen and j not in entries and (j in mine or j in free and prog[j].op != Ops.INPUT):
                 seen.add(j)
                 stack.append((j, True))
                 stack.extend((s, False) for s in reversed(prog[j].src) if s not in mine)
@@ -150,7 +160,7 @@ def _canonical(prog: Program, free: set, nodes: list, entry: "str | None", outpu
     inputs: list = []
     for i in body:
         for s in prog[i].src:
-            if s not in ids and (s == entry or prog[s].op == Ops.INPUT):
+            if s not in ids and (s in entries or prog[s].op == Ops.INPUT):
                 ids[s] = f"i{len(inputs)}"
                 inputs.append(s)
     nf = nn = 0
@@ -186,7 +196,8 @@ def _canonical(prog: Program, free: set, nodes: list, entry: "str | None", outpu
         structure += [_shape_free(n.op.value, ids[i], tuple(ids[s] for s in n.src), n.dtype, n.shape, n.arg)
                       for i in body for n in (prog[i],)]
         return repr(tuple(structure) + outs)
-    return Segment(key, origin, make, shape_free, f"t{inputs.index(entry)}" if entry in inputs else None)
+    return Segment(key, origin, make, shape_free, tuple((f"t{k}", s) for k, s in enumerate(inputs) if s in entries),
+                   tuple(nid for _, nid in outputs))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -201,14 +212,17 @@ def _texts(n: UOp) -> tuple:
     return repr(n.op.value), f", {n.dtype!r}, {n.shape!r}, {_arg_key(n)!r})"
 
 
-_SHAPES = ("shape", "result_shape")  # the args that hold extents (a view's index map, a pad, an axis stay)
+_SHAPES = ("shape", "result_shape")  # the args that hold extents (a view's index map and an axis stay)
 
 
 def _shape_free(op: str, i: str, src: tuple, dtype, shape: tuple, arg: Arg) -> tuple:
-    """A key row with every extent dropped: the node's shape and its args' shapes by their rank, a constant's
-    value (a LayerNorm's width, read by no price) by nothing."""
-    items = sorted((k, len(v) if k in _SHAPES and isinstance(v, tuple) else v) for k, v in arg.items()
-                   if not (op == Ops.CONST.value and k == "value"))
+    """A key row with every extent dropped: the node's shape and its args' shapes by their rank, a constant pad
+    by the sides it pads (a concatenation's pads are the other part's extent; a convolution's halo keeps its
+    sides), a constant's value (a LayerNorm's width, read by no price) by nothing."""
+    items = sorted((k, len(v) if k in _SHAPES and isinstance(v, tuple) else
+                    tuple(tuple(x > 0 if isinstance(x, int) else x for x in side) for side in v)
+                    if k == "pad" and op == Ops.PAD.value else v)  # a symbolic pad as it is
+                   for k, v in arg.items() if not (op == Ops.CONST.value and k == "value"))
     return op, i, src, dtype, len(shape), repr(items)
 
 
@@ -225,61 +239,115 @@ def _items_key(arg: Arg) -> str:
     return repr(sorted((k, v) for k, v in arg.items()))
 
 
-def segment(prog: Program) -> list:
+TIES = 4  # the longest runs of a part of the second pass whose cuttings are compared (those starting last)
+
+
+def segment(prog: Program, most: "int | None" = None) -> list:
     """The program's segments in order (see the module docstring); one segment when nothing repeats.
-    A repeated segment must hold a reduction (materializing between elementwise ops never pays)."""
+    A repeated segment must hold a reduction (materializing between elementwise ops never pays). ``most``: the
+    most values live at a cut of the second pass (default ``knobs.segment_live``; 0: no second pass)."""
+    most = segment_live() if most is None else most
     free = _free(prog)
     comp = [n.id for n in prog.nodes if n.id not in free]
     whole = [Segment("whole", {n.id: n.id for n in prog.nodes}, lambda: prog)]  # searched as it is: not renamed
     if any(nid not in comp for _, nid in prog.outputs):
         return whole
-    entry = {0: None} | {k: v for k, v in _cut_points(prog, free)}
+    cut = {0: frozenset()} | _cut_points(prog, free, max(1, most))
     end = len(comp)
-    exits = {k: ((SEGMENT_OUT, v),) for k, v in entry.items() if k} | {end: prog.outputs}
+    pos = {i: k for k, i in enumerate(comp)}
     heavy = [k for k, i in enumerate(comp) if prog[i].op not in GroupOp.Movement]
     sig = [(prog[comp[k]].op, prog[comp[k]].dtype, prog[comp[k]].shape, _arg_key(prog[comp[k]])) for k in heavy]
-    weight = {k: sum(1 for h in heavy if h < k) for k in set(entry) | set(exits)}  # non-view nodes before each boundary
-    at = {w: k for k, w in weight.items()}
+    loose = [x[:2] for x in sig]  # what a structure keeps of a node's signature
+    weight = {k: sum(1 for h in heavy if h < k) for k in set(cut) | {end}}  # non-view nodes before each cut
+    users = prog.consumers()
     made: dict = {}  # (start, end) -> its Segment, built once
     texts: dict = {}  # node id -> its key text around its ids, shared by every candidate segment
 
     def seg(a: int, b: int) -> Segment:
         if (a, b) not in made:
-            made[(a, b)] = _canonical(prog, free, comp[a:b], entry[a], exits[b], texts)
+            outs = tuple((n, v) for n, v in prog.outputs if pos[v] >= a) if b == end else \
+                tuple((SEGMENT_OUT, v) for v in sorted(cut[b], key=pos.__getitem__) if pos[v] >= a)
+            made[(a, b)] = _canonical(prog, free, comp[a:b], cut[a], outs, texts)
         return made[(a, b)]
 
-    def key(a: int, b: int) -> str:
-        return seg(a, b).key
-    starts = sorted(entry)
+    def rereads(a: int, b: int) -> bool:
+        """Whether segment [a, b) reads a value it writes for the segments after it."""
+        return any(a <= pos.get(u, -1) < b for v in cut.get(b, ()) if pos[v] >= a for u in users.get(v, ()))
 
-    def longest(lo: int, hi: int) -> "list | None":
-        """The bounds of the longest run of at least two identical segments inside [lo, hi] whose segment
-        holds a reduction."""
-        best = None  # (nodes covered, -period, start, bounds)
+    def longest(lo: int, hi: int, starts: list, sig: list, same: Callable, ties: bool) -> list:
+        """The bounds of the longest run of at least two consecutive segments inside [lo, hi], each ``same`` as
+        the first, and holding a reduction; of runs covering as many nodes, the one of the shortest period (with
+        ``ties``: each such run, the first first, and only of segments that read none of the values they write:
+        such a value, a U-Net's skip tensor read by the level's pooling, is one the whole search may rather
+        leave unwritten, its ReLU applied in each reader, which a segment that must write it never finds)."""
+        best, found = None, []  # (nodes covered, -period), the runs of it
         inside = [k for k in starts if lo <= k <= hi]
+        at = {weight[k]: k for k in inside}  # a weight -> its last cut (only views between cuts of one weight)
         for a in inside:
             for b in inside:
                 n = weight[b] - weight[a]
-                most = (weight[hi] - weight[a]) // n * n if n > 0 else 0  # the most this run could cover
-                if n <= 0 or most < 2 * n or best is not None and most <= best[0]:
+                room = (weight[hi] - weight[a]) // n * n if n > 0 else 0  # the most this run could cover
+                if n <= 0 or room < 2 * n or best is not None and (room < best[0] or room == best[0] and not ties) \
+                        or ties and rereads(a, b):
                     continue
                 bounds = [a, b]
-                while weight[bounds[-1]] + n in at and at[weight[bounds[-1]] + n] <= hi and \
+                while weight[bounds[-1]] + n in at and \
                         sig[weight[a]:weight[b]] == sig[weight[bounds[-1]]:weight[bounds[-1]] + n] and \
-                        key(a, b) == key(bounds[-1], at[weight[bounds[-1]] + n]):
+                        same(seg(a, b), seg(bounds[-1], at[weight[bounds[-1]] + n])):
                     bounds.append(at[weight[bounds[-1]] + n])
-                cand = ((len(bounds) - 1) * n, -n, a, bounds)
-                if len(bounds) >= 3 and (best is None or cand[:2] > best[:2]) and \
-                        any(prog[i].op == Ops.REDUCE for i in comp[a:b]):  # the segment's own nodes
-                    best = cand
-        return best[3] if best else None
-    cuts, todo = {0, end}, [(0, end)]  # runs found in the parts around each run too: one per shape signature
-    while todo:
-        lo, hi = todo.pop()
-        run = longest(lo, hi)
+                cand = ((len(bounds) - 1) * n, -n)
+                if len(bounds) < 3 or best is not None and cand < best or \
+                        not any(prog[i].op == Ops.REDUCE for i in comp[a:b]):  # the segment's own nodes
+                    continue
+                best, found = (cand, [bounds]) if best is None or cand > best else (best, found + [bounds])
+        return found
+
+    cuts = {0, end}
+    # identical blocks at the cuts of one value, cut greedily: each part at its longest run, then the parts
+    # around it the same way
+    parts, rest = [(0, end)], []
+    ones = sorted(k for k, v in cut.items() if len(v) <= 1) + [end]
+    while parts:
+        lo, hi = parts.pop()
+        run = next(iter(longest(lo, hi, ones, sig, lambda x, y: x.key == y.key, False)), None)
         if run:
-            cuts |= set(run)
-            todo += [(lo, run[0]), (run[-1], hi)]
+            cuts.update(run)
+            parts += [(lo, run[0]), (run[-1], hi)]
+        else:
+            rest.append((lo, hi))
+    # in the parts between those runs, blocks of one structure at any cut; of the longest runs of a part (a
+    # U-Net's decoder levels may start at the bottleneck or after it), the one whose whole cutting writes the
+    # fewest values at its boundaries
+    every, split, found = sorted(cut) + [end], {}, {}
+
+    def best(part: tuple) -> tuple:
+        """(values written at the segment ends, the cuts, the run's start) of ``part`` (lo, hi): each of its longest
+        runs with the best cutting of the parts around it; the fewest writes taken, then the run starting last (a
+        U-Net's decoder levels then start at their upsampling and end at their last ReLU: priced as the whole
+        program's search at 2 to 7 levels, where the run starting first, cut after each level's first conv, was
+        0.5% dearer at 6 levels). A stack: the parts around a run before the part they are in."""
+        todo = [part]
+        while todo:
+            lo, hi = todo[-1]
+            if (lo, hi) in split:
+                todo.pop()
+                continue
+            if (lo, hi) not in found:
+                found[(lo, hi)] = longest(lo, hi, every, loose, lambda x, y: x.structure == y.structure,
+                                          True)[-TIES:] if lo < hi else []
+            around = [q for run in found[(lo, hi)] for q in ((lo, run[0]), (run[-1], hi)) if q not in split]
+            if around:  # each strictly inside [lo, hi]: a run covers two segments at least
+                todo += around
+                continue
+            todo.pop()
+            options = [(split[(lo, run[0])][0] + split[(run[-1], hi)][0] +
+                        sum(len(seg(x, y).exits) for x, y in zip(run, run[1:])),
+                        split[(lo, run[0])][1] + tuple(run) + split[(run[-1], hi)][1], run[0]) for run in found[(lo, hi)]]
+            split[(lo, hi)] = min(options, key=lambda o: (o[0], -o[2])) if options else \
+                (len(seg(lo, hi).exits) if lo < hi else 0, (), 0)
+        return split[part]
+    for part in rest if most > 0 else ():
+        cuts.update(best(part)[1])
     if len(cuts) == 2:
         return whole
     bounds = sorted(cuts)

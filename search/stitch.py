@@ -4,8 +4,8 @@ segment, and the results stitched back into one whole-program answer (docs/DESIG
 
 ``SegmentedState`` stands where an ``EGraphState`` stands for such a program: it holds the saturated
 e-graph of each distinct segment and exports one stitched ``EGraphView`` (each segment instance's
-classes at its own offset; the tensor a segment reads from the one before it is ``Mat`` of that
-segment's root, so its reads are reads of a materialized value). ``stitch`` turns the per-segment
+classes at its own offset; a tensor a segment reads from a segment before it is ``Mat`` of that
+segment's root for the value, so its reads are reads of a materialized value). ``stitch`` turns the per-segment
 searches into one ``Search`` whose best candidate is a whole-program ``Extraction`` (Tiny IR program,
 partition, chosen terms, roots), so every later stage works on it unchanged.
 """
@@ -30,8 +30,8 @@ from .result import Candidate, Rejection, Search, Streamed
 from .segment import Segment
 
 
-BOUNDARY = ("segment boundary: the only value flowing from one repeated block to the next is materialized, "
-            "so each distinct block is searched once (docs/DESIGN.md §Fusion)")
+BOUNDARY = ("segment boundary: a value flowing from one block to a later one (the stream, a skip tensor) is "
+            "materialized, so each distinct block is searched once (docs/DESIGN.md §Fusion)")
 
 
 @dataclass
@@ -78,20 +78,20 @@ class _Instance:
     ioff: int
     order: int  # the stitched export position of the segment's first e-node
     view: EGraphView  # the segment's own view
-    entry: "tuple | None"  # (the canonical tensor id it reads from the segment before, that segment's root class)
+    entry: dict  # a canonical tensor id it reads from a segment before -> that segment's root class for it
     rename: Callable  # a canonical tensor id of a program input -> the program's tensor id
-    entry_class: "int | None"  # the stitched class of the tensor it reads from the segment before
+    entry_classes: tuple  # the stitched classes of the tensors it reads from segments before
     made: dict = field(default_factory=dict)  # a segment ENode's order -> the stitched ENode
 
     def node(self, n: ENode) -> ENode:
         """The stitched e-node of the segment's e-node ``n``: its classes at the offset, a program input's Tensor
-        named by the program's tensor id, and the tensor read from the segment before a Mat of that segment's root."""
+        named by the program's tensor id, and a tensor read from a segment before a Mat of that segment's root."""
         got = self.made.get(n.order)
         if got is None:
             tid = n.args[0].strip('"') if n.op == "Tensor" else None
             c, o = n.eclass + self.coff, self.order + n.order
-            if tid is not None and self.entry is not None and tid == self.entry[0]:
-                got = ENode("Mat", (), (self.entry[1],), c, o)
+            if tid is not None and tid in self.entry:
+                got = ENode("Mat", (), (self.entry[tid],), c, o)
             elif tid is not None:
                 got = ENode("Tensor", (n.args[0].replace(tid, self.rename(tid)),), (), c, o)
             else:
@@ -105,18 +105,17 @@ def _place(s: SegmentedState) -> list:
     views = {k: export(st) for k, st in s.states.items()}
     tensors = {k: {n.args[0].strip('"'): c for c, ns in v.classes.items() for n in ns if n.op == "Tensor"}
                for k, v in views.items()}
-    out, coff, ioff, order, prev_root = [], 0, 0, 0, None
+    out, coff, ioff, order = [], 0, 0, 0
+    root: dict = {}  # a boundary value (the program's node id) -> the stitched class of its segment's root for it
     for seg in s.segments:
         st, v = s.states[seg.key], views[seg.key]
-        entry = (seg.entry_tensor, prev_root) if seg.entry_tensor is not None and prev_root is not None else None
-        local = tensors[seg.key].get(seg.entry_tensor) if entry is not None else None
+        entry = {t: root[w] for t, w in seg.entries if w in root and t in tensors[seg.key]}
 
         def rename(tid: str, seg=seg) -> str:
             return s.program[seg.origin[f"i{tid[1:]}"]].arg["tensor_id"]
-        out.append(_Instance(coff, ioff, order, v, entry if local is not None else None, rename,
-                             None if local is None else local + coff))
-        (_, out_id), = st.program.outputs[:1]
-        prev_root = v.by_index[st.index[out_id]] + coff
+        out.append(_Instance(coff, ioff, order, v, entry, rename, tuple(tensors[seg.key][t] + coff for t in entry)))
+        for (_, out_id), w in zip(st.program.outputs, seg.exits, strict=True):
+            root[w] = v.by_index[st.index[out_id]] + coff
         coff += max(v.classes, default=-1) + 1
         ioff += max(st.index.values(), default=-1) + 1
         order += v.nodes
@@ -201,8 +200,8 @@ def stitch(s: SegmentedState, found: dict):
     local: list = []  # per priced kernel: (its segment instance, the extraction's program, its id -> the whole program's)
     fused: set = set()
     bounds: list = []  # the Mat classes of the segment boundaries
-    prev_exit = None
-    roots: tuple = ()
+    made: dict = {}  # a boundary value or program output (the program's node id) -> its id in the stitched program
+    root: dict = {}  # a program output (the program's node id) -> its class in the stitched view
     for j, seg in enumerate(s.segments):
         res, inst = found[seg.key], s.instance(j)
         x = res.best.extraction
@@ -210,7 +209,7 @@ def stitch(s: SegmentedState, found: dict):
         ids: dict = {}
         for n in x.program.inputs:
             o = seg.origin[n.id]
-            ids[n.id] = o if s.program[o].op == Ops.INPUT else prev_exit
+            ids[n.id] = o if s.program[o].op == Ops.INPUT else made[o]
         for n in x.program.nodes:
             if n.id in ins:
                 continue
@@ -236,23 +235,21 @@ def stitch(s: SegmentedState, found: dict):
         local += [(j, x.program, ids)] * len(res.best.priced)
         c = inst.coff
         chosen.update({k + c: inst.node(n) for k, n in x.chosen.items()})
-        if inst.entry_class is not None:
-            chosen[inst.entry_class] = inst.node(inst.view.classes[inst.entry_class - c][0])
-            bounds.append(inst.entry_class)
+        for e in inst.entry_classes:
+            chosen[e] = inst.node(inst.view.classes[e - c][0])
+            bounds.append(e)
         fused |= {m + c for m in res.best.fused}
         rejected.append((c, seg, res))
         sites.update({m + c: tuple(tuple(inst.node(n) for n in part) for part in v) for m, v in res.sites.items()})
         streamed += [(r, c) for r in res.streamed]
-        prev_exit = ids[x.program.outputs[0][1]]
-        roots = tuple(r + c for r in x.roots)
-        last = x.program.outputs
-    prog = Program(tuple(s.program.inputs) + tuple(nodes),
-                   tuple((name, ids[nid]) for (name, _), (_, nid) in zip(s.program.outputs, last, strict=True)))
+        for (_, nid), w, r in zip(x.program.outputs, seg.exits, x.roots, strict=True):
+            made[w], root[w] = ids[nid], r + c
+    prog = Program(tuple(s.program.inputs) + tuple(nodes), tuple((name, made[nid]) for name, nid in s.program.outputs))
     part = Partition(tuple(kernels))
     part.check(prog)
     priced = _named(prog, priced, local)
     total = sum(p.cost.time_est_us for p in priced if p.cost is not None)
-    best = Candidate(frozenset(fused), Extraction(prog, part, total, chosen, roots), priced, [], total)
+    best = Candidate(frozenset(fused), Extraction(prog, part, total, chosen, tuple(root[nid] for _, nid in s.program.outputs)), priced, [], total)
 
     def base() -> Candidate:  # priced on demand, as each segment's
         ps = [p for seg in s.segments for p in found[seg.key].baseline.priced]

@@ -93,3 +93,27 @@ def test_a_stitched_program_is_priced_kernel_by_kernel_with_the_whole_programs_p
     whole = price_kernels(x.program, x.partition, c.params, c.arch)
     assert [(p.kernel, p.region, p.cost.to_json() if p.cost else None) for p in c.priced] == \
         [(p.kernel, p.region, p.cost.to_json() if p.cost else None) for p in whole]
+
+
+@pytest.mark.parametrize("by_kernel", [False, True])
+def test_a_partition_priced_again_under_shifted_names_derives_only_its_new_kernels(by_kernel, monkeypatch):
+    """kernel_regions keeps each kernel's region by its nodes and outputs, not its name (a name is a place in a
+    partition, which shifts when an earlier kernel merges): a second partition with its kernels renamed and one
+    kernel added derives only that kernel, and every region equals a fresh derivation under the new names."""
+    import polysat.pricing.kernels as pk
+    rng = np.random.default_rng(7)
+    prog = motif_programs(rng)[0]
+    part = _random_kernels(prog, rng, 5)
+    calls = []
+    real = pk.regions_from_partition
+    monkeypatch.setattr(pk, "regions_from_partition", lambda *a, **kw: calls.extend(a[1].kernels) or real(*a, **kw))
+    first = pk.kernel_regions(prog, part, by_kernel=by_kernel)
+    distinct = {(k.nodes, k.outputs) for k in part.kernels}
+    assert len(calls) == len(distinct)
+    new = _random_kernels(prog, np.random.default_rng(8), 1).kernels[0]
+    shifted = Partition(tuple(Kernel(f"k{j}", k.nodes, k.outputs, k.inputs)
+                              for j, k in enumerate((new, *part.kernels))))
+    again = pk.kernel_regions(prog, shifted, by_kernel=by_kernel)
+    assert len(calls) == len(distinct | {(new.nodes, new.outputs)})
+    assert again == real(prog, shifted, by_kernel=by_kernel)
+    assert [r.name for r in first] != [r.name for r in again[-len(first):]] or not first
