@@ -121,7 +121,7 @@ class ModelCost(SearchingCost):
                 with progress.stage(f"segment {j + 1} of {len(state.states)} distinct ({len(st.program.nodes)} nodes)"):
                     found[k] = self.for_program(st.program, params).search(st, stream, first.get(structure[k]))
                     first.setdefault(structure[k], (st, found[k].best.fused))
-            return stitch(state, found)
+            return stitch(state, found, lambda prog, part: price_kernels(prog, part, params, self.arch, by_kernel=True))
         deadline = time.process_time() + self.limits.total  # the polish and the descent stop there
         view = export(state)
         roots = [view.by_index[state.index[nid]] for _, nid in state.program.outputs]

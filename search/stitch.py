@@ -16,10 +16,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..egraph import encode as E
 from ..egraph.api import Extraction
+from ..egraph.boundaries import movement_args
 from ..egraph.graph import ENode, EGraphView, export
 from ..egraph.partition import Kernel, Partition
 from ..egraph.saturate import StopReason
+from ..egraph.state import _MOVE
 from ..analyses.isl_util import isl_name
 from ..analyses.poly_region import renamed
 from ..analyses.polyview import tensor_names
@@ -82,16 +85,23 @@ class _Instance:
     rename: Callable  # a canonical tensor id of a program input -> the program's tensor id
     entry_classes: tuple  # the stitched classes of the tensors it reads from segments before
     made: dict = field(default_factory=dict)  # a segment ENode's order -> the stitched ENode
+    blocks: dict = field(default_factory=dict)  # a canonical tensor id read as a block of a value from a segment
+    # before (search/branches.py) -> (the block's e-node op and args, the stitched class of that value's Mat)
+    extra: dict = field(default_factory=dict)  # a stitched class of no segment (a block's Mat) -> its e-nodes
 
     def node(self, n: ENode) -> ENode:
         """The stitched e-node of the segment's e-node ``n``: its classes at the offset, a program input's Tensor
-        named by the program's tensor id, and a tensor read from a segment before a Mat of that segment's root."""
+        named by the program's tensor id, a tensor read from a segment before a Mat of that segment's root, and one
+        read as a block of such a value that block (a Shrink) of its Mat."""
         got = self.made.get(n.order)
         if got is None:
             tid = n.args[0].strip('"') if n.op == "Tensor" else None
             c, o = n.eclass + self.coff, self.order + n.order
             if tid is not None and tid in self.entry:
                 got = ENode("Mat", (), (self.entry[tid],), c, o)
+            elif tid is not None and tid in self.blocks:
+                (op, args), mat = self.blocks[tid]
+                got = ENode(op, args, (mat,), c, o)
             elif tid is not None:
                 got = ENode("Tensor", (n.args[0].replace(tid, self.rename(tid)),), (), c, o)
             else:
@@ -107,18 +117,28 @@ def _place(s: SegmentedState) -> list:
                for k, v in views.items()}
     out, coff, ioff, order = [], 0, 0, 0
     root: dict = {}  # a boundary value (the program's node id) -> the stitched class of its segment's root for it
+    blocks: list = []  # (instance, canonical tensor id, the block's program node) of each tensor read as a block
     for seg in s.segments:
         st, v = s.states[seg.key], views[seg.key]
         entry = {t: root[w] for t, w in seg.entries if w in root and t in tensors[seg.key]}
+        block = {t: w for t, w in seg.entries if w not in root and t in tensors[seg.key]}
 
         def rename(tid: str, seg=seg) -> str:
             return s.program[seg.origin[f"i{tid[1:]}"]].arg["tensor_id"]
-        out.append(_Instance(coff, ioff, order, v, entry, rename, tuple(tensors[seg.key][t] + coff for t in entry)))
+        out.append(_Instance(coff, ioff, order, v, entry, rename,
+                             tuple(tensors[seg.key][t] + coff for t in (*entry, *block))))
+        blocks += [(out[-1], t, s.program[w]) for t, w in block.items()]
         for (_, out_id), w in zip(st.program.outputs, seg.exits, strict=True):
             root[w] = v.by_index[st.index[out_id]] + coff
         coff += max(v.classes, default=-1) + 1
         ioff += max(st.index.values(), default=-1) + 1
         order += v.nodes
+    for k, (inst, t, n) in enumerate(blocks):  # each block's Mat: a class of its own after every segment's
+        base = s.program[n.src[0]]
+        _, x, _ = movement_args(n)
+        inst.blocks[t] = ((_MOVE[n.op], (f'"{x}"',)), coff + k)
+        inst.extra[coff + k] = ([ENode("Mat", (), (root[base.id],), coff + k, order + k)], E.shape(base.shape),
+                                base.dtype.value)
     return out
 
 
@@ -137,6 +157,9 @@ def _stitch_view(s: SegmentedState) -> tuple:
             if cid.startswith("n"):
                 index[seg.origin[cid]] = i + ioff
         order += v.nodes
+        for c, (ns, sh, dt) in inst.extra.items():
+            classes[c], shape[c], dtype[c] = ns, sh, dt
+            order += len(ns)
     return EGraphView(classes, shape, dtype, by_index, order), index
 
 
@@ -193,9 +216,14 @@ def _named(prog: Program, priced: list, local: list) -> list:
     return out
 
 
-def stitch(s: SegmentedState, found: dict):
-    """The whole program's Search from ``found[key]`` (the Search of each distinct segment)."""
+def stitch(s: SegmentedState, found: dict, price: "Callable | None" = None):
+    """The whole program's Search from ``found[key]`` (the Search of each distinct segment). A kernel that reads a
+    block of a value (search/branches.py) was priced reading a tensor of the block's shape: it is priced again
+    where it reads the block (``price``: (program, partition) -> its Priced kernels, each region built from its own
+    kernel), so every price is the stitched program's own."""
     taken = {n.id for n in s.program.nodes}
+    again: set = set()  # the stitched kernels that read a block
+    blocks: set = set()  # the blocks' views in the stitched program
     nodes, kernels, priced, chosen, rejected, sites, streamed = [], [], [], {}, [], {}, []
     local: list = []  # per priced kernel: (its segment instance, the extraction's program, its id -> the whole program's)
     fused: set = set()
@@ -207,9 +235,17 @@ def stitch(s: SegmentedState, found: dict):
         x = res.best.extraction
         ins = {n.id for n in x.program.inputs}
         ids: dict = {}
+        mem: dict = {}  # a canonical input read as a block -> the stitched value it is a block of
         for n in x.program.inputs:
             o = seg.origin[n.id]
-            ids[n.id] = o if s.program[o].op == Ops.INPUT else made[o]
+            if s.program[o].op == Ops.INPUT or o in made:
+                ids[n.id] = o if s.program[o].op == Ops.INPUT else made[o]
+                continue
+            b = s.program[o]  # a block: its view of the value, in the stitched program once
+            if o not in blocks:
+                nodes.append(dataclasses.replace(b, src=(made[b.src[0]],)))
+                blocks.add(o)
+            ids[n.id], mem[n.id] = o, made[b.src[0]]
         for n in x.program.nodes:
             if n.id in ins:
                 continue
@@ -227,8 +263,10 @@ def stitch(s: SegmentedState, found: dict):
         kmap = {}
         for k in x.partition.kernels:
             kmap[k.name] = Kernel(f"k{len(kernels)}", frozenset(ids[i] for i in k.nodes),
-                                  tuple(ids[i] for i in k.outputs), tuple(ids[i] for i in k.inputs))
+                                  tuple(ids[i] for i in k.outputs), tuple(dict.fromkeys(mem.get(i, ids[i]) for i in k.inputs)))
             kernels.append(kmap[k.name])
+            if mem.keys() & set(k.inputs):
+                again.add(kmap[k.name].name)
         priced += [Priced(kmap[p.kernel.name], p.region,
                           None if p.cost is None else dataclasses.replace(p.cost, region=kmap[p.kernel.name].name))
                    for p in res.best.priced]
@@ -238,6 +276,7 @@ def stitch(s: SegmentedState, found: dict):
         for e in inst.entry_classes:
             chosen[e] = inst.node(inst.view.classes[e - c][0])
             bounds.append(e)
+        chosen.update({m: ns[0] for m, (ns, _, _) in inst.extra.items()})
         fused |= {m + c for m in res.best.fused}
         rejected.append((c, seg, res))
         sites.update({m + c: tuple(tuple(inst.node(n) for n in part) for part in v) for m, v in res.sites.items()})
@@ -248,6 +287,9 @@ def stitch(s: SegmentedState, found: dict):
     part = Partition(tuple(kernels))
     part.check(prog)
     priced = _named(prog, priced, local)
+    if again and price is not None:
+        got = {p.kernel.name: p for p in price(prog, Partition(tuple(k for k in kernels if k.name in again)))}
+        priced = [got.get(p.kernel.name, p) for p in priced]
     total = sum(p.cost.time_est_us for p in priced if p.cost is not None)
     best = Candidate(frozenset(fused), Extraction(prog, part, total, chosen, tuple(root[nid] for _, nid in s.program.outputs)), priced, [], total)
 

@@ -1,0 +1,104 @@
+"""Identical parallel blocks of a Tiny IR program, found so that each distinct block is saturated, searched and
+priced once (docs/DESIGN.md §Fusion, "Parallel segments"): the width analogue of search/segment.py's runs.
+
+A *branch* is the exclusive cone of a value v worth materializing (``segment._materializable``): v and, found
+backwards from it, every computed node all of whose readers are in the cone. It reads the rest of the program
+only through its *entries*, the computed values outside it that its nodes read. The experts of a soft mixture
+are such branches: each reads its slice of the dispatched slots and yields its hidden activation, which its
+second GEMM reads (that GEMM writes straight into the concatenation of every expert's output, in the same
+kernel as the concatenation, so it stays outside the branch). An entry a branch reads through one SHRINK that
+selects a contiguous block (step 1, every axis after the first one it cuts whole) enters as that block: the
+branch's canonical input has the block's shape, so experts reading different slices of one tensor are equal.
+
+Branches of equal canonical programs (``Segment.key``) form a group; the group covering the most nodes (at
+least two branches, each holding a reduction) cuts the program into parts in program order: *before*, every
+computed node an entry depends on; the branches; *after*, the rest. Every value crossing a cut (a value of
+before read later, each branch's value) must be worth materializing, and the program's outputs must be
+after's; otherwise the program is not cut (``parallel`` returns None) and is searched whole.
+"""
+from __future__ import annotations
+
+from ..ir.tiny import GroupOp, Ops, Program
+from .segment import SEGMENT_OUT, _canonical, _materializable
+
+
+def parallel(prog: Program, free: set, texts: dict) -> "list | None":
+    """[before, branch, ..., after] (each a Segment; before left out when it computes nothing), or None when no
+    group of at least two identical branches cuts the program (see the module docstring)."""
+    users = prog.consumers()
+    pos = {n.id: k for k, n in enumerate(prog.nodes)}
+    outputs = {nid for _, nid in prog.outputs}
+    groups: dict = {}  # key -> [(v, its nodes, its entries)]
+    for n in prog.nodes:
+        if n.id in free or n.id in outputs or n.op in GroupOp.Movement or n.op == Ops.CAST or not users[n.id] \
+                or not _materializable(prog, n.id, users):
+            continue
+        nodes, entries = _cone(prog, n.id, free, users)
+        if not any(prog[i].op == Ops.REDUCE for i in nodes):
+            continue
+        order = sorted(nodes, key=pos.__getitem__)
+        seg = _canonical(prog, free, order, frozenset(entries), ((SEGMENT_OUT, n.id),), texts)
+        groups.setdefault(seg.key, []).append((n.id, order, entries, seg))
+    runs = [g for g in groups.values() if len(g) >= 2 and
+            len({i for _, order, _, _ in g for i in order}) == sum(len(order) for _, order, _, _ in g)]
+    if not runs:
+        return None
+    group = max(runs, key=lambda g: (len(g) * len(g[0][1]), -pos[g[0][0]]))
+    return _cut(prog, free, texts, group, users, pos)
+
+
+def _cone(prog: Program, v: str, free: set, users: dict) -> tuple:
+    """(the computed nodes of v's exclusive cone, its entries): a node joins when every reader of it has (the last
+    reader to join pushes it again); an entry read through one contiguous SHRINK enters as that SHRINK."""
+    mine, stack = {v}, list(prog[v].src)
+    while stack:
+        s = stack.pop()
+        if s in mine or s in free:
+            continue
+        if all(u in mine for u in users[s]):
+            mine.add(s)
+            stack.extend(prog[s].src)
+    for i in list(mine):
+        n = prog[i]
+        if n.op == Ops.SHRINK and n.src[0] not in mine and n.src[0] not in free and _contiguous(n, prog[n.src[0]]):
+            mine.discard(i)
+    entries = {s for i in mine for s in prog[i].src if s not in mine and s not in free}
+    return mine, entries
+
+
+def _contiguous(n, src) -> bool:
+    """Whether SHRINK n selects one contiguous block of src: steps of 1, every axis after the first one it cuts whole."""
+    a = n.arg
+    if any(s != 1 for s in a["step"]):
+        return False
+    cut = [k for k, (lo, hi, ext) in enumerate(zip(a["lo"], a["hi"], src.shape, strict=True)) if (lo, hi) != (0, ext)]
+    return all((a["lo"][k], a["hi"][k]) == (0, src.shape[k]) or src.shape[k] == 1 for k in range(cut[0] + 1, len(src.shape))) \
+        if cut else True
+
+
+def _cut(prog: Program, free: set, texts: dict, group: list, users: dict, pos: dict) -> "list | None":
+    """The parts of ``group``'s cutting (the module docstring), or None when a crossing value is not worth
+    materializing or a program output is not after's."""
+    inside = {i for _, order, _, _ in group for i in order}
+    views = {e for _, _, entries, _ in group for e in entries if prog[e].op == Ops.SHRINK}  # entries as blocks
+    bases = {prog[e].src[0] if e in views else e for _, _, entries, _ in group for e in entries}
+    before, stack = set(), list(bases)
+    while stack:
+        i = stack.pop()
+        if i in before or i in free:
+            continue
+        before.add(i)
+        stack.extend(prog[i].src)
+    if before & (inside | views):
+        return None
+    comp = [n.id for n in prog.nodes if n.id not in free]
+    after = [i for i in comp if i not in before and i not in inside and i not in views]
+    exits = sorted({i for i in before if any(u not in before for u in users[i])}, key=pos.__getitem__)
+    if not after or any(nid not in after for _, nid in prog.outputs) or \
+            not all(_materializable(prog, i, users) for i in exits):
+        return None
+    ahead = [_canonical(prog, free, sorted(before, key=pos.__getitem__), frozenset(),
+                        tuple((SEGMENT_OUT, i) for i in exits), texts)] if before else []
+    values = frozenset(exits) | {v for v, _, _, _ in group}
+    return ahead + [seg for _, _, _, seg in sorted(group, key=lambda g: pos[g[0]])] + \
+        [_canonical(prog, free, after, values, tuple(prog.outputs), texts)]
