@@ -19,12 +19,20 @@ after's; otherwise the program is not cut (``parallel`` returns None) and is sea
 from __future__ import annotations
 
 from ..ir.tiny import GroupOp, Ops, Program
-from .segment import SEGMENT_OUT, _canonical, _materializable
+from .segment import SEGMENT_OUT, _canonical, _free, _materializable, segment
 
 
-def parallel(prog: Program, free: set, texts: dict) -> "list | None":
+def parts(prog: Program) -> list:
+    """The program's segments: its runs of identical blocks in depth (``segment.segment``), else its identical
+    blocks side by side (``parallel``), else the whole program as one segment."""
+    segs = segment(prog)
+    return segs if len(segs) > 1 else parallel(prog) or segs
+
+
+def parallel(prog: Program) -> "list | None":
     """[before, branch, ..., after] (each a Segment; before left out when it computes nothing), or None when no
     group of at least two identical branches cuts the program (see the module docstring)."""
+    free, texts = _free(prog), {}  # texts: each node's key text around its ids, shared by every candidate
     users = prog.consumers()
     pos = {n.id: k for k, n in enumerate(prog.nodes)}
     outputs = {nid for _, nid in prog.outputs}

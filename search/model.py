@@ -65,10 +65,10 @@ from ..ir.user_names import original_ids
 from ..knobs import streaming
 from ..pricing.kernels import price_kernels, total_us
 from ..pricing.symbols import bind_params, program_symbols
+from .branches import parts
 from .legality import violates, violations
 from .merge import MergeResult, SearchLimits, merge_phase, partition_floor
 from .result import Candidate, Rejection, Search, Streamed
-from .segment import segment
 from .sites import (Masked, alternatives, apply, chosen_terms, computes_reduction, default_fused, masks, moves, site_values, sites,
                     stream_sites, streamed_terms)
 from .stitch import SegmentedState, merge_reports, stitch
@@ -349,7 +349,7 @@ def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bo
     the rules run: the fused alternatives come from rules/fusion.egg, the streamed softmax-weighted sums
     from rules/streaming.egg (unless POLYSAT_STREAMING=0). A program of repeated segments
     (search/segment.py) gives a SegmentedState: each distinct segment saturated once."""
-    segs = segment(program)
+    segs = parts(program)
     if len(segs) > 1:
         done: dict = {}
         for sg in segs:

@@ -348,8 +348,7 @@ def segment(prog: Program, most: "int | None" = None) -> list:
         return split[part]
     for part in rest if most > 0 else ():
         cuts.update(best(part)[1])
-    if len(cuts) == 2:  # no run in depth: identical blocks side by side, if any (search/branches.py)
-        from .branches import parallel  # it builds on this module's canonical segments
-        return parallel(prog, free, texts) or whole
+    if len(cuts) == 2:
+        return whole
     bounds = sorted(cuts)
     return [seg(x, y) for x, y in zip(bounds, bounds[1:])]

@@ -1,0 +1,86 @@
+"""A soft mixture of experts is cut into its identical experts side by side (search/branches.py): one expert is
+saturated and searched, its partition stitched in for every expert, each expert reading its own block of the
+dispatched slots; the stitched program keeps the program's values and is priced as the whole program's search."""
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from polysat.bench.corpora.scale_models import soft_moe
+from polysat.egraph.region_synth import synthesize
+from polysat.frontend import program_from_doc
+from polysat.frontend.onnx import import_onnx
+from polysat.ir.evaluate import evaluate
+from polysat.ir.playback import playback
+from polysat.ir.tiny import Ops
+from polysat.pipeline import Compilation
+from polysat.pricing.kernels import price_kernels
+from polysat.search import branches
+from polysat.search.branches import parts
+from polysat.search.stitch import SegmentedState
+from polysat.tests.numeric import bind_env, close, max_error, random_inputs
+
+EXPERTS = 4
+
+
+def _moe(experts: int):
+    """A soft mixture of ``experts`` experts, 16 tokens, d 32, hidden 64: (ONNX model, imported doc, Tiny IR)."""
+    model = soft_moe(experts, tokens=16, d=32, hidden=64)
+    doc = import_onnx(onnx.load_from_string(model.SerializeToString()), origin="moe.onnx")
+    return model, doc, program_from_doc(doc, "model")
+
+
+@pytest.fixture(scope="module")
+def moe():
+    return _moe(EXPERTS)
+
+
+def test_the_experts_are_parallel_segments(moe):
+    _, _, p = moe
+    segs = parts(p)
+    assert len(segs) == EXPERTS + 2  # the router before, the experts, the combination after
+    experts = segs[1:-1]
+    assert len({s.key for s in experts}) == 1 and len({s.key for s in segs}) == 3
+    # each expert reads its own block (a SHRINK) of the one dispatched value the router writes
+    blocks = [p[w] for s in experts for _, w in s.entries]
+    assert all(b.op == Ops.SHRINK for b in blocks) and len({b.src[0] for b in blocks}) == 1
+    assert len({b.arg["lo"] for b in blocks}) == EXPERTS and blocks[0].src[0] in segs[0].exits
+    assert all(len(s.exits) == 1 and s.exits[0] in {w for _, w in segs[-1].entries} for s in experts)
+    assert len(parts(_moe(1)[2])) == 1  # one expert: nothing side by side, searched whole
+
+
+def test_a_cut_mixture_plays_back_equal_to_the_reference_and_onnxruntime(moe):
+    import numpy as np
+    import onnxruntime as ort
+    model, doc, _ = moe
+    c = Compilation(doc, cost="model")
+    x = c.extraction
+    assert isinstance(c.saturated[0], SegmentedState) and len(c.saturated[0].states) == 3
+    rng = np.random.default_rng(5)
+    ins = random_inputs(c.program, rng, bind_env(c.program, rng))
+    want = evaluate(c.program, ins)
+    got = playback(synthesize(x.program, x.partition), ins)
+    assert want.keys() == got.keys() == {"out"}
+    assert close(got["out"], want["out"]), max_error(got["out"], want["out"])
+    feeds = {c.program[n.id].arg["tensor_id"]: ins[c.program[n.id].arg["tensor_id"]] for n in c.program.inputs}
+    assert set(feeds) == {i.name for i in model.graph.input}
+    (ref,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert close(want["out"], ref), max_error(want["out"], ref)
+
+
+def test_a_cut_mixture_is_priced_as_its_whole_search(moe, monkeypatch):
+    """The same number of kernels at the same price as the whole program's search (the experts' second GEMMs write
+    straight into the concatenation, as there), every kernel priced as the stitched program's own, and never
+    above one kernel per op."""
+    _, doc, _ = moe
+    c = Compilation(doc, cost="model")
+    cut = c.search
+    monkeypatch.setattr(branches, "parallel", lambda *a: None)
+    whole = Compilation(doc, cost="model")
+    assert not isinstance(whole.saturated[0], SegmentedState)
+    assert len(cut.best.priced) == len(whole.search.best.priced)
+    assert cut.best.total <= whole.search.best.total * (1 + 1e-9)
+    assert cut.best.total <= cut.baseline.total
+    x = cut.best.extraction
+    again = price_kernels(x.program, x.partition, c.params, c.arch, by_kernel=True)
+    assert [round(p.cost.time_est_us, 9) for p in again] == [round(p.cost.time_est_us, 9) for p in cut.best.priced]
