@@ -7,7 +7,7 @@ only through its *entries*, the computed values outside it that its nodes read. 
 are such branches: each reads its slice of the dispatched slots and yields its hidden activation, which its
 second GEMM reads (that GEMM writes straight into the concatenation of every expert's output, in the same
 kernel as the concatenation, so it stays outside the branch). An entry a branch reads through one SHRINK that
-selects a contiguous block (step 1, every axis after the first one it cuts whole) enters as that block: the
+selects one contiguous run of its elements (step 1, the axes before the first one it cuts of extent 1, those after it whole) enters as that block: the
 branch's canonical input has the block's shape, so experts reading different slices of one tensor are equal.
 
 Branches of equal canonical programs (``Segment.key``) form a group; the group covering the most nodes (at
@@ -75,13 +75,14 @@ def _cone(prog: Program, v: str, free: set, users: dict) -> tuple:
 
 
 def _contiguous(n, src) -> bool:
-    """Whether SHRINK n selects one contiguous block of src: steps of 1, every axis after the first one it cuts whole."""
-    a = n.arg
+    """Whether SHRINK n selects one contiguous run of src's row-major elements: steps of 1, every axis before the
+    first one it cuts of extent 1, every axis after it whole."""
+    a, shape = n.arg, src.shape
     if any(s != 1 for s in a["step"]):
         return False
-    cut = [k for k, (lo, hi, ext) in enumerate(zip(a["lo"], a["hi"], src.shape, strict=True)) if (lo, hi) != (0, ext)]
-    return all((a["lo"][k], a["hi"][k]) == (0, src.shape[k]) or src.shape[k] == 1 for k in range(cut[0] + 1, len(src.shape))) \
-        if cut else True
+    cut = [k for k in range(len(shape)) if (a["lo"][k], a["hi"][k]) != (0, shape[k])]
+    return not cut or all(shape[k] == 1 for k in range(cut[0])) and all(
+        (a["lo"][k], a["hi"][k]) == (0, shape[k]) for k in range(cut[0] + 1, len(shape)))
 
 
 def _cut(prog: Program, free: set, texts: dict, group: list, users: dict, pos: dict) -> "list | None":
