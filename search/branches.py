@@ -39,20 +39,41 @@ def parallel(prog: Program) -> "list | None":
     groups: dict = {}  # key -> [(v, its nodes, its entries)]
     for n in prog.nodes:
         if n.id in free or n.id in outputs or n.op in GroupOp.Movement or n.op == Ops.CAST or not users[n.id] \
-                or not _materializable(prog, n.id, users):
+                or not _contracted(prog, n.id, users):
             continue
         nodes, entries = _cone(prog, n.id, free, users)
-        if not any(prog[i].op == Ops.REDUCE for i in nodes):
+        if not any(prog[i].op == Ops.REDUCE for i in nodes) or any(prog[e].op != Ops.SHRINK for e in entries):
             continue
         order = sorted(nodes, key=pos.__getitem__)
         seg = _canonical(prog, free, order, frozenset(entries), ((SEGMENT_OUT, n.id),), texts)
         groups.setdefault(seg.key, []).append((n.id, order, entries, seg))
     runs = [g for g in groups.values() if len(g) >= 2 and
-            len({i for _, order, _, _ in g for i in order}) == sum(len(order) for _, order, _, _ in g)]
+            len({i for _, order, _, _ in g for i in order}) == sum(len(order) for _, order, _, _ in g) and
+            len({(prog[e].src[0], prog[e].arg["lo"]) for _, _, entries, _ in g for e in entries}) ==
+            sum(len(entries) for _, _, entries, _ in g)]  # each branch its own blocks
     if not runs:
         return None
     group = max(runs, key=lambda g: (len(g) * len(g[0][1]), -pos[g[0][0]]))
     return _cut(prog, free, texts, group, users, pos)
+
+
+def _contracted(prog: Program, v: str, users: dict) -> bool:
+    """Whether every reader of v (through views and casts) is the MUL of a contraction (MUL -> REDUCE(SUM)): with
+    v computed by a reduction, no legal partition fuses v into its readers (rules/fusion.egg: a reduction read
+    many-to-many, GEMM -> GEMM), so every partition writes it, as a segment boundary does."""
+    stack, seen = list(users[v]), set()
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        n = prog[u]
+        if n.op in GroupOp.Movement or n.op == Ops.CAST:
+            stack.extend(users[u])
+        elif not (n.op == Ops.MUL and users[u] and all(prog[r].op == Ops.REDUCE and str(prog[r].arg["op"]).upper() == "SUM"
+                                                      for r in users[u])):
+            return False
+    return bool(seen)
 
 
 def _cone(prog: Program, v: str, free: set, users: dict) -> tuple:
