@@ -33,7 +33,8 @@ from .result import Candidate, Rejection, Search, Streamed
 from .segment import Segment
 
 
-BOUNDARY = ("segment boundary: a value flowing from one block to a later one (the stream, a skip tensor) is "
+BOUNDARY = ("segment boundary: a value flowing from one block to a later one (the stream, a skip tensor, an "
+            "expert's slots or activation) is "
             "materialized, so each distinct block is searched once (docs/DESIGN.md §Fusion)")
 
 

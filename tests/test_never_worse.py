@@ -115,9 +115,12 @@ def test_a_saturation_stopped_before_the_legality_facts_keeps_a_partition_legal_
 def test_one_kernel_per_op_is_priced_only_where_the_default_partition_is_not_below_its_floor(monkeypatch):
     """A soft MoE of 4 experts: its one kernel per op partition's admissible floor (each kernel's launch and
     output bytes, search/merge.py ``partition_floor``) is already above the default partition's price, so the
-    search never prices it (it is priced on demand, ``Search.baseline``) and still ends at or below both."""
+    search never prices it (it is priced on demand, ``Search.baseline``) and still ends at or below both. Searched
+    whole (its experts side by side are otherwise parallel segments, search/branches.py, each part searched so)."""
     from polysat.bench.corpora.scale_models import build
+    from polysat.search import branches
     from polysat.search.merge import partition_floor
+    monkeypatch.setattr(branches, "parallel", lambda prog: None)
     sizes = []
     real = search_model.price_kernels
 
