@@ -64,17 +64,25 @@ def at_origin(region: PolyRegion) -> PolyRegion:
 @lru_cache(maxsize=8192)
 def _at_origin(region: PolyRegion) -> PolyRegion:
     moves = shifts(region)
-    if not moves:
-        return region
+    return shifted(region, moves) if moves else region
 
+
+def shifted(region: PolyRegion, moves: dict) -> PolyRegion:
+    """region with every access of each tensor in ``moves`` (tensor -> per-dim delta) moved by minus its delta."""
     def moved(a: Access) -> Access:
         delta = moves.get(a.tensor)
         if delta is None:
             return a
         m = isl.Map(a.relation)
         xs = [f"x{k}" for k in range(len(delta))]
-        to = ", ".join(f"{x} - {d}" if d else x for x, d in zip(xs, delta, strict=True))
+        to = ", ".join(f"{x} - {d}" if d > 0 else f"{x} + {-d}" if d else x for x, d in zip(xs, delta, strict=True))
         shift = isl.Map(f"{{ {a.tensor}[{', '.join(xs)}] -> {a.tensor}[{to}] }}").align_params(m.get_space())
         return Access(a.tensor, str(m.apply_range(shift)))
     stmts = tuple(replace(s, reads=tuple(moved(a) for a in s.reads), write=moved(s.write)) for s in region.statements)
     return replace(region, statements=stmts)
+
+
+def sector_aligned(delta: tuple, shape: tuple, itemsize: int) -> bool:
+    """Whether moving a tensor's accesses by ``delta`` moves each dim by a whole number of sectors of its linear
+    address (the module docstring: then the price cannot tell the two apart)."""
+    return all(d * prod(shape[k + 1:]) * itemsize % SECTOR == 0 for k, d in enumerate(delta))

@@ -24,6 +24,7 @@ from ..egraph.partition import Kernel, Partition
 from ..egraph.saturate import StopReason
 from ..egraph.state import _MOVE
 from ..analyses.isl_util import isl_name
+from ..analyses.origin import sector_aligned, shifted
 from ..analyses.poly_region import renamed
 from ..analyses.polyview import tensor_names
 from ..egraph.stream import parse_tag, tag
@@ -198,6 +199,40 @@ def merge_reports(reports: list):
                                rolled_back=any(r.rolled_back for r in reports))
 
 
+def _in_place(prog: Program, priced: list, again: dict, price: Callable) -> list:
+    """``priced`` with each kernel that reads a block (``again``: its name -> (its form: the segment and the kernel's
+    place there, the instance's canonical id -> stitched id, each block input -> (the value it is a block of, the
+    block's lower corner))) priced where it reads the block: the first kernel of each form by ``price``; each other
+    one is that kernel's region with the names of its own instance and its blocks' accesses moved to its own
+    corners, at the same price where every block moves by whole sectors (analyses/origin.py: no term of the price
+    tells such regions apart), else priced by ``price`` too."""
+    kernels, whole = {p.kernel.name: p.kernel for p in priced}, tensor_names(prog)
+    firsts: dict = {}
+    for name, (form, _, _) in again.items():
+        firsts.setdefault(form, name)
+    got = {p.kernel.name: p for p in price(prog, Partition(tuple(kernels[n] for n in firsts.values())))}
+    rest = []
+    for name, (form, ids, blocks) in again.items():
+        first = firsts[form]
+        if name == first:
+            continue
+        _, at, corners = again[first]
+        moves = {whole[base]: tuple(a - b for a, b in zip(corners[c][1], lo, strict=True)) for c, (base, lo) in blocks.items()}
+        p = got[first]
+        if p.region is None or any(corners[c][0] != base or not all(isinstance(x, int) for x in prog[base].shape) or
+                                   not sector_aligned(moves[whole[base]], prog[base].shape, prog[base].dtype.itemsize)
+                                   for c, (base, _) in blocks.items()):
+            rest.append(name)
+            continue
+        names = {whole[w]: whole[ids[c]] for c, w in at.items() if c not in blocks} | \
+            {"S_" + isl_name(w): "S_" + isl_name(ids[c]) for c, w in at.items()}
+        got[name] = Priced(kernels[name], renamed(shifted(p.region, moves), names, name),
+                           dataclasses.replace(p.cost, region=name))
+    if rest:
+        got.update({p.kernel.name: p for p in price(prog, Partition(tuple(kernels[n] for n in rest)))})
+    return [got.get(p.kernel.name, p) for p in priced]
+
+
 def _named(prog: Program, priced: list, local: list) -> list:
     """The segments' priced kernels with their regions in the whole program's names (its tensor names, its
     statements ``S_<node id>``): each segment's kernels are priced where it was searched, and a kernel's price
@@ -223,7 +258,7 @@ def stitch(s: SegmentedState, found: dict, price: "Callable | None" = None):
     where it reads the block (``price``: (program, partition) -> its Priced kernels, each region built from its own
     kernel), so every price is the stitched program's own."""
     taken = {n.id for n in s.program.nodes}
-    again: set = set()  # the stitched kernels that read a block
+    again: dict = {}  # the stitched kernels that read a block (``_in_place``)
     blocks: set = set()  # the blocks' views in the stitched program
     nodes, kernels, priced, chosen, rejected, sites, streamed = [], [], [], {}, [], {}, []
     local: list = []  # per priced kernel: (its segment instance, the extraction's program, its id -> the whole program's)
@@ -237,6 +272,7 @@ def stitch(s: SegmentedState, found: dict, price: "Callable | None" = None):
         ins = {n.id for n in x.program.inputs}
         ids: dict = {}
         mem: dict = {}  # a canonical input read as a block -> the stitched value it is a block of
+        corner: dict = {}  # a canonical input read as a block -> the block's lower corner
         for n in x.program.inputs:
             o = seg.origin[n.id]
             if s.program[o].op == Ops.INPUT or o in made:
@@ -246,7 +282,7 @@ def stitch(s: SegmentedState, found: dict, price: "Callable | None" = None):
             if o not in blocks:
                 nodes.append(dataclasses.replace(b, src=(made[b.src[0]],)))
                 blocks.add(o)
-            ids[n.id], mem[n.id] = o, made[b.src[0]]
+            ids[n.id], mem[n.id], corner[n.id] = o, made[b.src[0]], tuple(b.arg["lo"])
         for n in x.program.nodes:
             if n.id in ins:
                 continue
@@ -262,12 +298,12 @@ def stitch(s: SegmentedState, found: dict, price: "Callable | None" = None):
             nodes.append(dataclasses.replace(n, id=ids[n.id], src=tuple(ids[q] for q in n.src),
                                              tag=tag(f"{pt[0]}s{j}", pt[1]) if pt else n.tag))
         kmap = {}
-        for k in x.partition.kernels:
+        for place, k in enumerate(x.partition.kernels):
             kmap[k.name] = Kernel(f"k{len(kernels)}", frozenset(ids[i] for i in k.nodes),
                                   tuple(ids[i] for i in k.outputs), tuple(dict.fromkeys(mem.get(i, ids[i]) for i in k.inputs)))
             kernels.append(kmap[k.name])
             if mem.keys() & set(k.inputs):
-                again.add(kmap[k.name].name)
+                again[kmap[k.name].name] = ((seg.key, place), ids, {i: (mem[i], corner[i]) for i in k.inputs if i in mem})
         priced += [Priced(kmap[p.kernel.name], p.region,
                           None if p.cost is None else dataclasses.replace(p.cost, region=kmap[p.kernel.name].name))
                    for p in res.best.priced]
@@ -289,8 +325,7 @@ def stitch(s: SegmentedState, found: dict, price: "Callable | None" = None):
     part.check(prog)
     priced = _named(prog, priced, local)
     if again and price is not None:
-        got = {p.kernel.name: p for p in price(prog, Partition(tuple(k for k in kernels if k.name in again)))}
-        priced = [got.get(p.kernel.name, p) for p in priced]
+        priced = _in_place(prog, priced, again, price)
     total = sum(p.cost.time_est_us for p in priced if p.cost is not None)
     best = Candidate(frozenset(fused), Extraction(prog, part, total, chosen, tuple(root[nid] for _, nid in s.program.outputs)), priced, [], total)
 

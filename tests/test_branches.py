@@ -14,7 +14,7 @@ from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
 from polysat.ir.tiny import Ops
 from polysat.pipeline import Compilation
-from polysat.pricing.kernels import price_kernels
+from polysat.pricing.kernels import canonical, price_kernels
 from polysat.search import branches
 from polysat.search.branches import parts
 from polysat.search.stitch import SegmentedState
@@ -23,9 +23,9 @@ from polysat.tests.numeric import bind_env, close, max_error, random_inputs
 EXPERTS = 4
 
 
-def _moe(experts: int):
-    """A soft mixture of ``experts`` experts, 16 tokens, d 32, hidden 64: (ONNX model, imported doc, Tiny IR)."""
-    model = soft_moe(experts, tokens=16, d=32, hidden=64)
+def _moe(experts: int, d: int = 32, slots: int = 2):
+    """A soft mixture of ``experts`` experts, 16 tokens, width d, hidden 64: (ONNX model, imported doc, Tiny IR)."""
+    model = soft_moe(experts, tokens=16, d=d, hidden=64, slots=slots)
     doc = import_onnx(onnx.load_from_string(model.SerializeToString()), origin="moe.onnx")
     return model, doc, program_from_doc(doc, "model")
 
@@ -81,6 +81,25 @@ def test_a_cut_mixture_is_priced_as_its_whole_search(moe, monkeypatch):
     assert len(cut.best.priced) == len(whole.search.best.priced)
     assert cut.best.total <= whole.search.best.total * (1 + 1e-9)
     assert cut.best.total <= cut.baseline.total
-    x = cut.best.extraction
+    # each kernel's region and price are the stitched program's own: those of its kernels priced one by one (the
+    # experts after the first: the first's region moved to their blocks, at its price, search/stitch.py _in_place)
+    _own_prices(c)
+
+
+def _own_prices(c) -> None:
+    x = c.search.best.extraction
     again = price_kernels(x.program, x.partition, c.params, c.arch, by_kernel=True)
-    assert [round(p.cost.time_est_us, 9) for p in again] == [round(p.cost.time_est_us, 9) for p in cut.best.priced]
+    assert [p.kernel.name for p in again] == [p.kernel.name for p in c.search.best.priced]
+    for p, q in zip(c.search.best.priced, again):
+        assert p.cost.time_est_us == q.cost.time_est_us, p.kernel.name
+        assert p.region is q.region is None or canonical(p.region) == canonical(q.region), p.kernel.name
+
+
+def test_experts_whose_blocks_start_mid_sector_are_each_priced_where_they_read():
+    """Blocks of one 12-float row each (48 bytes: the second starts mid-sector) are not moved by whole sectors, so
+    every expert's kernel is priced where it reads its block; the prices are still the stitched program's own."""
+    _, doc, p = _moe(3, d=12, slots=1)
+    assert len(parts(p)) == 5
+    c = Compilation(doc, cost="model")
+    assert isinstance(c.saturated[0], SegmentedState)
+    _own_prices(c)
