@@ -10,9 +10,11 @@ kernel as the concatenation, so it stays outside the branch). An entry a branch 
 selects one contiguous run of its elements (step 1, the axes before the first one it cuts of extent 1, those after it whole) enters as that block: the
 branch's canonical input has the block's shape, so experts reading different slices of one tensor are equal.
 
-Branches of equal canonical programs (``Segment.key``) form a group; the group covering the most nodes (at
-least two branches, each holding a reduction) cuts the program into parts in program order: *before*, every
-computed node an entry depends on; the branches; *after*, the rest. Every value crossing a cut (a value of
+Branches of equal canonical programs (``Segment.key``) form a group (at least two branches, each holding a
+reduction, each reading its own blocks); the groups covering the most nodes first, each taken where it overlaps no
+group taken and the cutting still holds (experts of two widths: two groups, each searched once, the second taking
+the first's decisions where they hold, search/transfer.py), cut the program into parts in program order:
+*before*, every computed node an entry depends on; the branches; *after*, the rest. Every value crossing a cut (a value of
 before read later, each branch's value) must be worth materializing, and the program's outputs must be
 after's; otherwise the program is not cut (``parallel`` returns None) and is searched whole.
 """
@@ -51,10 +53,15 @@ def parallel(prog: Program) -> "list | None":
             len({i for _, order, _, _ in g for i in order}) == sum(len(order) for _, order, _, _ in g) and
             len({(prog[e].src[0], prog[e].arg["lo"]) for _, _, entries, _ in g for e in entries}) ==
             sum(len(entries) for _, _, entries, _ in g)]  # each branch its own blocks
-    if not runs:
-        return None
-    group = max(runs, key=lambda g: (len(g) * len(g[0][1]), -pos[g[0][0]]))
-    return _cut(prog, free, texts, group, users, pos)
+    # the groups covering the most nodes first, each taken where it overlaps none taken and the cutting holds
+    cut, taken, inside = None, [], set()
+    for g in sorted(runs, key=lambda g: (-len(g) * len(g[0][1]), pos[g[0][0]])):
+        mine = {i for _, order, _, _ in g for i in order}
+        if not mine & inside:
+            trial = _cut(prog, free, texts, taken + g, users, pos)
+            if trial is not None:
+                cut, taken, inside = trial, taken + g, inside | mine
+    return cut
 
 
 def _contracted(prog: Program, v: str, users: dict) -> bool:
@@ -107,8 +114,8 @@ def _contiguous(n, src) -> bool:
 
 
 def _cut(prog: Program, free: set, texts: dict, group: list, users: dict, pos: dict) -> "list | None":
-    """The parts of ``group``'s cutting (the module docstring), or None when a crossing value is not worth
-    materializing or a program output is not after's."""
+    """The parts of the cutting of ``group``'s branches (of one group or several; the module docstring), or None when
+    a crossing value is not worth materializing or a program output is not after's."""
     inside = {i for _, order, _, _ in group for i in order}
     views = {e for _, _, entries, _ in group for e in entries if prog[e].op == Ops.SHRINK}  # entries as blocks
     bases = {prog[e].src[0] if e in views else e for _, _, entries, _ in group for e in entries}

@@ -23,9 +23,10 @@ from polysat.tests.numeric import bind_env, close, max_error, random_inputs
 EXPERTS = 4
 
 
-def _moe(experts: int, d: int = 32, slots: int = 2):
-    """A soft mixture of ``experts`` experts, 16 tokens, width d, hidden 64: (ONNX model, imported doc, Tiny IR)."""
-    model = soft_moe(experts, tokens=16, d=d, hidden=64, slots=slots)
+def _moe(experts: int, d: int = 32, slots: int = 2, hidden=64):
+    """A soft mixture of ``experts`` experts, 16 tokens, width d, hidden width(s) ``hidden``: (ONNX model, imported
+    doc, Tiny IR)."""
+    model = soft_moe(experts, tokens=16, d=d, hidden=hidden, slots=slots)
     doc = import_onnx(onnx.load_from_string(model.SerializeToString()), origin="moe.onnx")
     return model, doc, program_from_doc(doc, "model")
 
@@ -103,3 +104,17 @@ def test_experts_whose_blocks_start_mid_sector_are_each_priced_where_they_read()
     c = Compilation(doc, cost="model")
     assert isinstance(c.saturated[0], SegmentedState)
     _own_prices(c)
+
+
+def test_experts_of_two_widths_are_two_groups_priced_no_worse_than_the_whole_search(monkeypatch):
+    """Experts of hidden width 64 and 96, two of each: two groups of identical branches (one structure: the second
+    takes the first's decisions where they hold, search/transfer.py), each searched once; the stitched partition
+    has as many kernels as the whole program's search, priced no higher."""
+    _, doc, p = _moe(4, hidden=(64, 64, 96, 96))
+    segs = parts(p)
+    assert len(segs) == 6 and len({s.key for s in segs}) == 4 and len({s.structure for s in segs[1:-1]}) == 1
+    cut = Compilation(doc, cost="model").search
+    monkeypatch.setattr(branches, "parallel", lambda prog: None)
+    whole = Compilation(doc, cost="model").search
+    assert len(cut.best.priced) == len(whole.best.priced)
+    assert cut.best.total <= whole.best.total * (1 + 1e-9), (cut.best.total, whole.best.total)

@@ -223,10 +223,11 @@ def swiglu_mlp(d: int = 4096, ffn: int = 11008, s: int = 16, dtype: str = "fp16"
 
 # ---- mixture of experts -------------------------------------------------------------------------------
 
-def soft_moe(experts: int, tokens: int = 256, d: int = 768, hidden: int = 3072, slots: int = 2):
+def soft_moe(experts: int, tokens: int = 256, d: int = 768, hidden: "int | tuple" = 3072, slots: int = 2):
     """One soft mixture-of-experts layer: logits = LN(x) Φ; dispatch D = softmax over the tokens, combine
-    C = softmax over the slots; each expert's slots (Dᵀ x, sliced) through its own erf-GELU MLP; the
-    experts' outputs concatenated and combined, C Y, plus the residual."""
+    C = softmax over the slots; each expert's slots (Dᵀ x, sliced) through its own erf-GELU MLP (of width
+    ``hidden``, or ``hidden[e]`` for expert e); the experts' outputs concatenated and combined, C Y, plus the
+    residual."""
     g = WeightFree()
     x = "tokens"
     h = g.layernorm(x, d)
@@ -237,7 +238,8 @@ def soft_moe(experts: int, tokens: int = 256, d: int = 768, hidden: int = 3072, 
     outs = []
     for e in range(experts):
         xe = g.slice(slotted, e * slots, (e + 1) * slots, 1)
-        outs.append(g.linear(g.gelu_erf(g.linear(xe, d, hidden)), hidden, d))
+        width = hidden[e] if isinstance(hidden, tuple) else hidden
+        outs.append(g.linear(g.gelu_erf(g.linear(xe, d, width)), width, d))
     y = g.op("Concat", outs, axis=1) if experts > 1 else outs[0]
     g.op("Add", [x, g.op("MatMul", [combine, y])])
     g.nodes[-1].output[0] = "out"
