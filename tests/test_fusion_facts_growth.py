@@ -109,14 +109,17 @@ EVERY_PATH = """\
 """
 
 
-def test_the_walk_keeps_every_path_to_a_reduction_and_only_those(tmp_path):
+def test_the_walk_keeps_every_path_to_a_reduction_and_only_those(tmp_path, monkeypatch):
     """A soft mixture of experts (erf-GELU MLPs: long elementwise chains over cut reads, softmaxes, a concatenation):
     the facts at the reductions, which every conflict is made of, are those of a walk that records every path at
     every value (a user's rule file, EVERY_PATH); the shipped walk keeps a third of its rows or fewer (the paths
-    to values no reduction lies below, and the operands that are only reads, hold none)."""
+    to values no reduction lies below, and the operands that are only reads, hold none). Saturated whole (its
+    experts side by side are otherwise parallel segments, search/branches.py)."""
     from polysat.bench.corpora.scale_models import soft_moe
     from polysat.egraph.graph import export
+    from polysat.search import branches
     from polysat.search.model import saturate_unfused
+    monkeypatch.setattr(branches, "parallel", lambda prog: None)
     (tmp_path / "every_path.egg").write_text(EVERY_PATH)
     p = program_from_doc(import_onnx(soft_moe(2, tokens=8, d=16, hidden=32)))
     st, rep = saturate_unfused(p, [str(tmp_path)])
