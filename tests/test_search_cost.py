@@ -3,15 +3,25 @@ an illegal candidate is judged on its chosen terms, never converted to Tiny IR, 
 joined into their concatenation in one round of the polish, with each expert's join priced once."""
 from __future__ import annotations
 
+import pytest
+
 from polysat.bench.corpora.scale_models import soft_moe
 from polysat.frontend.onnx import import_onnx
 from polysat.pipeline import Compilation
+from polysat.search import branches
 from polysat.search import merge as merge_mod
 from polysat.search import model as search_model
 
 
 def _moe(experts: int):
     return import_onnx(soft_moe(experts, tokens=32, d=64, hidden=128), origin="moe.onnx")
+
+
+@pytest.fixture(autouse=True)
+def whole(monkeypatch):
+    """The mixture searched whole: what the search spends on one wide program (its experts side by side are
+    otherwise parallel segments, search/branches.py, tests/test_branches.py)."""
+    monkeypatch.setattr(branches, "parallel", lambda prog: None)
 
 
 def test_only_the_candidates_priced_are_converted_to_tiny_ir(monkeypatch):
