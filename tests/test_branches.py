@@ -16,11 +16,11 @@ from polysat.ir.tiny import Ops
 from polysat.pipeline import Compilation
 from polysat.pricing.kernels import canonical, price_kernels
 from polysat.search import branches
-from polysat.search.branches import parts
+from polysat.search.branches import MIN_BRANCHES, parts
 from polysat.search.stitch import SegmentedState
 from polysat.tests.numeric import bind_env, close, max_error, random_inputs
 
-EXPERTS = 4
+EXPERTS = MIN_BRANCHES  # the fewest cut
 
 
 def _moe(experts: int, d: int = 32, slots: int = 2, hidden=64):
@@ -48,6 +48,7 @@ def test_the_experts_are_parallel_segments(moe):
     assert len({b.arg["lo"] for b in blocks}) == EXPERTS and blocks[0].src[0] in segs[0].exits
     assert all(len(s.exits) == 1 and s.exits[0] in {w for _, w in segs[-1].entries} for s in experts)
     assert len(parts(_moe(1)[2])) == 1  # one expert: nothing side by side, searched whole
+    assert len(parts(_moe(MIN_BRANCHES - 1)[2])) == 1  # too few to pay for the parts: searched whole
 
 
 def test_a_cut_mixture_plays_back_equal_to_the_reference_and_onnxruntime(moe):
@@ -99,20 +100,21 @@ def _own_prices(c) -> None:
 def test_experts_whose_blocks_start_mid_sector_are_each_priced_where_they_read():
     """Blocks of one 12-float row each (48 bytes: the second starts mid-sector) are not moved by whole sectors, so
     every expert's kernel is priced where it reads its block; the prices are still the stitched program's own."""
-    _, doc, p = _moe(3, d=12, slots=1)
-    assert len(parts(p)) == 5
+    _, doc, p = _moe(MIN_BRANCHES, d=12, slots=1)
+    assert len(parts(p)) == MIN_BRANCHES + 2
     c = Compilation(doc, cost="model")
     assert isinstance(c.saturated[0], SegmentedState)
     _own_prices(c)
 
 
 def test_experts_of_two_widths_are_two_groups_priced_no_worse_than_the_whole_search(monkeypatch):
-    """Experts of hidden width 64 and 96, two of each: two groups of identical branches (one structure: the second
+    """Experts of hidden width 64 and 96, half of each: two groups of identical branches (one structure: the second
     takes the first's decisions where they hold, search/transfer.py), each searched once; the stitched partition
     has as many kernels as the whole program's search, priced no higher."""
-    _, doc, p = _moe(4, hidden=(64, 64, 96, 96))
+    half = MIN_BRANCHES // 2
+    _, doc, p = _moe(2 * half, hidden=(64,) * half + (96,) * half)
     segs = parts(p)
-    assert len(segs) == 6 and len({s.key for s in segs}) == 4 and len({s.structure for s in segs[1:-1]}) == 1
+    assert len(segs) == 2 * half + 2 and len({s.key for s in segs}) == 4 and len({s.structure for s in segs[1:-1]}) == 1
     cut = Compilation(doc, cost="model").search
     monkeypatch.setattr(branches, "parallel", lambda prog: None)
     whole = Compilation(doc, cost="model").search
