@@ -348,7 +348,8 @@ def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bo
     """(EGraphState, RunReport) with program loaded one kernel per op (every compute edge cut) and
     the rules run: the fused alternatives come from rules/fusion.egg, the streamed softmax-weighted sums
     from rules/streaming.egg (unless POLYSAT_STREAMING=0). A program of repeated segments
-    (search/segment.py) gives a SegmentedState: each distinct segment saturated once."""
+    (search/segment.py), or of identical blocks side by side (search/branches.py), gives a SegmentedState: each
+    distinct segment saturated once."""
     segs = parts(program)
     if len(segs) > 1:
         done: dict = {}
