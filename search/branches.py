@@ -42,6 +42,9 @@ def parallel(prog: Program) -> "list | None":
     """[before, branch, ..., after] (each a Segment; before left out when it computes nothing), or None when no
     group of at least two identical branches cuts the program (see the module docstring)."""
     free, texts = _free(prog), {}  # texts: each node's key text around its ids, shared by every candidate
+    if sum(1 for n in prog.nodes if n.op == Ops.SHRINK and n.src[0] not in free and _contiguous(n, prog[n.src[0]])) \
+            < MIN_BRANCHES:  # each branch reads a block of its own: too few blocks, no cut (a linear scan)
+        return None
     users = prog.consumers()
     pos = {n.id: k for k, n in enumerate(prog.nodes)}
     outputs = {nid for _, nid in prog.outputs}
