@@ -1,23 +1,24 @@
 """Identical parallel blocks of a Tiny IR program, found so that each distinct block is saturated, searched and
 priced once (docs/DESIGN.md §Fusion, "Parallel segments"): the width analogue of search/segment.py's runs.
 
-A *branch* is the exclusive cone of a value v worth materializing (``segment._materializable``): v and, found
-backwards from it, every computed node all of whose readers are in the cone. It reads the rest of the program
-only through its *entries*, the computed values outside it that its nodes read. The experts of a soft mixture
-are such branches: each reads its slice of the dispatched slots and yields its hidden activation, which its
-second GEMM reads (that GEMM writes straight into the concatenation of every expert's output, in the same
-kernel as the concatenation, so it stays outside the branch). An entry a branch reads through one SHRINK that
-selects one contiguous run of its elements (step 1, the axes before the first one it cuts of extent 1, those after it whole) enters as that block: the
-branch's canonical input has the block's shape, so experts reading different slices of one tensor are equal.
+A *branch* is the exclusive cone of a value v that every legal partition writes (computed by a reduction, read
+only by contractions: ``_contracted``): v and, found backwards from it, every computed node all of whose readers
+are in the cone. It reads the rest of the program only through its *entries*, the computed values outside it
+that its nodes read, each a *block*: a SHRINK of a computed value that selects one contiguous run of its
+elements (step 1, the axes before the first one it cuts of extent 1, those after it whole), which enters as an
+input of the block's shape, so experts reading different slices of one tensor have equal canonical programs. The
+experts of a soft mixture are such branches: each reads its slots and yields its hidden activation, which its
+second GEMM reads (that GEMM writes straight into the concatenation of every expert's output, in one kernel with
+it, so it stays outside the branch).
 
-Branches of equal canonical programs (``Segment.key``) form a group (at least two branches, each holding a
-reduction, each reading its own blocks); the groups covering the most nodes first, each taken where it overlaps no
-group taken and the cutting still holds (experts of two widths: two groups, each searched once, the second taking
-the first's decisions where they hold, search/transfer.py), cut the program into parts in program order:
-*before*, every computed node an entry depends on; the branches; *after*, the rest. Every value crossing a cut (a value of
-before read later, each branch's value) must be worth materializing, and the program's outputs must be
-after's, and at least MIN_BRANCHES branches are cut (fewer cost more as parts than whole); otherwise the program is
-not cut (``parallel`` returns None) and is searched whole.
+Branches of equal canonical programs (``Segment.key``) form a group (at least two, each holding a reduction, each
+reading its own blocks); the groups covering the most nodes first, each taken where it overlaps no group taken
+and the cutting still holds (experts of two widths: two groups of one structure, each searched once, the second
+taking the first's decisions where they hold, search/transfer.py), cut the program into parts in program order:
+*before*, every computed node a block depends on; the branches; *after*, the rest. The values before writes for
+later parts must pass the depth segments' boundary rule (``segment._materializable``), the program's outputs must
+be after's, and at least MIN_BRANCHES branches must be cut (fewer cost more as parts than whole); otherwise the
+program is not cut (``parallel`` returns None) and is searched whole.
 """
 from __future__ import annotations
 
@@ -87,8 +88,8 @@ def _contracted(prog: Program, v: str, users: dict) -> bool:
         n = prog[u]
         if n.op in GroupOp.Movement or n.op == Ops.CAST:
             stack.extend(users[u])
-        elif not (n.op == Ops.MUL and users[u] and all(prog[r].op == Ops.REDUCE and str(prog[r].arg["op"]).upper() == "SUM"
-                                                      for r in users[u])):
+        elif not (n.op == Ops.MUL and users[u] and
+                  all(prog[r].op == Ops.REDUCE and str(prog[r].arg["op"]).upper() == "SUM" for r in users[u])):
             return False
     return bool(seen)
 

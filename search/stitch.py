@@ -217,7 +217,8 @@ def _in_place(prog: Program, priced: list, again: dict, price: Callable) -> list
         if name == first:
             continue
         _, at, corners = again[first]
-        moves = {whole[base]: tuple(a - b for a, b in zip(corners[c][1], lo, strict=True)) for c, (base, lo) in blocks.items()}
+        moves = {whole[base]: tuple(a - b for a, b in zip(corners[c][1], lo, strict=True))
+                 for c, (base, lo) in blocks.items()}
         p = got[first]
         if p.region is None or any(corners[c][0] != base or not all(isinstance(x, int) for x in prog[base].shape) or
                                    not sector_aligned(moves[whole[base]], prog[base].shape, prog[base].dtype.itemsize)
@@ -299,11 +300,12 @@ def stitch(s: SegmentedState, found: dict, price: "Callable | None" = None):
                                              tag=tag(f"{pt[0]}s{j}", pt[1]) if pt else n.tag))
         kmap = {}
         for place, k in enumerate(x.partition.kernels):
-            kmap[k.name] = Kernel(f"k{len(kernels)}", frozenset(ids[i] for i in k.nodes),
-                                  tuple(ids[i] for i in k.outputs), tuple(dict.fromkeys(mem.get(i, ids[i]) for i in k.inputs)))
+            kmap[k.name] = Kernel(f"k{len(kernels)}", frozenset(ids[i] for i in k.nodes), tuple(ids[i] for i in k.outputs),
+                                  tuple(dict.fromkeys(mem.get(i, ids[i]) for i in k.inputs)))
             kernels.append(kmap[k.name])
             if mem.keys() & set(k.inputs):
-                again[kmap[k.name].name] = ((seg.key, place), ids, {i: (mem[i], corner[i]) for i in k.inputs if i in mem})
+                again[kmap[k.name].name] = ((seg.key, place), ids,
+                                            {i: (mem[i], corner[i]) for i in k.inputs if i in mem})
         priced += [Priced(kmap[p.kernel.name], p.region,
                           None if p.cost is None else dataclasses.replace(p.cost, region=kmap[p.kernel.name].name))
                    for p in res.best.priced]
