@@ -39,6 +39,8 @@ class EGraphView:
 def export(st: EGraphState) -> EGraphView:
     if not isinstance(st, EGraphState):  # a segmented program (search/stitch.py): its stitched view
         return st.export()
+    if st.view is not None:  # (its e-graph given back: egraph/state.py pooled_state)
+        return st.view
     g = st.eg._egraph  # noqa: SLF001
     fz = g.freeze().functions  # (a new dict of every table per access of .functions: taken once)
     ids: dict = {}
