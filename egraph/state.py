@@ -126,29 +126,26 @@ def pooled_state(program: Program, files: list, cuts: "set | None" = None):
     """``new_state`` without building the schema and rule files again: one e-graph per process holds them,
     ``(push)`` before the program is loaded and ``(pop)`` at exit restore it (egglog's push saves a copy of the
     whole e-graph: ~8 ms against ~120 ms of loading the files). The block takes what it needs before exit
-    (``view``): the state's e-graph is then gone (``eg`` None). A failure inside drops the pooled e-graph."""
+    (``view``): the state's e-graph is then gone (``eg`` None). The e-graph is taken out of the pool while in
+    use (a nested use builds its own) and put back only at its base: a failure, or a rollback that rebuilt the
+    state (saturate._replay), drops it."""
     key = tuple((rf.path, rf.text) for rf in files)
-    eg = _POOL.get(key)
+    eg = _POOL.pop(key, None)
     if eg is None:
         eg = base_egraph()
         validate(files, eg)
-        _POOL.clear()  # (one file set at a time: a process rarely switches)
-        _POOL[key] = eg
     st = EGraphState(eg, program, tuple(files))
     st.push()
     try:
         load_program(st, default_cuts(program) if cuts is None else cuts)
         yield st
-    except BaseException:
-        _POOL.pop(key, None)  # (never reuse an e-graph a failure left in an unknown state)
-        raise
     finally:
         mine, st.eg = st.eg is eg, None
-    if not mine:  # the saturation rebuilt the state (saturate._replay): the pooled one is not at its base
-        _POOL.pop(key, None)
-        return
-    for _ in range(st.pushes):  # the saturation's snapshots left open, then the base's
-        run_text(eg, "(pop)")
+    if mine:
+        for _ in range(st.pushes):  # the saturation's snapshots left open, then the base's
+            run_text(eg, "(pop)")
+        _POOL.clear()  # (one file set at a time: a process rarely switches)
+        _POOL[key] = eg
 
 
 def _q(s: str) -> str:

@@ -2,6 +2,8 @@
 schema and rule files, pushed and popped, gives what a fresh e-graph gives, and the pool is back at its base."""
 from __future__ import annotations
 
+import pytest
+
 from polysat.bench.models import mlp_stack, transformer
 from polysat.egraph import state as S
 from polysat.egraph.graph import export
@@ -60,3 +62,18 @@ def test_a_limit_stopped_pooled_saturation_pops_its_own_snapshots_too():
     _same(pooled, _saturate_one(p, None, lim, True))
     (pool,) = S._POOL.values()  # noqa: SLF001
     assert _sizes(pool) == _base_sizes()
+
+
+def test_a_failure_inside_drops_the_pooled_e_graph_and_a_nested_use_builds_its_own():
+    p, q = _segments(mlp_stack(2, width=32, tokens=16, dtype="fp32"))[:1] * 2
+    files = rule_files(None, True)
+    with pytest.raises(ValueError):
+        with S.pooled_state(p, files) as st:
+            with S.pooled_state(q, files) as inner:
+                assert inner.eg is not st.eg  # the pooled e-graph is in use: the nested one is its own
+                nested = inner.eg
+            raise ValueError("inside")
+    (pool,) = S._POOL.values()  # noqa: SLF001
+    assert st.eg is None and pool is nested  # the nested one put back (at its base); the failed one dropped
+    assert _sizes(pool) == _base_sizes()
+    _same(_saturate_pooled(p, None, None, True), _saturate_one(p, None, None, True))
