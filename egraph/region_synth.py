@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from ..analyses.isl_util import always_true, simplify
 from ..ir import region as rg
@@ -537,18 +537,11 @@ def _synthesize(program: Program, partition: Partition, only: "frozenset | None"
     return regions
 
 
-_PROGRAMS: dict = {}  # program -> the first equal program met, the latest 64 (the search re-extracts equal programs)
-
-
+@lru_cache(maxsize=64)
 def _interned(program: Program) -> Program:
-    """The first program met equal to ``program`` (hashed once per synthesis, not per kernel), so its kernels
-    hit the kernel cache below keyed by the program's id."""
-    got = _PROGRAMS.get(program)
-    if got is None:
-        if len(_PROGRAMS) >= 64:
-            _PROGRAMS.pop(next(iter(_PROGRAMS)))
-        got = _PROGRAMS[program] = program
-    return got
+    """The first program met equal to ``program`` (of the latest 64; hashed once per synthesis, not per kernel: the
+    search re-extracts equal programs), so its kernels hit the kernel cache below keyed by the program's id."""
+    return program
 
 
 _PARTS: dict = {}  # (id(program), kernel less its name, the tensor names it uses) -> (program, parts), the latest _PARTS_MAX
