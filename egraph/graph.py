@@ -39,6 +39,8 @@ class EGraphView:
 def export(st: EGraphState) -> EGraphView:
     if not isinstance(st, EGraphState):  # a segmented program (search/stitch.py): its stitched view
         return st.export()
+    if st.view is not None:  # (its e-graph given back: egraph/state.py pooled_state)
+        return st.view
     g = st.eg._egraph  # noqa: SLF001
     fz = g.freeze().functions  # (a new dict of every table per access of .functions: taken once)
     ids: dict = {}
@@ -101,4 +103,8 @@ def _conflicts(g, fz: dict, cid) -> tuple:
             c, v = link[v]
             sites.append(c)
         return Conflict(frozenset(sites), root.get(v), cid(r), top.get(v))
-    return tuple(dict.fromkeys(members(r.inputs[0], r.inputs[1]) for r in rows.rows))
+    found = dict.fromkeys(members(r.inputs[0], r.inputs[1]) for r in rows.rows)
+    # (in a canonical order: the table's row order follows the e-graph's history, which a pooled e-graph's
+    # earlier segments change, and the search reads the conflicts in order)
+    return tuple(sorted(found, key=lambda c: (c.reduce, -1 if c.root is None else c.root,
+                                              -1 if c.top is None else c.top, sorted(c.sites))))

@@ -196,7 +196,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
             done = len(rep.iterations)
             guard = nodes * 8 > lim.nodes or drive.rows * 8 > lim.rows  # one iteration can grow the graph ~5x
             if guard:
-                st.run("(push)")
+                st.push()
             ti = _clock()
             drive.matches = {}
             stop = None
@@ -213,7 +213,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
                     stop = StopReason.node_limit
             if stop is not None:
                 if guard:
-                    st.run("(pop)")
+                    st.pop()
                 else:  # no snapshot: rebuild the e-graph and replay the iterations before this one
                     _replay(st, schedule, lim, done)
                 rep.rolled_back = True
@@ -313,7 +313,7 @@ def _replay(st: EGraphState, schedule: tuple, lim: Limits, iterations: int) -> N
     deterministic): an iteration that crossed a limit with no snapshot taken is undone."""
     from .state import new_state
     fresh = new_state(st.program, list(st.files), set(st.cuts))
-    st.eg, st.index, st.tensors = fresh.eg, fresh.index, fresh.tensors
+    st.eg, st.index, st.tensors, st.pushes = fresh.eg, fresh.index, fresh.tensors, 0
     rep = RunReport(StopReason.saturated, lim)
     drive = _Driver(st, lim, rep, _clock(), check=False)
     drive.fixpoint(("analysis",))

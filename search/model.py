@@ -56,7 +56,7 @@ from ..egraph.cost import Needs, SearchingCost, SizeCost, register
 from ..egraph.extract import solve
 from ..egraph.graph import export
 from ..egraph.saturate import OPT_IN, StopReason, default_schedule, rule_files, run
-from ..egraph.state import EGraphState, new_state
+from ..egraph.state import EGraphState, new_state, pooled_state
 from ..egraph.totiny import to_tiny
 from ..ir import progress
 from ..ir.diagnostics import fail
@@ -355,7 +355,7 @@ def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bo
         done: dict = {}
         for sg in segs:
             if sg.key not in done:
-                done[sg.key] = _saturate_one(sg.program, rules_dirs, limits, builtin)
+                done[sg.key] = _saturate_pooled(sg.program, rules_dirs, limits, builtin)
         states = {k: st for k, (st, _) in done.items()}
         rep = merge_reports([r for _, r in done.values()])
         return SegmentedState(program, segs, states, {k: r for k, (_, r) in done.items()}, states[segs[0].key].files), rep
@@ -363,7 +363,19 @@ def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bo
 
 
 def _saturate_one(program: Program, rules_dirs, limits, builtin: bool) -> tuple:
-    st = new_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program))
+    return _saturated(new_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program)), limits)
+
+
+def _saturate_pooled(program: Program, rules_dirs, limits, builtin: bool) -> tuple:
+    """_saturate_one in the process's pooled e-graph (egraph/state.py pooled_state): the state keeps only its
+    exported view, all a segment's search and stitch read."""
+    with pooled_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program)) as st:
+        out = _saturated(st, limits)
+        st.view = export(st)
+    return out
+
+
+def _saturated(st: EGraphState, limits) -> tuple:
     opt_in = tuple(r for r in OPT_IN if r != "streaming" or streaming())
     rep = run(st, default_schedule(st.rulesets, opt_in), limits)
     if rep.stop != StopReason.saturated:  # the legality facts and conflicts are the schedule's last phases
