@@ -23,7 +23,7 @@ program is not cut (``parallel`` returns None) and is searched whole.
 from __future__ import annotations
 
 from ..ir.tiny import GroupOp, Ops, Program
-from .segment import SEGMENT_OUT, _canonical, _free, _materializable, segment
+from .segment import SEGMENT_OUT, Segment, _canonical, _free, _materializable, segment
 
 # the fewest branches cut: each part is its own e-graph (its rules loaded again) and a small part's search polishes
 # by the exact descent, about 0.7 CPU s more than one program; each expert searched whole costs about 0.17 s more
@@ -33,10 +33,35 @@ MIN_BRANCHES = 8
 
 
 def parts(prog: Program) -> list:
-    """The program's segments: its runs of identical blocks in depth (``segment.segment``), else its identical
-    blocks side by side (``parallel``), else the whole program as one segment."""
+    """The program's segments: its runs of identical blocks in depth (``segment.segment``), each distinct one cut
+    into its identical blocks side by side where it has them (``nested``: a stack of mixture layers, each layer's
+    experts), else its identical blocks side by side (``parallel``), else the whole program as one segment."""
     segs = segment(prog)
-    return segs if len(segs) > 1 else parallel(prog) or segs
+    return nested(prog, segs) if len(segs) > 1 else parallel(prog) or segs
+
+
+def nested(prog: Program, segs: list) -> list:
+    """The depth segments ``segs`` of ``prog`` with each one whose canonical program ``parallel`` cuts replaced by
+    those parts, in program order, each in the whole program's ids: a part's ids map through the segment's
+    (``Segment.origin``), and every input it reads that is not a program input is an entry (the segment's own
+    entries, read by its first part or its last: the residual stream). Equal depth segments are cut once (the
+    same parts), so a stack of L mixture layers of E experts has as many distinct parts as one layer."""
+    cuts: dict = {}  # depth segment key -> its parallel parts (None: not cut)
+    out: list = []
+    for seg in segs:
+        if seg.key not in cuts:
+            cuts[seg.key] = parallel(seg.program)
+        out += [seg] if cuts[seg.key] is None else [_within(prog, seg, sub) for sub in cuts[seg.key]]
+    return out
+
+
+def _within(prog: Program, seg: Segment, sub: Segment) -> Segment:
+    """``sub`` (a part of ``seg``'s canonical program) in ``prog``'s ids; its canonical program is sub's own."""
+    o = {k: seg.origin[v] for k, v in sub.origin.items()}
+    reads = sorted((k for k in o if k.startswith("i")), key=lambda k: int(k[1:]))
+    return Segment(sub.key, o, lambda: sub.program, lambda: sub.structure,
+                   tuple((f"t{k[1:]}", o[k]) for k in reads if prog[o[k]].op != Ops.INPUT),
+                   tuple(seg.origin[w] for w in sub.exits))
 
 
 def parallel(prog: Program) -> "list | None":

@@ -120,3 +120,36 @@ def test_experts_of_two_widths_are_two_groups_priced_no_worse_than_the_whole_sea
     whole = Compilation(doc, cost="model").search
     assert len(cut.best.priced) == len(whole.best.priced)
     assert cut.best.total <= whole.best.total * (1 + 1e-9), (cut.best.total, whole.best.total)
+
+
+def test_a_stack_of_mixtures_is_cut_in_depth_and_width_and_priced_as_its_whole_search(monkeypatch):
+    """Two mixture layers of MIN_BRANCHES experts: cut in depth into its layers (search/segment.py) and each layer's
+    experts side by side (``nested``): three distinct parts (router, expert, combination) for 2 x (MIN_BRANCHES + 2)
+    instances; played back equal to the reference and onnxruntime, as many kernels as the whole program's search, at
+    its price, each kernel priced as the stitched program's own."""
+    import numpy as np
+    import onnxruntime as ort
+    model = soft_moe(EXPERTS, tokens=16, d=32, hidden=64, slots=2, layers=2)
+    doc = import_onnx(onnx.load_from_string(model.SerializeToString()), origin="moe.onnx")
+    p = program_from_doc(doc, "model")
+    segs = parts(p)
+    assert len(segs) == 2 * (EXPERTS + 2) and len({s.key for s in segs}) == 3
+    assert segs[EXPERTS + 1].exits[0] in {w for _, w in segs[EXPERTS + 2].entries}  # layer 2 reads layer 1's output
+    c = Compilation(doc, cost="model")
+    assert isinstance(c.saturated[0], SegmentedState) and len(c.saturated[0].states) == 3
+    x = c.extraction
+    rng = np.random.default_rng(7)
+    ins = random_inputs(c.program, rng, bind_env(c.program, rng))
+    want = evaluate(c.program, ins)
+    got = playback(synthesize(x.program, x.partition), ins)
+    assert close(got["out"], want["out"]), max_error(got["out"], want["out"])
+    feeds = {c.program[n.id].arg["tensor_id"]: ins[c.program[n.id].arg["tensor_id"]] for n in c.program.inputs}
+    (ref,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert close(want["out"], ref), max_error(want["out"], ref)
+    _own_prices(c)
+    cut = c.search
+    monkeypatch.setattr("polysat.search.model.parts", lambda prog: [prog])  # one part: searched whole
+    whole = Compilation(doc, cost="model").search
+    assert len(cut.best.priced) == len(whole.best.priced)
+    assert cut.best.total <= whole.best.total * (1 + 1e-9), (cut.best.total, whole.best.total)
+    assert cut.best.total <= cut.baseline.total

@@ -223,27 +223,30 @@ def swiglu_mlp(d: int = 4096, ffn: int = 11008, s: int = 16, dtype: str = "fp16"
 
 # ---- mixture of experts -------------------------------------------------------------------------------
 
-def soft_moe(experts: int, tokens: int = 256, d: int = 768, hidden: "int | tuple" = 3072, slots: int = 2):
-    """One soft mixture-of-experts layer: logits = LN(x) Φ; dispatch D = softmax over the tokens, combine
-    C = softmax over the slots; each expert's slots (Dᵀ x, sliced) through its own erf-GELU MLP (of width
-    ``hidden``, or ``hidden[e]`` for expert e); the experts' outputs concatenated and combined, C Y, plus the
-    residual."""
+def soft_moe(experts: int, tokens: int = 256, d: int = 768, hidden: "int | tuple" = 3072, slots: int = 2,
+             layers: int = 1):
+    """``layers`` soft mixture-of-experts layers in depth, each: logits = LN(x) Φ; dispatch D = softmax over the
+    tokens, combine C = softmax over the slots; each expert's slots (Dᵀ x, sliced) through its own erf-GELU MLP
+    (of width ``hidden``, or ``hidden[e]`` for expert e); the experts' outputs concatenated and combined, C Y,
+    plus the residual."""
     g = WeightFree()
     x = "tokens"
-    h = g.layernorm(x, d)
-    logits = g.matmul(h, d, experts * slots)  # (1, T, E*p)
-    dispatch = g.op("Softmax", [logits], axis=1)
-    combine = g.op("Softmax", [logits], axis=2)
-    slotted = g.op("MatMul", [g.op("Transpose", [dispatch], perm=[0, 2, 1]), h])  # (1, E*p, d)
-    outs = []
-    for e in range(experts):
-        xe = g.slice(slotted, e * slots, (e + 1) * slots, 1)
-        width = hidden[e] if isinstance(hidden, tuple) else hidden
-        outs.append(g.linear(g.gelu_erf(g.linear(xe, d, width)), width, d))
-    y = g.op("Concat", outs, axis=1) if experts > 1 else outs[0]
-    g.op("Add", [x, g.op("MatMul", [combine, y])])
+    for _ in range(layers):
+        h = g.layernorm(x, d)
+        logits = g.matmul(h, d, experts * slots)  # (1, T, E*p)
+        dispatch = g.op("Softmax", [logits], axis=1)
+        combine = g.op("Softmax", [logits], axis=2)
+        slotted = g.op("MatMul", [g.op("Transpose", [dispatch], perm=[0, 2, 1]), h])  # (1, E*p, d)
+        outs = []
+        for e in range(experts):
+            xe = g.slice(slotted, e * slots, (e + 1) * slots, 1)
+            width = hidden[e] if isinstance(hidden, tuple) else hidden
+            outs.append(g.linear(g.gelu_erf(g.linear(xe, d, width)), width, d))
+        y = g.op("Concat", outs, axis=1) if experts > 1 else outs[0]
+        x = g.op("Add", [x, g.op("MatMul", [combine, y])])
     g.nodes[-1].output[0] = "out"
-    return g.built([_io(x, [1, tokens, d])], "out", [1, tokens, d], f"soft_moe_e{experts}")
+    name = f"soft_moe_e{experts}" + (f"_L{layers}" if layers > 1 else "")
+    return g.built([_io("tokens", [1, tokens, d])], "out", [1, tokens, d], name)
 
 
 GRAPHS = {"llama2_7b": llama2_7b, "llama3_8b": llama3_8b, "gpt2": gpt2, "resnet": resnet, "unet": unet,
