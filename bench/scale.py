@@ -1,7 +1,7 @@
 """Scale bench: polysat's ``--cost model`` compile beside tinygrad 0.14's scheduler on large weight-free ONNX
 graphs (bench/corpora/scale_models.py: LLaMA-2-7B / LLaMA-3-8B dims at 1 to 32 layers, GPT-2 small to XL,
-ResNet-50/101/152 at batch 32, a soft mixture-of-experts layer with 2 to 64 experts, U-Nets of 4 and 6 levels,
-each also cut into its levels: ``_live8``, POLYSAT_SEGMENT_LIVE=8).
+ResNet-50/101/152 at batch 32, a soft mixture-of-experts layer with 2 to 64 experts and a stack of 4 such layers
+of 32, U-Nets of 4 and 6 levels, each also cut into its levels: ``_live8``, POLYSAT_SEGMENT_LIVE=8).
 
 Each graph is serialized once here and the same bytes go to both sides, each side in a fresh process
 (spawned: no cache warmed by an earlier run, its peak RSS its own) with a wall-clock limit:
@@ -58,6 +58,7 @@ def points(quick: bool, dtype: str = "fp32") -> list:
     out += [(f"gpt2_{s}", "gpt2", (s,)) for s in ("small", "medium", "large", "xl")]
     out += [(f"resnet{d}", "resnet", (d,)) for d in (50, 101, 152)]
     out += [(f"soft_moe_e{e}", "soft_moe", (e,)) for e in (4, 8, 16, 32, 64)]
+    out += [("soft_moe_e32_L4", "soft_moe", (32, 256, 768, 3072, 2, 4))]  # 4 layers in depth, 32 experts each
     return out + [(f"unet_{n}{tail}", "unet", (n,)) for n in (4, 6) for tail in ("", "_live8")]
 
 
