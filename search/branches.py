@@ -25,11 +25,12 @@ from __future__ import annotations
 from ..ir.tiny import GroupOp, Ops, Program
 from .segment import SEGMENT_OUT, Segment, _canonical, _free, _materializable, segment
 
-# the fewest branches cut: each part is its own e-graph (its rules loaded again) and a small part's search polishes
-# by the exact descent, about 0.7 CPU s more than one program; each expert searched whole costs about 0.17 s more
-# than one carried (soft_moe of d 768, 2-3 runs each: 4 experts 1.0-1.2 s whole / 1.7-2.0 cut, 8 experts
-# 1.8-2.0 / 1.6-1.8, 12 experts 2.4-2.5 / 1.6-1.7); below this the program is searched whole, as before
-MIN_BRANCHES = 8
+# the fewest branches cut: a small part's search polishes by the exact descent, so below this the parts cost more
+# than the whole program; the parts share one pooled e-graph (egraph/state.py pooled_state: the rules loaded once).
+# soft_moe of d 768, compile CPU s cut / whole, back to back (2-4 pairs each, load 4-5): 4 experts 1.73, 1.51 /
+# 1.32, 1.12; 5 experts 1.72, 1.17 / 1.63, 1.11; 6 experts 1.66, 1.20, 0.96, 1.12 / 1.91, 1.43, 1.13, 1.22;
+# 8 experts 1.58, 1.58 / 1.67, 1.97 (the same kernels and µs each); below it the program is searched whole
+MIN_BRANCHES = 6
 
 
 def parts(prog: Program) -> list:
