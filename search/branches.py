@@ -18,7 +18,8 @@ taking the first's decisions where they hold, search/transfer.py), cut the progr
 *before*, every computed node a block depends on; the branches; *after*, the rest. The values before writes for
 later parts must pass the depth segments' boundary rule (``segment._materializable``), the program's outputs must
 be after's, and at least MIN_BRANCHES branches must be cut (fewer cost more as parts than whole); otherwise the
-program is not cut (``parallel`` returns None) and is searched whole.
+program is not cut (``parallel`` returns None) and is searched whole. Segments nest (``nested``): a program cut
+in depth has each distinct segment cut so side by side where it can be (a stack of mixture layers).
 """
 from __future__ import annotations
 
