@@ -111,7 +111,7 @@ def regions_from_partition(program: Program, partition, params: Mapping[str, int
       renamed, not rebuilt: the work follows the distinct kernels, not the program."""
     syms = None if symbols is None else tuple(symbols)
     if not by_kernel:
-        pv = _view(program, syms)
+        pv = program_view(program, syms)
         made = pv.__dict__.setdefault("_regions", {})  # a kernel met again in another partition of the program
         bound = tuple(sorted(dict(params or {}).items()))
         out = []
@@ -248,12 +248,12 @@ def kernel_region(ctx: _Context, kernel, params: Mapping[str, int] | None = None
 
 def _whole(ctx: _Context, kernel, params: Mapping[str, int] | None) -> PolyRegion:
     """The kernel's region on the whole program's Poly-View."""
-    return region_from_polyview(_view(ctx.program, ctx.symbols), kernel.nodes, kernel.outputs, params, kernel.name)
+    return region_from_polyview(program_view(ctx.program, ctx.symbols), kernel.nodes, kernel.outputs, params, kernel.name)
 
 
 @lru_cache(maxsize=64)
-def _view(program: Program, symbols: "tuple | None") -> PolyView:
+def program_view(program: Program, symbols: "tuple | None") -> PolyView:
     """The Poly-View of a whole program, built once: a partition search prices many partitions of one extracted
-    program, and many programs that share most of their values (their IndexBook entries are reused,
-    ``build_indexbook``)."""
+    program (its kernels here, its merge search's groups: search/merge.py), and many programs that share most of
+    their values (their IndexBook entries are reused, ``build_indexbook``)."""
     return build_polyview(checked_indexbook(program, symbols, reuse=True))

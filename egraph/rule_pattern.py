@@ -11,6 +11,7 @@ checks (``egraph/rule_lint.py``) read the literals of each constructor slot from
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .schema import CHILDREN
 
@@ -63,8 +64,10 @@ class Atom:
         return self.text[1:-1] if self.is_string else self.text
 
 
+@lru_cache(maxsize=4096)
 def parse_sexp(text: str, line0: int = 1):
-    """The first s-expression of text, as nested lists of Atom."""
+    """The first s-expression of text, as nested lists of Atom (kept per text: the load-time checks read each rule
+    form three times; callers only read it)."""
     toks = tokens(text, line0)
     stack: list = [[]]
     for t, ln in toks:

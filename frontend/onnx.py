@@ -388,15 +388,41 @@ def _gather_elements(data: np.ndarray, index: np.ndarray, axis: int = 0) -> np.n
     return data[tuple(grid)]
 
 
-# ops whose onnx.reference implementation is wrong on some inputs: folded by numpy here (onnx 1.23's GatherElements
-# falls back, for more than 32 choices, to a loop that keeps one element per row)
-_NUMPY_FOLDS = {"GatherElements": lambda node, x, i: _gather_elements(x, i, int(node.attr("axis", 0)))}
+def _gather(node: OnnxNode, x: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """ONNX Gather as onnx.reference computes it: ``np.take`` along the axis (negative indices count from the end,
+    others out of range raise), indices numpy cannot take as they are taken as ints."""
+    axis = int(node.attr("axis", 0))
+    try:
+        return np.take(x, i, axis=axis)
+    except TypeError:
+        return np.take(x, np.asarray(i).astype(int), axis=axis)
+
+
+def _concat(node: OnnxNode, *xs: np.ndarray) -> np.ndarray:
+    """ONNX Concat as onnx.reference computes it (``np.concatenate``), with its checks: no rank-0 input, the axis
+    inside every input's rank."""
+    axis = int(node.attr("axis"))
+    for x in xs:
+        if np.ndim(x) == 0:
+            raise ValueError("Concat: one input has an empty shape")
+        if not -np.ndim(x) <= axis < np.ndim(x):
+            raise ValueError(f"Concat: axis {axis} is out of range for input rank {np.ndim(x)}")
+    return np.concatenate(xs, axis)
+
+
+# ops folded by numpy here, not by onnx.reference: those whose reference implementation is wrong on some inputs
+# (onnx 1.23's GatherElements falls back, for more than 32 choices, to a loop that keeps one element per row), and
+# those the reference computes by one numpy call, made here as it makes it (Gather: np.take, negative indices
+# counting from the end; Concat), so a model whose constants need no other op never builds onnx's evaluator: its
+# first construction in a process (its op registry and schemas) costs more than the rest of an import
+_NUMPY_FOLDS = {"GatherElements": lambda node, x, i: _gather_elements(x, i, int(node.attr("axis", 0))),
+                "Gather": _gather,
+                "Concat": _concat}
 
 
 def _fold(imp: Importer, node: OnnxNode) -> None:
     """Evaluate a node of constants with onnx's reference evaluator (exact ONNX semantics), or numpy where that
-    evaluator is wrong (``_NUMPY_FOLDS``)."""
-    from onnx.reference import ReferenceEvaluator
+    evaluator is wrong or is one numpy call (``_NUMPY_FOLDS``)."""
     from ..knobs import eval_max_elements
     feeds = {x: imp.consts[x] for x in node.inputs if x}
     size, limit = _folded_size(node, feeds), eval_max_elements()
@@ -412,12 +438,10 @@ def _fold(imp: Importer, node: OnnxNode) -> None:
              f"POLYSAT_EVAL_MAX_ELEMENTS = {limit}", "Make the tensor a graph input, or raise POLYSAT_EVAL_MAX_ELEMENTS.")
     try:
         if node.op in _NUMPY_FOLDS:
-            outs = [_NUMPY_FOLDS[node.op](node, *[imp.consts[x] for x in node.inputs])]
-            for o, v in zip(node.outputs, outs):
-                imp.consts[o] = np.asarray(v)
-            return
-        ref = ReferenceEvaluator(node.proto)
-        outs = ref.run(None, feeds)
+            outs = [_NUMPY_FOLDS[node.op](node, *[imp.consts[x] for x in node.inputs if x])]
+        else:
+            from onnx.reference import ReferenceEvaluator
+            outs = ReferenceEvaluator(node.proto).run(None, feeds)
     except PolysatError:
         raise
     except Exception as e:  # noqa: BLE001 — a constant the reference evaluator rejects is the model's error

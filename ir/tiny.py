@@ -132,6 +132,13 @@ class Program:
     def __post_init__(self):
         object.__setattr__(self, "_by_id", {n.id: n for n in self.nodes})
 
+    def __hash__(self) -> int:  # programs key the per-program caches (lru_cache of the program): hashed once
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.nodes, self.outputs))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     def __getitem__(self, node_id: str) -> UOp:
         return self._by_id[node_id]  # type: ignore[attr-defined]
 

@@ -105,13 +105,10 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     return out
 
 
+@lru_cache(maxsize=64)
 def _sixteen_bit(program: Program) -> bool:
-    """Whether the program has a 16-bit value, kept on the program (hashing a program hashes all its nodes)."""
-    got = program.__dict__.get("_sixteen_bit")
-    if got is None:
-        got = any(n.dtype in IN_DTYPES for n in program.nodes)
-        object.__setattr__(program, "_sixteen_bit", got)
-    return got
+    """Whether the program has a 16-bit value (kept per program, as its regions: ``_made``)."""
+    return any(n.dtype in IN_DTYPES for n in program.nodes)
 
 
 def _on_fp32_pipes(region: PolyRegion) -> PolyRegion:
@@ -230,16 +227,17 @@ def price_kernels(prog: Program, part, params: dict, arch: str, by_kernel: bool 
     fraction of a price) add up to more than ``above`` by more than a rounding (the kernels would too)."""
     regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params, by_kernel))}
     out, total = [], 0.0
+    copies = {k.name: copy_cost(prog, k, params, arch) for k in part.kernels if k.name not in regions}
     floors = None if above == math.inf else \
-        [copy_cost(prog, k, params, arch).time_est_us if (r := regions.get(k.name)) is None else
-         price_floor(canonical(r), arch) for k in part.kernels]
+        [copies[k.name].time_est_us if (r := regions.get(k.name)) is None else price_floor(canonical(r), arch)
+         for k in part.kernels]  # a copy's floor is its price
     rest = sum(floors or ())
     for i, k in enumerate(part.kernels):
         if total + rest > above * (1 + 1e-9) + 1e-9:
             return None
         deadline.check(f"kernel {k.name}")
         r = regions.get(k.name)
-        c = copy_cost(prog, k, params, arch) if r is None else dataclasses.replace(price(canonical(r), arch), region=k.name)
+        c = copies[k.name] if r is None else dataclasses.replace(price(canonical(r), arch), region=k.name)
         out.append(Priced(k, r, c))
         total += c.time_est_us
         if total > above:

@@ -31,9 +31,7 @@ from typing import Callable
 
 from .. import knobs
 from ..analyses.devices import device
-from ..analyses.indexbook import checked_indexbook
-from ..analyses.poly_from_view import region_from_polyview
-from ..analyses.polyview import build_polyview
+from ..analyses.poly_from_view import program_view, region_from_polyview
 from ..egraph.partition import Kernel, Partition
 from ..egraph.totiny import converted
 from ..ir.shapes import bind as bind_shape
@@ -274,7 +272,7 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
         for n in view.classes[m]:
             if n.op == "Mat" and n.children[0] in made:
                 site_of[made[n.children[0]].id] = m
-    pv = build_polyview(checked_indexbook(prog, reuse=True))
+    pv = program_view(prog, None)  # the one the kernels of its partitions are priced on (pricing/kernels.py)
     with_blocks = {b.value_id for b in pv.blocks}
     outs = {nid for _, nid in prog.outputs}
     ks = {k.name: k for k in part.kernels}

@@ -62,6 +62,26 @@ def test_shape_subgraph_folds_at_import():
     np.testing.assert_allclose(got[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
+def test_gather_and_concat_of_constants_fold_as_onnxruntime_computes_them():
+    """Gather (negative indices, 2-D indices, axis 1) and Concat (negative axis) of constants fold at import by
+    numpy (frontend/onnx.py _NUMPY_FOLDS) to what onnxruntime computes; an index out of range is a diagnostic."""
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((3, 5)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["g"], axis=1),
+             helper.make_node("Concat", ["g", "extra"], ["c"], axis=-1),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    inits = [("table", table), ("ids", np.asarray([[-1, 0], [2, -5]], np.int64)),
+             ("extra", rng.standard_normal((3, 2, 3)).astype(np.float32))]
+    m = _model(nodes, [_vi("x", [3, 2, 5])], [_vi("y", [3, 2, 5])], inits)
+    x = rng.standard_normal((3, 2, 5)).astype(np.float32)
+    got, _ = _polysat(m, {"x": x})
+    np.testing.assert_array_equal(got[0], _ort(m, {"x": x})[0])
+    bad = _model(nodes, [_vi("x", [3, 2, 5])], [_vi("y", [3, 2, 5])],
+                 [inits[0], ("ids", np.asarray([[5, 0], [0, 0]], np.int64)), inits[2]])
+    d = _diag(bad)
+    assert d.kind == "InvalidAttribute" and "Gather" in d.why and d.code.startswith("E1")
+
+
 def test_uniform_constants_become_consts_others_parameters():
     m = _model([helper.make_node("Mul", ["x", "half"], ["a"]), helper.make_node("Add", ["a", "b"], ["y"])],
                [_vi("x", [4])], [_vi("y", [4])],
