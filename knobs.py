@@ -135,9 +135,9 @@ def search_total_seconds() -> float:
 
 
 def load_chunk() -> int:
-    """POLYSAT_EGRAPH_CHUNK: loader commands per egglog program when a model is loaded into the e-graph
-    (flat loading; default 200)."""
-    return max(1, _num("POLYSAT_EGRAPH_CHUNK", 200, lo=1))
+    """POLYSAT_EGRAPH_CHUNK: loader actions per rule when a model is loaded into the e-graph (flat loading,
+    egraph/state.py load_program; default 16)."""
+    return max(1, _num("POLYSAT_EGRAPH_CHUNK", 16, lo=1))
 
 
 def check_cases() -> int:

@@ -48,6 +48,14 @@ def export(st: EGraphState) -> EGraphView:
     def cid(v) -> int:
         return ids.setdefault(v, len(ids))
 
+    strings: dict = {}  # value -> its string (an attribute value recurs across rows: decoded once)
+
+    def text(v) -> str:
+        out = strings.get(v)
+        if out is None:
+            out = strings[v] = g.value_to_string(v)
+        return out
+
     classes: dict = {}
     order = 0
     for name, kids in CHILDREN.items():
@@ -57,18 +65,15 @@ def export(st: EGraphState) -> EGraphView:
         for row in f.rows:
             if getattr(row, "subsumed", False):
                 continue
-            args, ch = [], []
-            for k, v in enumerate(row.inputs):
-                if k in kids:
-                    ch.append(cid(v))
-                else:
-                    args.append(g.value_to_string(v))
+            ins = row.inputs
+            ch = tuple(cid(ins[k]) for k in kids)
+            args = tuple(text(v) for k, v in enumerate(ins) if k not in kids)
             c = cid(row.output)
-            classes.setdefault(c, []).append(ENode(name, tuple(args), tuple(ch), c, order))
+            classes.setdefault(c, []).append(ENode(name, args, ch, c, order))
             order += 1
     by_index = {g.value_to_i64(r.inputs[0]): cid(r.output) for r in fz["N"].rows}
-    shape = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz["has-shape"].rows}
-    dtype = {cid(r.inputs[0]): g.value_to_string(r.inputs[1]) for r in fz["has-dtype"].rows}
+    shape = {cid(r.inputs[0]): text(r.inputs[1]) for r in fz["has-shape"].rows}
+    dtype = {cid(r.inputs[0]): text(r.inputs[1]) for r in fz["has-dtype"].rows}
     veto = fz.get("fuse-veto")
     vetoed = frozenset(cid(r.inputs[0]) for r in (veto.rows if veto is not None else ()) if g.value_to_i64(r.output))
     conflicts = _conflicts(g, fz, cid)
@@ -93,16 +98,16 @@ def _conflicts(g, fz: dict, cid) -> tuple:
     rows = fz.get("fuse-conflict")
     if cons is None or rows is None:
         return ()
-    link = {r.output: (cid(r.inputs[0]), r.inputs[1]) for r in cons.rows}
-    root = {r.output: cid(r.inputs[0]) for r in (fz["Root"].rows if "Root" in fz else ())}
-    top = {r.output: cid(r.inputs[0]) for r in (fz["Top"].rows if "Top" in fz else ())}
+    link = {r.output: r.inputs for r in cons.rows}  # (every path's; the conflicts' few are walked)
+    root = {r.output: r.inputs[0] for r in (fz["Root"].rows if "Root" in fz else ())}
+    top = {r.output: r.inputs[0] for r in (fz["Top"].rows if "Top" in fz else ())}
 
     def members(v, r) -> Conflict:
         sites = []
         while v in link:
             c, v = link[v]
-            sites.append(c)
-        return Conflict(frozenset(sites), root.get(v), cid(r), top.get(v))
+            sites.append(cid(c))
+        return Conflict(frozenset(sites), cid(root[v]) if v in root else None, cid(r), cid(top[v]) if v in top else None)
     found = dict.fromkeys(members(r.inputs[0], r.inputs[1]) for r in rows.rows)
     # (in a canonical order: the table's row order follows the e-graph's history, which a pooled e-graph's
     # earlier segments change, and the search reads the conflicts in order)

@@ -91,6 +91,14 @@ def _forms(text: str, path: str) -> list:
     return forms
 
 
+@lru_cache(maxsize=64)
+def form_texts(path: str, text: str) -> tuple:
+    """(start offset, text, first line) of each top-level form of an egglog text, comments dropped (the parse of
+    a rule file; egglog is given one form at a time, egraph/state.py run_forms: the parse of one egglog program
+    grows faster than its length)."""
+    return tuple((a, text[a:b], line) for a, b, line in _forms(text, path))
+
+
 def _line(text: str, offset: int) -> int:
     return text.count("\n", 0, offset) + 1
 
@@ -122,8 +130,7 @@ def parse_file(path: str) -> RuleFile:
 @lru_cache(maxsize=256)
 def _parsed(path: str, text: str) -> RuleFile:
     rules, rulesets, names = [], [], set()
-    for start, end, line in _forms(text, path):
-        form = text[start:end]
+    for start, form, line in form_texts(path, text):
         head = re.match(r"\(\s*([^\s()]+)", form)
         head = head.group(1) if head else ""
         if head not in DECLARATIONS:
@@ -162,11 +169,12 @@ def rule_at(rf: RuleFile, line: int) -> "str | None":
     return best
 
 
-def egg_error(rf: RuleFile, err: BaseException) -> PolysatError:
-    """An egglog parse/type error as E1403 with file:line and the rule's name."""
+def egg_error(rf: RuleFile, err: BaseException, line0: int = 1) -> PolysatError:
+    """An egglog parse/type error as E1403 with file:line and the rule's name (line0: the line of the file egglog's
+    text started at)."""
     msg = str(err)
     m = re.search(r"In (\d+):(\d+)", msg)
-    line = int(m.group(1)) if m else 1
+    line = int(m.group(1)) + line0 - 1 if m else line0
     why = msg.splitlines()[-1].strip() if msg.strip() else type(err).__name__
     return _err(rf.path, line, rule_at(rf, line), why)
 

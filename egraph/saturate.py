@@ -4,8 +4,9 @@ per-rule report (egg's StopReason/Report).
 
 One iteration runs every ruleset of the current phase once, then the analyses to a fixpoint, in steps whose rows
 and memory are checked (a fixpoint runs in chunks, time checked between them; :class:`Limits`). An iteration
-that crosses a limit is rolled back (egglog ``push``/``pop`` near the limits, else by replaying the iterations
-before it on a fresh e-graph), so the e-graph handed to extraction always respects the limits. The loaded
+that crosses a limit is rolled back (near the limits, by egglog ``pop`` to the snapshot its phase took with
+``push`` and the phase's iterations before it run again; else by replaying the iterations before it on a fresh
+e-graph), so the e-graph handed to extraction always respects the limits. The loaded
 program's own analysis crossing a limit is E1505 ResourceLimit. A shape or dtype conflict after an iteration means a rule
 equated values of different types: that is E1404 UnsoundRule naming the rules that fired.
 """
@@ -185,6 +186,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
     for ph in schedule:
         if not ph.rulesets:
             continue
+        snap = None  # the phase's iterations done when its snapshot (push) was taken; None: none taken
         while True:
             if len(rep.iterations) >= lim.iterations:
                 rep.stop = StopReason.iter_limit
@@ -194,9 +196,10 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
                 rep.stop = StopReason.time_limit
                 break
             done = len(rep.iterations)
-            guard = nodes * 8 > lim.nodes or drive.rows * 8 > lim.rows  # one iteration can grow the graph ~5x
-            if guard:
-                st.push()
+            # an iteration can grow the graph ~5x (a fixpoint phase's facts add rows, not e-nodes: rules/fusion.egg)
+            if snap is None and ((nodes * 8 > lim.nodes and not ph.fixpoint) or drive.rows * 8 > lim.rows):
+                st.push()  # (a copy of the whole e-graph: once a phase, its iterations since then redone on a rollback)
+                snap = done
             ti = _clock()
             drive.matches = {}
             stop = None
@@ -212,8 +215,9 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
                 if after > lim.nodes:
                     stop = StopReason.node_limit
             if stop is not None:
-                if guard:
+                if snap is not None:  # back to the phase's snapshot, and its iterations before this one again
                     st.pop()
+                    _redo(st, lim, [ph] * (done - snap))
                 else:  # no snapshot: rebuild the e-graph and replay the iterations before this one
                     _replay(st, schedule, lim, done)
                 rep.rolled_back = True
@@ -314,8 +318,7 @@ def _replay(st: EGraphState, schedule: tuple, lim: Limits, iterations: int) -> N
     from .state import new_state
     fresh = new_state(st.program, list(st.files), set(st.cuts))
     st.eg, st.index, st.tensors, st.pushes = fresh.eg, fresh.index, fresh.tensors, 0
-    rep = RunReport(StopReason.saturated, lim)
-    drive = _Driver(st, lim, rep, _clock(), check=False)
+    drive = _redo(st, lim, [])
     drive.fixpoint(("analysis",))
     done = 0
     for ph in schedule:
@@ -324,6 +327,15 @@ def _replay(st: EGraphState, schedule: tuple, lim: Limits, iterations: int) -> N
             done += 1
             if not grew or ph.fixpoint:
                 break
+
+
+def _redo(st: EGraphState, lim: Limits, phases: list) -> "_Driver":
+    """One iteration of each phase of ``phases`` run on st again, unchecked (egglog is deterministic: the
+    iterations since a snapshot, popped back to) -> the driver."""
+    drive = _Driver(st, lim, RunReport(StopReason.saturated, lim), _clock(), check=False)
+    for ph in phases:
+        drive.iteration(ph)
+    return drive
 
 
 def _rule_seconds(report) -> dict:

@@ -17,9 +17,10 @@ from .boundaries import default_cuts, movement_args
 from .ixfns import prelude
 from . import siblings as _siblings  # noqa: F401 — registers the helpers of rules/siblings.egg
 from ..knobs import load_chunk
-from .rulefiles import check_rulesets, egg_error
+from .rulefiles import check_rulesets, egg_error, form_texts
 from .schema import declare_all
 
+LOAD = "program-load"  # the ruleset whose query-less rules load a program (load_program)
 ANALYSIS = pathlib.Path(__file__).resolve().parent / "analysis.egg"
 NEUTRAL = {"SUM": "0", "MAX": "-inf", "MIN": "inf"}
 _MOVE = {Ops.RESHAPE: "Reshape", Ops.PERMUTE: "Permute", Ops.EXPAND: "Expand", Ops.PAD: "Pad",
@@ -31,24 +32,34 @@ def run_text(eg: EGraph, text: str, filename: str = "<polysat>") -> list:
     return g.run_program(*g.parse_program(text, filename=filename))
 
 
+def run_forms(eg: EGraph, text: str, filename: str) -> None:
+    """text run one top-level form at a time (an egglog program's parse grows faster than its length: the rule
+    files and the analysis, 0.13 s whole, 0.07 s so)."""
+    for _, form, _ in form_texts(filename, text):
+        run_text(eg, form, filename)
+
+
 def base_egraph() -> EGraph:
     """Schema, helper globals and the analysis ruleset; no rules, no program."""
     eg = EGraph()
     declare_all(eg)
-    run_text(eg, prelude(), "<ixfns prelude>")
-    run_text(eg, ANALYSIS.read_text(encoding="utf-8"), str(ANALYSIS))
+    run_forms(eg, prelude(), "<ixfns prelude>")
+    run_forms(eg, ANALYSIS.read_text(encoding="utf-8"), str(ANALYSIS))
+    run_text(eg, f"(ruleset {LOAD})")
     return eg
 
 
 def add_rule_files(eg: EGraph, files: list) -> None:
-    """Run each file into eg; an egglog error is E1403 naming file:line and rule (eg is then unusable)."""
+    """Run each file into eg, form by form; an egglog error is E1403 naming file:line and rule (eg is then
+    unusable)."""
     for rf in files:
-        try:
-            run_text(eg, rf.text, rf.path)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as e:  # noqa: BLE001 — pyo3 PanicException is a BaseException
-            raise egg_error(rf, e) from None
+        for _, form, line in form_texts(rf.path, rf.text):
+            try:
+                run_text(eg, form, rf.path)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as e:  # noqa: BLE001 — pyo3 PanicException is a BaseException
+                raise egg_error(rf, e, line) from None
 
 
 _VALID: set = set()  # (path, text) tuples of file lists already validated in this process
@@ -155,10 +166,33 @@ def _q(s: str) -> str:
 
 
 def load_program(st: EGraphState, cuts: set) -> None:
-    """Add every node of st.program as one flat union, in chunks. Only the Tensor buffers get shape
-    and dtype facts; the analysis ruleset derives every other class's (and a disagreement with the
-    constructor attributes would surface as a conflict)."""
-    p, cmds = st.program, []
+    """Add every node of st.program as one flat union. Only the Tensor buffers get shape and dtype facts; the
+    analysis ruleset derives every other class's (and a disagreement with the constructor attributes would
+    surface as a conflict).
+
+    The unions are the actions of query-less rules (ruleset ``LOAD``: each fires once, when the ruleset runs),
+    ``load_chunk()`` actions a rule: a top-level egglog command costs a rebuild of the whole e-graph, and an egglog
+    program's parse grows faster than its length (MoE-32's 1,879 nodes, 200 commands a program: 0.8-0.9 s; as
+    rules: 0.2 s). The e-graph is the one the commands build, row for row in every table (the export numbers the
+    classes in row order): the rules run in the batches of ``load_commands``. The rules stay in the e-graph (egglog
+    drops none), and a snapshot (push) copies them: MoE-32's costs 20-30 ms, not 3-5 (saturate.py takes one a
+    phase)."""
+    cmds, ends = load_commands(st, cuts)
+    step, start, r = load_chunk(), 0, 0
+    for end in ends:
+        for c in range(start, end, step):
+            st.run(f'(rule () ({" ".join(cmds[c:min(c + step, end)])}) :ruleset {LOAD} :name "{LOAD}-{r}")')
+            r += 1
+        st.run(f"(run-schedule (run {LOAD}))")
+        start = end
+
+
+def load_commands(st: EGraphState, cuts: set) -> tuple:
+    """(the loader's egglog actions, the ends of its batches). A rebuild (after each command, or after a run of
+    rules) moves a row whose class a union renamed to the end of its table: a batch ends after an input's read
+    (unioned with its N id: its row moves) that a new read nested in a later node's operands would pass, and after
+    a node whose term was built before (its N id merges into that term's class, renaming rows built since)."""
+    p, cmds, ends = st.program, [], []
     st.cuts = frozenset(cuts)
     k = 0
     for n in p.nodes:
@@ -172,25 +206,41 @@ def load_program(st: EGraphState, cuts: set) -> None:
     for n in p.nodes:
         st.index[n.id] = k
         k += 1
+    seen, canon, reads, moved = {}, {}, set(), None  # term -> N id; N id -> the class it merged into
     for n in p.nodes:
         i = st.index[n.id]
-        cmds.append(f"(union (N {i}) {_term(st, n)})")
+        term = _term(st, n)
+        key = _term(st, n, canon) if canon else term
+        cut = {canon.get(st.index[s], st.index[s]) for pos, s in enumerate(n.src) if (n.id, pos) in st.cuts}
+        if moved is not None and cut - reads:  # a new nested read row would land before the moved one
+            ends.append(moved)
+            moved = None
+        if key in seen:
+            canon[i] = seen[key]
+            ends.append(len(cmds) + 1)
+            moved = None
+        else:
+            seen[key] = i
+            if n.op == Ops.INPUT:
+                moved = len(cmds) + 1
+        reads |= cut
+        cmds.append(f"(union (N {i}) {term})")
     cmds.extend(f"(program-out (N {st.index[nid]}))" for nid in dict.fromkeys(nid for _, nid in p.outputs))
-    step = load_chunk()
-    for c in range(0, len(cmds), step):
-        st.run("\n".join(cmds[c:c + step]))
+    return cmds, sorted(set(ends) | {len(cmds)})
 
 
-def _src(st: EGraphState, n: UOp, pos: int) -> str:
+def _src(st: EGraphState, n: UOp, pos: int, canon: dict) -> str:
     s = st.program[n.src[pos]]
-    ref = f"(N {st.index[s.id]})"
+    i = st.index[s.id]
+    ref = f"(N {canon.get(i, i)})"
     if (n.id, pos) in st.cuts:
         return f"(Read (Mat {ref}) {_q(E.shape(s.shape))} {_q(E.identity_map(s.ndim))})"
     return ref
 
 
-def _term(st: EGraphState, n: UOp) -> str:
-    a = n.arg
+def _term(st: EGraphState, n: UOp, canon: "dict | None" = None) -> str:
+    """n's term over the N ids of its operands (each renamed by canon: the class it merged into)."""
+    a, canon = n.arg, canon or {}
     if n.op == Ops.INPUT:
         return f"(Read (N {st.tensors[a['tensor_id']]}) {_q(E.shape(n.shape))} {_q(E.identity_map(n.ndim))})"
     if n.op == Ops.CONST:
@@ -202,17 +252,17 @@ def _term(st: EGraphState, n: UOp) -> str:
             args.append(_q(y))
         if n.op == Ops.PAD:
             args.append(_q(E.value(a["value"])))
-        return f"({_MOVE[n.op]} {_src(st, n, 0)} {' '.join(args)})"
+        return f"({_MOVE[n.op]} {_src(st, n, 0, canon)} {' '.join(args)})"
     if n.op == Ops.CAST:
-        return f"(Cast {_q(n.dtype.value)} {_src(st, n, 0)})"
+        return f"(Cast {_q(n.dtype.value)} {_src(st, n, 0, canon)})"
     if n.op in GroupOp.Unary:
-        return f"(Unary {_q(n.op.value)} {_src(st, n, 0)})"
+        return f"(Unary {_q(n.op.value)} {_src(st, n, 0, canon)})"
     if n.op in GroupOp.Binary:
-        return f"(Binary {_q(n.op.value)} {_src(st, n, 0)} {_src(st, n, 1)})"
+        return f"(Binary {_q(n.op.value)} {_src(st, n, 0, canon)} {_src(st, n, 1, canon)})"
     if n.op == Ops.WHERE:
-        return f"(Where {_src(st, n, 0)} {_src(st, n, 1)} {_src(st, n, 2)})"
+        return f"(Where {_src(st, n, 0, canon)} {_src(st, n, 1, canon)} {_src(st, n, 2, canon)})"
     if n.op == Ops.REDUCE:
         return (f"(Reduce {_q(a['op'])} {_q(E.tup(a['axes']))} {_q(NEUTRAL[a['op']])} {_q(a['dtype'].value)} "
-                f"{_src(st, n, 0)})")
+                f"{_src(st, n, 0, canon)})")
     fail("UnknownOp", n.id, f"the e-graph has no term for {n.op.name}",
          "Give contractions in their naive MUL -> REDUCE(SUM) form.")

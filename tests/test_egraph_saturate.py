@@ -55,6 +55,30 @@ def test_exploding_rules_stop_at_the_node_limit_and_stay_within_it(tmp_path):
     assert max(it.nodes for it in rep.iterations) > 3000
 
 
+def test_a_rollback_to_the_phase_snapshot_is_the_e_graph_of_the_iterations_before_the_crossing(tmp_path, monkeypatch):
+    """One snapshot a phase (push), the phase's iterations since then run again after the pop: the e-graph is the
+    one a run stopped by its iteration limit just before the crossing iteration holds, table for table."""
+    import importlib
+    sat = importlib.import_module("polysat.egraph.saturate")
+    redone = []
+    monkeypatch.setattr(sat, "_redo", lambda st, lim, phases, _f=sat._redo: redone.append(len(phases)) or _f(st, lim, phases))
+    (tmp_path / "explode.egg").write_text(EXPLODE)
+    # 54, 170, 1,024, 8,753 e-nodes (snapshot: past 50,000 / 8), 41,048, then 57,543: rolled back to the 41,048
+    st, rep = saturate(_sum_chain(10), rules_dirs=[str(tmp_path)], limits=limits(nodes=50000, iterations=100, seconds=60),
+                       builtin=False)
+    assert rep.stop == StopReason.node_limit and redone and redone[0] >= 1 and st.pushes == 0
+    kept = len(rep.iterations) - 1
+    ref, rref = saturate(_sum_chain(10), rules_dirs=[str(tmp_path)], limits=limits(nodes=10**6, iterations=kept, seconds=60),
+                         builtin=False)
+    assert rref.stop == StopReason.iter_limit and rref.nodes == rep.nodes
+    assert _tables(st) == _tables(ref)
+
+
+def _tables(st) -> dict:
+    fz = st.eg._egraph.freeze().functions  # noqa: SLF001
+    return {name: [(tuple(r.inputs), r.output) for r in f.rows] for name, f in fz.items()}
+
+
 def test_iteration_and_time_limits_give_their_stop_reasons(tmp_path):
     (tmp_path / "explode.egg").write_text(EXPLODE)
     st, rep = saturate(_sum_chain(8), rules_dirs=[str(tmp_path)], builtin=False,
