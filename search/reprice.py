@@ -23,6 +23,7 @@ import dataclasses
 from ..analyses.poly_from_view import _context, kernel_program
 from ..backend.common.spec import IN_DTYPES
 from ..egraph.partition import Partition
+from ..ir.tiny import Ops
 from ..pricing.kernels import Priced, price_kernels
 
 KEPT = 20000  # kernel prices a repricer keeps; past it they are dropped and priced again when met
@@ -34,7 +35,8 @@ class Repricer:
     def __init__(self, params: dict, arch: str):
         self.params, self.arch = params, arch
         self.bound = tuple(sorted(params.items()))
-        self.kept: dict = {}  # kernel key -> its Priced (under the name it was first priced with)
+        self.kept: dict = {}  # kernel key -> {kernel name: its (region, cost) so named}
+        self.keys: dict = {}  # (nodes, outputs, inputs) -> (what its key read of the program, the key)
 
     def __call__(self, prog, part) -> list:
         """``price_kernels(prog, part, params, arch)``, the kernels met before not priced again."""
@@ -48,27 +50,60 @@ class Repricer:
             if new else {}
         if len(self.kept) > KEPT:
             self.kept.clear()
+            self.keys.clear()
         out = []
         for k, key in zip(part.kernels, keys, strict=True):
             p = fresh.get(k.name)
             if p is None:
-                p = _renamed(self.kept[key], k)
+                named = self.kept[key]
+                if k.name not in named:
+                    named[k.name] = _renamed(*next(iter(named.values())), k.name)
+                p = Priced(k, *named[k.name])
             elif key is not None:
-                self.kept[key] = p
+                self.kept[key] = {k.name: (p.region, p.cost)}
             out.append(p)
         return out
 
     def _key(self, ctx, prog, k) -> "tuple | None":
-        """What kernel k's price depends on (see the module docstring); None: priced on every candidate."""
+        """What kernel k's price depends on (see the module docstring); None: priced on every candidate. The key of
+        a kernel with the same node ids met before is kept with what it read of that program (each node's object,
+        consumers, place, tensor name and whether it is an output), and is k's when all of it is unchanged here."""
+        ids = (k.nodes, k.outputs, k.inputs)
+        got = self.keys.get(ids)
+        if got is not None and got[1][0][2] == ctx.symbols and _unchanged(got[0], prog, ctx):
+            return got[1]
         if any(prog[i].tag is not None for i in k.nodes):
             return None
         sub, _, real = kernel_program(ctx, k)
-        return (sub, tuple((local, i, ctx.names[i]) for local, i in real.items()), k.inputs, self.bound, self.arch)
+        key = (sub, tuple((local, i, ctx.names[i]) for local, i in real.items()), k.inputs, self.bound, self.arch)
+        extra = tuple(dict.fromkeys(c for i in k.nodes if prog[i].op == Ops.MUL for c in ctx.consumers[i]))
+        self.keys[ids] = ((tuple(_read(prog, ctx, i) for i in real.values()), tuple(_read(prog, ctx, c) for c in extra)),
+                          key)
+        return key
 
 
-def _renamed(p: Priced, k) -> Priced:
-    """The kept price as kernel k's: its object and name."""
-    if p.kernel.name == k.name:
-        return Priced(k, p.region, p.cost)
-    region = None if p.region is None else dataclasses.replace(p.region, name=k.name)
-    return Priced(k, region, None if p.cost is None else dataclasses.replace(p.cost, region=k.name))
+def _read(prog, ctx, i: str) -> tuple:
+    """What a kernel's sub-program reads of node i: its object, consumers, tensor name, whether it is an output."""
+    return i, prog[i], tuple(ctx.consumers[i]), ctx.names[i], i in ctx.outputs
+
+
+def _unchanged(read: tuple, prog, ctx) -> bool:
+    """Whether every node ``_read`` read (the sub-program's, in their order, then the consumers of its MULs) reads
+    the same here, the sub-program's in the same order (so under the same local ids)."""
+    nodes, extra = read
+    last = -1
+    for i, node, cons, name, out in nodes + extra:
+        if ctx.position.get(i) is None or prog[i] is not node or tuple(ctx.consumers[i]) != cons or \
+                ctx.names[i] != name or (i in ctx.outputs) != out:
+            return False
+    for i, *_ in nodes:
+        if ctx.position[i] <= last:
+            return False
+        last = ctx.position[i]
+    return True
+
+
+def _renamed(region, cost, name: str) -> tuple:
+    """A kept (region, cost) as the kernel so named has them."""
+    return (None if region is None else dataclasses.replace(region, name=name),
+            None if cost is None else dataclasses.replace(cost, region=name))
