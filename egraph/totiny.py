@@ -8,7 +8,9 @@ PERMUTE, BroadcastInDim -> RESHAPE + EXPAND, Reduce -> REDUCE, SoftmaxSum -> its
 streaming group (``stream.py``), the rest one to one. A class that
 holds an original node keeps that node's id. Kernels: one per program output and one per chosen
 ``Mat``; a compute node that two kernels would both evaluate is materialized by the first one
-(values cross kernels only through memory, see ``partition.py``).
+(values cross kernels only through memory, see ``partition.py``). A class's conversion is kept on the view and
+reused by later candidates whose terms agree there (``TermBuilder._converted``): a search's candidates differ in a
+few sites, and each converts only what changed.
 """
 from __future__ import annotations
 
