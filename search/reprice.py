@@ -45,8 +45,8 @@ class Repricer:
         ctx = _context(prog, None)
         keys = [self._key(ctx, prog, k) for k in part.kernels]
         new = [k for k, key in zip(part.kernels, keys, strict=True) if key is None or key not in self.kept]
-        fresh = {p.kernel.name: p for p in price_kernels(prog, Partition(tuple(new)), self.params, self.arch,
-                                                                by_kernel=True)} \
+        # the new kernels on the whole program's Poly-View (each from its own sub-program is slower where many are new)
+        fresh = {p.kernel.name: p for p in price_kernels(prog, Partition(tuple(new)), self.params, self.arch)} \
             if new else {}
         if len(self.kept) > KEPT:
             self.kept.clear()
