@@ -8,7 +8,9 @@ PERMUTE, BroadcastInDim -> RESHAPE + EXPAND, Reduce -> REDUCE, SoftmaxSum -> its
 streaming group (``stream.py``), the rest one to one. A class that
 holds an original node keeps that node's id. Kernels: one per program output and one per chosen
 ``Mat``; a compute node that two kernels would both evaluate is materialized by the first one
-(values cross kernels only through memory, see ``partition.py``).
+(values cross kernels only through memory, see ``partition.py``). A class's conversion is kept on the view and
+reused by later candidates whose terms agree there (``TermBuilder._converted``): a search's candidates differ in a
+few sites, and each converts only what changed.
 """
 from __future__ import annotations
 
@@ -46,8 +48,9 @@ def _make(nid: str, op: Ops, src: list, arg: dict, tag: "str | None", c: int) ->
 
 
 def _program_facts(st: EGraphState, view: EGraphView) -> tuple:
-    """(class id -> the original node id it holds, the program's node ids, tensor id -> INPUT node): the same
-    for every candidate extracted from one view, so made once per (state, view)."""
+    """(class id -> the original node id it holds, the program's node ids, tensor id -> INPUT node, the classes'
+    conversions met so far (``TermBuilder.value``)): the same for every candidate extracted from one view, so made
+    once per (state, view)."""
     got = view.__dict__.get("_totiny_facts")
     if got is None or got[0] is not st:
         names: dict = {}
@@ -56,7 +59,7 @@ def _program_facts(st: EGraphState, view: EGraphView) -> tuple:
             if c is not None and c not in names and st.program[nid].op != Ops.INPUT:
                 names[c] = nid
         got = view.__dict__["_totiny_facts"] = (st, names, frozenset(n.id for n in st.program.nodes),
-                                                {n.arg["tensor_id"]: n for n in st.program.inputs})
+                                                {n.arg["tensor_id"]: n for n in st.program.inputs}, {})
     return got[1:]
 
 
@@ -68,7 +71,7 @@ class TermBuilder:
         self.nodes: list = []
         self.made: dict = {}  # class id -> UOp
         self.class_nodes: dict = {}  # class id -> ids of the nodes its conversion created
-        names, taken, self.inputs = _program_facts(st, view)
+        names, taken, self.inputs, self.memo = _program_facts(st, view)
         self.names: dict = names  # class id -> original node id (read only)
         self.taken = set(taken)
         self.count = 0
@@ -113,11 +116,37 @@ class TermBuilder:
             if n.op == "Mat":
                 self.made[k] = self.made[n.children[0]]
                 continue
-            saved, self.cur = self.cur, []
-            self.made[k] = self.convert(k, n)
-            self.class_nodes[k] = self.cur
-            self.cur = saved
+            self.made[k] = self._converted(k, n, kids)
         return self.made[c]
+
+    def _converted(self, c: int, n, kids: list) -> UOp:
+        """``convert(c, n)``, or the nodes it made before for the same conversion: the same e-node of class c (and,
+        for a Select, the same read and constant), its children converted to equal nodes (ids too), the class's
+        original id as free as then and, where it gave fresh ids, the same counter. A search converts many
+        candidates that differ from each other in a few sites: each converts only the classes whose terms changed
+        (and those whose fresh ids shift), the rest are the earlier nodes themselves."""
+        sel = tuple(self.chosen[ch].order for ch in n.children) if n.op == "Select" else ()
+        key = (c, n.order, sel, self.names.get(c) in self.used)
+        below = tuple(self.made.get(ch) for ch in kids)
+        for was_below, count, made, nodes, moved in self.memo.get(key, ()):
+            if (count is None or count == self.count) and was_below == below:
+                ids = [u.id for u in nodes]
+                self.nodes.extend(nodes)
+                self.used.update(ids)
+                self.taken.update(ids)
+                self.count += moved
+                self.class_nodes[c] = ids
+                return made
+        saved, self.cur, first = self.cur, [], self.count
+        made = self.convert(c, n)
+        self.class_nodes[c] = self.cur
+        nodes = self.nodes[len(self.nodes) - len(self.cur):]
+        self.cur = saved
+        if len(self.memo) > MEMO_KEPT:
+            self.memo.clear()
+        self.memo.setdefault(key, []).append((below, first if self.count != first else None, made, nodes,
+                                              self.count - first))
+        return made
 
     def _src(self, c: int) -> UOp:
         n = self.chosen[c]
@@ -235,6 +264,7 @@ def to_tiny(st: EGraphState, view: EGraphView, chosen: dict, roots: list, materi
     return prog, _partition(b, prog, kroots, members, ids)
 
 
+MEMO_KEPT = 200000  # class conversions a view keeps (``TermBuilder._converted``); past it they are dropped
 MADE_KEPT = 4  # extractions whose first conversion a view keeps (``converted``)
 
 

@@ -68,6 +68,7 @@ from ..pricing.symbols import bind_params, program_symbols
 from .branches import parts
 from .legality import violates, violations
 from .merge import MergeResult, SearchLimits, merge_phase, partition_floor
+from .reprice import Repricer
 from .result import Candidate, Rejection, Search, Streamed
 from .sites import (Masked, alternatives, apply, chosen_terms, computes_reduction, default_fused, masks, moves, site_values, sites,
                     stream_sites, streamed_terms)
@@ -129,6 +130,7 @@ class ModelCost(SearchingCost):
         st = sites(view)
         streams = frozenset(stream_sites(view))
         memo: dict = {}
+        reprice = Repricer(params, self.arch)  # each distinct kernel priced once (search/reprice.py)
 
         extracted: dict = {}
         terms_of: dict = {}
@@ -165,7 +167,7 @@ class ModelCost(SearchingCost):
                 cand.illegal = violations(view, fused, cand.extraction.chosen)
             memo[fused] = cand
             if cand.extraction is not None and not cand.priced and (price_illegal or not cand.illegal):
-                cand.priced = price_kernels(cand.extraction.program, cand.extraction.partition, params, self.arch)
+                cand.priced = reprice(cand.extraction.program, cand.extraction.partition)
                 t = total_us(cand.priced)
                 cand.extraction = dataclasses.replace(cand.extraction, cost=t)
                 cand.total = math.inf if cand.illegal else t

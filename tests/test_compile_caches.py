@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from polysat.analyses.indexbook import build_indexbook
 from polysat.egraph.extract import _bit_sum, _Weights, solve
 from polysat.egraph.graph import EGraphView, ENode
@@ -135,3 +137,88 @@ def test_the_kept_first_conversion_is_the_one_a_fresh_builder_makes():
     assert {c: u for c, u in kept.items()} == fresh.made
     other = dict(chosen)
     assert converted(st, view, other, roots) is not kept and converted(st, view, other, roots) == fresh.made
+
+
+def _saturated_mlp(layers: int = 2, width: int = 64, dtype: str = "fp16") -> tuple:
+    """(EGraphState, view, roots, sites, streams) of a saturated MLP stack, loaded one kernel per op."""
+    from polysat.bench.models import mlp_stack
+    from polysat.egraph.boundaries import all_cuts
+    from polysat.egraph.graph import export
+    from polysat.egraph.saturate import OPT_IN, default_schedule, rule_files, run
+    from polysat.egraph.state import new_state
+    from polysat.frontend import load_model
+    from polysat.search.sites import sites, stream_sites
+    prog = load_model(mlp_stack(layers, width, dtype=dtype))
+    st = new_state(prog, rule_files(), cuts=all_cuts(prog))
+    run(st, default_schedule(st.rulesets, OPT_IN))
+    view = export(st)
+    roots = [view.by_index[st.index[nid]] for _, nid in st.program.outputs]
+    return st, view, roots, sites(view), frozenset(stream_sites(view))
+
+
+def _candidates(st, view, roots, s, streams) -> list:
+    """(fused sites, chosen terms, materialized classes) of every site decision set of one site fused, and none."""
+    from polysat.search.sites import chosen_terms, masks
+    out = []
+    for fused in [frozenset()] + [frozenset({c}) for c in sorted(s)]:
+        excl, hard, mat = masks(view, s, streams, fused)
+        best, _ = solve(view, Masked(excl, hard))
+        if all(r in best for r in roots):
+            out.append((fused, chosen_terms(best, roots), mat))
+    return out
+
+
+def test_the_kept_class_conversions_give_what_a_fresh_conversion_gives():
+    """``to_tiny`` of a candidate after others (class conversions kept on the view, ``TermBuilder._converted``)
+    equals, node for node and kernel for kernel, its conversion on a view that kept nothing; and the kept nodes
+    are used: a candidate converted again after another gives the very same node objects where its terms agree."""
+    from polysat.egraph.totiny import to_tiny
+    st, view, roots, s, streams = _saturated_mlp()
+    cands = _candidates(st, view, roots, s, streams)
+    assert len(cands) >= 3
+    kept = [to_tiny(st, view, chosen, roots, mat) for _, chosen, mat in cands]
+    memo = view.__dict__["_totiny_facts"][4]
+    assert memo
+    for (_, chosen, mat), (prog, part) in zip(cands, kept, strict=True):
+        view.__dict__.pop("_totiny_facts")  # nothing kept: every class converted afresh
+        fresh_prog, fresh_part = to_tiny(st, view, chosen, roots, mat)
+        assert prog == fresh_prog and part == fresh_part
+    view.__dict__.pop("_totiny_facts")
+    first, _ = to_tiny(st, view, cands[0][1], roots, cands[0][2])
+    again, _ = to_tiny(st, view, cands[1][1], roots, cands[1][2])
+    shared = {n.id for n in first.nodes} & {n.id for n in again.nodes}
+    same = [i for i in shared if first[i] is again[i]]
+    assert len(same) > len(st.program.inputs), (len(same), len(shared))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_a_repriced_candidate_prices_what_price_kernels_prices_and_each_kernel_once(monkeypatch, dtype):
+    """``search/reprice.py``: every candidate's kernels priced by a Repricer equal ``price_kernels``'s (kernel,
+    region and cost); in fp32 the candidates together price fewer kernels than they hold, and a candidate priced
+    again prices nothing; in fp16 (a contraction's kind is asked of its neighbours too) every kernel each time."""
+    from polysat.egraph.totiny import to_tiny
+    from polysat.pricing.kernels import price_kernels
+    from polysat.pricing.symbols import bind_params
+    from polysat.search import reprice as reprice_mod
+    st, view, roots, s, streams = _saturated_mlp(dtype=dtype)
+    params = bind_params(st.program, {})
+    rp = reprice_mod.Repricer(params, "sm90")
+    asked = []
+
+    def counted(prog, part, *a, **k):
+        asked.append(len(part.kernels))
+        return price_kernels(prog, part, *a, **k)
+    monkeypatch.setattr(reprice_mod, "price_kernels", counted)
+    made = [to_tiny(st, view, chosen, roots, mat) for _, chosen, mat in _candidates(st, view, roots, s, streams)]
+    held = sum(len(part.kernels) for _, part in made)
+    for prog, part in made:
+        got, want = rp(prog, part), price_kernels(prog, part, params, "sm90")
+        assert [(p.kernel, p.region, p.cost) for p in got] == [(p.kernel, p.region, p.cost) for p in want]
+    first = sum(asked)
+    asked.clear()
+    for prog, part in made:
+        rp(prog, part)
+    if dtype == "fp32":
+        assert first < held and sum(asked) == 0, (first, held, asked)
+    else:
+        assert first == sum(asked) == held

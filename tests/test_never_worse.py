@@ -120,14 +120,20 @@ def test_one_kernel_per_op_is_priced_only_where_the_default_partition_is_not_bel
     from polysat.bench.corpora.scale_models import build
     from polysat.search import branches
     from polysat.search.merge import partition_floor
+    from polysat.search.reprice import Repricer
     monkeypatch.setattr(branches, "parallel", lambda prog: None)
     sizes = []
-    real = search_model.price_kernels
+    real, whole = search_model.price_kernels, Repricer.__call__
 
-    def counting(prog, part, *args, **kw):
+    def counting(prog, part, *args, **kw):  # a partition checked against a price it must beat
         sizes.append(len(part.kernels))
         return real(prog, part, *args, **kw)
+
+    def counting_whole(self, prog, part):  # a candidate priced (search/reprice.py)
+        sizes.append(len(part.kernels))
+        return whole(self, prog, part)
     monkeypatch.setattr(search_model, "price_kernels", counting)
+    monkeypatch.setattr(Repricer, "__call__", counting_whole)
     s = Compilation(import_onnx(build("soft_moe", 4)), cost="model").search
     searched = list(sizes)
     base = s.baseline

@@ -11,6 +11,7 @@ from polysat.pipeline import Compilation
 from polysat.search import branches
 from polysat.search import merge as merge_mod
 from polysat.search import model as search_model
+from polysat.search.reprice import Repricer
 
 
 def _moe(experts: int):
@@ -28,17 +29,17 @@ def test_only_the_candidates_priced_are_converted_to_tiny_ir(monkeypatch):
     """Every candidate the search converts to Tiny IR it prices (the illegal ones, a second GEMM fused into the
     first once per expert, are judged on their terms), and the search still fuses the experts' kernels."""
     calls = {"tiny": 0, "priced": 0}
-    to_tiny, price_kernels = search_model.to_tiny, search_model.price_kernels
+    to_tiny, reprice = search_model.to_tiny, Repricer.__call__
 
     def counted_tiny(*a, **k):
         calls["tiny"] += 1
         return to_tiny(*a, **k)
 
-    def counted_price(*a, **k):
+    def counted_price(*a, **k):  # a candidate priced (search/reprice.py: its kernels met before keep their prices)
         calls["priced"] += 1
-        return price_kernels(*a, **k)
+        return reprice(*a, **k)
     monkeypatch.setattr(search_model, "to_tiny", counted_tiny)
-    monkeypatch.setattr(search_model, "price_kernels", counted_price)
+    monkeypatch.setattr(Repricer, "__call__", counted_price)
     s = Compilation(_moe(4), cost="model").search
     searched = dict(calls)
     # the one-kernel-per-op extraction is converted for the merge search's space, and priced on demand where its floor

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from polysat.bench.models import mlp_stack, transformer
-from polysat.search import model as search_model
+from polysat.search.reprice import Repricer
 from polysat.tests.numeric import bind_env, close, max_error, random_inputs, same_outputs
 from polysat.egraph.region_synth import synthesize
 from polysat.search.segment import segment
@@ -53,18 +53,17 @@ def test_elementwise_repeats_are_not_cut():
 def _searched(doc: dict) -> tuple:
     """(doc, Compilation, Search, [nodes of each program a partition of was priced whole]) under --cost model."""
     calls = []
-    real = search_model.price_kernels
+    real = Repricer.__call__
 
-    def counting(prog, part, params, arch, **kw):  # whole partitions priced (not the checks against a bound)
-        if "above" not in kw:
-            calls.append(len(prog.nodes))
-        return real(prog, part, params, arch, **kw)
-    search_model.price_kernels = counting
+    def counting(self, prog, part):  # whole partitions priced (search/reprice.py; not the checks against a bound)
+        calls.append(len(prog.nodes))
+        return real(self, prog, part)
+    Repricer.__call__ = counting
     try:
         c = Compilation(doc, cost="model")
         s = c.search
     finally:
-        search_model.price_kernels = real
+        Repricer.__call__ = real
     return doc, c, s, calls
 
 

@@ -1,0 +1,109 @@
+"""A search's candidates priced kernel by kernel, each distinct kernel once (docs/DESIGN.md §Cost model, "Search").
+
+The candidates of one search differ from each other in a few kernels (a move fuses or cuts one site), so most of a
+candidate's kernels were priced in an earlier one. :class:`Repricer` keeps each kernel's price under a key that says
+everything that price depends on, and prices with ``pricing.kernels.price_kernels`` only the kernels it has not met:
+
+- the kernel's sub-program in local ids (``analyses/poly_from_view.kernel_program``: its nodes and what building
+  its region reads of the rest of the program; the kernel's name is not in it, so a kernel that moved in the
+  partition, as every later one does when an earlier kernel merges, is met again);
+- the program ids and tensor names those local ids stand for (the kept region names them) and the kernel's inputs;
+- the symbols' sizes and the architecture.
+
+Two kinds of kernel are priced on every candidate instead, because their price reads more than the kernel: one with
+a node of a streamed softmax-weighted sum (``mark_streams`` marks it by the program's groups), and every kernel of a
+program with a 16-bit value (``as_emitted`` asks which kind binds a contraction from the kernel and the writers and
+readers of its buffers). The prices are the same either way: the kept ``Priced`` is given the kernel's object and
+name again.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..analyses.poly_from_view import _context, kernel_program
+from ..backend.common.spec import IN_DTYPES
+from ..egraph.partition import Partition
+from ..ir.tiny import Ops
+from ..pricing.kernels import Priced, price_kernels
+
+KEPT = 20000  # kernel prices a repricer keeps; past it they are dropped and priced again when met
+
+
+class Repricer:
+    """The prices of the kernels one search has met (see the module docstring)."""
+
+    def __init__(self, params: dict, arch: str):
+        self.params, self.arch = params, arch
+        self.bound = tuple(sorted(params.items()))
+        self.kept: dict = {}  # kernel key -> {kernel name: its (region, cost) so named}
+        self.keys: dict = {}  # (nodes, outputs, inputs) -> (what its key read of the program, the key)
+
+    def __call__(self, prog, part) -> list:
+        """``price_kernels(prog, part, params, arch)``, the kernels met before not priced again."""
+        if any(n.dtype in IN_DTYPES for n in prog.nodes):
+            return price_kernels(prog, part, self.params, self.arch)
+        ctx = _context(prog, None)
+        keys = [self._key(ctx, prog, k) for k in part.kernels]
+        new = [k for k, key in zip(part.kernels, keys, strict=True) if key is None or key not in self.kept]
+        # the new kernels on the whole program's Poly-View (each from its own sub-program is slower where many are new)
+        fresh = {p.kernel.name: p for p in price_kernels(prog, Partition(tuple(new)), self.params, self.arch)} \
+            if new else {}
+        if len(self.kept) > KEPT:
+            self.kept.clear()
+            self.keys.clear()
+        out = []
+        for k, key in zip(part.kernels, keys, strict=True):
+            p = fresh.get(k.name)
+            if p is None:
+                named = self.kept[key]
+                if k.name not in named:
+                    named[k.name] = _renamed(*next(iter(named.values())), k.name)
+                p = Priced(k, *named[k.name])
+            elif key is not None:
+                self.kept[key] = {k.name: (p.region, p.cost)}
+            out.append(p)
+        return out
+
+    def _key(self, ctx, prog, k) -> "tuple | None":
+        """What kernel k's price depends on (see the module docstring); None: priced on every candidate. The key of
+        a kernel with the same node ids met before is kept with what it read of that program (each node's object,
+        consumers, place, tensor name and whether it is an output), and is k's when all of it is unchanged here."""
+        ids = (k.nodes, k.outputs, k.inputs)
+        got = self.keys.get(ids)
+        if got is not None and got[1][0][2] == ctx.symbols and _unchanged(got[0], prog, ctx):
+            return got[1]
+        if any(prog[i].tag is not None for i in k.nodes):
+            return None
+        sub, _, real = kernel_program(ctx, k)
+        key = (sub, tuple((local, i, ctx.names[i]) for local, i in real.items()), k.inputs, self.bound, self.arch)
+        extra = tuple(dict.fromkeys(c for i in k.nodes if prog[i].op == Ops.MUL for c in ctx.consumers[i]))
+        self.keys[ids] = ((tuple(_read(prog, ctx, i) for i in real.values()), tuple(_read(prog, ctx, c) for c in extra)),
+                          key)
+        return key
+
+
+def _read(prog, ctx, i: str) -> tuple:
+    """What a kernel's sub-program reads of node i: its object, consumers, tensor name, whether it is an output."""
+    return i, prog[i], tuple(ctx.consumers[i]), ctx.names[i], i in ctx.outputs
+
+
+def _unchanged(read: tuple, prog, ctx) -> bool:
+    """Whether every node ``_read`` read (the sub-program's, in their order, then the consumers of its MULs) reads
+    the same here, the sub-program's in the same order (so under the same local ids)."""
+    nodes, extra = read
+    last = -1
+    for i, node, cons, name, out in nodes + extra:
+        if ctx.position.get(i) is None or prog[i] is not node or tuple(ctx.consumers[i]) != cons or \
+                ctx.names[i] != name or (i in ctx.outputs) != out:
+            return False
+    for i, *_ in nodes:
+        if ctx.position[i] <= last:
+            return False
+        last = ctx.position[i]
+    return True
+
+
+def _renamed(region, cost, name: str) -> tuple:
+    """A kept (region, cost) as the kernel so named has them."""
+    return (None if region is None else dataclasses.replace(region, name=name),
+            None if cost is None else dataclasses.replace(cost, region=name))
