@@ -124,7 +124,7 @@ def regions_from_partition(program: Program, partition, params: Mapping[str, int
             if made[key] is not None:
                 out.append(made[key])
         return out
-    ctx = _context(program, syms)
+    ctx = program_context(program, syms)
     return [r for r in (kernel_region(ctx, k, params) for k in partition.kernels) if r.statements]
 
 
@@ -142,7 +142,7 @@ class _Context:
 
 
 @lru_cache(maxsize=64)
-def _context(program: Program, symbols: "tuple | None") -> _Context:
+def program_context(program: Program, symbols: "tuple | None") -> _Context:
     syms = symbols if symbols is not None else tuple(sorted(program.symbols()))
     return _Context(program, syms, tensor_names(program), program.consumers(),
                     {n.id: k for k, n in enumerate(program.nodes)}, frozenset(n for _, n in program.outputs),

@@ -23,8 +23,9 @@ from .schema import declare_all
 LOAD = "program-load"  # the ruleset whose query-less rules load a program (load_program)
 ANALYSIS = pathlib.Path(__file__).resolve().parent / "analysis.egg"
 NEUTRAL = {"SUM": "0", "MAX": "-inf", "MIN": "inf"}
-_MOVE = {Ops.RESHAPE: "Reshape", Ops.PERMUTE: "Permute", Ops.EXPAND: "Expand", Ops.PAD: "Pad",
-         Ops.SHRINK: "Shrink", Ops.FLIP: "Flip", Ops.VIEW: "View"}
+# a Tiny IR movement op -> its e-graph constructor (egraph/schema.py; egraph/totiny.py reads it back)
+MOVE_NAMES = {Ops.RESHAPE: "Reshape", Ops.PERMUTE: "Permute", Ops.EXPAND: "Expand", Ops.PAD: "Pad",
+              Ops.SHRINK: "Shrink", Ops.FLIP: "Flip", Ops.VIEW: "View"}
 
 
 def run_text(eg: EGraph, text: str, filename: str = "<polysat>") -> list:
@@ -252,7 +253,7 @@ def _term(st: EGraphState, n: UOp, canon: "dict | None" = None) -> str:
             args.append(_q(y))
         if n.op == Ops.PAD:
             args.append(_q(E.value(a["value"])))
-        return f"({_MOVE[n.op]} {_src(st, n, 0, canon)} {' '.join(args)})"
+        return f"({MOVE_NAMES[n.op]} {_src(st, n, 0, canon)} {' '.join(args)})"
     if n.op == Ops.CAST:
         return f"(Cast {_q(n.dtype.value)} {_src(st, n, 0, canon)})"
     if n.op in GroupOp.Unary:

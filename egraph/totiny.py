@@ -23,11 +23,10 @@ from . import encode as E
 from .graph import EGraphView
 from .ixfns import guard_pads
 from .partition import FREE_OPS, Kernel, Partition
-from .state import EGraphState
+from .state import MOVE_NAMES, EGraphState
 from .stream import spell
 
-_MOVE = {"Reshape": Ops.RESHAPE, "Permute": Ops.PERMUTE, "Expand": Ops.EXPAND, "Pad": Ops.PAD,
-         "Shrink": Ops.SHRINK, "Flip": Ops.FLIP, "View": Ops.VIEW, "Transpose": Ops.PERMUTE}
+_MOVE = {name: op for op, name in MOVE_NAMES.items()} | {"Transpose": Ops.PERMUTE}
 
 
 _CHECKED: dict = {}  # (op, operands' dtype and shape, arg, tag) -> a node make_uop built and checked for them

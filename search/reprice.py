@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..analyses.poly_from_view import _context, kernel_program
+from ..analyses.poly_from_view import kernel_program, program_context
 from ..backend.common.spec import IN_DTYPES
 from ..egraph.partition import Partition
 from ..ir.tiny import Ops
@@ -42,7 +42,7 @@ class Repricer:
         """``price_kernels(prog, part, params, arch)``, the kernels met before not priced again."""
         if any(n.dtype in IN_DTYPES for n in prog.nodes):
             return price_kernels(prog, part, self.params, self.arch)
-        ctx = _context(prog, None)
+        ctx = program_context(prog, None)
         keys = [self._key(ctx, prog, k) for k in part.kernels]
         new = [k for k, key in zip(part.kernels, keys, strict=True) if key is None or key not in self.kept]
         # the new kernels on the whole program's Poly-View (each from its own sub-program is slower where many are new)

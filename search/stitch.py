@@ -22,7 +22,7 @@ from ..egraph.boundaries import movement_args
 from ..egraph.graph import ENode, EGraphView, export
 from ..egraph.partition import Kernel, Partition
 from ..egraph.saturate import StopReason
-from ..egraph.state import _MOVE
+from ..egraph.state import MOVE_NAMES
 from ..analyses.isl_util import isl_name
 from ..analyses.origin import sector_aligned, shifted
 from ..analyses.poly_region import renamed
@@ -138,7 +138,7 @@ def _place(s: SegmentedState) -> list:
     for k, (inst, t, n) in enumerate(blocks):  # each block's Mat: a class of its own after every segment's
         base = s.program[n.src[0]]
         _, x, _ = movement_args(n)
-        inst.blocks[t] = ((_MOVE[n.op], (f'"{x}"',)), coff + k)
+        inst.blocks[t] = ((MOVE_NAMES[n.op], (f'"{x}"',)), coff + k)
         inst.extra[coff + k] = ([ENode("Mat", (), (root[base.id],), coff + k, order + k)], E.shape(base.shape),
                                 base.dtype.value)
     return out
@@ -253,7 +253,7 @@ def _named(prog: Program, priced: list, local: list) -> list:
     return out
 
 
-def stitch(s: SegmentedState, found: dict, price: "Callable | None" = None):
+def stitch(s: SegmentedState, found: dict, price: Callable):
     """The whole program's Search from ``found[key]`` (the Search of each distinct segment). A kernel that reads a
     block of a value (search/branches.py) was priced reading a tensor of the block's shape: it is priced again
     where it reads the block (``price``: (program, partition) -> its Priced kernels, each region built from its own
@@ -326,7 +326,7 @@ def stitch(s: SegmentedState, found: dict, price: "Callable | None" = None):
     part = Partition(tuple(kernels))
     part.check(prog)
     priced = _named(prog, priced, local)
-    if again and price is not None:
+    if again:
         priced = _in_place(prog, priced, again, price)
     total = sum(p.cost.time_est_us for p in priced if p.cost is not None)
     best = Candidate(frozenset(fused), Extraction(prog, part, total, chosen, tuple(root[nid] for _, nid in s.program.outputs)), priced, [], total)
