@@ -129,6 +129,40 @@ def _materializable(prog: Program, v: str, users: dict) -> bool:
     return False
 
 
+def _broadcast_read(prog: Program, v: str, users: dict) -> bool:
+    """Whether v is read by a contraction that broadcasts it: followed through views, casts and elementwise ops (a
+    concatenation's pads and sum among them), some reader is the MUL of a contraction (MUL -> REDUCE(SUM)) reading it
+    through an EXPAND that widens an axis each of those REDUCEs keeps, each element of v read by many outputs and
+    each output reading many (a GEMM's or a convolution's operand). The reduction below v is then never computed in
+    that contraction's kernel (rules/fusion.egg: a reduction read many-to-many), so every partition that computes it
+    once writes it (or a value elementwise of it) in a kernel of its own: a cut there moves no fusion of the whole
+    search across it. A pooling, a row statistic or a product summed without a broadcast (x * sigmoid(x) averaged)
+    reads v halo or owned, a legal fusion: the whole search may compute v inside it (a conv's ReLU, concatenation
+    and max pool in one kernel), which a cut before it would forbid."""
+    stack, seen = [v], {v}
+    while stack:
+        x = stack.pop()
+        for u in users.get(x, ()):
+            n = prog[u]
+            if n.op == Ops.MUL and users.get(u) and all(prog[r].op == Ops.REDUCE and str(prog[r].arg["op"]).upper() == "SUM"
+                                                        for r in users[u]):
+                if prog[x].op == Ops.EXPAND and _widens_kept(prog[x], prog[prog[x].src[0]], [prog[r] for r in users[u]]):
+                    return True
+                continue
+            if u not in seen and (n.op in GroupOp.Movement or n.op in GroupOp.Elementwise):
+                seen.add(u)
+                stack.append(u)
+    return False
+
+
+def _widens_kept(expand: UOp, src: UOp, reduces: list) -> bool:
+    """Whether the EXPAND widens (extent 1 to more) an axis that every one of ``reduces`` keeps."""
+    if len(src.shape) != len(expand.shape):
+        return False
+    wide = {k for k, (a, b) in enumerate(zip(src.shape, expand.shape)) if a == 1 and b != 1}
+    return any(all(k not in r.arg["axes"] for r in reduces) for k in wide)
+
+
 def _canonical(prog: Program, free: set, nodes: list, entries: frozenset, outputs: tuple, texts: dict) -> Segment:
     """The standalone program of ``nodes`` (computed node ids in order) reading ``entries`` (the live values of
     the cut before them, those it reads) and the free nodes they need, yielding ``outputs`` ((name, id), ...).
@@ -261,6 +295,10 @@ def segment(prog: Program, most: "int | None" = None) -> list:
     weight = {k: sum(1 for h in heavy if h < k) for k in set(cut) | {end}}  # non-view nodes before each cut
     users = prog.consumers()
     made: dict = {}  # (start, end) -> its Segment, built once
+
+    @functools.lru_cache(maxsize=None)
+    def broad(v: str) -> bool:
+        return _broadcast_read(prog, v, users)
     texts: dict = {}  # node id -> its key text around its ids, shared by every candidate segment
 
     def seg(a: int, b: int) -> Segment:
@@ -297,7 +335,8 @@ def segment(prog: Program, most: "int | None" = None) -> list:
                     bounds.append(at[weight[bounds[-1]] + n])
                 cand = ((len(bounds) - 1) * n, -n)
                 if len(bounds) < 3 or best is not None and cand < best or \
-                        not any(prog[i].op == Ops.REDUCE for i in comp[a:b]):  # the segment's own nodes
+                        not any(prog[i].op == Ops.REDUCE for i in comp[a:b]) or \
+                        ties and all(len(cut[k]) < 2 for k in bounds[1:-1]):  # the segment's own nodes
                     continue
                 best, found = (cand, [bounds]) if best is None or cand > best else (best, found + [bounds])
         return found
@@ -318,7 +357,9 @@ def segment(prog: Program, most: "int | None" = None) -> list:
     # in the parts between those runs, blocks of one structure at any cut; of the longest runs of a part (a
     # U-Net's decoder levels may start at the bottleneck or after it), the one whose whole cutting writes the
     # fewest values at its boundaries
-    every, split, found = sorted(cut) + [end], {}, {}
+    # a cut of this pass moves no fusion of the whole search across it: each value live there is read by a
+    # contraction that broadcasts it (``_broadcast_read``); the first pass's cuts keep ``_materializable`` alone
+    every, split, found = sorted(k for k, v in cut.items() if all(broad(x) for x in v)) + [end], {}, {}
 
     def best(part: tuple) -> tuple:
         """(values written at the segment ends, the cuts, the run's start) of ``part`` (lo, hi): each of its longest
