@@ -130,15 +130,17 @@ def _materializable(prog: Program, v: str, users: dict) -> bool:
 
 
 def _broadcast_read(prog: Program, v: str, users: dict) -> bool:
-    """Whether v is read by a contraction that broadcasts it: followed through views, casts and elementwise ops (a
-    concatenation's pads and sum among them), some reader is the MUL of a contraction (MUL -> REDUCE(SUM)) reading it
-    through an EXPAND that widens an axis each of those REDUCEs keeps, each element of v read by many outputs and
-    each output reading many (a GEMM's or a convolution's operand). The reduction below v is then never computed in
-    that contraction's kernel (rules/fusion.egg: a reduction read many-to-many), so every partition that computes it
-    once writes it (or a value elementwise of it) in a kernel of its own: a cut there moves no fusion of the whole
-    search across it. A pooling, a row statistic or a product summed without a broadcast (x * sigmoid(x) averaged)
-    reads v halo or owned, a legal fusion: the whole search may compute v inside it (a conv's ReLU, concatenation
-    and max pool in one kernel), which a cut before it would forbid."""
+    """Whether v is read by a contraction that broadcasts it: followed through views, casts and concatenations (a
+    sum of pads, ``_joins``), some reader is the MUL of a contraction (MUL -> REDUCE(SUM)) reading it through an
+    EXPAND that widens an axis each of those REDUCEs keeps, each element of v read by many outputs and each output
+    reading many (a GEMM's or a convolution's operand). The reduction computing v is then never computed in that
+    contraction's kernel (rules/fusion.egg: a reduction read many-to-many): a cut there moves no fusion of the whole
+    search across it (but for v's elementwise tail, a ReLU, applied in its readers instead). A pooling, a row
+    statistic or a product summed without a broadcast (x * sigmoid(x) averaged) reads v halo or owned, a legal
+    fusion: the whole search may compute v inside it (a conv's ReLU, concatenation and max pool in one kernel);
+    and a value read on through other elementwise ops (a transformer's residual stream, read by its LayerNorm's
+    normalization and the next residual sum) may be recomputed in each reader, never written: a cut before any
+    of them would forbid what the whole search finds."""
     stack, seen = [v], {v}
     while stack:
         x = stack.pop()
@@ -149,10 +151,22 @@ def _broadcast_read(prog: Program, v: str, users: dict) -> bool:
                 if prog[x].op == Ops.EXPAND and _widens_kept(prog[x], prog[prog[x].src[0]], [prog[r] for r in users[u]]):
                     return True
                 continue
-            if u not in seen and (n.op in GroupOp.Movement or n.op in GroupOp.Elementwise):
+            if u not in seen and (n.op in GroupOp.Movement or n.op == Ops.CAST or _joins(prog, u)):
                 seen.add(u)
                 stack.append(u)
     return False
+
+
+def _joins(prog: Program, u: str) -> bool:
+    """Whether u is a concatenation: an ADD each of whose operands is a PAD or such an ADD (frontend's Concat, a
+    balanced sum of its pieces, each padded to the whole)."""
+    stack = [u]
+    while stack:
+        n = prog[stack.pop()]
+        if n.op != Ops.ADD:
+            return False
+        stack.extend(s for s in n.src if prog[s].op != Ops.PAD)
+    return True
 
 
 def _widens_kept(expand: UOp, src: UOp, reduces: list) -> bool:
