@@ -82,7 +82,7 @@ def test_a_segmented_unet_is_priced_as_its_whole_search(net, monkeypatch):
     """The boundaries materialize the skip tensors, which every level-by-level partition writes anyway: the
     stitched partition has the kernels of the whole program's search, priced within 1e-4 of it (a skip tensor
     is written after its ReLU, where the whole search writes it before and applies the ReLU in both of its
-    readers: 0.6 ns dearer of 30.4 µs here), and never above one kernel per op."""
+    readers: 0.2 ns dearer of 30.4 µs here), and never above one kernel per op."""
     _, doc, _ = net
     monkeypatch.setenv("POLYSAT_SEGMENT_LIVE", LIVE)
     cut = Compilation(doc, cost="model").search
