@@ -151,6 +151,7 @@ def saturate(program: Program, rules_dirs=None, limits: "Limits | None" = None, 
 _clock = time.process_time  # the budget is CPU seconds of this process (egglog's threads included), as the search's
 
 CHUNK = (4, 128)  # iterations of a fixpoint per egglog call: the first, doubling to the last while the rows grow slowly
+GROWTH = 8  # the most one iteration is taken to multiply the rows or e-nodes by (~5x seen): below limit / GROWTH, no check needed
 
 
 class _Stop(Exception):
@@ -197,7 +198,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
                 break
             done = len(rep.iterations)
             # an iteration can grow the graph ~5x (a fixpoint phase's facts add rows, not e-nodes: rules/fusion.egg)
-            if snap is None and ((nodes * 8 > lim.nodes and not ph.fixpoint) or drive.rows * 8 > lim.rows):
+            if snap is None and ((nodes * GROWTH > lim.nodes and not ph.fixpoint) or drive.rows * GROWTH > lim.rows):
                 st.push()  # (a copy of the whole e-graph: once a phase, its iterations since then redone on a rollback)
                 snap = done
             ti = _clock()
@@ -277,8 +278,10 @@ class _Driver:
     def step(self, rulesets: tuple, k: int) -> tuple:
         """Run rulesets k times -> (anything changed, the last iteration changed). One iteration of several
         rulesets is one egglog call per ruleset, the limits checked after each (time included): a limit is
-        overshot by at most one iteration of one ruleset."""
-        if k > 1 or len(rulesets) == 1:
+        overshot by at most one iteration of one ruleset; on a small e-graph (GROWTH: an iteration of every ruleset
+        stays far inside the rows limit) one call runs them all: each call's fixed cost (egglog's run, the sizes
+        read back, the report) dominates there, and a segment of a program saturated alone is such a graph."""
+        if k > 1 or len(rulesets) == 1 or self.rows * GROWTH <= self.lim.rows:
             body = " ".join(f"(run {r})" for r in rulesets)
             changed = self._call(f"(repeat {k} (seq {body}))" if k > 1 else f"(seq {body})")
             return any(changed), any(changed[-len(rulesets):])

@@ -355,9 +355,10 @@ def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bo
     segs = parts(program)
     if len(segs) > 1:
         done: dict = {}
+        files = rule_files(rules_dirs, builtin)  # read once for every segment
         for sg in segs:
             if sg.key not in done:
-                done[sg.key] = _saturate_pooled(sg.program, rules_dirs, limits, builtin)
+                done[sg.key] = _saturate_pooled(sg.program, rules_dirs, limits, builtin, files)
         states = {k: st for k, (st, _) in done.items()}
         rep = merge_reports([r for _, r in done.values()])
         return SegmentedState(program, segs, states, {k: r for k, (_, r) in done.items()}, states[segs[0].key].files), rep
@@ -368,10 +369,11 @@ def _saturate_one(program: Program, rules_dirs, limits, builtin: bool) -> tuple:
     return _saturated(new_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program)), limits)
 
 
-def _saturate_pooled(program: Program, rules_dirs, limits, builtin: bool) -> tuple:
+def _saturate_pooled(program: Program, rules_dirs, limits, builtin: bool, files: "list | None" = None) -> tuple:
     """_saturate_one in the process's pooled e-graph (egraph/state.py pooled_state): the state keeps only its
-    exported view, all a segment's search and stitch read."""
-    with pooled_state(program, rule_files(rules_dirs, builtin), cuts=all_cuts(program)) as st:
+    exported view, all a segment's search and stitch read. ``files``: the rule files, when already read."""
+    files = rule_files(rules_dirs, builtin) if files is None else files
+    with pooled_state(program, files, cuts=all_cuts(program)) as st:
         out = _saturated(st, limits)
         st.view = export(st)
     return out
