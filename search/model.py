@@ -102,10 +102,11 @@ class ModelCost(SearchingCost):
     def enode_cost(self, node, view) -> float:
         return SizeCost().enode_cost(node, view)
 
-    def for_program(self, program: Program, params: dict) -> "ModelCost":
+    def for_program(self, program: Program, params: dict, exact_sites: "int | None" = None) -> "ModelCost":
         """This model for a part of the program (a segment): params restricted to its symbols."""
         mine = {k: v for k, v in params.items() if k in program_symbols(program)}
-        return type(self)(mine, self.arch, self.max_rounds, self.exact_sites, self.limits)
+        return type(self)(mine, self.arch, self.max_rounds, self.exact_sites if exact_sites is None else exact_sites,
+                          self.limits)
 
     # the search proper
     def search(self, state: "EGraphState | SegmentedState", stream: bool = True, like: "tuple | None" = None) -> Search:
@@ -118,9 +119,13 @@ class ModelCost(SearchingCost):
             found: dict = {}
             structure = {sg.key: sg.structure for sg in state.segments}
             first: dict = {}  # structure -> (the first segment of it searched, its decisions)
+            # the exact descent polishes a segment only where it would polish the whole program: its segments'
+            # sites together (the whole program's, but for the boundaries) at most exact_sites
+            n = sum(len(sites(export(state.states[sg.key]))) for sg in state.segments)
+            exact = self.exact_sites if n <= self.exact_sites else 0
             for j, (k, st) in enumerate(state.states.items()):
                 with progress.stage(f"segment {j + 1} of {len(state.states)} distinct ({len(st.program.nodes)} nodes)"):
-                    found[k] = self.for_program(st.program, params).search(st, stream, first.get(structure[k]))
+                    found[k] = self.for_program(st.program, params, exact).search(st, stream, first.get(structure[k]))
                     first.setdefault(structure[k], (st, found[k].best.fused))
             return stitch(state, found, lambda prog, part: price_kernels(prog, part, params, self.arch, by_kernel=True))
         deadline = time.process_time() + self.limits.total  # the polish and the descent stop there
