@@ -212,7 +212,7 @@ def run(st: EGraphState, schedule: tuple, limits: "Limits | None" = None) -> Run
             rep.iterations.append(Iteration(done, ph.name, after, _clock() - ti, dict(drive.matches)))
             progress.note(f"iteration {done} ({ph.name}): {after} e-nodes, {_clock() - ti:.1f} s")
             if stop is None:
-                _check_conflicts(st, drive.matches)
+                _check_conflicts(st, drive.matches, drive.sizes)
                 if after > lim.nodes:
                     stop = StopReason.node_limit
             if stop is not None:
@@ -253,6 +253,12 @@ class _Driver:
         self.cpu_until = t0 + 2 * max(lim.seconds, 1.0) + 2.0
 
     def iteration(self, ph: Phase) -> bool:
+        if not ph.fixpoint and self.rows * GROWTH <= self.lim.rows:
+            # a small e-graph (``step``): the phase's rulesets and the analysis's first chunk in one egglog call, the
+            # same runs in the same order (a run that changes nothing leaves the e-graph as it is)
+            body = " ".join(f"(run {r})" for r in ph.rulesets)
+            changed = self._call(f"(seq {body} (repeat {CHUNK[0]} (run analysis)))")
+            return (self.fixpoint(("analysis",)) if changed[-1] else False) or any(changed)
         grew = self.fixpoint(ph.rulesets) if ph.fixpoint else self.step(ph.rulesets, 1)[0]
         return self.fixpoint(("analysis",)) or grew
 
@@ -370,8 +376,8 @@ def _run_schedule(st: EGraphState, sched: str):
     return out.report
 
 
-def _check_conflicts(st: EGraphState, matches: dict) -> None:
-    sizes = st.sizes()
+def _check_conflicts(st: EGraphState, matches: dict, sizes: dict) -> None:
+    """A shape or dtype conflict the iteration made (``sizes``: the tables' rows after it) is E-UnsoundRule."""
     for rel, what in (("shape-conflict", "shapes"), ("dtype-conflict", "dtypes")):
         if sizes.get(rel, 0):
             g = st.eg._egraph  # noqa: SLF001
