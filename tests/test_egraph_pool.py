@@ -2,6 +2,8 @@
 schema and rule files, pushed and popped, gives what a fresh e-graph gives, and the pool is back at its base."""
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from polysat.bench.models import mlp_stack, transformer
@@ -77,3 +79,22 @@ def test_a_failure_inside_drops_the_pooled_e_graph_and_a_nested_use_builds_its_o
     assert st.eg is None and pool is nested  # the nested one put back (at its base); the failed one dropped
     assert _sizes(pool) == _base_sizes()
     _same(_saturate_pooled(p, None, None, True), _saturate_one(p, None, None, True))
+
+
+def test_a_small_e_graph_saturated_in_fewer_egglog_calls_is_the_one_a_call_per_ruleset_gives(monkeypatch):
+    """On a small e-graph (egraph/saturate.py GROWTH) an iteration's rulesets and the analysis's first chunk run in
+    one egglog call: the same e-graph, row for row, and the same iterations as one call per ruleset."""
+    SA = importlib.import_module("polysat.egraph.saturate")
+    p = _segments(transformer(2, d_model=32, heads=2, d_ff=64, seq=8, dtype="fp32"))[0]
+    calls = []
+    real = SA._Driver._call  # noqa: SLF001
+
+    def counting(self, sched):
+        calls.append(sched)
+        return real(self, sched)
+    monkeypatch.setattr(SA._Driver, "_call", counting)  # noqa: SLF001
+    few = _saturate_pooled(p, None, None, True)
+    n = len(calls)
+    monkeypatch.setattr(SA, "GROWTH", 10 ** 12)  # no e-graph is small: a call per ruleset, the analysis apart
+    _same(few, _saturate_one(p, None, None, True))
+    assert len(calls) - n > n  # (the other run: more calls than the small graph's)

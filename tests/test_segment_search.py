@@ -105,7 +105,9 @@ def test_each_distinct_block_is_searched_and_priced_once(stack):
     st = c.saturated[0]
     assert isinstance(st, SegmentedState) and len(st.segments) == 3 and len(st.states) == 1
     one = Compilation(mlp_stack(1, width=32, tokens=16, dtype="fp32"), cost="model").search
-    assert len(calls) == s.evaluations == one.evaluations  # whole partitions priced: one block's worth
+    # every partition priced is one block's; the block is polished as the whole program would be (three blocks'
+    # sites together take the large program's descent, not the exact one a block alone takes): no more candidates
+    assert len(calls) == s.evaluations < one.evaluations
     assert len(s.best.priced) == 3 * len(one.best.priced)
     assert s.best.total == pytest.approx(3 * one.best.total)
 
