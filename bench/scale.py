@@ -1,8 +1,7 @@
 """Scale bench: polysat's ``--cost model`` compile beside tinygrad 0.14's scheduler on large weight-free ONNX
 graphs (bench/corpora/scale_models.py: LLaMA-2-7B / LLaMA-3-8B dims at 1 to 32 layers, GPT-2 small to XL,
 ResNet-50/101/152 at batch 32, a soft mixture-of-experts layer with 2 to 64 experts and a stack of 4 such layers
-of 32, U-Nets of 4 and 6 levels, each cut into its levels (the default) and also searched whole: ``_whole``,
-POLYSAT_SEGMENT_LIVE=0).
+of 32, U-Nets of 4 and 6 levels, each also cut into its levels: ``_live8``, POLYSAT_SEGMENT_LIVE=8).
 
 Each graph is serialized once here and the same bytes go to both sides, each side in a fresh process
 (spawned: no cache warmed by an earlier run, its peak RSS its own) with a wall-clock limit:
@@ -60,11 +59,11 @@ def points(quick: bool, dtype: str = "fp32") -> list:
     out += [(f"resnet{d}", "resnet", (d,)) for d in (50, 101, 152)]
     out += [(f"soft_moe_e{e}", "soft_moe", (e,)) for e in (4, 8, 16, 32, 64)]
     out += [("soft_moe_e32_L4", "soft_moe", (32, 256, 768, 3072, 2, 4))]  # 4 layers in depth, 32 experts each
-    return out + [(f"unet_{n}{tail}", "unet", (n,)) for n in (4, 6) for tail in ("", "_whole")]
+    return out + [(f"unet_{n}{tail}", "unet", (n,)) for n in (4, 6) for tail in ("", "_live8")]
 
 
-# the knobs a point's polysat side runs under: the U-Net searched whole (search/segment.py's second pass off)
-ENV = {f"unet_{n}_whole": {"segment_live": 0} for n in (4, 6)}  # knobs.segment_live
+# the knobs a point's polysat side runs under: the U-Net cut into its levels (search/segment.py's second pass)
+ENV = {f"unet_{n}_live8": {"segment_live": 8} for n in (4, 6)}  # knobs.segment_live
 
 
 def _peak_mb() -> float:
