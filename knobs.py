@@ -162,7 +162,7 @@ def segment_live(set_to: "int | None" = None) -> int:
     """POLYSAT_SEGMENT_LIVE: the most values live at a cut of the second segmenting pass, which cuts the parts that
     runs of identical blocks leave into runs of blocks of one structure where some boundary of the run holds two
     or more live values (a U-Net's levels, with its stream and skip tensors live: 8 takes up to 7 levels); only at
-    cuts whose every live value a contraction reads by broadcast (search/segment.py). Default 0, no second pass: on
+    cuts whose every live value a contraction reads by broadcast (search/segment.py). By default 0, no second pass: on
     U-Nets of 4 and 6 levels 8 gives the whole program's kernels and price in less memory but more CPU (1.2-1.3x;
     docs/DESIGN.md, Segments). ``set_to``: set it for the rest of this process first (a bench point's fresh
     process)."""
