@@ -154,9 +154,11 @@ class ModelCost(SearchingCost):
                 extracted[fused] = cand
             return extracted[fused]
 
-        def evaluate(fused: frozenset, price_illegal: bool = False) -> Candidate:
+        def evaluate(fused: frozenset, price_illegal: bool = False, above: float = math.inf) -> Candidate:
             """The candidate checked and priced (an illegal one is priced, and converted to Tiny IR, only when
-            asked: --explain)."""
+            asked: --explain). ``above``: a price the caller needs it below; where its kernels add up to more (some
+            priced, the rest at their floors), pricing stops and the candidate is left unpriced, its total inf (it is
+            priced whole when asked again without)."""
             if fused not in memo and fused not in extracted and not price_illegal and terms(fused) is not None:
                 bad = violations(view, fused, terms(fused))  # the rules' conflicts (rules/fusion.egg)
                 if bad:  # judged on its terms alone: no Tiny IR is built for a partition the search never takes
@@ -167,7 +169,10 @@ class ModelCost(SearchingCost):
                 cand.illegal = violations(view, fused, cand.extraction.chosen)
             memo[fused] = cand
             if cand.extraction is not None and not cand.priced and (price_illegal or not cand.illegal):
-                cand.priced = reprice(cand.extraction.program, cand.extraction.partition)
+                priced = reprice(cand.extraction.program, cand.extraction.partition, above)
+                if priced is None:
+                    return cand
+                cand.priced = priced
                 t = total_us(cand.priced)
                 cand.extraction = dataclasses.replace(cand.extraction, cost=t)
                 cand.total = math.inf if cand.illegal else t
@@ -294,7 +299,8 @@ class ModelCost(SearchingCost):
                         break
                     if violates(view, apply(cur.fused, mv), cur.extraction.chosen, (mv[1],)):
                         continue  # illegal on the incumbent's own terms: not extracted (see above)
-                    cand = evaluate(apply(cur.fused, mv))
+                    # (greedy: only a total below the incumbent's is taken, so pricing stops once it cannot be)
+                    cand = evaluate(apply(cur.fused, mv), above=cur.total if greedy else math.inf)
                     if greedy and cand.total < cur.total:
                         cur = cand
                     out.append((cand, mv))

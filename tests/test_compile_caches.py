@@ -222,3 +222,30 @@ def test_a_repriced_candidate_prices_what_price_kernels_prices_and_each_kernel_o
         assert first < held and sum(asked) == 0, (first, held, asked)
     else:
         assert first == sum(asked) == held
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_a_repricer_asked_below_a_price_stops_only_above_it(dtype):
+    """``Repricer(prog, part, above)``: None only where the candidate's total is above ``above`` (the kernels it
+    kept, those it priced and the floors of the rest add up to more); otherwise every kernel priced, as without it.
+    A candidate it stopped on is priced whole when asked again without a bound."""
+    from polysat.egraph.totiny import to_tiny
+    from polysat.pricing.kernels import price_kernels, total_us
+    from polysat.pricing.symbols import bind_params
+    from polysat.search.reprice import Repricer
+    st, view, roots, s, streams = _saturated_mlp(dtype=dtype)
+    params = bind_params(st.program, {})
+    made = [to_tiny(st, view, chosen, roots, mat) for _, chosen, mat in _candidates(st, view, roots, s, streams)]
+    totals = [total_us(price_kernels(prog, part, params, "sm90")) for prog, part in made]
+    rp = Repricer(params, "sm90")
+    stopped = 0
+    for (prog, part), t in zip(made, totals, strict=True):
+        for above in (t * 0.5, t * 0.999, t, t * 1.5):
+            got = rp(prog, part, above)
+            if got is None:
+                assert t > above, (t, above)
+                stopped += 1
+            else:
+                assert total_us(got) == pytest.approx(t, rel=1e-12)
+        assert total_us(rp(prog, part)) == pytest.approx(t, rel=1e-12)
+    assert stopped  # the bound stopped some pricing
