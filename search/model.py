@@ -169,8 +169,11 @@ class ModelCost(SearchingCost):
                 cand.illegal = violations(view, fused, cand.extraction.chosen)
             memo[fused] = cand
             if cand.extraction is not None and not cand.priced and (price_illegal or not cand.illegal):
+                if above <= cand.above:  # known to be priced above it
+                    return cand
                 priced = reprice(cand.extraction.program, cand.extraction.partition, above)
                 if priced is None:
+                    cand.above = above
                     return cand
                 cand.priced = priced
                 t = total_us(cand.priced)
