@@ -154,11 +154,12 @@ class ModelCost(SearchingCost):
                 extracted[fused] = cand
             return extracted[fused]
 
-        def evaluate(fused: frozenset, price_illegal: bool = False, above: float = math.inf) -> Candidate:
+        def evaluate(fused: frozenset, price_illegal: bool = False, above: float = math.inf,
+                     priced: "list | None" = None) -> Candidate:
             """The candidate checked and priced (an illegal one is priced, and converted to Tiny IR, only when
             asked: --explain). ``above``: a price the caller needs it below; where its kernels add up to more (some
             priced, the rest at their floors), pricing stops and the candidate is left unpriced, its total inf (it is
-            priced whole when asked again without)."""
+            priced whole when asked again without). ``priced``: its kernels already priced (``price_kernels``), kept by the repricer."""
             if fused not in memo and fused not in extracted and not price_illegal and terms(fused) is not None:
                 bad = violations(view, fused, terms(fused))  # the rules' conflicts (rules/fusion.egg)
                 if bad:  # judged on its terms alone: no Tiny IR is built for a partition the search never takes
@@ -171,7 +172,7 @@ class ModelCost(SearchingCost):
             if cand.extraction is not None and not cand.priced and (price_illegal or not cand.illegal):
                 if above <= cand.above:  # known to be priced above it
                     return cand
-                priced = reprice(cand.extraction.program, cand.extraction.partition, above)
+                priced = reprice(cand.extraction.program, cand.extraction.partition, above, priced)
                 if priced is None:
                     cand.above = above
                     return cand
@@ -203,10 +204,12 @@ class ModelCost(SearchingCost):
         def unfused_below(price: float) -> bool:
             """Whether one kernel per op prices below ``price``: its kernels priced only until they add up to more
             (prices are never negative), the whole partition evaluated where they do not."""
-            if frozenset() not in memo and price_kernels(base.extraction.program, base.extraction.partition, params,
-                                                          self.arch, above=price) is None:
-                return False
-            return evaluate(frozenset()).total < price
+            got = None
+            if frozenset() not in memo:
+                got = price_kernels(base.extraction.program, base.extraction.partition, params, self.arch, above=price)
+                if got is None:
+                    return False
+            return evaluate(frozenset(), priced=got).total < price  # (priced whole by then: not again)
         known = min(seed.total, evaluate(given).total if given is not None else math.inf)
         if seed.total <= floor or not unfused_below(known):
             cur = seed

@@ -39,13 +39,14 @@ class Repricer:
         self.kept: dict = {}  # kernel key -> {kernel name: its (region, cost) so named}
         self.keys: dict = {}  # (nodes, outputs, inputs) -> (what its key read of the program, the key)
 
-    def __call__(self, prog, part, above: float = math.inf) -> "list | None":
+    def __call__(self, prog, part, above: float = math.inf, priced: "list | None" = None) -> "list | None":
         """``price_kernels(prog, part, params, arch)``, the kernels met before not priced again; None (as
         ``price_kernels``) once the kernels' prices, and the floors of those not priced yet, add up to more than
-        ``above`` by more than a rounding (so their total, summed in any order, is above it too)."""
+        ``above`` by more than a rounding (so their total, summed in any order, is above it too). ``priced``: what
+        ``price_kernels`` gave for it, kept as met and returned."""
         above = above * (1 + 1e-9) + 1e-9 if above < math.inf else above
         if any(n.dtype in IN_DTYPES for n in prog.nodes):
-            return price_kernels(prog, part, self.params, self.arch, above=above)
+            return priced if priced is not None else price_kernels(prog, part, self.params, self.arch, above=above)
         if len(self.kept) > KEPT:
             self.kept.clear()
             self.keys.clear()
@@ -55,7 +56,8 @@ class Repricer:
         known = sum(c.time_est_us for key in keys if key is not None and key in self.kept
                     for _, c in [next(iter(self.kept[key].values()))] if c is not None)
         # the new kernels on the whole program's Poly-View (each from its own sub-program is slower where many are new)
-        got = price_kernels(prog, Partition(tuple(new)), self.params, self.arch, above=above - known) if new else []
+        got = priced if priced is not None else \
+            price_kernels(prog, Partition(tuple(new)), self.params, self.arch, above=above - known) if new else []
         if got is None:
             return None
         fresh = {p.kernel.name: p for p in got}

@@ -249,3 +249,23 @@ def test_a_repricer_asked_below_a_price_stops_only_above_it(dtype):
                 assert total_us(got) == pytest.approx(t, rel=1e-12)
         assert total_us(rp(prog, part)) == pytest.approx(t, rel=1e-12)
     assert stopped  # the bound stopped some pricing
+
+
+def test_a_repricer_given_a_partitions_prices_keeps_them(monkeypatch):
+    """``Repricer(prog, part, priced=price_kernels(...))`` returns those prices and keeps them: the partition asked
+    again prices no kernel (the search's one-kernel-per-op partition, priced whole to compare it with a price)."""
+    from polysat.egraph.totiny import to_tiny
+    from polysat.pricing.kernels import price_kernels
+    from polysat.pricing.symbols import bind_params
+    from polysat.search import reprice as reprice_mod
+    st, view, roots, s, streams = _saturated_mlp(dtype="fp32")
+    params = bind_params(st.program, {})
+    (_, chosen, mat), *_ = _candidates(st, view, roots, s, streams)
+    prog, part = to_tiny(st, view, chosen, roots, mat)
+    want = price_kernels(prog, part, params, "sm90")
+    rp = reprice_mod.Repricer(params, "sm90")
+    assert rp(prog, part, priced=want) == want
+    asked = []
+    monkeypatch.setattr(reprice_mod, "price_kernels", lambda *a, **k: asked.append(a) or price_kernels(*a, **k))
+    got = rp(prog, part)
+    assert not asked and [(p.kernel, p.region, p.cost) for p in got] == [(p.kernel, p.region, p.cost) for p in want]
