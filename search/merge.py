@@ -323,8 +323,9 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
         return copy if r is None else pricing.price(r, arch).time_est_us
 
     def floor(root: str, members: frozenset) -> float:
-        """A time ``price`` never returns below for the group (up to rounding), at a fraction of its cost: the
-        group built as priced, and kept until it is (``MADE`` at most)."""
+        """A time ``price`` never returns below for the group (up to rounding; ``price_floor``'s bound,
+        tests/test_price_floor.py), at a fraction of its cost: the group built as priced, and kept until it is
+        (``MADE`` at most)."""
         got = group(root, members)
         if len(built) >= MADE:
             built.pop(next(iter(built)))
