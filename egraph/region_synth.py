@@ -41,6 +41,7 @@ from ..ir.expr import Expr
 from ..ir.movement import NonAffine, local_map
 from ..ir.region import R, Buffer, Let, MemRef, Region, RNode, Yield
 from ..ir.shapes import Dim
+from ..ir.stream_tags import parse_tag
 from ..ir.tiny import GroupOp, Ops, Program, UOp
 from .partition import FREE_OPS, Kernel, Partition
 from .stream import BLOCK, Group, groups
@@ -562,12 +563,12 @@ def _kernel_parts(program: Program, kern: Kernel, names: dict, symbols) -> tuple
     program's symbols, so the partitions the merge search prices as emitted (one group joined, every other kernel
     as in the base) synthesize each other kernel once, and so do the search's candidates, whose conversions keep
     the nodes of the classes they did not change (egraph/totiny.py); its name only names it in a diagnostic, so a
-    kernel renumbered in another partition hits too. A kernel of a streamed sum (tagged nodes: its groups are the
-    program's) is kept for its program only (kept with its entry: an id is never reused while the entry lives); an
+    kernel renumbered in another partition hits too. A kernel of a streamed sum (nodes with a stream tag: its groups
+    are the program's) is kept for its program only (kept with its entry: an id is never reused while the entry lives); an
     entry met again in a program too small for the walk it took (``_KernelSynth.limit``) is synthesized again."""
     used = tuple((i, names[i]) for i in sorted(kern.nodes | set(kern.inputs) | set(kern.outputs)) if i in names)
     mine = sorted(kern.nodes | set(kern.inputs))
-    tagged = any(program[i].tag is not None for i in kern.nodes)
+    tagged = any(parse_tag(program[i].tag) is not None for i in kern.nodes)
     key = (program if tagged else None, kern.nodes, kern.outputs, kern.inputs, used,
            tuple(program[i] for i in mine), symbols)
     hit = _PARTS.get(key)
