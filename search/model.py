@@ -23,7 +23,8 @@ With at most EXACT_SITES sites a descent then polishes: each round prices fusing
 improving ones while they still improve, until none improves; it may cut a merge search fusion again
 (the merge search prices each group alone, a whole partition prices its kernels together). A larger program instead tries streaming every softmax-weighted sum at once,
 then at most FUSE_ROUNDS rounds of the descent's fuse moves alone, each taken as soon as it lowers the total
-(first improvement: one price per move a round), over the sites whose value computes no
+(first improvement: one price per move a round; a move's partition priced only until its kernels add up to more
+than the incumbent's, search/reprice.py), over the sites whose value computes no
 reduction (a value read by several kernels, outside the merge search's space, recomputed in each where that
 prices lower) and, in a round where those gain nothing, over the sites whose value computes one (a row
 reduction into its normalization, the scores into the attention). Before the descent, every materialization

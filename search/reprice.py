@@ -15,6 +15,9 @@ a node of a streamed softmax-weighted sum (``mark_streams`` marks it by the prog
 program with a 16-bit value (``as_emitted`` asks which kind binds a contraction from the kernel and the writers and
 readers of its buffers). The prices are the same either way: the kept ``Priced`` is given the kernel's object and
 name again.
+
+A caller that needs a candidate only below a price (the descent's first improvement) passes it: pricing stops, as
+``price_kernels(above=)`` does, once the kernels kept and priced and the floors of the rest add up to more.
 """
 from __future__ import annotations
 
