@@ -558,19 +558,16 @@ _PARTS_MAX = 16384  # above the kernels of a wide program's partition (an MoE la
 
 
 def _kernel_parts(program: Program, kern: Kernel, names: dict, symbols) -> tuple:
-    """(yields, iteration axes, reduction axes, input buffers, lets) of one kernel: a kernel depends only on
-    its own nodes (and what it reads: their node objects), the names of the tensors it reads and writes and the
-    program's symbols, so the partitions the merge search prices as emitted (one group joined, every other kernel
-    as in the base) synthesize each other kernel once, and so do the search's candidates, whose conversions keep
-    the nodes of the classes they did not change (egraph/totiny.py); its name only names it in a diagnostic, so a
-    kernel renumbered in another partition hits too. A kernel of a streamed sum (nodes with a stream tag: its groups
-    are the program's) is kept for its program only (kept with its entry: an id is never reused while the entry lives); an
-    entry met again in a program too small for the walk it took (``_KernelSynth.limit``) is synthesized again."""
+    """(yields, iteration axes, reduction axes, input buffers, lets) of one kernel. It depends only on its nodes' and
+    inputs' objects, the names of the tensors it uses and the program's symbols, so the merge search's groups (each
+    other kernel as in the base) and the search's candidates (egraph/totiny.py keeps the nodes of unchanged classes)
+    synthesize each kernel once; its name only names it in a diagnostic. A streamed sum's kernel (stream tags: its
+    groups are the program's) is kept per program; an entry met in a program too small for its walk
+    (``_limit``) is synthesized again."""
     used = tuple((i, names[i]) for i in sorted(kern.nodes | set(kern.inputs) | set(kern.outputs)) if i in names)
-    mine = sorted(kern.nodes | set(kern.inputs))
     tagged = any(parse_tag(program[i].tag) is not None for i in kern.nodes)
     key = (program if tagged else None, kern.nodes, kern.outputs, kern.inputs, used,
-           tuple(program[i] for i in mine), symbols)
+           tuple(program[i] for i in sorted(kern.nodes | set(kern.inputs))), symbols)
     hit = _PARTS.get(key)
     if hit is not None and hit[0] <= _limit(program):
         return hit[1]
