@@ -41,6 +41,7 @@ from ..ir.expr import Expr
 from ..ir.movement import NonAffine, local_map
 from ..ir.region import R, Buffer, Let, MemRef, Region, RNode, Yield
 from ..ir.shapes import Dim
+from ..ir.stream_tags import parse_tag
 from ..ir.tiny import GroupOp, Ops, Program, UOp
 from .partition import FREE_OPS, Kernel, Partition
 from .stream import BLOCK, Group, groups
@@ -177,6 +178,7 @@ class _KernelSynth:
     reduce_vars: dict = field(default_factory=dict)  # (node id, index) -> bound axis names, kept for the last pass
     counts: dict = field(default_factory=dict)  # (node id, index) -> demands seen in the previous pass
     canon: dict = field(default_factory=dict)  # canonical reduce axis names, kept across passes
+    work: int = 0  # the most demands one pass made (each pass may make at most ``limit``)
 
     @cached_property
     def streams(self) -> dict:
@@ -187,7 +189,7 @@ class _KernelSynth:
                 if g.nodes <= k.nodes and not (set(k.outputs) & (g.nodes - {g.out}))}
 
     def reset(self):
-        self.limit = 64 * len(self.program.nodes) + 1000
+        self.limit = _limit(self.program)
         self.budget = self.limit
         self.axes = {a: self.axes[a] for a in self.iter_names}
         self.seen: dict = {}  # (node id, index) -> demands in this pass
@@ -483,6 +485,7 @@ class _KernelSynth:
             value = self.let(f"v_{src}", value)
             yields.append((value.arg, nid, cast, ax))
             outs.append(nid)
+        self.work = max(self.work, self.limit - self.budget)
         return yields, outs
 
     def synthesize(self) -> tuple:
@@ -537,6 +540,12 @@ def _synthesize(program: Program, partition: Partition, only: "frozenset | None"
     return regions
 
 
+def _limit(program: Program) -> int:
+    """The demands one pass of a kernel's synthesis may make in ``program`` (past it: a kernel recomputing values at
+    too many index tuples, a diagnostic)."""
+    return 64 * len(program.nodes) + 1000
+
+
 @lru_cache(maxsize=64)
 def _interned(program: Program) -> Program:
     """The first program met equal to ``program`` (of the latest 64; hashed once per synthesis, not per kernel: the
@@ -544,20 +553,23 @@ def _interned(program: Program) -> Program:
     return program
 
 
-_PARTS: dict = {}  # (id(program), kernel less its name, the tensor names it uses) -> (program, parts), the latest _PARTS_MAX
+_PARTS: dict = {}  # (kernel less its name, its nodes' objects, the tensor names it uses, symbols) -> (work, parts), the latest _PARTS_MAX
 _PARTS_MAX = 16384  # above the kernels of a wide program's partition (an MoE layer of 64 experts: ~2,000)
 
 
 def _kernel_parts(program: Program, kern: Kernel, names: dict, symbols) -> tuple:
-    """(yields, iteration axes, reduction axes, input buffers, lets) of one kernel: a kernel depends only on
-    its own nodes and the names of the tensors it reads and writes, so the partitions the merge search
-    prices as emitted (one group joined, every other kernel as in the base) synthesize each other kernel
-    once; its name only names it in a diagnostic, so a kernel renumbered in another partition hits too. The
-    program is kept with its entry: an id is never reused while the entry lives."""
+    """(yields, iteration axes, reduction axes, input buffers, lets) of one kernel. It depends only on its nodes' and
+    inputs' objects, the names of the tensors it uses and the program's symbols, so the merge search's groups (each
+    other kernel as in the base) and the search's candidates (egraph/totiny.py keeps the nodes of unchanged classes)
+    synthesize each kernel once; its name only names it in a diagnostic. A streamed sum's kernel (stream tags: its
+    groups are the program's) is kept per program; an entry met in a program too small for its walk
+    (``_limit``) is synthesized again."""
     used = tuple((i, names[i]) for i in sorted(kern.nodes | set(kern.inputs) | set(kern.outputs)) if i in names)
-    key = (id(program), kern.nodes, kern.outputs, kern.inputs, used)
+    tagged = any(parse_tag(program[i].tag) is not None for i in kern.nodes)
+    key = (program if tagged else None, kern.nodes, kern.outputs, kern.inputs, used,
+           tuple(program[i] for i in sorted(kern.nodes | set(kern.inputs))), symbols)
     hit = _PARTS.get(key)
-    if hit is not None and hit[0] is program:
+    if hit is not None and hit[0] <= _limit(program):
         return hit[1]
     s = _KernelSynth(program, kern, names, symbols)
     yields, _ = s.synthesize()
@@ -566,7 +578,7 @@ def _kernel_parts(program: Program, kern: Kernel, names: dict, symbols) -> tuple
              tuple(Buffer(t, m) for t, m in s.inputs.items()), tuple(s.lets))
     if len(_PARTS) >= _PARTS_MAX:
         _PARTS.pop(next(iter(_PARTS)))
-    _PARTS[key] = (program, parts)
+    _PARTS[key] = (s.work, parts)
     return parts
 
 

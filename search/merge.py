@@ -31,6 +31,7 @@ from typing import Callable
 
 from .. import knobs
 from ..analyses.devices import device
+from ..analyses.price import price_floor
 from ..analyses.poly_from_view import program_view, region_from_polyview
 from ..egraph.partition import Kernel, Partition
 from ..egraph.totiny import converted
@@ -249,16 +250,20 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
 @dataclass
 class Space:
     """The merge search's space over one base extraction: its kernels as Items, the group price, lower
-    bound and legality check, and the site (Mat class) of each kernel's value (``site_of``: value id)."""
+    bounds and legality check, and the site (Mat class) of each kernel's value (``site_of``: value id)."""
     items: list
     price: Callable  # (root, members) -> µs
-    lower: Callable  # root -> µs
+    lower: Callable  # root -> µs, of any group rooted there
     why_illegal: Callable  # members -> list of legality violations (of the sites the group fuses)
     kernels: dict  # name -> egraph.partition.Kernel
     site_of: dict  # value id -> Mat class
+    floor: Callable = lambda root, members: 0.0  # (root, members) -> µs the group's price is never below
 
     def site(self, name: str):
         return self.site_of.get(self.kernels[name].outputs[0])
+
+
+MADE = 4096  # groups a space keeps built between their floor and their price (the polish's moves of one round)
 
 
 def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable) -> Space:
@@ -295,18 +300,38 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
 
     def nodes_of(members) -> frozenset:
         return frozenset().union(*(ks[m].nodes for m in members))
+    built: dict = {}  # (root, members) -> ``group``'s answer, for a group whose floor was asked and price not yet
 
-    def price(root: str, members: frozenset) -> float:
+    def group(root: str, members: frozenset) -> tuple:
+        """(the group's region as priced, or None for a copy of memory; the copy's price)."""
+        got = built.pop((root, members), None)
+        if got is not None:
+            return got
         ns = nodes_of(members)
         r = region_from_polyview(pv, ns, ks[root].outputs, params, "g")
         g = Kernel("g", ns, ks[root].outputs, tuple(dict.fromkeys(s for i in ns for s in prog[i].src if s not in ns)))
         if not r.statements:  # a copy of memory, launched like any kernel
-            return pricing.copy_cost(prog, g, params, arch).time_est_us
+            return None, pricing.copy_cost(prog, g, params, arch).time_est_us
         def whole() -> Partition:  # the partition with the group joined (made only where its kernel's kind is asked)
             return Partition(tuple(g if k.name == root else k for k in part.kernels
                                    if k.name == root or k.name not in members))
         (r,) = pricing.as_emitted(prog, whole, [r])  # priced as the kind the backend binds the group to
-        return pricing.price(pricing.canonical(r), arch).time_est_us
+        return pricing.canonical(r), 0.0
+
+    def price(root: str, members: frozenset) -> float:
+        r, copy = group(root, members)
+        return copy if r is None else pricing.price(r, arch).time_est_us
+
+    def floor(root: str, members: frozenset) -> float:
+        """A time ``price`` never returns below for the group (up to rounding; ``price_floor``'s bound,
+        tests/test_price_floor.py), at a fraction of its cost: the group built as priced, and kept until it is
+        (``MADE`` at most)."""
+        got = group(root, members)
+        if len(built) >= MADE:
+            built.pop(next(iter(built)))
+        built[root, members] = got
+        r, copy = got
+        return copy if r is None else price_floor(r, arch)
 
     def lower(root: str) -> float:
         return kernel_floor(prog, ks[root].outputs, params, dev) if ks[root].nodes & with_blocks else 0.0
@@ -314,7 +339,7 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
     def why_illegal(members) -> list:  # the sites a group fuses: its members read only inside it
         return illegal(frozenset(site_of[ks[m].outputs[0]] for m in members
                                  if readers[m] and readers[m] <= members and ks[m].outputs[0] in site_of))
-    return Space(items, price, lower, why_illegal, ks, site_of)
+    return Space(items, price, lower, why_illegal, ks, site_of, floor)
 
 
 def kernel_floor(prog, outputs: tuple, params: dict, dev) -> float:
@@ -361,7 +386,8 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
                        (lambda k: sp.site(k) in hint) if hint is not None else (lambda k: True))
     if res.stop != "exhausted":
         res = _polish(sp.items, res, price, sp.lower, legal, deadline=deadline, total=limits.total,
-                      unfused_below=unfused_below)
+                      unfused_below=unfused_below, floor=lambda root, members: prices.get((root, members)) or
+                      sp.floor(root, members))
     fused = frozenset(sp.site(m) for m in res.absorbed)
     rho = {m: r for r, ms in res.groups.items() for m in ms}
 
@@ -388,7 +414,7 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
 
 def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, legal: Callable,
             rounds: int = 8, deadline: float = math.inf, total: float = math.inf,
-            unfused_below: Callable = lambda price: False) -> MergeResult:
+            unfused_below: Callable = lambda price: False, floor: "Callable | None" = None) -> MergeResult:
     """After a search a limit stopped: while joining one group into the group all its root's readers
     share lowers the total, take the join that lowers it most, with every other join that lowers it and
     touches none of the groups taken, and search again from there (its first path is the joined partition;
@@ -400,7 +426,12 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
     seconds) it takes the best join found so far and stops, and its stop reason says so. When ``res`` is priced
     above one kernel per op's price (``unfused_below(res.total)``, asked only when ``res`` is above its lower bound, the
     kernels' ``lower``), it starts from every kernel its own group instead, where that prices lower (the search's first
-    path, the hint's, was a bad one: LLaMA-7B L1's default partition)."""
+    path, the hint's, was a bad one: LLaMA-7B L1's default partition).
+
+    ``floor(root, members)``: a price the group is never priced below (``Space.floor``). With it, the only join into
+    a group is priced only when the moves are taken, best first, and its gain bound (its two groups' prices less the
+    joined group's floor) is the best left: one that touches a group a better move took is never priced (a chain's
+    every other join, each round). The moves taken are the ones pricing every join gives (see ``_taken``)."""
     if res.total > sum(map(lower, (it.name for it in items))) and unfused_below(res.total):
         alone = merge_search(items, price, lower, legal, SearchLimits(prices=0), lambda k: False)
         if alone.total < res.total:  # every kernel its own group (a first path: complete whatever the limit)
@@ -420,7 +451,7 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
         by_target: dict = {}  # group joined into -> the groups whose join into it is legal
         for name, g in legal_joins:
             by_target.setdefault(g, []).append(name)
-        gains = []  # (gain, the groups joined, the group they join)
+        gains = []  # (gain, exact: False where an upper bound of it, the groups joined, the group they join)
         whole = set()  # groups whose every join is taken at once, unpriced one by one
 
         def gain_of(g, names) -> float:
@@ -437,35 +468,33 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
                 break
             gain = gain_of(g, names)
             if gain > 1e-9 and all(price(n, res.groups[n]) + price(g, res.groups[g]) - lower(g) <= gain for n in names):
-                gains.append((gain, tuple(names), g))
+                gains.append((gain, True, tuple(names), g))
                 whole.add(g)
         into: dict = {}  # group joined into -> the groups whose join into it lowers the total
         for name, g in legal_joins if not late else ():
             if g in whole:
+                continue
+            if floor is not None and len(by_target[g]) == 1:  # priced when taken, if ever (a bound now)
+                bound = price(name, res.groups[name]) + price(g, res.groups[g]) - \
+                    floor(g, res.groups[g] | res.groups[name]) * (1 - 1e-9) + 1e-9
+                if bound > 1e-9:
+                    gains.append((bound, False, (name,), g))
                 continue
             if time.process_time() > deadline:
                 late = True
                 break
             gain = gain_of(g, [name])
             if gain > 1e-9:
-                gains.append((gain, (name,), g))
+                gains.append((gain, True, (name,), g))
                 into.setdefault(g, []).append(name)
         for g, names in into.items():  # every improving join into one group at once
             if len(names) > 1 and not late and legal(res.groups[g].union(*(res.groups[n] for n in names))):
                 gain = gain_of(g, names)
                 if gain > 1e-9:
-                    gains.append((gain, tuple(names), g))
-        if not gains:
+                    gains.append((gain, True, tuple(names), g))
+        batch, late = _taken(gains, gain_of, deadline, late)
+        if not batch:
             break
-        # the best move, and with it every other that lowers the total and touches none of the groups already
-        # taken (their prices add up: each move changes its own groups only): the identical blocks of a wide
-        # graph are joined together, not one a round; if the batch does not lower the total, the best move alone
-        gains.sort(key=lambda t: -t[0])  # stable: of equal gains, the first item
-        taken, batch = set(), []
-        for _, names, g in gains:
-            if not taken & {g, *names}:
-                taken |= {g, *names}
-                batch.append(names)
         nxt = None
         for joins in ([batch, batch[:1]] if len(batch) > 1 else [batch]):
             prefer = res.absorbed.union(*joins)
@@ -480,3 +509,33 @@ def _polish(items: list, res: MergeResult, price: Callable, lower: Callable, leg
     elif done:
         stop = f"{stop}, then {done} join(s)"
     return dataclasses.replace(res, stop=stop, priced=priced)
+
+
+def _taken(gains: list, gain_of: Callable, deadline: float, late: bool) -> tuple:
+    """(the moves a polish round takes, late): the best move, and with it every other that lowers the total and
+    touches none of the groups already taken (their prices add up: each move changes its own groups only), so the
+    identical blocks of a wide graph are joined together, not one a round; of equal gains, the one listed first.
+    ``gains``: (gain, exact, the groups joined, the group they join), a move not exact listed with an upper bound
+    of its gain. The moves are met best first from a heap: a bound met first is priced (``gain_of``) and put back
+    with its gain where that lowers the total, unless its move touches a group taken, so it is never priced (it
+    would come after the moves taken, every one of which it touches). Every move comes after all those before
+    it in the order of exact gains, so the moves taken are the ones sorting every priced gain takes. Past
+    ``deadline`` no bound is priced any more (late)."""
+    heap = [(-v, k, exact, names, g) for k, (v, exact, names, g) in enumerate(gains)]
+    heapq.heapify(heap)
+    taken, batch = set(), []
+    while heap:
+        _, k, exact, names, g = heapq.heappop(heap)
+        if taken & {g, *names}:
+            continue
+        if not exact:
+            if late or time.process_time() > deadline:
+                late = True
+                continue
+            gain = gain_of(g, names)
+            if gain > 1e-9:
+                heapq.heappush(heap, (-gain, k, True, names, g))
+            continue
+        taken |= {g, *names}
+        batch.append(names)
+    return batch, late

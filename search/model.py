@@ -23,7 +23,8 @@ With at most EXACT_SITES sites a descent then polishes: each round prices fusing
 improving ones while they still improve, until none improves; it may cut a merge search fusion again
 (the merge search prices each group alone, a whole partition prices its kernels together). A larger program instead tries streaming every softmax-weighted sum at once,
 then at most FUSE_ROUNDS rounds of the descent's fuse moves alone, each taken as soon as it lowers the total
-(first improvement: one price per move a round), over the sites whose value computes no
+(first improvement: one price per move a round; a move's partition priced only until its kernels add up to more
+than the incumbent's, search/reprice.py), over the sites whose value computes no
 reduction (a value read by several kernels, outside the merge search's space, recomputed in each where that
 prices lower) and, in a round where those gain nothing, over the sites whose value computes one (a row
 reduction into its normalization, the scores into the attention). Before the descent, every materialization
@@ -159,9 +160,12 @@ class ModelCost(SearchingCost):
                 extracted[fused] = cand
             return extracted[fused]
 
-        def evaluate(fused: frozenset, price_illegal: bool = False) -> Candidate:
+        def evaluate(fused: frozenset, price_illegal: bool = False, above: float = math.inf,
+                     priced: "list | None" = None) -> Candidate:
             """The candidate checked and priced (an illegal one is priced, and converted to Tiny IR, only when
-            asked: --explain)."""
+            asked: --explain). ``above``: a price the caller needs it below; where its kernels add up to more (some
+            priced, the rest at their floors), pricing stops and the candidate is left unpriced, its total inf (it is
+            priced whole when asked again without). ``priced``: its kernels already priced (``price_kernels``), kept by the repricer."""
             if fused not in memo and fused not in extracted and not price_illegal and terms(fused) is not None:
                 bad = violations(view, fused, terms(fused))  # the rules' conflicts (rules/fusion.egg)
                 if bad:  # judged on its terms alone: no Tiny IR is built for a partition the search never takes
@@ -172,7 +176,13 @@ class ModelCost(SearchingCost):
                 cand.illegal = violations(view, fused, cand.extraction.chosen)
             memo[fused] = cand
             if cand.extraction is not None and not cand.priced and (price_illegal or not cand.illegal):
-                cand.priced = reprice(cand.extraction.program, cand.extraction.partition)
+                if above <= cand.above:  # known to be priced above it
+                    return cand
+                priced = reprice(cand.extraction.program, cand.extraction.partition, above, priced)
+                if priced is None:
+                    cand.above = above
+                    return cand
+                cand.priced = priced
                 t = total_us(cand.priced)
                 cand.extraction = dataclasses.replace(cand.extraction, cost=t)
                 cand.total = math.inf if cand.illegal else t
@@ -200,10 +210,12 @@ class ModelCost(SearchingCost):
         def unfused_below(price: float) -> bool:
             """Whether one kernel per op prices below ``price``: its kernels priced only until they add up to more
             (prices are never negative), the whole partition evaluated where they do not."""
-            if frozenset() not in memo and price_kernels(base.extraction.program, base.extraction.partition, params,
-                                                          self.arch, above=price) is None:
-                return False
-            return evaluate(frozenset()).total < price
+            got = None
+            if frozenset() not in memo:
+                got = price_kernels(base.extraction.program, base.extraction.partition, params, self.arch, above=price)
+                if got is None:
+                    return False
+            return evaluate(frozenset(), priced=got).total < price  # (priced whole by then: not again)
         known = min(seed.total, evaluate(given).total if given is not None else math.inf)
         if seed.total <= floor or not unfused_below(known):
             cur = seed
@@ -299,7 +311,8 @@ class ModelCost(SearchingCost):
                         break
                     if violates(view, apply(cur.fused, mv), cur.extraction.chosen, (mv[1],)):
                         continue  # illegal on the incumbent's own terms: not extracted (see above)
-                    cand = evaluate(apply(cur.fused, mv))
+                    # (greedy: only a total below the incumbent's is taken, so pricing stops once it cannot be)
+                    cand = evaluate(apply(cur.fused, mv), above=cur.total if greedy else math.inf)
                     if greedy and cand.total < cur.total:
                         cur = cand
                     out.append((cand, mv))

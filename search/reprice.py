@@ -15,10 +15,14 @@ a node of a streamed softmax-weighted sum (``mark_streams`` marks it by the prog
 program with a 16-bit value (``as_emitted`` asks which kind binds a contraction from the kernel and the writers and
 readers of its buffers). The prices are the same either way: the kept ``Priced`` is given the kernel's object and
 name again.
+
+A caller that needs a candidate only below a price (the descent's first improvement) passes it: pricing stops, as
+``price_kernels(above=)`` does, once the kernels kept and priced and the floors of the rest add up to more.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ..analyses.poly_from_view import kernel_program, program_context
 from ..backend.common.spec import IN_DTYPES
@@ -38,19 +42,28 @@ class Repricer:
         self.kept: dict = {}  # kernel key -> {kernel name: its (region, cost) so named}
         self.keys: dict = {}  # (nodes, outputs, inputs) -> (what its key read of the program, the key)
 
-    def __call__(self, prog, part) -> list:
-        """``price_kernels(prog, part, params, arch)``, the kernels met before not priced again."""
+    def __call__(self, prog, part, above: float = math.inf, priced: "list | None" = None) -> "list | None":
+        """``price_kernels(prog, part, params, arch)``, the kernels met before not priced again; None (as
+        ``price_kernels``) once the kernels' prices, and the floors of those not priced yet, add up to more than
+        ``above`` by more than a rounding (so their total, summed in any order, is above it too). ``priced``: what
+        ``price_kernels`` gave for it, kept as met and returned."""
+        above = above * (1 + 1e-9) + 1e-9 if above < math.inf else above
         if any(n.dtype in IN_DTYPES for n in prog.nodes):
-            return price_kernels(prog, part, self.params, self.arch)
-        ctx = program_context(prog, None)
-        keys = [self._key(ctx, prog, k) for k in part.kernels]
-        new = [k for k, key in zip(part.kernels, keys, strict=True) if key is None or key not in self.kept]
-        # the new kernels on the whole program's Poly-View (each from its own sub-program is slower where many are new)
-        fresh = {p.kernel.name: p for p in price_kernels(prog, Partition(tuple(new)), self.params, self.arch)} \
-            if new else {}
+            return priced if priced is not None else price_kernels(prog, part, self.params, self.arch, above=above)
         if len(self.kept) > KEPT:
             self.kept.clear()
             self.keys.clear()
+        ctx = program_context(prog, None)
+        keys = [self._key(ctx, prog, k) for k in part.kernels]
+        new = [k for k, key in zip(part.kernels, keys, strict=True) if key is None or key not in self.kept]
+        known = sum(c.time_est_us for key in keys if key is not None and key in self.kept
+                    for _, c in [next(iter(self.kept[key].values()))] if c is not None)
+        # the new kernels on the whole program's Poly-View (each from its own sub-program is slower where many are new)
+        got = priced if priced is not None else \
+            price_kernels(prog, Partition(tuple(new)), self.params, self.arch, above=above - known) if new else []
+        if got is None:
+            return None
+        fresh = {p.kernel.name: p for p in got}
         out = []
         for k, key in zip(part.kernels, keys, strict=True):
             p = fresh.get(k.name)

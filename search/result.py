@@ -19,7 +19,8 @@ class Candidate:
     extraction: "Extraction | None"
     priced: list = field(default_factory=list)
     illegal: list = field(default_factory=list)
-    total: float = math.inf  # modelled µs (inf: infeasible or illegal)
+    total: float = math.inf  # modelled µs (inf: infeasible or illegal, or not priced: see ``above``)
+    above: float = -math.inf  # a price its total is known to be above (its pricing stopped there; still unpriced)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 each is checked against it here, on the cases where a careless key would merge two different answers."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -222,3 +223,75 @@ def test_a_repriced_candidate_prices_what_price_kernels_prices_and_each_kernel_o
         assert first < held and sum(asked) == 0, (first, held, asked)
     else:
         assert first == sum(asked) == held
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_a_repricer_asked_below_a_price_stops_only_above_it(dtype):
+    """``Repricer(prog, part, above)``: None only where the candidate's total is above ``above`` (the kernels it
+    kept, those it priced and the floors of the rest add up to more); otherwise every kernel priced, as without it.
+    A candidate it stopped on is priced whole when asked again without a bound."""
+    from polysat.egraph.totiny import to_tiny
+    from polysat.pricing.kernels import price_kernels, total_us
+    from polysat.pricing.symbols import bind_params
+    from polysat.search.reprice import Repricer
+    st, view, roots, s, streams = _saturated_mlp(dtype=dtype)
+    params = bind_params(st.program, {})
+    made = [to_tiny(st, view, chosen, roots, mat) for _, chosen, mat in _candidates(st, view, roots, s, streams)]
+    totals = [total_us(price_kernels(prog, part, params, "sm90")) for prog, part in made]
+    rp = Repricer(params, "sm90")
+    stopped = 0
+    for (prog, part), t in zip(made, totals, strict=True):
+        for above in (t * 0.5, t * 0.999, t, t * 1.5):
+            got = rp(prog, part, above)
+            if got is None:
+                assert t > above, (t, above)
+                stopped += 1
+            else:
+                assert total_us(got) == pytest.approx(t, rel=1e-12)
+        assert total_us(rp(prog, part)) == pytest.approx(t, rel=1e-12)
+    assert stopped  # the bound stopped some pricing
+
+
+def test_a_repricer_given_a_partitions_prices_keeps_them(monkeypatch):
+    """``Repricer(prog, part, priced=price_kernels(...))`` returns those prices and keeps them: the partition asked
+    again prices no kernel (the search's one-kernel-per-op partition, priced whole to compare it with a price)."""
+    from polysat.egraph.totiny import to_tiny
+    from polysat.pricing.kernels import price_kernels
+    from polysat.pricing.symbols import bind_params
+    from polysat.search import reprice as reprice_mod
+    st, view, roots, s, streams = _saturated_mlp(dtype="fp32")
+    params = bind_params(st.program, {})
+    (_, chosen, mat), *_ = _candidates(st, view, roots, s, streams)
+    prog, part = to_tiny(st, view, chosen, roots, mat)
+    want = price_kernels(prog, part, params, "sm90")
+    rp = reprice_mod.Repricer(params, "sm90")
+    assert rp(prog, part, priced=want) == want
+    asked = []
+    monkeypatch.setattr(reprice_mod, "price_kernels", lambda *a, **k: asked.append(a) or price_kernels(*a, **k))
+    got = rp(prog, part)
+    assert not asked and [(p.kernel, p.region, p.cost) for p in got] == [(p.kernel, p.region, p.cost) for p in want]
+
+
+def test_a_kernel_synthesized_in_one_program_is_kept_for_another_holding_its_nodes(monkeypatch):
+    """``egraph/region_synth.py``'s kernel cache is keyed by the kernel's node objects, tensor names and symbols, not
+    its program: the same program rebuilt with one more node (another object, another id, as a search's next
+    candidate) synthesizes none of its kernels again and gives the same regions; a program too small for the walk a
+    kernel took (``_limit``) synthesizes it again, and fails as a fresh synthesis does."""
+    from polysat.bench.models import mlp_stack
+    from polysat.egraph import region_synth as rs
+    from polysat.frontend import load_model
+    from polysat.ir.diagnostics import PolysatError
+    from polysat.ir.tiny import Program
+    prog = load_model(mlp_stack(2, 32, dtype="fp32"))
+    part = rs.default_partition(prog)
+    want = rs.synthesize(prog, part)
+    spare = dataclasses.replace(next(n for n in prog.nodes if n.op == Ops.CONST), id="spare_const")
+    again = Program(prog.nodes + (spare,), prog.outputs)
+    made = []
+    real = rs._KernelSynth.synthesize
+    monkeypatch.setattr(rs._KernelSynth, "synthesize", lambda self: made.append(self.kernel.name) or real(self))
+    assert rs.synthesize(again, part) == want and not made
+    monkeypatch.setattr(rs, "_limit", lambda program: 1 if program is again else 64 * len(program.nodes) + 1000)
+    with pytest.raises(PolysatError, match="recomputes values"):
+        rs.synthesize(again, part)
+    assert made  # synthesized again, not taken from the cache

@@ -313,3 +313,52 @@ def test_the_polish_joins_every_improving_join_into_one_group_in_one_round():
     assert res.total == pytest.approx(6.5) and list(res.groups) == ["cat"], res.groups
     assert res.stop.endswith("then 10 join(s)"), res.stop
     assert len(set(priced)) == 10 + 1 + 1  # each kernel alone, the concatenation alone, all joined
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_polish_with_floors_takes_the_joins_it_takes_pricing_every_one(seed):
+    """Given a floor of each group's price, the polish prices the only join into a group when it is taken, best
+    bound first, and never a join that touches a group a better move took: the same partition, total and stop as
+    pricing every join, with no more joins priced (fewer on chains, whose every other join loses each round)."""
+    from polysat.search.merge import _polish
+    rng = random.Random(500 + seed)
+    items = random_graph(rng, rng.randint(5, 12))
+    price, lower, legal = pricing(rng, items)
+    slack = {it.name: rng.choice((0.0, 0.0, 0.3, 1.0)) for it in items}
+
+    def floor(root, members):  # exact on some groups, a lower bound on all
+        return max(0.0, price(root, members) - slack[root])
+    first = merge_search(items, price, lower, legal, SearchLimits(prices=0), prefer=lambda k: False)
+    counts = []
+    for fl in (None, floor):
+        asked: set = set()
+
+        def counted(root, members):
+            asked.add((root, members))
+            return price(root, members)
+        counts.append((_polish(items, first, counted, lower, legal, floor=fl), len(asked)))
+    (eager, n_eager), (lazy, n_lazy) = counts
+    assert (lazy.groups, lazy.total, lazy.stop, lazy.priced) == (eager.groups, eager.total, eager.stop, eager.priced)
+    assert n_lazy <= n_eager
+
+
+def test_the_polish_with_floors_never_prices_a_join_a_better_one_excludes():
+    """A chain a -> b -> c -> d whose joins gain 3, 2 and 3 µs, with exact floors: the first round takes a into b
+    and c into d, and never prices b into c (its bound, 2, is below both joins that touch its groups)."""
+    from polysat.search.merge import _polish
+    names = "abcd"
+    items = [Item(n, n != "d", tuple(names[i - 1:i]), tuple(names[i + 1:i + 2])) for i, n in enumerate(names)]
+    prices = {frozenset("ab"): 7.0, frozenset("bc"): 8.0, frozenset("cd"): 7.0, frozenset("abcd"): 12.0}
+    asked = []
+
+    def price(root, members):
+        asked.append(members)
+        return prices.get(members, 5.0 * len(members))
+    first = merge_search(items, price, lambda r: 1.0, lambda m: True, SearchLimits(prices=0), prefer=lambda k: False)
+    res = _polish(items, first, price, lambda r: 1.0, lambda m: True, rounds=1, floor=price)
+    assert res.groups == {"b": frozenset("ab"), "d": frozenset("cd")} and res.total == pytest.approx(14.0)
+    assert frozenset("bc") in asked  # (its floor was asked: the floor here is the price)
+    asked.clear()
+    res = _polish(items, first, price, lambda r: 1.0, lambda m: True, rounds=1,
+                  floor=lambda r, m: prices.get(m, 5.0 * len(m)))
+    assert res.groups == {"b": frozenset("ab"), "d": frozenset("cd")} and frozenset("bc") not in asked

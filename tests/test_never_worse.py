@@ -129,9 +129,9 @@ def test_one_kernel_per_op_is_priced_only_where_the_default_partition_is_not_bel
         sizes.append(len(part.kernels))
         return real(prog, part, *args, **kw)
 
-    def counting_whole(self, prog, part):  # a candidate priced (search/reprice.py)
+    def counting_whole(self, prog, part, *bound):  # a candidate priced (search/reprice.py)
         sizes.append(len(part.kernels))
-        return whole(self, prog, part)
+        return whole(self, prog, part, *bound)
     monkeypatch.setattr(search_model, "price_kernels", counting)
     monkeypatch.setattr(Repricer, "__call__", counting_whole)
     s = Compilation(import_onnx(build("soft_moe", 4)), cost="model").search
