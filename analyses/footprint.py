@@ -18,27 +18,19 @@ from typing import Mapping
 import islpy as isl
 
 from ..ir.diagnostics import fail
-from .isl_util import parse_map, tuple_template, val_int
+from .isl_util import held, held_renamed, parse_map, tuple_template, val_int
 from .settext import box_card, box_of_text, separable_count
 from .poly_region import BoundRegion, BoundStatement
 
 
 _MEMO: dict = {}  # (what, isl text but its tuple names) -> value; isl's own set hash collides often, its text does not
-_BY_ID: dict = {}  # id(set) -> (set, {what: value}, its text): the same object asked again skips printing it
-
-
-def _held(s) -> tuple:
-    """s's entry of _BY_ID: (s, its memo, its text)."""
-    hit = _BY_ID.get(id(s))
-    if hit is None or hit[0] is not s:
-        if len(_BY_ID) > 50000:
-            _BY_ID.clear()
-        hit = _BY_ID[id(s)] = (s, {}, str(s))  # holding s keeps its id from being reused
-    return hit
+def _named(s: isl.Set, name: str) -> isl.Set:
+    """s with its tuple named ``name``, held with s's text so renamed and s's memo (isl_util.held_renamed)."""
+    return s if s.get_tuple_name() == name else held_renamed(s, s.set_tuple_name(name), {s.get_tuple_name(): name})
 
 
 def _memo(kind: str, s: isl.Set, fn):
-    hit = _held(s)
+    hit = held(s)
     v = hit[1].get(kind)
     if v is not None:
         return v
@@ -185,7 +177,7 @@ def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
     ext = extents(stmt.domain)  # a range covering a dim's whole extent bounds nothing
     bounds = tuple((k, lo, hi) for k, lo, hi in ((stmt.dims.index(d), lo, hi) for d, (lo, hi) in ranges.items()
                                                    if d in stmt.dims) if lo > ext[k][0] or hi <= ext[k][1])
-    text = _held(stmt.domain)[2]
+    text = held(stmt.domain)[2]
     out = _BOXES.get((text, bounds))
     if out is None:
         if len(_BOXES) > 50000:
@@ -298,7 +290,7 @@ def image(s: isl.Set, m: isl.Map) -> isl.Set:
     and accesses (a conv with one epilogue or another), so most images recur under other regions' objects; and
     by those texts with the tuple names left out (a statement is S2 in one candidate region, S1 in the next), the
     image then named as this map names its range: the same sets under other names have the same image."""
-    key = (_held(s)[2], _held(m)[2])
+    key = (held(s)[2], held(m)[2])
     got = _IMAGES.get(key)
     if got is None:
         if len(_IMAGES) > 50000:
@@ -323,7 +315,7 @@ def _image_unnamed(s: isl.Set, m: isl.Map, s_text: str, m_text: str) -> isl.Set:
     if got is None:
         got = _UNNAMED[key] = s.apply(m)
         return got
-    return got if got.get_tuple_name() == dst else got.set_tuple_name(dst)
+    return _named(got, dst)
 
 
 @lru_cache(maxsize=8192)
@@ -351,6 +343,8 @@ def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.S
     images = tuple(image(inst[name], m) for name, m in b.accesses(tensor) if name in inst)
     if not images:
         return isl.Set.empty(b.tensor_sets[tensor].get_space())
+    if len(images) == 1:  # the image itself (kept by text, its counts with it)
+        return images[0]
     key = tuple(map(id, images))
     hit = _UNIONS.get(key)
     if hit is not None and all(x is y for x, y in zip(hit[0], images)):
@@ -366,10 +360,14 @@ def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.S
 
 
 def tile_footprint(b: BoundRegion, tile: Tile, tensor: str) -> isl.Set:
-    """footprint() of one tile's slices, cached on the tile."""
+    """footprint() of one tile's slices, cached on the tile; of a tensor its writer covers (:func:`covering`), the
+    writer's image alone: the slices are closed under the pre-images (every instance that writes an element a
+    slice reads is in its writer's slice), except a streamed region's, whose running reductions are cut to a block."""
     fp = tile.footprints.get(tensor)
     if fp is None:
-        fp = tile.footprints[tensor] = footprint(b, tile.slices, tensor)
+        w = None if b.region.stream else covering(b.region, tensor)
+        fp = tile.footprints[tensor] = image(tile.slices[w.name], w.write) if w is not None and w.name in tile.slices \
+            else footprint(b, tile.slices, tensor)
     return fp
 
 
@@ -381,7 +379,25 @@ def full_footprint(b: BoundRegion, tensor: str) -> isl.Set:
 @lru_cache(maxsize=8192)
 def _full_footprint(region, tensor: str) -> isl.Set:
     b = region.bind()
-    return footprint(b, b.domains, tensor)
+    w = covering(region, tensor)
+    return image(w.domain, w.write) if w is not None else footprint(b, b.domains, tensor)
+
+
+@lru_cache(maxsize=8192)
+def covering(region, tensor: str) -> "BoundStatement | None":
+    """The statement writing ``tensor`` when it writes every element any statement reads of it and every reader
+    comes after it: then the instances a closed set of slices holds (each reader's pre-images included) touch
+    just what its writer's slice writes, so that image is the tensor's footprint; None otherwise (an input, or a
+    read of what the region never writes)."""
+    b = region.bind()
+    w = b.writer(tensor)
+    if w is None:
+        return None
+    written = w.write.range()
+    for r in b.readers(tensor):
+        if r.index <= w.index or any(t == tensor and not m.range().is_subset(written) for t, m in r.reads):
+            return None
+    return w
 
 
 def reached(b: BoundRegion, ranges: Mapping[str, tuple], tensor: str) -> isl.Set:

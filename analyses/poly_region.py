@@ -29,7 +29,7 @@ from ..ir.diagnostics import PolysatError, fail
 from ..ir.dtypes import DType
 from ..ir.expr import Expr
 from ..ir.shapes import Dim, dim as to_dim
-from .isl_util import parse_renamed, rename_tuples, tuple_template, val_int
+from .isl_util import held_renamed, parse_renamed, rename_tuples, tuple_template, val_int
 
 ROLES = ("input", "output", "internal")
 UNITS = ("tensor", "fp32", "sfu")  # tensor cores (MMA), FP32 SIMT pipes, special-function unit
@@ -368,10 +368,11 @@ def _bind_statement(region_name: str, st: Statement, env_key: tuple, used: tuple
     except PolysatError:
         return _bind_named(region_name, st, env_key, used)
 
-    def named(m, tensor: str):
-        return m.set_tuple_name(isl.dim_type.in_, st.name).set_tuple_name(isl.dim_type.out, tensor)
-    return (dom.set_tuple_name(st.name), dims, order, tuple((tensors[t], named(m, tensors[t])) for t, m in reads),
-            named(write, st.write.tensor), rdims)
+    def named(m, tensor: str):  # held with the generic map's text renamed: never printed (isl_util.held_renamed)
+        out = m.set_tuple_name(isl.dim_type.in_, st.name).set_tuple_name(isl.dim_type.out, tensor)
+        return held_renamed(m, out, {_STMT: st.name, m.get_tuple_name(isl.dim_type.out): tensor})
+    return (held_renamed(dom, dom.set_tuple_name(st.name), {_STMT: st.name}), dims, order,
+            tuple((tensors[t], named(m, tensors[t])) for t, m in reads), named(write, st.write.tensor), rdims)
 
 
 def renamed(region: PolyRegion, ren: Mapping[str, str], name: str) -> PolyRegion:

@@ -226,15 +226,25 @@ def recompute_factors(b: BoundRegion, t: Tile) -> dict:
         return dict(t.factors)
     drv_tile = t.slices[b.driver.name]
     out = {}
-    for s in b.statements:
-        if s.name not in t.slices:
+    for name, reach, whole in _shares(b.region):
+        if name not in t.slices:
             continue
-        reach = driver_reach(b.region, s.name)
         mine = drv_tile if reach is None else drv_tile.intersect(reach)
-        out[s.name] = (card(t.slices[s.name]) / max(1, card(mine))) / \
-            (card(s.domain) / max(1, card(b.driver.domain if reach is None else reach)))
+        out[name] = (card(t.slices[name]) / max(1, card(mine))) / whole
     t.factors.update(out)
     return out
+
+
+@lru_cache(maxsize=4096)
+def _shares(region: PolyRegion) -> tuple:
+    """(statement, its driver_reach, its instances per driver instance it reaches) per statement: what
+    recompute_factors divides by, the same for every tile."""
+    b = region.bind()
+    out = []
+    for s in b.statements:
+        reach = driver_reach(region, s.name)
+        out.append((s.name, reach, card(s.domain) / max(1, card(b.driver.domain if reach is None else reach))))
+    return tuple(out)
 
 
 def driver_reach(region: PolyRegion, name: str):
