@@ -18,7 +18,7 @@ from typing import Mapping
 import islpy as isl
 
 from ..ir.diagnostics import fail
-from .isl_util import held, held_renamed, parse_map, tuple_template, val_int
+from .isl_util import held, held_parts, held_renamed, parse_map, val_int
 from .settext import box_card, box_of_text, separable_count
 from .poly_region import BoundRegion, BoundStatement
 
@@ -35,7 +35,7 @@ def _memo(kind: str, s: isl.Set, fn):
     if v is not None:
         return v
     text = hit[2]
-    key = (kind, tuple_template(text)[0::2])  # a count or a bound does not read the set's name
+    key = (kind, held_parts(s)[0::2])  # a count or a bound does not read the set's name
     v = _MEMO.get(key)
     if v is None:
         if len(_MEMO) > 50000:
@@ -182,7 +182,7 @@ def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
     if out is None:
         if len(_BOXES) > 50000:
             _BOXES.clear()
-        unnamed = (tuple_template(text)[0::2], bounds)  # the domain's text but its name (see image)
+        unnamed = (held_parts(stmt.domain)[0::2], bounds)  # the domain's text but its name (see image)
         out = _BOXES.get(unnamed)
         if out is None:
             out = stmt.domain
@@ -190,7 +190,7 @@ def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
                 out = clamp(out, k, lo, hi)
             _BOXES[unnamed] = out
         name = stmt.domain.get_tuple_name()
-        out = _BOXES[text, bounds] = out if out.get_tuple_name() == name else out.set_tuple_name(name)
+        out = _BOXES[text, bounds] = _named(out, name)
     return out
 
 
@@ -303,7 +303,7 @@ def image(s: isl.Set, m: isl.Map) -> isl.Set:
 def _image_unnamed(s: isl.Set, m: isl.Map, s_text: str, m_text: str) -> isl.Set:
     """s.apply(m) kept by the texts around the tuple names (the set's one name, the map's domain and range
     pairs, a union repeating them), the image renamed to the map's range; computed when the names do not pair."""
-    ps, pm = tuple_template(s_text), tuple_template(m_text)
+    ps, pm = held_parts(s), held_parts(m)
     sn, mn = ps[1::2], pm[1::2]
     if not sn or len(set(sn)) != 1 or not mn or len(mn) % 2:
         return s.apply(m)
@@ -330,8 +330,42 @@ def pre_images(region, name: str) -> tuple:
         p = b.writer(tensor)
         if p is None or p.index >= s.index:
             continue
-        out.append((p, read.apply_range(p.write.reverse()).intersect_range(p.domain)))
+        out.append((p, _dep(read, p)))
     return tuple(out)
+
+
+_DEPS: dict = {}  # the texts of a read, its writer's write and domain, but their tuple names -> [dependence, names, domain]
+
+
+def _dep(read: isl.Map, p: BoundStatement) -> isl.Map:
+    """read ∘ p.write⁻¹ restricted to p's domain, kept by the texts of the three without their tuple names and
+    renamed (held with its text renamed): the regions of a search compose the same statements under other names."""
+    names = (read.get_tuple_name(isl.dim_type.in_), p.name)
+    dep, was, _ = _dep_entry(tuple(held_parts(x)[0::2] for x in (read, p.write, p.domain)), read, p)
+    if was == names:
+        return dep
+    out = dep.set_tuple_name(isl.dim_type.in_, names[0]).set_tuple_name(isl.dim_type.out, names[1])
+    return held_renamed(dep, out, dict(zip(was, names, strict=True)))
+
+
+def _dep_entry(key: tuple, read: isl.Map, p: BoundStatement) -> list:
+    """_DEPS's [dependence, (reader, writer) names it was made under, its domain or None] of these texts."""
+    got = _DEPS.get(key)
+    if got is None:
+        if len(_DEPS) > 50000:
+            _DEPS.clear()
+        names = (read.get_tuple_name(isl.dim_type.in_), p.name)
+        got = _DEPS[key] = [read.apply_range(p.write.reverse()).intersect_range(p.domain), names, None]
+    return got
+
+
+def readers_of(read: isl.Map, p: BoundStatement) -> isl.Set:
+    """The instances of a statement that read, through ``read``, an element p writes (over its whole domain): the
+    domain of their dependence (:func:`pre_images`), kept with it by text and named as the reader."""
+    got = _dep_entry(tuple(held_parts(x)[0::2] for x in (read, p.write, p.domain)), read, p)
+    if got[2] is None:
+        got[2] = got[0].domain()
+    return _named(got[2], read.get_tuple_name(isl.dim_type.in_))
 
 
 _UNIONS: dict = {}  # ids of the images -> (the images, their union): the images are kept (and shared) by text
@@ -393,11 +427,26 @@ def covering(region, tensor: str) -> "BoundStatement | None":
     w = b.writer(tensor)
     if w is None:
         return None
-    written = w.write.range()
     for r in b.readers(tensor):
-        if r.index <= w.index or any(t == tensor and not m.range().is_subset(written) for t, m in r.reads):
+        if r.index <= w.index or any(t == tensor and not _covers(w, r, m) for t, m in r.reads):
             return None
     return w
+
+
+_COVERS: dict = {}  # the texts of a writer's domain and write, a reader's domain and read, but their names -> bool
+
+
+def _covers(w: BoundStatement, r: BoundStatement, read: isl.Map) -> bool:
+    """Whether w writes every element r reads through ``read``, kept by the texts of both statements' domains and
+    accesses without their tuple names (one writer, one reader, one tensor): the regions of a search ask it of the
+    same statements under other names."""
+    key = tuple(held_parts(x)[0::2] for x in (w.domain, w.write, r.domain, read))
+    got = _COVERS.get(key)
+    if got is None:
+        if len(_COVERS) > 50000:
+            _COVERS.clear()
+        got = _COVERS[key] = image(r.domain, read).is_subset(image(w.domain, w.write))
+    return got
 
 
 def reached(b: BoundRegion, ranges: Mapping[str, tuple], tensor: str) -> isl.Set:

@@ -130,31 +130,40 @@ def tuple_template(text: str) -> tuple:
     return tuple(out + [text[at:]])
 
 
-_BY_ID: dict = {}  # id(obj) -> (obj, {what: value}, its text): the same object asked again skips printing it
+_BY_ID: dict = {}  # id(obj) -> [obj, {what: value}, its text, its tuple_template or None]
 
 
-def held(obj) -> tuple:
-    """(obj, its memo, its text) of an isl Set or Map: its text printed once per object (the key of the caches
-    kept by text, analyses/footprint.py); holding obj keeps its id from being reused."""
+def held(obj) -> list:
+    """[obj, its memo, its text, its text's tuple_template (None until asked: :func:`held_parts`)] of an isl Set or
+    Map: its text printed once per object (the key of the caches kept by text, analyses/footprint.py); holding obj
+    keeps its id from being reused."""
     hit = _BY_ID.get(id(obj))
     if hit is None or hit[0] is not obj:
         if len(_BY_ID) > 50000:
             _BY_ID.clear()
-        hit = _BY_ID[id(obj)] = (obj, {}, str(obj))
+        hit = _BY_ID[id(obj)] = [obj, {}, str(obj), None]
     return hit
+
+
+def held_parts(obj) -> tuple:
+    """tuple_template of obj's held text, kept with it."""
+    hit = held(obj)
+    if hit[3] is None:
+        hit[3] = tuple_template(hit[2])
+    return hit[3]
 
 
 def held_renamed(src, out, ren: Mapping[str, str]):
     """out, which is src with its tuple names mapped by ``ren`` (every name src's text holds), held with src's
     text so renamed and src's memo (whose values no tuple name changes): out is never printed. A text holding a
     name ren lacks leaves out unheld."""
-    hit = held(src)
-    parts = tuple_template(hit[2])
+    parts = held_parts(src)
     if len(parts) < 3 or any(p not in ren for p in parts[1::2]):
         return out
     if len(_BY_ID) > 50000:
         _BY_ID.clear()
-    _BY_ID[id(out)] = (out, hit[1], "".join(p if k % 2 == 0 else ren[p] for k, p in enumerate(parts)))
+    named = tuple(p if k % 2 == 0 else ren[p] for k, p in enumerate(parts))
+    _BY_ID[id(out)] = [out, held(src)[1], "".join(named), named]
     return out
 
 

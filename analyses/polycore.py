@@ -22,8 +22,8 @@ from .buffers import (SMEM_BUDGET, barrier_hints, bank_hints, edges, load_path, 
                       staging_bytes)
 from .dependences import Dependences, dependences
 from .devices import Device, device
-from .footprint import (Tile, card, extents, full_footprint, halo, make_tile, normalize_tile, sectors, stream_tile,
-                        tile_footprint)
+from .footprint import (Tile, card, extents, full_footprint, halo, make_tile, normalize_tile, readers_of, sectors,
+                        stream_tile, tile_footprint)
 from .poly_region import BoundRegion, PolyRegion
 from ..knobs import max_pieces
 
@@ -274,7 +274,8 @@ def _reaches(region: PolyRegion) -> dict:
                 p = b.writer(tensor)
                 if p is None or p.index >= q.index or p.name not in inst:
                     continue
-                got = inst[p.name].apply(p.write).apply(read.reverse()).intersect(q.domain)
+                got = readers_of(read, p) if inst[p.name] is p.domain else \
+                    inst[p.name].apply(p.write).apply(read.reverse()).intersect(q.domain)
                 inst[q.name] = got if q.name not in inst else inst[q.name].union(got).coalesce()
             if q.name in inst and q.name in out and out[q.name][1] and inst[q.name].is_equal(q.domain):
                 whole = True  # q's whole domain reaches the whole driver, and so does st
