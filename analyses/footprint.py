@@ -18,7 +18,7 @@ from typing import Mapping
 import islpy as isl
 
 from ..ir.diagnostics import fail
-from .isl_util import held, held_parts, held_renamed, parse_map, val_int
+from .isl_util import held, held_parts, held_renamed, kept, parse_map, val_int
 from .settext import box_card, box_of_text, separable_count
 from .poly_region import BoundRegion, BoundStatement
 
@@ -433,20 +433,10 @@ def covering(region, tensor: str) -> "BoundStatement | None":
     return w
 
 
-_COVERS: dict = {}  # the texts of a writer's domain and write, a reader's domain and read, but their names -> bool
-
-
 def _covers(w: BoundStatement, r: BoundStatement, read: isl.Map) -> bool:
-    """Whether w writes every element r reads through ``read``, kept by the texts of both statements' domains and
-    accesses without their tuple names (one writer, one reader, one tensor): the regions of a search ask it of the
-    same statements under other names."""
-    key = tuple(held_parts(x)[0::2] for x in (w.domain, w.write, r.domain, read))
-    got = _COVERS.get(key)
-    if got is None:
-        if len(_COVERS) > 50000:
-            _COVERS.clear()
-        got = _COVERS[key] = image(r.domain, read).is_subset(image(w.domain, w.write))
-    return got
+    """Whether w writes every element r reads through ``read`` (kept by text: isl_util.kept)."""
+    return kept("covers", (w.domain, w.write, r.domain, read),
+                lambda: image(r.domain, read).is_subset(image(w.domain, w.write)))
 
 
 def reached(b: BoundRegion, ranges: Mapping[str, tuple], tensor: str) -> isl.Set:

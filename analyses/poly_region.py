@@ -181,6 +181,11 @@ class BoundStatement:
     def parallel_dims(self) -> tuple:
         return tuple(d for d in self.loop_order if d not in self.reduce_dims)
 
+    @cached_property
+    def generic(self) -> "tuple | None":
+        """:func:`generic` of the statement (made once per bound statement)."""
+        return _generic(self.stmt, self.used)
+
 
 @dataclass(frozen=True)
 class BoundRegion:
@@ -314,7 +319,7 @@ def _bind(region: PolyRegion) -> BoundRegion:
     shapes, tensor_sets = {}, {}
     for t in region.tensors:
         try:
-            shape = tuple(int(Expr.of(d).evaluate(dict(env))) for d in t.shape)
+            shape = _concrete(t.shape, env)
         except (KeyError, TypeError, ValueError) as e:
             fail("UnboundSymbol", f"tensor {t.name}", f"its shape {t.shape} needs a value for {e}")
         if any(s <= 0 for s in shape):
@@ -337,6 +342,12 @@ def _bind(region: PolyRegion) -> BoundRegion:
         if t.role != "input" and name not in written:
             fail("OutputNeverProduced", f"tensor {name}", f"{t.role} tensor is never written in region {region.name}")
     return BoundRegion(region, tuple(bound), shapes, tensor_sets)
+
+
+@lru_cache(maxsize=4096)
+def _concrete(shape: tuple, env: tuple) -> tuple:
+    """A tensor's shape with the region's symbols given their values (kept: the regions of a search repeat them)."""
+    return tuple(int(Expr.of(d).evaluate(dict(env))) for d in shape)
 
 
 @lru_cache(maxsize=4096)
@@ -398,7 +409,7 @@ def generic(s: BoundStatement) -> "tuple | None":
     """(the statement with its name and tensor names as placeholders, its tensors' shapes likewise, placeholder ->
     tensor): equal for one statement met under other names in other regions, so a fact of its bound form that no
     name changes can be kept once; None when it has no such form."""
-    return _generic(s.stmt, s.used)
+    return s.generic
 
 
 def _generic(st: Statement, used: tuple) -> "tuple | None":
