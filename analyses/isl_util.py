@@ -116,18 +116,38 @@ def rename_tuples(text: str, ren: Mapping[str, str]) -> "str | None":
     if not all(_IDENTIFIER.fullmatch(n) for n in ren):
         return None
     parts = tuple_template(text)
-    return "".join(p if k % 2 == 0 else ren.get(p, p) for k, p in enumerate(parts))
+    return with_template(tuple(p if k % 2 == 0 else ren.get(p, p) for k, p in enumerate(parts)))
 
 
-@lru_cache(maxsize=65536)
+_TEMPLATES: dict = {}  # text -> its tuple_template
+
+
 def tuple_template(text: str) -> tuple:
     """text split at its tuple names: (text, name, text, name, .., text), kept per text (a search renames the
     same texts many times)."""
-    out, at = [], 0
-    for m in _TUPLE.finditer(text):
-        out += [text[at:m.start()], m.group(1)]
-        at = m.end()
-    return tuple(out + [text[at:]])
+    got = _TEMPLATES.get(text)
+    if got is None:
+        out, at = [], 0
+        for m in _TUPLE.finditer(text):
+            out += [text[at:m.start()], m.group(1)]
+            at = m.end()
+        got = _keep_template(text, tuple(out + [text[at:]]))
+    return got
+
+
+def with_template(parts: tuple) -> str:
+    """The text these parts of a tuple_template spell, its template kept (a renamed text is not scanned again)."""
+    text = "".join(parts)
+    if text not in _TEMPLATES:
+        _keep_template(text, parts)
+    return text
+
+
+def _keep_template(text: str, parts: tuple) -> tuple:
+    if len(_TEMPLATES) > 65536:
+        _TEMPLATES.clear()
+    _TEMPLATES[text] = parts
+    return parts
 
 
 _BY_ID: dict = {}  # id(obj) -> [obj, {what: value}, its text, its tuple_template, (source's template, renaming)]

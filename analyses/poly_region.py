@@ -29,7 +29,7 @@ from ..ir.diagnostics import PolysatError, fail
 from ..ir.dtypes import DType
 from ..ir.expr import Expr
 from ..ir.shapes import Dim, dim as to_dim
-from .isl_util import held_renamed, parse_renamed, rename_tuples, tuple_template, val_int
+from .isl_util import held_renamed, parse_renamed, rename_tuples, tuple_template, val_int, with_template
 
 ROLES = ("input", "output", "internal")
 UNITS = ("tensor", "fp32", "sfu")  # tensor cores (MMA), FP32 SIMT pipes, special-function unit
@@ -334,7 +334,9 @@ def _bind(region: PolyRegion) -> BoundRegion:
         for a in st.reads + (st.write,):
             region.tensor(a.tensor)
         used = tuple(sorted({(a.tensor, shapes[a.tensor]) for a in st.reads + (st.write,)}))
-        bound.append(BoundStatement(st, i, *_bind_statement(region.name, st, env, used), used=used))
+        *parts, gen = _bind_statement(region.name, st, env, used)
+        bound.append(BoundStatement(st, i, *parts, used=used))
+        bound[-1].__dict__["generic"] = gen  # BoundStatement.generic, made on the way
     for name in names:
         t = region.tensor(name)
         if t.role == "input" and name in written:
@@ -365,25 +367,25 @@ def _box(shape: tuple) -> isl.Set:
 
 @lru_cache(maxsize=8192)
 def _bind_statement(region_name: str, st: Statement, env_key: tuple, used: tuple) -> tuple:
-    """(domain, dims, loop order, reads, write, reduce dims) of one statement with the symbols fixed
+    """(domain, dims, loop order, reads, write, reduce dims, :func:`generic` form) of one statement with the symbols fixed
     (`used`: (tensor, concrete shape) of every tensor it accesses). isl work is the slow part of
     binding, and one statement recurs in many candidate regions, under other canonical names (S3 here,
     S5 there): it is bound once per text and shapes with its statement and tensor names as placeholders,
     then named. A statement that fails is bound again under its own names, so the diagnostic names it."""
     gen = _generic(st, used)
     if gen is None:
-        return _bind_named(region_name, st, env_key, used)
+        return (*_bind_named(region_name, st, env_key, used), gen)
     gst, gused, tensors = gen
     try:
         dom, dims, order, reads, write, rdims = _bind_generic(gst, env_key, gused)
     except PolysatError:
-        return _bind_named(region_name, st, env_key, used)
+        return (*_bind_named(region_name, st, env_key, used), gen)
 
     def named(m, tensor: str):  # held with the generic map's text renamed: never printed (isl_util.held_renamed)
         out = m.set_tuple_name(isl.dim_type.in_, st.name).set_tuple_name(isl.dim_type.out, tensor)
         return held_renamed(m, out, {_STMT: st.name, m.get_tuple_name(isl.dim_type.out): tensor})
     return (held_renamed(dom, dom.set_tuple_name(st.name), {_STMT: st.name}), dims, order,
-            tuple((tensors[t], named(m, tensors[t])) for t, m in reads), named(write, st.write.tensor), rdims)
+            tuple((tensors[t], named(m, tensors[t])) for t, m in reads), named(write, st.write.tensor), rdims, gen)
 
 
 def renamed(region: PolyRegion, ren: Mapping[str, str], name: str) -> PolyRegion:
@@ -391,7 +393,7 @@ def renamed(region: PolyRegion, ren: Mapping[str, str], name: str) -> PolyRegion
     (names it lacks stay); every name is an identifier, as isl prints them."""
     def sub(text: str) -> str:
         parts = tuple_template(text)
-        return "".join(p if k % 2 == 0 else ren.get(p, p) for k, p in enumerate(parts))
+        return with_template(tuple(p if k % 2 == 0 else ren.get(p, p) for k, p in enumerate(parts)))
 
     def acc(a: Access) -> Access:
         return Access(ren.get(a.tensor, a.tensor), sub(a.relation))
