@@ -278,7 +278,11 @@ def _pull_back(b: BoundRegion, s: BoundStatement, mine: isl.Set, inst: dict) -> 
     """Add to inst, per earlier statement, the instances that write what the instances `mine` of s read."""
     for p, dep in pre_images(b.region, s.name):
         need = image(mine, dep)
-        inst[p.name] = need if p.name not in inst else inst[p.name].union(need).coalesce()
+        old = inst.get(p.name)
+        if old is None or need is old or held(need)[2] == held(old)[2]:  # the same instances (one text, one set)
+            inst[p.name] = need if old is None else old
+        else:
+            inst[p.name] = old.union(need).coalesce()
 
 
 _IMAGES: dict = {}  # (set text, map text) -> the set's image
@@ -374,7 +378,8 @@ _UNIONS: dict = {}  # ids of the images -> (the images, their union): the images
 def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.Set:
     """The elements of `tensor` touched (read or written) by the given instances; the union of the same image
     objects (:func:`image` keeps them by text) is the same object, whose counts are memoized on it."""
-    images = tuple(image(inst[name], m) for name, m in b.accesses(tensor) if name in inst)
+    images = tuple({held(im)[2]: im for im in (image(inst[name], m) for name, m in b.accesses(tensor)
+                                                if name in inst)}.values())  # one of each text: one set
     if not images:
         return isl.Set.empty(b.tensor_sets[tensor].get_space())
     if len(images) == 1:  # the image itself (kept by text, its counts with it)
