@@ -19,7 +19,7 @@ import islpy as isl
 
 from ..ir.diagnostics import fail
 from .isl_util import held, held_parts, held_renamed, kept, parse_map, val_int
-from .settext import box_card, box_of_text, separable_count
+from .settext import box_card, box_of_text, peeled, separable_count
 from .poly_region import BoundRegion, BoundStatement
 
 
@@ -92,10 +92,11 @@ def _card(s: isl.Set, text: str) -> int:
     got = separable_count(s)
     if got is not None:
         return got
-    got = val_int(s.count_val())
+    n, rest = peeled(s)
+    got = val_int(rest.count_val())
     if got is None:
         _unbounded(s, "it has infinitely many points")
-    return got
+    return n * got
 
 
 def sectors(s: isl.Set, itemsize: int, sector: int = 32, shape: "tuple | None" = None) -> int:
