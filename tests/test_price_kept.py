@@ -1,6 +1,6 @@
-"""What pricing one region keeps across regions and tiles equals what isl computes afresh (docs/DESIGN.md §Cost
-model, "Pricing one region"): footprints of a tensor its writer covers, dependences and their domains kept by text
-under other statement names, and the texts held for renamed isl objects (never printed)."""
+"""What pricing one region keeps across regions and tiles equals what isl computes afresh
+(docs/DESIGN.md §Cost model): footprints of a tensor its writer covers, dependences and their domains kept by
+text under other statement names, and the texts held for renamed isl objects (never printed)."""
 import islpy as isl
 import pytest
 
