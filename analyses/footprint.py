@@ -465,7 +465,9 @@ def reach(region, tensor: str) -> "isl.Map | None":
     if paths is None:
         return None
     b = region.bind()
-    ms = [paths[name].apply_range(m) for name, m in b.accesses(tensor) if name in paths]
+    w = covering(region, tensor)  # a covered tensor: its writer's write alone (every driver instance's slices are closed)
+    ms = [paths[w.name].apply_range(w.write)] if w is not None and w.name in paths else \
+        [paths[name].apply_range(m) for name, m in b.accesses(tensor) if name in paths]
     if not ms:
         return isl.Map.empty(isl.Space.map_from_domain_and_range(b.driver.domain.get_space(),
                                                                   b.tensor_sets[tensor].get_space()))

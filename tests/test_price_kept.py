@@ -104,3 +104,23 @@ def test_renamed_objects_hold_the_text_isl_prints():
                     fp = tile_footprint(b, t, x.name)
                     assert isl_util.held(fp)[2] == str(fp)
                     assert isl_util.held_parts(fp) == isl_util.tuple_template(str(fp))
+
+
+@pytest.mark.parametrize("region", REGIONS, ids=lambda r: r.name)
+def test_reach_of_a_covered_tensor_is_its_writers_write(region):
+    """reach() of a covered tensor (its writer's path and write alone) is the union over every access."""
+    from polysat.analyses.footprint import _paths, reach
+    b, paths = region.bind(), _paths(region)
+    if paths is None:
+        return
+    checked = 0
+    for x in region.tensors:
+        if covering(region, x.name) is None:
+            continue
+        ms = [paths[n].apply_range(m) for n, m in b.accesses(x.name) if n in paths]
+        union = ms[0]
+        for m in ms[1:]:
+            union = union.union(m)
+        assert reach(region, x.name).is_equal(union), x.name
+        checked += 1
+    assert checked
