@@ -18,32 +18,24 @@ from typing import Mapping
 import islpy as isl
 
 from ..ir.diagnostics import fail
-from .isl_util import parse_map, tuple_template, val_int
-from .settext import box_card, box_of_text, separable_count
+from .isl_util import held, held_parts, held_renamed, kept, parse_map, val_int
+from .settext import box_card, box_of_text, peeled, separable_count
 from .poly_region import BoundRegion, BoundStatement
 
 
 _MEMO: dict = {}  # (what, isl text but its tuple names) -> value; isl's own set hash collides often, its text does not
-_BY_ID: dict = {}  # id(set) -> (set, {what: value}, its text): the same object asked again skips printing it
-
-
-def _held(s) -> tuple:
-    """s's entry of _BY_ID: (s, its memo, its text)."""
-    hit = _BY_ID.get(id(s))
-    if hit is None or hit[0] is not s:
-        if len(_BY_ID) > 50000:
-            _BY_ID.clear()
-        hit = _BY_ID[id(s)] = (s, {}, str(s))  # holding s keeps its id from being reused
-    return hit
+def _named(s: isl.Set, name: str) -> isl.Set:
+    """s with its tuple named ``name``, held with s's text so renamed and s's memo (isl_util.held_renamed)."""
+    return s if s.get_tuple_name() == name else held_renamed(s, s.set_tuple_name(name), {s.get_tuple_name(): name})
 
 
 def _memo(kind: str, s: isl.Set, fn):
-    hit = _held(s)
+    hit = held(s)
     v = hit[1].get(kind)
     if v is not None:
         return v
     text = hit[2]
-    key = (kind, tuple_template(text)[0::2])  # a count or a bound does not read the set's name
+    key = (kind, held_parts(s)[0::2])  # a count or a bound does not read the set's name
     v = _MEMO.get(key)
     if v is None:
         if len(_MEMO) > 50000:
@@ -100,10 +92,11 @@ def _card(s: isl.Set, text: str) -> int:
     got = separable_count(s)
     if got is not None:
         return got
-    got = val_int(s.count_val())
+    n, rest = peeled(s)
+    got = val_int(rest.count_val())
     if got is None:
         _unbounded(s, "it has infinitely many points")
-    return got
+    return n * got
 
 
 def sectors(s: isl.Set, itemsize: int, sector: int = 32, shape: "tuple | None" = None) -> int:
@@ -185,12 +178,12 @@ def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
     ext = extents(stmt.domain)  # a range covering a dim's whole extent bounds nothing
     bounds = tuple((k, lo, hi) for k, lo, hi in ((stmt.dims.index(d), lo, hi) for d, (lo, hi) in ranges.items()
                                                    if d in stmt.dims) if lo > ext[k][0] or hi <= ext[k][1])
-    text = _held(stmt.domain)[2]
+    text = held(stmt.domain)[2]
     out = _BOXES.get((text, bounds))
     if out is None:
         if len(_BOXES) > 50000:
             _BOXES.clear()
-        unnamed = (tuple_template(text)[0::2], bounds)  # the domain's text but its name (see image)
+        unnamed = (held_parts(stmt.domain)[0::2], bounds)  # the domain's text but its name (see image)
         out = _BOXES.get(unnamed)
         if out is None:
             out = stmt.domain
@@ -198,7 +191,7 @@ def _box(stmt: BoundStatement, ranges: Mapping[str, tuple]) -> isl.Set:
                 out = clamp(out, k, lo, hi)
             _BOXES[unnamed] = out
         name = stmt.domain.get_tuple_name()
-        out = _BOXES[text, bounds] = out if out.get_tuple_name() == name else out.set_tuple_name(name)
+        out = _BOXES[text, bounds] = _named(out, name)
     return out
 
 
@@ -286,7 +279,11 @@ def _pull_back(b: BoundRegion, s: BoundStatement, mine: isl.Set, inst: dict) -> 
     """Add to inst, per earlier statement, the instances that write what the instances `mine` of s read."""
     for p, dep in pre_images(b.region, s.name):
         need = image(mine, dep)
-        inst[p.name] = need if p.name not in inst else inst[p.name].union(need).coalesce()
+        old = inst.get(p.name)
+        if old is None or need is old or held(need)[2] == held(old)[2]:  # the same instances (one text, one set)
+            inst[p.name] = need if old is None else old
+        else:
+            inst[p.name] = old.union(need).coalesce()
 
 
 _IMAGES: dict = {}  # (set text, map text) -> the set's image
@@ -298,7 +295,7 @@ def image(s: isl.Set, m: isl.Map) -> isl.Set:
     and accesses (a conv with one epilogue or another), so most images recur under other regions' objects; and
     by those texts with the tuple names left out (a statement is S2 in one candidate region, S1 in the next), the
     image then named as this map names its range: the same sets under other names have the same image."""
-    key = (_held(s)[2], _held(m)[2])
+    key = (held(s)[2], held(m)[2])
     got = _IMAGES.get(key)
     if got is None:
         if len(_IMAGES) > 50000:
@@ -311,7 +308,7 @@ def image(s: isl.Set, m: isl.Map) -> isl.Set:
 def _image_unnamed(s: isl.Set, m: isl.Map, s_text: str, m_text: str) -> isl.Set:
     """s.apply(m) kept by the texts around the tuple names (the set's one name, the map's domain and range
     pairs, a union repeating them), the image renamed to the map's range; computed when the names do not pair."""
-    ps, pm = tuple_template(s_text), tuple_template(m_text)
+    ps, pm = held_parts(s), held_parts(m)
     sn, mn = ps[1::2], pm[1::2]
     if not sn or len(set(sn)) != 1 or not mn or len(mn) % 2:
         return s.apply(m)
@@ -323,7 +320,7 @@ def _image_unnamed(s: isl.Set, m: isl.Map, s_text: str, m_text: str) -> isl.Set:
     if got is None:
         got = _UNNAMED[key] = s.apply(m)
         return got
-    return got if got.get_tuple_name() == dst else got.set_tuple_name(dst)
+    return _named(got, dst)
 
 
 @lru_cache(maxsize=8192)
@@ -338,8 +335,42 @@ def pre_images(region, name: str) -> tuple:
         p = b.writer(tensor)
         if p is None or p.index >= s.index:
             continue
-        out.append((p, read.apply_range(p.write.reverse()).intersect_range(p.domain)))
+        out.append((p, _dep(read, p)))
     return tuple(out)
+
+
+_DEPS: dict = {}  # the texts of a read, its writer's write and domain, but their tuple names -> [dependence, names, domain]
+
+
+def _dep(read: isl.Map, p: BoundStatement) -> isl.Map:
+    """read ∘ p.write⁻¹ restricted to p's domain, kept by the texts of the three without their tuple names and
+    renamed (held with its text renamed): the regions of a search compose the same statements under other names."""
+    names = (read.get_tuple_name(isl.dim_type.in_), p.name)
+    dep, was, _ = _dep_entry(tuple(held_parts(x)[0::2] for x in (read, p.write, p.domain)), read, p)
+    if was == names:
+        return dep
+    out = dep.set_tuple_name(isl.dim_type.in_, names[0]).set_tuple_name(isl.dim_type.out, names[1])
+    return held_renamed(dep, out, dict(zip(was, names, strict=True)))
+
+
+def _dep_entry(key: tuple, read: isl.Map, p: BoundStatement) -> list:
+    """_DEPS's [dependence, (reader, writer) names it was made under, its domain or None] of these texts."""
+    got = _DEPS.get(key)
+    if got is None:
+        if len(_DEPS) > 50000:
+            _DEPS.clear()
+        names = (read.get_tuple_name(isl.dim_type.in_), p.name)
+        got = _DEPS[key] = [read.apply_range(p.write.reverse()).intersect_range(p.domain), names, None]
+    return got
+
+
+def readers_of(read: isl.Map, p: BoundStatement) -> isl.Set:
+    """The instances of a statement that read, through ``read``, an element p writes (over its whole domain): the
+    domain of their dependence (:func:`pre_images`), kept with it by text and named as the reader."""
+    got = _dep_entry(tuple(held_parts(x)[0::2] for x in (read, p.write, p.domain)), read, p)
+    if got[2] is None:
+        got[2] = got[0].domain()
+    return _named(got[2], read.get_tuple_name(isl.dim_type.in_))
 
 
 _UNIONS: dict = {}  # ids of the images -> (the images, their union): the images are kept (and shared) by text
@@ -348,9 +379,12 @@ _UNIONS: dict = {}  # ids of the images -> (the images, their union): the images
 def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.Set:
     """The elements of `tensor` touched (read or written) by the given instances; the union of the same image
     objects (:func:`image` keeps them by text) is the same object, whose counts are memoized on it."""
-    images = tuple(image(inst[name], m) for name, m in b.accesses(tensor) if name in inst)
+    images = tuple({held(im)[2]: im for im in (image(inst[name], m) for name, m in b.accesses(tensor)
+                                                if name in inst)}.values())  # one of each text: one set
     if not images:
         return isl.Set.empty(b.tensor_sets[tensor].get_space())
+    if len(images) == 1:  # the image itself (kept by text, its counts with it)
+        return images[0]
     key = tuple(map(id, images))
     hit = _UNIONS.get(key)
     if hit is not None and all(x is y for x, y in zip(hit[0], images)):
@@ -366,10 +400,14 @@ def footprint(b: BoundRegion, inst: Mapping[str, isl.Set], tensor: str) -> isl.S
 
 
 def tile_footprint(b: BoundRegion, tile: Tile, tensor: str) -> isl.Set:
-    """footprint() of one tile's slices, cached on the tile."""
+    """footprint() of one tile's slices, cached on the tile; of a tensor its writer covers (:func:`covering`), the
+    writer's image alone: the slices are closed under the pre-images (every instance that writes an element a
+    slice reads is in its writer's slice), except a streamed region's, whose running reductions are cut to a block."""
     fp = tile.footprints.get(tensor)
     if fp is None:
-        fp = tile.footprints[tensor] = footprint(b, tile.slices, tensor)
+        w = None if b.region.stream else covering(b.region, tensor)
+        fp = tile.footprints[tensor] = image(tile.slices[w.name], w.write) if w is not None and w.name in tile.slices \
+            else footprint(b, tile.slices, tensor)
     return fp
 
 
@@ -381,7 +419,30 @@ def full_footprint(b: BoundRegion, tensor: str) -> isl.Set:
 @lru_cache(maxsize=8192)
 def _full_footprint(region, tensor: str) -> isl.Set:
     b = region.bind()
-    return footprint(b, b.domains, tensor)
+    w = covering(region, tensor)
+    return image(w.domain, w.write) if w is not None else footprint(b, b.domains, tensor)
+
+
+@lru_cache(maxsize=8192)
+def covering(region, tensor: str) -> "BoundStatement | None":
+    """The statement writing ``tensor`` when it writes every element any statement reads of it and every reader
+    comes after it: then the instances a closed set of slices holds (each reader's pre-images included) touch
+    just what its writer's slice writes, so that image is the tensor's footprint; None otherwise (an input, or a
+    read of what the region never writes)."""
+    b = region.bind()
+    w = b.writer(tensor)
+    if w is None:
+        return None
+    for r in b.readers(tensor):
+        if r.index <= w.index or any(t == tensor and not _covers(w, r, m) for t, m in r.reads):
+            return None
+    return w
+
+
+def _covers(w: BoundStatement, r: BoundStatement, read: isl.Map) -> bool:
+    """Whether w writes every element r reads through ``read`` (kept by text: isl_util.kept)."""
+    return kept("covers", (w.domain, w.write, r.domain, read),
+                lambda: image(r.domain, read).is_subset(image(w.domain, w.write)))
 
 
 def reached(b: BoundRegion, ranges: Mapping[str, tuple], tensor: str) -> isl.Set:
@@ -404,7 +465,9 @@ def reach(region, tensor: str) -> "isl.Map | None":
     if paths is None:
         return None
     b = region.bind()
-    ms = [paths[name].apply_range(m) for name, m in b.accesses(tensor) if name in paths]
+    w = covering(region, tensor)  # a covered tensor: its writer's write alone (every driver instance's slices are closed)
+    ms = [paths[w.name].apply_range(w.write)] if w is not None and w.name in paths else \
+        [paths[name].apply_range(m) for name, m in b.accesses(tensor) if name in paths]
     if not ms:
         return isl.Map.empty(isl.Space.map_from_domain_and_range(b.driver.domain.get_space(),
                                                                   b.tensor_sets[tensor].get_space()))

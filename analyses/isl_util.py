@@ -116,18 +116,94 @@ def rename_tuples(text: str, ren: Mapping[str, str]) -> "str | None":
     if not all(_IDENTIFIER.fullmatch(n) for n in ren):
         return None
     parts = tuple_template(text)
-    return "".join(p if k % 2 == 0 else ren.get(p, p) for k, p in enumerate(parts))
+    return with_template(tuple(p if k % 2 == 0 else ren.get(p, p) for k, p in enumerate(parts)))
 
 
-@lru_cache(maxsize=65536)
+_TEMPLATES: dict = {}  # text -> its tuple_template
+
+
 def tuple_template(text: str) -> tuple:
     """text split at its tuple names: (text, name, text, name, .., text), kept per text (a search renames the
     same texts many times)."""
-    out, at = [], 0
-    for m in _TUPLE.finditer(text):
-        out += [text[at:m.start()], m.group(1)]
-        at = m.end()
-    return tuple(out + [text[at:]])
+    got = _TEMPLATES.get(text)
+    if got is None:
+        out, at = [], 0
+        for m in _TUPLE.finditer(text):
+            out += [text[at:m.start()], m.group(1)]
+            at = m.end()
+        got = _keep_template(text, tuple(out + [text[at:]]))
+    return got
+
+
+def with_template(parts: tuple) -> str:
+    """The text these parts of a tuple_template spell, its template kept (a renamed text is not scanned again)."""
+    text = "".join(parts)
+    if text not in _TEMPLATES:
+        _keep_template(text, parts)
+    return text
+
+
+def _keep_template(text: str, parts: tuple) -> tuple:
+    if len(_TEMPLATES) > 65536:
+        _TEMPLATES.clear()
+    _TEMPLATES[text] = parts
+    return parts
+
+
+_BY_ID: dict = {}  # id(obj) -> [obj, {what: value}, its text, its tuple_template, (source's template, renaming)]
+
+
+def held(obj) -> list:
+    """[obj, its memo, its text, its text's tuple_template (None until asked: :func:`held_parts`), ...] of an isl Set
+    or Map: its text printed once per object (the key of the caches kept by text, analyses/footprint.py), or made
+    from its source's where it was held renamed (:func:`held_renamed`); holding obj keeps its id from being reused."""
+    hit = _BY_ID.get(id(obj))
+    if hit is None or hit[0] is not obj:
+        if len(_BY_ID) > 50000:
+            _BY_ID.clear()
+        hit = _BY_ID[id(obj)] = [obj, {}, str(obj), None, None]
+    elif hit[2] is None:  # held renamed: its text is its source's, renamed
+        parts, ren = hit[4]
+        hit[3] = tuple(p if k % 2 == 0 else ren[p] for k, p in enumerate(parts))
+        hit[2] = "".join(hit[3])
+    return hit
+
+
+def held_parts(obj) -> tuple:
+    """tuple_template of obj's held text, kept with it."""
+    hit = held(obj)
+    if hit[3] is None:
+        hit[3] = tuple_template(hit[2])
+    return hit[3]
+
+
+def held_renamed(src, out, ren: Mapping[str, str]):
+    """out, which is src with its tuple names mapped by ``ren`` (every name src's text holds), held with src's
+    text so renamed (made when first asked) and src's memo (whose values no tuple name changes): out is never
+    printed. A text holding a name ren lacks leaves out unheld."""
+    parts, memo = held_parts(src), held(src)[1]
+    if len(parts) < 3 or any(p not in ren for p in parts[1::2]):
+        return out
+    if len(_BY_ID) > 50000:
+        _BY_ID.clear()
+    _BY_ID[id(out)] = [out, memo, None, None, (parts, ren)]
+    return out
+
+
+_KEPT: dict = {}  # (kind, the objects' texts without their tuple names) -> the fact
+
+
+def kept(kind: str, objs: tuple, fn):
+    """fn(), a fact of the isl objects ``objs`` that renaming their tuples (consistently: the names the objects
+    share stay shared, as in any one bound region) does not change, kept by ``kind`` and the objects' texts
+    without their tuple names: the regions of a search ask it of the same statements under other names."""
+    key = (kind, *(held_parts(x)[0::2] for x in objs))
+    got = _KEPT.get(key)
+    if got is None:
+        if len(_KEPT) > 50000:
+            _KEPT.clear()
+        got = _KEPT[key] = fn()
+    return got
 
 
 @lru_cache(maxsize=8192)

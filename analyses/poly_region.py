@@ -29,7 +29,7 @@ from ..ir.diagnostics import PolysatError, fail
 from ..ir.dtypes import DType
 from ..ir.expr import Expr
 from ..ir.shapes import Dim, dim as to_dim
-from .isl_util import parse_renamed, rename_tuples, tuple_template, val_int
+from .isl_util import held_renamed, parse_renamed, rename_tuples, tuple_template, val_int, with_template
 
 ROLES = ("input", "output", "internal")
 UNITS = ("tensor", "fp32", "sfu")  # tensor cores (MMA), FP32 SIMT pipes, special-function unit
@@ -181,6 +181,11 @@ class BoundStatement:
     def parallel_dims(self) -> tuple:
         return tuple(d for d in self.loop_order if d not in self.reduce_dims)
 
+    @cached_property
+    def generic(self) -> "tuple | None":
+        """:func:`generic` of the statement (made once per bound statement)."""
+        return _generic(self.stmt, self.used)
+
 
 @dataclass(frozen=True)
 class BoundRegion:
@@ -314,7 +319,7 @@ def _bind(region: PolyRegion) -> BoundRegion:
     shapes, tensor_sets = {}, {}
     for t in region.tensors:
         try:
-            shape = tuple(int(Expr.of(d).evaluate(dict(env))) for d in t.shape)
+            shape = _concrete(t.shape, env)
         except (KeyError, TypeError, ValueError) as e:
             fail("UnboundSymbol", f"tensor {t.name}", f"its shape {t.shape} needs a value for {e}")
         if any(s <= 0 for s in shape):
@@ -329,7 +334,9 @@ def _bind(region: PolyRegion) -> BoundRegion:
         for a in st.reads + (st.write,):
             region.tensor(a.tensor)
         used = tuple(sorted({(a.tensor, shapes[a.tensor]) for a in st.reads + (st.write,)}))
-        bound.append(BoundStatement(st, i, *_bind_statement(region.name, st, env, used), used=used))
+        *parts, gen = _bind_statement(region.name, st, env, used)
+        bound.append(BoundStatement(st, i, *parts, used=used))
+        bound[-1].__dict__["generic"] = gen  # BoundStatement.generic, made on the way
     for name in names:
         t = region.tensor(name)
         if t.role == "input" and name in written:
@@ -337,6 +344,12 @@ def _bind(region: PolyRegion) -> BoundRegion:
         if t.role != "input" and name not in written:
             fail("OutputNeverProduced", f"tensor {name}", f"{t.role} tensor is never written in region {region.name}")
     return BoundRegion(region, tuple(bound), shapes, tensor_sets)
+
+
+@lru_cache(maxsize=4096)
+def _concrete(shape: tuple, env: tuple) -> tuple:
+    """A tensor's shape with the region's symbols given their values (kept: the regions of a search repeat them)."""
+    return tuple(int(Expr.of(d).evaluate(dict(env))) for d in shape)
 
 
 @lru_cache(maxsize=4096)
@@ -354,24 +367,25 @@ def _box(shape: tuple) -> isl.Set:
 
 @lru_cache(maxsize=8192)
 def _bind_statement(region_name: str, st: Statement, env_key: tuple, used: tuple) -> tuple:
-    """(domain, dims, loop order, reads, write, reduce dims) of one statement with the symbols fixed
+    """(domain, dims, loop order, reads, write, reduce dims, :func:`generic` form) of one statement with the symbols fixed
     (`used`: (tensor, concrete shape) of every tensor it accesses). isl work is the slow part of
     binding, and one statement recurs in many candidate regions, under other canonical names (S3 here,
     S5 there): it is bound once per text and shapes with its statement and tensor names as placeholders,
     then named. A statement that fails is bound again under its own names, so the diagnostic names it."""
     gen = _generic(st, used)
     if gen is None:
-        return _bind_named(region_name, st, env_key, used)
+        return (*_bind_named(region_name, st, env_key, used), gen)
     gst, gused, tensors = gen
     try:
         dom, dims, order, reads, write, rdims = _bind_generic(gst, env_key, gused)
     except PolysatError:
-        return _bind_named(region_name, st, env_key, used)
+        return (*_bind_named(region_name, st, env_key, used), gen)
 
-    def named(m, tensor: str):
-        return m.set_tuple_name(isl.dim_type.in_, st.name).set_tuple_name(isl.dim_type.out, tensor)
-    return (dom.set_tuple_name(st.name), dims, order, tuple((tensors[t], named(m, tensors[t])) for t, m in reads),
-            named(write, st.write.tensor), rdims)
+    def named(m, tensor: str):  # held with the generic map's text renamed: never printed (isl_util.held_renamed)
+        out = m.set_tuple_name(isl.dim_type.in_, st.name).set_tuple_name(isl.dim_type.out, tensor)
+        return held_renamed(m, out, {_STMT: st.name, m.get_tuple_name(isl.dim_type.out): tensor})
+    return (held_renamed(dom, dom.set_tuple_name(st.name), {_STMT: st.name}), dims, order,
+            tuple((tensors[t], named(m, tensors[t])) for t, m in reads), named(write, st.write.tensor), rdims, gen)
 
 
 def renamed(region: PolyRegion, ren: Mapping[str, str], name: str) -> PolyRegion:
@@ -379,7 +393,7 @@ def renamed(region: PolyRegion, ren: Mapping[str, str], name: str) -> PolyRegion
     (names it lacks stay); every name is an identifier, as isl prints them."""
     def sub(text: str) -> str:
         parts = tuple_template(text)
-        return "".join(p if k % 2 == 0 else ren.get(p, p) for k, p in enumerate(parts))
+        return with_template(tuple(p if k % 2 == 0 else ren.get(p, p) for k, p in enumerate(parts)))
 
     def acc(a: Access) -> Access:
         return Access(ren.get(a.tensor, a.tensor), sub(a.relation))
@@ -397,7 +411,7 @@ def generic(s: BoundStatement) -> "tuple | None":
     """(the statement with its name and tensor names as placeholders, its tensors' shapes likewise, placeholder ->
     tensor): equal for one statement met under other names in other regions, so a fact of its bound form that no
     name changes can be kept once; None when it has no such form."""
-    return _generic(s.stmt, s.used)
+    return s.generic
 
 
 def _generic(st: Statement, used: tuple) -> "tuple | None":

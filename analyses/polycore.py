@@ -22,8 +22,8 @@ from .buffers import (SMEM_BUDGET, barrier_hints, bank_hints, edges, load_path, 
                       staging_bytes)
 from .dependences import Dependences, dependences
 from .devices import Device, device
-from .footprint import (Tile, card, extents, full_footprint, halo, make_tile, normalize_tile, sectors, stream_tile,
-                        tile_footprint)
+from .footprint import (Tile, card, extents, full_footprint, halo, make_tile, normalize_tile, readers_of, sectors,
+                        stream_tile, tile_footprint)
 from .poly_region import BoundRegion, PolyRegion
 from ..knobs import max_pieces
 
@@ -226,15 +226,25 @@ def recompute_factors(b: BoundRegion, t: Tile) -> dict:
         return dict(t.factors)
     drv_tile = t.slices[b.driver.name]
     out = {}
-    for s in b.statements:
-        if s.name not in t.slices:
+    for name, reach, whole in _shares(b.region):
+        if name not in t.slices:
             continue
-        reach = driver_reach(b.region, s.name)
         mine = drv_tile if reach is None else drv_tile.intersect(reach)
-        out[s.name] = (card(t.slices[s.name]) / max(1, card(mine))) / \
-            (card(s.domain) / max(1, card(b.driver.domain if reach is None else reach)))
+        out[name] = (card(t.slices[name]) / max(1, card(mine))) / whole
     t.factors.update(out)
     return out
+
+
+@lru_cache(maxsize=4096)
+def _shares(region: PolyRegion) -> tuple:
+    """(statement, its driver_reach, its instances per driver instance it reaches) per statement: what
+    recompute_factors divides by, the same for every tile."""
+    b = region.bind()
+    out = []
+    for s in b.statements:
+        reach = driver_reach(region, s.name)
+        out.append((s.name, reach, card(s.domain) / max(1, card(b.driver.domain if reach is None else reach))))
+    return tuple(out)
 
 
 def driver_reach(region: PolyRegion, name: str):
@@ -264,7 +274,8 @@ def _reaches(region: PolyRegion) -> dict:
                 p = b.writer(tensor)
                 if p is None or p.index >= q.index or p.name not in inst:
                     continue
-                got = inst[p.name].apply(p.write).apply(read.reverse()).intersect(q.domain)
+                got = readers_of(read, p) if inst[p.name] is p.domain else \
+                    inst[p.name].apply(p.write).apply(read.reverse()).intersect(q.domain)
                 inst[q.name] = got if q.name not in inst else inst[q.name].union(got).coalesce()
             if q.name in inst and q.name in out and out[q.name][1] and inst[q.name].is_equal(q.domain):
                 whole = True  # q's whole domain reaches the whole driver, and so does st

@@ -32,8 +32,8 @@ from .buffers import SMEM_BUDGET, edges, halo_matters, staged_operands, staging_
 from .devices import Device, device
 from .occupancy import bandwidth_share, occupancy
 from .origin import SECTOR, at_origin
-from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, make_tile, normalize_tile, sectors,
-                        tile_footprint)
+from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, image, make_tile, normalize_tile,
+                        sectors, tile_footprint)
 from .poly_region import BoundRegion, BoundStatement, PolyRegion
 from .price_facts import PREDICATE_COST, SIMT_EFF, dead, exact_floor, facts, floor, region_floor, tile_floor
 from .prologue_cone import cone, first_pass_l2, on_chip, producer
@@ -238,12 +238,13 @@ def _resources(b: BoundRegion, t, es: list, ring: int, dev: Device) -> tuple:
                       {e.tensor: e for e in es if e.buffer == "smem_ring" and not e.staged}.values())
     # threads follow the largest per-tile piece of work: MMA accumulator cells (32 per thread) or
     # SIMT statement instances (16 per thread)
-    work = max(card(t.slices[s.name].apply(s.write)) // 32 if s.stmt.unit == "tensor" else card(t.slices[s.name]) // 16
+    cells = {s.name: card(image(t.slices[s.name], s.write)) for s in b.statements  # accumulator cells
+             if s.stmt.unit == "tensor" and s.name in t.slices}
+    work = max(cells[s.name] // 32 if s.stmt.unit == "tensor" else card(t.slices[s.name]) // 16
                for s in b.statements if s.name in t.slices)
     threads = 1 << (max(32, min(256, work)).bit_length() - 1)
     # accumulators: one MMA sub-tile (at most 128x256) at a time; GEMMs in sequence reuse them
-    acc = min(MAX_ACC, max([card(t.slices[s.name].apply(s.write)) for s in b.statements
-                            if s.stmt.unit == "tensor" and s.name in t.slices], default=0))
+    acc = min(MAX_ACC, max(cells.values(), default=0))
     # values held in registers across statements (a streamed or accumulator edge holds none extra)
     held = max([e.tile_elems for e in es if e.buffer == "reg" and not e.transient
                 and b.stmt(e.producer).stmt.unit != "tensor"], default=0)
@@ -421,15 +422,22 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
         def above(lb: float) -> bool:
             return lb > best.time_est_us * (1 + 1e-9) + 1e-9 or \
                 exact and lb >= best.time_est_us and (k is None or k > first)
-        return above(floor(region, dev, sizes)) or _shape_stopped(b, dev, sizes) or \
+        return above(floors[k] if k is not None else floor(region, dev, sizes)) or stopped(sizes) or \
             any(map(above, _tile_floors(region, dev, sizes)))
     best, first = None, None
+    shape: dict = {}
+
+    def stopped(sizes) -> bool:  # _shape_stopped, asked once per sizes
+        got = shape.get(k := tuple(sizes.items()))
+        if got is None:
+            got = shape[k] = _shape_stopped(b, dev, sizes)
+        return got
 
     def consider(k: int, later: "list | None") -> None:
         nonlocal best, first
         if best is not None and beaten(tiles[k], k):
             return
-        if later is not None and _shape_stopped(b, dev, tiles[k]):
+        if later is not None and stopped(tiles[k]):
             later.append(k)  # a hard STOP: priced only if no tile free of one comes first
             return
         c = cost(tiles[k])
@@ -439,8 +447,9 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
     # early best rules more of them out unpriced; the best is the least (hard STOP, time, candidate index),
     # which no order changes, so the tile chosen is the one candidate order gives
     tiles = candidate_tiles(b, dev)
+    floors = [floor(region, dev, t) for t in tiles]
     later: list = []
-    for k in sorted(range(len(tiles)), key=lambda k: floor(region, dev, tiles[k])):
+    for k in sorted(range(len(tiles)), key=floors.__getitem__):
         consider(k, later)
     for k in later:
         consider(k, None)

@@ -27,6 +27,7 @@ from typing import Mapping
 
 from .devices import Device
 from .footprint import card, extents, full_footprint, sectors, tile_count
+from .isl_util import kept
 from .occupancy import bandwidth_share, best_shares
 from .origin import SECTOR
 from .poly_region import BoundRegion, PolyRegion
@@ -118,7 +119,7 @@ def facts(region: PolyRegion) -> Facts:
     weight = {s.index: max(s.stmt.flops, 1) * n for s, n in live}
     whole = sum(weight.values()) or 1
     predicated = sum(weight.get(s.index, 0) for s in b.statements for _, m in s.reads
-                     if not m.domain().is_equal(s.domain)) / whole
+                     if kept("guarded", (m, s.domain), lambda: not m.domain().is_equal(s.domain))) / whole
     return Facts(useful, epi["fp32"], epi["sfu"], last_mma >= 0, tuple(live), dram, in_useful, out_useful, predicated)
 
 

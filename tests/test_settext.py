@@ -13,7 +13,7 @@ import islpy as isl
 
 from polysat.analyses import footprint as fp
 from polysat.analyses.isl_util import val_int
-from polysat.analyses.settext import box_of_text, separable_count
+from polysat.analyses.settext import box_of_text, peeled, separable_count
 
 DATA = pathlib.Path(__file__).parent / "data" / "settext_sets.json.gz"
 
@@ -119,3 +119,26 @@ def test_scale_graph_sets_match_isl():
     """A sample of the sets LLaMA-7B (1 layer) and ResNet-152 price (their footprint memo's keys), boxes and not."""
     for kind, text in json.loads(gzip.decompress(DATA.read_bytes())):
         _check(text, (kind,))
+
+
+def test_peeled_dims_leave_the_count_unchanged():
+    """A rotate-half footprint (a union of floors of i2 alone) peels its fixed and row dims: the count of what is
+    left times the intervals' points is isl's count; a dim that a piece constrains with another is kept."""
+    rope = ("{ T0[0, i1, i2] : 0 <= i1 <= 127 and -64 <= i2 <= 4095 and ((i2 >= 0 and 128*floor((i2)/128) <= -64 + i2)"
+            " or (i2 <= 4031 and 128*floor((64 + i2)/128) <= i2)) }")
+    n, rest = peeled(isl.Set(rope))
+    assert n == 128 and rest.dim(isl.dim_type.set) == 1
+    assert n * _isl_card(rest) == _isl_card(isl.Set(rope)) == fp._card(isl.Set(rope), rope)
+    tri = "{ T[i0, i1, i2] : 0 <= i0 <= 3 and 0 <= i1 <= i0 and 0 <= i2 <= 4 }"
+    n, rest = peeled(isl.Set(tri))
+    assert n == 5 and rest.dim(isl.dim_type.set) == 2  # i2 peeled (5 points); i0, i1 coupled
+    gap = "{ T[i0, i1] : 0 <= i0 <= 3 and (0 <= i1 <= 2 or 5 <= i1 <= 6) }"
+    n, rest = peeled(isl.Set(gap))
+    assert n == 4 and rest.dim(isl.dim_type.set) == 1  # i0 peeled; i1 is no whole interval
+    rng = random.Random(1)
+    for _ in range(150):
+        s = isl.Set(_random_set(rng))
+        if s.is_empty():
+            continue
+        n, rest = peeled(s)
+        assert n * _isl_card(rest) == _isl_card(s), str(s)
