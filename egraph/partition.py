@@ -114,5 +114,19 @@ def _free_cone_ok(program: Program, nid: str, k: Kernel, done: set) -> bool:
     return True
 
 
+def free_cone(program: Program, k: Kernel) -> frozenset:
+    """The free nodes (views, constants) outside k's list that k's nodes read, and those they read in turn, down
+    to memory k reads: what k computes besides its own nodes."""
+    stack = [s for i in k.nodes for s in program[i].src if s not in k.nodes and s not in k.inputs]
+    seen: set = set()
+    while stack:
+        s = stack.pop()
+        if s in seen or s in k.nodes or s in k.inputs or program[s].op not in FREE_OPS:
+            continue
+        seen.add(s)
+        stack.extend(program[s].src)
+    return frozenset(seen)
+
+
 def _bad(k: Kernel, why: str):
     fail("InternalError", f"partition kernel {k.name}", why)

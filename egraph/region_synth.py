@@ -43,7 +43,7 @@ from ..ir.region import R, Buffer, Let, MemRef, Region, RNode, Yield
 from ..ir.shapes import Dim
 from ..ir.stream_tags import parse_tag
 from ..ir.tiny import GroupOp, Ops, Program, UOp
-from .partition import FREE_OPS, Kernel, Partition
+from .partition import FREE_OPS, Kernel, Partition, free_cone
 from .stream import BLOCK, Group, groups
 
 _UNARY_FN = {Ops.NEG: "neg", Ops.RELU: "relu", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SQRT: "sqrt",
@@ -558,16 +558,16 @@ _PARTS_MAX = 16384  # above the kernels of a wide program's partition (an MoE la
 
 
 def _kernel_parts(program: Program, kern: Kernel, names: dict, symbols) -> tuple:
-    """(yields, iteration axes, reduction axes, input buffers, lets) of one kernel. It depends only on its nodes' and
-    inputs' objects, the names of the tensors it uses and the program's symbols, so the merge search's groups (each
-    other kernel as in the base) and the search's candidates (egraph/totiny.py keeps the nodes of unchanged classes)
-    synthesize each kernel once; its name only names it in a diagnostic. A streamed sum's kernel (stream tags: its
-    groups are the program's) is kept per program; an entry met in a program too small for its walk
-    (``_limit``) is synthesized again."""
+    """(yields, iteration axes, reduction axes, input buffers, lets) of one kernel. It depends only on the objects of
+    its nodes, inputs and free cone (``free_cone``: views, constants outside its list), the names of the tensors it
+    uses and the program's symbols, so the merge search's groups and the search's candidates (egraph/totiny.py keeps
+    the nodes of unchanged classes) synthesize each kernel once; its name only names it in a diagnostic. A streamed
+    sum's kernel (stream tags: its groups are the program's) is kept per program; an entry met in a program too small
+    for its walk (``_limit``) is synthesized again."""
     used = tuple((i, names[i]) for i in sorted(kern.nodes | set(kern.inputs) | set(kern.outputs)) if i in names)
     tagged = any(parse_tag(program[i].tag) is not None for i in kern.nodes)
     key = (program if tagged else None, kern.nodes, kern.outputs, kern.inputs, used,
-           tuple(program[i] for i in sorted(kern.nodes | set(kern.inputs))), symbols)
+           tuple(program[i] for i in sorted(kern.nodes | set(kern.inputs) | free_cone(program, kern))), symbols)
     hit = _PARTS.get(key)
     if hit is not None and hit[0] <= _limit(program):
         return hit[1]

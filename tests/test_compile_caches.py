@@ -295,3 +295,30 @@ def test_a_kernel_synthesized_in_one_program_is_kept_for_another_holding_its_nod
     with pytest.raises(PolysatError, match="recomputes values"):
         rs.synthesize(again, part)
     assert made  # synthesized again, not taken from the cache
+
+
+def test_a_kernel_reading_a_free_node_outside_its_list_is_kept_by_that_node_too():
+    """A kernel may read a constant or a view outside its node list (egraph/partition.py ``free_cone``): two programs
+    whose kernel nodes are the same objects but whose constant read that way differs (the same id, another value)
+    must not share the kernel cache's entry: each synthesizes what a fresh synthesis of it gives."""
+    from polysat.bench.models import mlp_stack
+    from polysat.egraph import region_synth as rs
+    from polysat.egraph.partition import Partition, free_cone
+    from polysat.frontend import load_model
+    from polysat.ir.tiny import Arg, Program
+    prog = load_model(mlp_stack(2, 32, dtype="fp32"))
+    base = rs.default_partition(prog)
+    k = base.kernels[-1]
+    const = next(i for i in sorted(k.nodes) if prog[i].op == Ops.CONST)
+    k_out = dataclasses.replace(k, nodes=k.nodes - {const})
+    part = Partition(base.kernels[:-1] + (k_out,))
+    part.check(prog)
+    assert free_cone(prog, k_out) == {const}
+    n = prog[const]
+    other = dataclasses.replace(n, arg=Arg({**dict(n.arg), "value": n.arg["value"] * 3 + 1}))
+    prog2 = Program(tuple(other if m.id == const else m for m in prog.nodes), prog.outputs)
+    first = rs.synthesize(prog, part)
+    second = rs.synthesize(prog2, part)
+    rs._PARTS.clear()
+    assert second == rs.synthesize(prog2, part)
+    assert first != second
