@@ -19,7 +19,7 @@ scores and their exponentials) once per pass.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Mapping, Sequence
 
@@ -172,6 +172,7 @@ class BoundStatement:
     write: isl.Map
     reduce_dims: tuple  # dims the write does not depend on
     used: tuple = ()  # (tensor, concrete shape) of every tensor it accesses
+    generic: "tuple | None" = field(default=None, compare=False)  # :func:`generic` of it, made as it is bound
 
     @cached_property
     def name(self) -> str:
@@ -180,11 +181,6 @@ class BoundStatement:
     @cached_property
     def parallel_dims(self) -> tuple:
         return tuple(d for d in self.loop_order if d not in self.reduce_dims)
-
-    @cached_property
-    def generic(self) -> "tuple | None":
-        """:func:`generic` of the statement (made once per bound statement)."""
-        return _generic(self.stmt, self.used)
 
 
 @dataclass(frozen=True)
@@ -335,8 +331,7 @@ def _bind(region: PolyRegion) -> BoundRegion:
             region.tensor(a.tensor)
         used = tuple(sorted({(a.tensor, shapes[a.tensor]) for a in st.reads + (st.write,)}))
         *parts, gen = _bind_statement(region.name, st, env, used)
-        bound.append(BoundStatement(st, i, *parts, used=used))
-        bound[-1].__dict__["generic"] = gen  # BoundStatement.generic, made on the way
+        bound.append(BoundStatement(st, i, *parts, used=used, generic=gen))
     for name in names:
         t = region.tensor(name)
         if t.role == "input" and name in written:

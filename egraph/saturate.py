@@ -256,8 +256,7 @@ class _Driver:
         if not ph.fixpoint and self.rows * GROWTH <= self.lim.rows:
             # a small e-graph (``step``): the phase's rulesets and the analysis's first chunk in one egglog call, the
             # same runs in the same order (a run that changes nothing leaves the e-graph as it is)
-            body = " ".join(f"(run {r})" for r in ph.rulesets)
-            changed = self._call(f"(seq {body} (repeat {CHUNK[0]} (run analysis)))")
+            changed = self._call(f"(seq {_runs(ph.rulesets)} (repeat {CHUNK[0]} (run analysis)))")
             return (self.fixpoint(("analysis",)) if changed[-1] else False) or any(changed)
         grew = self.fixpoint(ph.rulesets) if ph.fixpoint else self.step(ph.rulesets, 1)[0]
         return self.fixpoint(("analysis",)) or grew
@@ -288,7 +287,7 @@ class _Driver:
         stays far inside the rows limit) one call runs them all: each call's fixed cost (egglog's run, the sizes
         read back, the report) dominates there, and a segment of a program saturated alone is such a graph."""
         if k > 1 or len(rulesets) == 1 or self.rows * GROWTH <= self.lim.rows:
-            body = " ".join(f"(run {r})" for r in rulesets)
+            body = _runs(rulesets)
             changed = self._call(f"(repeat {k} (seq {body}))" if k > 1 else f"(seq {body})")
             return any(changed), any(changed[-len(rulesets):])
         changed = False
@@ -319,6 +318,11 @@ class _Driver:
             if _rss_mb() - self.rss0 > lim.memory_mb:
                 raise _Stop(StopReason.memory_limit)
         return [it.rule_set_report.changed for it in report.iterations]
+
+
+def _runs(rulesets: tuple) -> str:
+    """One run of each ruleset, in order, as egglog schedule text."""
+    return " ".join(f"(run {r})" for r in rulesets)
 
 
 def _replay(st: EGraphState, schedule: tuple, lim: Limits, iterations: int) -> None:

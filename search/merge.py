@@ -384,10 +384,11 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
         return not why_illegal(members)
     res = merge_search(sp.items, price, sp.lower, legal, limits,
                        (lambda k: sp.site(k) in hint) if hint is not None else (lambda k: True))
+    def floor(root: str, members: frozenset) -> float:  # the group's price where known, else its floor
+        return prices[root, members] if (root, members) in prices else sp.floor(root, members)
     if res.stop != "exhausted":
         res = _polish(sp.items, res, price, sp.lower, legal, deadline=deadline, total=limits.total,
-                      unfused_below=unfused_below, floor=lambda root, members: prices.get((root, members)) or
-                      sp.floor(root, members))
+                      unfused_below=unfused_below, floor=floor)
     fused = frozenset(sp.site(m) for m in res.absorbed)
     rho = {m: r for r, ms in res.groups.items() for m in ms}
 

@@ -56,11 +56,12 @@ class Repricer:
         ctx = program_context(prog, None)
         keys = [self._key(ctx, prog, k) for k in part.kernels]
         new = [k for k, key in zip(part.kernels, keys, strict=True) if key is None or key not in self.kept]
-        known = sum(c.time_est_us for key in keys if key is not None and key in self.kept
-                    for _, c in [next(iter(self.kept[key].values()))] if c is not None)
+        known = sum(self._kept_us(key) for key in keys if key is not None and key in self.kept)
         # the new kernels on the whole program's Poly-View (each from its own sub-program is slower where many are new)
-        got = priced if priced is not None else \
-            price_kernels(prog, Partition(tuple(new)), self.params, self.arch, above=above - known) if new else []
+        if priced is not None:
+            got = priced
+        else:
+            got = price_kernels(prog, Partition(tuple(new)), self.params, self.arch, above=above - known) if new else []
         if got is None:
             return None
         fresh = {p.kernel.name: p for p in got}
@@ -76,6 +77,11 @@ class Repricer:
                 self.kept[key] = {k.name: (p.region, p.cost)}
             out.append(p)
         return out
+
+    def _kept_us(self, key) -> float:
+        """The modelled µs of the kernel kept under key (a copy of memory kept without a cost: 0)."""
+        _, cost = next(iter(self.kept[key].values()))
+        return cost.time_est_us if cost is not None else 0.0
 
     def _key(self, ctx, prog, k) -> "tuple | None":
         """What kernel k's price depends on (see the module docstring); None: priced on every candidate. The key of
