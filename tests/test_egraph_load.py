@@ -64,3 +64,25 @@ def test_the_loader_builds_the_tables_the_top_level_commands_build(cut):
 def test_the_examples_load_to_the_same_tables(path):
     p = load_model(str(path))
     assert _loaded(p, all_cuts(p), True) == _loaded(p, all_cuts(p), False)
+
+
+def test_a_str_pickles_as_cloudpickle_pickles_it():
+    """egglog keys a PyObject by its pickle: the C pickler's bytes for a str (run_text's ``_dumps``) are
+    cloudpickle's, byte for byte, or one value would have two keys."""
+    import random
+
+    import cloudpickle
+    rng = random.Random(7)
+    texts = ["", "(i0, i1)", "[4096, 11008]", '"', "\\", "\ud800", "é" * 3000, "漢" * (S.FAST_STR - 1)]
+    texts += ["".join(chr(rng.choice((rng.randint(32, 126), rng.randint(0, 0x10FFFF)))) for _ in range(n))
+              for n in (1, 7, 60, 500, 4000) for _ in range(40)]
+    for t in texts:
+        assert S._dumps(t) == cloudpickle.dumps(t)
+    assert S._dumps(("a",)) == cloudpickle.dumps(("a",))
+
+
+def test_run_text_puts_cloudpickle_back():
+    import cloudpickle
+    before = cloudpickle.dumps
+    S.run_text(S.base_egraph(), '(let $x (py-from-string "y"))')
+    assert cloudpickle.dumps is before
