@@ -58,34 +58,31 @@ def discover(dirs=None, builtin: bool = True) -> list:
 MAX_NESTING = 200  # parentheses inside one top-level form (a rule's pattern is a few levels deep)
 
 
+_LEX = re.compile(r';[^\n]*|"(?:\\[\s\S]|[^"\\])*"?|[()]')  # a comment, a string (to its end if unclosed), a paren
+
+
 def _forms(text: str, path: str) -> list:
     """Top-level s-expressions as (start offset, end offset, line), skipping comments and strings."""
-    forms, depth, start, i, n = [], 0, 0, 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == ";":
-            while i < n and text[i] != "\n":
-                i += 1
-            continue
-        if c == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif c == "(":
+    forms, depth, start = [], 0, 0
+    lines, at = 1, 0  # the line of offset at
+    for m in _LEX.finditer(text):
+        c = text[m.start()]
+        if c == "(":
             if depth == 0:
-                start = i
+                start = m.start()
             depth += 1
             if depth > MAX_NESTING:
-                _fail(path, _line(text, i), None, f"a form nested deeper than {MAX_NESTING} levels (the walks over "
-                      "a rule's patterns, and egglog's own parser, would run out of stack)",
+                _fail(path, _line(text, m.start()), None, f"a form nested deeper than {MAX_NESTING} levels (the walks "
+                      "over a rule's patterns, and egglog's own parser, would run out of stack)",
                       "Split the pattern into shorter rules.")
         elif c == ")":
             depth -= 1
             if depth < 0:
-                _fail(path, _line(text, i), None, "unbalanced ')'")
+                _fail(path, _line(text, m.start()), None, "unbalanced ')'")
             if depth == 0:
-                forms.append((start, i + 1, _line(text, start)))
-        i += 1
+                lines += text.count("\n", at, start)
+                at = start
+                forms.append((start, m.end(), lines))
     if depth:
         _fail(path, _line(text, start), None, "unclosed '(' (the form starting here never ends)")
     return forms

@@ -86,3 +86,12 @@ def test_run_text_puts_cloudpickle_back():
     before = cloudpickle.dumps
     S.run_text(S.base_egraph(), '(let $x (py-from-string "y"))')
     assert cloudpickle.dumps is before
+
+
+def test_the_schema_text_is_what_declare_all_sends():
+    from egglog import EGraph
+
+    from polysat.egraph.schema import declare_all
+    eg = EGraph(save_egglog_string=True)
+    declare_all(eg)
+    assert eg._egraph.commands().split() == S.SCHEMA.split()  # noqa: SLF001
