@@ -126,7 +126,8 @@ def default_schedule(rulesets: list, opt_in: tuple = ()) -> tuple:
         phases = [Phase("normalize", first)] if first else []
         return tuple(phases + [Phase("rewrite", tuple(rulesets))]) if rulesets else tuple(phases)
     rest = tuple(r for r in rulesets if r not in FUSION)
-    user = tuple(r for r in rest if r not in shipped_rulesets())  # a user's ruleset also sees the fused reads
+    shipped = set(shipped_rulesets())  # (read once: each call reads and parses the shipped files)
+    user = tuple(r for r in rest if r not in shipped)  # a user's ruleset also sees the fused reads
     phases = [Phase("normalize", first), Phase("rewrite", rest),
               Phase("fusion-search", ("fusion-search",) + tuple(r for r in SETTLE if r in rulesets) + user),
               Phase("fusion-facts", ("fusion-facts",), True), Phase("fusion-conflicts", ("fusion-conflicts",), True)]
