@@ -1,8 +1,8 @@
 """The e-graph term language: one sort ``Term`` for Tiny IR and RB-SSA values (docs/DESIGN.md
 §Tiny IR, §RB-SSA).
 
-Constructors are declared here in Python with stable egglog names (``egg_fn=``) so that rule files
-(``rules/*.egg``) can name them. Attributes are canonical strings (``encode.py``): shapes
+Constructors are declared here once (``DECLS``), sent to egglog as the text ``SCHEMA`` (one program: egglog's
+Python declarations cost ~15 ms a process), so that rule files (``rules/*.egg``) can name them. Attributes are canonical strings (``encode.py``): shapes
 ``[M, N, K]``, index maps ``(i0, i2)`` over the output axes, axis lists ``(2,)``; rules match them
 structurally and compute new ones through the pure helpers of ``ixfns.py``.
 
@@ -24,117 +24,31 @@ the max and the sum, a second for P·V (P rounded exactly where the two-kernel s
 """
 from __future__ import annotations
 
-from egglog import EGraph, Expr, StringLike, function, i64Like
+T = "Term"  # an argument that is a term; "String" one that is a canonical string (encode.py)
+S = "String"
 
+# constructor -> its arguments' sorts, in order (Term children, String attributes)
+DECLS: dict = {
+    # memory
+    "Tensor": (S,), "Mat": (T,), "Read": (T, S, S),  # Read(mem, shape, map)
+    # leaves
+    "Const": (S, S, S),  # value, dtype, shape
+    # Tiny IR movement
+    "Reshape": (T, S), "Permute": (T, S), "Expand": (T, S), "Pad": (T, S, S), "Shrink": (T, S), "Flip": (T, S),
+    "View": (T, S, S),  # x, shape, map
+    # RB-SSA movement
+    "Transpose": (T, S), "BroadcastInDim": (T, S, S), "Select": (S, T, T),  # guard, then, other
+    # compute
+    "Unary": (S, T), "Binary": (S, T, T), "Where": (T, T, T), "Cast": (S, T),
+    "Reduce": (S, S, S, S, T),  # op, axes, init, dtype, body
+    # streaming
+    "SoftmaxSum": (S, S, T, T),  # p, passes, s, v
+}
 
-class Term(Expr, egg_sort="Term"):
-    """A tensor value (or, for Tensor/Mat, a memory buffer)."""
-
-
-@function(egg_fn="N", unextractable=True)
-def N(i: i64Like) -> Term: ...
-
-
-# ---- memory ----------------------------------------------------------------------------------
-@function(egg_fn="Tensor")
-def Tensor(name: StringLike) -> Term: ...
-
-
-@function(egg_fn="Mat")
-def Mat(x: Term) -> Term: ...
-
-
-@function(egg_fn="Read")
-def Read(mem: Term, shape: StringLike, imap: StringLike) -> Term: ...
-
-
-# ---- leaves ----------------------------------------------------------------------------------
-@function(egg_fn="Const")
-def Const(value: StringLike, dtype: StringLike, shape: StringLike) -> Term: ...
-
-
-# ---- Tiny IR movement ------------------------------------------------------------------------
-@function(egg_fn="Reshape")
-def Reshape(x: Term, shape: StringLike) -> Term: ...
-
-
-@function(egg_fn="Permute")
-def Permute(x: Term, perm: StringLike) -> Term: ...
-
-
-@function(egg_fn="Expand")
-def Expand(x: Term, shape: StringLike) -> Term: ...
-
-
-@function(egg_fn="Pad")
-def Pad(x: Term, pads: StringLike, value: StringLike) -> Term: ...
-
-
-@function(egg_fn="Shrink")
-def Shrink(x: Term, spec: StringLike) -> Term: ...
-
-
-@function(egg_fn="Flip")
-def Flip(x: Term, axes: StringLike) -> Term: ...
-
-
-@function(egg_fn="View")
-def View(x: Term, shape: StringLike, imap: StringLike) -> Term: ...
-
-
-# ---- RB-SSA movement -------------------------------------------------------------------------
-@function(egg_fn="Transpose")
-def Transpose(x: Term, perm: StringLike) -> Term: ...
-
-
-@function(egg_fn="BroadcastInDim")
-def BroadcastInDim(x: Term, shape: StringLike, dims: StringLike) -> Term: ...
-
-
-@function(egg_fn="Select")
-def Select(guard: StringLike, then: Term, other: Term) -> Term: ...
-
-
-# ---- compute ---------------------------------------------------------------------------------
-@function(egg_fn="Unary")
-def Unary(op: StringLike, x: Term) -> Term: ...
-
-
-@function(egg_fn="Binary")
-def Binary(op: StringLike, a: Term, b: Term) -> Term: ...
-
-
-@function(egg_fn="Where")
-def Where(c: Term, a: Term, b: Term) -> Term: ...
-
-
-@function(egg_fn="Cast")
-def Cast(dtype: StringLike, x: Term) -> Term: ...
-
-
-@function(egg_fn="Reduce")
-def Reduce(op: StringLike, axes: StringLike, init: StringLike, dtype: StringLike, body: Term) -> Term: ...
-
-
-# ---- streaming -------------------------------------------------------------------------------
-@function(egg_fn="SoftmaxSum")
-def SoftmaxSum(p: StringLike, passes: StringLike, s: Term, v: Term) -> Term: ...
-
-
-CONSTRUCTORS = (N, Tensor, Mat, Read, Const, Reshape, Permute, Expand, Pad, Shrink, Flip, View, Transpose,
-                BroadcastInDim, Select, Unary, Binary, Where, Cast, Reduce, SoftmaxSum)
+# the schema as egglog text: the sort, the flat loader's unextractable id constructor, then DECLS
+SCHEMA = "(sort Term)\n(constructor N (i64) Term :unextractable)\n" + "".join(
+    f"(constructor {name} ({' '.join(args)}) Term)\n" for name, args in DECLS.items())
 
 # egg name -> positions of Term children (the other arguments are strings)
-CHILDREN: dict = {
-    "Tensor": (), "Mat": (0,), "Read": (0,), "Const": (), "Reshape": (0,), "Permute": (0,), "Expand": (0,),
-    "Pad": (0,), "Shrink": (0,), "Flip": (0,), "View": (0,), "Transpose": (0,), "BroadcastInDim": (0,),
-    "Select": (1, 2), "Unary": (1,), "Binary": (1, 2), "Where": (0, 1, 2), "Cast": (1,), "Reduce": (4,),
-    "SoftmaxSum": (2, 3),
-}
+CHILDREN: dict = {name: tuple(k for k, a in enumerate(args) if a == T) for name, args in DECLS.items()}
 MEMORY = frozenset({"Tensor", "Mat"})  # buffers, not values
-
-
-def declare_all(eg: EGraph) -> None:
-    """Send every constructor's declaration to egglog (declarations are lazy; rule files need them)."""
-    for f in CONSTRUCTORS:
-        eg._callable_to_egg(f)  # noqa: SLF001 — the documented way to force a declaration

@@ -20,6 +20,7 @@ from .ixfns import prelude
 from . import siblings as _siblings  # noqa: F401 — registers the helpers of rules/siblings.egg
 from ..knobs import load_chunk
 from .rulefiles import check_rulesets, egg_error, form_texts
+from .schema import SCHEMA
 
 LOAD = "program-load"  # the ruleset whose query-less rules load a program (load_program)
 ANALYSIS = pathlib.Path(__file__).resolve().parent / "analysis.egg"
@@ -60,34 +61,6 @@ def run_forms(eg: EGraph, text: str, filename: str) -> None:
     files and the analysis, 0.13 s whole, 0.07 s so)."""
     for _, form, _ in form_texts(filename, text):
         run_text(eg, form, filename)
-
-
-# egraph/schema.py's sort and constructors, as egglog text: what its ``declare_all`` sends through egglog's Python
-# layer (which resolves each constructor's Python declaration first: ~15 ms a process), sent as one program
-# (tests/test_egraph_load.py holds the two equal)
-SCHEMA = """(sort Term)
-(constructor N (i64) Term :unextractable)
-(constructor Tensor (String) Term)
-(constructor Mat (Term) Term)
-(constructor Read (Term String String) Term)
-(constructor Const (String String String) Term)
-(constructor Reshape (Term String) Term)
-(constructor Permute (Term String) Term)
-(constructor Expand (Term String) Term)
-(constructor Pad (Term String String) Term)
-(constructor Shrink (Term String) Term)
-(constructor Flip (Term String) Term)
-(constructor View (Term String String) Term)
-(constructor Transpose (Term String) Term)
-(constructor BroadcastInDim (Term String String) Term)
-(constructor Select (String Term Term) Term)
-(constructor Unary (String Term) Term)
-(constructor Binary (String Term Term) Term)
-(constructor Where (Term Term Term) Term)
-(constructor Cast (String Term) Term)
-(constructor Reduce (String String String String Term) Term)
-(constructor SoftmaxSum (String String Term Term) Term)
-"""
 
 
 def base_egraph() -> EGraph:

@@ -88,10 +88,15 @@ def test_run_text_puts_cloudpickle_back():
     assert cloudpickle.dumps is before
 
 
-def test_the_schema_text_is_what_declare_all_sends():
-    from egglog import EGraph
-
-    from polysat.egraph.schema import declare_all
-    eg = EGraph(save_egglog_string=True)
-    declare_all(eg)
-    assert eg._egraph.commands().split() == S.SCHEMA.split()  # noqa: SLF001
+def test_the_schema_text_declares_every_constructor_with_its_children():
+    """egglog takes a term of every constructor of egraph/schema.py, each built with a term at exactly the
+    positions CHILDREN names and a string elsewhere; a term at a string position is refused."""
+    from polysat.egraph.schema import CHILDREN, DECLS
+    assert set(CHILDREN) == set(DECLS)
+    eg = S.base_egraph()
+    S.run_text(eg, '(let $leaf (Tensor "x"))')
+    for k, (name, args) in enumerate(DECLS.items()):
+        parts = ["$leaf" if j in CHILDREN[name] else '"a"' for j in range(len(args))]
+        S.run_text(eg, f"(let $t{k} ({name} {' '.join(parts)}))")
+    with pytest.raises(Exception):
+        S.run_text(eg, '(let $bad (Unary $leaf $leaf))')
