@@ -20,12 +20,11 @@ statements of ``stream_recompute`` (scores, exponentials) and their operand traf
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from functools import lru_cache
 from math import ceil, log2, prod
 from typing import Mapping, Sequence
-
-import heapq
 
 import islpy as isl
 
