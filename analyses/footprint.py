@@ -18,7 +18,7 @@ from typing import Mapping
 import islpy as isl
 
 from ..ir.diagnostics import fail
-from .isl_util import held, held_parts, held_renamed, kept, parse_map, val_int
+from .isl_util import held, held_parts, held_renamed, kept, parse_map, parts_of, val_int
 from .settext import box_card, box_of_text, peeled, separable_count
 from .poly_region import BoundRegion, BoundStatement
 
@@ -35,7 +35,7 @@ def _memo(kind: str, s: isl.Set, fn):
     if v is not None:
         return v
     text = hit[2]
-    key = (kind, held_parts(s)[0::2])  # a count or a bound does not read the set's name
+    key = (kind, parts_of(hit)[0::2])  # a count or a bound does not read the set's name
     v = _MEMO.get(key)
     if v is None:
         if len(_MEMO) > 50000:
@@ -295,25 +295,27 @@ def image(s: isl.Set, m: isl.Map) -> isl.Set:
     and accesses (a conv with one epilogue or another), so most images recur under other regions' objects; and
     by those texts with the tuple names left out (a statement is S2 in one candidate region, S1 in the next), the
     image then named as this map names its range: the same sets under other names have the same image."""
-    key = (held(s)[2], held(m)[2])
+    hs, hm = held(s), held(m)
+    key = (hs[2], hm[2])
     got = _IMAGES.get(key)
     if got is None:
         if len(_IMAGES) > 50000:
             _IMAGES.clear()
             _UNNAMED.clear()
-        got = _IMAGES[key] = _image_unnamed(s, m, *key)
+        got = _IMAGES[key] = _image_unnamed(s, m, hs, hm)
     return got
 
 
-def _image_unnamed(s: isl.Set, m: isl.Map, s_text: str, m_text: str) -> isl.Set:
+def _image_unnamed(s: isl.Set, m: isl.Map, hs: list, hm: list) -> isl.Set:
     """s.apply(m) kept by the texts around the tuple names (the set's one name, the map's domain and range
-    pairs, a union repeating them), the image renamed to the map's range; computed when the names do not pair."""
-    ps, pm = held_parts(s), held_parts(m)
+    pairs, a union repeating them), the image renamed to the map's range; computed when the names do not pair
+    (hs, hm: what isl_util.held gave of s and m)."""
+    ps, pm = parts_of(hs), parts_of(hm)
     sn, mn = ps[1::2], pm[1::2]
-    if not sn or len(set(sn)) != 1 or not mn or len(mn) % 2:
+    if not sn or sn.count(sn[0]) != len(sn) or not mn or len(mn) % 2:
         return s.apply(m)
     src, dst = mn[0], mn[1]
-    if src != sn[0] or any(x != (src if k % 2 == 0 else dst) for k, x in enumerate(mn)):
+    if src != sn[0] or mn != (src, dst) * (len(mn) // 2):
         return s.apply(m)
     key = (ps[0::2], pm[0::2], src == dst)
     got = _UNNAMED.get(key)

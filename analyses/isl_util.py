@@ -171,7 +171,11 @@ def held(obj) -> list:
 
 def held_parts(obj) -> tuple:
     """tuple_template of obj's held text, kept with it."""
-    hit = held(obj)
+    return parts_of(held(obj))
+
+
+def parts_of(hit: list) -> tuple:
+    """held_parts of the object ``hit`` (what :func:`held` gave) holds."""
     if hit[3] is None:
         hit[3] = tuple_template(hit[2])
     return hit[3]
@@ -181,7 +185,8 @@ def held_renamed(src, out, ren: Mapping[str, str]):
     """out, which is src with its tuple names mapped by ``ren`` (every name src's text holds), held with src's
     text so renamed (made when first asked) and src's memo (whose values no tuple name changes): out is never
     printed. A text holding a name ren lacks leaves out unheld."""
-    parts, memo = held_parts(src), held(src)[1]
+    hit = held(src)
+    parts, memo = parts_of(hit), hit[1]
     if len(parts) < 3 or any(p not in ren for p in parts[1::2]):
         return out
     if len(_BY_ID) > 50000:

@@ -20,6 +20,7 @@ statements of ``stream_recompute`` (scores, exponentials) and their operand traf
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from functools import lru_cache
 from math import ceil, log2, prod
@@ -411,19 +412,20 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
 
     exact = exact_floor(region)
 
-    def beaten(sizes, k=None):
-        """No price of these sizes can displace a best that hits no hard STOP: a floor is above it, or (a floor
-        exact to the bit) at it while a tie cannot win (a later candidate than the best's, or a local step, which
-        must undercut it), or the MMA shape stops it; first the tile count's floor, then the made tile's.
-        k: the candidate's index (None: a local step)."""
+    def above(lb: float, k: "int | None") -> bool:
+        """No price at or above ``lb`` displaces the best (one that hits no hard STOP): above it, or (a floor exact
+        to the bit) at it while a tie cannot win (a later candidate than the best's, or a local step (k None),
+        which must undercut it)."""
+        return lb > best.time_est_us * (1 + 1e-9) + 1e-9 or \
+            exact and lb >= best.time_est_us and (k is None or k > first)
+
+    def beaten(sizes) -> bool:
+        """No price of a local step of these sizes can displace a best that hits no hard STOP: a floor is above it,
+        or the MMA shape stops it; first the tile count's floor, then the made tile's."""
         if key(best)[0]:
             return False
-
-        def above(lb: float) -> bool:
-            return lb > best.time_est_us * (1 + 1e-9) + 1e-9 or \
-                exact and lb >= best.time_est_us and (k is None or k > first)
-        return above(floors[k] if k is not None else floor(region, dev, sizes)) or stopped(sizes) or \
-            any(map(above, _tile_floors(region, dev, sizes)))
+        return above(floor(region, dev, sizes), None) or stopped(sizes) or \
+            any(above(lb, None) for lb in _tile_floors(region, dev, sizes))
     best, first = None, None
     shape: dict = {}
 
@@ -433,26 +435,38 @@ def _best(region: PolyRegion, dev: Device) -> Cost:
             got = shape[k] = _shape_stopped(b, dev, sizes)
         return got
 
-    def consider(k: int, later: "list | None") -> None:
+    def consider(k: int) -> None:
         nonlocal best, first
-        if best is not None and beaten(tiles[k], k):
-            return
-        if later is not None and stopped(tiles[k]):
-            later.append(k)  # a hard STOP: priced only if no tile free of one comes first
-            return
         c = cost(tiles[k])
         if best is None or (key(c), k) < (key(best), first):
             best, first = c, k
-    # the candidates in the order of their lower bounds, those with an MMA shape STOP after the rest, so an
-    # early best rules more of them out unpriced; the best is the least (hard STOP, time, candidate index),
-    # which no order changes, so the tile chosen is the one candidate order gives
+    # the candidates best-first on their floors, each floor raised as it comes up (the tile count's, then the made
+    # tile's: _tile_floors) before the tile is priced, those with an MMA shape STOP after the rest: an early best
+    # rules the others out unpriced (a tile recomputing 32x is never priced before the one that wins). The best is
+    # the least (hard STOP, time, candidate index), which no order changes, so the tile chosen is the one
+    # candidate order gives
     tiles = candidate_tiles(b, dev)
-    floors = [floor(region, dev, t) for t in tiles]
+    heap = [(floor(region, dev, t), k, 0) for k, t in enumerate(tiles)]
+    heapq.heapify(heap)
     later: list = []
-    for k in sorted(range(len(tiles)), key=floors.__getitem__):
-        consider(k, later)
+    made: dict = {}  # candidate -> its made tile's floors, still to raise it to
+    while heap:
+        lb, k, raised = heapq.heappop(heap)
+        if best is not None and not key(best)[0] and above(lb, k):
+            continue
+        if not raised:
+            if stopped(tiles[k]):
+                later.append(k)  # a hard STOP: priced only if no tile free of one comes first
+                continue
+            made[k] = _tile_floors(region, dev, tiles[k])
+        more = next(made[k], None)
+        if more is not None:
+            heapq.heappush(heap, (max(lb, more), k, raised + 1))
+            continue
+        consider(k)
     for k in later:
-        consider(k, None)
+        if best is None or key(best)[0]:
+            consider(k)
     steps = 0
     improved = True
     while improved and steps < SEARCH_STEPS:

@@ -91,3 +91,32 @@ def test_the_pruned_tile_search_chooses_what_pricing_every_tile_would(chunk):
         if got != want:
             bad.append((row["sources"][0], row["arch"], {k: (v, got[k]) for k, v in want.items() if got[k] != v}))
     assert not bad, bad[:3]
+
+
+
+def test_no_tile_far_above_the_best_is_priced(monkeypatch):
+    """The candidates are taken best-first on their floors, each raised to the made tile's before it is priced: no
+    tile whose floor is twice the price the search returns is priced (a local step is priced under the best of its
+    moment, so a little above the final one may be; in the count floors' order tiles 17x above it were priced)."""
+    priced = []
+    inner = P._price
+
+    def recorded(region, dev, key):
+        priced.append(key)
+        return inner.__wrapped__(region, dev, key)
+    monkeypatch.setattr(P, "_price", recorded)
+    bad = []
+    for row in SAMPLE:
+        region, dev = at_origin(PolyRegion.from_json(row["region"])), device(row["arch"])
+        P._best.cache_clear()
+        priced.clear()
+        got = P.price(region, dev)
+        if any(P._hard(s) for s in got.stops):
+            continue
+        for key in priced:
+            sizes = dict(key)
+            lb = max([floor(region, dev, sizes), *P._tile_floors(region, dev, sizes)])
+            if lb >= 2 * got.time_est_us:
+                bad.append((row["sources"][0], row["arch"], sizes, lb, got.time_est_us))
+    P._best.cache_clear()
+    assert not bad, bad[:3]
