@@ -18,7 +18,10 @@ included), kernels, polysat's modelled time (Poly Core, µs) beside the one-kern
 prices, the saturation's and the search's stop reasons, and ``worse``: the chosen partition priced above
 either baseline (must never happen). A table is printed and JSON written.
 
-    python -m polysat.bench.scale [--quick] [--only NAME,..] [--out PATH] [--timeout S] [--no-size] [--dtype fp16]
+    python -m polysat.bench.scale [--quick] [--only NAME,..] [--out PATH] [--timeout S] [--no-size] [--dtype fp16] [--repeat N]
+
+``--repeat N``: each side run N times, the sides alternating, each run in a fresh process; a side's CPU seconds are the
+median of its runs (all of them in the JSON), since CPU time on a shared machine swings by a fifth from run to run.
 
 ``--quick`` (CI, well under two minutes): the smallest points (one LLaMA-2-7B layer, one GPT-2 small
 layer, a two-expert soft MoE).
@@ -31,6 +34,7 @@ import multiprocessing
 import pathlib
 import platform
 import resource
+import statistics
 import sys
 import time
 
@@ -147,16 +151,30 @@ def _fresh(job: tuple, timeout: float) -> dict:
 
 
 def measure(name: str, builder: str, args: tuple, arch: str = "sm90", timeout: float = 600.0,
-            size: bool = True) -> dict:
-    """One row: the graph built and serialized once, each side in its own fresh process."""
+            size: bool = True, repeat: int = 1) -> dict:
+    """One row: the graph built and serialized once, each side in its own fresh process, ``repeat`` times. The sides
+    alternate (polysat, tinygrad, polysat, ...), so a slow spell of a shared machine falls on both; with more than
+    one run a side's ``cpu_s`` is the median of its ``cpu_runs``, its peak RSS the largest, the rest its first run's
+    (the ``--cost size`` price is compiled in the first run only), and ``cpu_ratios`` the ratio of each round."""
     from .corpora.scale_models import build
     model = build(builder, *args).SerializeToString()
     row = {"graph": name, "onnx_bytes": len(model), "env": ENV.get(name, {})}
-    for which in ("polysat", "tinygrad"):
-        row[which] = _fresh((which, model, arch, size, row["env"] if which == "polysat" else {}), timeout)
+    runs: dict = {"polysat": [], "tinygrad": []}
+    for k in range(max(1, repeat)):
+        for which in runs:
+            runs[which].append(_fresh((which, model, arch, size and k == 0,
+                                       row["env"] if which == "polysat" else {}), timeout))
+    for which, got in runs.items():
+        bad = [r for r in got if "error" in r]
+        row[which] = dict(bad[0] if bad else got[0])
+        if len(got) > 1 and not bad:
+            row[which].update(cpu_runs=[r["cpu_s"] for r in got], cpu_s=statistics.median(r["cpu_s"] for r in got),
+                              peak_mb=max(r["peak_mb"] for r in got))
     ps, tg = row["polysat"], row["tinygrad"]
     if "error" not in ps and "error" not in tg:
         row["cpu_ratio"] = round(ps["cpu_s"] / max(1e-9, tg["cpu_s"]), 3)
+        if "cpu_runs" in ps:
+            row["cpu_ratios"] = [round(a / max(1e-9, b), 3) for a, b in zip(ps["cpu_runs"], tg["cpu_runs"])]
     return row
 
 
@@ -177,7 +195,7 @@ def table(rows: list) -> str:
     lines += tinygrad_errors(rows, "graph")
     lines.append("s = CPU seconds (polysat: ONNX import to priced partition; tinygrad: parse, build, schedule); MB = peak "
                  "RSS of the side's fresh process; model µs = the chosen partition (Poly Core); 1/op µs = one kernel "
-                 "per op; size µs = the --cost size partition; cpu x = polysat s / tinygrad s")
+                 "per op; size µs = the --cost size partition; cpu x = polysat s / tinygrad s (with --repeat: medians)")
     return "\n".join(lines)
 
 
@@ -189,6 +207,8 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="sm90")
     ap.add_argument("--timeout", type=float, default=900.0, help="wall seconds per side and graph")
     ap.add_argument("--no-size", action="store_true", help="skip the --cost size partition's compile")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each side this many times, alternating, each in a fresh process; CPU s is the median")
     ap.add_argument("--dtype", default="fp32", choices=("fp32", "fp16"),
                     help="fp16: the LLaMA graphs only, as a half-precision export (names end in _fp16)")
     a = ap.parse_args(argv)
@@ -196,7 +216,7 @@ def main(argv=None) -> int:
     todo = [p for p in points(a.quick and not only, a.dtype) if not only or p[0] in only]
     rows, t0 = [], time.perf_counter()
     for name, builder, args in todo:
-        rows.append(measure(name, builder, args, a.arch, a.timeout, not a.no_size))
+        rows.append(measure(name, builder, args, a.arch, a.timeout, not a.no_size, a.repeat))
         print(f"  {name}: done ({time.perf_counter() - t0:.1f}s)", file=sys.stderr)
     print(table(rows))
     doc = {"quick": a.quick, "arch": a.arch, "dtype": a.dtype, "python": platform.python_version(),

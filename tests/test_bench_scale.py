@@ -1,6 +1,6 @@
 """bench/scale.py runs its smallest point end to end: a weight-free ONNX graph written by the bench, polysat and
 tinygrad each in a fresh process on the same bytes, a row with CPU seconds, RSS, kernels, prices and stop
-reasons, and no partition priced above one kernel per op."""
+reasons, and no partition priced above one kernel per op; with --repeat, each side's runs and their median."""
 from __future__ import annotations
 
 import json
@@ -13,13 +13,16 @@ from polysat.bench.corpora.scale_models import GRAPHS, build
 
 def test_the_smallest_point_runs_on_both_sides(tmp_path, capsys):
     out = tmp_path / "scale.json"
-    assert scale.main(["--only", "soft_moe_e2", "--out", str(out), "--timeout", "300"]) == 0
+    assert scale.main(["--only", "soft_moe_e2", "--out", str(out), "--timeout", "300", "--repeat", "2"]) == 0
     (row,) = json.loads(out.read_text())["rows"]
     ps, tg = row["polysat"], row["tinygrad"]
     assert "error" not in ps and "error" not in tg, row
     assert ps["kernels"] >= 1 and tg["kernels"] >= 1 and ps["cpu_s"] > 0 and tg["cpu_s"] > 0
     assert not ps["worse"] and ps["time_est_us"] <= ps["unfused_us"] * (1 + 1e-9) and ps["time_est_us"] <= ps["size_us"] * (1 + 1e-9)
     assert ps["saturation_stop"] and ps["search_stop"] and ps["peak_mb"] > 0
+    for side in (ps, tg):  # two runs a side, the median (of two: their mean) the side's CPU seconds
+        assert len(side["cpu_runs"]) == 2 and side["cpu_s"] == sum(side["cpu_runs"]) / 2
+    assert len(row["cpu_ratios"]) == 2 and row["cpu_ratio"] == round(ps["cpu_s"] / tg["cpu_s"], 3)
     assert "soft_moe_e2" in capsys.readouterr().out
 
 
