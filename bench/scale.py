@@ -160,7 +160,7 @@ def measure(name: str, builder: str, args: tuple, arch: str = "sm90", timeout: f
     model = build(builder, *args).SerializeToString()
     row = {"graph": name, "onnx_bytes": len(model), "env": ENV.get(name, {})}
     runs: dict = {"polysat": [], "tinygrad": []}
-    for k in range(max(1, repeat)):
+    for k in range(repeat):
         for which in runs:
             runs[which].append(_fresh((which, model, arch, size and k == 0,
                                        row["env"] if which == "polysat" else {}), timeout))
@@ -212,6 +212,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="fp32", choices=("fp32", "fp16"),
                     help="fp16: the LLaMA graphs only, as a half-precision export (names end in _fp16)")
     a = ap.parse_args(argv)
+    if a.repeat < 1:
+        ap.error(f"--repeat {a.repeat}: a side runs at least once")
     only = {s for s in a.only.split(",") if s}
     todo = [p for p in points(a.quick and not only, a.dtype) if not only or p[0] in only]
     rows, t0 = [], time.perf_counter()

@@ -1,10 +1,11 @@
 """The e-graph term language: one sort ``Term`` for Tiny IR and RB-SSA values (docs/DESIGN.md
 §Tiny IR, §RB-SSA).
 
-Constructors are declared here once (``DECLS``), sent to egglog as the text ``SCHEMA`` (one program: egglog's
-Python declarations cost ~15 ms a process), so that rule files (``rules/*.egg``) can name them. Attributes are canonical strings (``encode.py``): shapes
-``[M, N, K]``, index maps ``(i0, i2)`` over the output axes, axis lists ``(2,)``; rules match them
-structurally and compute new ones through the pure helpers of ``ixfns.py``.
+Constructors are declared here once (``DECLS``) and sent to egglog as the text ``SCHEMA`` (one program:
+egglog's Python declarations cost ~15 ms a process), so that rule files (``rules/*.egg``) can name them.
+Attributes are canonical strings (``encode.py``): shapes ``[M, N, K]``, index maps ``(i0, i2)`` over the
+output axes, axis lists ``(2,)``; rules match them structurally and compute new ones through the pure helpers of
+``ixfns.py``.
 
 Two constructors are memory, not values: ``Tensor(name)`` (a program input) and ``Mat(x)`` (the
 value x written to memory by its own kernel: the kernel-boundary term). Values read memory only

@@ -93,7 +93,6 @@ def test_the_pruned_tile_search_chooses_what_pricing_every_tile_would(chunk):
     assert not bad, bad[:3]
 
 
-
 def test_no_tile_far_above_the_best_is_priced(monkeypatch):
     """The candidates are taken best-first on their floors, each raised to the made tile's before it is priced: no
     tile whose floor is twice the price the search returns is priced (a local step is priced under the best of its
