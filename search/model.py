@@ -22,15 +22,15 @@ With at most EXACT_SITES sites a descent then polishes: each round prices fusing
 (and, once that gains nothing, cutting every fused site again), takes the best move, then the other
 improving ones while they still improve, until none improves; it may cut a merge search fusion again
 (the merge search prices each group alone, a whole partition prices its kernels together). A larger program instead tries streaming every softmax-weighted sum at once,
-then at most FUSE_ROUNDS rounds of the descent's fuse moves alone, each taken as soon as it lowers the total
-(first improvement: one price per move a round; a move's partition priced only until its kernels add up to more
-than the incumbent's, search/reprice.py), over the sites whose value computes no
-reduction (a value read by several kernels, outside the merge search's space, recomputed in each where that
-prices lower) and, in a round where those gain nothing, over the sites whose value computes one (a row
+then at most FUSE_ROUNDS rounds of the descent's fuse moves alone, taken as soon as they lower the total, in
+batches that double while taken (first improvement: where most moves improve, a round prices a few batches instead
+of one partition per move; a partition priced only until its kernels add up to more than the incumbent's,
+search/reprice.py), over the sites whose value computes no reduction (a value read by several kernels, outside the
+merge search's space, recomputed in each where that prices lower) and, in a round where those gain nothing, over the sites whose value computes one (a row
 reduction into its normalization, the scores into the attention). Before the descent, every materialization
 that holds several values (``sites.alternatives``: the sibling GEMMs' concatenation, rules/siblings.egg;
-its GEMMs are separate kernels in the merge search's space) is priced taken and kept where cheaper. A cut site
-whose read composes to the value itself (an identity read) is materialized by the partition
+its GEMMs are separate kernels in the merge search's space) is priced taken and kept where cheaper, in batches
+alike. A cut site whose read composes to the value itself (an identity read) is materialized by the partition
 (totiny.to_tiny), not by the extraction. A program of repeated blocks (search/segment.py) is searched
 once per distinct segment and stitched (search/stitch.py, ``saturate_unfused`` and ``search``); a segment of
 the structure of one searched before (the same block at other extents) takes its decisions where they are legal
@@ -79,6 +79,7 @@ from .transfer import carried
 MAX_ROUNDS = 64  # rounds of the exact boundary search
 EXACT_SITES = 24  # a program with at most this many sites is polished by the descent after the merge search
 FUSE_ROUNDS = 4  # rounds of the fuse-only descent that polishes a larger program (recomputed values)
+GROWTH = 2  # a batch of the descent's moves grows by this factor each time it is taken (1: one move at a time)
 CARRIED = "the decisions of the segment of the same structure searched before"  # the stop reason then
 
 
@@ -264,15 +265,48 @@ class ModelCost(SearchingCost):
             cand = evaluate(cur.fused | streams)  # stream every softmax-weighted sum at once
             if cand.total < cur.total:
                 cur = cand
+        late = False  # the search's total CPU time ran out: the descent keeps what it has
+
+        def taken(todo: list, step, usable) -> list:
+            """First improvement in batches over ``todo`` (each item a change ``step(fused, item)`` of a decision
+            set): the next ``size`` items ``usable`` from the incumbent are priced together (only until they add up
+            to more than the incumbent) and taken together where they lower the total; ``size`` grows by ``GROWTH``
+            after a batch is taken and halves after one is not, and a single item not taken is dropped, as is one
+            not usable. Where most improve (a DenseNet's concatenations, a MobileViT's layers, its attentions' Q/K/V:
+            the same change in every block) that prices a few candidates instead of one per item; where few do, a
+            failed batch costs one candidate more than its items. Returns the (candidate, items) priced, best
+            first."""
+            nonlocal late, cur
+            out, size = [], 1
+            while todo:
+                if time.process_time() > deadline:
+                    late = True
+                    break
+                batch, fused, k = [], cur.fused, 0
+                while k < len(todo) and len(batch) < size:
+                    if not usable(fused, todo[k]):
+                        del todo[k]
+                        continue
+                    batch.append(todo[k])
+                    fused = step(fused, todo[k])
+                    k += 1
+                if not batch:
+                    break
+                cand = evaluate(fused, above=cur.total)
+                out.append((cand, tuple(batch)))
+                if cand.total < cur.total:
+                    cur, size = cand, GROWTH * size
+                    del todo[:len(batch)]
+                elif len(batch) == 1:
+                    del todo[0]
+                else:
+                    size = len(batch) // 2
+            return sorted(out, key=lambda km: km[0].total)
         # a materialization that holds several values (the sibling GEMMs' concatenation) lies outside the merge
         # search's space (its kernels are the separate GEMMs): each is priced taken, its pieces' own
         # materializations fused away, and kept where cheaper
         alts = alternatives(view, st) if not done else {}
-        for c in sorted(alts):
-            if c not in cur.fused and alts[c] - cur.fused:
-                cand = evaluate((cur.fused | alts[c]) - {c})
-                if cand.total < cur.total:
-                    cur = cand
+        taken(sorted(alts), lambda fused, c: (fused | alts[c]) - {c}, lambda fused, c: c not in fused and alts[c] - fused)
         # on a small program the descent may cut a merge search fusion again (the merge search prices a
         # group on its Poly-View, the whole partition is priced as the backend binds it); on a large one it
         # only fuses values that compute no reduction (elementwise, movement, casts), for at most FUSE_ROUNDS
@@ -293,29 +327,23 @@ class ModelCost(SearchingCost):
         # taken as one the move's own extraction holds too (a heuristic, not a proof: on LLaMA-7B L1 and MoE-16
         # all 25 moves it skips were illegal on their own extraction, and all 51 others legal; a mixture's
         # experts give one such move each); --explain still extracts and checks each fusion it reports. On a large
-        # program the descent takes the first improvement: LLaMA-7B L1 reaches the same partition (8 kernels,
-        # 1,321.3 µs) with each move priced once a round instead of twice
-        late = False  # the search's total CPU time ran out: the descent keeps what it has
-
+        # program the descent takes the first improvement, in batches (``taken``)
         def priced_moves(kind: str, greedy: bool) -> list:
-            """The moves of one kind from the incumbent, priced, best first; greedy (a large program): each move
-            is taken as soon as it lowers the total, the next one priced from there (first improvement: each move
-            priced once a round, not once to rank it and again to apply it)."""
-            nonlocal late, cur
+            """The moves of one kind from the incumbent, priced, best first (greedy, a large program: ``taken``)."""
+            nonlocal late
             out = []
             heavy = kind == "fuse-heavy"
-            for mv in moves(cur.fused, open_sites(cur, heavy), streams, kept):
-                if mv[0] == kind.split("-")[0]:
-                    if time.process_time() > deadline:
-                        late = True
-                        break
-                    if violates(view, apply(cur.fused, mv), cur.extraction.chosen, (mv[1],)):
-                        continue  # illegal on the incumbent's own terms: not extracted (see above)
-                    # (greedy: only a total below the incumbent's is taken, so pricing stops once it cannot be)
-                    cand = evaluate(apply(cur.fused, mv), above=cur.total if greedy else math.inf)
-                    if greedy and cand.total < cur.total:
-                        cur = cand
-                    out.append((cand, mv))
+            todo = [mv for mv in moves(cur.fused, open_sites(cur, heavy), streams, kept) if mv[0] == kind.split("-")[0]]
+            if greedy:  # illegal on the incumbent's own terms: not extracted (see above)
+                return taken(todo, apply, lambda _, mv: not violates(view, apply(cur.fused, mv), cur.extraction.chosen,
+                                                                      (mv[1],)))
+            for mv in todo:
+                if time.process_time() > deadline:
+                    late = True
+                    break
+                if violates(view, apply(cur.fused, mv), cur.extraction.chosen, (mv[1],)):
+                    continue  # illegal on the incumbent's own terms: not extracted (see above)
+                out.append((evaluate(apply(cur.fused, mv)), mv))
             return sorted(out, key=lambda km: km[0].total)
         for _ in range(rounds):
             gain, start = [], cur

@@ -103,3 +103,40 @@ def test_no_cheap_value_left_cut_would_lower_the_price_of_a_large_program(name):
     # (a reduction's value, which the descent leaves to the merge search)
     assert not [r for r in s.rejected if r.why.startswith(("not reached", "not tried"))]
     assert len(s.best.priced) <= {"gpt2_block": 6, "bert_encoder": 9}[name]
+
+
+def _dense_block(layers: int, grow: int = 8, c0: int = 16, hw: int = 16) -> dict:
+    """A DenseNet block as torchvision exports it: each layer concatenates the block input and every earlier
+    layer's output, then BatchNorm, ReLU, a 1x1 conv with its BatchNorm and ReLU, and a 3x3 conv; the
+    concatenation's BatchNorm as a freshly built torchvision model exports it (scale 1, shift 0, mean 0, variance
+    1, as the zoo's DenseNet-121 has them)."""
+    from polysat.examples.onnx_models import G, _io
+    from polysat.frontend.onnx import import_onnx
+    g = G(0)
+    feats, c = ["x"], c0
+    for _ in range(layers):
+        cat = g.op("Concat", feats, axis=1) if len(feats) > 1 else feats[0]
+        bn = [g.init(np.ones(c, np.float32), "bn_g"), g.init(np.zeros(c, np.float32), "bn_b"),
+              g.init(np.zeros(c, np.float32), "bn_mean"), g.init(np.ones(c, np.float32), "bn_var")]
+        h = g.conv_bn(g.op("Relu", [g.op("BatchNormalization", [cat] + bn, epsilon=1e-5)]), c, 4 * grow, 1)
+        feats.append(g.op("Conv", [h, g.weight(grow, 4 * grow, 3, 3)], kernel_shape=[3, 3], pads=[1] * 4))
+        c += grow
+    g.op("Concat", feats, axis=1)
+    g.nodes[-1].output[0] = "out"
+    return import_onnx(g.model([_io("x", [1, c0, hw, hw])], [_io("out", [1, c, hw, hw])], "dense_block"))
+
+
+def test_a_descent_whose_moves_all_improve_takes_them_in_batches(monkeypatch):
+    """The fuse-only descent of a large program prices its moves in batches that grow while taken: on a dense
+    block, where the same move improves every layer, it reaches the partition that one move at a time reaches,
+    pricing fewer partitions whole."""
+    from polysat.pipeline import Compilation
+    from polysat.search import model
+    doc = _dense_block(12)
+    batched = Compilation(doc, cost="model").search
+    assert len(batched.sites) > model.EXACT_SITES  # the fuse-only descent ran
+    monkeypatch.setattr(model, "GROWTH", 1)
+    single = Compilation(doc, cost="model").search
+    assert batched.best.total == pytest.approx(single.best.total, rel=1e-9)
+    assert len(batched.best.priced) == len(single.best.priced)
+    assert batched.evaluations < single.evaluations - 4, (batched.evaluations, single.evaluations)
