@@ -21,6 +21,7 @@ import itertools
 from dataclasses import replace
 
 from . import trampoline
+from .expr import Expr
 from .region import (R, Buffer, Let, Region, RNode, Yield, binary, online_softmax_sum, read, reduce, ref,
                      select, transpose, unary, walk)
 from .region_squeeze import packed_view
@@ -56,6 +57,24 @@ def _viewable(reads: dict, shape: tuple, perm: tuple) -> int:
     a packed view."""
     pshape = tuple(shape[p] for p in perm)
     return sum(k for (m, sizes), k in reads.items() if _has_packed_view(tuple(m[p] for p in perm), pshape, sizes))
+
+
+def _offset_in_every_order(index: tuple, sizes: tuple, shape: tuple) -> bool:
+    """Whether the read ``index`` of a row-major buffer of ``shape`` has no packed view whatever the order of its
+    dims: its linear address keeps a term without an axis (which ``packed_view`` refuses) in every order, since
+    each index's terms without an axis add up to a number, one of them nonzero and none of the other sign, and
+    every dim is a number (so every stride is positive and those numbers never cancel). DenseNet-121: 24,735 of
+    25,884 reads scored, each under every order of its dims, before."""
+    if not all(isinstance(d, int) for d in shape):
+        return False
+    axes = {a for a, _ in sizes}
+    offsets = []
+    for e in index:
+        free = [(m, c) for m, c in Expr.of(e).terms if not any(isinstance(a, str) and a in axes for a in m)]
+        if any(m for m, _ in free):  # a symbol, or a floordiv that other dims' terms may cancel
+            return False
+        offsets.append(sum(c for _, c in free))
+    return any(offsets) and (all(o >= 0 for o in offsets) or all(o <= 0 for o in offsets))
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -149,6 +168,9 @@ def store_for_readers(regions: list[Region]) -> list[Region]:
                 sizes = tuple(sorted(regions[k].axis_sizes.items()))
                 for m in index.maps(regions[k], b.name):
                     reads[(m, sizes)] = reads.get((m, sizes), 0) + 1
+            reads = {key: k for key, k in reads.items() if not _offset_in_every_order(*key, shape)}
+            if not reads:  # (a concatenation's pieces, a convolution's shifted windows)
+                continue
             ident = tuple(range(rank))
             base = _viewable(reads, shape, ident)
             if base == sum(reads.values()):
