@@ -26,8 +26,9 @@ then at most FUSE_ROUNDS rounds of the descent's fuse moves alone, taken as soon
 batches that double while taken (first improvement: where most moves improve, a round prices a few batches instead
 of one partition per move; a partition priced only until its kernels add up to more than the incumbent's,
 search/reprice.py), over the sites whose value computes no reduction (a value read by several kernels, outside the
-merge search's space, recomputed in each where that prices lower) and, in a round where those gain nothing, over the sites whose value computes one (a row
-reduction into its normalization, the scores into the attention). Before the descent, every materialization
+merge search's space, recomputed in each where that prices lower) and, in a round where those gain nothing, over
+the sites whose value computes one (a row reduction into its normalization, the scores into the attention). Before
+the descent, every materialization
 that holds several values (``sites.alternatives``: the sibling GEMMs' concatenation, rules/siblings.egg;
 its GEMMs are separate kernels in the merge search's space) is priced taken and kept where cheaper, in batches
 alike. A cut site whose read composes to the value itself (an identity read) is materialized by the partition
