@@ -250,7 +250,8 @@ def test_analysis_work_grows_linearly_with_the_program():
     give or take 15%: a quadratic step would show as 4x."""
     small, large = _chain_of_views(125), _chain_of_views(250)
     assert len(large.nodes) > 1000
-    _analyse(small), _analyse(large)          # warm the caches both share
+    _analyse(small)  # warm the caches both share
+    _analyse(large)
     assert calls_made(lambda: _analyse(large)) <= 2.3 * calls_made(lambda: _analyse(small))
 
 
