@@ -39,7 +39,8 @@ oracle = host.oracle
 rand = host.load("polysat_test_playback_random", "test_playback_random.py")
 EXAMPLES = HERE.parent / "examples"
 PLANS = [SimtPlan("sm80", 128, 1, 1), SimtPlan("sm80", 128, 4, 2), SimtPlan("sm80", 256, 32, 8),
-         SimtPlan("sm80", 128, 128, 4), SimtPlan("sm80", 64, 64, 1)]
+         SimtPlan("sm80", 128, 128, 4), SimtPlan("sm80", 64, 64, 1),
+         SimtPlan("sm80", 128, 4, 2, unroll=3), SimtPlan("sm80", 64, 64, 4, unroll=2)]  # steps issued ahead, tails
 
 
 def _plans(spec) -> list:

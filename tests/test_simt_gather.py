@@ -34,7 +34,8 @@ host = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(host)
 oracle = host.oracle
 gr = host.load("polysat_test_gather_runtime", "test_gather_runtime.py")
-PLANS = [SimtPlan("sm80", 128, 1, 1), SimtPlan("sm80", 128, 4, 2), SimtPlan("sm80", 256, 32, 4)]
+PLANS = [SimtPlan("sm80", 128, 1, 1), SimtPlan("sm80", 128, 4, 2), SimtPlan("sm80", 256, 32, 4),
+         SimtPlan("sm80", 128, 4, 4, unroll=4)]
 
 
 def _plans(spec) -> list:

@@ -38,7 +38,8 @@ MODELS = {"softmax": str(EX / "softmax.json"), "layernorm": str(EX / "layernorm.
           "conv_relu_maxpool": str(EX / "conv_relu_maxpool.json"), "mlp": str(EX / "mlp.json"),
           "bench_mlp2": mlp_stack(2, 128), "bench_transformer1": transformer(1, 64, 2, 128)}
 PLANS = [SimtPlan("sm80", 128, 1, 1), SimtPlan("sm80", 128, 8, 4), SimtPlan("sm80", 256, 32, 8),
-         SimtPlan("sm80", 512, 512, 2), SimtPlan("sm80", 64, 64, 1)]
+         SimtPlan("sm80", 512, 512, 2), SimtPlan("sm80", 64, 64, 1), SimtPlan("sm80", 128, 16, 4, unroll=4),
+         SimtPlan("sm80", 256, 256, 8, unroll=2)]
 
 
 def _inputs(c: Compilation, seed: int) -> dict:

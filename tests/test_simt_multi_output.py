@@ -33,7 +33,7 @@ _spec.loader.exec_module(host)
 oracle = host.oracle
 rand = host.load("polysat_test_playback_random", "test_playback_random.py")
 SHAPES = [SimtPlan("sm80", 128, 1, 1), SimtPlan("sm80", 128, 4, 2), SimtPlan("sm80", 256, 32, 4),
-          SimtPlan("sm80", 128, 128, 2), SimtPlan("sm80", 128, 8, 2, 2)]
+          SimtPlan("sm80", 128, 128, 2), SimtPlan("sm80", 128, 8, 2, 2), SimtPlan("sm80", 128, 8, 4, unroll=2)]
 
 
 def _plans(spec) -> list:

@@ -88,10 +88,12 @@ def _with_est(plan: Any, est: dict) -> Any:
 
 def rank(plans: Iterable[Any], estimate: Callable[[Any], "dict[str, float] | float"],
          with_est: Callable[[Any, dict], Any] = _with_est) -> tuple:
-    """The plans with their estimates (estimate(plan): {"time_s": ...} or seconds), fastest first, ties by key."""
+    """The plans with their estimates (estimate(plan): {"time_s": ...} or seconds), fastest first; ties by the
+    estimate's ``margin`` (larger first: how far the plan is from its next limit, where a kind reports one),
+    then by key."""
     scored = []
     for p in plans:
         c = estimate(p)
         scored.append(with_est(p, c if isinstance(c, dict) else {"time_s": float(c)}))
-    scored.sort(key=lambda p: (dict(p.est)["time_s"], p.key()))
+    scored.sort(key=lambda p: (dict(p.est)["time_s"], -dict(p.est).get("margin", 0.0), p.key()))
     return tuple(scored)

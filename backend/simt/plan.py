@@ -41,10 +41,19 @@ from .access import passes, read_stride, reuse, tiled_reduces, vector_reads, vec
 from .spec import SimtSpec
 
 SKELETON = "simt"
-STEP_NS = 40.0          # one lane step of a pass: a dependent global load (L2 hit) and its combine
+STEP_NS = 40.0          # one lane step of a micro-tile's pass: a dependent global load (L1/L2 hit) and its combine
 SHUFFLE_NS = 15.0       # one butterfly step of a warp reduction
 BARRIER_NS = 60.0       # a shared-memory round (two __syncthreads) of a group wider than a warp
 DRAM_LATENCY_NS = 1000.0  # a global load's round trip under load: bytes in flight per SM must cover BW x latency
+L2_LATENCY_NS = 600.0   # a re-read's round trip under load (a row's later passes; H200: softmax 4 + 8 steps a row
+                        # in 14.4 µs per wave of resident rows, layernorm 3 + 6 in 5.4 µs: 0.6-1.2 µs a step)
+REG_BASE = 24           # registers of a thread besides its buffered elements (indices, pointers, the row)
+REG_PER_ELEM = 1.0      # registers per element a lane holds per iteration (fp16 loads widened to fp32 values);
+                        # ptxas (sm_90a) on the elementwise chain: 55 / 78 / 124 at 24 / 48 / 96 elements,
+                        # layernorm 28 / 56 / 148 at 8 / 32 / 128 (tests/test_simt_occupancy.py)
+REG_PER_STEP = 4        # registers per further step issued ahead (its start index, its predicates)
+REG_GRANULE = 8         # registers are allocated to a warp in units of 256 (8 a thread)
+MARGIN_CAP = 2.0        # in-flight bytes beyond twice the need add nothing; ties then go to the simpler plan
 VEC_BYTES = 16          # widest per-thread global access (ld.global.v4.b32)
 FP32_LANES = 128        # fp32 ops per clock per SM
 LSU_LANES = 32          # global load instructions per clock per SM (one per lane)
@@ -52,6 +61,7 @@ MAX_ACCUMULATORS = 32   # fp32 accumulators of a micro-tile a thread keeps in re
 MAX_LOOP_BLOCK = 256    # CTA size when an element walks a loop of its own: 255 registers a thread (65536 / 256)
 GROUPS = (1, 2, 4, 8, 16, 32)
 TMS = (1, 2, 4)
+UNROLLS = (1, 2, 4)
 WIDE = (64, 128, 256, 512, 1024)
 
 
@@ -62,6 +72,7 @@ class SimtPlan:
     group: int              # threads per row
     vec: int                # elements per lane step (TN: the micro-tile's columns when the pass is tiled)
     tm: int = 1             # rows per thread (TM: the micro-tile's rows along the innermost outer axis)
+    unroll: int = 1         # lane steps per loop iteration, every step's vector reads issued before the first is used
     est: tuple = field(default=(), compare=False)
     skeleton: str = SKELETON
 
@@ -85,12 +96,13 @@ class SimtPlan:
         return 32 * 4 * 3 if self.group > 32 else 0
 
     def key(self) -> str:
-        return f"simt_b{self.block}_g{self.group}_v{self.vec}" + (f"_t{self.tm}" if self.tm > 1 else "")
+        return (f"simt_b{self.block}_g{self.group}_v{self.vec}" + (f"_t{self.tm}" if self.tm > 1 else "")
+                + (f"_u{self.unroll}" if self.unroll > 1 else ""))
 
     def to_json(self, spec: SimtSpec | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {"skeleton": SKELETON, "arch": self.arch, "block": self.block, "threads_per_row": self.group,
                              "rows_per_block": self.rows_per_block, "rows_per_thread": self.tm,
-                             "elements_per_step": self.vec,
+                             "elements_per_step": self.vec, "steps_per_iteration": self.unroll,
                              "reduction": ("warp_shuffle" if self.group <= 32 else "warp_shuffle+smem"),
                              "accumulate": "fp32", "est": dict(self.est)}
         if spec is not None:
@@ -107,16 +119,49 @@ class SimtPlan:
 
 
 def candidates(arch: str, spec: SimtSpec | None = None) -> list[SimtPlan]:
-    """Block x group x vector width; for a spec whose final pass is tiled (a contraction, a pooling window)
-    also the rows per thread of the micro-tile."""
-    tms = TMS if spec is not None and tiled_reduces(spec) else (1,)
+    """Block x group x vector width x lane steps per iteration; for a spec whose final pass is tiled (a
+    contraction, a pooling window) the rows per thread of the micro-tile instead of the steps."""
+    tiled = spec is not None and bool(tiled_reduces(spec))
+    tms = TMS if tiled else (1,)
     out = []
     for tm in tms:
         for v in (1, 2, 4, 8):
-            for block in (128, 256):
-                out += [SimtPlan(arch, block, g, v, tm) for g in GROUPS]
-            out += [SimtPlan(arch, g, g, v, tm) for g in WIDE]
+            for u in (1,) if tiled or v == 1 else UNROLLS:
+                for block in (128, 256):
+                    out += [SimtPlan(arch, block, g, v, tm, u) for g in GROUPS]
+                out += [SimtPlan(arch, g, g, v, tm, u) for g in WIDE]
     return out
+
+
+def steps_ahead(spec: SimtSpec, plan: SimtPlan, p, env: Mapping[str, int] | None = None) -> int:
+    """Lane steps of pass p whose loads one iteration issues together: ``unroll``, or fewer where the pass
+    has fewer steps a lane at env (the others' loads are predicated off)."""
+    if plan.vec == 1 or tiled_reduces(spec) or not vector_reads(spec, p):
+        return 1
+    length = math.prod(spec.axis_size(a, env) for a in p.axes)
+    return max(1, min(plan.unroll, math.ceil(length / (plan.group * plan.vec))))
+
+
+def registers(spec: SimtSpec, plan: SimtPlan) -> int:
+    """Estimated registers a thread of plan uses: REG_BASE plus REG_PER_ELEM per element its widest pass holds
+    per iteration (each vector read's and the vector store's V elements, ``unroll`` steps of them)."""
+    if tiled_reduces(spec) or plan.vec == 1:
+        held = plan.tm * plan.vec
+    else:
+        held = 0
+        for p in passes(spec):
+            vr = vector_reads(spec, p)
+            loads = len({(n.arg, n.dtype) for n in vr if n.op == R.READ}) + sum(n.op != R.READ for n in vr)
+            held = max(held, plan.vec * (plan.unroll if vr else 1) * (loads + (p.stat is None and vector_store(spec))))
+    regs = REG_BASE + REG_PER_ELEM * held + REG_PER_STEP * (plan.unroll - 1)
+    return min(255, REG_GRANULE * math.ceil(regs / REG_GRANULE))
+
+
+def resident_threads(spec: SimtSpec, plan: SimtPlan, tgt: Device) -> int:
+    """Threads of plan an SM holds at once: whole CTAs, within the thread, CTA and register limits."""
+    ctas = min(tgt.max_threads_per_sm // plan.block, tgt.max_ctas_per_sm,
+               tgt.regs_per_sm // (plan.block * registers(spec, plan)))
+    return max(ctas, 1) * plan.block
 
 
 def loops_per_element(spec: SimtSpec) -> bool:
@@ -127,10 +172,16 @@ def loops_per_element(spec: SimtSpec) -> bool:
     return any((n.op == R.REDUCE and id(n) not in stats) or n.op == R.ONLINE for n in spec.nodes())
 
 
-def stop_reason(spec: SimtSpec, plan: SimtPlan) -> str | None:
+def stop_reason(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int] | None = None) -> str | None:
     if plan.block > MAX_LOOP_BLOCK and loops_per_element(spec):
         return (f"{plan.block} threads leave {65536 // plan.block} registers a thread; an element that walks a loop of "
                 f"its own (an inline reduction) needs more (ptxas spills): at most {MAX_LOOP_BLOCK} threads")
+    if plan.unroll > 1 and all(steps_ahead(spec, plan, p, env) <= plan.unroll // 2 for p in passes(spec)):
+        return (f"{plan.unroll} steps issued ahead: no pass has a vector read and more than {plan.unroll // 2} "
+                "steps a lane (half as many issue the same loads)")
+    if registers(spec, plan) * plan.block > 65536:
+        return (f"{plan.block} threads x ~{registers(spec, plan)} registers (its {plan.unroll} step(s) of {plan.vec} "
+                f"elements) exceed the SM's 65536: ptxas spills")
     tiled = tiled_reduces(spec)
     if tiled:
         if plan.tm > 1 and not spec.outer:
@@ -160,13 +211,14 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
     touched = flops = 0.0
     steps = 0.0
     eff_bytes = []
-    inflight: list = []  # bytes one lane has in flight per step of the final pass
+    inflight: list = []  # bytes one lane has in flight per iteration of the first pass that reads
     tail_util = []
     inner = spec.outer[-1] if spec.outer else None
     tiled = bool(tiled_reduces(spec))
     tm = plan.tm
     loads = 0.0  # load instructions issued
     gathered: dict = {}  # bytes loaded through a Gather, per tensor: at most these of its bytes are ever touched
+    first_read = True  # the first pass of a row reads it from device memory, later ones re-read it from L2
     for p in passes(spec):
         length = 1
         for a in p.axes:
@@ -174,6 +226,10 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
         top = p.body if p.stat is not None else spec.top
         ops, reads = work(spec, top, env, stats - ({id(p.stat)} if p.stat is not None else set()))
         vec_ids = {id(n) for n in vector_reads(spec, p)} if v > 1 and not tiled else set()
+        per_step = g * v
+        n_steps = math.ceil(length / per_step)
+        ahead = steps_ahead(spec, plan, p, env)
+        held: set = set()  # a tensor read twice at the same indices is one load (render.py)
         for n, mult in reads:
             if tiled:  # one load per distinct point of the read's axes in the micro-tile
                 mult = mult / reuse(spec, n, tm, v)
@@ -191,13 +247,17 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
             if n.op == R.GATHER:
                 gathered[tensor] = gathered.get(tensor, 0.0) + b
             eff_bytes.append((b, eff))
-            if p.stat is None:
-                inflight.append(lane_bytes if id(n) in vec_ids else isz * min(v, 2))
+            if first_read and (n.arg, n.dtype) not in held:  # the pass that brings the row in from DRAM
+                inflight.append(lane_bytes * ahead if id(n) in vec_ids else isz * min(v, 2))
+                held.add((n.arg, n.dtype))
         flops += rows * length * ops
-        per_step = g * v
-        n_steps = math.ceil(length / per_step)
         tail_util.append((length, length / (n_steps * per_step)))
-        steps += n_steps * (STEP_NS + ops * v * tm / tgt.clock_ghz) * 1e-9
+        if tiled:
+            steps += n_steps * (STEP_NS + ops * v * tm / tgt.clock_ghz) * 1e-9
+        else:  # a round trip per iteration of `ahead` steps, then each step's ops
+            trip = DRAM_LATENCY_NS if first_read else L2_LATENCY_NS
+            steps += (math.ceil(n_steps / ahead) * trip + n_steps * ops * v / tgt.clock_ghz) * 1e-9
+        first_read = first_read and not reads
         if p.stat is not None:
             steps += (math.log2(min(g, 32)) * SHUFFLE_NS + (BARRIER_NS if g > 32 else 0.0)) * 1e-9
     unique = sum(min(b.memref.dtype.itemsize * math.prod(spec.shapes(env)[b.name]), gathered.get(b.name, math.inf))
@@ -213,28 +273,30 @@ def roofline(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int], tgt: Device
     dram = min(unique, touched) / max(eff, 1e-3) + max(0.0, touched - unique) * L2_MISS + out_bytes / out_eff
     tiles = spec.tile_rows(tm, env)
     ctas = math.ceil(tiles / plan.rows_per_block)
-    per_sm = min(tgt.max_threads_per_sm, max(plan.block, (tgt.max_threads_per_sm // plan.block) * plan.block),
-                 ctas * plan.block / tgt.sms)  # a grid too small to fill the GPU keeps less in flight
+    resident_sm = resident_threads(spec, plan, tgt)
+    per_sm = min(resident_sm, ctas * plan.block / tgt.sms)  # a grid too small to fill the GPU keeps less in flight
     need = tgt.dram_tbps * 1e12 * DRAM_LATENCY_NS * 1e-9 / tgt.sms
     active = min(1.0, spec.row_len(env) / (g * v))  # lanes a short row leaves idle keep nothing in flight
-    mem_eff = min(1.0, per_sm * active * max(sum(inflight), 1) / need)
+    in_flight = per_sm * active * max(sum(inflight), 1) / need
+    mem_eff = min(1.0, in_flight)
     t_mem = dram_time(dram, tgt, mem_eff)
     util = sum(l * u for l, u in tail_util) / max(sum(l for l, _ in tail_util), 1)
     t_comp = clock_time(flops, FP32_LANES, tgt, max(util, 1e-3))
     t_ld = clock_time(loads, LSU_LANES, tgt, max(util, 1e-3))
-    resident = tgt.sms * (tgt.max_threads_per_sm // g) if g <= 32 else tgt.sms * (tgt.max_threads_per_sm // plan.block)
+    resident = tgt.sms * resident_sm // g  # row groups at once
     waves = math.ceil(tiles / max(resident, 1))
     t_lat = waves * steps
     time = compose(tgt, [t_comp, t_ld, t_mem, t_lat])
     return {"time_s": time, "t_compute_s": t_comp, "t_load_issue_s": t_ld, "t_mem_s": t_mem, "t_latency_s": t_lat, "bytes": float(dram),
-            "flops": float(flops), "coalescing": eff, "mem_eff": mem_eff, "lane_util": util, "ctas": float(ctas), "waves": float(waves)}
+            "flops": float(flops), "coalescing": eff, "mem_eff": mem_eff, "lane_util": util, "ctas": float(ctas), "waves": float(waves),
+            "registers": float(registers(spec, plan)), "margin": min(in_flight, MARGIN_CAP)}
 
 
 def search(spec: SimtSpec, arch: str = "sm90", env: Mapping[str, int] | None = None, hints: Mapping | None = None,
            cost=None) -> SearchResult:
     """Rank the plans for spec on arch; env binds symbols (unbound ones rank at the hint size)."""
     tgt = device(arch)
-    kept, pruned = prune(candidates(arch, spec), lambda p: stop_reason(spec, p))
+    kept, pruned = prune(candidates(arch, spec), lambda p: stop_reason(spec, p, env))
     cost = cost or roofline
     return SearchResult(rank(kept, lambda p: cost(spec, p, env or {}, tgt)), tuple(pruned))
 

@@ -95,21 +95,47 @@ class _Gen:
             em.remember(s, f"s{j}")
 
     def walk(self, em: Emitter, p: Pass, each, vec_store: bool) -> None:
-        """for each lane step: preload the vector reads, then each element (bound axes) -> each(em)."""
+        """for each lane step (``plan.unroll`` of them per iteration): preload the vector reads, then each element
+        (bound axes) -> each(em)."""
         spec, r = self.spec, self.spec.region
         v = self.plan.vec if len(p.axes) == 1 else 1
         length = " * ".join(em.size(r.axis_sizes[a]) for a in p.axes) or "1LL"
         L = em.let("long long", length, "L")
-        em.open(f"for (long long e0 = polysat_simt::first_elem<G, V>(lane); e0 < {L}; e0 += polysat_simt::elem_stride<G, {v}>())"
-                if v == self.plan.vec else
-                f"for (long long e0 = (long long)lane; e0 < {L}; e0 += (long long)G)")
         vreads = vector_reads(spec, p) if v > 1 else []
+        steps = self.plan.unroll if vreads else 1
+        if steps == 1:
+            em.open(f"for (long long e0 = polysat_simt::first_elem<G, V>(lane); e0 < {L}; e0 += polysat_simt::elem_stride<G, {v}>())"
+                    if v == self.plan.vec else
+                    f"for (long long e0 = (long long)lane; e0 < {L}; e0 += (long long)G)")
+            self.step(em, p, each, vec_store, v, L, self.preload(em, p, v, L, vreads, "e0"))
+            em.close()
+            return
+        # U lane steps per iteration: every step's vector reads issued first, then the steps in order (the
+        # lane visits the same elements in the same order as one step at a time)
+        em.open(f"for (long long e00 = polysat_simt::first_elem<G, V>(lane); e00 < {L}; "
+                f"e00 += {steps} * polysat_simt::elem_stride<G, {v}>())")
+        starts = [em.let("long long", f"e00 + {u} * polysat_simt::elem_stride<G, {v}>()", "e0_") for u in range(steps)]
+        loaded = [self.preload(em, p, v, L, vreads, e0) for e0 in starts]
+        for e0, bufs in zip(starts, loaded, strict=True):
+            em.open(f"if ({e0} < {L})")
+            em.line(f"const long long e0 = {e0};")
+            self.step(em, p, each, vec_store, v, L, bufs)
+            em.close()
+        em.close()
+
+    def preload(self, em: Emitter, p: Pass, v: int, L: str, vreads: list, e0: str) -> dict:
+        """The vector reads of one lane step starting at element e0: {id(read): its register buffer}."""
+        r = self.spec.region
         bufs = {}
         if vreads:
             (a,) = p.axes
             prev = em.bound.get(a)
-            em.bind(a, "e0")
+            em.bind(a, e0)
+            same: dict = {}  # a tensor read twice at the same indices (two nodes of one value): one load
             for n in vreads:
+                if n.op == R.READ and (n.arg, n.dtype) in same:
+                    bufs[id(n)] = same[(n.arg, n.dtype)]
+                    continue
                 buf = em.fresh("vb")
                 tensor = n.arg[0]
                 shape = next(b.memref.shape for b in r.inputs if b.name == tensor)
@@ -117,12 +143,19 @@ class _Gen:
                 if n.op == R.GATHER:  # the row's gathered position, fixed along the walk; outside the tensor: zeros
                     off, checks = em.gather_at(n, em.value(n.src[0]))
                     em.line(f"if ({' && '.join(checks)}) polysat_simt::load_vec<{STORE_T[n.dtype]}, {v}>({buf}, "
-                            f"a.{self.ptr[tensor]}, {off}, e0, {L}); else polysat_simt::zero_vec<{STORE_T[n.dtype]}, {v}>({buf});")
+                            f"a.{self.ptr[tensor]}, {off}, {e0}, {L}); else polysat_simt::zero_vec<{STORE_T[n.dtype]}, {v}>({buf});")
                 else:
                     em.line(f"polysat_simt::load_vec<{STORE_T[n.dtype]}, {v}>({buf}, a.{self.ptr[tensor]}, "
-                            f"{em.idx(flat_offset(n.arg[1], shape))}, e0, {L});")
+                            f"{em.idx(flat_offset(n.arg[1], shape))}, {e0}, {L});")
                 bufs[id(n)] = buf
+                if n.op == R.READ:
+                    same[(n.arg, n.dtype)] = buf
             em.unbind(a, prev)
+        return bufs
+
+    def step(self, em: Emitter, p: Pass, each, vec_store: bool, v: int, L: str, bufs: dict) -> None:
+        """One lane step at e0: each element (bound axes) -> each(em), its vector reads from bufs."""
+        spec, r = self.spec, self.spec.region
         out_buf = None
         if vec_store and v > 1:
             out_buf = em.fresh("ob")
@@ -156,7 +189,6 @@ class _Gen:
         for a, prev in saved:
             em.unbind(a, prev)
         em.vec_reads.clear()
-        em.close()
 
     def out_offset(self, em: Emitter, y=None) -> str:
         y = y or self.spec.yield_
