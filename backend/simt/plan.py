@@ -15,13 +15,16 @@ Roofline (composed by analyses/roofline.py on the device table of analyses/devic
   memory  = (unique bytes / coalescing efficiency + re-read bytes * L2 miss rate) / (DRAM bandwidth * the
             fraction of it the bytes in flight sustain), where the passes after the first re-read the row
             (mostly from L2), a read whose lanes stride apart wastes the rest of each 32-byte sector, and
-            an SM must keep bandwidth x latency bytes in flight (vector loads keep V times more);
+            an SM must keep bandwidth x latency bytes in flight in the pass that first reads the row (vector
+            loads keep V times more, ``unroll`` steps issued ahead U times more) at the occupancy the
+            estimated registers allow (``registers``);
   compute = element ops / (SMs * 128 fp32 lanes * clock * lane utilisation), utilisation counting the
             lanes a row's tail leaves idle;
   loads   = load instructions / (SMs * 32 lanes * clock * lane utilisation): a micro-tile (``tm`` rows by
             ``vec`` elements, access.py ``reuse``) issues one load per distinct operand value of the tile;
-  latency = waves of resident row groups * the steps each group walks in sequence (a dependent global
-            load per step) plus the shuffle / barrier steps of each reduction tree.
+  latency = waves of resident row groups * the iterations each group walks in sequence (a round trip
+            each: from DRAM in the first reading pass, from L2 after) plus the shuffle / barrier steps of
+            each reduction tree.
 """
 from __future__ import annotations
 
