@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from polysat.backend.conv_pool.reference import reference as conv_pool_reference
 from polysat.backend.conv_pool.spec import ConvPoolSpec
 from polysat.backend.conv.reference import im2col
+from polysat.backend.conv.plan import SM90_CHUNK
 from polysat.backend.conv.spec import ConvSpec
 from polysat.backend.common.spec import EpilogueOp
 from polysat.backend.common.layouts import swizzle128
@@ -173,8 +174,8 @@ def build_and_run(tmp_path, body: str) -> list[str]:
 
 
 # (bm, bk, threads, placement, chunk): the sm80 tiles the plan search keeps, and the sm90 producer's
-TILES = [(64, 32, 128, "sm80", 8), (128, 32, 256, "sm80", 8), (64, 64, 256, "sm80", 8), (64, 64, 128, "sm90", 8),
-         (128, 64, 128, "sm90", 8)]
+TILES = [(64, 32, 128, "sm80", 8), (128, 32, 256, "sm80", 8), (64, 64, 256, "sm80", 8),
+         (64, 64, 128, "sm90", SM90_CHUNK), (128, 64, 128, "sm90", SM90_CHUNK), (128, 64, 128, "sm90", 8)]
 
 
 def expected_images(s: ConvSpec, bm: int, bk: int, placement: str) -> list[np.ndarray]:

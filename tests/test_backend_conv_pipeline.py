@@ -195,3 +195,26 @@ def test_pool_tile_pre_image_is_poly_cores_compute_at_slice(model):
     xh = conv.stride[0] * (rh - 1) + conv.dilation[0] * (conv.kh - 1) + 1
     xw = conv.stride[1] * (rw - 1) + conv.dilation[1] * (conv.kw - 1) + 1
     assert rep["footprints"][conv.x]["tile_elems"] == conv.cin * xh * xw
+
+
+def test_sm90_producer_issues_a_chunk_of_taps_before_landing_them(tmp_path):
+    """The sm90 gather is bound by the taps its producer keeps in flight (the H200 ran ResNet-50's 3x3 layers at
+    about 2 taps a clock an SM with 2,048 in flight): the PTX of the producer issues 2 x SM90_CHUNK predicated
+    16-bit loads before the first 32-bit shared store that lands them."""
+    import subprocess
+
+    from polysat.backend.common.nvcc import ARCH_FLAGS, nvcc_path
+    from polysat.backend.conv.plan import SM90_CHUNK
+    spec = ConvSpec("conv2_x", 32, 64, 56, 56, 64, 3, 3, stride=(1, 1), pad=(1, 1, 1, 1))
+    plan = conv_search(spec, "sm90", skeletons=("sm90",)).best
+    assert plan.a_passes >= SM90_CHUNK
+    src = tmp_path / "conv.cu"
+    src.write_text(render_conv(spec, plan).source)
+    ptx = tmp_path / "conv.ptx"
+    p = subprocess.run([nvcc_path(), "-ptx", "-std=c++17", *ARCH_FLAGS["sm90"], "-o", str(ptx), str(src)],
+                       capture_output=True, text=True, check=False)
+    assert p.returncode == 0, p.stderr[-3000:]
+    text = ptx.read_text()
+    first = text.index("ld.global.nc.u16")
+    landed = text.index("st.shared.b32", first)
+    assert text[first:landed].count("ld.global.nc.u16") == 2 * SM90_CHUNK

@@ -29,7 +29,10 @@ from ..gemm.spec import GemmSpec
 from .spec import ConvSpec
 
 GATHER_ELEMS_PER_CLK = 32   # im2col elements an SM gathers per clock (2-byte loads + predicates + paired smem stores)
-SM90_CHUNK = 8              # gather passes the sm90 producer keeps in flight
+SM90_CHUNK = 16             # gather passes the sm90 producer keeps in flight (two taps each): the H200 ran the
+                            # 7 ResNet-50 3x3 layers' plans at 8 (1 CTA an SM, 2,048 taps in flight) at 1.8-2.2
+                            # taps a clock an SM, 15-17x under GATHER_ELEMS_PER_CLK, as a round trip of ~560 ns
+                            # for 2,048 taps gives; 16 fits the producer's 72 registers without a spill (ptxas)
 SM90_REGS = (72, 216)       # setmaxnreg of the gathering producer / the consumers: 128*72 + 256*216 = 168*384,
                             # exactly the registers a 384-thread CTA holds (setmaxnreg only moves them)
 
@@ -209,6 +212,8 @@ def stop_reason(spec, plan: ConvPlan, dev: Device) -> str | None:
             return f"sm90: the TMA of W needs 16-byte rows, K = Cg*Kh*Kw = {k} is not a multiple of 8"
         if regs_estimate(plan.gemm) > SM90_REGS[1]:
             return f"sm90: accumulators exceed the consumer register budget {SM90_REGS[1]}"
+        if plan.a_passes % SM90_CHUNK:
+            return f"sm90: the producer's {plan.a_passes} gather passes a k tile are not chunks of {SM90_CHUNK}"
         return None
     if plan.a_passes > SM80_MAX_PASSES:
         return f"the register-staged gather needs {plan.a_passes} passes per k tile (at most {SM80_MAX_PASSES})"

@@ -24,7 +24,7 @@ from ..common.render import (CTYPE, KernelSource, Param, TmaOperand, cbool, epil
                              specialisation_hash, template_text)
 from ..conv_pool.spec import ConvPoolSpec
 from .gpu_ir import build_gpu_ir
-from .plan import SM90_REGS, ConvPlan
+from .plan import SM90_CHUNK, SM90_REGS, ConvPlan
 from .spec import ConvSpec
 
 SIZE_PARAMS = ("N", "C", "H", "W_", "Co", "Ho", "Wo", "groups")
@@ -94,7 +94,7 @@ def render(spec: "ConvSpec | ConvPoolSpec", plan: ConvPlan) -> ConvKernelSource:
         in_t=CTYPE[conv.in_dtype], out_t=CTYPE[conv.out_dtype], tensors=tensors, ops=ops, threads=plan.threads,
         bm=bm, bn=bn, bk=bk, wm=plan.warps[0], wn=plan.warps[1], stages=plan.stages, consumers=plan.warps[0],
         vec_b=plan.gemm.vec_b, win=conv.window(), pool=pool, layouts=layouts, w_rank3=cbool(conv.groups > 1),
-        regs=SM90_REGS)
+        regs=SM90_REGS, chunk=SM90_CHUNK)
     if plan.skeleton == "sm90":
         params = [Param("tmW", "tmap", "W"), Param("X", "ptr", "X")]
     else:

@@ -351,12 +351,13 @@ __device__ __forceinline__ void conv_pool_sm80(const T* __restrict__ X, const T*
 
 // sm90 conv: the warp-specialized skeleton with A gathered by the producer warpgroup, B = W by TMA
 // ([Co, K] or, grouped, [G, Cog, K]), tiles (m fastest, then n, then group). PREGS / CREGS: the
-// gathering producer's and the consumers' setmaxnreg budgets (backend/conv_plan.py SM90_REGS).
+// gathering producer's and the consumers' setmaxnreg budgets (backend/conv/plan.py SM90_REGS); CHUNK: the gather
+// passes the producer keeps in flight (SM90_CHUNK).
 template <class T, int BM, int BN, int STAGES, int NC, bool W_RANK3, class LA, class LB, class Win, int PREGS, int CREGS,
-          class Epi>
+          int CHUNK, class Epi>
 __device__ __forceinline__ void conv_sm90(const void* tmW, const T* __restrict__ X, const Epi& epi, const ConvDims& d,
                                           int groups, unsigned char* smem) {
-  Im2colSm90<BM, Win, ConvRows, 8> pa{{reinterpret_cast<const u16*>(X), d, ConvRows{d.N * d.Ho * d.Wo, d.Ho, d.Wo}}};
+  Im2colSm90<BM, Win, ConvRows, CHUNK> pa{{reinterpret_cast<const u16*>(X), d, ConvRows{d.N * d.Ho * d.Wo, d.Ho, d.Wo}}};
   TmaOperand<true, W_RANK3, LB, BN> pb{tmW};
   const StoreOut<Epi> out{epi};
   const int M = d.N * d.Ho * d.Wo;
@@ -365,12 +366,12 @@ __device__ __forceinline__ void conv_sm90(const void* tmW, const T* __restrict__
 }
 
 template <class T, int BM, int BN, int STAGES, int NC, bool W_RANK3, class LA, class LB, class Win, class PW, int PREGS,
-          int CREGS, class Epi>
+          int CREGS, int CHUNK, class Epi>
 __device__ __forceinline__ void conv_pool_sm90(const void* tmW, const T* __restrict__ X, const Epi& epi,
                                                const ConvDims& d, int groups, int Hp, int Wp, unsigned char* smem) {
   static_assert(PW::ROWS <= BM, "the pool tile's conv pre-image must fit the CTA's rows");
   const PoolRows<PW> rows{(Hp + PW::TPH - 1) / PW::TPH, (Wp + PW::TPW - 1) / PW::TPW, d.Ho, d.Wo};
-  Im2colSm90<BM, Win, PoolRows<PW>, 8> pa{{reinterpret_cast<const u16*>(X), d, rows}};
+  Im2colSm90<BM, Win, PoolRows<PW>, CHUNK> pa{{reinterpret_cast<const u16*>(X), d, rows}};
   TmaOperand<true, W_RANK3, LB, BN> pb{tmW};
   const PoolOut<Epi, PW, BM, BN> out{epi, rows, Hp, Wp, d.Cog};
   ws_sm90<T, BM, BN, STAGES, NC, false, true, LA, LB, PREGS, CREGS>(pa, pb, out, d.N * rows.tiles_ph * rows.tiles_pw,
