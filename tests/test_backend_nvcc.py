@@ -140,27 +140,3 @@ def test_user_names_never_reach_the_code(builds):
         if label.startswith("all_epilogues"):
             assert EVIL not in ks.source and "pwn" not in ks.source.replace("pwn_", "")
             assert "__global__ void pwn" not in ks.source
-
-
-def test_an_unaligned_operand_is_loaded_a_chunk_at_a_time(tmp_path):
-    """N = 4097: B's rows are not 16-byte aligned, so the sm80 skeleton copies B element by element (VEC 1).
-    The H200 ran such a plan (4095x4097x1000) at 0.69x cuBLAS, 5x its estimate, with each plain load of the
-    PTX followed by its shared store. Now a thread issues PLAIN_CHUNK loads before it stores the first."""
-    import re
-    import subprocess
-
-    from polysat.backend.common.nvcc import ARCH_FLAGS, nvcc_path
-    spec = GemmSpec("odd", 4095, 4097, 1000)
-    plan = search(spec, "sm90").best
-    assert plan.skeleton == "sm80" and plan.vec_b == 1, plan.key()
-    text = render(spec, plan).source
-    chunk = int(re.search(r"constexpr int PLAIN_CHUNK = (\d+);", text).group(1))
-    src = tmp_path / "odd.cu"
-    src.write_text(text)
-    ptx = tmp_path / "odd.ptx"
-    p = subprocess.run([nvcc_path(), "-ptx", "-std=c++17", *ARCH_FLAGS["sm90"], "-o", str(ptx), str(src)],
-                       capture_output=True, text=True, check=False)
-    assert p.returncode == 0, p.stderr[-3000:]
-    seq = re.findall(r"ld\.global(?:\.nc)?\.[ub]16|st\.shared\.[ub]16", ptx.read_text())
-    first_store = next(i for i, s in enumerate(seq) if s.startswith("st."))
-    assert first_store == chunk > 1 and all(s.startswith("ld.") for s in seq[:first_store]), seq[:20]

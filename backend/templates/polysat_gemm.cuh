@@ -225,8 +225,6 @@ __device__ __forceinline__ void cp_async(u32 dst, const void* src, bool pred) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-constexpr int PLAIN_CHUNK = 8;  // element copies of an unaligned operand a thread loads before storing them
-
 // Copy a [ROWS][COLS] tile whose COLS axis is contiguous in global memory (leading dimension ld),
 // starting at (row0, col0); rows >= row_lim and cols >= col_lim read zero. VEC elements per copy
 // (VEC | ld is guaranteed by the host); VEC == 1 uses plain loads and shared stores.
@@ -235,34 +233,18 @@ __device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ g, long
                                           int row_lim, int col_lim, int tid) {
   constexpr int TOTAL = ROWS * (COLS / VEC);
   static_assert(TOTAL % THREADS == 0, "tile copies must divide evenly among the threads");
-  if constexpr (VEC > 1) {
 #pragma unroll
-    for (int i = 0; i < TOTAL / THREADS; ++i) {
-      int r, c;
-      copy_coord<COLS, VEC>(tid + i * THREADS, r, c);
-      const int gr = row0 + r, gc = col0 + c;
-      const bool ok = gr < row_lim && gc < col_lim;
-      cp_async<VEC * 2>(smem_u32(tile + swz_offset<COLS>(r, c)), ok ? g + elem_offset(0, 0, gr, ld, gc) : g, ok);
-    }
-  } else {  // plain loads, PLAIN_CHUNK of them issued before the first is stored (one round trip for the chunk)
-    constexpr int PER = TOTAL / THREADS, CH = PER < PLAIN_CHUNK ? PER : PLAIN_CHUNK;
-    static_assert(PER % CH == 0, "plain copies must come in whole chunks");
-#pragma unroll
-    for (int i0 = 0; i0 < PER; i0 += CH) {
-      T v[CH];
-#pragma unroll
-      for (int j = 0; j < CH; ++j) {
-        int r, c;
-        copy_coord<COLS, 1>(tid + (i0 + j) * THREADS, r, c);
-        const int gr = row0 + r, gc = col0 + c;
-        v[j] = (gr < row_lim && gc < col_lim) ? g[elem_offset(0, 0, gr, ld, gc)] : from_f32<T>(0.0f);
-      }
-#pragma unroll
-      for (int j = 0; j < CH; ++j) {
-        int r, c;
-        copy_coord<COLS, 1>(tid + (i0 + j) * THREADS, r, c);
-        tile[swz_offset<COLS>(r, c)] = v[j];
-      }
+  for (int i = 0; i < TOTAL / THREADS; ++i) {
+    int r, c;
+    copy_coord<COLS, VEC>(tid + i * THREADS, r, c);
+    const int gr = row0 + r, gc = col0 + c;
+    const bool ok = gr < row_lim && gc < col_lim;
+    const T* src = ok ? g + elem_offset(0, 0, gr, ld, gc) : g;
+    T* dst = tile + swz_offset<COLS>(r, c);
+    if constexpr (VEC > 1) {
+      cp_async<VEC * 2>(smem_u32(dst), src, ok);
+    } else {
+      *dst = ok ? *src : from_f32<T>(0.0f);
     }
   }
 }
