@@ -63,6 +63,13 @@ def _in_range(spec: SimtSpec, e: Expr, d, fixed: set) -> bool:
 
 def vector_reads(spec: SimtSpec, p: Pass) -> list[RNode]:
     """The reads of pass p that move as vectors along its walked axis (module docstring)."""
+    key = ("vector_reads", p)
+    if key not in spec.derived:
+        spec.derived[key] = tuple(_vector_reads(spec, p))
+    return list(spec.derived[key])
+
+
+def _vector_reads(spec: SimtSpec, p: Pass) -> list[RNode]:
     if len(p.axes) != 1:
         return []
     (a,) = p.axes
@@ -169,6 +176,12 @@ def tiled_reduces(spec: SimtSpec) -> list[RNode]:
     """The Reduces a register-tiled final pass accumulates for a whole micro-tile at once: those its value
     reaches without passing through another Reduce (a contraction, a pooling window), children first.
     Empty when the spec has a row statistic (rows then need their group's reduction one at a time)."""
+    if "tiled_reduces" not in spec.derived:
+        spec.derived["tiled_reduces"] = tuple(_tiled_reduces(spec))
+    return list(spec.derived["tiled_reduces"])
+
+
+def _tiled_reduces(spec: SimtSpec) -> list[RNode]:
     if spec.stats():
         return []
     lets = spec.region.let_map

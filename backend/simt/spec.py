@@ -21,6 +21,7 @@ axis of the same size).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping
 
 from ...ir.dtypes import DType
@@ -186,14 +187,28 @@ class SimtSpec:
     def top_of(self, y) -> RNode:
         return self.region.let_map[y.src]
 
+    @cached_property
+    def derived(self) -> dict:
+        """Facts derived from the spec alone, kept once computed (``access.py``: a pass's vector reads, the
+        tiled Reduces): the plan search asks for them once per candidate plan."""
+        return {}
+
+    @cached_property
+    def _nodes(self) -> tuple:
+        return tuple(reachable_all(self.region, [self.top_of(y) for y in (self.yield_, *self.extras)]))
+
+    @cached_property
+    def _stats(self) -> tuple:
+        outer = set(self.outer)
+        return tuple(n for n in self._nodes if n.op == R.REDUCE and set(n.axes) <= outer)
+
     def nodes(self) -> list[RNode]:
-        """Every node the yields reach, children first (the primary's first)."""
-        return reachable_all(self.region, [self.top_of(y) for y in (self.yield_, *self.extras)])
+        """Every node the yields reach, children first (the primary's first); walked once per spec."""
+        return list(self._nodes)
 
     def stats(self) -> list[RNode]:
         """The row statistics in dependency order: Reduces whose kept axes are all outer."""
-        outer = set(self.outer)
-        return [n for n in self.nodes() if n.op == R.REDUCE and set(n.axes) <= outer]
+        return list(self._stats)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.KIND, "name": self.name, "region": self.region.name, "outer": list(self.outer),
