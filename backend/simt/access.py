@@ -63,9 +63,13 @@ def _in_range(spec: SimtSpec, e: Expr, d, fixed: set) -> bool:
 
 def vector_reads(spec: SimtSpec, p: Pass) -> list[RNode]:
     """The reads of pass p that move as vectors along its walked axis (module docstring)."""
-    key = ("vector_reads", p)
+    return _derived(spec, ("vector_reads", p), lambda: _vector_reads(spec, p))
+
+
+def _derived(spec: SimtSpec, key, make) -> list:
+    """make() once per spec and key (``SimtSpec.derived``), a fresh list each call."""
     if key not in spec.derived:
-        spec.derived[key] = tuple(_vector_reads(spec, p))
+        spec.derived[key] = tuple(make())
     return list(spec.derived[key])
 
 
@@ -176,9 +180,7 @@ def tiled_reduces(spec: SimtSpec) -> list[RNode]:
     """The Reduces a register-tiled final pass accumulates for a whole micro-tile at once: those its value
     reaches without passing through another Reduce (a contraction, a pooling window), children first.
     Empty when the spec has a row statistic (rows then need their group's reduction one at a time)."""
-    if "tiled_reduces" not in spec.derived:
-        spec.derived["tiled_reduces"] = tuple(_tiled_reduces(spec))
-    return list(spec.derived["tiled_reduces"])
+    return _derived(spec, "tiled_reduces", lambda: _tiled_reduces(spec))
 
 
 def _tiled_reduces(spec: SimtSpec) -> list[RNode]:
