@@ -182,9 +182,10 @@ def stop_reason(spec: SimtSpec, plan: SimtPlan, env: Mapping[str, int] | None = 
     if plan.unroll > 1 and all(steps_ahead(spec, plan, p, env) <= plan.unroll // 2 for p in passes(spec)):
         return (f"{plan.unroll} steps issued ahead: no pass has a vector read and more than {plan.unroll // 2} "
                 "steps a lane (half as many issue the same loads)")
-    if registers(spec, plan) * plan.block > 65536:
-        return (f"{plan.block} threads x ~{registers(spec, plan)} registers (its {plan.unroll} step(s) of {plan.vec} "
-                f"elements) exceed the SM's 65536: ptxas spills")
+    regs, file = registers(spec, plan), device(plan.arch).regs_per_sm
+    if regs * plan.block > file:
+        return (f"{plan.block} threads x ~{regs} registers (its {plan.unroll} step(s) of {plan.vec} elements) exceed "
+                f"the SM's {file}: ptxas spills")
     tiled = tiled_reduces(spec)
     if tiled:
         if plan.tm > 1 and not spec.outer:
