@@ -357,7 +357,8 @@ def partition_floor(prog, part, params: dict, arch: str) -> float:
 
 def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: str, illegal: Callable,
                 limits: SearchLimits = SearchLimits(), hint: "frozenset | None" = None,
-                deadline: float = math.inf, unfused_below: Callable = lambda price: False) -> tuple:
+                deadline: float = math.inf, unfused_below: Callable = lambda price: False,
+                alone: Callable = lambda name: None) -> tuple:
     """The merge search over the one-kernel-per-op partition of ``base`` (a Candidate of every site
     cut). Returns (the Mat site classes fused, MergeResult, ``rejected()``: {Mat class: (separate µs,
     fused µs or None where a legality rule decided, why, groups)} for each site the best partition
@@ -365,14 +366,18 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
     known good partition fuses, tried first. ``deadline`` (``time.process_time``): the polish stops there.
     ``unfused_below(price)``: whether the one-kernel-per-op partition prices below that; a search a limit stopped
     above it (its first path, the hint's, a bad one: LLaMA-7B L1's default partition, 2,591.7 µs against 1,470.9)
-    is polished from every kernel its own group instead, where that prices lower in the search's own prices (no new price but the singletons')."""
+    is polished from every kernel its own group instead, where that prices lower in the search's own prices (no new price but the singletons').
+    ``alone(name)``: kernel ``name``'s price in the one-kernel-per-op partition where that is priced already, else None:
+    the price of the group of that kernel alone, which is the same region priced as the same kind (its neighbours
+    are the partition's own), so it is not built again (tests/test_merge_search.py)."""
     sp = merge_space(state, view, st, roots, base, params, arch, illegal)
     prices: dict = {}
     verdicts: dict = {}
 
     def price(root: str, members: frozenset) -> float:
         if (root, members) not in prices:
-            prices[root, members] = sp.price(root, members)
+            known = alone(root) if len(members) == 1 else None
+            prices[root, members] = sp.price(root, members) if known is None else known
         return prices[root, members]
 
     def why_illegal(members: frozenset) -> list:

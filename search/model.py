@@ -218,6 +218,17 @@ class ModelCost(SearchingCost):
                 if got is None:
                     return False
             return evaluate(frozenset(), priced=got).total < price  # (priced whole by then: not again)
+
+        by_name: dict = {}
+
+        def alone(name: str) -> "float | None":
+            """Kernel ``name``'s price in one kernel per op, where that partition is priced already."""
+            b = memo.get(frozenset())
+            if b is None or not b.priced:
+                return None
+            if not by_name:
+                by_name.update((p.kernel.name, p.cost.time_est_us) for p in b.priced)
+            return by_name.get(name)
         known = min(seed.total, evaluate(given).total if given is not None else math.inf)
         if seed.total <= floor or not unfused_below(known):
             cur = seed
@@ -240,7 +251,7 @@ class ModelCost(SearchingCost):
             # stopped above that price
             merged, merge, merge_rejected = merge_phase(state, view, st, roots, base, params, self.arch,
                                                         lambda sites: violations(view, sites, grouped), self.limits,
-                                                        seed.fused, deadline, unfused_below)
+                                                        seed.fused, deadline, unfused_below, alone)
         progress.note(f"merge search: {merge.stop}, {merge.priced} groups priced")
         big = len(st) > self.exact_sites
         # realized: streaming every softmax-weighted sum at once first on a large program (the merge

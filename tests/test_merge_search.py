@@ -160,6 +160,21 @@ def _programs():
 
 
 @pytest.mark.parametrize("name", sorted(_programs()))
+def test_a_kernel_alone_is_priced_as_in_one_kernel_per_op(name):
+    """The group of one kernel alone prices as that kernel does in the one-kernel-per-op partition (the same
+    region, its kind asked with the same neighbours), so the merge phase takes that price once the partition is
+    priced (``merge_phase(alone=)``) instead of building the group again."""
+    from polysat.pricing.symbols import bind_params
+    from polysat.search.model import ModelCost, saturate_unfused
+    prog = _programs()[name]()
+    base = ModelCost(bind_params(prog, {})).search(saturate_unfused(prog)[0]).baseline
+    sp = _space(prog)
+    assert {p.kernel.name for p in base.priced} == set(sp.kernels)
+    for p in base.priced:
+        assert sp.price(p.kernel.name, frozenset({p.kernel.name})) == pytest.approx(p.cost.time_est_us, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(_programs()))
 def test_real_prices_the_exhaustive_optimum(name):
     """On small programs (3 to 8 kernels one per op), with Poly Core's prices, the search finds the
     optimum of the enumeration of every partition."""
