@@ -1,7 +1,7 @@
 """Benchmark: polysat's flash-attention kernels vs torch scaled_dot_product_attention (flash backend).
 
     python bench/attention.py [--seqs 512,1024,2048,4096,8192,16384] [--dims 64,128] [--dtypes fp16,bf16]
-                              [--causal both|yes|no] [--algos online_softmax] [--iters 30] [--json out.json]
+                              [--causal both|yes|no] [--algos bound] [--iters 30] [--json out.json]
 
 FlashAttention-paper convention: batch x heads chosen so that batch * seq = 16k tokens and
 heads * head_dim = 2048; forward FLOPs = 4 * batch * heads * seq^2 * head_dim, halved when causal.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import lru_cache
 
 import numpy as np
 
@@ -29,9 +30,30 @@ SAMPLED = 16
 
 
 def cases(dtypes=("fp16", "bf16"), dims=(64, 128), seqs=(512, 1024, 2048, 4096, 8192, 16384), causals=(False, True),
-          algos=("online_softmax",)) -> list[dict]:
-    return [{"dtype": dt, "d": d, "seq": s, "causal": c, "algo": a, "batch": max(1, TOKENS // s), "heads": HIDDEN // d}
+          algos=("bound",)) -> list[dict]:
+    """The cases; algo ``bound``: the algorithm the attention kind binds for a model of the case's dtype and mask
+    (``bound_algo``), which is what a compiled model runs."""
+    return [{"dtype": dt, "d": d, "seq": s, "causal": c, "algo": bound_algo(dt, c) if a == "bound" else a,
+             "batch": max(1, TOKENS // s), "heads": HIDDEN // d}
             for dt in dtypes for d in dims for s in seqs for c in causals for a in algos]
+
+
+@lru_cache(maxsize=None)
+def bound_algo(dtype: str, causal: bool) -> str:
+    """The attention algorithm a compiled model runs for attention in ``dtype``: the walks over the keys of the
+    streamed softmax the rules give it (rules/streaming.egg: fp16 one, an online softmax rounding P at the running
+    max; bf16 two, since moving its rounding is not within tolerance), read from the kind's binding of a small
+    model's kernel (compiled on the CPU)."""
+    from polysat.backend.attention.kind import ALGO_OF_PASSES
+    from polysat.backend.kinds import bind_shared
+    from polysat.bench.gpu_estimates import attention_doc
+    from polysat.pipeline import Compilation
+    c = Compilation(attention_doc({"batch": 1, "heads": 1, "seq": 128, "d": 64, "causal": causal, "dtype": dtype}),
+                    arch="sm90", cost="model")
+    (region,) = c.regions
+    kind, shared = bind_shared(region)
+    assert kind.name == "attention", kind.name
+    return ALGO_OF_PASSES[shared.binding.passes]
 
 
 def check_cases(quick: bool) -> list[dict]:
@@ -104,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--dtypes", default="fp16,bf16")
     ap.add_argument("--causal", default="both", choices=("both", "yes", "no"))
-    ap.add_argument("--algos", default="online_softmax", help="comma list: online_softmax,streaming_softmax_2pass")
+    ap.add_argument("--algos", default="bound",
+                    help="comma list: online_softmax,streaming_softmax_2pass, or bound (what a compiled model of the "
+                         "dtype runs: fp16 online_softmax, bf16 streaming_softmax_2pass)")
     args = parse_args(ap, argv, "attention_results.json")
     gpu = open_device("bench/attention.py", "torch.nn.functional", "torch.nn.attention")
     if gpu is None:

@@ -199,6 +199,8 @@ def test_the_check_cases_are_the_rows_the_gpu_bring_up_asks_for():
     assert {(c["d"], c["seq"], c["causal"]) for c in a} == {(d, s, c) for d in (64, 128)
                                                            for s in (1024, 2048, 4096, 8192, 16384) for c in (False, True)}
     assert all(c["batch"] * c["seq"] == 16384 and c["heads"] * c["d"] == 2048 for c in a)
+    # each dtype's rows run the algorithm a compiled model of that dtype binds (bf16 streams in two passes)
+    assert {(c["dtype"], c["algo"]) for c in a} == {("fp16", "online_softmax"), ("bf16", "streaming_softmax_2pass")}
     assert {c["name"] for c in conv.check_cases(False)} == {x[0] for x in conv.RESNET50_3X3 + conv.CONV_POOL}
     assert {c["name"] for c in simt.check_cases(True)} == {"softmax", "layernorm", "elementwise"}
 
