@@ -15,8 +15,10 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ..analyses.isl_util import isl_name
-from ..analyses.poly_from_view import regions_from_partition
+from ..analyses.indexbook import checked_indexbook
+from ..analyses.isl_util import box_constraints, isl_name, set_text
+from ..analyses.masked import hide_masked
+from ..analyses.poly_from_view import kernel_program, program_context, regions_from_partition
 from ..analyses.devices import device
 from ..analyses.poly_region import PolyRegion, renamed
 from ..analyses.price import Cost, price, price_floor
@@ -28,6 +30,7 @@ from ..egraph.region_synth import synthesize
 from ..egraph.stream import BLOCK, groups
 from ..ir import deadline
 from ..ir.diagnostics import PolysatError
+from ..ir.dtypes import DType
 from ..ir.region_layout import store_for_readers
 from ..ir.region_narrow import narrow_boundaries
 from ..ir.shapes import bind as bind_shape
@@ -187,7 +190,8 @@ class Priced:
 def mark_streams(prog: Program, part, regions: list) -> list:
     """regions with the streamed softmax-weighted sums of each kernel marked (PolyRegion.stream: the
     statements of their running max, sum and weighted sum, advancing BLOCK keys at a time), so Poly
-    Core prices their internal values per key block (analyses/price.py)."""
+    Core prices their internal values per key block (analyses/price.py); where a tensor-core kind runs one whose
+    scores a causal index guard masks, without the pairs it hides (analyses/masked.py)."""
     gs = list(groups(prog).values())
     if not gs:
         return regions
@@ -200,8 +204,46 @@ def mark_streams(prog: Program, part, regions: list) -> list:
         marks = tuple(s for s in (f"S_{isl_name(i)}" for g in mine for i in g.reduces) if s in names)
         again = tuple(s for s in (f"S_{isl_name(i)}" for g in mine if g.passes == 2 for i in _rewalked(prog, k, g))
                       if s in names)
+        if marks and any(st.unit == "tensor" for st in r.statements):  # a tensor-core kind streams it: the attention kind
+            for g in mine:
+                got = _masked_select(prog, g)
+                if got is not None:
+                    r = hide_masked(r, *got, frozenset(f"S_{isl_name(i)}" for i in g.nodes))
         out.append(dataclasses.replace(r, stream=marks, stream_block=BLOCK, stream_recompute=again) if marks else r)
     return out
+
+
+def _masked_select(prog: Program, g) -> "tuple | None":
+    """(the select's statement, the isl set of its instances the mask keeps) where group g's scores are
+    ``where(keep, s, -inf)`` with ``keep`` an index guard (a view of a padded constant true: the causal mask the
+    frontend writes), else None (a mask read from memory: every key block is walked)."""
+    w = prog[g.s]
+    if w.op == Ops.CAST and w.dtype == DType.fp32 and prog[w.src[0]].op == Ops.WHERE:  # a 16-bit select widened
+        w = prog[w.src[0]]
+    if w.op != Ops.WHERE or not _movement_of_const(prog, w.src[0]) or not _movement_of_const(prog, w.src[2]):
+        return None
+    ctx = program_context(prog, None)
+    _, make, real = kernel_program(ctx, Kernel("mask", frozenset({w.id}), (w.id,), ()))
+    local = {i: lid for lid, i in real.items()}[w.id]
+    book = checked_indexbook(make()[0], ctx.symbols)
+    keep, _, other = book.sources(local)
+    kc, oc = book.program[keep.value_id], book.program[other.value_id]
+    if kc.op != Ops.CONST or kc.arg["value"] is not True or not keep.guard or \
+            any(p.value is not False for p in keep.pads) or oc.op != Ops.CONST or oc.arg["value"] != -math.inf or \
+            other.guard or other.pads:
+        return None
+    info = book[local]
+    names, sizes = info.space_names, [a.size for a in info.space]
+    text = set_text(book.params, f"S_{isl_name(w.id)}", names,
+                    box_constraints(names, sizes) + [f"{e.to_isl()} >= 0" for e in keep.guard])
+    return f"S_{isl_name(w.id)}", text
+
+
+def _movement_of_const(prog: Program, i: str) -> bool:
+    """Whether value i is a constant seen through movement ops only."""
+    while prog[i].op in GroupOp.Movement:
+        i = prog[i].src[0]
+    return prog[i].op == Ops.CONST
 
 
 def _rewalked(prog: Program, k, g) -> list:
