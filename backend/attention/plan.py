@@ -119,13 +119,15 @@ class AttentionPlan:
         Calibrated on ptxas -v of the generated kernels (tests/test_attention_kernel.py checks the bound): the
         sm80 skeleton needs fewer below a padded head dim of 64, Q from smem costs about D/8 (the K fragments
         in flight), copies narrower than 16 bytes about D/8 while their loop is unrolled (at most 8 per
-        thread: load_rows in polysat_attention.cuh)."""
+        thread: load_rows in polysat_attention.cuh), and single-element copies (an odd head dim) about 6 a copy
+        (K's and V's, each a value and its 64-bit address: ptxas 138-140 for the 64x64 tile of head dims 7/5)."""
         bn, d, dv = self.block_n, self.dp, self.dvp
         if self.skeleton == "sm90":
             return bn // 2 + dv // 2 + bn // 4 + 40
         q = d if self.q_regs else 0
-        return ((9 * bn + (9 * (q + dv)) // 2) // 10 + 60 - max(0, 64 - d) + (0 if self.q_regs else d // 8)
-                + (d // 8 if self.vec < 8 and self.copies_per_thread(bn, d) <= 8 else 0))
+        copies = self.copies_per_thread(bn, d)
+        unrolled = (6 * copies if self.vec == 1 else d // 8) if self.vec < 8 and copies <= 8 else 0
+        return (9 * bn + (9 * (q + dv)) // 2) // 10 + 60 - max(0, 64 - d) + (0 if self.q_regs else d // 8) + unrolled
 
     def copies_per_thread(self, rows: int, cols: int) -> int:
         """Global copies (plan.vec elements each) one thread issues for a [rows][cols] smem tile."""
@@ -213,9 +215,12 @@ CostFn = Callable[[AttentionSpec, AttentionPlan, Mapping[str, int], Device], "di
 
 L2_MISS = 0.15         # fraction of K/V re-reads that reach DRAM
 SFU_PER_CLK = 16       # ex2 per clock per SM (sm80 and sm90)
-# fraction of the softmax time hidden behind MMAs of other warps (estimates: FA3 paper Table 2 loses
-# ~12 % without softmax/GEMM overlap; one consumer warpgroup alone hides little)
-SOFTMAX_OVERLAP = {("sm90", 1): 0.2, ("sm90", 2): 0.6, ("sm80", 4): 0.3, ("sm80", 8): 0.5}
+# fraction of the softmax time hidden behind MMAs of other warps. sm90, two consumer warpgroups: fit to the H200
+# (20 fp16 rows, d 64/128, seq 1k-16k, causal and not, bench/results/nvidia-h200.json): the MMAs plus the exp2s
+# with almost none hidden, and CTA_US a CTA; one warpgroup (unmeasured) hides less. sm80: estimates (FA3 paper
+# Table 2 loses ~12 % without softmax/GEMM overlap)
+SOFTMAX_OVERLAP = {("sm90", 1): 0.0, ("sm90", 2): 0.1, ("sm80", 4): 0.3, ("sm80", 8): 0.5}
+CTA_US = 2.5  # µs a CTA spends outside its key loop (Q in, the first K/V round trip, O out; fit on sm90)
 WGMMA_N_EFF = {64: 0.8, 128: 0.95}
 
 
@@ -325,7 +330,8 @@ def stop_reason(spec: AttentionSpec, plan: AttentionPlan, dev: Device) -> str | 
 
 def core_time(plan: AttentionPlan, dev: Device, ctas: int, flops: float, exps: float):
     """The compute side of the flash skeleton's roofline: (CTAs per SM, waves, wave efficiency, MMA time,
-    exp2 time, MMA + the exp2 time the softmax does not overlap, over the wave efficiency)."""
+    exp2 time, MMA + the exp2 time the softmax does not overlap, over the wave efficiency, and each wave's part
+    outside the key loop, ``CTA_US``)."""
     bn = plan.block_n
     occ = max(ctas_per_sm(plan, dev), 1)
     slots = dev.sms * occ
@@ -340,6 +346,7 @@ def core_time(plan: AttentionPlan, dev: Device, ctas: int, flops: float, exps: f
     t_mma = tensor_time(flops, dev, eff)
     t_exp = clock_time(exps, SFU_PER_CLK, dev)
     t_core = (t_mma + (1.0 - overlap) * t_exp) / wave_eff
+    t_core += waves * CTA_US * 1e-6  # a wave's CTAs spend their fixed parts side by side
     return occ, waves, wave_eff, t_mma, t_exp, t_core
 
 
