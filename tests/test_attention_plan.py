@@ -283,3 +283,23 @@ def test_bench_runs_or_explains_why_not(tmp_path, capsys):
         pytest.skip("a GPU is visible: run bench/attention.py itself")
     assert mod.main(["--json", str(tmp_path / "a.json")]) == 0
     assert "no CUDA GPU" in capsys.readouterr().out
+
+
+def test_the_estimate_tracks_the_h200s_measured_fp16_rows():
+    """The sm90 plan's estimate against the attention rows an H200 measured (bench/results/nvidia-h200.json, fp16:
+    the one-pass kernel, d 64/128, seq 1k-16k, causal and not): within the GPU check's +-25 %."""
+    import pathlib
+
+    from polysat.analyses.devices import device
+    from polysat.backend.attention.plan import estimate
+    from polysat.bench.attention import spec_of
+    rows = json.loads((pathlib.Path(__file__).resolve().parent.parent / "bench/results/nvidia-h200.json").read_text())
+    rows = [r for r in rows["rows"] if r["bench"] == "attention" and r["dtype"] == "fp16" and r["status"] == "ok"]
+    assert len(rows) == 20
+    for r in rows:
+        case = {f: r[f] for f in ("dtype", "d", "seq", "causal", "batch", "heads")}
+        spec = spec_of(case)
+        plan = search(spec, "sm90", algos=("online_softmax",)).best
+        assert plan.key() == r["plan"]  # the plan that was measured
+        est = estimate(spec, plan, {"batch": r["batch"] * r["heads"], "m": r["seq"], "n": r["seq"]}, device("sm90"))
+        assert 0.75 <= est["time_s"] / (r["polysat_ms"] * 1e-3) <= 1.25, (r["case"], est["time_s"], r["polysat_ms"])
