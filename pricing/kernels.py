@@ -90,7 +90,7 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     if not any(st.unit == "tensor" for r in regions for st in r.statements):
         return regions
     if not _sixteen_bit(program):  # every MMA kind reads 16-bit operands: SIMT computes all
-        return [_on_fp32_pipes(r) for r in regions]
+        return [on_fp32_pipes(r) for r in regions]
     if callable(partition):  # made only here (the merge search prices many groups of one program)
         partition = partition()
     try:
@@ -103,7 +103,7 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     for r in regions:
         rb = emitted.get(r.name)
         if rb is not None and any(st.unit == "tensor" for st in r.statements) and _kind(rb) is None:
-            r = _on_fp32_pipes(r)
+            r = on_fp32_pipes(r)
         out.append(r)
     return out
 
@@ -114,7 +114,7 @@ def _sixteen_bit(program: Program) -> bool:
     return any(n.dtype in IN_DTYPES for n in program.nodes)
 
 
-def _on_fp32_pipes(region: PolyRegion) -> PolyRegion:
+def on_fp32_pipes(region: PolyRegion) -> PolyRegion:
     """region with its contractions priced as the SIMT kind runs them."""
     if not any(st.unit == "tensor" for st in region.statements):
         return region

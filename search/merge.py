@@ -302,8 +302,8 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
         return frozenset().union(*(ks[m].nodes for m in members))
     built: dict = {}  # (root, members) -> ``group``'s answer, for a group whose floor was asked and price not yet
 
-    def group(root: str, members: frozenset) -> tuple:
-        """(the group's region as priced, or None for a copy of memory; the copy's price)."""
+    def made(root: str, members: frozenset) -> tuple:
+        """(the group's Poly-View region, or None for a copy of memory; the copy's price; its kernel)."""
         got = built.pop((root, members), None)
         if got is not None:
             return got
@@ -311,7 +311,15 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
         r = region_from_polyview(pv, ns, ks[root].outputs, params, "g")
         g = Kernel("g", ns, ks[root].outputs, tuple(dict.fromkeys(s for i in ns for s in prog[i].src if s not in ns)))
         if not r.statements:  # a copy of memory, launched like any kernel
-            return None, pricing.copy_cost(prog, g, params, arch).time_est_us
+            return None, pricing.copy_cost(prog, g, params, arch).time_est_us, g
+        return r, 0.0, g
+
+    def group(root: str, members: frozenset) -> tuple:
+        """(the group's region as priced, or None for a copy of memory; the copy's price)."""
+        r, copy, g = made(root, members)
+        if r is None:
+            return None, copy
+
         def whole() -> Partition:  # the partition with the group joined (made only where its kernel's kind is asked)
             return Partition(tuple(g if k.name == root else k for k in part.kernels
                                    if k.name == root or k.name not in members))
@@ -324,14 +332,19 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
 
     def floor(root: str, members: frozenset) -> float:
         """A time ``price`` never returns below for the group (up to rounding; ``price_floor``'s bound,
-        tests/test_price_floor.py), at a fraction of its cost: the group built as priced, and kept until it is
-        (``MADE`` at most)."""
-        got = group(root, members)
+        tests/test_price_floor.py), at a fraction of its cost: the group's region built, and kept until it is priced
+        (``MADE`` at most), without asking which kind binds it: ``as_emitted`` leaves its contractions on tensor
+        cores or moves them all to the FP32 pipes, so the lower of the two floors is one of the price it gets."""
+        got = made(root, members)
         if len(built) >= MADE:
             built.pop(next(iter(built)))
         built[root, members] = got
-        r, copy = got
-        return copy if r is None else price_floor(r, arch)
+        r, copy, _ = got
+        if r is None:
+            return copy
+        low = price_floor(pricing.canonical(r), arch)
+        simt = pricing.on_fp32_pipes(r)
+        return low if simt is r else min(low, price_floor(pricing.canonical(simt), arch))
 
     def lower(root: str) -> float:
         return kernel_floor(prog, ks[root].outputs, params, dev) if ks[root].nodes & with_blocks else 0.0

@@ -60,7 +60,7 @@ def test_as_emitted_gives_each_contraction_the_unit_of_the_whole_partition_synth
     from polysat.egraph.region_synth import partition_from_materialized
     from polysat.ir.region_layout import store_for_readers
     from polysat.ir.region_narrow import narrow_boundaries
-    from polysat.pricing.kernels import _on_fp32_pipes, as_emitted
+    from polysat.pricing.kernels import on_fp32_pipes, as_emitted
     p = _load(name)
     kinds = set()
     for part in (default_partition(p), partition_from_materialized(p, frozenset(n.id for n in p.nodes if n.op.name != "INPUT"))):
@@ -72,7 +72,7 @@ def test_as_emitted_gives_each_contraction_the_unit_of_the_whole_partition_synth
             for r, g in zip(regions, got, strict=True):
                 if r in mma:
                     simt = tensor_core_kind(replace(whole[r.name], name="kernel")) is None
-                    assert g == (_on_fp32_pipes(r) if simt else r)
+                    assert g == (on_fp32_pipes(r) if simt else r)
                     kinds.add(simt)
                 else:
                     assert g == r
