@@ -134,3 +134,25 @@ def test_token_checker_catches_broken_ir(arch):
         check_tokens(dataclasses.replace(ir, stmts=ir.stmts + (S("Wait", ins=(), lowering=wrong),)))
     with pytest.raises(PolysatError, match="nothing produces"):
         check_tokens(dataclasses.replace(ir, stmts=ir.stmts + (S("Epilogue", ins=("tX",), out="tE", kind="TokEpilogue"),)))
+
+
+def test_the_estimate_tracks_the_h200s_measured_gemm_rows():
+    """The estimate of each plan an H200 ran (bench/results/nvidia-h200.json, GEMM and GEMM + bias + ReLU, fp16 and
+    bf16, 4096³, 8192³ and the unaligned 4095x4097x1000 whose B copies are plain loads): within the GPU check's
+    +-25 % but for 8192³ + bias + ReLU, which the H200 ran 13-18 % slower than the plain GEMM (unexplained)."""
+    import pathlib
+
+    from polysat.analyses.devices import device
+    from polysat.backend.common.mma_plan import SchedulePlan
+    from polysat.backend.common.mma_search import estimate
+    from polysat.bench.gemm import specs
+    rows = json.loads((pathlib.Path(__file__).resolve().parent.parent / "bench/results/nvidia-h200.json").read_text())
+    rows = [r for r in rows["rows"] if r["bench"] in ("gemm", "gemm_bias_relu") and r["status"] == "ok"]
+    assert len(rows) == 12
+    for r in rows:
+        spec = specs({f: r[f] for f in ("dtype", "m", "n", "k")})[r["bench"] == "gemm_bias_relu"]
+        plan = next(p for p in search(spec, "sm90").ranked if p.key() == r["plan"])  # the plan that was measured
+        assert isinstance(plan, SchedulePlan)
+        got = estimate(spec, plan, spec.sizes({}), device("sm90"))["time_s"] / (r["polysat_ms"] * 1e-3)
+        low = 0.7 if r["bench"] == "gemm_bias_relu" and r["m"] == 8192 else 0.75
+        assert low <= got <= 1.25, (r["bench"], r["case"], r["dtype"], got)

@@ -23,16 +23,34 @@ PIPELINE_EFF = {2: 0.85, 3: 0.95}
 # keep the tensor cores fed; published CUTLASS tuning: 64x64 warp tiles +37 % over small ones)
 WGMMA_N_EFF = {64: 0.8, 128: 0.95, 256: 1.0}
 WARP_TILE_EFF = {(32, 32): 0.75, (64, 32): 0.9, (32, 64): 0.9, (64, 64): 1.0}
+# a plain copy (an operand of VEC 1: rows not 16-bit-pair aligned) is a load whose value the thread stores to
+# shared memory at once, so a thread's copies of a stage are round trips one after another: fit to the H200's
+# 4095x4097x1000 GEMM (sm80_128x128x32_s3_w2x2_v81: 4,096 such copies a thread, 427 µs, fp16 and bf16)
+PLAIN_COPY_US = 0.1
 
 
 def regs_estimate(plan: SchedulePlan) -> int:
-    """Registers per thread the skeleton needs (accumulators + fragments + addressing)."""
+    """Registers per thread the skeleton needs (accumulators + fragments + addressing), and on sm80 about 6 a plain
+    copy of a stage (its value, 64-bit address and guard, the copies unrolled; ptxas: 236 for
+    sm80_128x128x32_s2_w2x4_v81, 16 such copies, against 128 without them), those up to 255 at most: ptxas fits
+    the w2x2 tile's 32 in 253 with B's (and spills 80 bytes at 255 with A's), and a GEMM whose operands are both
+    unaligned has no tile without such copies, so they never prune a plan; they set its occupancy."""
     bm, bn, _ = plan.tile
     if plan.skeleton == "sm90":
         return min(232, bn // 2 + 72)
     wm, wn = plan.warp_tile
     mi, ni = wm // 16, wn // 8
-    return mi * ni * 4 + mi * 4 + ni * 2 + 40
+    base = mi * ni * 4 + mi * 4 + ni * 2 + 40
+    return base if base > 255 else min(255, base + 6 * plain_copies(plan))
+
+
+def plain_copies(plan: SchedulePlan) -> int:
+    """The plain copies (``load_tile`` with VEC 1: a load, then its shared store) a thread of the sm80 skeleton
+    makes a stage, of A's and B's tiles."""
+    if plan.skeleton != "sm80":
+        return 0
+    bm, bn, bk = plan.tile
+    return sum(rows * bk // plan.threads for rows, vec in ((bm, plan.vec_a), (bn, plan.vec_b)) if vec == 1)
 
 
 def ctas_per_sm(plan: SchedulePlan, dev: Device) -> int:
@@ -153,6 +171,8 @@ def estimate(spec: Any, plan: SchedulePlan, sizes: Mapping[str, int], dev: Devic
         wm, wn = plan.warp_tile
         smem_per_flop = (wm + wn) / (float(wm) * wn)  # ldmatrix of the warp tile's A and B slices
     t_smem = smem_time(flops * smem_per_flop, dev, wave_eff)
+    # the plain copies: each wave's CTAs walk K side by side, a thread's copies of a stage one after another
+    t_plain = waves * math.ceil(k / bk) * plain_copies(plan) * PLAIN_COPY_US * 1e-6
     isz = spec.in_dtype.itemsize
     a_bytes = (1 if spec.a_broadcast else b) * m * k * isz
     b_bytes = (1 if spec.b_broadcast else b) * k * n * isz
@@ -170,7 +190,8 @@ def estimate(spec: Any, plan: SchedulePlan, sizes: Mapping[str, int], dev: Devic
     t_epi = dram_time(c_bytes + epi_bytes, dev)
     t_load = dram_time(load_bytes, dev)
     gain = min(t_load, t_epi) / max(waves, 1) if (plan.async_enable and plan.epilogue_overlap) else 0.0
-    time = roofline(dev, (t_compute, t_mem, t_smem), hidden=gain)
-    return {"time_s": time, "t_compute_s": t_compute, "t_mem_s": t_mem, "t_smem_s": t_smem, "flops": 2.0 * b * m * n * k,
+    time = roofline(dev, (t_compute, t_mem, t_smem, t_plain), hidden=gain)
+    return {"time_s": time, "t_compute_s": t_compute, "t_mem_s": t_mem, "t_smem_s": t_smem, "t_plain_s": t_plain,
+            "flops": 2.0 * b * m * n * k,
             "bytes": float(total_bytes), "ctas_per_sm": float(occ), "waves": float(waves), "wave_eff": wave_eff,
             "regs_est": float(regs_estimate(plan))}
