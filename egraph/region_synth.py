@@ -361,17 +361,19 @@ class _KernelSynth:
             return (yield self.contract(n, index, ctx))
         fail("InternalError", n.id, f"region synthesis has no rule for {n.op.name}")
 
-    def bind(self, n: UOp, index: tuple, sizes: list, probe, land) -> list:
+    def bind(self, n: UOp, index: tuple, sizes: list, probe, land, guard: tuple = ()) -> list:
         """Axis names for the reduced dims. First an axis of equal size the index does not mention, if that
         makes the body a value demanded elsewhere (a row reduce over ``n`` shares its producer); else the
         canonical axis of the dim the reduction runs over (the same for every consumer, so values they
-        demand coincide); else a fresh axis."""
-        key = (n.id, index)
+        demand coincide); else a fresh axis. Never an axis the PAD guards the demand carries mention (``guard``:
+        the body is computed under them, so such a name would stand for two axes there: a pooling window's axis
+        that a guard has already simplified out of the index, over a convolution recomputed in the window)."""
+        key = (n.id, index, guard)
         if key in self.reduce_vars:
             for v, s in zip(self.reduce_vars[key], sizes, strict=True):
                 self.axes.setdefault(v, s)
             return self.reduce_vars[key]
-        used = set(rg.vars_in_order(index, self.axes))
+        used = set(rg.vars_in_order(index + guard, self.axes))
         cands = [[a for a, sz in self.axes.items() if sz == s and a not in used] for s in sizes]
         out = None
         for combo in itertools.islice(itertools.product(*cands), 16):
@@ -424,7 +426,7 @@ class _KernelSynth:
             it, rn = iter(index), iter(names)
             return tuple(self.simp(Expr.var(next(rn)) if k in raxes else next(it)) for k in range(src.ndim))
         names = self.bind(n, index, [src.shape[a] for a in raxes], lambda c: self.view_target(src.id, full(c)),
-                          lambda: self.landing(n, src.id, full, len(raxes)))
+                          lambda: self.landing(n, src.id, full, len(raxes)), ctx.guard)
         body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, ctx.stream)
         body = yield self.demand(src.id, full(names), body_ctx)
         return rg.reduce(n.arg["op"].lower(), names, body, n.arg["dtype"], axis_order=self.axes)
@@ -433,7 +435,7 @@ class _KernelSynth:
         """online_softmax_sum<j>(scores[x, j], values[x, d, j]) for the streamed group g demanded at
         index = (x.., d): j is bound like a Reduce's axis (key: the group's weighted-sum node)."""
         acc, s = self.program[g.acc], self.program[g.s]
-        names = self.bind(acc, index, [s.shape[-1]], lambda c: None, lambda: [(acc.id, 0)])
+        names = self.bind(acc, index, [s.shape[-1]], lambda c: None, lambda: [(acc.id, 0)], ctx.guard)
         j = Expr.var(names[0])
         body = _Ctx(ctx.local | frozenset(names), ctx.guard, ctx.stream | frozenset(names))
         scores = yield self.demand(g.s, tuple(index[:-1]) + (j,), body)
@@ -444,7 +446,8 @@ class _KernelSynth:
         lhs, rhs = (self.program[s] for s in n.src)
         sizes = dict(zip(n.arg["lhs_idx"], lhs.shape)) | dict(zip(n.arg["rhs_idx"], rhs.shape))
         red = list(n.arg["reduce_idx"])
-        names = self.bind(n, index, [sizes[r] for r in red], lambda c: None, lambda: [(n.id, j) for j in range(len(red))])
+        names = self.bind(n, index, [sizes[r] for r in red], lambda c: None, lambda: [(n.id, j) for j in range(len(red))],
+                          ctx.guard)
         env = dict(zip(n.arg["out_idx"], index)) | {r: Expr.var(v) for r, v in zip(red, names)}
         body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, ctx.stream)
         acc = n.arg["dtype"]

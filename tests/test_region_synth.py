@@ -204,3 +204,39 @@ def test_reads_follow_composed_movement_maps():
     # out[i0, i1] = X^T.reshape(3, 4)[i0, 3 - i1]: flat = 4*i0 + 3 - i1 over X^T (6, 2)
     flat = Expr.var("i0") * 4 + 3 - Expr.var("i1")
     assert rd.arg[1] == (flat.mod(2), flat.floordiv(2)), format_region(r)
+
+
+def test_a_reduction_recomputed_in_a_padded_window_binds_axes_the_window_guard_does_not_name(tmp_path):
+    """PoolFormer's token mixer after a convolution and a norm, one kernel under ``--cost model``: the average pool's
+    window (count_include_pad=0) recomputes the convolution at each window position under the window's PAD guard.
+    On a 1x1 image the guard pins the window axes, so they leave the convolution's index; its reduction must still
+    not take their names (it did: the guard inside its body then read the convolution's channel and kernel axes,
+    and playback was off by 1.36 where the reference and onnxruntime agree)."""
+    torch = pytest.importorskip("torch")
+    ort = pytest.importorskip("onnxruntime")
+    import numpy as np
+
+    import polysat
+    from polysat.frontend import with_parameters
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.norm = torch.nn.Conv2d(3, 8, 3, 2, 1), torch.nn.GroupNorm(1, 8)
+            self.pool = torch.nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+
+        def forward(self, x):
+            x = self.conv(x)
+            y = self.norm(x)
+            return x + (self.pool(y) - y)
+    torch.manual_seed(0)
+    path = str(tmp_path / "mixer.onnx")
+    for px in (2, 6):
+        x = torch.randn(1, 3, px, px)
+        torch.onnx.export(Net().eval(), (x,), path, dynamo=False, opset_version=17, input_names=["x0"],
+                          output_names=["y"])
+        want = ort.InferenceSession(path).run(None, {"x0": x.numpy()})[0]
+        c = polysat.compile(path, cost="model")
+        feeds = with_parameters(c.doc, {"x0": x.numpy()})
+        ref, got = (polysat.run(c, feeds, target=t)["y"] for t in ("reference", "playback"))
+        assert np.abs(ref - want).max() < 1e-5 and np.abs(got - want).max() < 1e-5, (px, np.abs(got - want).max())
