@@ -56,7 +56,21 @@ class Call:
         return {u.args[1] for u in self.node.users if u.target is operator.getitem}
 
     def unsupported(self, why: str):
-        fail("UnsupportedOp", self.name, f"ATen op {self.op} (FX node {self.name!r}): {why}")
+        fail("UnsupportedOp", self.name, f"ATen op {self.op} (FX node {self.name!r}{written_at(self.node)}): {why}")
+
+
+def written_at(node) -> str:
+    """Where the user wrote an FX node: its module (path and class) and the last line of its stack trace."""
+    out = ""
+    stack = node.meta.get("nn_module_stack") or {}
+    if stack:
+        path, cls = list(stack.values())[-1]
+        out += f", in module {path or '(the model)'} ({str(cls).rsplit('.', 1)[-1]})"
+    trace = [line.strip() for line in str(node.meta.get("stack_trace") or "").splitlines() if line.strip()]
+    files = [line for line in trace if line.startswith("File ")]
+    if files:
+        out += f", at {files[-1][5:]}"
+    return out
 
 
 def _i64(v) -> np.ndarray:
@@ -79,7 +93,8 @@ for _n, _o in (("add", "Add"), ("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), (
                ("eq", "Equal"), ("ne", None), ("lt", "Less"), ("le", "LessOrEqual"), ("gt", "Greater"),
                ("ge", "GreaterOrEqual"), ("pow", "Pow"), ("logical_and", "And"), ("logical_or", "Or")):
     if _o:
-        aten(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar", f"aten.{_n}.Tensor_Scalar", f"aten.{_n}.default")(_binary(_o))
+        aten(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar", f"aten.{_n}.Tensor_Scalar", f"aten.{_n}.Tensor_Tensor",
+             f"aten.{_n}.default")(_binary(_o))
 
 
 @aten("aten.ne.Tensor", "aten.ne.Scalar")
@@ -106,6 +121,38 @@ def bitwise(c: Call, x, y=None):
 @aten("aten.rsqrt.default")
 def rsqrt(c: Call, x):
     return c.onnx("Reciprocal", [c.onnx("Sqrt", [x])])
+
+
+@aten("aten.log1p.default")
+def log1p(c: Call, x):  # log(1 + x), as ONNX exporters write it (no Log1p op: x below fp32's epsilon gives 0)
+    return c.onnx("Log", [c.onnx("Add", [x, c.like(1, x)])])
+
+
+@aten("aten.copy.default")
+def copy(c: Call, dst, src, non_blocking=False):
+    """The functional copy: src in dst's dtype, broadcast to dst's shape (dst's values are not read)."""
+    src = c.like(src, dst)
+    if isinstance(src, str):
+        src = c.onnx("Cast", [src], to=_onnx_dtype(c, c.node.meta["val"].dtype))
+    return c.onnx("Expand", [src, _i64(c.shape(dst))])
+
+
+@aten("aten.slice_scatter.default")
+def slice_scatter(c: Call, x, src, dim=0, start=None, end=None, step=1):
+    """x with its [start:end] slice along dim replaced by src: the slices of x around it and src, concatenated
+    (a step other than 1 is refused)."""
+    if step != 1:
+        c.unsupported(f"slice_scatter with step {step} (polysat writes a slice of step 1 only)")
+    n = c.shape(x)[dim]
+    if not isinstance(n, int):
+        c.unsupported(f"slice_scatter along a symbolic dim {n}")
+    lo = 0 if start is None else (start + n if start < 0 else min(start, n))
+    hi = n if end is None else (end + n if end < 0 else min(end, n))
+    hi = max(lo, hi)
+    parts = [c.onnx("Slice", [x, _i64([a]), _i64([b]), _i64([dim])]) for a, b in ((0, lo),) if b > a]
+    parts.append(src)
+    parts += [c.onnx("Slice", [x, _i64([a]), _i64([b]), _i64([dim])]) for a, b in ((hi, n),) if b > a]
+    return parts[0] if len(parts) == 1 else c.onnx("Concat", parts, axis=int(dim))
 
 
 @aten("aten.gelu.default")
@@ -163,6 +210,16 @@ def convolution(c: Call, x, w, b, stride, padding, dilation, transposed, output_
 def batch_norm(c: Call, x, w, b, mean, var, momentum, eps):
     y = c.onnx("BatchNormalization", [x, w, b, mean, var], epsilon=float(eps))
     return (y, None, None)
+
+
+@aten("aten.native_group_norm.default")
+def group_norm(c: Call, x, w, b, n, channels, hw, groups, eps):
+    if c.used_outputs() - {0}:
+        c.unsupported("its mean and rstd outputs (polysat computes the normalized tensor only)")
+    dt = c.imp.uop(c.imp.value(x, c.name)).dtype.np
+    w = np.ones(channels, dtype=dt) if w is None else w
+    b = np.zeros(channels, dtype=dt) if b is None else b
+    return (c.onnx("GroupNormalization", [x, w, b], num_groups=int(groups), epsilon=float(eps)), None, None)
 
 
 @aten("aten.native_layer_norm.default")
@@ -508,13 +565,16 @@ def _call(imp: Importer, n, vals: dict) -> Any:
         src, k = n.args
         got = vals[src][k]
         if got is None:
-            fail("UnsupportedOp", n.name, f"output {k} of {src.name} (e.g. pool indices, batch statistics) is not "
-                 "computed by polysat")
+            fail("UnsupportedOp", n.name, f"output {k} of {src.name}{written_at(src)} (e.g. pool indices, batch "
+                 "statistics) is not computed by polysat")
         return got
     op = str(n.target)
     if op not in ATEN:
-        fail("UnsupportedOp", n.name, f"ATen op {op} (FX node {n.name!r}) has no polysat mapping",
-             "Supported: " + ", ".join(sorted(ATEN)) + ".")
+        family = sorted(k for k in ATEN if k.rsplit(".", 1)[0] == op.rsplit(".", 1)[0])
+        fail("UnsupportedOp", n.name, f"ATen op {op} (FX node {n.name!r}{written_at(n)}) has no polysat mapping",
+             (f"polysat maps {', '.join(family)} of this op; " if family else "") +
+             f"rewrite that line with ops polysat maps ({len(ATEN)} core ATen ops: frontend/torch_export.py), "
+             "or export the model to ONNX (torch.onnx.export), whose importer may take it.")
 
     def arg(a):
         if hasattr(a, "op") and hasattr(a, "target"):  # an FX node

@@ -53,7 +53,23 @@ class Adaptive(torch.nn.Module):  # VGG's 7x7 and AlexNet's 6x6 adaptive pools, 
 
 
 
+class Outside(torch.nn.Module):  # ops the zoo never met, from architectures outside it (a new-user trial)
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.GroupNorm(2, 4)  # Wav2Vec2's feature extractor: native_group_norm
+
+    def forward(self, x, e):
+        slopes = torch.pow(x.abs() + 1, e)  # BLOOM's alibi slopes: pow.Tensor_Tensor
+        soft = torch.log1p(torch.exp(x))  # Mamba's softplus: log1p
+        y = torch.zeros_like(x)
+        y[:, 1:3] = x[:, 1:3] * 2  # Funnel / Swin-v2's masks: slice_scatter (and copy)
+        z = x.clone()
+        z[:, 3:] = 0.5
+        return self.norm(slopes + soft + y + z)
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
+         "outside": (Outside, lambda: (torch.randn(2, 4, 6), torch.rand(2, 4, 6))),
          "masks": (Masks, lambda: (torch.tensor([[0, 5, 1, 1, 7], [1, 9, 9, 2, 1]]), torch.randn(2, 5, 3) * 2)),
          "views": (Views, lambda: (torch.randn(2, 3, 4),)),
          "adaptive": (Adaptive, lambda: (torch.randn(2, 3, 5, 4),))}

@@ -101,10 +101,21 @@ def test_unsupported_aten_op_is_a_diagnostic():
     class Sorts(torch.nn.Module):
         def forward(self, x):
             return torch.sort(x, dim=-1).values
-    ep = torch.export.export(Sorts(), (torch.randn(2, 5),))
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ranker = Sorts()
+
+        def forward(self, x):
+            return self.ranker(x) * 2
+    ep = torch.export.export(Model(), (torch.randn(2, 5),))
     with pytest.raises(PolysatError) as ei:
         import_exported(ep)
-    assert ei.value.diagnostics[0].code == "E1102" and "sort" in ei.value.diagnostics[0].why
+    d = ei.value.diagnostics[0]
+    assert d.code == "E1102" and "sort" in d.why
+    # the user's module and line, not only the FX node; a short suggestion, not every op mapped
+    assert "in module ranker (Sorts)" in d.why and "test_torch_import.py" in d.why, d.why
+    assert len(d.suggestion) < 300, d.suggestion
 
 
 def test_embedding_lookup_by_int64_token_ids():
