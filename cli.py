@@ -326,7 +326,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--cost", default=knobs.DEFAULT_COST, help=f"extraction cost model: model | size (default {knobs.DEFAULT_COST})")
         sp.add_argument("--bind", default=None, help="sizes of symbols, e.g. M=4096,N=4096: priced, planned (and the "
                         "demo's random inputs) at these sizes (unbound symbols: POLYSAT_PRICE_SYMBOL_SIZE=256 for "
-                        "prices, POLYSAT_SYMBOL_SIZE=37 for the demo's inputs)")
+                        "prices, POLYSAT_SYMBOL_SIZE=37 for the demo's inputs); an ONNX model whose shape "
+                        "computations read a dynamic axis is imported at its bound size")
 
     c = sub.add_parser("compile", help="lower a model, list the kernels it makes, or write stage dumps",
                        description="Lower MODEL through the pipeline. Without --dump, extract the kernels "

@@ -239,7 +239,10 @@ class Compilation:
 
     def __post_init__(self):
         if isinstance(self.model, str):
-            self.model = _Loaded(self.model, read_model(self.model))
+            self.model = _Loaded(self.model, read_model(self.model, self.bind))
+            fixed = self.model.doc.get("fixed_sizes", {}) if isinstance(self.model.doc, dict) else {}
+            if fixed and self.bind:  # imported at those sizes (an ONNX model's dynamic axes): nothing left to bind
+                self.bind = {k: v for k, v in self.bind.items() if k not in fixed} or None
 
     @property
     def doc(self) -> dict:

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from ..ir.diagnostics import fail
+from ..ir.diagnostics import PolysatError, fail
 from ..ir.tiny import Program
 
 
@@ -28,11 +28,20 @@ def read_json(path: str) -> Any:
              f"{sys.getrecursionlimit()} levels)", "A model nests a few levels; flatten the document.")
 
 
-def read_model(path: str) -> Any:
-    """A model file's document: JSON as parsed, an ``.onnx`` file imported to Frontend IR."""
+def read_model(path: str, bind: "dict | None" = None) -> Any:
+    """A model file's document: JSON as parsed, an ``.onnx`` file imported to Frontend IR. An ONNX model whose shape
+    computations need static sizes (a Shape of an input with a dim_param: an exporter's dynamic axes) is imported
+    again at the sizes ``bind`` (--bind) gives its dim_params, when it gives them."""
     if path.lower().endswith(".onnx"):
-        from .onnx import load_onnx
-        return load_onnx(path)
+        from .onnx import SYMBOLIC_SHAPE, load_onnx
+        try:
+            return load_onnx(path)
+        except PolysatError as e:
+            if not bind or SYMBOLIC_SHAPE not in e.diagnostics[0].why:
+                raise
+            doc = load_onnx(path, sizes=bind)
+            doc["fixed_sizes"] = dict(bind)  # the symbols imported at their --bind sizes: no longer the model's
+            return doc
     return read_json(path)
 
 

@@ -217,7 +217,9 @@ def _sym(name: str) -> str:
     return s if s and not s[0].isdigit() else f"d_{s}"
 
 
-def _input_shape(vi, at: str) -> tuple:
+def _input_shape(vi, at: str, sizes: "dict | None" = None) -> tuple:
+    """The graph input's shape: its dim_values, its dim_params as symbols (or the size ``sizes`` gives one)."""
+    sizes = sizes or {}
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         fail("UnsupportedOp", at, f"graph input {vi.name!r} has no shape; polysat needs its rank and sizes "
@@ -228,16 +230,16 @@ def _input_shape(vi, at: str) -> tuple:
             if d.dim_value <= 0:
                 fail("UnaddressableShape", at, f"graph input {vi.name!r} axis {k} has size {d.dim_value}")
             dims.append(int(d.dim_value))
-        elif d.dim_param:
-            dims.append(_sym(d.dim_param))
         else:
-            dims.append(_sym(f"{vi.name}_{k}"))
+            sym = _sym(d.dim_param) if d.dim_param else _sym(f"{vi.name}_{k}")
+            dims.append(int(sizes[sym]) if sym in sizes else sym)
     return shape_of(dims)
 
 
-def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None) -> dict:
+def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None, sizes: dict | None = None) -> dict:
     """An ``onnx.ModelProto`` -> Frontend IR document with ``"parameters"`` (name -> ndarray).
-    ``bindings`` gives graph inputs a value to take as constants (a backend specializing on shapes)."""
+    ``bindings`` gives graph inputs a value to take as constants (a backend specializing on shapes); ``sizes``
+    (symbol -> int) fixes the graph inputs' dim_params so named."""
     from onnx import numpy_helper
     op_table()  # every lowering loaded (the shadow builder lowers each emitted node)
     if 0 < _default_opset(model) < MIN_OPSET:
@@ -272,7 +274,7 @@ def import_onnx(model, origin: str = "model.onnx", bindings: dict | None = None)
             narrowed[vi.name] = "int64"
             elem = 6
         dt = dtype_of_onnx(elem, vi.name, f"graph input {vi.name!r}")
-        shape = _input_shape(vi, vi.name)
+        shape = _input_shape(vi, vi.name, sizes)
         imp.add_input(vi.name, dt, shape)
         if vi.name in defaults:
             defaults[vi.name] = np.asarray(defaults[vi.name]).astype(dt.np if dt != DType.bf16 else np.float32)
@@ -483,8 +485,11 @@ def _fold_shape(imp: Importer, node: OnnxNode) -> None:
     t = imp.value(node.inputs[0], node.name)
     shape = imp.shape(t)
     if not is_static(shape):
-        node.unsupported(f"the input's shape {[str(d) for d in shape]} is symbolic; polysat folds shape "
-                         "computations only on static sizes")
+        syms = sorted({str(d) for d in shape if not isinstance(d, int)})
+        fail("UnsupportedOp", node.name, f"ONNX {node.op} node {node.name!r}: the input's shape "
+             f"{[str(d) for d in shape]} {SYMBOLIC_SHAPE}",
+             f"Give the sizes: --bind {','.join(f'{x}=<size>' for x in syms)} imports the model at them (or export it "
+             "with static shapes).")
     if node.op == "Size":
         imp.consts[node.outputs[0]] = np.asarray(int(np.prod(shape)), dtype=np.int64)
         return
@@ -493,7 +498,10 @@ def _fold_shape(imp: Importer, node: OnnxNode) -> None:
     imp.consts[node.outputs[0]] = np.asarray(shape, dtype=np.int64)[slice(start, end)]
 
 
-def load_onnx(path: str) -> dict:
+SYMBOLIC_SHAPE = "is symbolic; polysat folds shape computations only on static sizes"
+
+
+def load_onnx(path: str, sizes: dict | None = None) -> dict:
     """An .onnx file -> Frontend IR document (see :func:`import_onnx`); unreadable files are diagnostics."""
     if not os.path.isfile(path):
         fail("FileNotFound", path, f"no such file: {path}")
@@ -505,4 +513,4 @@ def load_onnx(path: str) -> dict:
         model = onnx.load(path)
     except Exception as e:  # noqa: BLE001 — any unreadable file is the user's input problem
         fail("MalformedStructure", path, f"not a readable ONNX model: {type(e).__name__}: {e}")
-    return import_onnx(model, path)
+    return import_onnx(model, path, sizes=sizes)

@@ -199,6 +199,32 @@ def test_dim_param_becomes_a_symbol():
         np.testing.assert_allclose(evaluate(prog, {"x": x})["y"], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
+def test_a_shape_computed_from_a_dynamic_axis_is_imported_at_the_bound_size(tmp_path, capsys):
+    """An exporter's dynamic axis (dim_param S) read by Shape -> Gather -> Concat -> Reshape: refused with a
+    diagnostic that says how to bind it; with ``--bind S=16`` the model is imported at S = 16 and runs."""
+    shp = [helper.make_node("Shape", ["x"], ["s"]),
+           helper.make_node("Gather", ["s", "one"], ["seq"], axis=0),
+           helper.make_node("Concat", ["b", "seq", "hd"], ["to"], axis=0),
+           helper.make_node("Reshape", ["x", "to"], ["r"]),
+           helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 1, 3])]
+    inits = [("one", np.asarray([1], np.int64)), ("b", np.asarray([1], np.int64)), ("hd", np.asarray([4, 16], np.int64))]
+    m = _model(shp, [_vi("x", [1, "S", 64])], [_vi("y", [1, 4, "S", 16])], inits)
+    path = tmp_path / "dyn.onnx"
+    path.write_bytes(m.SerializeToString())
+    with pytest.raises(PolysatError) as ei:
+        import_onnx(m)
+    d = ei.value.diagnostics[0]
+    assert d.code == "E1102" and "--bind S=<size>" in d.suggestion
+    assert main(["extract", str(path), "--cost", "model", "--bind", "S=16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["total"]["kernels"] == 1
+    from polysat.pipeline import Compilation
+    c = Compilation(str(path), cost="model", bind={"S": 16})
+    x = np.random.default_rng(0).standard_normal((1, 16, 64)).astype(np.float32)
+    got = evaluate(c.program, {"x": x})["y"]
+    np.testing.assert_allclose(got, _ort(m, {"x": x})[0])
+
+
 def test_old_opset_is_lifted_by_the_version_converter():
     m = _model([helper.make_node("Softmax", ["x"], ["y"], axis=1)], [_vi("x", [2, 3, 4])], [_vi("y", [2, 3, 4])],
                opset=11)
