@@ -171,6 +171,11 @@ def _movement() -> dict:
     out["gather_elements"] = _one("GatherElements", {"X": ("fp32", [4, 5]), "I": ("i32", [4, 3])}, axis=1)
     out["cumsum"] = _one("CumSum", {"X": ("fp16", [3, 7])}, axis=1)
     out["cumsum_i32_exclusive_reverse"] = _one("CumSum", {"X": ("i32", [5, 4])}, axis=0, exclusive=True, reverse=True)
+    # nearest x2 (half_pixel, round_prefer_floor) on H, then linear 5 -> 7 (half_pixel) on W, in fp16
+    out["resize_nearest_linear"] = _model(
+        {"X": ("fp16", [2, 3, 4, 5]), "W": ("fp32", [7])},
+        [_node("Resize", ["X"], "H", axis=2, size=8, coord=[4, 1, 8]),
+         _node("Resize", ["H", "W"], "Y", axis=3, size=7, coord=[10, -2, 14], mode="linear")], ["Y"])
     return out
 
 

@@ -9,10 +9,9 @@ backwards from them, carrying the index tuple (Exprs over region axes) at which 
   sits, i.e. inside the Reduce body (§RB-SSA synthesis step 5);
 * program inputs and values materialized by other kernels become ``Read(tensor, map)``;
 * REDUCE/CONTRACT bind their reduced axes and become ``let acc = Reduce(op, axes, init, dtype, body)``
-  (SRNF); reads in bodies index directly (C-CON1). An axis of the same size that the demanded index
-  does not mention is reused when that makes the body a value demanded elsewhere (a row reduction
-  over ``n`` shares its producer's let); otherwise the axis is canonical for the dim reduced
-  (every consumer reducing one value's column names it alike, so their demands coincide);
+  (SRNF); reads in bodies index directly (C-CON1). An axis of the same size that the demanded index (and
+  its PAD guards) does not mention is reused when that makes the body a value demanded elsewhere (a row
+  reduction shares its producer's let); else the axis is canonical for the dim reduced (consumers agree);
 * outside Reduce bodies every compute node is a let (epilogue after the Reduce, step 7), EXPAND
   becomes BroadcastInDim, reordered axes a Transpose, and Binary operands are aligned explicitly;
   a value needed twice at the same index is one let (no recompute of Reduce fan-out, step 6); a
@@ -265,8 +264,7 @@ class _KernelSynth:
         return out
 
     def demand(self, nid: str, index: tuple, ctx: _Ctx) -> trampoline.Walk:
-        """The value of nid at index (a walk: run by ir/trampoline.py, one generator per demand, so a chain of
-        thousands of ops needs no Python frames)."""
+        """The value of nid at index (a walk run by ir/trampoline.py: a chain of thousands of ops needs no frames)."""
         n = self.program[nid]
         if n.op == Ops.INPUT or (nid in self.names and nid not in self.kernel.nodes):
             return self.read(nid, index)
@@ -365,9 +363,8 @@ class _KernelSynth:
         """Axis names for the reduced dims. First an axis of equal size the index does not mention, if that
         makes the body a value demanded elsewhere (a row reduce over ``n`` shares its producer); else the
         canonical axis of the dim the reduction runs over (the same for every consumer, so values they
-        demand coincide); else a fresh axis. Never an axis the PAD guards the demand carries mention (``guard``:
-        the body is computed under them, so such a name would stand for two axes there: a pooling window's axis
-        that a guard has already simplified out of the index, over a convolution recomputed in the window)."""
+        demand coincide); else a fresh axis. Never an axis the demand's PAD guards name (the body is computed under
+        them: a pool's window axis a guard simplified out of the index, over a convolution recomputed in it)."""
         key = (n.id, index, guard)
         if key in self.reduce_vars:
             for v, s in zip(self.reduce_vars[key], sizes, strict=True):

@@ -6,6 +6,7 @@ the resulting sizes are resolved here, so the Frontend IR nodes carry explicit s
 """
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -383,3 +384,82 @@ def space_to_depth(imp: Importer, node: OnnxNode) -> list:
     y = _reshape(e, x, [n, c, h // b, b, w // b, b])
     y = e.op("Transpose", [y], {"perm": [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]})
     return [_reshape(e, y, [n, c * b * b, h // b, w // b])]
+
+
+_RESIZE_COORDS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
+
+
+def resize_coord(mode: str, n_in: int, n_out: int, scale: Fraction) -> tuple:
+    """(A, B, C): the input coordinate x(o) = (A*o + B) / C that ONNX's coordinate transformation ``mode`` gives
+    result index o of an axis resized from n_in to n_out elements at ``scale`` (p/q)."""
+    p, q = scale.numerator, scale.denominator
+    if mode == "align_corners" or (mode == "pytorch_half_pixel" and n_out == 1):
+        return (n_in - 1, 0, n_out - 1) if n_out > 1 else (0, 0, 1)
+    if mode in ("half_pixel", "pytorch_half_pixel"):  # (o + 1/2) / s - 1/2
+        return 2 * q, q - p, 2 * p
+    if mode == "tf_half_pixel_for_nn":  # (o + 1/2) / s
+        return 2 * q, q, 2 * p
+    return q, 0, p  # asymmetric: o / s
+
+
+def nearest_coord(a: int, b: int, c: int, mode: str) -> tuple:
+    """(A, B, C) whose floor is the ONNX ``nearest_mode`` rounding of (a*o + b) / c."""
+    if mode == "floor":
+        return a, b, c
+    if mode == "ceil":
+        return a, b + c - 1, c
+    if mode == "round_prefer_ceil":  # floor(x + 1/2)
+        return 2 * a, 2 * b + c, 2 * c
+    return 2 * a, 2 * b + c - 1, 2 * c  # round_prefer_floor: ceil(x - 1/2)
+
+
+@handler("Resize")
+def resize(imp: Importer, node: OnnxNode) -> list:
+    """nearest (every nearest_mode) and linear over any axes, the coordinate modes half_pixel,
+    pytorch_half_pixel, align_corners, asymmetric and tf_half_pixel_for_nn, static sizes: one Frontend Resize per
+    axis resized (linear is separable: bilinear is linear on H, then on W)."""
+    e = Emit(imp, node)
+    x = e.input(0)
+    xs = e.shape(x)
+    mode = node.attr("mode", "nearest")
+    ct = node.attr("coordinate_transformation_mode", "half_pixel")
+    near = node.attr("nearest_mode", "round_prefer_floor")
+    if mode not in ("nearest", "linear"):
+        node.unsupported(f"mode {mode!r} (polysat resizes nearest and linear)", "mode")
+    if ct not in _RESIZE_COORDS:
+        node.unsupported(f"coordinate_transformation_mode {ct!r}", "coordinate_transformation_mode")
+    if node.attr("antialias", 0) and mode == "linear":
+        node.unsupported("antialias = 1", "antialias")
+    if node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        node.unsupported(f"keep_aspect_ratio_policy {node.attr('keep_aspect_ratio_policy')!r}", "keep_aspect_ratio_policy")
+    node.attr("cubic_coeff_a")
+    node.attr("exclude_outside")  # cubic only
+    node.attr("extrapolation_value")  # tf_crop_and_resize only
+    axes = [_axis(node, a, len(xs)) for a in node.attr("axes", list(range(len(xs))))]
+    if not is_static(xs):
+        node.unsupported(f"a symbolic input shape {[str(d) for d in xs]}")
+    if node.has(3):
+        sizes = _ints(e, 3, "sizes")
+        scales = [Fraction(s, xs[a]) for a, s in zip(axes, sizes, strict=True)]
+    elif node.has(2):
+        got = [float(v) for v in np.asarray(e.const(2, "scales")).reshape(-1)]
+        scales = [Fraction(v).limit_denominator(1 << 20) for v in got]
+        sizes = [int(np.floor(xs[a] * v)) for a, v in zip(axes, got, strict=True)]
+    else:
+        node.unsupported("neither scales nor sizes")
+    y = x
+    for a, n_out, s in zip(axes, sizes, scales, strict=True):
+        n_in = xs[a]
+        if n_out < 1 or s <= 0:
+            node.unsupported(f"axis {a} resized to {n_out} elements (scale {float(s)})")
+        coord = resize_coord(ct, n_in, n_out, s)
+        if n_out == n_in and all((coord[0] * o + coord[1]) == o * coord[2] for o in (0, 1)):
+            continue  # the identity
+        if mode == "nearest":
+            y = e.op("Resize", [y], {"axis": a, "size": n_out, "coord": list(nearest_coord(*coord, near))})
+        else:
+            av, bv, cv = coord
+            w = np.asarray([((av * o + bv) % cv) / cv for o in range(n_out)], dtype=np.float32)
+            y = e.op("Resize", [y, imp.materialize(w, f"{node.name}/w{a}", node.name)],
+                     {"axis": a, "size": n_out, "coord": list(coord), "mode": "linear"})
+    return [y if y != x else _reshape(e, x, xs)]

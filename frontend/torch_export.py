@@ -9,72 +9,15 @@ mapping cannot honour, is E1102 naming the FX node and the op.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
+from . import torch_aten_nn  # noqa: F401  (the layers' mappings: convolutions, norms, pools, resizes)
 from .onnx import Importer
-
-ATEN: dict[str, Callable] = {}
-
-
-def aten(*names: str):
-    def deco(fn):
-        for n in names:
-            ATEN[n] = fn
-        return fn
-    return deco
-
-
-class Call:
-    """What an ATen mapping sees: the importer, the FX node's name, and ONNX-node emission."""
-
-    def __init__(self, imp: Importer, node, op: str):
-        self.imp, self.node, self.name, self.op = imp, node, node.name, op
-
-    def onnx(self, op: str, inputs: list, n_out: int = 1, **attrs) -> Any:
-        outs = self.imp.call(op, self.name, inputs, attrs, n_out)
-        return outs[0] if n_out == 1 else outs
-
-    def like(self, v: Any, t: str) -> Any:
-        """A Python scalar as a rank-0 constant of tensor t's dtype (a tensor name passes through)."""
-        if isinstance(v, str) or v is None:
-            return v
-        if t in self.imp.consts:
-            return np.asarray(v, dtype=self.imp.consts[t].dtype)
-        return np.asarray(v, dtype=self.imp.uop(self.imp.value(t, self.name)).dtype.np)
-
-    def shape(self, t: str) -> tuple:
-        if t in self.imp.consts:
-            return tuple(self.imp.consts[t].shape)
-        return self.imp.uop(self.imp.value(t, self.name)).shape
-
-    def used_outputs(self) -> set:
-        """Which items of this node's tuple result the graph reads."""
-        return {u.args[1] for u in self.node.users if u.target is operator.getitem}
-
-    def unsupported(self, why: str):
-        fail("UnsupportedOp", self.name, f"ATen op {self.op} (FX node {self.name!r}{written_at(self.node)}): {why}")
-
-
-def written_at(node) -> str:
-    """Where the user wrote an FX node: its module (path and class) and the last line of its stack trace."""
-    out = ""
-    stack = node.meta.get("nn_module_stack") or {}
-    if stack:
-        path, cls = list(stack.values())[-1]
-        out += f", in module {path or '(the model)'} ({str(cls).rsplit('.', 1)[-1]})"
-    trace = [line.strip() for line in str(node.meta.get("stack_trace") or "").splitlines() if line.strip()]
-    files = [line for line in trace if line.startswith("File ")]
-    if files:
-        out += f", at {files[-1][5:]}"
-    return out
-
-
-def _i64(v) -> np.ndarray:
-    return np.asarray(list(v), dtype=np.int64)
+from .torch_aten import ATEN, Call, _i64, aten, written_at
 
 
 def _binary(onnx_op: str):
@@ -196,110 +139,6 @@ def mm(c: Call, a, b):
 @aten("aten.addmm.default")
 def addmm(c: Call, bias, a, b, beta=1, alpha=1):
     return c.onnx("Gemm", [a, b, bias], alpha=float(alpha), beta=float(beta))
-
-
-@aten("aten.convolution.default")
-def convolution(c: Call, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed:
-        c.unsupported("transposed convolution")
-    return c.onnx("Conv", [x, w, b], strides=list(stride), pads=list(padding) * 2, dilations=list(dilation),
-                  group=int(groups))
-
-
-@aten("aten._native_batch_norm_legit_no_training.default")
-def batch_norm(c: Call, x, w, b, mean, var, momentum, eps):
-    y = c.onnx("BatchNormalization", [x, w, b, mean, var], epsilon=float(eps))
-    return (y, None, None)
-
-
-@aten("aten.native_group_norm.default")
-def group_norm(c: Call, x, w, b, n, channels, hw, groups, eps):
-    if c.used_outputs() - {0}:
-        c.unsupported("its mean and rstd outputs (polysat computes the normalized tensor only)")
-    dt = c.imp.uop(c.imp.value(x, c.name)).dtype.np
-    w = np.ones(channels, dtype=dt) if w is None else w
-    b = np.zeros(channels, dtype=dt) if b is None else b
-    return (c.onnx("GroupNormalization", [x, w, b], num_groups=int(groups), epsilon=float(eps)), None, None)
-
-
-@aten("aten.native_layer_norm.default")
-def layer_norm(c: Call, x, shape, w, b, eps):
-    axis = -len(shape)
-    if w is None:
-        c.unsupported("layer_norm without a weight")
-    if c.used_outputs() <= {0}:
-        return (c.onnx("LayerNormalization", [x, w, b], axis=axis, epsilon=float(eps)), None, None)
-    return tuple(c.onnx("LayerNormalization", [x, w, b], n_out=3, axis=axis, epsilon=float(eps)))
-
-
-@aten("aten._softmax.default", "aten._log_softmax.default")
-def softmax(c: Call, x, dim, half_to_float=False):
-    return c.onnx("LogSoftmax" if "log" in c.op else "Softmax", [x], axis=int(dim))
-
-
-def _reduce(onnx_op: str):
-    def fn(c: Call, x, dims=None, keepdim=False, dtype=None):
-        axes = list(range(len(c.shape(x)))) if not dims else list(dims if isinstance(dims, (list, tuple)) else [dims])
-        return c.onnx(onnx_op, [x, _i64(axes)], keepdims=int(bool(keepdim)))
-    return fn
-
-
-aten("aten.sum.dim_IntList", "aten.sum.default")(_reduce("ReduceSum"))
-aten("aten.mean.dim", "aten.mean.default")(_reduce("ReduceMean"))
-aten("aten.amax.default")(_reduce("ReduceMax"))
-aten("aten.amin.default")(_reduce("ReduceMin"))
-
-
-def _per_axis(v, n: int) -> list:
-    """A pool argument as one entry per spatial axis (torch allows one entry for all)."""
-    v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return v * n if len(v) == 1 else v
-
-
-@aten("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")
-def max_pool(c: Call, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
-    n = len(c.shape(x)) - 2
-    kernel = _per_axis(kernel, n)
-    y = c.onnx("MaxPool", [x], kernel_shape=kernel, strides=_per_axis(stride, n) if stride else kernel,
-               pads=_per_axis(padding, n) * 2, dilations=_per_axis(dilation, n), ceil_mode=int(ceil_mode))
-    return (y, None)
-
-
-@aten("aten.avg_pool2d.default", "aten.avg_pool3d.default")
-def avg_pool(c: Call, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-             divisor_override=None):
-    if divisor_override is not None:
-        c.unsupported("divisor_override")
-    n = len(c.shape(x)) - 2
-    kernel = _per_axis(kernel, n)
-    return c.onnx("AveragePool", [x], kernel_shape=kernel, strides=_per_axis(stride, n) if stride else kernel,
-                  pads=_per_axis(padding, n) * 2, ceil_mode=int(ceil_mode), count_include_pad=int(count_include_pad))
-
-
-@aten("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default")
-def adaptive_avg_pool(c: Call, x, size):
-    """Output bin i of an axis of n averages elements [floor(i n / o), ceil((i + 1) n / o)): a global average
-    for (1, 1), else two contractions with constant averaging matrices (exact for every size, the upsampling
-    case of n < o too): Y = P_h X P_w^T."""
-    if list(size) == [1, 1]:
-        return c.onnx("GlobalAveragePool", [x])
-    *lead, h, w = c.shape(x)
-    if not all(isinstance(d, int) for d in (h, w)):
-        c.unsupported("adaptive average pooling of symbolic spatial sizes")
-    ph, pw = (adaptive_bins(n, int(o)) for n, o in ((h, size[0]), (w, size[1])))
-    y = c.onnx("MatMul", [x, np.ascontiguousarray(pw.T)])                    # (.., H, Ow)
-    y = c.onnx("Transpose", [y], perm=list(range(len(lead))) + [len(lead) + 1, len(lead)])  # (.., Ow, H)
-    y = c.onnx("MatMul", [y, np.ascontiguousarray(ph.T)])                    # (.., Ow, Oh)
-    return c.onnx("Transpose", [y], perm=list(range(len(lead))) + [len(lead) + 1, len(lead)])
-
-
-def adaptive_bins(n: int, o: int) -> np.ndarray:
-    """(o, n): row i averages torch's adaptive bin i of an axis of n elements."""
-    p = np.zeros((o, n), dtype=np.float32)
-    for i in range(o):
-        lo, hi = (i * n) // o, -((-(i + 1) * n) // o)
-        p[i, lo:hi] = 1.0 / (hi - lo)
-    return p
 
 
 @aten("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
@@ -526,7 +365,7 @@ def import_graph(gm, user_inputs: list, consts: dict, outputs: list, origin: str
     """An ATen-level FX graph -> Frontend IR document. ``user_inputs`` are placeholder names that become
     the signature, ``consts`` maps the other placeholders to tensors, ``outputs`` the output nodes."""
     from .onnx_ops import HANDLERS  # noqa: F401  (fill the ONNX table the mappings call)
-    from . import lower_elementwise, lower_gather, lower_linear, lower_movement, lower_window  # noqa: F401
+    from . import lower_elementwise, lower_gather, lower_linear, lower_movement, lower_resize, lower_window  # noqa: F401
     names = {n.name for n in gm.graph.nodes}
     imp = Importer(names, 21)
     vals: dict = {}

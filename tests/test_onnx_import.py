@@ -381,3 +381,28 @@ def test_a_gather_from_a_uniform_constant_is_that_constant():
     c = Compilation(doc, cost="model")
     pb = TARGETS["playback"](c, with_parameters(doc, feeds))[doc["signature"]["outputs"][0]["tensor"]]
     np.testing.assert_allclose(pb, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode,ct,near", [("nearest", ct, nm) for ct in ("half_pixel", "asymmetric", "align_corners")
+                                           for nm in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")]
+                         + [("linear", ct, None) for ct in ("half_pixel", "pytorch_half_pixel", "align_corners",
+                                                            "asymmetric")])
+def test_resize_matches_onnxruntime(mode, ct, near):
+    """Resize, nearest (each nearest_mode) and linear (each coordinate mode), up and down, by sizes or scales:
+    the reference evaluator and playback against onnxruntime (U-Nets, FPNs and segmentation heads upsample)."""
+    from polysat.pipeline import Compilation
+    from polysat.cli import TARGETS
+    rng = np.random.default_rng(0)
+    for shape, sizes, scales in (((1, 2, 4, 5), [1, 2, 8, 10], None), ((1, 2, 6, 6), None, [1, 1, 2, 2]),
+                                 ((1, 1, 7, 9), [1, 1, 3, 4], None), ((2, 3, 4), [2, 3, 7], None)):
+        inits = [("sc", np.asarray(scales, np.float32))] if scales else [("sz", np.asarray(sizes, np.int64))]
+        ins = ["x", "", "sc"] if scales else ["x", "", "", "sz"]
+        attrs = {"mode": mode, "coordinate_transformation_mode": ct, **({"nearest_mode": near} if near else {})}
+        m = _model([helper.make_node("Resize", ins, ["y"], **attrs)], [_vi("x", list(shape))], [_vi("y", None)], inits)
+        x = rng.standard_normal(shape).astype(np.float32)
+        want = _ort(m, {"x": x})[0]
+        doc = import_onnx(m)
+        c = Compilation(doc, cost="model")
+        for target in ("reference", "playback"):
+            got = TARGETS[target](c, with_parameters(doc, {"x": x}))[doc["signature"]["outputs"][0]["tensor"]]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{shape} {target}")

@@ -44,7 +44,7 @@ def found() -> dict:
 
 
 def test_every_frontend_op_has_a_model():
-    from polysat.frontend import lower_elementwise, lower_gather, lower_linear, lower_movement, lower_window  # noqa: F401
+    from polysat.frontend import lower_elementwise, lower_gather, lower_linear, lower_movement, lower_resize, lower_window  # noqa: F401
     from polysat.frontend.lower import LOWERINGS
     covered = set().union(*(ops_of(d) for d in frontend_op_models().values()))
     assert set(LOWERINGS) <= covered, sorted(set(LOWERINGS) - covered)

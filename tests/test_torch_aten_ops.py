@@ -68,8 +68,17 @@ class Outside(torch.nn.Module):  # ops the zoo never met, from architectures out
         return self.norm(slopes + soft + y + z)
 
 
+class Upsample(torch.nn.Module):  # U-Net / FPN decoders, BEiT's bias table: interpolate (upsample_*)
+    def forward(self, x):
+        a = torch.nn.functional.interpolate(x, size=(6, 7), mode="bilinear", align_corners=False)
+        b = torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+        c = torch.nn.functional.interpolate(x, size=(3, 9), mode="bilinear", align_corners=True)
+        return a * 0.5 + b[..., :6, :7] + c.mean(dim=(2, 3), keepdim=True)
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
          "outside": (Outside, lambda: (torch.randn(2, 4, 6), torch.rand(2, 4, 6))),
+         "upsample": (Upsample, lambda: (torch.randn(1, 2, 4, 4),)),
          "masks": (Masks, lambda: (torch.tensor([[0, 5, 1, 1, 7], [1, 9, 9, 2, 1]]), torch.randn(2, 5, 3) * 2)),
          "views": (Views, lambda: (torch.randn(2, 3, 4),)),
          "adaptive": (Adaptive, lambda: (torch.randn(2, 3, 5, 4),))}
