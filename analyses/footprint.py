@@ -92,25 +92,27 @@ def _card(s: isl.Set, text: str) -> int:
     got = separable_count(s)
     if got is not None:
         return got
-    n, rest = peeled(s)
-    got = _count(rest)
+    got = _count(s)
     if got is None:
         _unbounded(s, "it has infinitely many points")
-    return n * got
+    return got
 
 
 COUNT_OPERATIONS = 20000  # isl operations one count may take (about 0.5 s); past them the count is bounded instead
 
 
 def _count(s: isl.Set) -> "int | None":
-    """isl's count of s (None: unbounded), within ``COUNT_OPERATIONS``; past them, the points of s's bounding box,
-    an upper bound. isl's count of a set of many existentials can run for minutes (MaxViT's grid partitions: the
-    sectors of a 1-D footprint under 8 existentials took over 20 minutes), which no limit of the search would stop."""
+    """The points of s (None: unbounded), ``peeled`` then isl's count, within ``COUNT_OPERATIONS``; past them, the
+    points of s's bounding box, an upper bound. isl's count of a set of many existentials can run for minutes
+    (MaxViT's grid partitions: the sectors of a 1-D footprint under 8 existentials took over 20 minutes, and the
+    peeling of another several), which no limit of the search would stop."""
     ctx = s.get_ctx()
     ctx.set_max_operations(COUNT_OPERATIONS)
     ctx.reset_operations()
     try:
-        return val_int(s.count_val())  # the value cannot be read once the operations are spent
+        n, rest = peeled(s)
+        got = val_int(rest.count_val())  # the value cannot be read once the operations are spent
+        return None if got is None else n * got
     except (isl.Error, TypeError):
         pass
     finally:
