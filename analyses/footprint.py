@@ -19,7 +19,7 @@ import islpy as isl
 
 from ..ir.diagnostics import fail
 from .isl_util import held, held_parts, held_renamed, kept, parse_map, parts_of, val_int
-from .settext import box_card, box_of_text, peeled, separable_count
+from .settext import box_card, box_of_text, bounded_count, separable_count
 from .poly_region import BoundRegion, BoundStatement
 
 
@@ -92,33 +92,10 @@ def _card(s: isl.Set, text: str) -> int:
     got = separable_count(s)
     if got is not None:
         return got
-    got = _count(s)
+    got = bounded_count(s)
     if got is None:
         _unbounded(s, "it has infinitely many points")
     return got
-
-
-COUNT_OPERATIONS = 20000  # isl operations one count may take (about 0.5 s); past them the count is bounded instead
-
-
-def _count(s: isl.Set) -> "int | None":
-    """The points of s (None: unbounded), ``peeled`` then isl's count, within ``COUNT_OPERATIONS``; past them, the
-    points of s's bounding box, an upper bound. isl's count of a set of many existentials can run for minutes
-    (MaxViT's grid partitions: the sectors of a 1-D footprint under 8 existentials took over 20 minutes, and the
-    peeling of another several), which no limit of the search would stop."""
-    ctx = s.get_ctx()
-    ctx.set_max_operations(COUNT_OPERATIONS)
-    ctx.reset_operations()
-    try:
-        n, rest = peeled(s)
-        got = val_int(rest.count_val())  # the value cannot be read once the operations are spent
-        return None if got is None else n * got
-    except (isl.Error, TypeError):
-        pass
-    finally:
-        ctx.set_max_operations(0)
-        ctx.reset_operations()
-    return prod(hi - lo + 1 for lo, hi in extents(s))
 
 
 def sectors(s: isl.Set, itemsize: int, sector: int = 32, shape: "tuple | None" = None) -> int:

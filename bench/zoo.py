@@ -90,10 +90,10 @@ def _adaptive_avg_pool2d(g, x, output_size):
     """torch's exporter writes an adaptive average pool only where each output size divides its input size
     (AlexNet and VGG-19 below 224 px fail there), so the bench exports one as a user would: a global average
     for (1, 1), else the uneven bins of the static input as two MatMuls with constant averaging matrices
-    (frontend/torch_export.py ``adaptive_bins``, the same lowering polysat's torch.export importer uses)."""
+    (frontend/torch_aten_nn.py ``adaptive_bins``, the same lowering polysat's torch.export importer uses)."""
     import torch
     from torch.onnx._internal.torchscript_exporter import symbolic_helper as sh
-    from polysat.frontend.torch_export import adaptive_bins
+    from polysat.frontend.torch_aten_nn import adaptive_bins
     size = sh._parse_arg(output_size, "is")  # noqa: SLF001 - the exporter's own argument reader
     if list(size) == [1, 1]:
         return g.op("GlobalAveragePool", x)

@@ -283,7 +283,7 @@ def test_a_count_isl_cannot_finish_is_bounded_by_its_box():
     access is priced no cheaper than it is); an ordinary set keeps its exact count."""
     import islpy as isl
 
-    from polysat.analyses.footprint import _count
+    from polysat.analyses.settext import bounded_count as _count
     hard = isl.Set(HARD)
     assert _count(hard) == 25088  # sectors 0..25087
     easy = isl.Set("{ [i, j] : 0 <= i < 10 and 0 <= j <= i and exists a: i = 2a }")
