@@ -1,5 +1,5 @@
 """The ATen mappings of a network's layers (convolution, batch, group and layer norms, softmax, reductions, pools,
-adaptive pools and upsampling) onto the ONNX handlers, registered in ``torch_export.ATEN`` beside the elementwise and
+adaptive pools and upsampling) onto the ONNX handlers, registered in ``torch_aten.ATEN`` beside the elementwise and
 movement ones (frontend/torch_export.py, which imports this module)."""
 from __future__ import annotations
 

@@ -412,7 +412,8 @@ def _call(imp: Importer, n, vals: dict) -> Any:
         family = sorted(k for k in ATEN if k.rsplit(".", 1)[0] == op.rsplit(".", 1)[0])
         fail("UnsupportedOp", n.name, f"ATen op {op} (FX node {n.name!r}{written_at(n)}) has no polysat mapping",
              (f"polysat maps {', '.join(family)} of this op; " if family else "") +
-             f"rewrite that line with ops polysat maps ({len(ATEN)} core ATen ops: frontend/torch_export.py), "
+             f"rewrite that line with ops polysat maps ({len(ATEN)} core ATen ops: frontend/torch_export.py, "
+             "torch_aten_nn.py), "
              "or export the model to ONNX (torch.onnx.export), whose importer may take it.")
 
     def arg(a):
