@@ -26,10 +26,23 @@ def _binary(onnx_op: str):
             b = c.like(b, a)
         elif isinstance(b, str) and not isinstance(a, str):
             a = c.like(a, b)
+        else:
+            a, b = _promoted(c, a, b)
         if alpha != 1:
             b = c.onnx("Mul", [b, c.like(alpha, b if isinstance(b, str) else a)])
         return c.onnx(onnx_op, [a, b])
     return fn
+
+
+def _promoted(c: Call, a: str, b: str) -> tuple:
+    """Two tensors of different dtypes in the one torch promotes them to (BLOOM's alibi: int64 positions times fp32
+    slopes), as ONNX's binary ops take one dtype."""
+    import torch
+    dts = [x.meta["val"].dtype if hasattr(x, "meta") and "val" in x.meta else None for x in c.node.args[:2]]
+    if None in dts or dts[0] == dts[1]:
+        return a, b
+    to = _onnx_dtype(c, torch.promote_types(*dts))
+    return c.onnx("Cast", [a], to=to), c.onnx("Cast", [b], to=to)
 
 
 for _n, _o in (("add", "Add"), ("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("maximum", "Max"), ("minimum", "Min"),
@@ -156,6 +169,15 @@ def expand(c: Call, x, shape, implicit=False):
     xs = c.shape(x)
     full = [xs[k - (len(shape) - len(xs))] if d == -1 else d for k, d in enumerate(shape)]
     return c.onnx("Expand", [x, _i64(full)])
+
+
+@aten("aten.repeat.default")
+def repeat(c: Call, x, repeats):
+    """x tiled ``repeats`` times per dim (more repeats than dims: leading dims of 1 first), ONNX Tile."""
+    xs = c.shape(x)
+    if len(repeats) > len(xs):
+        x = c.onnx("Reshape", [x, _i64([1] * (len(repeats) - len(xs)) + list(xs))])
+    return c.onnx("Tile", [x, _i64(repeats)])
 
 
 @aten("aten.unsqueeze.default")

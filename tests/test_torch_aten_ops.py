@@ -60,12 +60,13 @@ class Outside(torch.nn.Module):  # ops the zoo never met, from architectures out
 
     def forward(self, x, e):
         slopes = torch.pow(x.abs() + 1, e)  # BLOOM's alibi slopes: pow.Tensor_Tensor
+        slopes = slopes + torch.arange(x.shape[-1]) * x  # and its int64 positions times fp32 values
         soft = torch.log1p(torch.exp(x))  # Mamba's softplus: log1p
         y = torch.zeros_like(x)
         y[:, 1:3] = x[:, 1:3] * 2  # Funnel / Swin-v2's masks: slice_scatter (and copy)
         z = x.clone()
         z[:, 3:] = 0.5
-        return self.norm(slopes + soft + y + z)
+        return self.norm(slopes + soft + y + z) + x[0].repeat(2, 1, 1)  # BLOOM's alibi: repeat
 
 
 class Upsample(torch.nn.Module):  # U-Net / FPN decoders, BEiT's bias table: interpolate (upsample_*)
