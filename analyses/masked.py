@@ -68,9 +68,7 @@ def hide_masked(region: PolyRegion, select: str, visible: str, loop: frozenset) 
         if read is None:
             continue  # read by no statement: left as it is
         rel = isl.Map(s.write.relation).align_params(doms[s.name].get_space())
-        dom = doms[s.name].intersect(rel.intersect_range(read.align_params(rel.get_space())).domain()).coalesce()
-        if not dom.is_equal(doms[s.name]):
-            doms[s.name] = dom
+        doms[s.name] = doms[s.name].intersect(rel.intersect_range(read.align_params(rel.get_space())).domain())
     out = []
     for s in stmts:
         dom = doms[s.name]

@@ -33,13 +33,13 @@ def resize(ctx: Ctx, ins: list) -> list:
     if not (isinstance(coord, (list, tuple)) and len(coord) == 3 and all(isinstance(c, int) for c in coord)
             and coord[2] >= 1):
         fail("InvalidAttribute", at, f"coord must be three integers [A, B, C >= 1], got {coord!r}")
+    if mode not in ("nearest", "linear"):
+        fail("InvalidAttribute", at, f"mode must be nearest or linear, got {mode!r}")
     a, b0, c = coord
     taps = [(a * o + b0) // c for o in range(size)]
     if min(taps) < -1 or max(taps) > n or (mode == "linear" and max(taps) > n - 1):
         fail("InvalidAttribute", at, f"coord {list(coord)} reads taps {min(taps)}..{max(taps)} of an axis of {n}: "
              "more than one element outside it")
-    if mode not in ("nearest", "linear"):
-        fail("InvalidAttribute", at, f"mode must be nearest or linear, got {mode!r}")
     if (mode == "linear") != (len(ins) == 2):
         fail("InvalidAttribute", at, "linear takes its weights as a second input; nearest takes none")
     lo, hi = [0] * x.ndim, list(x.shape)

@@ -432,9 +432,8 @@ def resize(imp: Importer, node: OnnxNode) -> list:
         node.unsupported("antialias = 1", "antialias")
     if node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
         node.unsupported(f"keep_aspect_ratio_policy {node.attr('keep_aspect_ratio_policy')!r}", "keep_aspect_ratio_policy")
-    node.attr("cubic_coeff_a")
-    node.attr("exclude_outside")  # cubic only
-    node.attr("extrapolation_value")  # tf_crop_and_resize only
+    for unused in ("cubic_coeff_a", "exclude_outside", "extrapolation_value"):  # cubic and tf_crop_and_resize only
+        node.attr(unused)
     axes = [_axis(node, a, len(xs)) for a in node.attr("axes", list(range(len(xs))))]
     if not is_static(xs):
         node.unsupported(f"a symbolic input shape {[str(d) for d in xs]}")
