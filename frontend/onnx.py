@@ -438,12 +438,13 @@ def _fold(imp: Importer, node: OnnxNode) -> None:
     if size is not None and size > limit:
         fail("ResourceLimit", node.name, f"ONNX {node.op} on constants would fold to {size} elements at import, over "
              f"POLYSAT_EVAL_MAX_ELEMENTS = {limit}", "Make the tensor a graph input, or raise POLYSAT_EVAL_MAX_ELEMENTS.")
-    try:
-        if node.op in _NUMPY_FOLDS:
-            outs = [_NUMPY_FOLDS[node.op](node, *[imp.consts[x] for x in node.inputs if x])]
-        else:
-            from onnx.reference import ReferenceEvaluator
-            outs = ReferenceEvaluator(node.proto).run(None, feeds)
+    try:  # IEEE results (log(0) = -inf, a cast of inf) are ONNX's meaning: numpy's warnings about them are noise
+        with np.errstate(all="ignore"):
+            if node.op in _NUMPY_FOLDS:
+                outs = [_NUMPY_FOLDS[node.op](node, *[imp.consts[x] for x in node.inputs if x])]
+            else:
+                from onnx.reference import ReferenceEvaluator
+                outs = ReferenceEvaluator(node.proto).run(None, feeds)
     except PolysatError:
         raise
     except Exception as e:  # noqa: BLE001 — a constant the reference evaluator rejects is the model's error

@@ -82,6 +82,28 @@ def test_gather_and_concat_of_constants_fold_as_onnxruntime_computes_them():
     assert d.kind == "InvalidAttribute" and "Gather" in d.why and d.code.startswith("E1")
 
 
+def test_constant_folds_of_ieee_edge_values_say_nothing():
+    """log(0) = -inf and a cast of -inf to int64, masked later (MPNet's relative position buckets): the fold
+    keeps ONNX's IEEE meaning and numpy's warnings about it never reach the user's stderr."""
+    import warnings
+    c = np.asarray([0.0, 1.0, 4.0], np.float32)
+    nodes = [helper.make_node("Log", ["c"], ["l"]),
+             helper.make_node("Cast", ["l"], ["li"], to=TensorProto.INT64),
+             helper.make_node("Greater", ["c", "half"], ["mask"]),
+             helper.make_node("Where", ["mask", "li", "zero"], ["sel"]),
+             helper.make_node("Cast", ["sel"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Max", ["l", "floor"], ["lm"]),
+             helper.make_node("Add", ["x", "f"], ["a"]), helper.make_node("Add", ["a", "lm"], ["y"])]
+    inits = [("c", c), ("half", np.asarray(0.5, np.float32)), ("zero", np.asarray(0, np.int64)),
+             ("floor", np.asarray(-10.0, np.float32))]
+    m = _model(nodes, [_vi("x", [3])], [_vi("y", [3])], inits)
+    x = np.asarray([0.5, -1.0, 2.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got, _ = _polysat(m, {"x": x})
+    np.testing.assert_allclose(got[0], _ort(m, {"x": x})[0], rtol=1e-6)
+
+
 def test_uniform_constants_become_consts_others_parameters():
     m = _model([helper.make_node("Mul", ["x", "half"], ["a"]), helper.make_node("Add", ["a", "b"], ["y"])],
                [_vi("x", [4])], [_vi("y", [4])],
