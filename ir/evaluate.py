@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
+import ml_dtypes
 import numpy as np
 
 from . import trampoline
@@ -82,8 +83,10 @@ def _desc(d: Expr, env: Mapping[str, int]) -> str:
 
 
 def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[str, int] | None = None,
-             keep_all: bool = False) -> dict:
-    """Outputs by name (or every node's value by id when keep_all)."""
+             keep_all: bool = False, nudge: "np.random.Generator | None" = None) -> dict:
+    """Outputs by name (or every node's value by id when keep_all). With ``nudge``, every float value a node
+    computes (and every float input) is moved by one rounding of its dtype, up or down at random: one sample of
+    how far another evaluation order may land (Monte Carlo arithmetic), for judging an ill-conditioned output."""
     env = bind_symbols(program, inputs, env)
     vals: dict = {}
     consumers = program.consumers()
@@ -123,13 +126,27 @@ def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[st
                     v = _IMPL[n.op](n, [vals[s] for s in n.src], env)
         expect = bind(n.shape, env)
         assert v.shape == expect and v.dtype == n.dtype.np, (n, v.shape, expect, v.dtype)
-        vals[n.id] = v
+        vals[n.id] = v if nudge is None or n.op in _EXACT else _nudged(v, n.dtype, nudge)
         if not keep_all:
             for s in n.src:
                 release(s)
     if keep_all:
         return vals
     return {name: vals[nid] for name, nid in program.outputs}
+
+
+# ops that round nothing: their values are their operands' (inputs and constants are exact)
+_EXACT = (Ops.INPUT, Ops.CONST, Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.VIEW,
+          Ops.WHERE, Ops.NEG, Ops.RELU, Ops.MAX, Ops.MIN, Ops.GATHER)
+
+
+def _nudged(v: np.ndarray, dtype: DType, rng: np.random.Generator) -> np.ndarray:
+    """v moved by one rounding of dtype (relative eps, random sign); non-floats as they are."""
+    if not dtype.is_float:
+        return v
+    step = float(np.finfo(ml_dtypes.bfloat16 if dtype == DType.bf16 else dtype.np).eps)
+    with np.errstate(all="ignore"):
+        return round_to(v.astype(np.float64) * (1 + step * rng.choice([-1.0, 1.0], size=v.shape)), dtype)
 
 
 def _over_limit(n: UOp, env: Mapping, limit: int):

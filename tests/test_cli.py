@@ -44,6 +44,38 @@ def test_demo_verifies(tmp_path):
     assert (tmp_path / "tiny.json").exists()
 
 
+def _shifted_playback(monkeypatch, shift: float):
+    """The playback target replaced by the reference moved by ``shift``: a stand-in for a kernel whose result is off."""
+    import polysat.cli as cli
+    ref = cli.TARGETS["reference"]
+    monkeypatch.setitem(cli.TARGETS, "playback", lambda c, inputs: {k: (v + shift).astype(v.dtype) for k, v in ref(c, inputs).items()})
+
+
+def test_demo_catches_a_wrong_result_on_a_well_conditioned_output(tmp_path, monkeypatch, capsys):
+    _shifted_playback(monkeypatch, 0.05)
+    assert main(["demo", GEMM, "--out", str(tmp_path), "--bind", "M=9,N=7,K=5"]) == 1
+    out = capsys.readouterr().out
+    assert "-> MISMATCH (a rounding of each value moves it by" in out and "verification FAILED" in out
+
+
+def test_demo_compares_an_ill_conditioned_output_within_what_one_rounding_moves_it_by(tmp_path, monkeypatch, capsys):
+    """y = (x + P) - P with P ~ 1e6: fp32 keeps x to 1/16, so a rounding of x + P moves y by ~0.1 (EfficientNetV2-S with
+    random weights is such an output). A result 0.05 off is within that; one 5.0 off is not."""
+    from onnx import TensorProto, helper, numpy_helper, save
+    p = (1e6 + np.arange(8)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Add", ["x", "P"], ["s"]), helper.make_node("Sub", ["s", "P"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])], [numpy_helper.from_array(p, "P")])
+    model = tmp_path / "cancel.onnx"
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    _shifted_playback(monkeypatch, 0.05)
+    assert main(["demo", str(model), "--out", str(tmp_path / "a")]) == 0
+    assert "-> OK (ill-conditioned: a rounding of each value moves it by" in capsys.readouterr().out
+    _shifted_playback(monkeypatch, 5.0)
+    assert main(["demo", str(model), "--out", str(tmp_path / "b")]) == 1
+    assert "-> MISMATCH" in capsys.readouterr().out
+
+
 def test_module_entry_point_and_help():
     r = subprocess.run([sys.executable, "-m", "polysat", "run", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--target" in r.stdout
