@@ -1,5 +1,5 @@
-"""Tiles, compute-at slices, footprints, halos and counts as isl sets (docs/DESIGN.md
-§Poly Core, §Fusion).
+"""Tiles, compute-at slices, footprints and counts as isl sets (docs/DESIGN.md §Poly Core, §Fusion; the halos
+of two tiles: analyses/halo.py).
 
 A tile is a box on the driver statement's parallel dims (the consumer drives). Its slice in every
 producer is the dependence pre-image ``tile.apply(read).apply(write⁻¹)`` taken backwards through
@@ -478,27 +478,6 @@ def reach(region, tensor: str) -> "isl.Map | None":
     return out.coalesce()
 
 
-@lru_cache(maxsize=8192)
-def apart(region, tensor: str) -> frozenset:
-    """The driver's parallel dims along which two driver instances that touch one element of ``tensor`` never
-    differ (every difference ``reach ∘ reach⁻¹`` relates has 0 there): tiles next to each other along such a
-    dim share none of its elements, whatever their sizes, so the halo there is 0 with no next tile built.
-    Empty when the region has no :func:`reach`."""
-    m = reach(region, tensor)
-    if m is None:
-        return frozenset()
-    drv = region.bind().driver
-    deltas = m.apply_range(m.reverse()).deltas()
-    if deltas.is_empty():
-        return frozenset(drv.parallel_dims)
-    out = []
-    for d in drv.parallel_dims:
-        k = drv.dims.index(d)
-        if (val_int(deltas.dim_min_val(k)), val_int(deltas.dim_max_val(k))) == (0, 0):
-            out.append(d)
-    return frozenset(out)
-
-
 @lru_cache(maxsize=4096)
 def _paths(region) -> "dict | None":
     """statement -> (driver instance -> its instances a driver tile needs), the closure :func:`slices` takes per
@@ -516,51 +495,6 @@ def _paths(region) -> "dict | None":
             m = mine.apply_range(dep)
             out[p.name] = m if p.name not in out else out[p.name].union(m).coalesce()
     return out
-
-
-@dataclass(frozen=True)
-class Halo:
-    per_axis: dict  # driver dim -> widest overlap (elements along the moved tensor axis)
-    per_tensor: dict  # tensor -> {dim: overlap elements}
-    bytes: int  # overlap bytes of one tile with its next neighbour, summed over dims and tensors
-
-
-def halo(b: BoundRegion, tile: Tile, tensors) -> Halo:
-    """The overlap between one tile's footprint and its next neighbour's, per tiled dim: what two
-    tiles both load (or recompute). Tensors whose footprint does not move along a dim reuse it
-    rather than overlap, and count 0 there."""
-    sizes = dict(tile.sizes)
-    per_axis = {d: 0 for d in b.driver.loop_order}
-    per_tensor: dict = {}
-    total = 0
-    base = {t: tile_footprint(b, tile, t) for t in tensors}
-    for d in sizes if base else ():
-        placed = _placed(b, sizes, {d: 1})
-        if placed is None:
-            continue
-        for t in tensors:
-            f0 = base[t]
-            if f0.is_empty():
-                continue
-            if d in apart(b.region, t):  # the next tile shares no element of t with this one
-                per_tensor.setdefault(t, {})[d] = 0
-                continue
-            f1 = reached(b, placed[0], t)
-            if f0.is_equal(f1):
-                continue
-            ov = f0.intersect(f1)
-            if ov.is_empty():
-                per_tensor.setdefault(t, {})[d] = 0
-                continue
-            e0, e1 = extents(f0), extents(f1)
-            moved = [k for k in range(len(e0)) if e0[k][0] != e1[k][0]]
-            eo = extents(ov)
-            width = max(eo[k][1] - eo[k][0] + 1 for k in moved) if moved else 0
-            per_axis[d] = max(per_axis[d], width)
-            n = card(ov)
-            per_tensor.setdefault(t, {})[d] = n
-            total += n * b.region.tensor(t).dtype.itemsize
-    return Halo(per_axis, per_tensor, total)
 
 
 def stream_tile(b: BoundRegion, t: Tile) -> Tile:

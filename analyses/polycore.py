@@ -22,8 +22,9 @@ from .buffers import (SMEM_BUDGET, barrier_hints, bank_hints, edges, load_path, 
                       staging_bytes)
 from .dependences import Dependences, dependences
 from .devices import Device, device
-from .footprint import (Tile, card, extents, full_footprint, halo, make_tile, normalize_tile, readers_of, sectors,
+from .footprint import (Tile, card, extents, full_footprint, make_tile, normalize_tile, readers_of, sectors,
                         stream_tile, tile_footprint)
+from .halo import halo
 from .poly_region import BoundRegion, PolyRegion
 from ..knobs import max_pieces
 

@@ -33,8 +33,9 @@ from .buffers import SMEM_BUDGET, edges, halo_matters, staged_operands, staging_
 from .devices import Device, device
 from .occupancy import bandwidth_share, occupancy
 from .origin import SECTOR, at_origin
-from .footprint import (card, stream_tile, extents, footprint, full_footprint, halo, image, make_tile, normalize_tile,
+from .footprint import (card, stream_tile, extents, footprint, full_footprint, image, make_tile, normalize_tile,
                         sectors, tile_footprint)
+from .halo import halo
 from .poly_region import BoundRegion, BoundStatement, PolyRegion
 from .price_facts import PREDICATE_COST, SIMT_EFF, dead, exact_floor, facts, floor, region_floor, tile_floor
 from .prologue_cone import cone, first_pass_l2, on_chip, producer

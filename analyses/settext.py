@@ -22,6 +22,7 @@ price and on random ones).
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from functools import lru_cache
 from math import prod
 
@@ -175,23 +176,32 @@ def peeled(s: isl.Set) -> "tuple[int, isl.Set]":
 COUNT_OPERATIONS = 20000  # isl operations one count may take (about 0.5 s); past them the count is bounded instead
 
 
+@contextmanager
+def isl_quota(ctx: isl.Context, operations: int):
+    """Run the block within ``operations`` isl operations of ctx: past them an isl call raises ``isl.Error``.
+    Within an outer quota the smaller one holds; the outer limit is restored after (its count starts again)."""
+    outer = ctx.get_max_operations()
+    ctx.set_max_operations(min(operations, outer) if outer else operations)
+    ctx.reset_operations()
+    try:
+        yield
+    finally:
+        ctx.set_max_operations(outer)
+        ctx.reset_operations()
+
+
 def bounded_count(s: isl.Set) -> "int | None":
     """The points of a parameter-free, non-empty set (None: unbounded), ``peeled`` then isl's count, within
     ``COUNT_OPERATIONS``; past them, the points of s's bounding box, an upper bound. isl's count of a set of many
     existentials can run for minutes (MaxViT's grid partitions: the sectors of a 1-D footprint under 8 existentials
     took over 20 minutes, and the peeling of another several), which no limit of the search would stop."""
-    ctx = s.get_ctx()
-    ctx.set_max_operations(COUNT_OPERATIONS)
-    ctx.reset_operations()
     try:
-        n, rest = peeled(s)
-        got = rest.count_val()
-        return n * got.to_python() if got.is_int() else None  # the value cannot be read once the quota is spent
+        with isl_quota(s.get_ctx(), COUNT_OPERATIONS):
+            n, rest = peeled(s)
+            got = rest.count_val()
+            return n * got.to_python() if got.is_int() else None  # the value cannot be read once the quota is spent
     except (isl.Error, TypeError):
         pass
-    finally:
-        ctx.set_max_operations(0)
-        ctx.reset_operations()
     box = [(s.dim_min_val(k), s.dim_max_val(k)) for k in range(s.dim(isl.dim_type.set))]
     if not all(lo.is_int() and hi.is_int() for lo, hi in box):
         return None

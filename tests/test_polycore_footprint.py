@@ -3,7 +3,8 @@ against brute-force enumeration of the loops (the pre-image of a consumer tile, 
 import islpy as isl
 from hypothesis import given, strategies as st
 
-from polysat.analyses.footprint import _placed, apart, card, footprint, halo, make_tile, reach, reached, sectors
+from polysat.analyses.footprint import _placed, card, footprint, make_tile, reach, reached, sectors
+from polysat.analyses.halo import apart, halo
 from polysat.analyses.isl_util import points
 from polysat.tests.poly_examples import (conv, conv_relu_maxpool, gemm, layernorm, maxpool, merge, mlp_residual,
                                          softmax)
@@ -224,6 +225,30 @@ def test_halo_equals_its_definition(ex, a, c):
     t = make_tile(b, sizes)
     tensors = [x.name for x in r.tensors]
     assert halo(b, t, tensors).per_tensor == _halo_by_definition(b, t, tensors)
+
+
+def test_a_halo_isl_cannot_finish_within_its_quota_is_its_boxes_overlap(monkeypatch):
+    """Past HALO_OPERATIONS (MaxViT's windowed attention at 224 px took isl minutes) an overlap is the overlap of the two
+    footprints' bounding boxes: never less than the exact one, and listed as boxed; ``apart`` knows no dim then."""
+    import polysat.analyses.halo as H
+    r = conv_relu_maxpool(N=2, C=2, K=4, H=16, W=16)
+    b = r.bind()
+    par = b.driver.parallel_dims
+    t = make_tile(b, {d: (4 if k >= len(par) - 2 else 1) for k, d in enumerate(par)})
+    tensors = [x.name for x in r.tensors]
+    exact = halo(b, t, tensors)
+    assert exact.boxed == ()
+    H.apart.cache_clear()
+    monkeypatch.setattr(H, "HALO_OPERATIONS", 1)
+    try:
+        assert H.apart(r, "I") == frozenset()
+        got = halo(b, t, tensors)
+    finally:
+        H.apart.cache_clear()
+    assert got.boxed and got.bytes >= exact.bytes > 0
+    for x, dims in exact.per_tensor.items():
+        for d, n in dims.items():
+            assert got.per_tensor[x][d] >= n, (x, d)
 
 
 def test_fans_are_the_same_under_other_names_and_counted_right():
