@@ -351,6 +351,9 @@ def _analyze(region: PolyRegion, dev: Device, tile_key, exact: bool) -> PolyCore
     warnings = []
     if not affine["ok"]:
         warnings.append(f"W2101 ExcessivePiecewise: a composed access has {affine['max_pieces']} pieces")
+    if h.boxed:
+        warnings.append("W2102 BoundedAnalysis: the halo of " + ", ".join(f"{t} along {d}" for t, d in h.boxed)
+                        + " is its footprints' bounding boxes' overlap (isl past its operation quota)")
     return PolyCoreReport(
         region=region, bound=b, device=dev, tile=tile, deps=deps, parallel_axes=parallel,
         reduce_axes=tuple(reduce_axes), tail_axes=_tail_axes(b, sizes, dev), affine=affine,

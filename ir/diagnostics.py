@@ -77,6 +77,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     _k("E1999", "InternalError", "This is a polysat bug: rerun with POLYSAT_DEBUG=1 for the traceback and report it."),
     # warnings
     _k("W2101", "ExcessivePiecewise", "Simplify pad/slice chains (gist/coalesce/remove_redundancies) or cut a region boundary."),
+    _k("W2102", "BoundedAnalysis", "The figure is an upper bound: isl took more operations than its quota on the region's sets (many existentials, as reshapes into windows make); a price that reads it is an upper bound too."),
 ]}
 
 
