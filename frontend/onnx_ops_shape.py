@@ -189,6 +189,14 @@ def slice_(imp: Importer, node: OnnxNode) -> list:
     steps = _ints(e, 4, "steps") if node.has(4) else [1] * len(starts)
     if any(s == 0 for s in steps):
         node.unsupported("a step of 0")
+    shape = list(e.shape(x))
+    for a, s0, e0, st in zip(axes, starts, ends, steps):
+        k = _axis(node, a, rank)
+        shape[k] = len(range(*slice(s0, e0, st).indices(shape[k]))) if isinstance(shape[k], int) else shape[k]
+    if 0 in shape and all(isinstance(d, int) for d in shape):  # Phi-3's q[..., rotary_dim:] with the whole head
+        name = imp.fresh(node.name)  # rotated: an empty constant, which Concat drops
+        imp.consts[name] = np.zeros(shape, dtype=e.dtype(x).np)
+        return [name]
     y = x
     for a, s0, e0, st in zip(axes, starts, ends, steps):
         y = _slice_axis(e, y, _axis(node, a, rank), s0, e0, st)

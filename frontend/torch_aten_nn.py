@@ -59,8 +59,8 @@ def group_norm(c: Call, x, w, b, n, channels, hw, groups, eps):
 @aten("aten.native_layer_norm.default")
 def layer_norm(c: Call, x, shape, w, b, eps):
     axis = -len(shape)
-    if w is None:
-        c.unsupported("layer_norm without a weight")
+    if w is None:  # elementwise_affine=False (OLMo): a scale of ones
+        w = np.ones([int(d) for d in shape], dtype=c.imp.uop(c.imp.value(x, c.name)).dtype.np)
     if c.used_outputs() <= {0}:
         return (c.onnx("LayerNormalization", [x, w, b], axis=axis, epsilon=float(eps)), None, None)
     return tuple(c.onnx("LayerNormalization", [x, w, b], n_out=3, axis=axis, epsilon=float(eps)))

@@ -264,12 +264,31 @@ def any_(c: Call, x, dim=None, keepdim=False):
 
 @aten("aten.index.Tensor")
 def index(c: Call, x, indices):
-    """x[..., idx, ...] with one index tensor (the others None): a Gather along its axis."""
+    """x[..., idx, ...] with one index tensor (the others None): a Gather along its axis. Several index tensors
+    (``mask[batch_idx, kv_idx]``, transformers' mask functions) broadcast together and index one element each of
+    their axes: a Gather of those axes merged into one, at the row-major flat index of the (wrapped) indices. As
+    torch places it, the broadcast index shape replaces adjacent indexed axes where they stand and comes first
+    when other axes separate them."""
     given = [(k, t) for k, t in enumerate(indices) if t is not None]
-    if len(given) != 1:
-        c.unsupported(f"indexing by {len(given)} tensors at once (polysat takes one index tensor)")
-    axis, idx = given[0]
-    return c.onnx("Gather", [x, idx], axis=axis)
+    if not given:
+        c.unsupported("indexing by no index tensor")
+    if len(given) == 1:
+        axis, idx = given[0]
+        return c.onnx("Gather", [x, idx], axis=axis)
+    shape = list(c.shape(x))
+    axes = [k for k, _ in given]
+    if axes != list(range(axes[0], axes[0] + len(axes))):  # separated: the indexed axes first, in order
+        rest = [k for k in range(len(shape)) if k not in axes]
+        x = c.onnx("Transpose", [x], perm=axes + rest)
+        shape, axes = [shape[k] for k in axes + rest], list(range(len(axes)))
+    flat = None
+    for (_, idx), a in zip(given, axes):
+        size = np.asarray(shape[a], dtype=np.int64)
+        idx = c.onnx("Cast", [idx], to=7)  # int64
+        idx = c.onnx("Where", [c.onnx("Less", [idx, np.asarray(0, np.int64)]), c.onnx("Add", [idx, size]), idx])
+        flat = idx if flat is None else c.onnx("Add", [c.onnx("Mul", [flat, size]), idx])
+    merged = shape[:axes[0]] + [int(np.prod([shape[a] for a in axes]))] + shape[axes[-1] + 1:]
+    return c.onnx("Gather", [c.onnx("Reshape", [x, _i64(merged)]), flat], axis=axes[0])
 
 
 @aten("aten.as_strided.default")

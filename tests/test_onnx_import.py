@@ -104,6 +104,20 @@ def test_constant_folds_of_ieee_edge_values_say_nothing():
     np.testing.assert_allclose(got[0], _ort(m, {"x": x})[0], rtol=1e-6)
 
 
+def test_an_empty_slice_concatenated_adds_nothing():
+    """Phi-3's partial rotary with the whole head rotated: q[..., 8:] of an 8-wide axis is empty, then concatenated."""
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a"], ["rot"]),
+             helper.make_node("Slice", ["x", "e", "big", "a"], ["keep"]),
+             helper.make_node("Neg", ["rot"], ["n"]),
+             helper.make_node("Concat", ["n", "keep"], ["y"], axis=-1)]
+    inits = [("s", np.asarray([0], np.int64)), ("e", np.asarray([8], np.int64)),
+             ("big", np.asarray([2**63 - 1], np.int64)), ("a", np.asarray([-1], np.int64))]
+    m = _model(nodes, [_vi("x", [2, 3, 8])], [_vi("y", [2, 3, 8])], inits)
+    x = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
+    got, _ = _polysat(m, {"x": x})
+    np.testing.assert_array_equal(got[0], _ort(m, {"x": x})[0])
+
+
 def test_uniform_constants_become_consts_others_parameters():
     m = _model([helper.make_node("Mul", ["x", "half"], ["a"]), helper.make_node("Add", ["a", "b"], ["y"])],
                [_vi("x", [4])], [_vi("y", [4])],

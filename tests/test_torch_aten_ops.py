@@ -77,8 +77,24 @@ class Upsample(torch.nn.Module):  # U-Net / FPN decoders, BEiT's bias table: int
         return a * 0.5 + b[..., :6, :7] + c.mean(dim=(2, 3), keepdim=True)
 
 
+class Outside2(torch.nn.Module):  # a second new-user trial: OLMo, Phi-3, transformers' mask functions
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(6, elementwise_affine=False)  # OLMo: layer_norm without a weight
+
+    def forward(self, x, mask):
+        rot, keep = x[..., :6], x[..., 6:]  # Phi-3's partial rotary with the whole head rotated: keep is empty
+        y = torch.cat([self.norm(rot) * 2, keep], dim=-1)
+        b, q = torch.arange(x.shape[0])[:, None, None], torch.arange(x.shape[1])[None, :, None]
+        kv = torch.arange(mask.shape[1])[None, None, :]
+        m = mask[b, kv]  # (2, 1, 4): two index tensors, adjacent
+        w = x[b, :, torch.tensor([5, -1])[None, None, :] + 0 * q]  # two tensors separated by a slice: (2, 4, 2, 4)
+        return y[..., :4] + m.float() + w.sum(-1).sum(-1, keepdim=True)
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
          "outside": (Outside, lambda: (torch.randn(2, 4, 6), torch.rand(2, 4, 6))),
+         "outside2": (Outside2, lambda: (torch.randn(2, 4, 6), torch.tensor([[1, 1, 0, 1], [0, 1, 1, 1]]))),
          "upsample": (Upsample, lambda: (torch.randn(1, 2, 4, 4),)),
          "masks": (Masks, lambda: (torch.tensor([[0, 5, 1, 1, 7], [1, 9, 9, 2, 1]]), torch.randn(2, 5, 3) * 2)),
          "views": (Views, lambda: (torch.randn(2, 3, 4),)),
