@@ -80,7 +80,7 @@ def _region_json(p, arch: str) -> dict:
                      "compute_at": {"ok": a.compute_at_ok, "halo": {"bytes": a.halo_bytes,
                                                                     "per_axis": dict(a.halo_per_axis)},
                                     "reasons": [named_back(r, ren) for r in a.reasons]},
-                     "min_buffer": a.min_buffer}
+                     "min_buffer": a.min_buffer, "warnings": list(a.warnings)}
     return d
 
 
