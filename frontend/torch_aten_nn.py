@@ -82,6 +82,30 @@ aten("aten.sum.dim_IntList", "aten.sum.default")(_reduce("ReduceSum"))
 aten("aten.mean.dim", "aten.mean.default")(_reduce("ReduceMean"))
 aten("aten.amax.default")(_reduce("ReduceMax"))
 aten("aten.amin.default")(_reduce("ReduceMin"))
+aten("aten.max.default")(_reduce("ReduceMax"))
+aten("aten.min.default")(_reduce("ReduceMin"))
+
+
+@aten("aten.topk.default")
+def topk(c: Call, x, k, dim=-1, largest=True, sorted=True):  # a mixture-of-experts router (Mixtral, Qwen2-MoE)
+    return tuple(c.onnx("TopK", [x, _i64([k])], n_out=2, axis=int(dim), largest=int(bool(largest)),
+                        sorted=int(bool(sorted))))
+
+
+@aten("aten.argmax.default", "aten.argmin.default")
+def argmax(c: Call, x, dim=None, keepdim=False):
+    op = "ArgMax" if "argmax" in c.op else "ArgMin"
+    if dim is None:  # over every element: of x flattened (keepdim keeps every axis at size 1)
+        idx = c.onnx(op, [c.onnx("Reshape", [x, _i64([-1])])], axis=0, keepdims=1)
+        return c.onnx("Reshape", [idx, _i64([1] * len(c.shape(x)) if keepdim else [])])
+    return c.onnx(op, [x], axis=int(dim), keepdims=int(bool(keepdim)))
+
+
+@aten("aten.max.dim", "aten.min.dim")
+def max_dim(c: Call, x, dim, keepdim=False):
+    big = "max" in c.op
+    y = c.onnx("ReduceMax" if big else "ReduceMin", [x, _i64([dim])], keepdims=int(bool(keepdim)))
+    return y, c.onnx("ArgMax" if big else "ArgMin", [x], axis=int(dim), keepdims=int(bool(keepdim)))
 
 
 def _per_axis(v, n: int) -> list:

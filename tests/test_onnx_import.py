@@ -118,6 +118,24 @@ def test_an_empty_slice_concatenated_adds_nothing():
     np.testing.assert_array_equal(got[0], _ort(m, {"x": x})[0])
 
 
+def test_topk_argmax_argmin_match_onnxruntime_with_ties_and_infinities():
+    """TopK (largest and smallest, ties toward the lower index, -inf among the scores), ArgMax / ArgMin (first and
+    last index of a tie, keepdims 0 and 1): a router's selections, against onnxruntime."""
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1),
+             helper.make_node("TopK", ["x", "k"], ["vs", "is"], axis=1, largest=0),
+             helper.make_node("ArgMax", ["x"], ["am"], axis=2, keepdims=0),
+             helper.make_node("ArgMax", ["x"], ["al"], axis=2, select_last_index=1),
+             helper.make_node("ArgMin", ["x"], ["an"], axis=0)]
+    outs = [_vi("v", None), _vi("i", None, TensorProto.INT64), _vi("vs", None), _vi("is", None, TensorProto.INT64),
+            _vi("am", None, TensorProto.INT64), _vi("al", None, TensorProto.INT64), _vi("an", None, TensorProto.INT64)]
+    m = _model(nodes, [_vi("x", [2, 4, 6])], outs, [("k", np.asarray([3], np.int64))])
+    x = np.round(np.random.default_rng(1).standard_normal((2, 4, 6)), 0).astype(np.float32)  # many ties
+    x[0, 1, :4] = -np.inf
+    got, doc = _polysat(m, {"x": x})
+    for g, w, name in zip(got, _ort(m, {"x": x}), [o.name for o in outs]):
+        np.testing.assert_array_equal(g.astype(w.dtype), w, err_msg=name)
+
+
 def test_uniform_constants_become_consts_others_parameters():
     m = _model([helper.make_node("Mul", ["x", "half"], ["a"]), helper.make_node("Add", ["a", "b"], ["y"])],
                [_vi("x", [4])], [_vi("y", [4])],

@@ -92,8 +92,18 @@ class Outside2(torch.nn.Module):  # a second new-user trial: OLMo, Phi-3, transf
         return y[..., :4] + m.float() + w.sum(-1).sum(-1, keepdim=True)
 
 
+class Router(torch.nn.Module):  # Mixtral / Qwen2-MoE's router: top-2 of the experts' scores; argmax and max.dim
+    def forward(self, x):
+        w, idx = torch.topk(torch.softmax(x, dim=-1), 2, dim=-1)
+        lo, at = torch.min(x, dim=1, keepdim=True)
+        return (w / w.sum(-1, keepdim=True)) * idx.float() + x.argmax(-1, keepdim=True).float() \
+            + (lo * at).sum(-1, keepdim=True) + torch.topk(x, 3, dim=1, largest=False)[0].sum((1, 2), keepdim=True) \
+            + x.argmin().float()
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
          "outside": (Outside, lambda: (torch.randn(2, 4, 6), torch.rand(2, 4, 6))),
+         "router": (Router, lambda: (torch.randn(3, 4, 8),)),
          "outside2": (Outside2, lambda: (torch.randn(2, 4, 6), torch.tensor([[1, 1, 0, 1], [0, 1, 1, 1]]))),
          "upsample": (Upsample, lambda: (torch.randn(1, 2, 4, 4),)),
          "masks": (Masks, lambda: (torch.tensor([[0, 5, 1, 1, 7], [1, 9, 9, 2, 1]]), torch.randn(2, 5, 3) * 2)),
