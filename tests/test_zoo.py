@@ -9,7 +9,7 @@ import pytest
 
 from polysat.bench import zoo
 
-MODELS = ["bert", "roberta", "gpt2", "llama", "convnext", "resnet18"]
+MODELS = ["bert", "roberta", "gpt2", "llama", "convnext", "resnet18", "qwen2_moe"]
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -19,7 +19,7 @@ def test_zoo_model_onnx_path(name):
     assert r["reference_ok"] and r["playback_ok"], r
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "mixtral", "phi3"])
 def test_zoo_model_torch_export_path(name):
     r = zoo.measure(name, "export")
     assert "error" not in r, r.get("error")
