@@ -130,7 +130,8 @@ def search_seconds() -> float:
 def search_total_seconds() -> float:
     """POLYSAT_SEARCH_TOTAL_SECONDS: CPU seconds of the whole ``--cost model`` search of one program (one
     distinct segment), its merge search, polish and descent together (default 30); past it the polish and
-    the descent stop with the best complete partition priced, and the stop reason says so."""
+    the descent stop with the best complete partition priced, and the stop reason says so. A third of it bounds the
+    merge search's finding a first complete partition (search/merge.py SearchLimits.first)."""
     return _num("POLYSAT_SEARCH_TOTAL_SECONDS", 30.0, float, lo=0)
 
 

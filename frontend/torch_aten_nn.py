@@ -10,8 +10,9 @@ from .torch_aten import Call, _i64, aten
 
 @aten("aten.convolution.default")
 def convolution(c: Call, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed:
-        c.unsupported("transposed convolution")
+    if transposed:  # ConvTranspose2d (DPT, U-Net decoders): frontend/onnx_ops_convt.py
+        return c.onnx("ConvTranspose", [x, w, b], strides=list(stride), pads=list(padding) * 2,
+                      dilations=list(dilation), output_padding=list(output_padding), group=int(groups))
     return c.onnx("Conv", [x, w, b], strides=list(stride), pads=list(padding) * 2, dilations=list(dilation),
                   group=int(groups))
 

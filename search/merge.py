@@ -59,16 +59,20 @@ class SearchLimits:
     prices: int = 12  # groups priced
     seconds: float = 2.0  # CPU seconds
     total: float = 30.0  # CPU seconds of one program's (or segment's) whole search: the polish and descent stop there
+    first: float = 10.0  # CPU seconds to find a first complete partition; past them the search stops with none (and the
+    #                      polish starts from one kernel per op)
 
     @classmethod
     def from_knobs(cls) -> "SearchLimits":
-        """The limits POLYSAT_SEARCH_PRICES, _SECONDS and _TOTAL_SECONDS set (knobs.py)."""
-        return cls(prices=knobs.search_prices(), seconds=knobs.search_seconds(), total=knobs.search_total_seconds())
+        """The limits POLYSAT_SEARCH_PRICES, _SECONDS and _TOTAL_SECONDS set (knobs.py); a third of the total to find
+        a first partition."""
+        total = knobs.search_total_seconds()
+        return cls(prices=knobs.search_prices(), seconds=knobs.search_seconds(), total=total, first=total / 3)
 
     @classmethod
     def lifted(cls) -> "SearchLimits":
         """No limit that a search of a real program reaches: the search runs to ``exhausted``."""
-        return cls(nodes=10 ** 8, prices=10 ** 8, seconds=1e9, total=1e9)
+        return cls(nodes=10 ** 8, prices=10 ** 8, seconds=1e9, total=1e9, first=1e9)
 
 
 @dataclass
@@ -176,9 +180,15 @@ def merge_search(items: list, price: Callable, lower: Callable, legal: Callable,
         if stats["nodes"] > limits.nodes:  # (also before a first partition: then none is returned)
             stats["stop"] = f"node limit ({limits.nodes} subproblems)"
             raise _Stop
-        if stats["nodes"] % 64 == 0 and incumbent["groups"] is not None and time.process_time() - t0 > limits.seconds:
-            stats["stop"] = f"time limit ({limits.seconds:g} s CPU)"
-            raise _Stop
+        if stats["nodes"] % 64 == 0:
+            if incumbent["groups"] is not None and time.process_time() - t0 > limits.seconds:
+                stats["stop"] = f"time limit ({limits.seconds:g} s CPU)"
+                raise _Stop
+            if incumbent["groups"] is None and time.process_time() - t0 > limits.first:
+                # paths that end with a kernel no group can close (DPT's neck reads four encoder layers) leave
+                # the search no partition: the polish joins from one kernel per op in the time left
+                stats["stop"] = f"no complete partition within {limits.first:g} s CPU"
+                raise _Stop
         if i == n:
             v = 0.0 if not pending else math.inf
             memo[key] = (v, True, None)

@@ -290,6 +290,23 @@ def test_the_polish_starts_from_one_kernel_per_op_when_the_search_stopped_above_
     assert res.stop == "price limit (0 groups priced), then 1 join(s)"
 
 
+def test_a_search_with_no_complete_partition_in_its_first_seconds_stops_and_the_polish_joins_from_one_per_op():
+    """Before its first complete partition no price or time limit stopped the search, only the node limit (DPT: 200,000
+    subproblems and 6,712 groups priced, 232 s, ending with no partition, so one kernel per op: 487 kernels). Now
+    ``first`` CPU seconds bound that phase too, and says so; the polish then starts from every kernel its own group."""
+    from polysat.search.merge import _polish
+    n = 200
+    items = [Item(f"c{i}", i + 1 < n, (f"c{i - 1}",) if i else (), (f"c{i + 1}",) if i + 1 < n else ()) for i in range(n)]
+
+    def price(root, members):
+        return 1.0 + 0.5 * len(members) if len(members) <= 2 else math.inf
+    res = merge_search(items, price, lambda r: 1.0, lambda m: len(m) <= 2, SearchLimits(first=0.0))
+    assert res.stop == "no complete partition within 0 s CPU" and res.groups == {} and res.total == math.inf
+    polished = _polish(items, res, price, lambda r: 1.0, lambda m: len(m) <= 2, unfused_below=lambda p: True)
+    assert sorted(m for g in polished.groups.values() for m in g) == sorted(it.name for it in items)
+    assert polished.total < n * 1.5 and polished.stop.startswith("no complete partition within 0 s CPU, then")
+
+
 def test_the_polish_joins_independent_blocks_in_one_round():
     """Ten identical two-kernel blocks side by side (a mixture's experts), each cheaper fused: one round of
     the polish joins all ten (their joins touch disjoint groups, so their gains add up), not one a round."""

@@ -136,6 +136,28 @@ def test_topk_argmax_argmin_match_onnxruntime_with_ties_and_infinities():
         np.testing.assert_array_equal(g.astype(w.dtype), w, err_msg=name)
 
 
+@pytest.mark.parametrize("cin,cout,k,stride,pad,opad,dil,groups,nd,w_param", [
+    (4, 6, 3, 2, 1, 1, 1, 1, 2, True), (4, 6, 4, 2, 1, 0, 1, 2, 2, True), (4, 4, 3, 3, 0, 2, 2, 4, 2, True),
+    (3, 5, 2, 2, 0, 0, 1, 1, 1, True), (4, 6, 3, 2, 2, 1, 1, 1, 2, False), (2, 2, 3, 1, 3, 0, 1, 1, 2, True)])
+def test_conv_transpose_matches_onnxruntime(cin, cout, k, stride, pad, opad, dil, groups, nd, w_param):
+    """ConvTranspose as a convolution of the zero-spread, padded (or, past the kernel's span, cropped) input with the
+    flipped kernel (frontend/onnx_ops_convt.py): strides, output_padding, dilations, groups, 1-D, W a parameter (its
+    rearrangement folds) or an input."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, cin) + (5,) * nd).astype(np.float32)
+    w = rng.standard_normal((cin, cout // groups) + (k,) * nd).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[stride] * nd, pads=[pad] * 2 * nd,
+                            output_padding=[opad] * nd, dilations=[dil] * nd, group=groups)
+    inputs = [_vi("x", list(x.shape))] + ([] if w_param else [_vi("w", list(w.shape))])
+    inits = [("b", rng.standard_normal(cout).astype(np.float32))] + ([("w", w)] if w_param else [])
+    m = _model([node], inputs, [_vi("y", None)], inits)
+    feeds = {"x": x} if w_param else {"x": x, "w": w}
+    got, doc = _polysat(m, feeds)
+    np.testing.assert_allclose(got[0], _ort(m, feeds)[0], rtol=1e-5, atol=1e-5)
+    ops = [n["op"] for n in doc["graph"]]
+    assert any(o.startswith("Conv") for o in ops) and (not w_param or not {"Transpose", "Flip"} & set(ops)), ops  # W's folded
+
+
 def test_uniform_constants_become_consts_others_parameters():
     m = _model([helper.make_node("Mul", ["x", "half"], ["a"]), helper.make_node("Add", ["a", "b"], ["y"])],
                [_vi("x", [4])], [_vi("y", [4])],

@@ -101,8 +101,21 @@ class Router(torch.nn.Module):  # Mixtral / Qwen2-MoE's router: top-2 of the exp
             + x.argmin().float()
 
 
+class Decoder(torch.nn.Module):  # DPT / U-Net upsampling: ConvTranspose2d (strided, grouped, output_padding), 1-D too
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)
+        self.grouped = torch.nn.ConvTranspose2d(6, 4, 4, stride=2, padding=1, groups=2, bias=False)
+        self.line = torch.nn.ConvTranspose1d(4, 4, 2, stride=2)
+
+    def forward(self, x):
+        y = self.grouped(torch.relu(self.up(x)))  # (1, 4, 20, 20)
+        return y[..., :10, :10] + self.line(x.mean(-1)).unsqueeze(-1)[:, :, :10]
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
          "outside": (Outside, lambda: (torch.randn(2, 4, 6), torch.rand(2, 4, 6))),
+         "decoder": (Decoder, lambda: (torch.randn(1, 4, 5, 5),)),
          "router": (Router, lambda: (torch.randn(3, 4, 8),)),
          "outside2": (Outside2, lambda: (torch.randn(2, 4, 6), torch.tensor([[1, 1, 0, 1], [0, 1, 1, 1]]))),
          "upsample": (Upsample, lambda: (torch.randn(1, 2, 4, 4),)),
