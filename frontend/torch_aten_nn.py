@@ -23,6 +23,28 @@ def batch_norm(c: Call, x, w, b, mean, var, momentum, eps):
     return (y, None, None)
 
 
+@aten("aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit.default")
+def batch_norm_batch_stats(c: Call, x, w, b, *rest):
+    """batch_norm on the batch's own statistics (training=True: BiT's weight standardization normalizes each conv
+    weight so): per channel over every other axis, the biased variance; (y, mean, 1/std), the two stats of shape [C].
+    The running statistics (``.default``) are not updated: the program computes a forward pass."""
+    eps = float(rest[-1])
+    rank = len(c.shape(x))
+    axes = _i64([0] + list(range(2, rank)))
+    mean = c.onnx("ReduceMean", [x, axes], keepdims=1)
+    d = c.onnx("Sub", [x, mean])
+    inv = c.onnx("Reciprocal", [c.onnx("Sqrt", [c.onnx("Add", [c.onnx("ReduceMean", [c.onnx("Mul", [d, d]), axes],
+                                                                       keepdims=1), c.like(eps, x)])])])
+    y = c.onnx("Mul", [d, inv])
+    per_channel = _i64([-1] + [1] * (rank - 2))
+    if w is not None:
+        y = c.onnx("Mul", [y, c.onnx("Reshape", [w, per_channel])])
+    if b is not None:
+        y = c.onnx("Add", [y, c.onnx("Reshape", [b, per_channel])])
+    stats = [c.onnx("Reshape", [v, _i64([-1])]) if k in c.used_outputs() else None for k, v in ((1, mean), (2, inv))]
+    return (y, *stats)
+
+
 @aten("aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec", "aten.upsample_nearest1d.vec",
       "aten.upsample_linear1d.vec", "aten.upsample_nearest2d.default", "aten.upsample_bilinear2d.default")
 def upsample(c: Call, x, output_size=None, *rest, **kw):

@@ -113,8 +113,22 @@ class Decoder(torch.nn.Module):  # DPT / U-Net upsampling: ConvTranspose2d (stri
         return y[..., :10, :10] + self.line(x.mean(-1)).unsqueeze(-1)[:, :, :10]
 
 
+class Standardized(torch.nn.Module):  # BiT's weight-standardized conv: batch_norm on the weight's own statistics
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.gamma, self.beta = torch.nn.Parameter(torch.rand(4) + 0.5), torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        w = torch.nn.functional.batch_norm(self.conv.weight.reshape(1, 4, -1), None, None, training=True, momentum=0.0,
+                                           eps=1e-6).reshape_as(self.conv.weight)
+        y = torch.nn.functional.conv2d(x, w, self.conv.bias, padding=1)
+        return torch.nn.functional.batch_norm(y, None, None, self.gamma, self.beta, training=True, eps=1e-5)
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
          "outside": (Outside, lambda: (torch.randn(2, 4, 6), torch.rand(2, 4, 6))),
+         "standardized": (Standardized, lambda: (torch.randn(2, 3, 6, 6),)),
          "decoder": (Decoder, lambda: (torch.randn(1, 4, 5, 5),)),
          "router": (Router, lambda: (torch.randn(3, 4, 8),)),
          "outside2": (Outside2, lambda: (torch.randn(2, 4, 6), torch.tensor([[1, 1, 0, 1], [0, 1, 1, 1]]))),
