@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
 from .onnx_table import Emit, handler
 
@@ -83,6 +84,10 @@ def _window_attrs(e: Emit, xn: str, one_d: bool, kernel: tuple) -> tuple:
     pads = list(node.attr("pads", [0] * (2 * given)))
     auto = node.attr("auto_pad", "NOTSET")
     ceil = node.attr("ceil_mode", 0) if node.op in ("MaxPool", "AveragePool") else 0
+    for what, v, want in (("strides", strides, given), ("dilations", dil, given), ("pads", pads, 2 * given)):
+        if len(v) != want:
+            fail("InvalidAttribute", node.name, f"ONNX {node.op} node {node.name!r}: {what} {v} has {len(v)} entries; "
+                 f"its {given} spatial axes need {want}", f"Give {what} {want} entries.")
     if one_d:
         strides, dil, pads = [1] + strides, [1] + dil, [0, pads[0], 0, pads[1]]
     if not all(isinstance(s, int) for s in sizes):

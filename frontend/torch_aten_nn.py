@@ -8,13 +8,20 @@ import numpy as np
 from .torch_aten import Call, _i64, aten
 
 
+def _per_axis(v, n: int) -> list:
+    """A pool or convolution argument as one entry per spatial axis (torch allows one entry for all)."""
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * n if len(v) == 1 else v
+
+
 @aten("aten.convolution.default")
 def convolution(c: Call, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    n = len(c.shape(x)) - 2  # one entry may stand for every spatial axis (padding="valid": [0])
+    stride, padding, dilation = (_per_axis(v, n) for v in (stride, padding, dilation))
     if transposed:  # ConvTranspose2d (DPT, U-Net decoders): frontend/onnx_ops_convt.py
-        return c.onnx("ConvTranspose", [x, w, b], strides=list(stride), pads=list(padding) * 2,
-                      dilations=list(dilation), output_padding=list(output_padding), group=int(groups))
-    return c.onnx("Conv", [x, w, b], strides=list(stride), pads=list(padding) * 2, dilations=list(dilation),
-                  group=int(groups))
+        return c.onnx("ConvTranspose", [x, w, b], strides=stride, pads=padding * 2, dilations=dilation,
+                      output_padding=_per_axis(output_padding, n), group=int(groups))
+    return c.onnx("Conv", [x, w, b], strides=stride, pads=padding * 2, dilations=dilation, group=int(groups))
 
 
 @aten("aten._native_batch_norm_legit_no_training.default")
@@ -129,12 +136,6 @@ def max_dim(c: Call, x, dim, keepdim=False):
     big = "max" in c.op
     y = c.onnx("ReduceMax" if big else "ReduceMin", [x, _i64([dim])], keepdims=int(bool(keepdim)))
     return y, c.onnx("ArgMax" if big else "ArgMin", [x], axis=int(dim), keepdims=int(bool(keepdim)))
-
-
-def _per_axis(v, n: int) -> list:
-    """A pool argument as one entry per spatial axis (torch allows one entry for all)."""
-    v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return v * n if len(v) == 1 else v
 
 
 @aten("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")

@@ -158,6 +158,15 @@ def test_conv_transpose_matches_onnxruntime(cin, cout, k, stride, pad, opad, dil
     assert any(o.startswith("Conv") for o in ops) and (not w_param or not {"Transpose", "Flip"} & set(ops)), ops  # W's folded
 
 
+def test_a_conv_whose_pads_miss_an_axis_is_a_coded_diagnostic():
+    """A 2-D Conv with pads [0, 0] (an exporter writing one value for both axes): E1008 naming the node, no traceback."""
+    w = np.ones((2, 3, 3, 3), np.float32)
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[0, 0], name="patch_embed")],
+               [_vi("x", [1, 3, 8, 8])], [_vi("y", None)], [("w", w)])
+    d = _diag(m)
+    assert d.code == "E1008" and d.at == "patch_embed" and "pads" in d.why
+
+
 def test_uniform_constants_become_consts_others_parameters():
     m = _model([helper.make_node("Mul", ["x", "half"], ["a"]), helper.make_node("Add", ["a", "b"], ["y"])],
                [_vi("x", [4])], [_vi("y", [4])],

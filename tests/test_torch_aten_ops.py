@@ -107,9 +107,10 @@ class Decoder(torch.nn.Module):  # DPT / U-Net upsampling: ConvTranspose2d (stri
         self.up = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)
         self.grouped = torch.nn.ConvTranspose2d(6, 4, 4, stride=2, padding=1, groups=2, bias=False)
         self.line = torch.nn.ConvTranspose1d(4, 4, 2, stride=2)
+        self.valid = torch.nn.Conv2d(4, 4, 1, padding="valid")  # SigLIP's patch embedding: padding [0] for both axes
 
     def forward(self, x):
-        y = self.grouped(torch.relu(self.up(x)))  # (1, 4, 20, 20)
+        y = self.grouped(torch.relu(self.up(self.valid(x))))  # (1, 4, 20, 20)
         return y[..., :10, :10] + self.line(x.mean(-1)).unsqueeze(-1)[:, :, :10]
 
 
