@@ -277,5 +277,5 @@ def clip(imp: Importer, node: OnnxNode) -> list:
     return [y]
 
 
-from . import (onnx_ops_attention, onnx_ops_convt, onnx_ops_nn, onnx_ops_norm, onnx_ops_select,  # noqa: E402,F401
-               onnx_ops_shape)  # (fill the table)
+from . import (onnx_ops_attention, onnx_ops_convt, onnx_ops_nn, onnx_ops_norm, onnx_ops_scatter,  # noqa: E402,F401
+               onnx_ops_select, onnx_ops_shape)  # (fill the table)

@@ -167,6 +167,22 @@ def test_a_conv_whose_pads_miss_an_axis_is_a_coded_diagnostic():
     assert d.code == "E1008" and d.at == "patch_embed" and "pads" in d.why
 
 
+@pytest.mark.parametrize("indices", [[[1], [-1]], [[0, 2], [1, 0], [1, 3]], [[[0, 1, 1]], [[1, 2, 0]]]])
+def test_scatter_nd_of_constant_indices_matches_onnxruntime(indices):
+    """ScatterND (an in-place slice assignment written by torch.onnx: RWKV): rows of the first k axes replaced by the
+    updates, k = 1, 2, 3, a negative index, indices of rank 3."""
+    idx = np.asarray(indices, np.int64)
+    data_shape = [2, 4, 3]
+    upd_shape = list(idx.shape[:-1]) + data_shape[idx.shape[-1]:]
+    m = _model([helper.make_node("Mul", ["x", "two"], ["d"]), helper.make_node("ScatterND", ["d", "i", "u"], ["y"])],
+               [_vi("x", data_shape), _vi("u", upd_shape)], [_vi("y", data_shape)],
+               [("i", idx), ("two", np.asarray(2.0, np.float32))])
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal(data_shape).astype(np.float32), "u": rng.standard_normal(upd_shape).astype(np.float32)}
+    got, _ = _polysat(m, feeds)
+    np.testing.assert_array_equal(got[0], _ort(m, feeds)[0])
+
+
 def test_uniform_constants_become_consts_others_parameters():
     m = _model([helper.make_node("Mul", ["x", "half"], ["a"]), helper.make_node("Add", ["a", "b"], ["y"])],
                [_vi("x", [4])], [_vi("y", [4])],
