@@ -11,14 +11,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .onnx_table import handler
+from .onnx_table import handler, i64 as _i64
 
 if TYPE_CHECKING:  # annotations only (frontend/onnx.py loads the handlers)
     from .onnx import Importer, OnnxNode
-
-
-def _i64(v) -> np.ndarray:
-    return np.asarray(list(v), dtype=np.int64)
 
 
 def _zeros_between(imp: Importer, at: str, x: str, axis: int, stride: int) -> str:

@@ -12,14 +12,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..ir.diagnostics import fail
-from .onnx_table import Emit, handler
+from .onnx_table import Emit, handler, i64 as _i64
 
 if TYPE_CHECKING:  # annotations only (frontend/onnx.py loads the handlers)
     from .onnx import Importer, OnnxNode
-
-
-def _i64(v) -> np.ndarray:
-    return np.asarray(list(v), dtype=np.int64)
 
 
 @handler("ScatterND")

@@ -20,6 +20,11 @@ HANDLERS: dict[str, Handler] = {}
 NO_FOLD: set = set()  # ops never evaluated at import even on constants (none so far)
 
 
+def i64(v) -> np.ndarray:
+    """A list of ints as the int64 constant an ONNX shape, axes or pads input takes."""
+    return np.asarray(list(v), dtype=np.int64)
+
+
 def handler(*ops: str):
     def deco(fn: Handler) -> Handler:
         for op in ops:

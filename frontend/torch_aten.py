@@ -10,6 +10,7 @@ import numpy as np
 
 from ..ir.diagnostics import fail
 from .onnx import Importer
+from .onnx_table import i64 as _i64  # noqa: F401  (the mappings' shape constants)
 
 
 ATEN: dict[str, Callable] = {}
@@ -66,7 +67,3 @@ def written_at(node) -> str:
     if files:
         out += f", at {files[-1][5:]}"
     return out
-
-
-def _i64(v) -> np.ndarray:
-    return np.asarray(list(v), dtype=np.int64)
