@@ -17,13 +17,14 @@ from .lower import REQUIRED, Attr, Ctx, lowering
 
 LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)
+_TWO_PI = (6.28125, 254.0 / 2 ** 17, 2.0 * math.pi - 6.28125 - 254.0 / 2 ** 17)  # Cody-Waite: 2 pi in three parts
 
 _BINARY = {"add": Ops.ADD, "sub": Ops.SUB, "mul": Ops.MUL, "div": Ops.FDIV, "max": Ops.MAX, "min": Ops.MIN,
            "pow": Ops.POW}
 _SIMPLE_UNARY = {"neg": Ops.NEG, "relu": Ops.RELU, "exp2": Ops.EXP2, "log2": Ops.LOG2, "sqrt": Ops.SQRT,
                  "rsqrt": Ops.RSQRT, "recip": Ops.RECIPROCAL}
 _COMPARE = ("gt", "ge", "lt", "le", "eq", "ne")
-_COMPOSITE = ("exp", "log", "sigmoid", "silu", "tanh", "gelu", "erf")
+_COMPOSITE = ("exp", "log", "sigmoid", "silu", "tanh", "gelu", "erf", "sin", "cos")
 FNS = tuple(_BINARY) + tuple(_SIMPLE_UNARY) + _COMPARE + _COMPOSITE + ("where", "cast")
 
 
@@ -60,6 +61,29 @@ class Math:
         y = self.op(Ops.SUB, 1.0, self.op(Ops.MUL, poly, self.exp(self.op(Ops.NEG, self.op(Ops.MUL, x, x)))))
         neg = self.op(Ops.CMPLT, x, 0.0)
         return self.op(Ops.WHERE, neg, self.op(Ops.NEG, y), y)
+
+    def sin(self, x: UOp, cosine: bool = False) -> UOp:
+        """sin(x), or cos(x): x less its nearest multiple k of 2 pi (k by a truncating cast to i32, 2 pi in three parts,
+        the first two of 8 significant bits, so their products with k below 2^16 are exact: Cody-Waite; |x| up to
+        ~4e5), folded into
+        [-pi/2, pi/2] (sin r = sin(+-pi - r), cos r = sin(pi/2 - |r|)), then the odd Taylor polynomial to r^15 (its
+        remainder there below 1e-9)."""
+        k = self.op(Ops.MUL, x, 1.0 / (2.0 * math.pi))
+        k = self.op(Ops.ADD, k, self.op(Ops.WHERE, self.op(Ops.CMPLT, k, 0.0), self.c(-0.5, k), self.c(0.5, k)))
+        k = self.b.cast(self.b.cast(k, DType.i32, at=self.at), DType.fp32, at=self.at)
+        r = x
+        for part in _TWO_PI:  # each product with k exact but the last's, each difference exact but the last's
+            r = self.op(Ops.SUB, r, self.op(Ops.MUL, k, part))
+        if cosine:
+            r = self.op(Ops.SUB, math.pi / 2, self.op(Ops.MAX, r, self.op(Ops.NEG, r)))
+        else:
+            r = self.op(Ops.WHERE, self.op(Ops.CMPLT, math.pi / 2, r), self.op(Ops.SUB, math.pi, r),
+                        self.op(Ops.WHERE, self.op(Ops.CMPLT, r, -math.pi / 2), self.op(Ops.SUB, -math.pi, r), r))
+        s = self.op(Ops.MUL, r, r)
+        poly = self.c(-1.0 / math.factorial(15), r)
+        for n in (13, 11, 9, 7, 5, 3):
+            poly = self.op(Ops.ADD, self.op(Ops.MUL, poly, s), (-1.0) ** ((n - 1) // 2) / math.factorial(n))
+        return self.op(Ops.MUL, r, self.op(Ops.ADD, self.op(Ops.MUL, poly, s), 1.0))
 
     def gelu(self, x: UOp, approximate: str) -> UOp:
         if approximate == "tanh":
@@ -102,7 +126,7 @@ def _to_fp32(ctx: Ctx, x: UOp) -> UOp:
 def elementwise(ctx: Ctx, ins: list) -> list:
     """Y = fn(inputs): 1 input (unary fns, cast), 2 (binary fns and comparisons, numpy right-aligned
     broadcasting, dtypes promoted: bool < i32 < fp16/bf16 < fp32, fp16 with bf16 gives fp32) or 3
-    (where(cond, a, b)). Comparisons give bool; composites (exp, log, sigmoid, silu, tanh, gelu)
+    (where(cond, a, b)). Comparisons give bool; composites (exp, log, sigmoid, silu, tanh, gelu, erf, sin, cos)
     compute in fp32 and return the input's float dtype (fp32 for i32/bool inputs). Arithmetic without
     a meaning on bool (neg, sub, div, pow, exp2, log2, sqrt, rsqrt, recip) is E1009."""
     fn = ctx.attr("fn")
@@ -151,6 +175,8 @@ def elementwise(ctx: Ctx, ins: list) -> list:
         y = m.tanh(xf)
     elif fn == "erf":
         y = m.erf(xf)
+    elif fn in ("sin", "cos"):
+        y = m.sin(xf, cosine=fn == "cos")
     else:
         approx = ctx.attr("approximate")
         if approx not in ("none", "tanh"):

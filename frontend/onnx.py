@@ -35,8 +35,7 @@ from .onnx_dtypes import NP_DTYPES, dtype_of_onnx, onnx_dtype_name, onnx_numeric
 
 MIN_OPSET = 13
 # Ops taken only by folding at import (they make constants: shapes, ranges, filled tensors).
-FOLD_ONLY = frozenset({"Constant", "ConstantOfShape", "Range", "Shape", "Size", "EyeLike", "OneHot",
-                       "Sin", "Cos"})  # Sin/Cos: rotary tables of constant positions (Tiny IR has no sine)
+FOLD_ONLY = frozenset({"Constant", "ConstantOfShape", "Range", "Shape", "Size", "EyeLike", "OneHot"})
 
 @dataclass
 class OnnxNode:

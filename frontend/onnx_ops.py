@@ -126,7 +126,7 @@ def identity(imp: Importer, node: OnnxNode) -> list:
 
 
 _SIMPLE = {"Relu": "relu", "Neg": "neg", "Sqrt": "sqrt", "Reciprocal": "recip", "Exp": "exp", "Log": "log",
-           "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf"}
+           "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sin": "sin", "Cos": "cos"}
 
 
 @handler(*_SIMPLE)
