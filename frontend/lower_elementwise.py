@@ -24,7 +24,7 @@ _BINARY = {"add": Ops.ADD, "sub": Ops.SUB, "mul": Ops.MUL, "div": Ops.FDIV, "max
 _SIMPLE_UNARY = {"neg": Ops.NEG, "relu": Ops.RELU, "exp2": Ops.EXP2, "log2": Ops.LOG2, "sqrt": Ops.SQRT,
                  "rsqrt": Ops.RSQRT, "recip": Ops.RECIPROCAL}
 _COMPARE = ("gt", "ge", "lt", "le", "eq", "ne")
-_COMPOSITE = ("exp", "log", "sigmoid", "silu", "tanh", "gelu", "erf", "sin", "cos")
+_COMPOSITE = ("exp", "log", "sigmoid", "silu", "tanh", "gelu", "erf", "sin", "cos", "floor", "ceil", "round")
 FNS = tuple(_BINARY) + tuple(_SIMPLE_UNARY) + _COMPARE + _COMPOSITE + ("where", "cast")
 
 
@@ -61,6 +61,22 @@ class Math:
         y = self.op(Ops.SUB, 1.0, self.op(Ops.MUL, poly, self.exp(self.op(Ops.NEG, self.op(Ops.MUL, x, x)))))
         neg = self.op(Ops.CMPLT, x, 0.0)
         return self.op(Ops.WHERE, neg, self.op(Ops.NEG, y), y)
+
+    def floor(self, x: UOp) -> UOp:
+        """The largest integer not above x: its truncation (a cast through i32) less 1 where that passed x; x itself
+        from 2^23 on (every such float is an integer) and where it is NaN or infinite."""
+        t = self.b.cast(self.b.cast(x, DType.i32, at=self.at), DType.fp32, at=self.at)
+        fl = self.op(Ops.SUB, t, self.b.cast(self.op(Ops.CMPLT, x, t), DType.fp32, at=self.at))
+        return self.op(Ops.WHERE, self.op(Ops.CMPLT, self.op(Ops.MAX, x, self.op(Ops.NEG, x)), 2.0 ** 23), fl, x)
+
+    def round_even(self, x: UOp) -> UOp:
+        """x to the nearest integer, a tie to the even one (ONNX Round, torch.round): floor(x), plus 1 where the rest
+        (exact) is above 1/2, or is 1/2 and the floor odd."""
+        f = self.floor(x)
+        d = self.op(Ops.SUB, x, f)
+        odd = self.op(Ops.CMPNE, self.op(Ops.SUB, f, self.op(Ops.MUL, self.floor(self.op(Ops.MUL, f, 0.5)), 2.0)), 0.0)
+        tie_up = self.op(Ops.WHERE, self.op(Ops.CMPEQ, d, 0.5), odd, self.op(Ops.CMPLT, 0.5, d))
+        return self.op(Ops.ADD, f, self.b.cast(tie_up, DType.fp32, at=self.at))
 
     def sin(self, x: UOp, cosine: bool = False) -> UOp:
         """sin(x), or cos(x): x less its nearest multiple k of 2 pi (k by a truncating cast to i32, 2 pi in three parts,
@@ -126,7 +142,7 @@ def _to_fp32(ctx: Ctx, x: UOp) -> UOp:
 def elementwise(ctx: Ctx, ins: list) -> list:
     """Y = fn(inputs): 1 input (unary fns, cast), 2 (binary fns and comparisons, numpy right-aligned
     broadcasting, dtypes promoted: bool < i32 < fp16/bf16 < fp32, fp16 with bf16 gives fp32) or 3
-    (where(cond, a, b)). Comparisons give bool; composites (exp, log, sigmoid, silu, tanh, gelu, erf, sin, cos)
+    (where(cond, a, b)). Comparisons give bool; composites (exp, log, sigmoid, silu, tanh, gelu, erf, sin, cos, floor, ceil, round)
     compute in fp32 and return the input's float dtype (fp32 for i32/bool inputs). Arithmetic without
     a meaning on bool (neg, sub, div, pow, exp2, log2, sqrt, rsqrt, recip) is E1009."""
     fn = ctx.attr("fn")
@@ -177,6 +193,12 @@ def elementwise(ctx: Ctx, ins: list) -> list:
         y = m.erf(xf)
     elif fn in ("sin", "cos"):
         y = m.sin(xf, cosine=fn == "cos")
+    elif fn == "floor":
+        y = m.floor(xf)
+    elif fn == "ceil":
+        y = m.op(Ops.NEG, m.floor(m.op(Ops.NEG, xf)))
+    elif fn == "round":
+        y = m.round_even(xf)
     else:
         approx = ctx.attr("approximate")
         if approx not in ("none", "tanh"):

@@ -126,7 +126,8 @@ def identity(imp: Importer, node: OnnxNode) -> list:
 
 
 _SIMPLE = {"Relu": "relu", "Neg": "neg", "Sqrt": "sqrt", "Reciprocal": "recip", "Exp": "exp", "Log": "log",
-           "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sin": "sin", "Cos": "cos"}
+           "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sin": "sin", "Cos": "cos", "Floor": "floor",
+           "Ceil": "ceil", "Round": "round"}
 
 
 @handler(*_SIMPLE)

@@ -60,7 +60,7 @@ def ne(c: Call, a, b):
 
 _UNARY = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "log": "Log", "sqrt": "Sqrt",
           "reciprocal": "Reciprocal", "neg": "Neg", "abs": "Abs", "erf": "Erf", "logical_not": "Not", "sign": "Sign",
-          "isnan": "IsNaN", "sin": "Sin", "cos": "Cos"}
+          "isnan": "IsNaN", "sin": "Sin", "cos": "Cos", "floor": "Floor", "ceil": "Ceil", "round": "Round"}
 for _n, _o in _UNARY.items():
     aten(f"aten.{_n}.default")(lambda c, x, _o=_o: c.onnx(_o, [x]))
 
