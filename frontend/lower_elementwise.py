@@ -81,9 +81,8 @@ class Math:
     def sin(self, x: UOp, cosine: bool = False) -> UOp:
         """sin(x), or cos(x): x less its nearest multiple k of 2 pi (k by a truncating cast to i32, 2 pi in three parts,
         the first two of 8 significant bits, so their products with k below 2^16 are exact: Cody-Waite; |x| up to
-        ~4e5), folded into
-        [-pi/2, pi/2] (sin r = sin(+-pi - r), cos r = sin(pi/2 - |r|)), then the odd Taylor polynomial to r^15 (its
-        remainder there below 1e-9)."""
+        ~4e5), folded into [-pi/2, pi/2] (sin r = sin(+-pi - r), cos r = sin(pi/2 - |r|)), then the odd Taylor
+        polynomial to r^15 (its remainder there below 1e-9)."""
         k = self.op(Ops.MUL, x, 1.0 / (2.0 * math.pi))
         k = self.op(Ops.ADD, k, self.op(Ops.WHERE, self.op(Ops.CMPLT, k, 0.0), self.c(-0.5, k), self.c(0.5, k)))
         k = self.b.cast(self.b.cast(k, DType.i32, at=self.at), DType.fp32, at=self.at)
@@ -142,8 +141,8 @@ def _to_fp32(ctx: Ctx, x: UOp) -> UOp:
 def elementwise(ctx: Ctx, ins: list) -> list:
     """Y = fn(inputs): 1 input (unary fns, cast), 2 (binary fns and comparisons, numpy right-aligned
     broadcasting, dtypes promoted: bool < i32 < fp16/bf16 < fp32, fp16 with bf16 gives fp32) or 3
-    (where(cond, a, b)). Comparisons give bool; composites (exp, log, sigmoid, silu, tanh, gelu, erf, sin, cos, floor, ceil, round)
-    compute in fp32 and return the input's float dtype (fp32 for i32/bool inputs). Arithmetic without
+    (where(cond, a, b)). Comparisons give bool; composites (exp, log, sigmoid, silu, tanh, gelu, erf, sin, cos,
+    floor, ceil, round) compute in fp32 and return the input's float dtype (fp32 for i32/bool inputs). Arithmetic without
     a meaning on bool (neg, sub, div, pow, exp2, log2, sqrt, rsqrt, recip) is E1009."""
     fn = ctx.attr("fn")
     if fn not in FNS:
