@@ -381,7 +381,8 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="compile an example, dump every stage, run and verify every target",
                        description="The main job: compile MODEL through every stage, write all dumps, run it on "
                        "random inputs on every available target and verify each against the reference evaluator "
-                       "(rtol = atol = 1e-3).")
+                       "(rtol = atol = 1e-3; an output that misses it is held within 4x of how far a rounding of "
+                       "each computed value moves the reference, and reported as ill-conditioned).")
     common(d)
     d.add_argument("--out", default=None, help="dump directory (default out/<model name>)")
     d.set_defaults(fn=cmd_demo)

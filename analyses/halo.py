@@ -71,10 +71,12 @@ def _overlap(b: BoundRegion, d: str, t: str, f0: isl.Set, placed) -> "tuple | No
     ov = f0.intersect(f1)
     if ov.is_empty():
         return 0, 0
-    e0, e1 = extents(f0), extents(f1)
-    moved = [k for k in range(len(e0)) if e0[k][0] != e1[k][0]]
-    eo = extents(ov)
-    return (max(eo[k][1] - eo[k][0] + 1 for k in moved) if moved else 0), card(ov)
+    return _widest(extents(f0), extents(f1), extents(ov)), card(ov)
+
+
+def _widest(e0: tuple, e1: tuple, eo: tuple) -> int:
+    """The widest extent of the overlap ``eo`` along an axis the next footprint ``e1`` moved from ``e0`` (0: none)."""
+    return max((eo[k][1] - eo[k][0] + 1 for k in range(len(e0)) if e0[k][0] != e1[k][0]), default=0)
 
 
 def _box_overlap(f0: isl.Set, f1: isl.Set) -> "tuple | None":
@@ -85,8 +87,7 @@ def _box_overlap(f0: isl.Set, f1: isl.Set) -> "tuple | None":
     box = [(max(a[0], c[0]), min(a[1], c[1])) for a, c in zip(e0, e1)]
     if any(lo > hi for lo, hi in box):
         return 0, 0
-    moved = [k for k in range(len(e0)) if e0[k][0] != e1[k][0]]
-    return (max(box[k][1] - box[k][0] + 1 for k in moved) if moved else 0), prod(hi - lo + 1 for lo, hi in box)
+    return _widest(e0, e1, box), prod(hi - lo + 1 for lo, hi in box)
 
 
 @lru_cache(maxsize=8192)

@@ -41,6 +41,9 @@ class Math:
         like = next(x for x in (xs[1:] if op == Ops.WHERE else xs) if isinstance(x, UOp))
         return self.b.alu(op, *[x if isinstance(x, UOp) else self.c(x, like) for x in xs], at=self.at)
 
+    def abs(self, x: UOp) -> UOp:
+        return self.op(Ops.MAX, x, self.op(Ops.NEG, x))
+
     def exp(self, x: UOp) -> UOp:
         return self.op(Ops.EXP2, self.op(Ops.MUL, x, LOG2E))
 
@@ -52,7 +55,7 @@ class Math:
 
     def erf(self, x: UOp) -> UOp:
         """Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7): sign(x) * (1 - poly(t) * exp(-x^2))."""
-        ax = self.op(Ops.MAX, x, self.op(Ops.NEG, x))
+        ax = self.abs(x)
         t = self.op(Ops.RECIPROCAL, self.op(Ops.ADD, self.op(Ops.MUL, ax, 0.3275911), 1.0))
         poly = self.c(1.061405429, x)
         for a in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
@@ -67,7 +70,7 @@ class Math:
         from 2^23 on (every such float is an integer) and where it is NaN or infinite."""
         t = self.b.cast(self.b.cast(x, DType.i32, at=self.at), DType.fp32, at=self.at)
         fl = self.op(Ops.SUB, t, self.b.cast(self.op(Ops.CMPLT, x, t), DType.fp32, at=self.at))
-        return self.op(Ops.WHERE, self.op(Ops.CMPLT, self.op(Ops.MAX, x, self.op(Ops.NEG, x)), 2.0 ** 23), fl, x)
+        return self.op(Ops.WHERE, self.op(Ops.CMPLT, self.abs(x), 2.0 ** 23), fl, x)
 
     def round_even(self, x: UOp) -> UOp:
         """x to the nearest integer, a tie to the even one (ONNX Round, torch.round): floor(x), plus 1 where the rest
@@ -90,7 +93,7 @@ class Math:
         for part in _TWO_PI:  # each product with k exact but the last's, each difference exact but the last's
             r = self.op(Ops.SUB, r, self.op(Ops.MUL, k, part))
         if cosine:
-            r = self.op(Ops.SUB, math.pi / 2, self.op(Ops.MAX, r, self.op(Ops.NEG, r)))
+            r = self.op(Ops.SUB, math.pi / 2, self.abs(r))
         else:
             r = self.op(Ops.WHERE, self.op(Ops.CMPLT, math.pi / 2, r), self.op(Ops.SUB, math.pi, r),
                         self.op(Ops.WHERE, self.op(Ops.CMPLT, r, -math.pi / 2), self.op(Ops.SUB, -math.pi, r), r))

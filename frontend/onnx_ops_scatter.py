@@ -40,7 +40,7 @@ def scatter_nd(imp: Importer, node: OnnxNode) -> list:
         fail("InvalidAttribute", at, f"ONNX ScatterND node {at!r}: updates of shape {list(e.shape(upd))}, the indices "
              f"and data ask {list(idx.shape[:-1]) + tail}")
     src = np.full(prod(lead), -1, dtype=np.int64)
-    src[np.ravel_multi_index(rows.T, lead) if n else []] = np.arange(n)  # numpy keeps the last of repeats
+    src[np.ravel_multi_index(rows.T, lead)] = np.arange(n)  # numpy keeps the last of repeats
     flat = imp.call("Reshape", f"{at}/data", [data, _i64([len(src), width])])[0]
     picked = imp.call("Gather", f"{at}/updates", [imp.call("Reshape", f"{at}/updates", [upd, _i64([n, width])])[0],
                                                   np.maximum(src, 0)], {"axis": 0})[0]

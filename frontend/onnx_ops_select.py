@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..ir.dtypes import DType
-from .onnx_table import Emit, handler
+from .onnx_table import Emit, axis_in, handler
 
 if TYPE_CHECKING:  # annotations only (frontend/onnx.py loads the handlers)
     from .onnx import Importer, OnnxNode
@@ -22,9 +22,7 @@ MAX_POSITIONS = 1 << 24  # fp32 counts positions exactly up to here
 def _axis_size(e: Emit, x: str, axis: int) -> tuple:
     """(axis in [0, rank), its static size) of x, or the node's diagnostic."""
     shape = e.shape(x)
-    a = axis + len(shape) if axis < 0 else axis
-    if not 0 <= a < len(shape):
-        e.node.unsupported(f"axis {axis} for rank {len(shape)}", "axis")
+    a = axis_in(e.node, axis, len(shape))
     if not isinstance(shape[a], int):
         e.node.unsupported(f"{e.node.op} along the symbolic axis {a}")
     if shape[a] >= MAX_POSITIONS:

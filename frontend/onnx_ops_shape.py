@@ -15,7 +15,7 @@ from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
 from ..ir.expr import Expr
 from ..ir.shapes import dim, is_static, numel
-from .onnx_table import Emit, handler
+from .onnx_table import Emit, axis_in as _axis, handler
 
 if TYPE_CHECKING:  # annotations only (frontend/onnx.py loads the handlers)
     from .onnx import Importer, OnnxNode
@@ -24,12 +24,6 @@ if TYPE_CHECKING:  # annotations only (frontend/onnx.py loads the handlers)
 def _s(shape) -> list:
     """A shape as JSON-able Frontend IR sizes (symbolic sizes as their text)."""
     return [d if isinstance(d, int) else str(d) for d in shape]
-
-
-def _axis(node: OnnxNode, a: int, rank: int) -> int:
-    if not -rank <= a < rank:
-        node.unsupported(f"axis {a} is out of range for rank {rank}")
-    return a % rank
 
 
 def _ints(e: Emit, k: int, what: str) -> list:

@@ -20,6 +20,13 @@ HANDLERS: dict[str, Handler] = {}
 NO_FOLD: set = set()  # ops never evaluated at import even on constants (none so far)
 
 
+def axis_in(node: OnnxNode, a: int, rank: int) -> int:
+    """ONNX axis a (negative: from the end) of a rank-``rank`` tensor in [0, rank), or the node's E1102."""
+    if not -rank <= a < rank:
+        node.unsupported(f"axis {a} is out of range for rank {rank}")
+    return a % rank
+
+
 def i64(v) -> np.ndarray:
     """A list of ints as the int64 constant an ONNX shape, axes or pads input takes."""
     return np.asarray(list(v), dtype=np.int64)

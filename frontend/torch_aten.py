@@ -10,7 +10,6 @@ import numpy as np
 
 from ..ir.diagnostics import fail
 from .onnx import Importer
-from .onnx_table import i64 as _i64  # noqa: F401  (the mappings' shape constants)
 
 
 ATEN: dict[str, Callable] = {}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .torch_aten import Call, _i64, aten
+from .onnx_table import i64 as _i64
+from .torch_aten import Call, aten
 
 
 def _per_axis(v, n: int) -> list:

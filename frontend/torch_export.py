@@ -17,7 +17,8 @@ from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
 from . import torch_aten_nn  # noqa: F401  (the layers' mappings: convolutions, norms, pools, resizes)
 from .onnx import Importer
-from .torch_aten import ATEN, Call, _i64, aten, written_at
+from .onnx_table import i64 as _i64
+from .torch_aten import ATEN, Call, aten, written_at
 
 
 def _binary(onnx_op: str):

@@ -85,8 +85,9 @@ def _desc(d: Expr, env: Mapping[str, int]) -> str:
 def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[str, int] | None = None,
              keep_all: bool = False, nudge: "np.random.Generator | None" = None) -> dict:
     """Outputs by name (or every node's value by id when keep_all). With ``nudge``, every float value a node
-    computes (and every float input) is moved by one rounding of its dtype, up or down at random: one sample of
-    how far another evaluation order may land (Monte Carlo arithmetic), for judging an ill-conditioned output."""
+    computes with a rounding (not inputs, constants, movements, selections) is moved by one rounding of its dtype, up
+    or down at random: one sample of how far another evaluation order may land (Monte Carlo arithmetic), for judging
+    an ill-conditioned output."""
     env = bind_symbols(program, inputs, env)
     vals: dict = {}
     consumers = program.consumers()
@@ -136,8 +137,7 @@ def evaluate(program: Program, inputs: Mapping[str, np.ndarray], env: Mapping[st
 
 
 # ops that round nothing: their values are their operands' (inputs and constants are exact)
-_EXACT = (Ops.INPUT, Ops.CONST, Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP, Ops.VIEW,
-          Ops.WHERE, Ops.NEG, Ops.RELU, Ops.MAX, Ops.MIN, Ops.GATHER)
+_EXACT = GroupOp.Leaf | GroupOp.Movement | GroupOp.Ternary | GroupOp.Indirect | {Ops.NEG, Ops.RELU, Ops.MAX, Ops.MIN}
 
 
 def _nudged(v: np.ndarray, dtype: DType, rng: np.random.Generator) -> np.ndarray:
