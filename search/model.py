@@ -67,11 +67,12 @@ from ..ir.user_names import original_ids
 from ..knobs import streaming
 from ..pricing.kernels import price_kernels, total_us
 from ..pricing.symbols import bind_params, program_symbols
-from .branches import parts
+from .branches import _within, parts
 from .legality import violates, violations
 from .merge import MergeResult, SearchLimits, merge_phase, partition_floor
 from .reprice import Repricer
 from .result import Candidate, Rejection, Search, Streamed
+from .size_cut import halve
 from .sites import (Masked, alternatives, apply, chosen_terms, computes_reduction, default_fused, masks, moves, site_values, sites,
                     stream_sites, streamed_terms)
 from .stitch import SegmentedState, merge_reports, stitch
@@ -130,7 +131,11 @@ class ModelCost(SearchingCost):
                 with progress.stage(f"segment {j + 1} of {len(state.states)} distinct ({len(st.program.nodes)} nodes)"):
                     found[k] = self.for_program(st.program, params, exact).search(st, stream, first.get(structure[k]))
                     first.setdefault(structure[k], (st, found[k].best.fused))
-            return stitch(state, found, lambda prog, part: price_kernels(prog, part, params, self.arch, by_kernel=True))
+            out = stitch(state, found, lambda prog, part: price_kernels(prog, part, params, self.arch, by_kernel=True))
+            if state.halved:
+                out.stop += (f"; {state.halved} part(s) halved by size: their saturation stopped at a limit before "
+                             f"the fusion legality facts (search/size_cut.py)")
+            return out
         deadline = time.process_time() + self.limits.total  # the polish and the descent stop there
         view = export(state)
         roots = [view.by_index[state.index[nid]] for _, nid in state.program.outputs]
@@ -409,18 +414,38 @@ def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bo
     the rules run: the fused alternatives come from rules/fusion.egg, the streamed softmax-weighted sums
     from rules/streaming.egg (unless POLYSAT_STREAMING=0). A program of repeated segments
     (search/segment.py), or of identical blocks side by side (search/branches.py), gives a SegmentedState: each
-    distinct segment saturated once."""
+    distinct segment saturated once. A segment (or the whole program) whose saturation stops at a limit before
+    the fusion legality facts is halved (search/size_cut.py) and each half saturated in turn: a SegmentedState
+    too, its report's seconds counting the saturations given up."""
     segs = parts(program)
-    if len(segs) > 1:
-        done: dict = {}
-        files = rule_files(rules_dirs, builtin)  # read once for every segment
-        for sg in segs:
-            if sg.key not in done:
-                done[sg.key] = _saturate_pooled(sg.program, rules_dirs, limits, builtin, files)
-        states = {k: st for k, (st, _) in done.items()}
-        rep = merge_reports([r for _, r in done.values()])
-        return SegmentedState(program, segs, states, {k: r for k, (_, r) in done.items()}, states[segs[0].key].files), rep
-    return _saturate_one(program, rules_dirs, limits, builtin)
+    spent: list = []  # the reports of the saturations that stopped at a limit, their parts halved
+    if len(segs) == 1:
+        st, rep = _saturate_one(program, rules_dirs, limits, builtin)
+        if not st.no_facts or (halves := halve(program)) is None:
+            return st, rep
+        segs, spent = [_within(program, segs[0], h) for h in halves], [rep]
+    done: dict = {}
+    split: dict = {}  # segment key -> its halves
+    files = rule_files(rules_dirs, builtin)  # read once for every segment
+    todo, final = list(segs), []
+    while todo:
+        sg = todo.pop(0)
+        if sg.key not in done and sg.key not in split:
+            st, rep = _saturate_pooled(sg.program, rules_dirs, limits, builtin, files)
+            halves = halve(sg.program) if st.no_facts else None
+            if halves is None:
+                done[sg.key] = (st, rep)
+            else:
+                split[sg.key], spent = halves, spent + [rep]
+        if sg.key in split:
+            todo[:0] = [_within(program, sg, h) for h in split[sg.key]]
+        else:
+            final.append(sg)
+    states = {k: st for k, (st, _) in done.items()}
+    rep = merge_reports([r for _, r in done.values()])
+    rep = dataclasses.replace(rep, seconds=rep.seconds + sum(r.seconds for r in spent))
+    return SegmentedState(program, final, states, {k: r for k, (_, r) in done.items()}, states[final[0].key].files,
+                          halved=len(spent)), rep
 
 
 def _saturate_one(program: Program, rules_dirs, limits, builtin: bool) -> tuple:

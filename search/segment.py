@@ -75,9 +75,10 @@ def _free(prog: Program) -> set:
     return out
 
 
-def _cut_points(prog: Program, free: set, most: int) -> dict:
+def _cut_points(prog: Program, free: set, most: int, worth_of: "Callable | None" = None) -> dict:
     """{position in the computed-node order: the live values there} for every cut of at most ``most`` live
-    values, each materializable."""
+    values, each ``worth_of(prog, v, users)`` (default ``_materializable``)."""
+    worth_of = worth_of or _materializable
     comp = [n for n in prog.nodes if n.id not in free]
     pos = {n.id: k for k, n in enumerate(comp)}
     last = {n.id: pos[n.id] for n in comp}
@@ -100,7 +101,7 @@ def _cut_points(prog: Program, free: set, most: int) -> dict:
         for v in ends.get(k, ()):
             live.discard(v)
         if 0 < len(live) <= most and \
-                all(worth[v] if v in worth else worth.setdefault(v, _materializable(prog, v, users)) for v in live):
+                all(worth[v] if v in worth else worth.setdefault(v, worth_of(prog, v, users)) for v in live):
             out[k + 1] = frozenset(live)
     return out
 
@@ -110,11 +111,7 @@ def _materializable(prog: Program, v: str, users: dict) -> bool:
     (MUL -> REDUCE(SUM) and the casts of its operands), and read (through casts and views) by a
     reduction or a contraction, which read it whole anyway: an elementwise consumer would rather be
     fused into v's kernel as its epilogue."""
-    def contraction_mul(i: str) -> bool:
-        return prog[i].op == Ops.MUL and any(prog[u].op == Ops.REDUCE and str(prog[u].arg["op"]).upper() == "SUM"
-                                             for u in users.get(i, ()))
-    n = prog[v]
-    if n.op in GroupOp.Movement or contraction_mul(v) or n.op == Ops.CAST and any(contraction_mul(u) for u in users.get(v, ())):
+    if not cuttable(prog, v, users):
         return False
     stack, seen = list(users.get(v, ())), set()
     while stack:
@@ -122,11 +119,24 @@ def _materializable(prog: Program, v: str, users: dict) -> bool:
         if u in seen:
             continue
         seen.add(u)
-        if prog[u].op == Ops.REDUCE or contraction_mul(u):
+        if prog[u].op == Ops.REDUCE or _contraction_mul(prog, u, users):
             return True
         if prog[u].op in GroupOp.Movement or prog[u].op == Ops.CAST:
             stack.extend(users.get(u, ()))
     return False
+
+
+def cuttable(prog: Program, v: str, users: dict) -> bool:
+    """Whether v can be written at a cut at all: no view (never write a broadcast or a padding) and not inside a
+    contraction (the MUL of MUL -> REDUCE(SUM), or a CAST of one of its operands)."""
+    n = prog[v]
+    return not (n.op in GroupOp.Movement or _contraction_mul(prog, v, users) or
+                n.op == Ops.CAST and any(_contraction_mul(prog, u, users) for u in users.get(v, ())))
+
+
+def _contraction_mul(prog: Program, i: str, users: dict) -> bool:
+    return prog[i].op == Ops.MUL and any(prog[u].op == Ops.REDUCE and str(prog[u].arg["op"]).upper() == "SUM"
+                                         for u in users.get(i, ()))
 
 
 def _broadcast_read(prog: Program, v: str, users: dict) -> bool:

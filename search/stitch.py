@@ -48,6 +48,7 @@ class SegmentedState:
     states: dict
     reports: dict
     files: tuple = ()
+    halved: int = 0  # parts halved because their saturation stopped at a limit (search/size_cut.py)
     _view: "tuple | None" = field(default=None, repr=False)
     _instances: "list | None" = field(default=None, repr=False)
 

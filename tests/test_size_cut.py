@@ -1,0 +1,117 @@
+"""A program too large to saturate within the e-graph's node limit is halved by size and each half searched
+(search/size_cut.py), instead of being left one kernel per op; a program that saturates is never cut."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polysat.egraph.region_synth import synthesize
+from polysat.frontend import program_from_doc
+from polysat.ir.evaluate import evaluate
+from polysat.ir.playback import playback
+from polysat.ir.tiny import GroupOp
+from polysat.pipeline import Compilation
+from polysat.search.segment import _free
+from polysat.search.size_cut import MIDDLE, halve
+from polysat.search.stitch import SegmentedState
+from polysat.tests.numeric import bind_env, close, random_inputs
+
+
+def dense_net(blocks: int = 2, layers: int = 3, growth: int = 4, channels: int = 8, size: int = 8) -> dict:
+    """DenseNet's shape (torchvision's densenet, without downloads): in each block every layer reads the
+    concatenation of the block's input and every earlier layer's output through batch norm (per-channel scale and
+    shift), ReLU, a 1x1 and a 3x3 convolution; between blocks a transition (norm, ReLU, 1x1 conv, 2x2 average pool)."""
+    tensors: dict = {"X": {"dtype": "fp32", "shape": [1, channels, size, size]}}
+    inputs, graph = [{"tensor": "X"}], []
+
+    def param(name: str, shape: list) -> str:
+        tensors[name] = {"dtype": "fp32", "shape": shape}
+        inputs.append({"tensor": name, "role": "param"})
+        return name
+
+    def op(kind: str, name: str, ins: list, **extra) -> str:
+        tensors[name] = {"dtype": "fp32"}
+        graph.append({"op": kind, "name": name, "inputs": ins, "outputs": [name], **extra})
+        return name
+
+    def norm_relu(name: str, x: str, c: int) -> str:
+        s = op("Elementwise", f"{name}_s", [x, param(f"{name}_g", [1, c, 1, 1])], fn="mul")
+        return op("Elementwise", f"{name}_r", [op("Elementwise", f"{name}_b", [s, param(f"{name}_h", [1, c, 1, 1])],
+                                                 fn="add")], fn="relu")
+    x, c = "X", channels
+    for b in range(blocks):
+        feats = [x]
+        for i in range(layers):
+            n = f"b{b}l{i}"
+            cat = op("Concat", f"{n}_cat", list(feats), attrs={"axis": 1}) if len(feats) > 1 else feats[0]
+            h = op("Conv2D", f"{n}_c1", [norm_relu(f"{n}_n1", cat, c + i * growth),
+                                          param(f"{n}_w1", [2 * growth, c + i * growth, 1, 1])])
+            feats.append(op("Conv2D", f"{n}_c3", [norm_relu(f"{n}_n2", h, 2 * growth),
+                                                  param(f"{n}_w3", [growth, 2 * growth, 3, 3])],
+                            attrs={"pad": [1, 1, 1, 1]}))
+        x, c = op("Concat", f"b{b}_out", feats, attrs={"axis": 1}), c + layers * growth
+        if b + 1 < blocks:
+            t = op("Conv2D", f"t{b}_c", [norm_relu(f"t{b}_n", x, c), param(f"t{b}_w", [c // 2, c, 1, 1])])
+            x, c = op("AvgPool2D", f"t{b}_p", [t], attrs={"kernel": 2}), c // 2
+    return {"signature": {"inputs": inputs, "outputs": [{"tensor": x}]}, "tensors": tensors, "graph": graph}
+
+
+@pytest.fixture(scope="module")
+def whole():
+    return Compilation(dense_net(), cost="model")
+
+
+@pytest.fixture(scope="module")
+def halved(whole):
+    """The same program under a node limit below what its whole saturation reaches (each half stays under it)."""
+    limit = int(whole.saturated[1].nodes * 0.7)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("POLYSAT_EGRAPH_NODES", str(limit))
+        c = Compilation(dense_net(), cost="model")
+        c.search  # the saturation and the search read the limit now
+    return c, limit
+
+
+def test_a_program_that_saturates_is_not_cut(whole):
+    st, rep = whole.saturated
+    assert rep.stop.value == "saturated" and not isinstance(st, SegmentedState)
+    assert "halved" not in whole.search.stop
+
+
+def test_halve_cuts_in_the_middle_at_values_that_can_be_written():
+    p = program_from_doc(dense_net(), "model")
+    first, second = halve(p)
+    free = _free(p)
+    heavy = [n.id for n in p.nodes if n.id not in free and n.op not in GroupOp.Movement]
+    mine = [i for i in first.origin.values() if i in set(heavy)]
+    assert MIDDLE[0] * len(heavy) <= len(mine) <= MIDDLE[1] * len(heavy)
+    # the second half reads what the first writes, and nothing the first writes is a view of a value
+    exits = set(first.exits)
+    assert exits and all(p[v].op not in GroupOp.Movement for v in exits)
+    assert {v for _, v in second.entries} <= exits
+    assert {second.origin[o] for _, o in second.program.outputs} == {o for _, o in p.outputs}
+
+
+def test_a_program_over_the_node_limit_is_halved_and_searched(whole, halved):
+    c, limit = halved
+    st, rep = c.saturated
+    assert isinstance(st, SegmentedState) and st.halved >= 1 and len(st.segments) >= 2
+    assert all(r.stop.value == "saturated" and r.nodes <= limit for r in st.reports.values())
+    s = c.search
+    assert "halved by size" in s.stop
+    # searched, not left one kernel per op: fewer kernels, priced at or below one kernel per op
+    assert len(s.best.priced) < len(s.baseline.priced) and s.best.total <= s.baseline.total + 1e-9
+    # and near what the whole program's own search finds (the cut writes what it must; 28.5 against 26.5 µs,
+    # against 134.7 µs one kernel per op)
+    best, base = whole.search.best.total, whole.search.baseline.total
+    assert s.best.total <= best + 0.1 * (base - best)
+
+
+def test_the_halved_partition_plays_back_equal_to_the_reference(halved):
+    c, _ = halved
+    x, p = c.extraction, c.program
+    rng = np.random.default_rng(3)
+    inputs = random_inputs(p, rng, bind_env(p, rng))
+    ref = evaluate(p, inputs)
+    got = playback(synthesize(x.program, x.partition), inputs)
+    assert ref.keys() == got.keys() and all(close(ref[k], got[k]) for k in ref)
