@@ -454,8 +454,8 @@ def resize(imp: Importer, node: OnnxNode) -> list:
         if n_out < 1 or s <= 0:
             node.unsupported(f"axis {a} resized to {n_out} elements (scale {float(s)})")
         coord = resize_coord(ct, n_in, n_out, s)
-        if n_out == n_in and all((coord[0] * o + coord[1]) == o * coord[2] for o in (0, 1)):
-            continue  # the identity
+        if n_out == n_in and all((coord[0] * o + coord[1]) == o * coord[2] for o in range(min(n_out, 2))):
+            continue  # the identity (an axis of one element too: its one coordinate is 0 in every mode)
         if mode == "nearest":
             y = e.op("Resize", [y], {"axis": a, "size": n_out, "coord": list(nearest_coord(*coord, near))})
         else:
