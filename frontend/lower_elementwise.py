@@ -25,7 +25,8 @@ _SIMPLE_UNARY = {"neg": Ops.NEG, "relu": Ops.RELU, "exp2": Ops.EXP2, "log2": Ops
                  "rsqrt": Ops.RSQRT, "recip": Ops.RECIPROCAL}
 _COMPARE = ("gt", "ge", "lt", "le", "eq", "ne")
 _COMPOSITE = ("exp", "log", "sigmoid", "silu", "tanh", "gelu", "erf", "sin", "cos", "floor", "ceil", "round")
-FNS = tuple(_BINARY) + tuple(_SIMPLE_UNARY) + _COMPARE + _COMPOSITE + ("where", "cast")
+_MODULO = ("mod", "fmod")  # a - b * q, q rounded toward -inf / toward 0 (Math.modulo)
+FNS = tuple(_BINARY) + _MODULO + tuple(_SIMPLE_UNARY) + _COMPARE + _COMPOSITE + ("where", "cast")
 
 
 class Math:
@@ -71,6 +72,38 @@ class Math:
         t = self.b.cast(self.b.cast(x, DType.i32, at=self.at), DType.fp32, at=self.at)
         fl = self.op(Ops.SUB, t, self.b.cast(self.op(Ops.CMPLT, x, t), DType.fp32, at=self.at))
         return self.op(Ops.WHERE, self.op(Ops.CMPLT, self.abs(x), 2.0 ** 23), fl, x)
+
+    def trunc(self, x: UOp) -> UOp:
+        """x rounded toward zero (a float: floor of |x| with x's sign)."""
+        return self.op(Ops.WHERE, self.op(Ops.CMPLT, x, 0.0), self.op(Ops.NEG, self.floor(self.op(Ops.NEG, x))),
+                       self.floor(x))
+
+    def modulo(self, a: UOp, b: UOp, toward_zero: bool) -> UOp:
+        """a - b * q: q the quotient a / b rounded toward -inf (``mod``: the sign of b, Python's %, torch.remainder) or
+        toward 0 (``fmod``: the sign of a, C's fmod, ONNX Mod fmod=1). Floats in fp32 from their fp32 quotient. i32
+        exactly: q from the fp32 quotient, whose roundings may put it off by up to |a| / 2^23 / |b| + 1; the rest
+        a - q b (exact in i32) divided again the same way (|rest / b| now below 2^9, so at most one off); then one
+        step of b where the rest still lies outside [0, b) ((b, 0] for a negative b); fmod is that less b where
+        it is not 0 and a's sign is not b's."""
+        if a.dtype.is_float:
+            q = self.op(Ops.FDIV, a, b)
+            return self.op(Ops.SUB, a, self.op(Ops.MUL, b, self.trunc(q) if toward_zero else self.floor(q)))
+        f32 = lambda x: self.b.cast(x, DType.fp32, at=self.at)  # noqa: E731
+        fb = f32(b)
+
+        def less_floor(r: UOp) -> UOp:  # r - b * floor(r / b), by the fp32 quotient
+            q = self.b.cast(self.floor(self.op(Ops.FDIV, f32(r), fb)), DType.i32, at=self.at)
+            return self.op(Ops.SUB, r, self.op(Ops.MUL, q, b))
+        r = less_floor(less_floor(a))
+        pos = self.op(Ops.CMPLT, 0, b)
+        low = self.op(Ops.WHERE, pos, self.op(Ops.CMPLT, r, 0), self.op(Ops.CMPLT, 0, r))
+        high = self.op(Ops.WHERE, pos, self.op(Ops.CMPLT, self.op(Ops.SUB, b, 1), r),
+                       self.op(Ops.CMPLT, r, self.op(Ops.ADD, b, 1)))
+        r = self.op(Ops.WHERE, low, self.op(Ops.ADD, r, b), self.op(Ops.WHERE, high, self.op(Ops.SUB, r, b), r))
+        if toward_zero:
+            other = self.op(Ops.CMPNE, self.op(Ops.CMPLT, a, 0), self.op(Ops.CMPLT, b, 0))
+            r = self.op(Ops.WHERE, self.op(Ops.WHERE, other, self.op(Ops.CMPNE, r, 0), other), self.op(Ops.SUB, r, b), r)
+        return r
 
     def round_even(self, x: UOp) -> UOp:
         """x to the nearest integer, a tie to the even one (ONNX Round, torch.round): floor(x), plus 1 where the rest
@@ -142,7 +175,8 @@ def _to_fp32(ctx: Ctx, x: UOp) -> UOp:
     "approximate": Attr("\"none\" | \"tanh\"", "none", "gelu's form: erf, or the tanh approximation",
                         fns=("gelu",))})
 def elementwise(ctx: Ctx, ins: list) -> list:
-    """Y = fn(inputs): 1 input (unary fns, cast), 2 (binary fns and comparisons, numpy right-aligned
+    """Y = fn(inputs): 1 input (unary fns, cast), 2 (binary fns, mod and fmod (a - b q, q = a / b rounded toward
+    -inf / toward 0; exact on i32, floats in fp32) and comparisons, numpy right-aligned
     broadcasting, dtypes promoted: bool < i32 < fp16/bf16 < fp32, fp16 with bf16 gives fp32) or 3
     (where(cond, a, b)). Comparisons give bool; composites (exp, log, sigmoid, silu, tanh, gelu, erf, sin, cos,
     floor, ceil, round) compute in fp32 and return the input's float dtype (fp32 for i32/bool inputs). Arithmetic without
@@ -151,9 +185,16 @@ def elementwise(ctx: Ctx, ins: list) -> list:
     if fn not in FNS:
         fail("UnknownOp", ctx.at, f"unknown Elementwise fn {fn!r}", "Use one of: " + ", ".join(FNS) + ".")
     m, b = Math(ctx.b, ctx.at), ctx.b
-    n_in = 3 if fn == "where" else 2 if fn in _BINARY or fn in _COMPARE else 1
+    n_in = 3 if fn == "where" else 2 if fn in _BINARY or fn in _COMPARE or fn in _MODULO else 1
     if len(ins) != n_in:
         fail("WrongArity", ctx.at, f"Elementwise {fn} takes {n_in} input(s), got {len(ins)}")
+    if fn in _MODULO:
+        x, y = b.promote(ins, at=ctx.at)
+        if x.dtype == DType.bool:
+            fail("DtypeMismatch", ctx.at, f"{fn} of bool values", "Cast the operands to i32 or a float type first.")
+        if x.dtype.is_float:
+            return [b.cast(m.modulo(_to_fp32(ctx, x), _to_fp32(ctx, y), fn == "fmod"), x.dtype, at=ctx.at)]
+        return [m.modulo(x, y, fn == "fmod")]
     if fn in _BINARY:
         return [b.alu(_BINARY[fn], *b.promote(ins, at=ctx.at), at=ctx.at)]
     if fn in _COMPARE:

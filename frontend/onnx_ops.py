@@ -40,6 +40,17 @@ def binary(imp: Importer, node: OnnxNode) -> list:
     return [e.ew(_BINARY[node.op], a, b)]
 
 
+@handler("Mod")
+def mod(imp: Importer, node: OnnxNode) -> list:
+    """fmod 0: the sign of the divisor (Python's %; ONNX takes it on integers, polysat on floats too, as
+    torch.remainder); fmod 1: the sign of the dividend (C's fmod)."""
+    e = Emit(imp, node)
+    a, b = e.input(0), e.input(1)
+    if e.dtype(a) != e.dtype(b):
+        node.unsupported(f"operands of types {e.dtype(a).value} and {e.dtype(b).value} differ")
+    return [e.ew("fmod" if node.attr("fmod", 0) else "mod", a, b)]
+
+
 @handler("Pow")
 def pow_(imp: Importer, node: OnnxNode) -> list:
     e = Emit(imp, node)

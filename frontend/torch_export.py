@@ -21,7 +21,7 @@ from .onnx_table import i64 as _i64
 from .torch_aten import ATEN, Call, aten, written_at
 
 
-def _binary(onnx_op: str):
+def _binary(onnx_op: str, **attrs):
     def fn(c: Call, a, b, alpha=1):
         if isinstance(a, str) and not isinstance(b, str):
             b = c.like(b, a)
@@ -31,7 +31,7 @@ def _binary(onnx_op: str):
             a, b = _promoted(c, a, b)
         if alpha != 1:
             b = c.onnx("Mul", [b, c.like(alpha, b if isinstance(b, str) else a)])
-        return c.onnx(onnx_op, [a, b])
+        return c.onnx(onnx_op, [a, b], **attrs)
     return fn
 
 
@@ -52,6 +52,10 @@ for _n, _o in (("add", "Add"), ("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), (
     if _o:
         aten(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar", f"aten.{_n}.Tensor_Scalar", f"aten.{_n}.Tensor_Tensor",
              f"aten.{_n}.default")(_binary(_o))
+
+
+aten("aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor")(_binary("Mod", fmod=0))
+aten("aten.fmod.Tensor", "aten.fmod.Scalar")(_binary("Mod", fmod=1))
 
 
 @aten("aten.ne.Tensor", "aten.ne.Scalar")

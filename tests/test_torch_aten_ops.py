@@ -128,7 +128,18 @@ class Standardized(torch.nn.Module):  # BiT's weight-standardized conv: batch_no
         return torch.nn.functional.batch_norm(y, None, None, self.gamma, self.beta, training=True, eps=1e-5)
 
 
+class Buckets(torch.nn.Module):  # CANINE's hash embeddings: ((ids + 1) * prime) % buckets; remainder and fmod of floats
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(64, 4)
+
+    def forward(self, ids, x):
+        h = self.emb(((ids + 1) * 31) % 64) + self.emb(torch.fmod(ids * -7, 32) + 31)
+        return h + torch.remainder(x, 0.75) + torch.fmod(x, -1.25) + (ids % -5).float()[..., None]
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
+         "buckets": (Buckets, lambda: (torch.randint(-3000, 3000, (2, 16)), torch.randn(2, 16, 4) * 5)),
          "outside": (Outside, lambda: (torch.randn(2, 4, 6), torch.rand(2, 4, 6))),
          "standardized": (Standardized, lambda: (torch.randn(2, 3, 6, 6),)),
          "decoder": (Decoder, lambda: (torch.randn(1, 4, 5, 5),)),
