@@ -84,7 +84,8 @@ class Math:
         exactly: q from the fp32 quotient, whose roundings may put it off by up to |a| / 2^23 / |b| + 1; the rest
         a - q b (exact in i32) divided again the same way (|rest / b| now below 2^9, so at most one off); then one
         step of b where the rest still lies outside [0, b) ((b, 0] for a negative b); fmod is that less b where
-        it is not 0 and a's sign is not b's."""
+        it is not 0 and a's sign is not b's. Exact for |a| < 2^30 (past 2^31 - 64 the fp32 quotient by 1 rounds to 2^31,
+        which no i32 holds)."""
         if a.dtype.is_float:
             q = self.op(Ops.FDIV, a, b)
             return self.op(Ops.SUB, a, self.op(Ops.MUL, b, self.trunc(q) if toward_zero else self.floor(q)))
