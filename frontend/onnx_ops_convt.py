@@ -1,9 +1,14 @@
-"""ONNX op handlers, part 7: ConvTranspose (DPT's and U-Net's upsampling, segmentation heads) as the convolution it
-equals: the input with stride - 1 zeros put between its elements along each spatial axis, padded by
-``dilation * (kernel - 1) - pad`` (plus ``output_padding`` at the end; a negative amount crops), convolved at stride 1
-with the kernel flipped along its spatial axes and its in/out channels swapped within each group. The weight's
-rearrangement folds at import when W is a parameter. The zeros are computed on: a stride s does s^d times the
-useful work of a d-D transposed convolution (a dedicated kernel kind would skip them).
+"""ONNX op handlers, part 7: ConvTranspose (DPT's and U-Net's upsampling, segmentation heads) as the convolutions it
+equals. Written as one convolution: the input with stride - 1 zeros put between its elements along each spatial axis,
+padded by ``dilation * (kernel - 1) - pad`` (plus ``output_padding`` at the end; a negative amount crops), convolved
+at stride 1 with the kernel flipped along its spatial axes and its in/out channels swapped within each group; that
+computes on the zeros, s^d times the useful work of a d-D transposed convolution at stride s. So where every
+dilation is 1 and each phase has a tap (kernel >= stride), it is written by phases instead: output o = s q + r of an
+axis reads the input only through the flipped kernel's taps t = t_r, t_r + s, .. (t_r = (L - r) mod s, L the
+padding before the spread input), at input index q + c_r + j for tap t_r + s j (c_r = (r + t_r - L) / s). Each
+phase (r_1, .., r_d) is then a stride-1 convolution of the input, padded or cropped by -c_r, with the sub-kernel of
+those taps; the phases are interleaved (each padded to ceil(out / s) along its axes, stacked on a new axis after
+it, reshaped) and cropped to the output. The weight's rearrangement folds at import when W is a parameter.
 """
 from __future__ import annotations
 
@@ -68,12 +73,6 @@ def conv_transpose(imp: Importer, node: OnnxNode) -> list:
     cin, mg = ws[0], ws[1]
     if cin % groups or xs[1] != cin:
         node.unsupported(f"W's {cin} input channels for X's {xs[1]} in {groups} groups")
-    y = x
-    for k in range(nd):
-        if strides[k] > 1:
-            y = _zeros_between(imp, at, y, 2 + k, strides[k])
-        span = dil[k] * (kernel[k] - 1)
-        y = _pad_or_crop(imp, at, y, 2 + k, span - pads[k], span - pads[nd + k] + extra[k])
     # W [C, M/g, k...] -> [M, C/g, k...] flipped: per group, in and out channels swapped
     g = imp.call("Reshape", f"{at}/w", [w, _i64([groups, cin // groups, mg] + kernel)])[0]
     g = imp.call("Transpose", f"{at}/w", [g], {"perm": [0, 2, 1] + list(range(3, 3 + nd))})[0]
@@ -81,6 +80,57 @@ def conv_transpose(imp: Importer, node: OnnxNode) -> list:
     spatial = list(range(2, 2 + nd))
     big = np.iinfo(np.int64).max
     g = imp.call("Slice", f"{at}/w", [g, _i64([-1] * nd), _i64([-big] * nd), _i64(spatial), _i64([-1] * nd)])[0]
-    ins = [y, g] + ([node.inputs[2]] if node.has(2) else [])
-    return imp.call("Conv", at, ins, {"dilations": dil, "group": groups, "kernel_shape": kernel,
-                                      "pads": [0] * 2 * nd, "strides": [1] * nd})
+    bias = [node.inputs[2]] if node.has(2) else []
+    lead = [dil[k] * (kernel[k] - 1) - pads[k] for k in range(nd)]  # L: the padding before the spread input
+    out = [(xs[2 + k] - 1) * strides[k] + 1 + lead[k] - pads[nd + k] + extra[k] for k in range(nd)]
+    if any(s > 1 for s in strides) and all(d == 1 for d in dil) and all(kernel[k] >= strides[k] for k in range(nd)):
+        return [_by_phases(imp, at, x, g, bias, strides, kernel, lead, out, groups)]
+    y = x
+    for k in range(nd):
+        if strides[k] > 1:
+            y = _zeros_between(imp, at, y, 2 + k, strides[k])
+        span = dil[k] * (kernel[k] - 1)
+        y = _pad_or_crop(imp, at, y, 2 + k, span - pads[k], span - pads[nd + k] + extra[k])
+    return imp.call("Conv", at, [y, g] + bias, {"dilations": dil, "group": groups, "kernel_shape": kernel,
+                                               "pads": [0] * 2 * nd, "strides": [1] * nd})
+
+
+def _by_phases(imp: Importer, at: str, x: str, g: str, bias: list, strides: list, kernel: list, lead: list, out: list,
+               groups: int) -> str:
+    """The transposed convolution by phases (the module docstring): g the flipped, channel-swapped kernel."""
+    nd = len(strides)
+    n_in = list(imp.shape(x))[2:]
+    whole = [-(-out[k] // strides[k]) for k in range(nd)]  # ceil(out / s): every phase padded to it
+
+    def phase(r: tuple) -> str:
+        y, starts, subs = x, [], []
+        for k in range(nd):
+            s, t0 = strides[k], (lead[k] - r[k]) % strides[k]
+            taps = -(-(kernel[k] - t0) // s)
+            c = (r[k] + t0 - lead[k]) // s
+            q = len(range(r[k], out[k], s))  # outputs of this phase
+            y = _pad_or_crop(imp, f"{at}/phase", y, 2 + k, -c, q + taps - 1 - (n_in[k] - c))
+            starts.append(t0)
+            subs.append(taps)
+        big = np.iinfo(np.int64).max
+        w = imp.call("Slice", f"{at}/w", [g, _i64(starts), _i64([big] * nd), _i64(list(range(2, 2 + nd))),
+                                           _i64(strides)])[0]
+        y = imp.call("Conv", f"{at}/phase", [y, w] + bias, {"group": groups, "kernel_shape": subs,
+                                                             "pads": [0] * 2 * nd, "strides": [1] * nd})[0]
+        for k in range(nd):  # to ceil(out / s) outputs: the last phases of an axis may hold one fewer
+            y = _pad_or_crop(imp, f"{at}/phase", y, 2 + k, 0, whole[k] - imp.shape(y)[2 + k])
+        return y
+
+    def interleave(k: int, r: tuple) -> str:  # the phases r + (every r_k, ..) along axes k.. interleaved
+        if k == nd:
+            return phase(r)
+        parts = [imp.call("Unsqueeze", f"{at}/interleave", [interleave(k + 1, r + (j,)), _i64([3 + k])])[0]
+                 for j in range(strides[k])]
+        y = imp.call("Concat", f"{at}/interleave", parts, {"axis": 3 + k})[0] if len(parts) > 1 else parts[0]
+        shape = list(imp.shape(y))
+        merged = shape[:2 + k] + [shape[2 + k] * strides[k]] + shape[4 + k:]
+        return imp.call("Reshape", f"{at}/interleave", [y, _i64(merged)])[0]
+    y = interleave(0, ())
+    for k in range(nd):
+        y = _pad_or_crop(imp, f"{at}/crop", y, 2 + k, 0, out[k] - imp.shape(y)[2 + k])
+    return y
