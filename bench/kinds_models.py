@@ -66,6 +66,9 @@ def _elementwise() -> dict:
             out[f"ew_{fn}"] = _one("Elementwise", {"A": ("fp16", [3, 1, 7]), "B": ("bf16", [5, 1])}, fn=fn)
         elif fn in compare:
             out[f"ew_{fn}"] = _one("Elementwise", {"A": ("fp32", [4, 7]), "B": ("fp16", [7])}, fn=fn)
+        elif fn in ("mod", "fmod"):
+            out[f"ew_{fn}"] = _one("Elementwise", {"A": ("fp16", [3, 1, 7]), "B": ("fp32", [5, 1])}, fn=fn)
+            out[f"ew_{fn}_i32"] = _one("Elementwise", {"A": ("i32", [4, 7]), "B": ("i32", [7])}, fn=fn)
         elif fn == "where":
             out["ew_where"] = _one("Elementwise", {"Cd": ("bool", [5, 1]), "X": ("fp16", [3, 5, 6]), "Y": ("fp32", [6])},
                                    fn="where")

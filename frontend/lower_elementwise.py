@@ -86,9 +86,15 @@ class Math:
         step of b where the rest still lies outside [0, b) ((b, 0] for a negative b); fmod is that less b where
         it is not 0 and a's sign is not b's. Exact for |a| < 2^30 (past 2^31 - 64 the fp32 quotient by 1 rounds to 2^31,
         which no i32 holds)."""
-        if a.dtype.is_float:
+        if a.dtype.is_float:  # by an infinite divisor a finite a is its own rest (or, for mod of the other sign, b)
             q = self.op(Ops.FDIV, a, b)
-            return self.op(Ops.SUB, a, self.op(Ops.MUL, b, self.trunc(q) if toward_zero else self.floor(q)))
+            r = self.op(Ops.SUB, a, self.op(Ops.MUL, b, self.trunc(q) if toward_zero else self.floor(q)))
+            b_inf = self.op(Ops.CMPEQ, self.abs(b), math.inf)
+            at_inf = self.op(Ops.WHERE, b_inf, self.op(Ops.CMPLT, self.abs(a), math.inf), b_inf)
+            keep = a if toward_zero else self.op(Ops.WHERE, self.op(Ops.CMPEQ, self.op(Ops.CMPLT, a, 0.0),
+                                                                     self.op(Ops.CMPLT, b, 0.0)), a,
+                                                   self.op(Ops.WHERE, self.op(Ops.CMPEQ, a, 0.0), a, b))
+            return self.op(Ops.WHERE, at_inf, keep, r)
         f32 = lambda x: self.b.cast(x, DType.fp32, at=self.at)  # noqa: E731
         fb = f32(b)
 

@@ -427,7 +427,7 @@ def merge_phase(state, view, st: dict, roots: list, base, params: dict, arch: st
     def legal(members: frozenset) -> bool:
         return not why_illegal(members)
     res = merge_search(sp.items, price, sp.lower, legal, limits,
-                       (lambda k: sp.site(k) in hint) if hint is not None else (lambda k: True), DEAD_ENDS)
+                       (lambda k: sp.site(k) in hint) if hint is not None else (lambda k: True), dead_ends=DEAD_ENDS)
     if res.stop == DEAD_END:  # the hint's kernels of several readers, which it recomputes in each, left to the search
         single = {it.name for it in sp.items if len(it.readers) == 1}
         res = merge_search(sp.items, price, sp.lower, legal, limits,

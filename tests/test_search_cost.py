@@ -54,9 +54,9 @@ def test_the_polish_joins_the_experts_in_one_round(monkeypatch):
     rounds = []
     search = merge_mod.merge_search
 
-    def counted(items, price, lower, legal, limits=merge_mod.SearchLimits(), prefer=lambda k: True):
+    def counted(items, price, lower, legal, limits=merge_mod.SearchLimits(), prefer=lambda k: True, **kw):
         rounds.append(limits.prices)
-        return search(items, price, lower, legal, limits, prefer)
+        return search(items, price, lower, legal, limits, prefer, **kw)
     monkeypatch.setattr(merge_mod, "merge_search", counted)
     s = Compilation(_moe(8), cost="model").search
     polish_rounds = rounds.count(0)  # each round of the polish realizes its joins by a search with no new price
