@@ -28,7 +28,7 @@ from ..knobs import eval_max_elements
 from .diagnostics import fail
 from .dtypes import DType, round_kept, round_to
 from .evaluate import _BINARY, _UNARY, _compute, contract_sum, contracts, strided, wrap_index
-from .region import R, Region, RNode
+from .region import R, Region, RNode, walk
 from .shapes import Dim
 
 F32 = np.float32
@@ -405,8 +405,24 @@ class _RegionRun:
 
     # ---- the region ---------------------------------------------------------------------------------------
     def run(self) -> dict:
-        for let in self.r.lets:
+        """Each let in order; its intermediates (the memo) dropped once it is made, and each let once the last let
+        reading it is: a fused chain of resizes and convolutions (GLPN's decoder head, 1,800 lets) holds one let's
+        intermediates and the lets still read, not every value it ever made."""
+        yielded = {y.src for y in self.r.yields}
+        last = {}  # let name -> the index of the last let that reads it
+        for j, let in enumerate(self.r.lets):
+            for n in walk(let.expr):
+                if n.op == R.REF:
+                    last[n.arg] = j
+        dead: dict = {}
+        for name, j in last.items():
+            if name not in yielded:
+                dead.setdefault(j, []).append(name)
+        for j, let in enumerate(self.r.lets):
             self.lets[let.name] = self.eval(let.expr)
+            self.memo = {}
+            for name in dead.get(j, ()):
+                del self.lets[name]
         out = {}
         for y in self.r.yields:
             if y.src not in self.lets:

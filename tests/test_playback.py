@@ -161,3 +161,22 @@ def test_integer_and_boolean_reductions_play_back_exactly():
                    ("all", b.reduce(neg, "MIN", (0,), DType.bool, at="r4"))])
     assert_matches_reference(p, default_partition(p), "int/bool reduce (default)")
     assert_matches_reference(p, whole(p), "int/bool reduce (whole)")
+
+
+def test_a_region_holds_only_the_lets_still_read():
+    """Each let's intermediates are dropped once it is made and each let once the last let reading it is (GLPN's
+    fused decoder head, 1,800 lets, held every value it made: a MemoryError at 10 GB): the skip net's whole-program
+    region (a chain of convolutions, one value kept for the end) ends holding its yield and what no later let reads."""
+    from polysat.frontend import program_from_doc
+    from polysat.ir.playback import _RegionRun, bind_region_symbols
+    from polysat.ir.region import R, walk
+    from polysat.tests.test_size_cut import skip_net
+    p = program_from_doc(skip_net(layers=4), "model")
+    (r,) = synthesize(p, whole(p))
+    feeds = inputs_for(p)
+    run = _RegionRun(r, {k: np.asarray(v) for k, v in feeds.items()}, bind_region_symbols([r], feeds))
+    out = run.run()
+    read = {n.arg for let in r.lets for n in walk(let.expr) if n.op == R.REF}
+    assert len(r.lets) > 4 and set(run.lets) == {y.src for y in r.yields} | ({x.name for x in r.lets} - read)
+    assert not run.memo
+    assert np.allclose(out[r.yields[0].dst], evaluate(p, feeds)[p.outputs[0][0]], rtol=1e-3, atol=1e-3)
