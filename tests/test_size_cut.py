@@ -9,7 +9,7 @@ from polysat.egraph.region_synth import synthesize
 from polysat.frontend import program_from_doc
 from polysat.ir.evaluate import evaluate
 from polysat.ir.playback import playback
-from polysat.ir.tiny import GroupOp
+from polysat.ir.tiny import GroupOp, Ops
 from polysat.pipeline import Compilation
 from polysat.search.segment import _free
 from polysat.search.size_cut import MIDDLE, halve
@@ -54,6 +54,47 @@ def dense_net(blocks: int = 2, layers: int = 3, growth: int = 4, channels: int =
             t = op("Conv2D", f"t{b}_c", [norm_relu(f"t{b}_n", x, c), param(f"t{b}_w", [c // 2, c, 1, 1])])
             x, c = op("AvgPool2D", f"t{b}_p", [t], attrs={"kernel": 2}), c // 2
     return {"signature": {"inputs": inputs, "outputs": [{"tensor": x}]}, "tensors": tensors, "graph": graph}
+
+
+def skip_net(layers: int = 6, channels: int = 4, size: int = 6) -> dict:
+    """A stack of 3x3 convolutions and ReLUs whose first output, flattened by a reshape written right after it, is
+    added to the last one's: every cut in the middle holds that view live (GLPN's decoder reads each encoder stage
+    through a reshape, RWKV its state)."""
+    c, s = channels, size
+    tensors: dict = {"X": {"dtype": "fp32", "shape": [1, c, s, s]}}
+    inputs, graph = [{"tensor": "X"}], []
+
+    def op(kind: str, name: str, ins: list, **extra) -> str:
+        tensors[name] = {"dtype": "fp32"}
+        graph.append({"op": kind, "name": name, "inputs": ins, "outputs": [name], **extra})
+        return name
+    x = "X"
+    for i in range(layers):
+        tensors[f"w{i}"] = {"dtype": "fp32", "shape": [c, c, 3, 3]}
+        inputs.append({"tensor": f"w{i}", "role": "param"})
+        x = op("Elementwise", f"r{i}", [op("Conv2D", f"c{i}", [x, f"w{i}"], attrs={"pad": [1, 1, 1, 1]})], fn="relu")
+        if i == 0:
+            skip = op("Reshape", "flat0", [x], attrs={"shape": [1, c * s * s]})
+    y = op("Elementwise", "out", [op("Reshape", "flat", [x], attrs={"shape": [1, c * s * s]}), skip], fn="add")
+    return {"signature": {"inputs": inputs, "outputs": [{"tensor": y}]}, "tensors": tensors, "graph": graph}
+
+
+def test_a_view_live_at_the_cut_is_written_as_its_base_and_viewed_again_after():
+    p = program_from_doc(skip_net(), "model")
+    first, second = halve(p)
+    assert all(p[v].op not in GroupOp.Movement for v in first.exits)  # the reshape's base is written, not the reshape
+    assert any(p[v].op == Ops.RELU for v in first.exits) and {v for _, v in second.entries} <= set(first.exits)
+    assert any(n.op == Ops.RESHAPE for n in second.program.nodes)  # viewed again in the second half
+    limit = int(Compilation(skip_net(), cost="model").saturated[1].nodes * 0.7)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("POLYSAT_EGRAPH_NODES", str(limit))
+        c = Compilation(skip_net(), cost="model")
+        assert c.saturated[0].halved >= 1 and "halved by size" in c.search.stop
+        x, q = c.extraction, c.program
+    rng = np.random.default_rng(4)
+    inputs = random_inputs(q, rng, bind_env(q, rng))
+    ref, got = evaluate(q, inputs), playback(synthesize(x.program, x.partition), inputs)
+    assert ref.keys() == got.keys() and all(close(ref[k], got[k]) for k in ref)
 
 
 @pytest.fixture(scope="module")
