@@ -59,3 +59,15 @@ def same_outputs(p: Program, q: Program, inputs: dict, env: dict | None = None) 
         if not close(ra[name], rb[name]):
             return False, name, max_error(ra[name], rb[name])
     return True, None, 0.0
+
+
+def partition_plays_back(c, seed: int) -> bool:
+    """Whether the kernels of compilation ``c``'s extracted partition, played back on random inputs, equal the
+    reference evaluator of the program it compiled."""
+    from polysat.egraph.region_synth import synthesize
+    from polysat.ir.playback import playback
+    x, p = c.extraction, c.program
+    rng = np.random.default_rng(seed)
+    inputs = random_inputs(p, rng, bind_env(p, rng))
+    ref, got = evaluate(p, inputs), playback(synthesize(x.program, x.partition), inputs)
+    return ref.keys() == got.keys() and all(close(ref[k], got[k]) for k in ref)

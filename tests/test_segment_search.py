@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from polysat.bench.models import mlp_stack, transformer
 from polysat.search.reprice import Repricer
-from polysat.tests.numeric import bind_env, close, max_error, random_inputs, same_outputs
+from polysat.tests.numeric import bind_env, close, max_error, partition_plays_back, random_inputs, same_outputs
 from polysat.egraph.region_synth import synthesize
 from polysat.search.segment import segment
 from polysat.search.stitch import SegmentedState
@@ -92,12 +92,7 @@ def test_a_three_block_transformer_is_searched_and_priced_as_one_block(blocks):
 
 def test_stitched_transformer_plays_back_equal_to_the_reference(blocks):
     _, c, _, _ = blocks
-    x, p = c.extraction, c.program
-    rng = np.random.default_rng(7)
-    inputs = random_inputs(p, rng, bind_env(p, rng))
-    ref = evaluate(p, inputs)
-    got = playback(synthesize(x.program, x.partition), inputs)
-    assert ref.keys() == got.keys() and all(close(ref[k], got[k]) for k in ref)
+    assert partition_plays_back(c, 7)
 
 
 def test_each_distinct_block_is_searched_and_priced_once(stack):

@@ -2,19 +2,15 @@
 (search/size_cut.py), instead of being left one kernel per op; a program that saturates is never cut."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from polysat.egraph.region_synth import synthesize
 from polysat.frontend import program_from_doc
-from polysat.ir.evaluate import evaluate
-from polysat.ir.playback import playback
 from polysat.ir.tiny import GroupOp, Ops
 from polysat.pipeline import Compilation
 from polysat.search.segment import _free
 from polysat.search.size_cut import MIDDLE, halve
 from polysat.search.stitch import SegmentedState
-from polysat.tests.numeric import bind_env, close, random_inputs
+from polysat.tests.numeric import partition_plays_back
 
 
 def dense_net(blocks: int = 2, layers: int = 3, growth: int = 4, channels: int = 8, size: int = 8) -> dict:
@@ -90,11 +86,7 @@ def test_a_view_live_at_the_cut_is_written_as_its_base_and_viewed_again_after():
         mp.setenv("POLYSAT_EGRAPH_NODES", str(limit))
         c = Compilation(skip_net(), cost="model")
         assert c.saturated[0].halved >= 1 and "halved by size" in c.search.stop
-        x, q = c.extraction, c.program
-    rng = np.random.default_rng(4)
-    inputs = random_inputs(q, rng, bind_env(q, rng))
-    ref, got = evaluate(q, inputs), playback(synthesize(x.program, x.partition), inputs)
-    assert ref.keys() == got.keys() and all(close(ref[k], got[k]) for k in ref)
+        assert partition_plays_back(c, 4)
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +142,4 @@ def test_a_program_over_the_node_limit_is_halved_and_searched(whole, halved):
 
 def test_the_halved_partition_plays_back_equal_to_the_reference(halved):
     c, _ = halved
-    x, p = c.extraction, c.program
-    rng = np.random.default_rng(3)
-    inputs = random_inputs(p, rng, bind_env(p, rng))
-    ref = evaluate(p, inputs)
-    got = playback(synthesize(x.program, x.partition), inputs)
-    assert ref.keys() == got.keys() and all(close(ref[k], got[k]) for k in ref)
+    assert partition_plays_back(c, 3)
