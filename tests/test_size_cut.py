@@ -143,3 +143,20 @@ def test_a_program_over_the_node_limit_is_halved_and_searched(whole, halved):
 def test_the_halved_partition_plays_back_equal_to_the_reference(halved):
     c, _ = halved
     assert partition_plays_back(c, 3)
+
+
+def test_a_halved_part_saturates_within_its_share_of_the_limits():
+    """A half's time and row limits are its share of what the part it was cut from had (in proportion to its nodes,
+    at least PART_SECONDS and PART_ROWS): a part that stops at a limit is given up in its share of the time."""
+    from polysat.egraph.saturate import default_limits
+    from polysat.search.model import PART_ROWS, PART_SECONDS, _share
+    whole = program_from_doc(dense_net(blocks=3), "model")
+    first, _ = halve(whole)
+    lim = default_limits(seconds=40.0, rows=4_000_000)
+    got = _share(lim, first.program, whole)
+    f = len(first.program.nodes) / len(whole.nodes)
+    assert 0.2 < f < 0.8 and got.nodes == lim.nodes and got.iterations == lim.iterations
+    assert got.seconds == pytest.approx(40.0 * f) and got.rows == int(4_000_000 * f)
+    tiny = _share(default_limits(seconds=40.0, rows=1_000_000), first.program,
+                  program_from_doc(dense_net(blocks=3, layers=40), "model"))
+    assert (tiny.seconds, tiny.rows) == (PART_SECONDS, PART_ROWS)
