@@ -53,11 +53,11 @@ def nested(prog: Program, segs: list) -> list:
     for seg in segs:
         if seg.key not in cuts:
             cuts[seg.key] = parallel(seg.program)
-        out += [seg] if cuts[seg.key] is None else [_within(prog, seg, sub) for sub in cuts[seg.key]]
+        out += [seg] if cuts[seg.key] is None else [in_program(prog, seg, sub) for sub in cuts[seg.key]]
     return out
 
 
-def _within(prog: Program, seg: Segment, sub: Segment) -> Segment:
+def in_program(prog: Program, seg: Segment, sub: Segment) -> Segment:
     """``sub`` (a part of ``seg``'s canonical program) in ``prog``'s ids; its canonical program is sub's own."""
     o = {k: seg.origin[v] for k, v in sub.origin.items()}
     reads = sorted((k for k in o if k.startswith("i")), key=lambda k: int(k[1:]))

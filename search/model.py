@@ -67,7 +67,7 @@ from ..ir.user_names import original_ids
 from ..knobs import streaming
 from ..pricing.kernels import price_kernels, total_us
 from ..pricing.symbols import bind_params, program_symbols
-from .branches import _within, parts
+from .branches import in_program, parts
 from .legality import violates, violations
 from .merge import MergeResult, SearchLimits, merge_phase, partition_floor
 from .reprice import Repricer
@@ -425,7 +425,7 @@ def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bo
         st, rep = _saturate_one(program, rules_dirs, limits, builtin)
         if not st.no_facts or (halves := halve(program)) is None:
             return st, rep
-        segs, spent = [_within(program, segs[0], h) for h in halves], [rep]
+        segs, spent = [in_program(program, segs[0], h) for h in halves], [rep]
         shares = {h.key: _share(limits, h.program, program) for h in halves}
     done: dict = {}
     split: dict = {}  # segment key -> its halves
@@ -443,7 +443,7 @@ def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bo
                 split[sg.key], spent = halves, spent + [rep]
                 shares.update((h.key, _share(lim, h.program, sg.program)) for h in halves)
         if sg.key in split:
-            todo[:0] = [_within(program, sg, h) for h in split[sg.key]]
+            todo[:0] = [in_program(program, sg, h) for h in split[sg.key]]
         else:
             final.append(sg)
     states = {k: st for k, (st, _) in done.items()}
