@@ -67,10 +67,20 @@ class Segment:
 
 
 def _free(prog: Program) -> set:
-    """INPUT and CONST nodes and views of them only: every part may re-read or recompute them."""
+    """INPUT and CONST nodes, views of them and casts of constants: every part may re-read or recompute them. (A
+    16-bit program casts its constants to fp32 where fp32 values read them, and the importers share equal constants:
+    such a cast, were it a value, would stay live from its first reader to its last, and no cut would lie between.
+    A cast of an input stays a value: the first block's cast of the program's input is the later blocks' cast of
+    the stream.)"""
     out: set = set()
+    const: set = set()  # CONST nodes, their views and casts
+    outputs = {nid for _, nid in prog.outputs}
     for n in prog.nodes:
-        if n.op in (Ops.INPUT, Ops.CONST) or n.op in GroupOp.Movement and all(s in out for s in n.src):
+        if n.op == Ops.CONST or n.op in GroupOp.Movement and n.src and all(s in const for s in n.src) or \
+                n.op == Ops.CAST and n.src[0] in const and n.id not in outputs:
+            const.add(n.id)
+            out.add(n.id)
+        elif n.op == Ops.INPUT or n.op in GroupOp.Movement and all(s in out for s in n.src):
             out.add(n.id)
     return out
 
