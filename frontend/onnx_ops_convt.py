@@ -1,17 +1,19 @@
 """ONNX op handlers, part 7: ConvTranspose (DPT's and U-Net's upsampling, segmentation heads) as the convolutions it
-equals. Written as one convolution: the input with stride - 1 zeros put between its elements along each spatial axis,
-padded by ``dilation * (kernel - 1) - pad`` (plus ``output_padding`` at the end; a negative amount crops), convolved
-at stride 1 with the kernel flipped along its spatial axes and its in/out channels swapped within each group; that
-computes on the zeros, s^d times the useful work of a d-D transposed convolution at stride s. So where every
-dilation is 1 and each phase has a tap (kernel >= stride), it is written by phases instead: output o = s q + r of an
-axis reads the input only through the flipped kernel's taps t = t_r, t_r + s, .. (t_r = (L - r) mod s, L the
-padding before the spread input), at input index q + c_r + j for tap t_r + s j (c_r = (r + t_r - L) / s). Each
-phase (r_1, .., r_d) is then a stride-1 convolution of the input, padded or cropped by -c_r, with the sub-kernel of
-those taps; the phases are interleaved (each padded to ceil(out / s) along its axes, stacked on a new axis after
-it, reshaped) and cropped to the output. The weight's rearrangement folds at import when W is a parameter.
+equals. It is one convolution of the input with stride - 1 zeros put between its elements along each spatial axis,
+padded by ``L = dilation * (kernel - 1) - pad`` (plus ``output_padding`` at the end; a negative amount crops), at
+stride 1 with the kernel flipped along its spatial axes and its in/out channels swapped within each group; that
+computes on the zeros, s^d times the useful work of a d-D transposed convolution at stride s. So where strided it is
+written by phases: output o = s q + r of an axis reads the input only through the flipped kernel's taps t with
+d t = L - r (mod s), d the dilation: with e = gcd(d, s), none unless e divides L - r, else t = t_r, t_r + s/e, .. (t_r
+the least), at input index q + c_r + j d/e for tap t_r + j s/e (c_r = (r + d t_r - L) / s). Each phase (r_1, .., r_d)
+is then a stride-1 convolution of the input, padded or cropped by -c_r, with the sub-kernel of those taps at dilation
+d/e (a phase without a tap along some axis is the bias alone); the phases are interleaved (each padded to ceil(out / s)
+along its axes, stacked on a new axis after it, reshaped) and cropped to the output. The weight's rearrangement folds
+at import when W is a parameter.
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,18 +22,6 @@ from .onnx_table import handler, i64 as _i64
 
 if TYPE_CHECKING:  # annotations only (frontend/onnx.py loads the handlers)
     from .onnx import Importer, OnnxNode
-
-
-def _zeros_between(imp: Importer, at: str, x: str, axis: int, stride: int) -> str:
-    """x with stride - 1 zeros after each element along axis but the last: size (n - 1) * stride + 1."""
-    shape = list(imp.shape(x))
-    n = shape[axis]
-    y = imp.call("Unsqueeze", f"{at}/spread{axis}", [x, _i64([axis + 1])])[0]
-    pads = [0] * (2 * (len(shape) + 1))
-    pads[len(shape) + 1 + axis + 1] = stride - 1  # the end of the new axis
-    y = imp.call("Pad", f"{at}/spread{axis}", [y, _i64(pads)])[0]
-    y = imp.call("Reshape", f"{at}/spread{axis}", [y, _i64(shape[:axis] + [n * stride] + shape[axis + 1:])])[0]
-    return imp.call("Slice", f"{at}/spread{axis}", [y, _i64([0]), _i64([(n - 1) * stride + 1]), _i64([axis])])[0]
 
 
 def _pad_or_crop(imp: Importer, at: str, x: str, axis: int, lo: int, hi: int) -> str:
@@ -83,39 +73,55 @@ def conv_transpose(imp: Importer, node: OnnxNode) -> list:
     bias = [node.inputs[2]] if node.has(2) else []
     lead = [dil[k] * (kernel[k] - 1) - pads[k] for k in range(nd)]  # L: the padding before the spread input
     out = [(xs[2 + k] - 1) * strides[k] + 1 + lead[k] - pads[nd + k] + extra[k] for k in range(nd)]
-    if any(s > 1 for s in strides) and all(d == 1 for d in dil) and all(kernel[k] >= strides[k] for k in range(nd)):
-        return [_by_phases(imp, at, x, g, bias, strides, kernel, lead, out, groups)]
+    if any(s > 1 for s in strides):
+        return [_by_phases(imp, at, x, g, bias, strides, dil, kernel, lead, out, groups, groups * mg)]
     y = x
     for k in range(nd):
-        if strides[k] > 1:
-            y = _zeros_between(imp, at, y, 2 + k, strides[k])
         span = dil[k] * (kernel[k] - 1)
         y = _pad_or_crop(imp, at, y, 2 + k, span - pads[k], span - pads[nd + k] + extra[k])
     return imp.call("Conv", at, [y, g] + bias, {"dilations": dil, "group": groups, "kernel_shape": kernel,
                                                "pads": [0] * 2 * nd, "strides": [1] * nd})
 
 
-def _by_phases(imp: Importer, at: str, x: str, g: str, bias: list, strides: list, kernel: list, lead: list, out: list,
-               groups: int) -> str:
-    """The transposed convolution by phases (the module docstring): g the flipped, channel-swapped kernel."""
+def _taps(stride: int, dil: int, kernel: int, lead: int, r: int) -> tuple:
+    """(first tap t_r, taps, their step s/e, input offset c_r, dilation d/e) of phase r along one axis (the module
+    docstring); taps 0 where no tap reaches the phase."""
+    e = math.gcd(dil, stride)
+    step, d = stride // e, dil // e
+    if (lead - r) % e:
+        return 0, 0, step, 0, d
+    t0 = (lead - r) // e * pow(d, -1, step) % step if step > 1 else 0
+    if t0 >= kernel:
+        return t0, 0, step, 0, d
+    return t0, -(-(kernel - t0) // step), step, (r + dil * t0 - lead) // stride, d
+
+
+def _by_phases(imp: Importer, at: str, x: str, g: str, bias: list, strides: list, dil: list, kernel: list, lead: list,
+               out: list, groups: int, m: int) -> str:
+    """The transposed convolution by phases (the module docstring): g the flipped, channel-swapped kernel of m
+    output channels."""
     nd = len(strides)
-    n_in = list(imp.shape(x))[2:]
+    xs = list(imp.shape(x))
+    n_in = xs[2:]
     whole = [-(-out[k] // strides[k]) for k in range(nd)]  # ceil(out / s): every phase padded to it
 
     def phase(r: tuple) -> str:
-        y, starts, subs = x, [], []
-        for k in range(nd):
-            s, t0 = strides[k], (lead[k] - r[k]) % strides[k]
-            taps = -(-(kernel[k] - t0) // s)
-            c = (r[k] + t0 - lead[k]) // s
-            q = len(range(r[k], out[k], s))  # outputs of this phase
-            y = _pad_or_crop(imp, f"{at}/phase", y, 2 + k, -c, q + taps - 1 - (n_in[k] - c))
-            starts.append(t0)
-            subs.append(taps)
+        taps = [_taps(strides[k], dil[k], kernel[k], lead[k], r[k]) for k in range(nd)]
+        if any(n == 0 for _, n, _, _, _ in taps):  # no tap reaches it: the bias alone
+            y = imp.materialize(np.broadcast_to(np.zeros((), imp.dtype(x).np), [xs[0], m] + whole), f"{at}/phase", at)
+            if bias:
+                b = imp.call("Reshape", f"{at}/phase", [bias[0], _i64([1, m] + [1] * nd)])[0]
+                y = imp.call("Add", f"{at}/phase", [y, b])[0]
+            return y
+        y = x
+        for k, (_, n, _, c, d) in enumerate(taps):
+            q = len(range(r[k], out[k], strides[k]))  # outputs of this phase
+            y = _pad_or_crop(imp, f"{at}/phase", y, 2 + k, -c, q + (n - 1) * d - (n_in[k] - c))
         big = np.iinfo(np.int64).max
-        w = imp.call("Slice", f"{at}/w", [g, _i64(starts), _i64([big] * nd), _i64(list(range(2, 2 + nd))),
-                                           _i64(strides)])[0]
-        y = imp.call("Conv", f"{at}/phase", [y, w] + bias, {"group": groups, "kernel_shape": subs,
+        w = imp.call("Slice", f"{at}/w", [g, _i64([t[0] for t in taps]), _i64([big] * nd), _i64(list(range(2, 2 + nd))),
+                                           _i64([t[2] for t in taps])])[0]
+        y = imp.call("Conv", f"{at}/phase", [y, w] + bias, {"group": groups, "kernel_shape": [t[1] for t in taps],
+                                                             "dilations": [t[4] for t in taps],
                                                              "pads": [0] * 2 * nd, "strides": [1] * nd})[0]
         for k in range(nd):  # to ceil(out / s) outputs: the last phases of an axis may hold one fewer
             y = _pad_or_crop(imp, f"{at}/phase", y, 2 + k, 0, whole[k] - imp.shape(y)[2 + k])
