@@ -107,8 +107,8 @@ def cast(imp: Importer, node: OnnxNode) -> list:
     x = e.input(0)
     if node.op == "CastLike":
         to = imp.dtype(e.input(1))
-    elif node.attr("to") == 7 and e.dtype(x) in (DType.i32, DType.bool):
-        to = DType.i32  # int64 of int32 or bool values: the same values, computed as i32 as every int64 input is
+    elif node.attr("to") == 7 and (e.dtype(x) in (DType.i32, DType.bool) or e.dtype(x).is_float):
+        to = DType.i32  # int64 computed as i32, as every int64 input is (of a float: where its value fits, |x| < 2^31)
     else:
         to = dtype_of_onnx(node.attr("to"), node.name, "Cast's target type")
     sat = node.attr("saturate", 1)

@@ -374,6 +374,24 @@ def gather(c: Call, x, dim, index, sparse_grad=False):
     return c.onnx("GatherElements", [x, index], axis=int(dim))
 
 
+@aten("aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default", "aten.scatter_reduce.two")
+def scatter(c: Call, x, dim, index, src, reduce=None, include_self=True):
+    """``x.scatter(dim, index, src or value)``, ``scatter_add``, ``scatter_reduce`` (sum, amax, amin, with x's own
+    values included): ONNX ScatterElements, src cut to the index's shape (torch reads only that corner of it)."""
+    if c.op == "aten.scatter_reduce.two":
+        red = {"sum": "add", "amax": "max", "amin": "min"}.get(reduce)
+    else:
+        red = "add" if c.op == "aten.scatter_add.default" else "none"
+    if red is None or not include_self:
+        c.unsupported(f"scatter_reduce {reduce!r}" + ("" if include_self else " without x's own values"))
+    shape = list(c.shape(index))
+    if not isinstance(src, str):  # a value: every update
+        src = np.full(shape, src, dtype=_np_of(c, x))
+    elif list(c.shape(src)) != shape:
+        src = c.onnx("Slice", [src, _i64([0] * len(shape)), _i64(shape), _i64(list(range(len(shape))))])
+    return c.onnx("ScatterElements", [x, index, src], axis=int(dim), reduction=red)
+
+
 def _onnx_dtype(c: Call, dtype) -> int:
     import torch
     table = {torch.float32: 1, torch.float16: 10, torch.bfloat16: 16, torch.int32: 6, torch.bool: 9,

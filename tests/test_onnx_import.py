@@ -167,6 +167,37 @@ def test_conv_transpose_matches_onnxruntime(cin, cout, k, stride, pad, opad, dil
     assert sum(o.startswith("Conv") for o in ops) == (reached ** nd if stride > 1 else 1), ops
 
 
+@pytest.mark.parametrize("dshape,ishape,axis,red,elem", [
+    ([4, 6], [4, 2], 1, "none", TensorProto.FLOAT), ([4, 6], [3, 2], -1, "none", TensorProto.FLOAT),
+    ([5, 3, 4], [2, 3, 4], 0, "none", TensorProto.FLOAT), ([4, 6], [4, 5], 1, "add", TensorProto.FLOAT),
+    ([6, 4], [5, 3], 0, "max", TensorProto.FLOAT), ([6, 4], [5, 3], 0, "min", TensorProto.FLOAT),
+    ([4, 6], [4, 2], 1, "none", TensorProto.INT64), ([4, 6], [4, 2], 1, "none", TensorProto.BOOL),
+    ([4, 6], [4, 3], 1, "add", TensorProto.INT32)])
+def test_scatter_elements_of_run_time_indices_matches_onnxruntime(dshape, ishape, axis, red, elem):
+    """ScatterElements with indices computed at run time (frontend/onnx_ops_scatter.py: MoE routers' one-hot masks):
+    each axis, indices shorter than data off the axis, negative indices, reductions none / add / max / min, float,
+    integer and bool data."""
+    rng = np.random.default_rng(0)
+    np_t = {TensorProto.FLOAT: np.float32, TensorProto.INT64: np.int64, TensorProto.INT32: np.int32,
+            TensorProto.BOOL: np.bool_}[elem]
+    data, upd = ((rng.random(s) < 0.5) if elem == TensorProto.BOOL else (rng.standard_normal(s) * 4).astype(np_t)
+                 for s in (dshape, ishape))
+    n = dshape[axis]
+    idx = rng.integers(-n, n, ishape).astype(np.int64)
+    if red == "none":  # distinct positions along the axis: where indices repeat, the implementation chooses
+        a = axis % len(dshape)
+        for pos in np.ndindex(*[s for k, s in enumerate(ishape) if k != a]):
+            at = list(pos)
+            at.insert(a, slice(None))
+            idx[tuple(at)] = rng.permutation(n)[:ishape[a]] - n * rng.integers(0, 2, ishape[a])
+    node = helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=axis, reduction=red)
+    m = _model([node], [_vi("d", dshape, elem), _vi("i", ishape, TensorProto.INT64), _vi("u", ishape, elem)],
+               [_vi("y", None, elem)], opset=18)
+    feeds = {"d": data, "i": idx, "u": upd}
+    got, _ = _polysat(m, feeds)
+    np.testing.assert_array_equal(got[0].astype(np_t), _ort(m, feeds)[0])
+
+
 def test_a_conv_whose_pads_miss_an_axis_is_a_coded_diagnostic():
     """A 2-D Conv with pads [0, 0] (an exporter writing one value for both axes): E1008 naming the node, no traceback."""
     w = np.ones((2, 3, 3, 3), np.float32)

@@ -138,7 +138,20 @@ class Buckets(torch.nn.Module):  # CANINE's hash embeddings: ((ids + 1) * prime)
         return h + torch.remainder(x, 0.75) + torch.fmod(x, -1.25) + (ids % -5).float()[..., None]
 
 
+class Scatters(torch.nn.Module):  # a third new-user trial: PhiMoE's and JetMoE's routers, one-hot masks of the top-k
+    def forward(self, logits):
+        top = torch.topk(logits, 2, dim=-1).indices
+        mask = torch.zeros_like(logits).scatter(-1, top, 1.0)  # scatter.value
+        src = torch.arange(logits.numel(), dtype=logits.dtype).reshape(logits.shape) * 0.5
+        added = torch.zeros_like(logits).scatter_add(1, top, src[:, :2] + 1)
+        over = logits.scatter(1, top, src)  # scatter.src of a source larger than the index
+        peak = logits.scatter_reduce(0, top[:3] % 3, src[:3, :2], "amax")
+        counts = (logits * 3).long().float()  # a float cast to int64: computed as i32
+        return mask * 2 + added + over * 3 + peak + counts
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
+         "scatters": (Scatters, lambda: (torch.randn(6, 8),)),
          "buckets": (Buckets, lambda: (torch.randint(-3000, 3000, (2, 16)), torch.randn(2, 16, 4) * 5)),
          "outside": (Outside, lambda: (torch.randn(2, 4, 6), torch.rand(2, 4, 6))),
          "standardized": (Standardized, lambda: (torch.randn(2, 3, 6, 6),)),
