@@ -250,8 +250,8 @@ def reduce(imp: Importer, node: OnnxNode) -> list:
             return [e.op("Reshape", [x], {"shape": [str(d) for d in e.shape(x)]})]
         axes = list(range(rank))
     dt = e.dtype(x)
-    if rank == 0:
-        node.unsupported("a reduction of a rank-0 tensor")
+    if rank == 0:  # a scalar's reduction: of it as one element
+        x, rank, axes, keep = e.op("Reshape", [x], {"shape": ["1"]}), 1, [0], False
     op = node.op
     if op == "ReduceLogSumExp":
         xf = e.cast(x, DType.fp32)

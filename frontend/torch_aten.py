@@ -37,9 +37,11 @@ class Call:
         """A Python scalar as a rank-0 constant of tensor t's dtype (a tensor name passes through)."""
         if isinstance(v, str) or v is None:
             return v
-        if t in self.imp.consts:
-            return np.asarray(v, dtype=self.imp.consts[t].dtype)
-        return np.asarray(v, dtype=self.imp.uop(self.imp.value(t, self.name)).dtype.np)
+        return np.asarray(v, dtype=self.np_dtype(t))
+
+    def np_dtype(self, t: str) -> np.dtype:
+        """The numpy dtype of tensor t (a constant's own, or the computed tensor's)."""
+        return self.imp.consts[t].dtype if t in self.imp.consts else self.imp.uop(self.imp.value(t, self.name)).dtype.np
 
     def shape(self, t: str) -> tuple:
         if t in self.imp.consts:

@@ -105,6 +105,8 @@ def softmax(c: Call, x, dim, half_to_float=False):
 def _reduce(onnx_op: str):
     def fn(c: Call, x, dims=None, keepdim=False, dtype=None):
         axes = list(range(len(c.shape(x)))) if not dims else list(dims if isinstance(dims, (list, tuple)) else [dims])
+        if onnx_op == "ReduceSum" and c.np_dtype(x) == np.bool_:  # a count: torch sums bool as int64
+            x = c.onnx("Cast", [x], to=7)
         return c.onnx(onnx_op, [x, _i64(axes)], keepdims=int(bool(keepdim)))
     return fn
 
@@ -121,6 +123,22 @@ aten("aten.min.default")(_reduce("ReduceMin"))
 def topk(c: Call, x, k, dim=-1, largest=True, sorted=True):  # a mixture-of-experts router (Mixtral, Qwen2-MoE)
     return tuple(c.onnx("TopK", [x, _i64([k])], n_out=2, axis=int(dim), largest=int(bool(largest)),
                         sorted=int(bool(sorted))))
+
+
+@aten("aten.sort.default", "aten.sort.stable")
+def sort(c: Call, x, *args, dim=-1, descending=False, stable=None):
+    """Every element ranked (JetMoE's router): TopK of the whole axis, ties to the lower index as a stable sort
+    ranks them; integers ranked by their fp32 values (in order below 2^24 in magnitude) and gathered at the ranks."""
+    if c.op == "aten.sort.default" and args:
+        dim, *rest = args
+        descending = rest[0] if rest else descending
+    n = c.shape(x)[int(dim)]
+    if not isinstance(n, int):
+        c.unsupported(f"sorting an axis of symbolic size {n}")
+    if np.issubdtype(c.np_dtype(x), np.floating):
+        return topk(c, x, n, dim, bool(descending), True)
+    _, idx = topk(c, c.onnx("Cast", [x], to=1), n, dim, bool(descending), True)
+    return c.onnx("GatherElements", [x, idx], axis=int(dim)), idx
 
 
 @aten("aten.argmax.default", "aten.argmin.default")

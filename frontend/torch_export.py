@@ -58,6 +58,28 @@ aten("aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Te
 aten("aten.fmod.Tensor", "aten.fmod.Scalar")(_binary("Mod", fmod=1))
 
 
+@aten("aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.div.Scalar_mode",
+      "aten.floor_divide.default")
+def div(c: Call, a, b, rounding_mode=None):
+    """torch's division: true division (of integers too: a float, which ONNX's integer Div is not), or rounded toward
+    0 (``trunc``: ONNX's integer Div) or toward -inf (``floor``, ``//``: integers exactly as (a - a mod b) / b)."""
+    mode = "floor" if c.op == "aten.floor_divide.default" else rounding_mode
+    import torch
+    out = c.node.meta["val"].dtype if "val" in c.node.meta else None
+    if mode is None and out is not None and out.is_floating_point:  # integers divided as the result's floats
+        to = _onnx_dtype(c, out)
+        a, b = (c.onnx("Cast", [v], to=to) if isinstance(v, str) and c.np_dtype(v) != _np_dtype(out, 0.0) else v
+                for v in (a, b))
+    q = _binary("Div")(c, a, b)
+    if mode is None or out is None or not out.is_floating_point and mode == "trunc":
+        return q
+    if out.is_floating_point:
+        return c.onnx("Floor", [q]) if mode == "floor" else \
+            c.onnx("Where", [c.onnx("Less", [q, c.like(0, q)]), c.onnx("Ceil", [q]), c.onnx("Floor", [q])])
+    rest = _binary("Mod", fmod=0)(c, a, b)  # the sign of b: a - rest is a multiple of b
+    return _binary("Div")(c, _binary("Sub")(c, a, rest), b)
+
+
 @aten("aten.ne.Tensor", "aten.ne.Scalar")
 def ne(c: Call, a, b):
     return c.onnx("Not", [_binary("Equal")(c, a, b)])
@@ -229,6 +251,25 @@ def pad(c: Call, x, pads, value=0.0):
     return c.onnx("Pad", [x, _i64(begins + ends), c.like(value, x)])
 
 
+RUN_TIME = type("RunTime", (), {"__repr__": lambda self: "RUN_TIME", "__doc__": "a scalar known at run time only"})()
+
+
+@aten("aten._local_scalar_dense.default")
+def item(c: Call, x):
+    """``t.item()`` of a computed tensor (XLM's ``assert lengths.max().item() <= slen``): a value polysat carries only
+    into the checks torch.export records (``assertion``); any other reader is refused."""
+    return RUN_TIME
+
+
+@aten("aten.sym_size.int")
+def sym_size(c: Call, x, dim):
+    """A size torch.export left symbolic (a mask's count, say) that the import knows."""
+    n = c.shape(x)[int(dim)]
+    if not isinstance(n, int):
+        c.unsupported(f"size {dim} of a tensor of symbolic shape {list(c.shape(x))}")
+    return n
+
+
 @aten("aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten._assert_async.msg",
       "aten.sym_constrain_range_for_size.default")
 def assertion(c: Call, *args, **kw):
@@ -273,7 +314,10 @@ def index(c: Call, x, indices):
     (``mask[batch_idx, kv_idx]``, transformers' mask functions) broadcast together and index one element each of
     their axes: a Gather of those axes merged into one, at the row-major flat index of the (wrapped) indices. As
     torch places it, the broadcast index shape replaces adjacent indexed axes where they stand and comes first
-    when other axes separate them."""
+    when other axes separate them. A boolean mask over r axes is the r index tensors of its true positions
+    (``mask.nonzero()``, as torch defines it): a constant mask only, as the result's shape is the mask's count."""
+    indices = [n for t in indices for n in (_true_positions(c, t) if t is not None and c.np_dtype(t) == np.bool_
+                                             else [t])]
     given = [(k, t) for k, t in enumerate(indices) if t is not None]
     if not given:
         c.unsupported("indexing by no index tensor")
@@ -294,6 +338,34 @@ def index(c: Call, x, indices):
         flat = idx if flat is None else c.onnx("Add", [c.onnx("Mul", [flat, size]), idx])
     merged = shape[:axes[0]] + [int(np.prod([shape[a] for a in axes]))] + shape[axes[-1] + 1:]
     return c.onnx("Gather", [c.onnx("Reshape", [x, _i64(merged)]), flat], axis=axes[0])
+
+
+@aten("aten.index_put.default", "aten.index_put_.default")
+def index_put(c: Call, x, indices, values, accumulate=False):
+    """``x[idx] = values`` (XMOD's adapters: ``y[mask] = f(x[mask])``) with constant index tensors (boolean masks as
+    their true positions) on x's leading axes: ONNX ScatterND at their broadcast positions, values broadcast to the
+    rows they write."""
+    indices = [n for t in indices for n in (_true_positions(c, t) if t is not None and c.np_dtype(t) == np.bool_
+                                             else [t])]
+    if accumulate or any(t is None or not isinstance(t, np.ndarray) and t not in c.imp.consts for t in indices):
+        c.unsupported("an assignment through index tensors computed at run time, or accumulating, or after a full "
+                      "slice (polysat takes constant indices on the leading axes)")
+    shape = list(c.shape(x))
+    pos = np.broadcast_arrays(*[np.asarray(c.imp.consts[t] if isinstance(t, str) else t, np.int64) for t in indices])
+    rows = np.stack(pos, axis=-1) if pos[0].ndim else np.stack(pos)[None]
+    rows = np.where(rows < 0, rows + np.asarray(shape[:len(indices)]), rows)
+    want = list(rows.shape[:-1]) + shape[len(indices):]
+    if list(c.shape(values)) != want:
+        values = c.onnx("Expand", [values, _i64(want)])
+    return c.onnx("ScatterND", [x, rows, values])
+
+
+def _true_positions(c: Call, mask: str) -> list:
+    """The index tensors (one per axis of the mask) of a constant boolean mask's true elements."""
+    if mask not in c.imp.consts:
+        c.unsupported("a boolean mask index computed at run time: the result's shape would be its count of true "
+                      "elements")
+    return [np.asarray(p, dtype=np.int64) for p in np.nonzero(np.asarray(c.imp.consts[mask]))]
 
 
 @aten("aten.as_strided.default")
@@ -320,34 +392,31 @@ def _constant(c: Call, size, value, np_dtype) -> str:
     return name
 
 
-@aten("aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default")
+@aten("aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default", "aten.empty_like.default")
 def full_like(c: Call, x, value=None, dtype=None, **kw):
-    fill = {"aten.zeros_like.default": 0, "aten.ones_like.default": 1}.get(c.op, value)
-    return _constant(c, c.shape(x), fill, _np_of(c, x) if dtype is None else _np_dtype(dtype, fill))
+    fill = {"aten.zeros_like.default": 0, "aten.ones_like.default": 1, "aten.empty_like.default": 0}.get(c.op,
+                                                                                                        value)
+    return _constant(c, c.shape(x), fill, c.np_dtype(x) if dtype is None else _np_dtype(dtype, fill))
 
 
 @aten("aten.new_zeros.default", "aten.new_ones.default", "aten.new_full.default", "aten.zeros.default",
-      "aten.ones.default")
+      "aten.ones.default", "aten.empty.memory_format", "aten.new_empty.default")
 def new_full(c: Call, *args, dtype=None, **kw):
-    """x.new_zeros(size) and friends (x's dtype where none is named), torch.zeros(size) (float32 by default)."""
+    """x.new_zeros(size) and friends (x's dtype where none is named), torch.zeros(size) (float32 by default);
+    ``empty`` as zeros (its values are unspecified: a model reads only what it writes there)."""
     if c.op.startswith("aten.new_"):
         x, size, *rest = args
     else:
         x, (size, *rest) = None, args
-    fill = rest[0] if c.op == "aten.new_full.default" else (0 if "zeros" in c.op else 1)
+    fill = rest[0] if c.op == "aten.new_full.default" else (1 if "ones" in c.op else 0)
     if dtype is not None:
         return _constant(c, size, fill, _np_dtype(dtype, fill))
-    return _constant(c, size, fill, _np_of(c, x) if x is not None else np.float32)
+    return _constant(c, size, fill, c.np_dtype(x) if x is not None else np.float32)
 
 
 @aten("aten.scalar_tensor.default")
 def scalar_tensor(c: Call, value, dtype=None, **kw):
     return full(c, [], value, dtype)
-
-
-def _np_of(c: Call, x: str):
-    """The numpy dtype of tensor x (a constant's own, or the computed tensor's)."""
-    return c.imp.consts[x].dtype if x in c.imp.consts else c.imp.uop(c.imp.value(x, c.name)).dtype.np
 
 
 def _np_dtype(dtype, value) -> Any:
@@ -386,7 +455,7 @@ def scatter(c: Call, x, dim, index, src, reduce=None, include_self=True):
         c.unsupported(f"scatter_reduce {reduce!r}" + ("" if include_self else " without x's own values"))
     shape = list(c.shape(index))
     if not isinstance(src, str):  # a value: every update
-        src = np.full(shape, src, dtype=_np_of(c, x))
+        src = np.full(shape, src, dtype=c.np_dtype(x))
     elif list(c.shape(src)) != shape:
         src = c.onnx("Slice", [src, _i64([0] * len(shape)), _i64(shape), _i64(list(range(len(shape))))])
     return c.onnx("ScatterElements", [x, index, src], axis=int(dim), reduction=red)
@@ -463,6 +532,10 @@ def import_graph(gm, user_inputs: list, consts: dict, outputs: list, origin: str
             "parameters": imp.params, "narrowed_inputs": narrowed}
 
 
+_SCALAR_OPS = frozenset({operator.ge, operator.gt, operator.le, operator.lt, operator.eq, operator.ne, operator.add,
+                         operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg})
+
+
 def _call(imp: Importer, n, vals: dict) -> Any:
     if n.target is operator.getitem:
         src, k = n.args
@@ -471,6 +544,12 @@ def _call(imp: Importer, n, vals: dict) -> Any:
             fail("UnsupportedOp", n.name, f"output {k} of {src.name}{written_at(src)} (e.g. pool indices, batch "
                  "statistics) is not computed by polysat")
         return got
+    if n.target in _SCALAR_OPS:  # on sizes, which the import knows: the checks after a mask's index, say
+        args = [vals[a] if hasattr(a, "op") and hasattr(a, "target") else a for a in n.args]
+        if any(a is RUN_TIME for a in args):
+            return RUN_TIME
+        if all(isinstance(a, (int, float, bool)) for a in args):
+            return n.target(*args)
     op = str(n.target)
     if op not in ATEN:
         family = sorted(k for k in ATEN if k.rsplit(".", 1)[0] == op.rsplit(".", 1)[0])
@@ -482,6 +561,10 @@ def _call(imp: Importer, n, vals: dict) -> Any:
 
     def arg(a):
         if hasattr(a, "op") and hasattr(a, "target"):  # an FX node
+            if vals[a] is RUN_TIME and ATEN[op] is not assertion:
+                fail("UnsupportedOp", n.name, f"ATen op {op} (FX node {n.name!r}{written_at(n)}) reads {a.name}, a "
+                     f"scalar read from a tensor at run time (.item()), which polysat computes only into checks",
+                     "compute it from sizes, or keep it a tensor")
             return vals[a]
         if isinstance(a, (list, tuple)):
             return type(a)(arg(x) for x in a)

@@ -334,10 +334,14 @@ def test_int64_ids_in_arithmetic_compute_exactly_in_int32_and_values_past_it_are
     assert ei.value.diagnostics[0].code == "E1011"
 
 
-def test_cast_to_int64_at_run_time_is_refused():
-    m = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT64)], [_vi("x", [4])],
-               [_vi("y", [4], TensorProto.INT64)])
-    assert _diag(m).code == "E1011"
+def test_cast_of_floats_to_int64_at_run_time_is_computed_as_i32():
+    """As every int64 polysat computes (``.long()`` of floats: JetMoE's router); truncated toward 0, as ONNX casts."""
+    m = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT64)], [_vi("x", [5])],
+               [_vi("y", [5], TensorProto.INT64)])
+    x = np.asarray([2.7, -2.7, 0.0, 1e9, -2.0**31 + 128], np.float32)
+    got, _ = _polysat(m, {"x": x})
+    assert got[0].dtype == np.int32
+    np.testing.assert_array_equal(got[0], _ort(m, {"x": x})[0])
 
 
 def test_int64_constant_out_of_int32_range_is_refused():

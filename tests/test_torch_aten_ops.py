@@ -150,7 +150,28 @@ class Scatters(torch.nn.Module):  # a third new-user trial: PhiMoE's and JetMoE'
         return mask * 2 + added + over * 3 + peak + counts
 
 
+class Outside3(torch.nn.Module):  # the third trial's other ops: XLM, XMOD, DeepSeek-V3, JetMoE
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(5, 5)
+
+    def forward(self, x, ids):
+        count = (ids != 0).sum(dim=0)  # XLM: a sum of bool (an int64 count), its .item() into a check
+        torch._check(count.max().item() <= ids.shape[0])
+        lang = torch.zeros(x.shape[0], dtype=torch.long)
+        y = torch.zeros_like(x)
+        y[lang == 0] = self.lin(x[lang == 0])  # XMOD's adapters: a constant boolean mask, read and written
+        buf = torch.empty(x.shape, dtype=x.dtype)  # DeepSeek-V3: empty, then written whole
+        buf.copy_(x * 2)
+        v, i = torch.sort(x, dim=-1, descending=True)  # JetMoE's router: sort of floats and of integers
+        w, j = torch.sort(ids, dim=0, stable=True)
+        q = ids / 3 + torch.div(ids, -4, rounding_mode="floor") + torch.div(ids, 4, rounding_mode="trunc")
+        r = torch.div(x, 0.7, rounding_mode="floor") + torch.div(x, -0.3, rounding_mode="trunc") + x // 0.5
+        return y + buf + v + i + (w + j)[:, None] + q[:, None] + r + count
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
+         "outside3": (Outside3, lambda: (torch.randn(4, 5) * 3, torch.tensor([7, -13, 0, 13]))),
          "scatters": (Scatters, lambda: (torch.randn(6, 8),)),
          "buckets": (Buckets, lambda: (torch.randint(-3000, 3000, (2, 16)), torch.randn(2, 16, 4) * 5)),
          "outside": (Outside, lambda: (torch.randn(2, 4, 6), torch.rand(2, 4, 6))),
