@@ -308,66 +308,6 @@ def any_(c: Call, x, dim=None, keepdim=False):
     return c.onnx("Cast", [m], to=9)
 
 
-@aten("aten.index.Tensor")
-def index(c: Call, x, indices):
-    """x[..., idx, ...] with one index tensor (the others None): a Gather along its axis. Several index tensors
-    (``mask[batch_idx, kv_idx]``, transformers' mask functions) broadcast together and index one element each of
-    their axes: a Gather of those axes merged into one, at the row-major flat index of the (wrapped) indices. As
-    torch places it, the broadcast index shape replaces adjacent indexed axes where they stand and comes first
-    when other axes separate them. A boolean mask over r axes is the r index tensors of its true positions
-    (``mask.nonzero()``, as torch defines it): a constant mask only, as the result's shape is the mask's count."""
-    indices = [n for t in indices for n in (_true_positions(c, t) if t is not None and c.np_dtype(t) == np.bool_
-                                             else [t])]
-    given = [(k, t) for k, t in enumerate(indices) if t is not None]
-    if not given:
-        c.unsupported("indexing by no index tensor")
-    if len(given) == 1:
-        axis, idx = given[0]
-        return c.onnx("Gather", [x, idx], axis=axis)
-    shape = list(c.shape(x))
-    axes = [k for k, _ in given]
-    if axes != list(range(axes[0], axes[0] + len(axes))):  # separated: the indexed axes first, in order
-        rest = [k for k in range(len(shape)) if k not in axes]
-        x = c.onnx("Transpose", [x], perm=axes + rest)
-        shape, axes = [shape[k] for k in axes + rest], list(range(len(axes)))
-    flat = None
-    for (_, idx), a in zip(given, axes):
-        size = np.asarray(shape[a], dtype=np.int64)
-        idx = c.onnx("Cast", [idx], to=7)  # int64
-        idx = c.onnx("Where", [c.onnx("Less", [idx, np.asarray(0, np.int64)]), c.onnx("Add", [idx, size]), idx])
-        flat = idx if flat is None else c.onnx("Add", [c.onnx("Mul", [flat, size]), idx])
-    merged = shape[:axes[0]] + [int(np.prod([shape[a] for a in axes]))] + shape[axes[-1] + 1:]
-    return c.onnx("Gather", [c.onnx("Reshape", [x, _i64(merged)]), flat], axis=axes[0])
-
-
-@aten("aten.index_put.default", "aten.index_put_.default")
-def index_put(c: Call, x, indices, values, accumulate=False):
-    """``x[idx] = values`` (XMOD's adapters: ``y[mask] = f(x[mask])``) with constant index tensors (boolean masks as
-    their true positions) on x's leading axes: ONNX ScatterND at their broadcast positions, values broadcast to the
-    rows they write."""
-    indices = [n for t in indices for n in (_true_positions(c, t) if t is not None and c.np_dtype(t) == np.bool_
-                                             else [t])]
-    if accumulate or any(t is None or not isinstance(t, np.ndarray) and t not in c.imp.consts for t in indices):
-        c.unsupported("an assignment through index tensors computed at run time, or accumulating, or after a full "
-                      "slice (polysat takes constant indices on the leading axes)")
-    shape = list(c.shape(x))
-    pos = np.broadcast_arrays(*[np.asarray(c.imp.consts[t] if isinstance(t, str) else t, np.int64) for t in indices])
-    rows = np.stack(pos, axis=-1) if pos[0].ndim else np.stack(pos)[None]
-    rows = np.where(rows < 0, rows + np.asarray(shape[:len(indices)]), rows)
-    want = list(rows.shape[:-1]) + shape[len(indices):]
-    if list(c.shape(values)) != want:
-        values = c.onnx("Expand", [values, _i64(want)])
-    return c.onnx("ScatterND", [x, rows, values])
-
-
-def _true_positions(c: Call, mask: str) -> list:
-    """The index tensors (one per axis of the mask) of a constant boolean mask's true elements."""
-    if mask not in c.imp.consts:
-        c.unsupported("a boolean mask index computed at run time: the result's shape would be its count of true "
-                      "elements")
-    return [np.asarray(p, dtype=np.int64) for p in np.nonzero(np.asarray(c.imp.consts[mask]))]
-
-
 @aten("aten.as_strided.default")
 def as_strided(c: Call, x, size, stride, storage_offset=0):
     """A strided view of x's (contiguous) elements: a Gather of the flattened x at constant indices, which the
@@ -441,24 +381,6 @@ def embedding(c: Call, weight, indices, padding_idx=-1, scale_grad_by_freq=False
 @aten("aten.gather.default")
 def gather(c: Call, x, dim, index, sparse_grad=False):
     return c.onnx("GatherElements", [x, index], axis=int(dim))
-
-
-@aten("aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default", "aten.scatter_reduce.two")
-def scatter(c: Call, x, dim, index, src, reduce=None, include_self=True):
-    """``x.scatter(dim, index, src or value)``, ``scatter_add``, ``scatter_reduce`` (sum, amax, amin, with x's own
-    values included): ONNX ScatterElements, src cut to the index's shape (torch reads only that corner of it)."""
-    if c.op == "aten.scatter_reduce.two":
-        red = {"sum": "add", "amax": "max", "amin": "min"}.get(reduce)
-    else:
-        red = "add" if c.op == "aten.scatter_add.default" else "none"
-    if red is None or not include_self:
-        c.unsupported(f"scatter_reduce {reduce!r}" + ("" if include_self else " without x's own values"))
-    shape = list(c.shape(index))
-    if not isinstance(src, str):  # a value: every update
-        src = np.full(shape, src, dtype=c.np_dtype(x))
-    elif list(c.shape(src)) != shape:
-        src = c.onnx("Slice", [src, _i64([0] * len(shape)), _i64(shape), _i64(list(range(len(shape))))])
-    return c.onnx("ScatterElements", [x, index, src], axis=int(dim), reduction=red)
 
 
 def _onnx_dtype(c: Call, dtype) -> int:
