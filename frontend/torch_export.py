@@ -23,27 +23,37 @@ from .torch_aten import ATEN, Call, aten, written_at
 
 def _binary(onnx_op: str, **attrs):
     def fn(c: Call, a, b, alpha=1):
-        if isinstance(a, str) and not isinstance(b, str):
-            b = c.like(b, a)
-        elif isinstance(b, str) and not isinstance(a, str):
-            a = c.like(a, b)
-        else:
-            a, b = _promoted(c, a, b)
+        a, b = _promoted(c, a, b)
         if alpha != 1:
             b = c.onnx("Mul", [b, c.like(alpha, b if isinstance(b, str) else a)])
         return c.onnx(onnx_op, [a, b], **attrs)
     return fn
 
 
-def _promoted(c: Call, a: str, b: str) -> tuple:
-    """Two tensors of different dtypes in the one torch promotes them to (BLOOM's alibi: int64 positions times fp32
-    slopes), as ONNX's binary ops take one dtype."""
+def _promoted(c: Call, a, b) -> tuple:
+    """Operands a and b (tensors or Python scalars) in the dtype torch computes them in (``torch.result_type``), as
+    ONNX's binary ops take one dtype: int64 positions times fp32 slopes (BLOOM's alibi), integers times a float
+    scalar, fp16 and fp32 values. int32 and int64 are both i32 here; a scalar takes the tensor's dtype."""
     import torch
-    dts = [x.meta["val"].dtype if hasattr(x, "meta") and "val" in x.meta else None for x in c.node.args[:2]]
-    if None in dts or dts[0] == dts[1]:
-        return a, b
-    to = _onnx_dtype(c, torch.promote_types(*dts))
-    return c.onnx("Cast", [a], to=to), c.onnx("Cast", [b], to=to)
+    proxy = lambda v: torch.empty((0,) * len(c.shape(v)), dtype=_torch_of(c.np_dtype(v))) if isinstance(v, str) \
+        else v  # noqa: E731
+    to = torch.result_type(proxy(a), proxy(b))
+
+    def cast(v):
+        have = _torch_of(c.np_dtype(v)) if isinstance(v, str) else to
+        if have == to or {have, to} <= {torch.int32, torch.int64}:
+            return v
+        return c.onnx("Cast", [v], to=_onnx_dtype(c, to))
+    a, b = cast(a), cast(b)
+    return (a if isinstance(a, str) else c.like(a, b)), (b if isinstance(b, str) else c.like(b, a))
+
+
+def _torch_of(np_dtype):
+    import torch
+    import ml_dtypes
+    return {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16, np.dtype(np.int32): torch.int32,
+            np.dtype(np.int64): torch.int64, np.dtype(np.bool_): torch.bool, np.dtype(np.float64): torch.float64,
+            np.dtype(ml_dtypes.bfloat16): torch.bfloat16}[np.dtype(np_dtype)]
 
 
 for _n, _o in (("add", "Add"), ("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("maximum", "Max"), ("minimum", "Min"),
@@ -89,7 +99,17 @@ _UNARY = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "l
           "reciprocal": "Reciprocal", "neg": "Neg", "abs": "Abs", "erf": "Erf", "logical_not": "Not", "sign": "Sign",
           "isnan": "IsNaN", "sin": "Sin", "cos": "Cos", "floor": "Floor", "ceil": "Ceil", "round": "Round"}
 for _n, _o in _UNARY.items():
-    aten(f"aten.{_n}.default")(lambda c, x, _o=_o: c.onnx(_o, [x]))
+    aten(f"aten.{_n}.default")(lambda c, x, _o=_o: c.onnx(_o, [_as_result(c, x)]))
+
+
+def _as_result(c: Call, x: str) -> str:
+    """x cast to the node's float result where x is not a float (``torch.sqrt(torch.tensor(8))``, RAFT's scale:
+    torch computes a float function of integers in floats)."""
+    want = c.node.meta["val"].dtype if "val" in c.node.meta else None
+    if want is None or not want.is_floating_point or np.issubdtype(c.np_dtype(x), np.floating) or \
+            c.np_dtype(x) == _np_dtype(want, 0.0):
+        return x
+    return c.onnx("Cast", [x], to=_onnx_dtype(c, want))
 
 
 @aten("aten.bitwise_not.default", "aten.bitwise_and.Tensor", "aten.bitwise_or.Tensor", "aten.bitwise_xor.Tensor")
@@ -103,11 +123,12 @@ def bitwise(c: Call, x, y=None):
 
 @aten("aten.rsqrt.default")
 def rsqrt(c: Call, x):
-    return c.onnx("Reciprocal", [c.onnx("Sqrt", [x])])
+    return c.onnx("Reciprocal", [c.onnx("Sqrt", [_as_result(c, x)])])
 
 
 @aten("aten.log1p.default")
 def log1p(c: Call, x):  # log(1 + x), as ONNX exporters write it (no Log1p op: x below fp32's epsilon gives 0)
+    x = _as_result(c, x)
     return c.onnx("Log", [c.onnx("Add", [x, c.like(1, x)])])
 
 

@@ -167,7 +167,8 @@ class Outside3(torch.nn.Module):  # the third trial's other ops: XLM, XMOD, Deep
         w, j = torch.sort(ids, dim=0, stable=True)
         q = ids / 3 + torch.div(ids, -4, rounding_mode="floor") + torch.div(ids, 4, rounding_mode="trunc")
         r = torch.div(x, 0.7, rounding_mode="floor") + torch.div(x, -0.3, rounding_mode="trunc") + x // 0.5
-        return y + buf + v + i + (w + j)[:, None] + q[:, None] + r + count
+        p = ids * 0.5 + (ids < 0.5) + torch.rsqrt(ids.abs() + 1) + torch.sigmoid(ids)  # floats of integers, as torch
+        return y + buf + v + i + (w + j)[:, None] + q[:, None] + r + count + p[:, None] / torch.sqrt(torch.tensor(8))
 
 
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
