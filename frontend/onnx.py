@@ -346,6 +346,9 @@ def translate_node(imp: Importer, proto, k: int) -> None:
     node = OnnxNode(proto.op_type, name, list(proto.input), list(proto.output),
                     {a.name: helper.get_attribute_value(a) for a in proto.attribute}, proto, imp.opset)
     given = [x for x in node.inputs if x]
+    if node.op == "If":
+        _inline_if(imp, node, k)
+        return
     if node.op not in NO_FOLD and all(imp.is_const(x) for x in given) and (given or node.op == "Constant"):
         _fold(imp, node)
         return
@@ -375,6 +378,27 @@ def translate_node(imp: Importer, proto, k: int) -> None:
                 imp.consts[o] = imp.consts[t]
             else:
                 imp.bind(o, t)
+
+
+def _inline_if(imp: Importer, node: OnnxNode, k: int) -> None:
+    """If whose condition folds at import (an exporter's shape check: VitDet's relative positions): the branch it
+    takes, its nodes translated in place (they read the outer graph's values by name) and its outputs the If's."""
+    from onnx import numpy_helper
+    cond = imp.const(node.inputs[0]) if node.inputs and node.inputs[0] else None
+    if cond is None or np.size(cond) != 1:
+        node.unsupported("If on a condition computed at run time (polysat takes If where its condition folds at "
+                         "import)")
+    branch = node.attr("then_branch") if bool(np.asarray(cond).reshape(-1)[0]) else node.attr("else_branch")
+    for init in branch.initializer:
+        imp.consts[init.name] = numpy_helper.to_array(init)
+    for j, proto in enumerate(branch.node):
+        translate_node(imp, proto, 1000 * (k + 1) + j)
+    for o, b in zip(node.outputs, branch.output):
+        if o:
+            if b.name in imp.consts:
+                imp.consts[o] = imp.consts[b.name]
+            else:
+                imp.bind(o, imp.value(b.name, node.name))
 
 
 def _gather_elements(data: np.ndarray, index: np.ndarray, axis: int = 0) -> np.ndarray:

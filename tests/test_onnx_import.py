@@ -198,6 +198,31 @@ def test_scatter_elements_of_run_time_indices_matches_onnxruntime(dshape, ishape
     np.testing.assert_array_equal(got[0].astype(np_t), _ort(m, feeds)[0])
 
 
+@pytest.mark.parametrize("taken", [True, False])
+def test_if_of_a_folded_condition_is_its_branch(taken):
+    """If whose condition folds at import (an exporter's shape check: VitDet): the branch it takes, reading the outer
+    graph's initializer and computed values by name (frontend/onnx.py _inline_if); a run-time condition: E1102."""
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    then_g = helper.make_graph([helper.make_node("Neg", ["w"], ["t"]), helper.make_node("Mul", ["t", "x2"], ["t2"])],
+                               "then", [], [_vi("t2", [3, 4])])
+    else_g = helper.make_graph([helper.make_node("Add", ["w", "x2"], ["e"])], "else", [], [_vi("e", [3, 4])])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["rows"]),
+             helper.make_node("Equal", ["rows", "three" if taken else "four"], ["c"]),
+             helper.make_node("Add", ["x", "x"], ["x2"]),
+             helper.make_node("If", ["c"], ["w2"], then_branch=then_g, else_branch=else_g, name="rel_pos"),
+             helper.make_node("Add", ["x", "w2"], ["y"])]
+    consts = [("w", w), ("zero", np.asarray(0, np.int64)), ("three", np.asarray(3, np.int64)),
+              ("four", np.asarray(4, np.int64))]
+    m = _model(nodes, [_vi("x", [3, 4])], [_vi("y", [3, 4])], consts)
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    got, _ = _polysat(m, {"x": x})
+    np.testing.assert_allclose(got[0], _ort(m, {"x": x})[0], rtol=1e-6)
+    nodes[2] = helper.make_node("Greater", ["x", "x2"], ["c"])  # computed: no branch to take at import
+    nodes[3], nodes[2] = nodes[2], nodes[3]
+    d = _diag(_model(nodes, [_vi("x", [3, 4])], [_vi("y", [3, 4])], consts))
+    assert d.code == "E1102" and d.at == "rel_pos" and "run time" in d.why
+
+
 def test_a_conv_whose_pads_miss_an_axis_is_a_coded_diagnostic():
     """A 2-D Conv with pads [0, 0] (an exporter writing one value for both axes): E1008 naming the node, no traceback."""
     w = np.ones((2, 3, 3, 3), np.float32)
