@@ -2,7 +2,8 @@
 assignment, ``y[:, 0] = x[:, 1]``: RWKV): the indices address rows of data (its first k axes, k the indices' last
 extent); the result is, row by row, the update written there (the last one where indices repeat, as
 ``reduction='none'`` leaves it to the implementation) or data's own row: a Where of a constant mask between data and a
-Gather of the updates at constant rows, every row a static choice. ScatterElements with indices of any origin: below.
+Gather of the updates at constant rows, every row a static choice. ScatterElements with indices of any origin, and
+GatherND (its rows at their flat indices): below.
 """
 from __future__ import annotations
 
@@ -114,3 +115,32 @@ def scatter_elements(imp: Importer, node: OnnxNode) -> list:
                        {"keepdims": 0})[0]
         y = imp.call("Max" if red == "max" else "Min", at, [data, got])[0]
     return [imp.call("Cast", f"{at}/bool", [y], {"to": TensorProto.BOOL})[0] if dt == DType.bool else y]
+
+
+@handler("GatherND")
+def gather_nd(imp: Importer, node: OnnxNode) -> list:
+    """GatherND (torch.onnx's ``x[mask]``: XMOD's adapters) at batch_dims 0: each index tuple (the indices' last
+    axis, k long) picks a row of data's first k axes, read as one Gather of data with those axes merged, at the
+    tuple's row-major flat index (negative indices count from the end)."""
+    at = node.name
+    if int(node.attr("batch_dims", 0)) != 0:
+        node.unsupported("batch_dims other than 0", "batch_dims")
+    data, idx = imp.value(node.inputs[0], at), node.inputs[1]
+    ds = list(imp.shape(data))
+    ins = list(np.shape(imp.const(idx))) if imp.is_const(idx) else list(imp.shape(imp.value(idx, at)))
+    if not all(isinstance(d, int) for d in ds + ins) or not ins or not 1 <= ins[-1] <= len(ds):
+        node.unsupported("GatherND needs static shapes and indices of last extent 1 to data's rank")
+    k = ins[-1]
+    lead = np.asarray(ds[:k], np.int64)
+    strides = np.asarray([prod(ds[j + 1:k]) for j in range(k)], np.int64)
+    if imp.is_const(idx):
+        tuples = np.asarray(imp.const(idx)).astype(np.int64)
+        flat = (np.where(tuples < 0, tuples + lead, tuples) * strides).sum(-1)
+    else:
+        t = imp.call("Cast", f"{at}/index", [idx], {"to": TensorProto.INT64})[0]
+        t = imp.call("Where", f"{at}/index", [imp.call("Less", f"{at}/index", [t, np.asarray(0, np.int64)])[0],
+                                              imp.call("Add", f"{at}/index", [t, lead])[0], t])[0]
+        flat = imp.call("ReduceSum", f"{at}/index", [imp.call("Mul", f"{at}/index", [t, strides])[0], _i64([-1])],
+                        {"keepdims": 0})[0]
+    rows = imp.call("Reshape", f"{at}/rows", [data, _i64([prod(ds[:k])] + ds[k:])])[0]
+    return imp.call("Gather", at, [rows, flat], {"axis": 0})

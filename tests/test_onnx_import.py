@@ -198,6 +198,25 @@ def test_scatter_elements_of_run_time_indices_matches_onnxruntime(dshape, ishape
     np.testing.assert_array_equal(got[0].astype(np_t), _ort(m, feeds)[0])
 
 
+@pytest.mark.parametrize("const", [True, False])
+def test_gather_nd_matches_onnxruntime(const):
+    """GatherND at batch_dims 0 (torch.onnx's ``x[mask]``: XMOD): index tuples of 1 and 2 axes, negative ones, the
+    indices constant (a mask's NonZero folded) or computed at run time."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    one, two = np.asarray([[2], [-1], [0]], np.int64), np.asarray([[[0, 3], [2, -4]], [[1, 1], [-3, 0]]], np.int64)
+    nodes = [helper.make_node("GatherND", ["x", "one"], ["a"]), helper.make_node("GatherND", ["x", "two"], ["b"])]
+    if const:
+        m = _model(nodes, [_vi("x", [3, 4, 5])], [_vi("a", None), _vi("b", None)], [("one", one), ("two", two)])
+        feeds = {"x": x}
+    else:
+        m = _model(nodes, [_vi("x", [3, 4, 5]), _vi("one", [3, 1], TensorProto.INT64),
+                           _vi("two", [2, 2, 2], TensorProto.INT64)], [_vi("a", None), _vi("b", None)])
+        feeds = {"x": x, "one": one, "two": two}
+    for g, w in zip(_polysat(m, feeds)[0], _ort(m, feeds)):
+        np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.parametrize("taken", [True, False])
 def test_if_of_a_folded_condition_is_its_branch(taken):
     """If whose condition folds at import (an exporter's shape check: VitDet): the branch it takes, reading the outer
