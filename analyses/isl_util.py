@@ -153,6 +153,20 @@ def _keep_template(text: str, parts: tuple) -> tuple:
 _BY_ID: dict = {}  # id(obj) -> [obj, {what: value}, its text, its tuple_template, (source's template, renaming)]
 
 
+def printed(obj) -> str:
+    """str(obj) outside any operation quota (settext.isl_quota): isl's printer fails once a quota is spent, and
+    islpy then reads the printer it freed (a segmentation fault: Longformer's sliding-window halos)."""
+    ctx = obj.get_ctx()
+    limit = ctx.get_max_operations()
+    if not limit:
+        return str(obj)
+    ctx.set_max_operations(0)
+    try:
+        return str(obj)
+    finally:
+        ctx.set_max_operations(limit)
+
+
 def held(obj) -> list:
     """[obj, its memo, its text, its text's tuple_template (None until asked: :func:`held_parts`), ...] of an isl Set
     or Map: its text printed once per object (the key of the caches kept by text, analyses/footprint.py), or made
@@ -161,7 +175,7 @@ def held(obj) -> list:
     if hit is None or hit[0] is not obj:
         if len(_BY_ID) > 50000:
             _BY_ID.clear()
-        hit = _BY_ID[id(obj)] = [obj, {}, str(obj), None, None]
+        hit = _BY_ID[id(obj)] = [obj, {}, printed(obj), None, None]
     elif hit[2] is None:  # held renamed: its text is its source's, renamed
         parts, ren = hit[4]
         hit[3] = tuple(p if k % 2 == 0 else ren[p] for k, p in enumerate(parts))

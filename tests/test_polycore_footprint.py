@@ -251,6 +251,27 @@ def test_a_halo_isl_cannot_finish_within_its_quota_is_its_boxes_overlap(monkeypa
             assert got.per_tensor[x][d] >= n, (x, d)
 
 
+def test_a_set_is_printed_whatever_the_quota_left():
+    """A set's text (its memo's key, isl_util.held) is printed outside the quota it was made under: isl's printer
+    counts operations too, fails once the quota is spent, and islpy may then read the printer it freed (Longformer's
+    halos: a segmentation fault)."""
+    import islpy as isl
+    import pytest
+    from polysat.analyses.isl_util import printed
+    from polysat.analyses.settext import isl_quota
+    s = isl.Set("{ [i, j] : 0 <= i < 100 and 0 <= j < 100 and exists (e: i = 3e + j) }")
+    t = isl.Set("{ [i, j] : 0 <= i < 50 and 0 <= j < 70 and exists (e: j = 5e + i) }")
+    want = str(s)
+    with isl_quota(s.get_ctx(), 5):
+        with pytest.raises(isl.Error):
+            s.intersect(t).coalesce()
+        with pytest.raises(isl.Error):
+            str(s)
+        assert printed(s) == want
+        with pytest.raises(isl.Error):  # the quota still holds after
+            s.intersect(t).coalesce()
+
+
 def test_fans_are_the_same_under_other_names_and_counted_right():
     """Each exp cell reads one row max, each row max is read by the row's C cells; each rowsum cell reads C
     exps. A region renamed (other statement and tensor names, as another candidate names it) has the same fans."""
