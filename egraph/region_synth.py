@@ -285,7 +285,7 @@ class _KernelSynth:
         as_let = not ctx.in_body or hoist or own or (self.final and self.counts.get(key, 0) >= 2 and not streamed)
         self.budget -= 1
         if self.budget < 0:
-            fail("InternalError", self.kernel.name, f"kernel {self.kernel.name} recomputes values at more than "
+            fail("ResourceLimit", self.kernel.name, f"kernel {self.kernel.name} recomputes values at more than "
                  f"{self.limit} index tuples", "Materialize the values that consumers read at shifted indices "
                  "(choose a finer partition).")
         mkey = gkey + (as_let,) if self.final else gkey

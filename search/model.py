@@ -57,11 +57,12 @@ from ..egraph.boundaries import all_cuts
 from ..egraph.cost import Needs, SearchingCost, SizeCost, register
 from ..egraph.extract import solve
 from ..egraph.graph import export
+from ..egraph.region_synth import synthesize
 from ..egraph.saturate import OPT_IN, StopReason, default_limits, default_schedule, rule_files, run
 from ..egraph.state import EGraphState, new_state, pooled_state
 from ..egraph.totiny import to_tiny
 from ..ir import progress
-from ..ir.diagnostics import fail
+from ..ir.diagnostics import PolysatError, fail
 from ..ir.tiny import Program
 from ..ir.user_names import original_ids
 from ..knobs import streaming
@@ -242,8 +243,8 @@ class ModelCost(SearchingCost):
         progress.note(f"{len(st)} sites; default partition {seed.total:.1f} µs, one kernel per op "
                       + (f"{evaluate(frozenset()).total:.1f} µs" if frozenset() in memo else f"above {floor:.1f} µs"))
         if state.no_facts:  # no rule said which fusions are illegal: only the two partitions legal by construction
-            return Search(cur, lambda: evaluate(frozenset()), lambda: [], len(memo), st, [],
-                          f"not searched: {state.no_facts}", 0, 0)
+            return Search(buildable(cur, (), evaluate(frozenset())), lambda: evaluate(frozenset()), lambda: [],
+                          len(memo), st, [], f"not searched: {state.no_facts}", 0, 0)
         if given is not None and evaluate(given).total <= cur.total:
             cur = evaluate(given)
             merged, merge, merge_rejected = frozenset(), MergeResult({}, cur.total, CARRIED, 0, 0), lambda: {}
@@ -382,7 +383,7 @@ class ModelCost(SearchingCost):
         streamed = [Streamed(c, cur.total, len(cur.priced), int(cur.extraction.chosen[c].args[1]))
                     for c in sorted(streams & cur.fused) if cur.extraction.chosen.get(c) is not None
                     and cur.extraction.chosen[c].op == "SoftmaxSum"]
-        final = cur
+        cur = final = buildable(cur, memo.values(), base if base.priced else evaluate(frozenset()))
 
         def rejections() -> list:  # priced on demand (--explain): the search does not need them
             out, deltas = [], merge_rejected() if not exact else {}
@@ -407,6 +408,27 @@ class ModelCost(SearchingCost):
         stop = merge.stop + (f"; the descent stopped at the time limit ({self.limits.total:g} s CPU)" if late else "")
         return Search(cur, lambda: evaluate(frozenset(), price_illegal=True), rejections, len(memo), st, streamed,
                       stop, merge.nodes, merge.priced)
+
+
+BUILD_TRIES = 8  # candidates the search tries to build, best first, before one kernel per op
+
+
+def buildable(best: Candidate, priced, base: Candidate) -> Candidate:
+    """``best``, or where region synthesis refuses one of its kernels (E1505: a chain of resizes and convolutions
+    recomputing its values at more index tuples than a kernel may, which Poly Core's price does not see: UperNet's
+    head), the cheapest other legal candidate priced whose kernels it builds (of the BUILD_TRIES cheapest), else one
+    kernel per op. Built once: the backend's synthesis meets the same kernels again (region_synth's kernel cache)."""
+    ranked = sorted((c for c in priced if c is not best and c is not base and c.priced and not c.illegal
+                     and c.total < math.inf), key=lambda c: c.total)
+    for cand in [best] + ranked[:BUILD_TRIES] + [base]:
+        try:
+            synthesize(cand.extraction.program, cand.extraction.partition)
+            return cand
+        except PolysatError as e:
+            if cand is base or e.diagnostics[0].code != "E1505":
+                raise
+            progress.note(f"a candidate at {cand.total:.3f} µs is not built: {e.diagnostics[0].why}")
+    return base
 
 
 def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:

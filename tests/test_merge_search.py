@@ -447,3 +447,28 @@ def test_the_polish_with_floors_never_prices_a_join_a_better_one_excludes():
     res = _polish(items, first, price, lambda r: 1.0, lambda m: True, rounds=1,
                   floor=lambda r, m: prices.get(m, 5.0 * len(m)))
     assert res.groups == {"b": frozenset("ab"), "d": frozenset("cd")} and frozenset("bc") not in asked
+
+
+def test_a_partition_whose_synthesis_is_refused_is_not_returned(monkeypatch):
+    """Region synthesis may refuse a kernel the price took (E1505: a chain of resizes and convolutions recomputing its
+    values at too many index tuples, UperNet's head: it was E1999 after the search): the search returns the cheapest
+    candidate it priced that builds, one kernel per op at worst, never the refused one."""
+    import polysat.search.model as M
+    from polysat.bench.models import transformer
+    from polysat.frontend import program_from_doc
+    from polysat.ir.diagnostics import fail
+    from polysat.pricing.symbols import bind_params
+    prog = program_from_doc(transformer(1, d_model=64, heads=4, d_ff=128), "model")
+    free = M.ModelCost(bind_params(prog, {})).search(M.saturate_unfused(prog)[0])
+    best, n0 = free.best, len(free.baseline.priced)
+    assert len(best.priced) < n0
+    real = M.synthesize
+    for fewest in (len(best.priced) + 1, n0):  # refuse every partition of fewer kernels than that
+        def refusing(p, part, fewest=fewest):
+            if len(part.kernels) < fewest:
+                fail("ResourceLimit", part.kernels[0].name, "kernel k0 recomputes values at more than 1 index tuples")
+            return real(p, part)
+        monkeypatch.setattr(M, "synthesize", refusing)
+        got = M.ModelCost(bind_params(prog, {})).search(M.saturate_unfused(prog)[0]).best
+        assert len(got.priced) >= fewest and got.total >= best.total
+    assert got.total == pytest.approx(free.baseline.total)
