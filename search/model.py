@@ -243,7 +243,7 @@ class ModelCost(SearchingCost):
         progress.note(f"{len(st)} sites; default partition {seed.total:.1f} µs, one kernel per op "
                       + (f"{evaluate(frozenset()).total:.1f} µs" if frozenset() in memo else f"above {floor:.1f} µs"))
         if state.no_facts:  # no rule said which fusions are illegal: only the two partitions legal by construction
-            return Search(buildable(cur, (), evaluate(frozenset())), lambda: evaluate(frozenset()), lambda: [],
+            return Search(buildable(cur, (), lambda: evaluate(frozenset())), lambda: evaluate(frozenset()), lambda: [],
                           len(memo), st, [], f"not searched: {state.no_facts}", 0, 0)
         if given is not None and evaluate(given).total <= cur.total:
             cur = evaluate(given)
@@ -383,7 +383,7 @@ class ModelCost(SearchingCost):
         streamed = [Streamed(c, cur.total, len(cur.priced), int(cur.extraction.chosen[c].args[1]))
                     for c in sorted(streams & cur.fused) if cur.extraction.chosen.get(c) is not None
                     and cur.extraction.chosen[c].op == "SoftmaxSum"]
-        cur = final = buildable(cur, memo.values(), base if base.priced else evaluate(frozenset()))
+        cur = final = buildable(cur, memo.values(), lambda: evaluate(frozenset()))
 
         def rejections() -> list:  # priced on demand (--explain): the search does not need them
             out, deltas = [], merge_rejected() if not exact else {}
@@ -413,22 +413,29 @@ class ModelCost(SearchingCost):
 BUILD_TRIES = 8  # candidates the search tries to build, best first, before one kernel per op
 
 
-def buildable(best: Candidate, priced, base: Candidate) -> Candidate:
+def buildable(best: Candidate, priced, base) -> Candidate:
     """``best``, or where region synthesis refuses one of its kernels (E1505: a chain of resizes and convolutions
     recomputing its values at more index tuples than a kernel may, which Poly Core's price does not see: UperNet's
     head), the cheapest other legal candidate priced whose kernels it builds (of the BUILD_TRIES cheapest), else one
-    kernel per op. Built once: the backend's synthesis meets the same kernels again (region_synth's kernel cache)."""
-    ranked = sorted((c for c in priced if c is not best and c is not base and c.priced and not c.illegal
-                     and c.total < math.inf), key=lambda c: c.total)
-    for cand in [best] + ranked[:BUILD_TRIES] + [base]:
+    kernel per op (``base()``, priced only then). Built once: the backend's synthesis meets the same kernels again
+    (region_synth's kernel cache)."""
+    try:
+        synthesize(best.extraction.program, best.extraction.partition)
+        return best
+    except PolysatError as e:
+        if e.diagnostics[0].code != "E1505":
+            raise
+        progress.note(f"the partition at {best.total:.3f} µs is not built: {e.diagnostics[0].why}")
+    ranked = sorted((c for c in priced if c is not best and c.priced and not c.illegal and c.total < math.inf
+                     and c.fused), key=lambda c: c.total)
+    for cand in ranked[:BUILD_TRIES]:
         try:
             synthesize(cand.extraction.program, cand.extraction.partition)
             return cand
         except PolysatError as e:
-            if cand is base or e.diagnostics[0].code != "E1505":
+            if e.diagnostics[0].code != "E1505":
                 raise
-            progress.note(f"a candidate at {cand.total:.3f} µs is not built: {e.diagnostics[0].why}")
-    return base
+    return base()
 
 
 def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:
