@@ -419,23 +419,23 @@ def buildable(best: Candidate, priced, base) -> Candidate:
     head), the cheapest other legal candidate priced whose kernels it builds (of the BUILD_TRIES cheapest), else one
     kernel per op (``base()``, priced only then). Built once: the backend's synthesis meets the same kernels again
     (region_synth's kernel cache)."""
-    try:
-        synthesize(best.extraction.program, best.extraction.partition)
+    if _builds(best):
         return best
+    ranked = sorted((c for c in priced if c is not best and c.priced and not c.illegal and c.total < math.inf
+                     and c.fused), key=lambda c: c.total)
+    return next((c for c in ranked[:BUILD_TRIES] if _builds(c)), None) or base()
+
+
+def _builds(cand: Candidate) -> bool:
+    """Whether region synthesis builds every kernel of the candidate (False only for E1505, its recompute bound)."""
+    try:
+        synthesize(cand.extraction.program, cand.extraction.partition)
+        return True
     except PolysatError as e:
         if e.diagnostics[0].code != "E1505":
             raise
-        progress.note(f"the partition at {best.total:.3f} µs is not built: {e.diagnostics[0].why}")
-    ranked = sorted((c for c in priced if c is not best and c.priced and not c.illegal and c.total < math.inf
-                     and c.fused), key=lambda c: c.total)
-    for cand in ranked[:BUILD_TRIES]:
-        try:
-            synthesize(cand.extraction.program, cand.extraction.partition)
-            return cand
-        except PolysatError as e:
-            if e.diagnostics[0].code != "E1505":
-                raise
-    return base()
+        progress.note(f"the partition at {cand.total:.3f} µs is not built: {e.diagnostics[0].why}")
+        return False
 
 
 def saturate_unfused(program: Program, rules_dirs=None, limits=None, builtin: bool = True) -> tuple:
