@@ -45,7 +45,11 @@ def _promoted(c: Call, a, b) -> tuple:
             return v
         return c.onnx("Cast", [v], to=_onnx_dtype(c, to))
     a, b = cast(a), cast(b)
-    return (a if isinstance(a, str) else c.like(a, b)), (b if isinstance(b, str) else c.like(b, a))
+
+    def scalar(v, other):  # in the other tensor's dtype (or, between two scalars, the result's)
+        return v if isinstance(v, str) else c.like(v, other) if isinstance(other, str) else \
+            np.asarray(v, dtype=_np_dtype(to, v))
+    return scalar(a, b), scalar(b, a)
 
 
 def _torch_of(np_dtype):
