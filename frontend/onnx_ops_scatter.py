@@ -2,8 +2,8 @@
 assignment, ``y[:, 0] = x[:, 1]``: RWKV): the indices address rows of data (its first k axes, k the indices' last
 extent); the result is, row by row, the update written there (the last one where indices repeat, as
 ``reduction='none'`` leaves it to the implementation) or data's own row: a Where of a constant mask between data and a
-Gather of the updates at constant rows, every row a static choice. ScatterElements with indices of any origin, and
-GatherND (its rows at their flat indices): below.
+Gather of the updates at constant rows, every row a static choice. ScatterElements with indices of any origin,
+GatherND (its rows at their flat indices) and GridSample (gathers at the grid's corners): below.
 """
 from __future__ import annotations
 
@@ -93,8 +93,8 @@ def scatter_elements(imp: Importer, node: OnnxNode) -> list:
     over = _i64([axis + 1])
     if red == "none":
         ks = np.arange(k, dtype=np.int64).reshape([1] * (axis + 1) + [k] + [1] * (rank - axis - 1))
-        last = imp.call("ReduceMax", f"{at}/last", [imp.call("Where", f"{at}/last", [eq, ks, np.asarray(-1, np.int64)])[0],
-                                                    over], {"keepdims": 1})[0]
+        ranked = imp.call("Where", f"{at}/last", [eq, ks, np.asarray(-1, np.int64)])[0]
+        last = imp.call("ReduceMax", f"{at}/last", [ranked, over], {"keepdims": 1})[0]
         eq = imp.call("Equal", f"{at}/last", [last, ks])[0]
         hit = imp.call("Squeeze", f"{at}/hit", [imp.call("Less", f"{at}/hit", [np.asarray(-1, np.int64), last])[0],
                                                over])[0]
@@ -144,3 +144,68 @@ def gather_nd(imp: Importer, node: OnnxNode) -> list:
                         {"keepdims": 0})[0]
     rows = imp.call("Reshape", f"{at}/rows", [data, _i64([prod(ds[:k])] + ds[k:])])[0]
     return imp.call("Gather", at, [rows, flat], {"axis": 0})
+
+
+@handler("GridSample")
+def grid_sample(imp: Importer, node: OnnxNode) -> list:
+    """GridSample of a 4-D input (RT-DETR's deformable attention, RAFT's correlation lookup), bilinear or nearest,
+    padding zeros or border: each output point reads the input at the grid's point (x along W, y along H, in
+    [-1, 1], unnormalized as align_corners says) through the corners around it, each a run-time gather of the input's
+    flattened plane (GatherElements at y * W + x), weighted, a corner outside the input weighing 0 (zeros) or
+    the point clamped into it first (border)."""
+    at = node.name
+    mode = node.attr("mode", "bilinear")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    pad = node.attr("padding_mode", "zeros")
+    pad = pad.decode() if isinstance(pad, bytes) else pad
+    align = int(node.attr("align_corners", 0))
+    x, grid = imp.value(node.inputs[0], at), imp.value(node.inputs[1], at)
+    xs, gs = list(imp.shape(x)), list(imp.shape(grid))
+    if mode not in ("bilinear", "linear", "nearest") or pad not in ("zeros", "border"):
+        node.unsupported(f"mode {mode!r} with padding_mode {pad!r} (polysat takes bilinear or nearest, zeros or "
+                         "border)", "mode" if mode not in ("bilinear", "linear", "nearest") else "padding_mode")
+    if len(xs) != 4 or len(gs) != 4 or gs[3] != 2 or not all(isinstance(d, int) for d in xs + gs) or gs[0] != xs[0]:
+        node.unsupported("GridSample needs a static 4-D input and a grid [N, H_out, W_out, 2]")
+    n, c, h, w = xs
+    ho, wo = gs[1], gs[2]
+    dt = imp.dtype(x)
+    call = lambda op, ins, **a: imp.call(op, f"{at}/{op.lower()}", ins, a)[0]  # noqa: E731
+    f32 = lambda v: np.asarray(v, np.float32)  # noqa: E731
+    g = call("Cast", [grid], to=TensorProto.FLOAT)
+    g = call("Reshape", [g, _i64([n, 1, ho * wo, 2])])
+
+    def coord(k: int, size: int) -> str:  # the grid's k-th coordinate in input pixels, [N, 1, H_out * W_out]
+        v = call("Gather", [g, np.asarray(k, np.int64)], axis=3)
+        v = call("Mul", [call("Add", [v, f32(1.0)]), f32((size - 1) / 2 if align else size / 2)])
+        v = v if align else call("Sub", [v, f32(0.5)])
+        return call("Max", [call("Min", [v, f32(size - 1)]), f32(0.0)]) if pad == "border" else v
+    px, py = coord(0, w), coord(1, h)
+    plane = call("Reshape", [call("Cast", [x], to=TensorProto.FLOAT), _i64([n, c, h * w])])
+
+    def corner(cx: str, cy: str) -> tuple:  # (the input at integer point (cx, cy), whether it lies inside)
+        within = lambda v, size: call("And", [call("GreaterOrEqual", [v, f32(0.0)]),  # noqa: E731
+                                              call("LessOrEqual", [v, f32(size - 1)])])
+        inside = call("And", [within(cx, w), within(cy, h)])
+        safe = call("Add", [call("Mul", [call("Max", [call("Min", [cy, f32(h - 1)]), f32(0.0)]), f32(w)]),
+                            call("Max", [call("Min", [cx, f32(w - 1)]), f32(0.0)])])
+        idx = call("Expand", [call("Cast", [safe], to=TensorProto.INT32), _i64([n, c, ho * wo])])
+        return call("GatherElements", [plane, idx], axis=2), inside
+    if mode == "nearest":  # ties to even, as ONNX's reference rounds
+        v, inside = corner(call("Round", [px]), call("Round", [py]))
+        y = call("Where", [inside, v, f32(0.0)])
+    else:
+        x0, y0 = call("Floor", [px]), call("Floor", [py])
+        fx, fy = call("Sub", [px, x0]), call("Sub", [py, y0])
+        y = None
+        for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            cx, cy = (call("Add", [x0, f32(1.0)]) if dx else x0), (call("Add", [y0, f32(1.0)]) if dy else y0)
+            wx = fx if dx else call("Sub", [f32(1.0), fx])
+            wy = fy if dy else call("Sub", [f32(1.0), fy])
+            v, inside = corner(cx, cy)
+            term = call("Mul", [v, call("Where", [inside, call("Mul", [wx, wy]), f32(0.0)])])
+            y = term if y is None else call("Add", [y, term])
+    y = call("Reshape", [y, _i64([n, c, ho, wo])])
+    return [imp.call("Cast", at, [y], {"to": _ONNX_OF[dt]})[0] if dt != DType.fp32 else y]
+
+
+_ONNX_OF = {DType.fp16: TensorProto.FLOAT16, DType.bf16: TensorProto.BFLOAT16, DType.fp32: TensorProto.FLOAT}

@@ -217,6 +217,20 @@ def test_gather_nd_matches_onnxruntime(const):
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("mode,pad,align", [(m, p, a) for m in ("bilinear", "nearest") for p in ("zeros", "border")
+                                             for a in (0, 1)])
+def test_grid_sample_matches_onnxruntime(mode, pad, align):
+    """GridSample (RT-DETR, RAFT: frontend/onnx_ops_scatter.py): corners gathered at run-time addresses, weighted, a
+    grid reaching past the input on every side."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    grid = (rng.random((2, 4, 6, 2)) * 2.6 - 1.3).astype(np.float32)
+    m = _model([helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad, align_corners=align)],
+               [_vi("x", list(x.shape)), _vi("g", list(grid.shape))], [_vi("y", None)], opset=16)
+    got, _ = _polysat(m, {"x": x, "g": grid})
+    np.testing.assert_allclose(got[0], _ort(m, {"x": x, "g": grid})[0], rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("taken", [True, False])
 def test_if_of_a_folded_condition_is_its_branch(taken):
     """If whose condition folds at import (an exporter's shape check: VitDet): the branch it takes, reading the outer

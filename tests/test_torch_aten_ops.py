@@ -171,7 +171,15 @@ class Outside3(torch.nn.Module):  # the third trial's other ops: XLM, XMOD, Deep
         return y + buf + v + i + (w + j)[:, None] + q[:, None] + r + count + p[:, None] / torch.sqrt(torch.tensor(8))
 
 
+class Sampled(torch.nn.Module):  # RAFT's correlation lookup, RT-DETR's deformable attention: grid_sample
+    def forward(self, x, grid):
+        a = torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+        b = torch.nn.functional.grid_sample(x, grid * 1.1, mode="nearest", padding_mode="border", align_corners=False)
+        return a + b
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
+         "sampled": (Sampled, lambda: (torch.randn(2, 3, 5, 7), torch.rand(2, 4, 6, 2) * 2.4 - 1.2)),
          "outside3": (Outside3, lambda: (torch.randn(4, 5) * 3, torch.tensor([7, -13, 0, 13]))),
          "scatters": (Scatters, lambda: (torch.randn(6, 8),)),
          "buckets": (Buckets, lambda: (torch.randint(-3000, 3000, (2, 16)), torch.randn(2, 16, 4) * 5)),
