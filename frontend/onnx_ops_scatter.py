@@ -205,7 +205,4 @@ def grid_sample(imp: Importer, node: OnnxNode) -> list:
             term = call("Mul", [v, call("Where", [inside, call("Mul", [wx, wy]), f32(0.0)])])
             y = term if y is None else call("Add", [y, term])
     y = call("Reshape", [y, _i64([n, c, ho, wo])])
-    return [imp.call("Cast", at, [y], {"to": _ONNX_OF[dt]})[0] if dt != DType.fp32 else y]
-
-
-_ONNX_OF = {DType.fp16: TensorProto.FLOAT16, DType.bf16: TensorProto.BFLOAT16, DType.fp32: TensorProto.FLOAT}
+    return [Emit(imp, node).cast(y, dt)]

@@ -212,8 +212,7 @@ def index(c: Call, x, indices):
     torch places it, the broadcast index shape replaces adjacent indexed axes where they stand and comes first
     when other axes separate them. A boolean mask over r axes is the r index tensors of its true positions
     (``mask.nonzero()``, as torch defines it): a constant mask only, as the result's shape is the mask's count."""
-    indices = [n for t in indices for n in (_true_positions(c, t) if t is not None and c.np_dtype(t) == np.bool_
-                                             else [t])]
+    indices = _index_tensors(c, indices)
     given = [(k, t) for k, t in enumerate(indices) if t is not None]
     if not given:
         c.unsupported("indexing by no index tensor")
@@ -241,8 +240,7 @@ def index_put(c: Call, x, indices, values, accumulate=False):
     """``x[idx] = values`` (XMOD's adapters: ``y[mask] = f(x[mask])``) with constant index tensors (boolean masks as
     their true positions) on x's leading axes: ONNX ScatterND at their broadcast positions, values broadcast to the
     rows they write."""
-    indices = [n for t in indices for n in (_true_positions(c, t) if t is not None and c.np_dtype(t) == np.bool_
-                                             else [t])]
+    indices = _index_tensors(c, indices)
     if accumulate or any(t is None or not isinstance(t, np.ndarray) and t not in c.imp.consts for t in indices):
         c.unsupported("an assignment through index tensors computed at run time, or accumulating, or after a full "
                       "slice (polysat takes constant indices on the leading axes)")
@@ -254,6 +252,12 @@ def index_put(c: Call, x, indices, values, accumulate=False):
     if list(c.shape(values)) != want:
         values = c.onnx("Expand", [values, _i64(want)])
     return c.onnx("ScatterND", [x, rows, values])
+
+
+def _index_tensors(c: Call, indices: list) -> list:
+    """torch's index tensors with each boolean mask over r axes made the r index tensors of its true positions."""
+    return [n for t in indices for n in (_true_positions(c, t) if t is not None and c.np_dtype(t) == np.bool_
+                                         else [t])]
 
 
 def _true_positions(c: Call, mask: str) -> list:

@@ -78,12 +78,9 @@ def div(c: Call, a, b, rounding_mode=None):
     """torch's division: true division (of integers too: a float, which ONNX's integer Div is not), or rounded toward
     0 (``trunc``: ONNX's integer Div) or toward -inf (``floor``, ``//``: integers exactly as (a - a mod b) / b)."""
     mode = "floor" if c.op == "aten.floor_divide.default" else rounding_mode
-    import torch
     out = c.node.meta["val"].dtype if "val" in c.node.meta else None
-    if mode is None and out is not None and out.is_floating_point:  # integers divided as the result's floats
-        to = _onnx_dtype(c, out)
-        a, b = (c.onnx("Cast", [v], to=to) if isinstance(v, str) and c.np_dtype(v) != _np_dtype(out, 0.0) else v
-                for v in (a, b))
+    if mode is None:  # integers divided as the result's floats
+        a, b = (_as_result(c, v) if isinstance(v, str) else v for v in (a, b))
     q = _binary("Div")(c, a, b)
     if mode is None or out is None or not out.is_floating_point and mode == "trunc":
         return q

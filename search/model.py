@@ -423,7 +423,8 @@ def buildable(best: Candidate, priced, base) -> Candidate:
         return best
     ranked = sorted((c for c in priced if c is not best and c.priced and not c.illegal and c.total < math.inf
                      and c.fused), key=lambda c: c.total)
-    return next((c for c in ranked[:BUILD_TRIES] if _builds(c)), None) or base()
+    built = next((c for c in ranked[:BUILD_TRIES] if _builds(c)), None)
+    return base() if built is None else built
 
 
 def _builds(cand: Candidate) -> bool:

@@ -76,7 +76,7 @@ def _free(prog: Program) -> set:
     const: set = set()  # CONST nodes, their views and casts
     outputs = {nid for _, nid in prog.outputs}
     for n in prog.nodes:
-        if n.op == Ops.CONST or n.op in GroupOp.Movement and n.src and all(s in const for s in n.src) or \
+        if n.op == Ops.CONST or n.op in GroupOp.Movement and all(s in const for s in n.src) or \
                 n.op == Ops.CAST and n.src[0] in const and n.id not in outputs:
             const.add(n.id)
             out.add(n.id)
