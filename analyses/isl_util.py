@@ -318,7 +318,20 @@ def _fold_divs(e: Expr, box: Box) -> Expr:
 
 
 def simplify(e: Expr, box: Box) -> Expr:
-    """Fold size-1 axes to 0 and floordivs that are constant over the box (exact rewrites only)."""
+    """Fold size-1 axes to 0 and floordivs that are constant over the box (exact rewrites only). Made once per
+    expression and bounds of the variables it reads: region synthesis asks again for each index tuple it meets
+    through a chain of views (Longformer's windows: 42,060 asks, 1,438 distinct, in one kernel)."""
+    if e.is_const:
+        return e
+    return _simplified(e, tuple((v, box[v]) for v in sorted(e.variables()) if v in box))
+
+
+@lru_cache(maxsize=65536)
+def _simplified(e: Expr, bounds: tuple) -> Expr:
+    return _simplify(e, dict(bounds))
+
+
+def _simplify(e: Expr, box: Box) -> Expr:
     d: dict = {}
     for m, c in e.terms:
         if len(m) > 1:  # a product (sizes only): leave as is

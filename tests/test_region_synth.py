@@ -240,3 +240,41 @@ def test_a_reduction_recomputed_in_a_padded_window_binds_axes_the_window_guard_d
         feeds = with_parameters(c.doc, {"x0": x.numpy()})
         ref, got = (polysat.run(c, feeds, target=t)["y"] for t in ("reference", "playback"))
         assert np.abs(ref - want).max() < 1e-5 and np.abs(got - want).max() < 1e-5, (px, np.abs(got - want).max())
+
+
+def _doubling_shifts(steps: int, spare: int):
+    """x_{j+1} = x_j + x_j shifted by 2^j (shrink then pad): the last value reads x_0 at 2^steps index tuples, from a
+    kernel of about 4 nodes a step; ``spare`` unrelated nodes beside it make the program large."""
+    b = Builder()
+    n = 1 << (steps + 1)
+    x = b.input("X", DType.fp32, (n,), at="X", nid="X")
+    for j in range(steps):
+        s = 1 << j
+        moved = b.pad(b.shrink(x, (s,), (n,), at=f"s{j}"), ((0, s),), at=f"p{j}")
+        x = b.add(Ops.ADD, [x, moved], at=f"a{j}")
+    y = b.input("Y", DType.fp32, (4,), at="Y", nid="Y")
+    for j in range(spare):
+        y = b.add(Ops.NEG, [y], at=f"n{j}", nid=f"spare{j}")
+    return b.program([("out", x), ("other", y)])
+
+
+def test_a_kernel_recomputing_at_too_many_index_tuples_is_refused_by_its_own_size():
+    """A kernel may recompute its values at 64 index tuples per node on average: counted on the kernel, not on its
+    program. One kernel of 12 doubling shifts (3 nodes each) reads its input at 4,096 tuples: 4,095 demands, over the
+    3,304 its 36 nodes may make. The 3,000 unrelated nodes beside it (their own kernel) must not lend it their budget
+    (a window kernel of Longformer's large program ran for minutes before its diagnostic). 11 shifts (2,047 demands,
+    3,112 allowed) are built."""
+    for steps, refused in ((11, False), (12, True)):
+        p = _doubling_shifts(steps, 3000)
+        other = frozenset(f"spare{j}" for j in range(3000))
+        shifts = frozenset(n.id for n in p.nodes if n.op != Ops.INPUT) - other
+        out = dict(p.outputs)
+        part = Partition((Kernel("window", shifts, (out["out"],), ("X",)),
+                          Kernel("rest", other, (out["other"],), ("Y",))))
+        if refused:
+            with pytest.raises(PolysatError) as e:
+                synthesize(p, part)
+            assert e.value.diagnostics[0].code == "E1505" and "index tuples" in e.value.diagnostics[0].why
+        else:
+            regions = synthesize(p, part)
+            assert len(nodes_of(regions[0], R.READ)) == 1 << steps
