@@ -1,4 +1,5 @@
-"""ONNX op handlers, part 2: contractions (MatMul, Gemm, Einsum), Conv, pooling, BatchNormalization,
+"""ONNX op handlers, part 2: contractions (MatMul, Gemm, Einsum), Conv, pooling, BatchNormalization, the recurrences
+(RNN, GRU, LSTM: unrolled),
 Softmax/LogSoftmax and the Reduce family, onto GEMM / Conv2D / MaxPool2D / AvgPool2D / Reduce /
 Softmax / LayerNorm / Einsum Frontend IR nodes (Conv3D / MaxPool3D / AvgPool3D for 3 spatial axes). 1-D
 convolutions and pools run as 2-D ones with H = 1.
@@ -11,7 +12,7 @@ import numpy as np
 
 from ..ir.diagnostics import fail
 from ..ir.dtypes import DType
-from .onnx_table import Emit, handler
+from .onnx_table import Emit, handler, i64
 
 if TYPE_CHECKING:  # annotations only (frontend/onnx.py loads the handlers)
     from .onnx import Importer, OnnxNode
@@ -306,3 +307,129 @@ def lrn(imp: Importer, node: OnnxNode) -> list:
     scale = e.ew("add", e.ew("mul", mean, e.const_of(alpha, DType.fp32)), e.const_of(bias, DType.fp32))
     y = e.ew("div", xf, e.ew("pow", scale, e.const_of(beta, DType.fp32)))
     return [e.cast(y, e.dtype(x))]
+
+
+# ---- recurrences: RNN, GRU, LSTM unrolled over their (static) sequence ------------------------------------
+_RNN_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_RNN_ACTS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"), "LSTM": ("Sigmoid", "Tanh", "Tanh")}
+
+
+@handler("RNN", "GRU", "LSTM")
+def recurrence(imp: Importer, node: OnnxNode) -> list:
+    """One time step after another, each step's hidden state the next one's input (ONNX's equations, gates in its
+    order: GRU z, r, h; LSTM i, o, f, c): the input's projection for every step is one GEMM, each step adds its
+    hidden state's. The sequence must be static; ``sequence_lens`` is taken only when every sequence is full."""
+    e, op = Emit(imp, node), node.op
+    x = e.input(0)
+    if node.attr("layout", 0):
+        x = e.op("Transpose", [x], {"perm": [1, 0, 2]})
+    seq, _, _ = e.shape(x)
+    if not isinstance(seq, int):
+        node.unsupported(f"its sequence length {seq} is symbolic; the recurrence is unrolled at import")
+    acts = tuple((a.decode() if isinstance(a, bytes) else a).lower() for a in (node.attr("activations") or ()))
+    dirs = {"forward": (False,), "reverse": (True,), "bidirectional": (False, True)}.get(node.attr("direction", "forward"))
+    if dirs is None:
+        node.unsupported(f"direction {node.attr('direction')!r}", "direction")
+    if acts and acts != tuple(a.lower() for a in _RNN_ACTS[op]) * len(dirs):
+        node.unsupported(f"activations {list(acts)}: only ONNX's defaults {list(_RNN_ACTS[op])} are taken", "activations")
+    if node.attr("activation_alpha") is not None or node.attr("activation_beta") is not None:
+        node.unsupported("activation_alpha/beta parametrize activations other than the defaults", "activation_alpha")
+    if node.has(4):
+        lens = imp.const(node.inputs[4])
+        if lens is None or not np.all(np.asarray(lens) == seq):
+            node.unsupported("sequence_lens other than the full length of every sequence")
+    hidden, clip = int(node.attr("hidden_size")), node.attr("clip")
+    state = {"coupled": bool(node.attr("input_forget", 0)), "before_reset": bool(node.attr("linear_before_reset", 0))}
+    ys, hs, cs = [], [], []
+    for d, backward in enumerate(dirs):
+        y, h, c = _direction(e, op, x, d, backward, seq, hidden, clip, state)
+        ys.append(y)
+        hs.append(h)
+        cs.append(c)
+    outs = [_stack(e, ys, 1), _stack(e, hs, 0)] + ([_stack(e, cs, 0)] if op == "LSTM" else [])
+    if node.attr("layout", 0):  # Y [batch, seq, dirs, hidden]; the states [batch, dirs, hidden]
+        outs = [e.op("Transpose", [outs[0]], {"perm": [2, 0, 1, 3]})] + \
+               [e.op("Transpose", [s], {"perm": [1, 0, 2]}) for s in outs[1:]]
+    return outs
+
+
+def _stack(e: Emit, xs: list, axis: int) -> str:
+    """The tensors, each given a new axis ``axis``, joined along it."""
+    xs = [e.imp.call("Unsqueeze", f"{e.name()}", [t, i64([axis])])[0] for t in xs]
+    return xs[0] if len(xs) == 1 else e.imp.call("Concat", e.name(), xs, {"axis": axis})[0]
+
+
+def _direction(e: Emit, op: str, x: str, d: int, backward: bool, seq: int, hidden: int, clip, state: dict) -> tuple:
+    """(Y [seq, batch, hidden], the last hidden state, the last cell state or None) of direction d."""
+    node, imp, g = e.node, e.imp, _RNN_GATES[op]
+
+    def call(op_: str, inputs: list) -> str:  # an ONNX op on them (a constant's slice folds), as a graph tensor
+        return imp.value(imp.call(op_, e.name(), inputs)[0], node.name)
+
+    def cut(t: str, lo: int, hi: int, axis: int) -> str:
+        return call("Slice", [t, i64([lo]), i64([hi]), i64([axis])])
+
+    def mine(k: int) -> str:  # input k of direction d (its leading axis dropped)
+        return call("Squeeze", [cut(node.inputs[k], d, d + 1, 0), i64([0])])
+
+    def gate(t: str, k: int, axis: int = -1) -> str:  # gate k of a tensor holding g of them along axis
+        return cut(t, k * hidden, (k + 1) * hidden, axis)
+
+    def act(fn: str, t: str) -> str:  # clip bounds the input of a gate's activation
+        if clip is not None:
+            t = e.ew("min", e.ew("max", t, e.scalar(-float(clip), t)), e.scalar(float(clip), t))
+        return e.ew(fn, t)
+
+    def mm(a: str, b: str) -> str:
+        return e.op("GEMM", [a, b], {"trans_b": True, "acc_dtype": "fp32"})
+
+    dt = e.dtype(x)
+    w, r = mine(1), mine(2)  # [g*hidden, input], [g*hidden, hidden]
+    xw, rb = mm(x, w), None  # [seq, batch, g*hidden]: every step's input projection
+    if node.has(3):
+        b = mine(3)
+        wb, rb = cut(b, 0, g * hidden, 0), cut(b, g * hidden, 2 * g * hidden, 0)
+        if op == "GRU" and state["before_reset"]:
+            xw = e.ew("add", xw, wb)  # Rb_h stays inside r * (h R_h^T + Rb_h): Rb added per step
+        else:
+            xw, rb = e.ew("add", xw, e.ew("add", wb, rb)), None
+    batch = e.shape(x)[1]
+    zeros = e.op("Constant", [], {"value": 0.0, "dtype": dt.value,
+                                  "shape": [1, batch if isinstance(batch, int) else str(batch), hidden]})
+    lift = lambda t: call("Unsqueeze", [t, i64([0])])  # [batch, hidden] -> [1, batch, hidden]
+    h = lift(mine(5)) if node.has(5) else zeros
+    c = lift(mine(6)) if op == "LSTM" and node.has(6) else zeros
+    peep = [gate(mine(7), k, 0) for k in range(3)] if op == "LSTM" and node.has(7) else None
+    one = e.scalar(1.0, x)
+    ys = [None] * seq
+    for t in (range(seq - 1, -1, -1) if backward else range(seq)):
+        xt = cut(xw, t, t + 1, 0)  # [1, batch, g*hidden]
+        if op == "RNN":
+            h = act("tanh", e.ew("add", xt, mm(h, r)))
+        elif op == "GRU":
+            hr = mm(h, cut(r, 0, 2 * hidden, 0))
+            hr = hr if rb is None else e.ew("add", hr, cut(rb, 0, 2 * hidden, 0))  # linear_before_reset: Rb kept apart
+            z = act("sigmoid", e.ew("add", gate(xt, 0), gate(hr, 0)))
+            rs = act("sigmoid", e.ew("add", gate(xt, 1), gate(hr, 1)))
+            if state["before_reset"]:  # r * (h R_h^T + Rb_h)
+                lin = mm(h, gate(r, 2, 0))
+                lin = lin if rb is None else e.ew("add", lin, gate(rb, 2, 0))
+                cand = act("tanh", e.ew("add", gate(xt, 2), e.ew("mul", rs, lin)))
+            else:  # (r * h) R_h^T
+                cand = act("tanh", e.ew("add", gate(xt, 2), mm(e.ew("mul", rs, h), gate(r, 2, 0))))
+            h = e.ew("add", e.ew("mul", e.ew("sub", one, z), cand), e.ew("mul", z, h))
+        else:
+            pre = e.ew("add", xt, mm(h, r))
+            i_pre, f_pre = gate(pre, 0), gate(pre, 2)
+            if peep is not None:
+                i_pre, f_pre = e.ew("add", i_pre, e.ew("mul", peep[0], c)), e.ew("add", f_pre, e.ew("mul", peep[2], c))
+            i = act("sigmoid", i_pre)
+            f = e.ew("sub", one, i) if state["coupled"] else act("sigmoid", f_pre)
+            c = e.cast(e.ew("add", e.ew("mul", f, c), e.ew("mul", i, act("tanh", gate(pre, 3)))), dt)
+            o_pre = gate(pre, 1) if peep is None else e.ew("add", gate(pre, 1), e.ew("mul", peep[1], c))
+            h = e.ew("mul", act("sigmoid", o_pre), e.ew("tanh", c))
+        h = e.cast(h, dt)
+        ys[t] = h
+    y = ys[0] if seq == 1 else imp.value(imp.call("Concat", e.name(), ys, {"axis": 0})[0], node.name)
+    drop = lambda t: call("Squeeze", [t, i64([0])])
+    return y, drop(h), (drop(c) if op == "LSTM" else None)
