@@ -480,6 +480,8 @@ class _KernelSynth:
             if node.op == Ops.CAST and node.dtype.is_float and self.program[node.src[0]].dtype.is_float:
                 src = node.src[0]  # a final float cast is the yield's cast (docs/DESIGN.md §RB-SSA)
             value = trampoline.run(self.demand(src, index, _Ctx()))
+            if value.is_scalar_const and ax:  # a kernel writing a constant tensor (an RNN's zero state) broadcasts it
+                value = rg.broadcast(value, ax, [self.axes[a] for a in ax])
             value = self.coerce(value, ax)
             value = self.let(f"v_{src}", value)
             yields.append((value.arg, nid, cast, ax))

@@ -278,3 +278,28 @@ def test_a_kernel_recomputing_at_too_many_index_tuples_is_refused_by_its_own_siz
         else:
             regions = synthesize(p, part)
             assert len(nodes_of(regions[0], R.READ)) == 1 << steps
+
+
+def test_a_kernel_writing_a_constant_tensor_broadcasts_it():
+    """A kernel whose output is a constant tensor (Encodec's LSTM: the zero initial state times the recurrent weights,
+    folded to zeros and written for a later kernel) yields it broadcast over the output's axes; the scalar it was had
+    no axes (E1304 AxisAlignmentMismatch)."""
+    import numpy as np
+
+    from polysat.analyses.region_validate import validate_regions
+    b = Builder()
+    x = b.input("X", DType.fp32, (3, 4), at="X", nid="X")
+    zeros = b.const(0.0, DType.fp32, (3, 4), at="z")
+    p = b.program([("z", zeros), ("y", b.add(Ops.ADD, [x, zeros], at="a"))])
+    part = Partition((Kernel("zeros", frozenset({zeros.id}), (zeros.id,), ()),
+                      Kernel("add", frozenset(n.id for n in p.nodes if n.op == Ops.ADD), (dict(p.outputs)["y"],),
+                             ("X", zeros.id))))
+    regions = synthesize(p, part)
+    assert not [d for d in validate_regions(regions) if d.is_error]
+    (let,) = regions[0].lets
+    assert let.expr.op == R.BROADCAST and regions[0].yields[0].axes == tuple(a for a, _ in regions[0].iters)
+    from polysat.ir.playback import playback
+    xs = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = playback(regions, {"X": xs})
+    np.testing.assert_array_equal(got["z"], np.zeros((3, 4), np.float32))
+    np.testing.assert_array_equal(got["y"], xs)
