@@ -32,7 +32,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
-from ..analyses.isl_util import always_true, simplify
+from ..analyses.isl_util import simplify
 from ..ir import region as rg
 from ..ir import deadline, trampoline
 from ..ir.diagnostics import fail
@@ -44,6 +44,7 @@ from ..ir.stream_tags import parse_tag
 from ..ir.tiny import GroupOp, Ops, Program, UOp
 from .partition import FREE_OPS, Kernel, Partition, free_cone
 from .stream import BLOCK, Group, groups
+from .view_index import local_map_of, through
 
 _UNARY_FN = {Ops.NEG: "neg", Ops.RELU: "relu", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SQRT: "sqrt",
              Ops.RSQRT: "rsqrt", Ops.RECIPROCAL: "reciprocal", Ops.CAST: "cast"}
@@ -311,10 +312,10 @@ class _KernelSynth:
 
     def movement(self, n: UOp, index: tuple, ctx: _Ctx) -> trampoline.Walk:
         src = self.program[n.src[0]]
-        lm = _local_map(n, src)
+        lm = local_map_of(n, src)
         used = sorted(set().union(*(e.variables() for e in index)))
         box = self.box()
-        inner, guards = _through(n, src, index, tuple((v, box[v]) for v in used if v in box))
+        inner, guards = through(n, src, index, tuple((v, box[v]) for v in used if v in box))
         x = yield self.demand(src.id, inner, replace(ctx, guard=ctx.guard + tuple(guards)) if guards else ctx)
         if n.op == Ops.EXPAND and not ctx.in_body:
             grown = [index[k] for k, (a, b) in enumerate(zip(src.shape, n.shape, strict=True)) if a != b]
@@ -540,31 +541,9 @@ def _synthesize(program: Program, partition: Partition, only: "frozenset | None"
     return regions
 
 
-@lru_cache(maxsize=16384)
-def _local_map(n: UOp, src: UOp):
-    """The view's index map (ir/movement.py), made once per node."""
-    try:
-        return local_map(n, src)
-    except NonAffine as e:
-        fail("NonAffineIndex", n.id, f"{n.op.name} cannot be folded into an index map: {e}",
-             "Materialize the view's source in its own region, or keep reshapes to static strides.")
-
-
-@lru_cache(maxsize=65536)
-def _through(n: UOp, src: UOp, index: tuple, bounds: tuple) -> tuple:
-    """(the index of the view's source, the guards that are not always true) where view ``n`` is read at ``index``,
-    its variables within ``bounds``: made once, as a chain of views is met again from each demand above it, in each
-    pass and each candidate that holds the kernel (Longformer's windows: 3,713 distinct of 11,448)."""
-    lm, box = _local_map(n, src), dict(bounds)
-    env = {f"i{k}": e for k, e in enumerate(index)}
-    return (tuple(simplify(e.subs(env), box) for e in lm.exprs),
-            tuple(g for g in (simplify(g.subs(env), box) for g in lm.guard) if not always_true(g, box)))
-
-
 def _limit(kernel: Kernel) -> int:
-    """The demands one pass of a kernel's synthesis may make: 64 index tuples per node of the kernel on average (past
-    it: a kernel recomputing values at too many index tuples, a diagnostic). Counted on the kernel, not its program: a
-    small kernel of a large program (one of Longformer's windows) reached 28,000 tuples in minutes before its diagnostic."""
+    """The demands one pass of a kernel's synthesis may make (past them, a diagnostic): 64 index tuples per node of the
+    kernel, not of its program (a window kernel of Longformer's large program walked 28,000 in minutes, unrefused)."""
     return 64 * len(kernel.nodes) + 1000
 
 
