@@ -195,12 +195,44 @@ def identity(c: Call, x, **kw):
 
 @aten("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
 def mm(c: Call, a, b):
+    x = _unflattened(c, a) if c.op == "aten.mm.default" else None
+    if x is not None:
+        return c.onnx("Reshape", [c.onnx("MatMul", [x, b]), _i64(c.shape(a)[:1] + c.shape(b)[1:])])
     return c.onnx("MatMul", [a, b])
 
 
 @aten("aten.addmm.default")
 def addmm(c: Call, bias, a, b, beta=1, alpha=1):
+    x = _unflattened(c, a) if alpha == 1 and beta == 1 else None
+    if x is not None:
+        y = c.onnx("Add", [c.onnx("MatMul", [x, b]), bias])
+        return c.onnx("Reshape", [y, _i64(c.shape(a)[:1] + c.shape(b)[1:])])
     return c.onnx("Gemm", [a, b, bias], alpha=float(alpha), beta=float(beta))
+
+
+def _unflattened(c: Call, a) -> "str | None":
+    """X when the matrix ``a`` is X [.., M', K] reshaped to [M, K] (M the product of X's leading sizes) and every
+    reader views the product back to [.., M', N]: torch.export's ``linear`` of a batched input, decomposed. Its product is computed on X, as the ONNX exporter's MatMul is, and
+    flattened after: the same numbers, and no reshape between the contraction and what made X (a LayerNorm's rows
+    merged across the batch read as many-to-many by the fusion rules: LayerNorm + Linear at batch 2 was 2 kernels)."""
+    if not isinstance(a, str) or a in c.imp.consts:
+        return None
+    t = c.imp.value(a, c.name)
+    made = next((n for n in reversed(c.imp.nodes) if n["outputs"] == [t]), None)
+    if made is None or made["op"] != "Reshape":
+        return None
+    x = made["inputs"][0]
+    xs, (m, k) = c.imp.uop(x).shape, c.imp.uop(t).shape
+    if len(xs) < 3 or xs[-1] != k or not all(isinstance(d, int) for d in xs) or int(np.prod(xs[:-1])) != m:
+        return None
+    n = c.node.meta["val"].shape[-1]  # every reader views the product back to X's leading sizes (a linear's output)
+    back = list(xs[:-1]) + [int(n)]
+    if not c.node.users or any(str(u.target) not in _VIEWS or [int(d) for d in u.args[1]] != back for u in c.node.users):
+        return None
+    return x
+
+
+_VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
 
 
 @aten("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")

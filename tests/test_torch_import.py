@@ -2,6 +2,7 @@
 the four small architectures of examples/torch_models.py. Oracle: torch eager. torch comes with the test extra, so these tests run (never skip) in CI."""
 from __future__ import annotations
 
+import io
 import logging
 import pathlib
 import tomllib
@@ -176,3 +177,30 @@ def test_backend_is_registered_by_entry_point():
     mod, _, fn = eps["polysat"].partition(":")
     import importlib
     assert getattr(importlib.import_module(mod), fn) is polysat_backend
+
+
+def test_a_batched_linear_is_one_contraction_with_its_layernorm():
+    """torch.export decomposes ``linear`` of a [2, 16, 64] input into a reshape to [32, 64], ``addmm`` and a reshape
+    back. Computed on the batched input, as the ONNX exporter's MatMul is, LayerNorm + Linear is one kernel, as on the
+    ONNX path; through the reshape the fusion rules read LayerNorm's rows merged across the batch as many-to-many
+    (2 kernels). The numbers match eager torch either way."""
+    import onnx as onnx_
+
+    from polysat.frontend.onnx import import_onnx
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln, self.fc = torch.nn.LayerNorm(64), torch.nn.Linear(64, 128)
+
+        def forward(self, x):
+            return self.fc(self.ln(x))
+    torch.manual_seed(0)
+    m, x = M().eval(), torch.randn(2, 16, 64)
+    doc = import_exported(torch.export.export(m, (x,)))
+    c = Compilation(doc, cost="model")
+    f = io.BytesIO()
+    torch.onnx.export(m, (x,), f, dynamo=False, opset_version=17)
+    assert len(c.priced) == len(Compilation(import_onnx(onnx_.load_from_string(f.getvalue())), cost="model").priced) == 1
+    got = TARGETS["playback"](c, with_parameters(doc, {doc["signature"]["inputs"][0]["tensor"]: x.numpy()}))
+    np.testing.assert_allclose(got[doc["signature"]["outputs"][0]["tensor"]], m(x).detach().numpy(), rtol=1e-4, atol=1e-4)
