@@ -217,8 +217,9 @@ class _KernelSynth:
     def box(self) -> dict:
         return {a: (0, s - 1 if isinstance(s, int) else None) for a, s in self.axes.items()}
 
-    def simp(self, e: Expr) -> Expr:
-        return simplify(e, self.box())
+    def bounds(self, index: tuple) -> tuple:  # the bounds of the axes an index tuple reads (view_index.through's key)
+        box = self.box()
+        return tuple((v, box[v]) for v in sorted(set().union(*(e.variables() for e in index))) if v in box)
 
     # ---- lets ------------------------------------------------------------------------------------------
     def let(self, hint: str, expr: RNode) -> RNode:
@@ -313,9 +314,7 @@ class _KernelSynth:
     def movement(self, n: UOp, index: tuple, ctx: _Ctx) -> trampoline.Walk:
         src = self.program[n.src[0]]
         lm = local_map_of(n, src)
-        used = sorted(set().union(*(e.variables() for e in index)))
-        box = self.box()
-        inner, guards = through(n, src, index, tuple((v, box[v]) for v in used if v in box))
+        inner, guards = through(n, src, index, self.bounds(index))
         x = yield self.demand(src.id, inner, replace(ctx, guard=ctx.guard + tuple(guards)) if guards else ctx)
         if n.op == Ops.EXPAND and not ctx.in_body:
             grown = [index[k] for k, (a, b) in enumerate(zip(src.shape, n.shape, strict=True)) if a != b]
@@ -408,11 +407,10 @@ class _KernelSynth:
         while n.op in GroupOp.Movement and not (n.id in self.names and n.id not in self.kernel.nodes):
             src = self.program[n.src[0]]
             try:
-                lm = local_map(n, src)
+                local_map(n, src)
             except NonAffine:
                 return None
-            env = {f"i{k}": e for k, e in enumerate(index)}
-            index = tuple(self.simp(e.subs(env)) for e in lm.exprs)
+            index = through(n, src, index, self.bounds(index))[0]
             n = src
         return (n.id, index)
 
@@ -421,7 +419,8 @@ class _KernelSynth:
         raxes = n.arg["axes"]
         def full(names) -> tuple:
             it, rn = iter(index), iter(names)
-            return tuple(self.simp(Expr.var(next(rn)) if k in raxes else next(it)) for k in range(src.ndim))
+            box = self.box()
+            return tuple(simplify(Expr.var(next(rn)) if k in raxes else next(it), box) for k in range(src.ndim))
         names = self.bind(n, index, [src.shape[a] for a in raxes], lambda c: self.view_target(src.id, full(c)),
                           lambda: self.landing(n, src.id, full, len(raxes)), ctx.guard)
         body_ctx = _Ctx(ctx.local | frozenset(names), ctx.guard, ctx.stream)

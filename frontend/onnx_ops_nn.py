@@ -355,7 +355,7 @@ def recurrence(imp: Importer, node: OnnxNode) -> list:
 
 def _stack(e: Emit, xs: list, axis: int) -> str:
     """The tensors, each given a new axis ``axis``, joined along it."""
-    xs = [e.imp.call("Unsqueeze", f"{e.name()}", [t, i64([axis])])[0] for t in xs]
+    xs = [e.imp.call("Unsqueeze", e.name(), [t, i64([axis])])[0] for t in xs]
     return xs[0] if len(xs) == 1 else e.imp.call("Concat", e.name(), xs, {"axis": axis})[0]
 
 

@@ -212,9 +212,11 @@ def addmm(c: Call, bias, a, b, beta=1, alpha=1):
 
 def _unflattened(c: Call, a) -> "str | None":
     """X when the matrix ``a`` is X [.., M', K] reshaped to [M, K] (M the product of X's leading sizes) and every
-    reader views the product back to [.., M', N]: torch.export's ``linear`` of a batched input, decomposed. Its product is computed on X, as the ONNX exporter's MatMul is, and
-    flattened after: the same numbers, and no reshape between the contraction and what made X (a LayerNorm's rows
-    merged across the batch read as many-to-many by the fusion rules: LayerNorm + Linear at batch 2 was 2 kernels)."""
+    reader views the product back to [.., M', N]: torch.export's ``linear`` of a batched input, decomposed. Its
+    product is computed on X, as the ONNX exporter's MatMul is, and flattened after: the same numbers, and no reshape
+    between the contraction and what made X (a LayerNorm's rows merged across the batch read as many-to-many by the
+    fusion rules: LayerNorm + Linear at batch 2 was 2 kernels). An importer's canonical form, not the rules' fix: an
+    ONNX graph that flattens before its MatMul meets the same refusal."""
     if not isinstance(a, str) or a in c.imp.consts:
         return None
     t = c.imp.value(a, c.name)
