@@ -198,6 +198,9 @@ def mm(c: Call, a, b):
     x = _unflattened(c, a) if c.op == "aten.mm.default" else None
     if x is not None:
         return c.onnx("Reshape", [c.onnx("MatMul", [x, b]), _i64(c.shape(a)[:1] + c.shape(b)[1:])])
+    xy = _unbatched(c, a, b) if c.op == "aten.bmm.default" else None
+    if xy is not None:
+        return c.onnx("Reshape", [c.onnx("MatMul", list(xy)), _i64(list(c.node.meta["val"].shape))])
     return c.onnx("MatMul", [a, b])
 
 
@@ -217,14 +220,10 @@ def _unflattened(c: Call, a) -> "str | None":
     between the contraction and what made X (a LayerNorm's rows merged across the batch read as many-to-many by the
     fusion rules: LayerNorm + Linear at batch 2 was 2 kernels). An importer's canonical form, not the rules' fix: an
     ONNX graph that flattens before its MatMul meets the same refusal."""
-    if not isinstance(a, str) or a in c.imp.consts:
+    x = _merged_from(c, a)
+    if x is None:
         return None
-    t = c.imp.value(a, c.name)
-    made = next((n for n in reversed(c.imp.nodes) if n["outputs"] == [t]), None)
-    if made is None or made["op"] != "Reshape":
-        return None
-    x = made["inputs"][0]
-    xs, (m, k) = c.imp.uop(x).shape, c.imp.uop(t).shape
+    xs, (m, k) = c.imp.uop(x).shape, c.shape(a)
     if len(xs) < 3 or xs[-1] != k or not all(isinstance(d, int) for d in xs) or int(np.prod(xs[:-1])) != m:
         return None
     n = c.node.meta["val"].shape[-1]  # every reader views the product back to X's leading sizes (a linear's output)
@@ -232,6 +231,37 @@ def _unflattened(c: Call, a) -> "str | None":
     if not c.node.users or any(str(u.target) not in _VIEWS or [int(d) for d in u.args[1]] != back for u in c.node.users):
         return None
     return x
+
+
+def _merged_from(c: Call, a) -> "str | None":
+    """X when the value ``a`` is a Reshape of X (an argument of the graph's, not a constant), else None."""
+    if not isinstance(a, str) or a in c.imp.consts:
+        return None
+    t = c.imp.value(a, c.name)
+    made = next((n for n in reversed(c.imp.nodes) if n["outputs"] == [t]), None)
+    return made["inputs"][0] if made is not None and made["op"] == "Reshape" else None
+
+
+def _unbatched(c: Call, a, b) -> "tuple | None":
+    """(X, Y) when ``bmm(a, b)`` multiplies X [*L, M, K] and Y [*L, K, N] with their leading dims L merged into
+    one batch dim and every reader views the product back to [*L, M, N]: torch.export's ``matmul`` of 4-D
+    tensors (attention's scores and P @ V), decomposed. The product is computed on X and Y, as the ONNX
+    exporter's MatMul is: the scores' softmax then sits in the contraction's own axes, where attention's rules
+    read it (it was 3 kernels, and 1 from ONNX); the numbers are the same. An importer's canonical form, as
+    ``_unflattened``."""
+    x, y = _merged_from(c, a), _merged_from(c, b)
+    if x is None or y is None:
+        return None
+    xs, ys = c.imp.uop(x).shape, c.imp.uop(y).shape
+    (bt, m, k), n = c.shape(a), c.shape(b)[-1]
+    lead = list(xs[:-2])
+    if len(xs) < 4 or list(ys[:-2]) != lead or tuple(xs[-2:]) != (m, k) or tuple(ys[-2:]) != (k, n) or \
+            not all(isinstance(d, int) for d in (*xs, *ys)) or int(np.prod(lead)) != bt:
+        return None
+    back = lead + [int(m), int(n)]
+    if not c.node.users or any(str(u.target) not in _VIEWS or [int(d) for d in u.args[1]] != back for u in c.node.users):
+        return None
+    return x, y
 
 
 _VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")

@@ -204,3 +204,35 @@ def test_a_batched_linear_is_one_contraction_with_its_layernorm():
     assert len(c.priced) == len(Compilation(import_onnx(onnx_.load_from_string(f.getvalue())), cost="model").priced) == 1
     got = TARGETS["playback"](c, with_parameters(doc, {doc["signature"]["inputs"][0]["tensor"]: x.numpy()}))
     np.testing.assert_allclose(got[doc["signature"]["outputs"][0]["tensor"]], m(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_attentions_4d_matmuls_are_one_kernel_as_from_onnx(batch):
+    """torch.export decomposes ``matmul`` of [B, H, S, D] tensors into reshapes merging B and H, ``bmm`` and a reshape
+    back; the softmax between the two matmuls stays 4-D. Computed on the 4-D tensors, as the ONNX exporter's MatMul
+    is, the softmax sits in the contraction's own axes and attention (projections included) compiles to the kernels
+    the ONNX path gives (2; through the merged batch it was 5). The numbers match eager torch."""
+    import onnx as onnx_
+
+    from polysat.frontend.onnx import import_onnx
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = (torch.nn.Linear(64, 64) for _ in range(3))
+
+        def forward(self, x):
+            def heads(t):
+                return t.view(batch, 16, 2, 32).transpose(1, 2)
+            q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+            w = torch.softmax(torch.matmul(q, k.transpose(2, 3)) * 0.17, -1)
+            return torch.matmul(w, v).transpose(1, 2).reshape(batch, 16, 64)
+    torch.manual_seed(0)
+    m, x = M().eval(), torch.randn(batch, 16, 64)
+    doc = import_exported(torch.export.export(m, (x,)))
+    c = Compilation(doc, cost="model")
+    f = io.BytesIO()
+    torch.onnx.export(m, (x,), f, dynamo=False, opset_version=17)
+    assert len(c.priced) == len(Compilation(import_onnx(onnx_.load_from_string(f.getvalue())), cost="model").priced) == 2
+    got = TARGETS["playback"](c, with_parameters(doc, {doc["signature"]["inputs"][0]["tensor"]: x.numpy()}))
+    np.testing.assert_allclose(got[doc["signature"]["outputs"][0]["tensor"]], m(x).detach().numpy(), rtol=1e-4, atol=1e-4)
