@@ -119,90 +119,153 @@ def scatter_elements(imp: Importer, node: OnnxNode) -> list:
 
 @handler("GatherND")
 def gather_nd(imp: Importer, node: OnnxNode) -> list:
-    """GatherND (torch.onnx's ``x[mask]``: XMOD's adapters) at batch_dims 0: each index tuple (the indices' last
-    axis, k long) picks a row of data's first k axes, read as one Gather of data with those axes merged, at the
-    tuple's row-major flat index (negative indices count from the end)."""
+    """GatherND (torch.onnx's ``x[mask]``: XMOD's adapters): each index tuple (the indices' last axis, k long) picks a
+    row of data's axes b .. b + k - 1 (b = batch_dims) within its batch position (the first b axes, shared by data
+    and indices), read as one Gather of data with its first b + k axes merged, at the tuple's row-major flat index
+    plus its batch position's (negative indices count from the end)."""
     at = node.name
-    if int(node.attr("batch_dims", 0)) != 0:
-        node.unsupported("batch_dims other than 0", "batch_dims")
+    b = int(node.attr("batch_dims", 0))
     data, idx = imp.value(node.inputs[0], at), node.inputs[1]
     ds = list(imp.shape(data))
     ins = list(np.shape(imp.const(idx))) if imp.is_const(idx) else list(imp.shape(imp.value(idx, at)))
-    if not all(isinstance(d, int) for d in ds + ins) or not ins or not 1 <= ins[-1] <= len(ds):
-        node.unsupported("GatherND needs static shapes and indices of last extent 1 to data's rank")
+    if not all(isinstance(d, int) for d in ds + ins) or not ins or not 1 <= ins[-1] <= len(ds) - b:
+        node.unsupported("GatherND needs static shapes and indices of last extent 1 to data's rank less batch_dims")
+    if b < 0 or b >= len(ins) or ins[:b] != ds[:b]:
+        fail("InvalidAttribute", at, f"ONNX GatherND node {at!r}: batch_dims {b} must name leading axes that data "
+             f"{ds} and indices {ins} share (and leave the indices' last axis)")
     k = ins[-1]
-    lead = np.asarray(ds[:k], np.int64)
-    strides = np.asarray([prod(ds[j + 1:k]) for j in range(k)], np.int64)
+    lead = np.asarray(ds[b:b + k], np.int64)
+    strides = np.asarray([prod(ds[j + 1:b + k]) for j in range(b, b + k)], np.int64)
+    # each index tuple's batch position, as a flat row offset: [*batch, 1, ..] over the indices' other axes
+    base = (np.arange(prod(ins[:b]), dtype=np.int64) * prod(ds[b:b + k])).reshape(ins[:b] + [1] * (len(ins) - 1 - b))
     if imp.is_const(idx):
         tuples = np.asarray(imp.const(idx)).astype(np.int64)
-        flat = (np.where(tuples < 0, tuples + lead, tuples) * strides).sum(-1)
+        flat = (np.where(tuples < 0, tuples + lead, tuples) * strides).sum(-1) + base
     else:
         t = imp.call("Cast", f"{at}/index", [idx], {"to": TensorProto.INT64})[0]
         t = imp.call("Where", f"{at}/index", [imp.call("Less", f"{at}/index", [t, np.asarray(0, np.int64)])[0],
                                               imp.call("Add", f"{at}/index", [t, lead])[0], t])[0]
         flat = imp.call("ReduceSum", f"{at}/index", [imp.call("Mul", f"{at}/index", [t, strides])[0], _i64([-1])],
                         {"keepdims": 0})[0]
-    rows = imp.call("Reshape", f"{at}/rows", [data, _i64([prod(ds[:k])] + ds[k:])])[0]
+        if b:
+            flat = imp.call("Add", f"{at}/index", [flat, base])[0]
+    rows = imp.call("Reshape", f"{at}/rows", [data, _i64([prod(ds[:b + k])] + ds[b + k:])])[0]
     return imp.call("Gather", at, [rows, flat], {"axis": 0})
 
 
 @handler("GridSample")
 def grid_sample(imp: Importer, node: OnnxNode) -> list:
-    """GridSample of a 4-D input (RT-DETR's deformable attention, RAFT's correlation lookup), bilinear or nearest,
-    padding zeros or border: each output point reads the input at the grid's point (x along W, y along H, in
-    [-1, 1], unnormalized as align_corners says) through the corners around it, each a run-time gather of the input's
-    flattened plane (GatherElements at y * W + x), weighted, a corner outside the input weighing 0 (zeros) or
-    the point clamped into it first (border)."""
+    """GridSample of a 4-D or 5-D input (RT-DETR's deformable attention, RAFT's correlation lookup): each output point
+    reads the input at the grid's point (x along the last axis, then y, then z, in [-1, 1], unnormalized as
+    align_corners says) through the taps around it (1 nearest, 2 per axis linear, 4 x 4 bicubic: the cubic
+    convolution of A = -0.75, 4-D only as ONNX defines it), each a run-time gather of the input's flattened volume
+    (GatherElements at its row-major offset), weighted. Off the input, a tap weighs 0 (zeros), or reads the input
+    clamped (border) or reflected (reflection: about the outer pixels' centres with align_corners, about their edges
+    without), as onnxruntime does: nearest and linear move the point so first, bicubic only its taps."""
     at = node.name
     mode = node.attr("mode", "bilinear")
     mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = {"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode)  # opset 20's names
     pad = node.attr("padding_mode", "zeros")
     pad = pad.decode() if isinstance(pad, bytes) else pad
     align = int(node.attr("align_corners", 0))
     x, grid = imp.value(node.inputs[0], at), imp.value(node.inputs[1], at)
     xs, gs = list(imp.shape(x)), list(imp.shape(grid))
-    if mode not in ("bilinear", "linear", "nearest") or pad not in ("zeros", "border"):
-        node.unsupported(f"mode {mode!r} with padding_mode {pad!r} (polysat takes bilinear or nearest, zeros or "
-                         "border)", "mode" if mode not in ("bilinear", "linear", "nearest") else "padding_mode")
-    if len(xs) != 4 or len(gs) != 4 or gs[3] != 2 or not all(isinstance(d, int) for d in xs + gs) or gs[0] != xs[0]:
-        node.unsupported("GridSample needs a static 4-D input and a grid [N, H_out, W_out, 2]")
-    n, c, h, w = xs
-    ho, wo = gs[1], gs[2]
+    if mode not in ("bilinear", "nearest", "bicubic") or pad not in ("zeros", "border", "reflection"):
+        node.unsupported(f"mode {mode!r} with padding_mode {pad!r} (polysat takes linear, nearest or cubic, "
+                         "zeros, border or reflection)", "mode" if mode not in ("bilinear", "nearest", "bicubic")
+                         else "padding_mode")
+    if len(xs) not in (4, 5) or len(gs) != len(xs) or gs[-1] != len(xs) - 2 or gs[0] != xs[0] or \
+            not all(isinstance(d, int) for d in xs + gs) or (mode == "bicubic" and len(xs) != 4):
+        node.unsupported("GridSample needs a static 4-D or 5-D input and a grid [N, *out, 2 or 3] (cubic: 4-D)")
+    n, c, space, out = xs[0], xs[1], xs[2:], gs[1:-1]
+    nd, pts = len(space), prod(out)
+    sizes = space[::-1]  # along the grid's coordinates: x the last axis
+    strides = [prod(sizes[:k]) for k in range(nd)]
     dt = imp.dtype(x)
     call = lambda op, ins, **a: imp.call(op, f"{at}/{op.lower()}", ins, a)[0]  # noqa: E731
     f32 = lambda v: np.asarray(v, np.float32)  # noqa: E731
-    g = call("Cast", [grid], to=TensorProto.FLOAT)
-    g = call("Reshape", [g, _i64([n, 1, ho * wo, 2])])
+    g = call("Reshape", [call("Cast", [grid], to=TensorProto.FLOAT), _i64([n, 1, pts, nd])])
 
-    def coord(k: int, size: int) -> str:  # the grid's k-th coordinate in input pixels, [N, 1, H_out * W_out]
+    def clamp(v: str, size: int) -> str:
+        return call("Max", [call("Min", [v, f32(size - 1)]), f32(0.0)])
+
+    def reflect(v: str, size: int) -> str:  # v folded into [lo, hi] as a triangle wave of period 2 (hi - lo)
+        lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+        if hi == lo:
+            return call("Mul", [v, f32(0.0)])
+        t = call("Mod", [call("Abs", [call("Sub", [v, f32(lo)])]), f32(2 * (hi - lo))], fmod=1)
+        return call("Sub", [f32(hi), call("Abs", [call("Sub", [t, f32(hi - lo)])])])
+
+    def coord(k: int, size: int) -> str:  # the grid's k-th coordinate in input pixels, [N, 1, points]
         v = call("Gather", [g, np.asarray(k, np.int64)], axis=3)
         v = call("Mul", [call("Add", [v, f32(1.0)]), f32((size - 1) / 2 if align else size / 2)])
         v = v if align else call("Sub", [v, f32(0.5)])
-        return call("Max", [call("Min", [v, f32(size - 1)]), f32(0.0)]) if pad == "border" else v
-    px, py = coord(0, w), coord(1, h)
-    plane = call("Reshape", [call("Cast", [x], to=TensorProto.FLOAT), _i64([n, c, h * w])])
+        if mode == "bicubic" or pad == "zeros":
+            return v
+        return clamp(v, size) if pad == "border" else clamp(reflect(v, size), size)
+    p = [coord(k, size) for k, size in enumerate(sizes)]
+    volume = call("Reshape", [call("Cast", [x], to=TensorProto.FLOAT), _i64([n, c, prod(space)])])
 
-    def corner(cx: str, cy: str) -> tuple:  # (the input at integer point (cx, cy), whether it lies inside)
-        within = lambda v, size: call("And", [call("GreaterOrEqual", [v, f32(0.0)]),  # noqa: E731
-                                              call("LessOrEqual", [v, f32(size - 1)])])
-        inside = call("And", [within(cx, w), within(cy, h)])
-        safe = call("Add", [call("Mul", [call("Max", [call("Min", [cy, f32(h - 1)]), f32(0.0)]), f32(w)]),
-                            call("Max", [call("Min", [cx, f32(w - 1)]), f32(0.0)])])
-        idx = call("Expand", [call("Cast", [safe], to=TensorProto.INT32), _i64([n, c, ho * wo])])
-        return call("GatherElements", [plane, idx], axis=2), inside
+    def corner(cs: list) -> tuple:  # (the input at integer point cs, whether it counts: None, always)
+        inside = None
+        if pad == "zeros":
+            for v, size in zip(cs, sizes):
+                ok = call("And", [call("GreaterOrEqual", [v, f32(0.0)]), call("LessOrEqual", [v, f32(size - 1)])])
+                inside = ok if inside is None else call("And", [inside, ok])
+        elif pad == "reflection":
+            cs = [reflect(v, size) for v, size in zip(cs, sizes)]
+        flat = None
+        for v, size, stride in zip(cs, sizes, strides):
+            v = clamp(v, size) if stride == 1 else call("Mul", [clamp(v, size), f32(stride)])
+            flat = v if flat is None else call("Add", [flat, v])
+        idx = call("Expand", [call("Cast", [flat], to=TensorProto.INT32), _i64([n, c, pts])])
+        return call("GatherElements", [volume, idx], axis=2), inside
+
+    def tap(v: str, inside, weight: "str | None") -> str:
+        if weight is None:
+            return v if inside is None else call("Where", [inside, v, f32(0.0)])
+        return call("Mul", [v, weight if inside is None else call("Where", [inside, weight, f32(0.0)])])
+
+    def sum_of(terms: list) -> str:
+        y = terms[0]
+        for t in terms[1:]:
+            y = call("Add", [y, t])
+        return y
     if mode == "nearest":  # ties to even, as ONNX's reference rounds
-        v, inside = corner(call("Round", [px]), call("Round", [py]))
-        y = call("Where", [inside, v, f32(0.0)])
+        y = tap(*corner([call("Round", [v]) for v in p]), None)
     else:
-        x0, y0 = call("Floor", [px]), call("Floor", [py])
-        fx, fy = call("Sub", [px, x0]), call("Sub", [py, y0])
-        y = None
-        for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
-            cx, cy = (call("Add", [x0, f32(1.0)]) if dx else x0), (call("Add", [y0, f32(1.0)]) if dy else y0)
-            wx = fx if dx else call("Sub", [f32(1.0), fx])
-            wy = fy if dy else call("Sub", [f32(1.0), fy])
-            v, inside = corner(cx, cy)
-            term = call("Mul", [v, call("Where", [inside, call("Mul", [wx, wy]), f32(0.0)])])
-            y = term if y is None else call("Add", [y, term])
-    y = call("Reshape", [y, _i64([n, c, ho, wo])])
+        lo = [call("Floor", [v]) for v in p]
+        frac = [call("Sub", [v, f]) for v, f in zip(p, lo)]
+        if mode == "bilinear":  # taps at offsets 0, 1 on each axis, weighted 1 - t and t
+            offsets = (0, 1)
+            weights = [[call("Sub", [f32(1.0), t]), t] for t in frac]
+        else:
+            offsets = (-1, 0, 1, 2)
+            weights = [_cubic_weights(call, f32, t) for t in frac]
+        terms = []
+        for at_k in np.ndindex(*[len(offsets)] * nd):
+            cs = [f if offsets[j] == 0 else call("Add", [f, f32(float(offsets[j]))]) for f, j in zip(lo, at_k)]
+            w = None
+            for k, j in enumerate(at_k):
+                w = weights[k][j] if w is None else call("Mul", [w, weights[k][j]])
+            terms.append(tap(*corner(cs), w))
+        y = sum_of(terms)
+    y = call("Reshape", [y, _i64([n, c, *out])])
     return [Emit(imp, node).cast(y, dt)]
+
+
+def _cubic_weights(call, f32, t: str) -> list:
+    """The 4 weights of the taps at -1, 0, 1, 2 around a point t past the floor (0 <= t < 1): cubic convolution,
+    A = -0.75, as onnxruntime (and torch) sample bicubically."""
+    a = -0.75
+
+    def near(d: str) -> str:  # |d| <= 1: ((A + 2) d - (A + 3)) d^2 + 1
+        return call("Add", [call("Mul", [call("Sub", [call("Mul", [d, f32(a + 2)]), f32(a + 3)]), call("Mul", [d, d])]),
+                            f32(1.0)])
+
+    def far(d: str) -> str:  # 1 < |d| < 2: ((A d - 5A) d + 8A) d - 4A
+        return call("Sub", [call("Mul", [call("Add", [call("Mul", [call("Sub", [call("Mul", [d, f32(a)]), f32(5 * a)]), d]),
+                                                       f32(8 * a)]), d]), f32(4 * a)])
+    one_minus = call("Sub", [f32(1.0), t])
+    return [far(call("Add", [t, f32(1.0)])), near(t), near(one_minus), far(call("Add", [one_minus, f32(1.0)]))]

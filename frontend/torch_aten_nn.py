@@ -286,9 +286,9 @@ def scatter(c: Call, x, dim, index, src, reduce=None, include_self=True):
     return c.onnx("ScatterElements", [x, index, src], axis=int(dim), reduction=red)
 
 
-@aten("aten.grid_sampler_2d.default")
+@aten("aten.grid_sampler_2d.default", "aten.grid_sampler_3d.default")
 def grid_sampler(c: Call, x, grid, interpolation_mode=0, padding_mode=0, align_corners=False):
-    """``F.grid_sample`` of a 4-D input (RAFT, RT-DETR): ONNX GridSample, its modes by torch's numbers."""
+    """``F.grid_sample`` of a 4-D or 5-D input (RAFT, RT-DETR): ONNX GridSample, its modes by torch's numbers."""
     modes, pads = {0: "bilinear", 1: "nearest", 2: "bicubic"}, {0: "zeros", 1: "border", 2: "reflection"}
     return c.onnx("GridSample", [x, grid], mode=modes[int(interpolation_mode)], padding_mode=pads[int(padding_mode)],
                   align_corners=int(bool(align_corners)))

@@ -217,8 +217,28 @@ def test_gather_nd_matches_onnxruntime(const):
         np.testing.assert_array_equal(g, w)
 
 
-@pytest.mark.parametrize("mode,pad,align", [(m, p, a) for m in ("bilinear", "nearest") for p in ("zeros", "border")
-                                             for a in (0, 1)])
+@pytest.mark.parametrize("const", [True, False])
+@pytest.mark.parametrize("b, dshape, ishape", [(1, (2, 4, 5), (2, 3, 1)), (1, (3, 4, 5, 2), (3, 2, 2)),
+                                                (2, (2, 3, 4, 5), (2, 3, 2, 1))])
+def test_gather_nd_with_batch_dims_matches_onnxruntime(const, b, dshape, ishape):
+    """GatherND with batch_dims: each index tuple reads within its own batch position (the leading axes data and
+    indices share), negative indices among them; constant or run-time indices."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(dshape).astype(np.float32)
+    k = ishape[-1]
+    idx = np.stack([rng.integers(-d, d, ishape[:-1]) for d in dshape[b:b + k]], -1).astype(np.int64)
+    node = helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=b)
+    if const:
+        m = _model([node], [_vi("x", list(dshape))], [_vi("y", None)], [("i", idx)], opset=13)
+        feeds = {"x": x}
+    else:
+        m = _model([node], [_vi("x", list(dshape)), _vi("i", list(ishape), TensorProto.INT64)], [_vi("y", None)], opset=13)
+        feeds = {"x": x, "i": idx}
+    np.testing.assert_array_equal(_polysat(m, feeds)[0][0], _ort(m, feeds)[0])
+
+
+@pytest.mark.parametrize("mode,pad,align", [(m, p, a) for m in ("bilinear", "nearest", "bicubic")
+                                             for p in ("zeros", "border", "reflection") for a in (0, 1)])
 def test_grid_sample_matches_onnxruntime(mode, pad, align):
     """GridSample (RT-DETR, RAFT: frontend/onnx_ops_scatter.py): corners gathered at run-time addresses, weighted, a
     grid reaching past the input on every side."""
@@ -227,6 +247,20 @@ def test_grid_sample_matches_onnxruntime(mode, pad, align):
     grid = (rng.random((2, 4, 6, 2)) * 2.6 - 1.3).astype(np.float32)
     m = _model([helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad, align_corners=align)],
                [_vi("x", list(x.shape)), _vi("g", list(grid.shape))], [_vi("y", None)], opset=16)
+    got, _ = _polysat(m, {"x": x, "g": grid})
+    np.testing.assert_allclose(got[0], _ort(m, {"x": x, "g": grid})[0], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode,pad,align", [(m, p, a) for m in ("linear", "nearest") for p in ("zeros", "border", "reflection")
+                                             for a in (0, 1)])
+def test_volumetric_grid_sample_matches_onnxruntime(mode, pad, align):
+    """GridSample of a 5-D input (opset 20's names): 2 x 2 x 2 taps, or the nearest, the grid reaching past every
+    face."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 4, 5, 6)).astype(np.float32)
+    grid = (rng.random((2, 3, 2, 4, 3)) * 2.6 - 1.3).astype(np.float32)
+    m = _model([helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad, align_corners=align)],
+               [_vi("x", list(x.shape)), _vi("g", list(grid.shape))], [_vi("y", None)], opset=20)
     got, _ = _polysat(m, {"x": x, "g": grid})
     np.testing.assert_allclose(got[0], _ort(m, {"x": x, "g": grid})[0], rtol=0, atol=1e-6)
 

@@ -175,7 +175,12 @@ class Sampled(torch.nn.Module):  # RAFT's correlation lookup, RT-DETR's deformab
     def forward(self, x, grid):
         a = torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
         b = torch.nn.functional.grid_sample(x, grid * 1.1, mode="nearest", padding_mode="border", align_corners=False)
-        return a + b
+        c = torch.nn.functional.grid_sample(x, grid * 1.2, mode="bicubic", padding_mode="reflection", align_corners=False)
+        d = torch.nn.functional.grid_sample(x, grid * 0.9, mode="bicubic", padding_mode="zeros", align_corners=True)
+        volume = torch.stack([x, x * 0.5 + 1, -x], 2)  # [N, C, 3, H, W] and a grid [N, 1, H', W', 3]
+        v = torch.nn.functional.grid_sample(volume, torch.cat([grid, grid[..., :1] * 0.7], -1)[:, None] * 1.1,
+                                            mode="bilinear", padding_mode="reflection", align_corners=True)
+        return a + b + c + d + v[:, :, 0]
 
 
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
