@@ -18,7 +18,7 @@ from typing import Mapping
 import islpy as isl
 
 from ..ir.diagnostics import fail
-from .isl_util import held, held_parts, held_renamed, kept, parse_map, parts_of, val_int
+from .isl_util import fresh, held, held_parts, held_renamed, kept, parse_map, parts_of, val_int
 from .settext import box_card, box_of_text, bounded_count, separable_count
 from .poly_region import BoundRegion, BoundStatement
 
@@ -282,7 +282,15 @@ def _pull_back(b: BoundRegion, s: BoundStatement, mine: isl.Set, inst: dict) -> 
         if old is None or need is old or held(need)[2] == held(old)[2]:  # the same instances (one text, one set)
             inst[p.name] = need if old is None else old
         else:
-            inst[p.name] = old.union(need).coalesce()
+            inst[p.name] = _readable(old).union(_readable(need)).coalesce()
+
+
+def _readable(s: isl.Set) -> isl.Set:
+    """s, or s read back from its text (isl_util.fresh) when it holds an empty piece (its text a ``: false``
+    disjunct beside others): isl's coalesce of a union holding such a piece, as images and unions of them leave
+    it, crashed the process (Longformer's sliding-window slices: a segmentation fault in facet wrapping), where
+    the same sets read back from their texts, the empty piece gone, coalesce at once."""
+    return fresh(s) if " : false" in held(s)[2] and s.n_basic_set() > 1 else s
 
 
 _IMAGES: dict = {}  # (set text, map text) -> the set's image

@@ -167,6 +167,12 @@ def printed(obj) -> str:
         ctx.set_max_operations(limit)
 
 
+def fresh(obj):
+    """A copy of the isl object read back from its text (held once printed): it shares nothing with obj, and isl's
+    reader leaves out the empty pieces an operation's result may keep (analyses/footprint.py _readable)."""
+    return type(obj).read_from_str(obj.get_ctx(), held(obj)[2])
+
+
 def held(obj) -> list:
     """[obj, its memo, its text, its text's tuple_template (None until asked: :func:`held_parts`), ...] of an isl Set
     or Map: its text printed once per object (the key of the caches kept by text, analyses/footprint.py), or made
