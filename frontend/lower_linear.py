@@ -121,17 +121,33 @@ def attention(ctx: Ctx, ins: list) -> list:
     return [dot(ctx, p, v, DType.fp32)]
 
 
-def _einsum_terms(ctx: Ctx, eq: str, n: int) -> tuple:
-    if not isinstance(eq, str) or "..." in eq:
-        fail("InvalidAttribute", ctx.at, f"equation {eq!r}: polysat's Einsum takes explicit letters (no ellipsis)")
+def _einsum_terms(ctx: Ctx, eq: str, ranks: list) -> tuple:
+    """(each operand's letters, the output's) of an explicit or implicit equation; an ellipsis stands for the
+    operand's dims its letters leave, aligned from the right across operands (numpy's broadcasting), and leads the
+    implicit output."""
+    if not isinstance(eq, str):
+        fail("InvalidAttribute", ctx.at, f"equation {eq!r} is not a string")
     eq = eq.replace(" ", "")
     lhs, arrow, out = eq.partition("->")
     terms = lhs.split(",")
-    if len(terms) != n or not all(t.isalpha() for t in terms) or (arrow and not (out.isalpha() or out == "")):
+    n = len(ranks)
+    if len(terms) != n or not all(t.replace("...", "").isalpha() or t in ("", "...") for t in terms) or \
+            any(t.count("...") > 1 for t in terms) or out.count("...") > 1 or \
+            (arrow and not (out.replace("...", "").isalpha() or out.replace("...", "") == "")):
         fail("InvalidAttribute", ctx.at, f"equation {eq!r} does not name {n} operand(s) with letters")
-    if not arrow:  # implicit output: the letters used once, alphabetically
+    spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in eq]
+    dots = [r - len(t.replace("...", "")) for t, r in zip(terms, ranks) if "..." in t]
+    wide = max(dots, default=0)
+    if any(k < 0 for k in dots) or wide > len(spare):
+        fail("AxisSizeMismatch", ctx.at, f"equation {eq!r}: an operand has fewer dims than its letters")
+    lead = "".join(spare[:wide])
+    terms = [t.replace("...", lead[wide - (r - len(t.replace("...", ""))):]) if "..." in t else t
+             for t, r in zip(terms, ranks)]
+    if arrow:
+        out = out.replace("...", lead)
+    else:  # implicit output: the ellipsis's dims, then the letters used once, alphabetically
         letters = "".join(terms)
-        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+        out = lead + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in lead))
     if any(len(set(t)) != len(t) for t in terms) or len(set(out)) != len(out) or set(out) - set("".join(terms)):
         fail("InvalidAttribute", ctx.at, f"equation {eq!r}: a repeated letter within one operand (a diagonal) "
              "or an output letter no operand has is not supported")
@@ -139,11 +155,11 @@ def _einsum_terms(ctx: Ctx, eq: str, n: int) -> tuple:
 
 
 @lowering("Einsum", inputs=(1, 2), attrs={
-    "equation": Attr("str", REQUIRED, "explicit letters, e.g. \"bij,bjk->bik\" (no ellipsis, no diagonals)"),
+    "equation": Attr("str", REQUIRED, "letters, e.g. \"bij,bjk->bik\", an ellipsis for leading dims (\"...ij,...jk\"), no diagonals"),
     "acc_dtype": Attr("dtype", default_text="fp32 (i32 for integer inputs)", doc="the dtype of the products and sums")})
 def einsum(ctx: Ctx, ins: list) -> list:
     """Operands permuted to (output letters, summed letters), broadcast, multiplied, summed (fp32)."""
-    terms, out = _einsum_terms(ctx, ctx.attr("equation"), len(ins))
+    terms, out = _einsum_terms(ctx, ctx.attr("equation"), [x.ndim for x in ins])
     b, at = ctx.b, ctx.at
     acc = ctx.dtype_attr("acc_dtype", "fp32" if ins[0].dtype.is_float else "i32")
     ins = list(widen(ctx, ins[0], ins[1], acc)) if len(ins) == 2 else [b.cast(ins[0], acc, at=at)]

@@ -581,22 +581,22 @@ def _call(imp: Importer, n, vals: dict) -> Any:
 
 
 def _decompositions(ep):
-    """Core ATen's decompositions, but an ``einsum`` of one or two operands with explicit letters is kept whole
+    """Core ATen's decompositions, but an ``einsum`` of one or two operands and no diagonal is kept whole
     (ONNX Einsum, as the ONNX exporter writes it): decomposed, its operands are permuted, given size-1 dims and
     flattened into a ``bmm`` whose batch and result no longer line up with the values around it (ProphetNet's
     attention scores against their softmax)."""
     import torch
     table = torch.export.default_decompositions()
     whole = [n for n in ep.graph.nodes if n.op == "call_function" and n.target == torch.ops.aten.einsum.default]
-    if whole and all(len(n.args[1]) <= 2 and _plain_letters(n.args[0]) for n in whole):
+    if whole and all(len(n.args[1]) <= 2 and _no_diagonal(n.args[0]) for n in whole):
         del table[torch.ops.aten.einsum.default]
     return table
 
 
-def _plain_letters(eq: str) -> bool:
-    """No ellipsis and no letter twice in one operand (a diagonal): what polysat's Einsum takes."""
-    terms = eq.replace(" ", "").partition("->")[0].split(",")
-    return "..." not in eq and all(len(set(t)) == len(t) for t in terms)
+def _no_diagonal(eq: str) -> bool:
+    """No letter twice in one operand (a diagonal, which polysat's Einsum does not take)."""
+    terms = eq.replace(" ", "").replace("...", "").partition("->")[0].split(",")
+    return all(len(set(t)) == len(t) for t in terms)
 
 
 @aten("aten.einsum.default")

@@ -713,3 +713,21 @@ def test_resize_matches_onnxruntime(mode, ct, near):
         for target in ("reference", "playback"):
             got = TARGETS[target](c, with_parameters(doc, {"x": x}))[doc["signature"]["outputs"][0]["tensor"]]
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{shape} {target}")
+
+
+@pytest.mark.parametrize("eq, shapes", [("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+                                        ("...ij,...jk->...ik", [(2, 3, 4, 5), (3, 5, 6)]),
+                                        ("...ij,jk", [(2, 3, 4), (4, 6)]),
+                                        ("i...,i...->...", [(3, 2, 4), (3, 1, 4)]),
+                                        ("ij->ji", [(3, 5)]),
+                                        ("bhqd,bhkd->bhqk", [(1, 2, 4, 8), (1, 2, 6, 8)])])
+def test_einsum_matches_numpy(eq, shapes):
+    """Einsum of explicit or implicit outputs, an ellipsis broadcast from the right across operands (a size-1 dim
+    too), one or two operands; against numpy's einsum (onnxruntime refuses ellipses of different lengths)."""
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    names = [f"x{k}" for k in range(len(xs))]
+    m = _model([helper.make_node("Einsum", names, ["y"], equation=eq)],
+               [_vi(n, list(x.shape)) for n, x in zip(names, xs)], [_vi("y", None)], opset=13)
+    feeds = dict(zip(names, xs))
+    np.testing.assert_allclose(_polysat(m, feeds)[0][0], np.einsum(eq, *xs), rtol=1e-5, atol=1e-5)

@@ -206,62 +206,56 @@ def test_a_batched_linear_is_one_contraction_with_its_layernorm():
     np.testing.assert_allclose(got[doc["signature"]["outputs"][0]["tensor"]], m(x).detach().numpy(), rtol=1e-4, atol=1e-4)
 
 
+class _Attention(torch.nn.Module):
+    """Q/K/V projections of [batch, 16, 64] into 2 heads of 32, scores = first(q, k), P @ V = second(p, v)."""
+
+    def __init__(self, batch: int, first, second):
+        super().__init__()
+        self.batch, self.first, self.second = batch, first, second
+        self.q, self.k, self.v = (torch.nn.Linear(64, 64) for _ in range(3))
+
+    def forward(self, x):
+        def heads(t):
+            return t.view(self.batch, 16, 2, 32).transpose(1, 2)
+        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        w = torch.softmax(self.first(q, k) * 0.17, -1)
+        return self.second(w, v).transpose(1, 2).reshape(self.batch, 16, 64)
+
+
+def _attention_compiled(batch: int, first, second) -> tuple:
+    """(the document, its Compilation, the ONNX path's kernels) of _Attention; playback checked against eager torch."""
+    import onnx as onnx_
+
+    from polysat.frontend.onnx import import_onnx
+    torch.manual_seed(0)
+    m, x = _Attention(batch, first, second).eval(), torch.randn(batch, 16, 64)
+    doc = import_exported(torch.export.export(m, (x,)))
+    c = Compilation(doc, cost="model")
+    got = TARGETS["playback"](c, with_parameters(doc, {doc["signature"]["inputs"][0]["tensor"]: x.numpy()}))
+    np.testing.assert_allclose(got[doc["signature"]["outputs"][0]["tensor"]], m(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+    f = io.BytesIO()
+    torch.onnx.export(m, (x,), f, dynamo=False, opset_version=17)
+    return doc, c, len(Compilation(import_onnx(onnx_.load_from_string(f.getvalue())), cost="model").priced)
+
+
 @pytest.mark.parametrize("batch", [1, 2])
 def test_attentions_4d_matmuls_are_one_kernel_as_from_onnx(batch):
     """torch.export decomposes ``matmul`` of [B, H, S, D] tensors into reshapes merging B and H, ``bmm`` and a reshape
     back; the softmax between the two matmuls stays 4-D. Computed on the 4-D tensors, as the ONNX exporter's MatMul
     is, the softmax sits in the contraction's own axes and attention (projections included) compiles to the kernels
     the ONNX path gives (2; through the merged batch it was 5). The numbers match eager torch."""
-    import onnx as onnx_
-
-    from polysat.frontend.onnx import import_onnx
-
-    class M(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.q, self.k, self.v = (torch.nn.Linear(64, 64) for _ in range(3))
-
-        def forward(self, x):
-            def heads(t):
-                return t.view(batch, 16, 2, 32).transpose(1, 2)
-            q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
-            w = torch.softmax(torch.matmul(q, k.transpose(2, 3)) * 0.17, -1)
-            return torch.matmul(w, v).transpose(1, 2).reshape(batch, 16, 64)
-    torch.manual_seed(0)
-    m, x = M().eval(), torch.randn(batch, 16, 64)
-    doc = import_exported(torch.export.export(m, (x,)))
-    c = Compilation(doc, cost="model")
-    f = io.BytesIO()
-    torch.onnx.export(m, (x,), f, dynamo=False, opset_version=17)
-    assert len(c.priced) == len(Compilation(import_onnx(onnx_.load_from_string(f.getvalue())), cost="model").priced) == 2
-    got = TARGETS["playback"](c, with_parameters(doc, {doc["signature"]["inputs"][0]["tensor"]: x.numpy()}))
-    np.testing.assert_allclose(got[doc["signature"]["outputs"][0]["tensor"]], m(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+    _, c, onnx_kernels = _attention_compiled(batch, lambda q, k: torch.matmul(q, k.transpose(2, 3)), torch.matmul)
+    assert len(c.priced) == onnx_kernels == 2
 
 
-@pytest.mark.parametrize("first, second, kept", [("bhqd,bhkd->bhqk", "bhqk,bhkd->bhqd", True),
-                                                 ("...qd,...kd->...qk", "...qk,...kd->...qd", False)])
-def test_einsum_attention_is_kept_whole_when_it_has_explicit_letters(first, second, kept):
+@pytest.mark.parametrize("first, second", [("bhqd,bhkd->bhqk", "bhqk,bhkd->bhqd"), ("...qd,...kd->...qk", "...qk,...kd->...qd")])
+def test_einsum_attention_is_kept_whole(first, second):
     """torch.export decomposes ``einsum`` into permutes, size-1 dims and a ``bmm`` whose batch no longer lines up with
-    the softmax between the two products (ProphetNet: 63 kernels, 47 from ONNX). An einsum of explicit letters is kept
-    whole, as the ONNX exporter's Einsum: attention with its projections is the ONNX path's 2 kernels. One with an
-    ellipsis is decomposed as before; both match eager torch."""
-    class M(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.q, self.k, self.v = (torch.nn.Linear(64, 64) for _ in range(3))
+    the softmax between the two products (ProphetNet: 63 kernels, 47 from ONNX). Kept whole, as the ONNX exporter's
+    Einsum (an ellipsis too), attention with its projections is the ONNX path's 2 kernels; the
+    numbers match eager torch."""
+    doc, c, onnx_kernels = _attention_compiled(2, lambda q, k: torch.einsum(first, q, k),
+                                               lambda p, v: torch.einsum(second, p, v))
+    assert any(n["op"] == "Einsum" for n in doc["graph"])
+    assert len(c.priced) == onnx_kernels == 2
 
-        def forward(self, x):
-            def heads(t):
-                return t.view(2, 16, 2, 32).transpose(1, 2)
-            q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
-            w = torch.softmax(torch.einsum(first, q, k) * 0.17, -1)
-            return torch.einsum(second, w, v).transpose(1, 2).reshape(2, 16, 64)
-    torch.manual_seed(0)
-    m, x = M().eval(), torch.randn(2, 16, 64)
-    doc = import_exported(torch.export.export(m, (x,)))
-    assert any(n["op"] == "Einsum" for n in doc["graph"]) == kept
-    c = Compilation(doc, cost="model")
-    if kept:
-        assert len(c.priced) == 2
-    got = TARGETS["playback"](c, with_parameters(doc, {doc["signature"]["inputs"][0]["tensor"]: x.numpy()}))
-    np.testing.assert_allclose(got[doc["signature"]["outputs"][0]["tensor"]], m(x).detach().numpy(), rtol=1e-4, atol=1e-4)
