@@ -1,5 +1,5 @@
-"""The ATen mappings of a network's layers (convolution, batch, group and layer norms, softmax, reductions, sorts,
-pools, adaptive pools and upsampling) and of its reads and writes at index tensors (boolean masks as their true
+"""The ATen mappings of a network's layers (contractions: mm, bmm, addmm and einsum; convolution, batch, group and layer
+norms, softmax, reductions, sorts, pools, adaptive pools and upsampling) and of its reads and writes at index tensors (boolean masks as their true
 positions; scatters) onto the ONNX handlers, registered in ``torch_aten.ATEN`` beside the elementwise and movement ones
 (frontend/torch_export.py, which imports this module)."""
 from __future__ import annotations
@@ -292,3 +292,82 @@ def grid_sampler(c: Call, x, grid, interpolation_mode=0, padding_mode=0, align_c
     modes, pads = {0: "bilinear", 1: "nearest", 2: "bicubic"}, {0: "zeros", 1: "border", 2: "reflection"}
     return c.onnx("GridSample", [x, grid], mode=modes[int(interpolation_mode)], padding_mode=pads[int(padding_mode)],
                   align_corners=int(bool(align_corners)))
+
+
+@aten("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+def mm(c: Call, a, b):
+    x = _unflattened(c, a) if c.op == "aten.mm.default" else None
+    if x is not None:
+        return c.onnx("Reshape", [c.onnx("MatMul", [x, b]), _i64(c.shape(a)[:1] + c.shape(b)[1:])])
+    xy = _unbatched(c, a, b) if c.op == "aten.bmm.default" else None
+    if xy is not None:
+        return c.onnx("Reshape", [c.onnx("MatMul", list(xy)), _i64(list(c.node.meta["val"].shape))])
+    return c.onnx("MatMul", [a, b])
+
+
+@aten("aten.addmm.default")
+def addmm(c: Call, bias, a, b, beta=1, alpha=1):
+    x = _unflattened(c, a) if alpha == 1 and beta == 1 else None
+    if x is not None:
+        y = c.onnx("Add", [c.onnx("MatMul", [x, b]), bias])
+        return c.onnx("Reshape", [y, _i64(c.shape(a)[:1] + c.shape(b)[1:])])
+    return c.onnx("Gemm", [a, b, bias], alpha=float(alpha), beta=float(beta))
+
+
+def _unflattened(c: Call, a) -> "str | None":
+    """X when the matrix ``a`` is X [.., M', K] reshaped to [M, K] (M the product of X's leading sizes) and every
+    reader views the product back to [.., M', N]: torch.export's ``linear`` of a batched input, decomposed. Its
+    product is computed on X, as the ONNX exporter's MatMul is, and flattened after: the same numbers, and no reshape
+    between the contraction and what made X (a LayerNorm's rows merged across the batch read as many-to-many by the
+    fusion rules: LayerNorm + Linear at batch 2 was 2 kernels). An importer's canonical form, not the rules' fix: an
+    ONNX graph that flattens before its MatMul meets the same refusal."""
+    x = _merged_from(c, a)
+    if x is None:
+        return None
+    xs, (m, k) = c.imp.uop(x).shape, c.shape(a)
+    if len(xs) < 3 or xs[-1] != k or not all(isinstance(d, int) for d in xs) or int(np.prod(xs[:-1])) != m:
+        return None
+    n = c.node.meta["val"].shape[-1]  # every reader views the product back to X's leading sizes (a linear's output)
+    return x if _read_back_as(c, list(xs[:-1]) + [int(n)]) else None
+
+
+def _merged_from(c: Call, a) -> "str | None":
+    """X when the value ``a`` is a Reshape of X (an argument of the graph's, not a constant), else None."""
+    if not isinstance(a, str) or a in c.imp.consts:
+        return None
+    t = c.imp.value(a, c.name)
+    made = next((n for n in reversed(c.imp.nodes) if n["outputs"] == [t]), None)
+    return made["inputs"][0] if made is not None and made["op"] == "Reshape" else None
+
+
+def _unbatched(c: Call, a, b) -> "tuple | None":
+    """(X, Y) when ``bmm(a, b)`` multiplies X [*L, M, K] and Y [*L, K, N] with their leading dims L merged into
+    one batch dim and every reader views the product back to [*L, M, N]: torch.export's ``matmul`` of 4-D
+    tensors (attention's scores and P @ V), decomposed. The product is computed on X and Y, as the ONNX
+    exporter's MatMul is: the scores' softmax then sits in the contraction's own axes, where attention's rules
+    read it (it was 3 kernels, and 1 from ONNX); the numbers are the same. An importer's canonical form, as
+    ``_unflattened``."""
+    x, y = _merged_from(c, a), _merged_from(c, b)
+    if x is None or y is None:
+        return None
+    xs, ys = c.imp.uop(x).shape, c.imp.uop(y).shape
+    (bt, m, k), n = c.shape(a), c.shape(b)[-1]
+    lead = list(xs[:-2])
+    if len(xs) < 4 or list(ys[:-2]) != lead or tuple(xs[-2:]) != (m, k) or tuple(ys[-2:]) != (k, n) or \
+            not all(isinstance(d, int) for d in (*xs, *ys)) or int(np.prod(lead)) != bt:
+        return None
+    return (x, y) if _read_back_as(c, lead + [int(m), int(n)]) else None
+
+
+_VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+
+
+def _read_back_as(c: Call, shape: list) -> bool:
+    """Every reader of the call's value views it as ``shape``."""
+    return bool(c.node.users) and all(str(u.target) in _VIEWS and [int(d) for d in u.args[1]] == shape
+                                      for u in c.node.users)
+
+
+@aten("aten.einsum.default")
+def einsum(c: Call, equation, tensors, path=None):
+    return c.onnx("Einsum", list(tensors), equation=equation.replace(" ", ""))
