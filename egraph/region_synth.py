@@ -37,14 +37,13 @@ from ..ir import region as rg
 from ..ir import deadline, trampoline
 from ..ir.diagnostics import fail
 from ..ir.expr import Expr
-from ..ir.movement import NonAffine, local_map
 from ..ir.region import R, Buffer, Let, MemRef, Region, RNode, Yield
 from ..ir.shapes import Dim
 from ..ir.stream_tags import parse_tag
 from ..ir.tiny import GroupOp, Ops, Program, UOp
 from .partition import FREE_OPS, Kernel, Partition, free_cone
 from .stream import BLOCK, Group, groups
-from .view_index import local_map_of, through
+from .view_index import affine, local_map_of, through
 
 _UNARY_FN = {Ops.NEG: "neg", Ops.RELU: "relu", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SQRT: "sqrt",
              Ops.RSQRT: "rsqrt", Ops.RECIPROCAL: "reciprocal", Ops.CAST: "cast"}
@@ -406,9 +405,7 @@ class _KernelSynth:
         n = self.program[nid]
         while n.op in GroupOp.Movement and not (n.id in self.names and n.id not in self.kernel.nodes):
             src = self.program[n.src[0]]
-            try:
-                local_map(n, src)
-            except NonAffine:
+            if not affine(n, src):
                 return None
             index = through(n, src, index, self.bounds(index))[0]
             n = src

@@ -12,13 +12,26 @@ from ..ir.tiny import UOp
 
 
 @lru_cache(maxsize=16384)
-def local_map_of(n: UOp, src: UOp):
-    """The view's index map (ir/movement.py), made once per node."""
+def _map(n: UOp, src: UOp):
+    """The view's index map (ir/movement.py), or the NonAffine that says why it has none: made once per node."""
     try:
         return local_map(n, src)
     except NonAffine as e:
-        fail("NonAffineIndex", n.id, f"{n.op.name} cannot be folded into an index map: {e}",
+        return e
+
+
+def affine(n: UOp, src: UOp) -> bool:
+    """Whether the view has an index map."""
+    return not isinstance(_map(n, src), NonAffine)
+
+
+def local_map_of(n: UOp, src: UOp):
+    """The view's index map; E NonAffineIndex when it has none."""
+    lm = _map(n, src)
+    if isinstance(lm, NonAffine):
+        fail("NonAffineIndex", n.id, f"{n.op.name} cannot be folded into an index map: {lm}",
              "Materialize the view's source in its own region, or keep reshapes to static strides.")
+    return lm
 
 
 @lru_cache(maxsize=65536)

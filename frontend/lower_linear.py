@@ -131,9 +131,9 @@ def _einsum_terms(ctx: Ctx, eq: str, ranks: list) -> tuple:
     lhs, arrow, out = eq.partition("->")
     terms = lhs.split(",")
     n = len(ranks)
-    if len(terms) != n or not all(t.replace("...", "").isalpha() or t in ("", "...") for t in terms) or \
-            any(t.count("...") > 1 for t in terms) or out.count("...") > 1 or \
-            (arrow and not (out.replace("...", "").isalpha() or out.replace("...", "") == "")):
+    def letters(t: str) -> bool:  # letters around at most one ellipsis (or nothing: a scalar)
+        return t.count("...") <= 1 and all(c.isalpha() for c in t.replace("...", ""))
+    if len(terms) != n or not all(map(letters, terms)) or not letters(out):
         fail("InvalidAttribute", ctx.at, f"equation {eq!r} does not name {n} operand(s) with letters")
     spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in eq]
     dots = [r - len(t.replace("...", "")) for t, r in zip(terms, ranks) if "..." in t]

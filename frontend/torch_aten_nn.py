@@ -1,7 +1,7 @@
-"""The ATen mappings of a network's layers (contractions: mm, bmm, addmm and einsum; convolution, batch, group and layer
-norms, softmax, reductions, sorts, pools, adaptive pools and upsampling) and of its reads and writes at index tensors (boolean masks as their true
-positions; scatters) onto the ONNX handlers, registered in ``torch_aten.ATEN`` beside the elementwise and movement ones
-(frontend/torch_export.py, which imports this module)."""
+"""The ATen mappings of a network's layers (contractions: mm, bmm, addmm and einsum; convolution, batch, group and
+layer norms, softmax, reductions, sorts, pools, adaptive pools and upsampling) and of its reads and writes at index
+tensors (boolean masks as their true positions; scatters) onto the ONNX handlers, registered in ``torch_aten.ATEN``
+beside the elementwise and movement ones (frontend/torch_export.py, which imports this module)."""
 from __future__ import annotations
 
 import numpy as np
