@@ -1,7 +1,8 @@
 // The sm80 skeleton's data movement and MMAs on the host, through the skeleton's own __host__ index helpers
-// (polysat_gemm.cuh: tile_origin, copy_coord, swz_offset, frag_coord, b_pick, acc_coord, elem_offset) and a
-// model of what the hardware does (cp.async zero-fill, ldmatrix.x4 (.trans) with its bank check, mma.m16n8k16):
-// shared by tests/test_backend_emulate.py and tests/test_gemm_strided.py.
+// (polysat_gemm.cuh: tile_origin, copy_coord, swz_offset, frag_coord, b_pick, acc_coord, elem_offset; for fp32
+// operands swz_offset32, frag_tf32, split_tf32) and a model of what the hardware does (cp.async zero-fill,
+// ldmatrix.x4 (.trans) with its bank check, 4-byte shared loads with theirs, mma.m16n8k16, mma.m16n8k8 .tf32):
+// shared by tests/test_backend_emulate.py, tests/test_gemm_strided.py and tests/test_gemm_tf32_emulate.py.
 #pragma once
 #include "polysat_gemm.cuh"
 #include "mma_host_model.cuh"
@@ -33,8 +34,9 @@ static void ldmatrix_x4(const std::vector<float>& smem, const int (&addr)[32], R
 
 
 // the kernel's cp.async / plain copies of one [ROWS][COLS] tile, thread by thread, from the matrix at
-// element `base` of g with row stride ld_arg (0: packed, as TileProducer derives it)
-template <int ROWS, int COLS, int VEC, int THREADS, bool KMAJOR>
+// element `base` of g with row stride ld_arg (0: packed, as TileProducer derives it); EB: element bytes (4: the
+// fp32 tiles of the 3xTF32 path, swizzled by swz_offset32)
+template <int ROWS, int COLS, int VEC, int THREADS, bool KMAJOR, int EB = 2>
 static void load(std::vector<float>& tile, const std::vector<float>& g, long long base, long long ld_arg, int mn0,
                  int k0, int MN, int K) {
   long long ld; int r0, c0, rl, cl;
@@ -47,7 +49,7 @@ static void load(std::vector<float>& tile, const std::vector<float>& g, long lon
       copy_coord<COLS, VEC>(tid + i * THREADS, r, c);
       const int gr = r0 + r, gc = c0 + c;
       const bool ok = gr < rl && gc < cl;
-      const int dst = swz_offset<COLS>(r, c);
+      const int dst = EB == 4 ? swz_offset32<COLS>(r, c) : swz_offset<COLS>(r, c);
       for (int e = 0; e < VEC; ++e) tile[dst + e] = ok ? g[base + elem_offset(0, 0, gr, ld, gc) + e] : 0.0f;
     }
 }
@@ -82,6 +84,56 @@ static void mma_step(const std::vector<float>& sA, const std::vector<float>& sB,
             for (int e = 0; e < 2; ++e) { b[t][0][e] = b0[e]; b[t][1][e] = b1[e]; }
           }
           mma16816(acc[w][i][j], a, b);
+        }
+    }
+  }
+}
+
+// one 4-byte shared load of the 32 lanes (the fp32 fragments): 32 distinct banks
+static void lds_banks(const int (&addr)[32]) {
+  unsigned seen = 0;
+  for (int l = 0; l < 32; ++l) seen |= 1u << (addr[l] % 32);
+  if (seen != 0xffffffffu) { std::printf("FAIL 4-byte fragment load bank conflict (banks %08x)\n", seen); std::exit(1); }
+}
+
+// one BK step of the CTA tile on fp32 tiles, as mma_step_tf32 runs it: per k8 slice every warp's fragments
+// (frag_tf32), split into big + small (split_tf32), three m16n8k8 tf32 MMAs per fragment pair, small terms first
+template <int BM, int BN, int BK, int WM, int WN, bool AK, bool BKM>
+static void mma_step_f32(const std::vector<float>& sA, const std::vector<float>& sB,
+                         float (&acc)[WM * WN][BM / WM / 16][BN / WN / 8][32][4]) {
+  constexpr int WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
+  constexpr int A_COLS = AK ? BK : BM, B_COLS = BKM ? BK : BN;
+  for (int w = 0; w < WM * WN; ++w) {
+    const int wm = w / WN, wn = w % WN;
+    for (int kk = 0; kk < BK; kk += 8) {
+      static float ab[MI][32][4], as[MI][32][4], bb[NI][32][2], bs[NI][32][2];
+      for (int i = 0; i < MI; ++i)
+        for (int r = 0; r < 4; ++r) {
+          int addr[32];
+          for (int l = 0; l < 32; ++l) {
+            int off[4];
+            frag_tf32<AK, A_COLS>(l, wm * WTM + i * 16, kk, off);
+            addr[l] = off[r];
+            split_tf32(sA[off[r]], ab[i][l][r], as[i][l][r]);
+          }
+          lds_banks(addr);
+        }
+      for (int j = 0; j < NI; ++j)
+        for (int r = 0; r < 2; ++r) {
+          int addr[32];
+          for (int l = 0; l < 32; ++l) {
+            int off[2];
+            frag_tf32<BKM, B_COLS>(l, wn * WTN + j * 8, kk, off);
+            addr[l] = off[r];
+            split_tf32(sB[off[r]], bb[j][l][r], bs[j][l][r]);
+          }
+          lds_banks(addr);
+        }
+      for (int i = 0; i < MI; ++i)
+        for (int j = 0; j < NI; ++j) {
+          mma1688_tf32(acc[w][i][j], as[i], bb[j]);
+          mma1688_tf32(acc[w][i][j], ab[i], bs[j]);
+          mma1688_tf32(acc[w][i][j], ab[i], bb[j]);
         }
     }
   }
@@ -124,8 +176,8 @@ static void store_tile(const float (&acc)[WM * WN][BM / WM / 16][BN / WN / 8][32
 
 // the whole GEMM, CTA tile by CTA tile, as gemm_sm80 runs it: st = {a_ld, a_bstride, b_ld, b_bstride, c_ld,
 // c_bstride} in elements, the sm80 kernel's stride arguments (ld 0: packed; batch stride 0: broadcast); an
-// operand reading a run of the batch dims reads matrix batch_index(b, div, mod)
-template <int BM, int BN, int BK, int WM, int WN, bool AK, bool BKM, int VA, int VB>
+// operand reading a run of the batch dims reads matrix batch_index(b, div, mod); F32: fp32 operands (3xTF32)
+template <int BM, int BN, int BK, int WM, int WN, bool AK, bool BKM, int VA, int VB, bool F32 = false>
 static void gemm_tiles(const std::vector<float>& A, const std::vector<float>& B, std::vector<float>& C, int M, int N,
                        int K, int batch, const long long (&st)[6], int a_div = 1, int a_mod = 0, int b_div = 1,
                        int b_mod = 0) {
@@ -138,9 +190,11 @@ static void gemm_tiles(const std::vector<float>& A, const std::vector<float>& B,
         static float acc[WM * WN][MI][NI][32][4];
         for (auto& w : acc) for (auto& x : w) for (auto& y : x) for (auto& z : y) for (float& v : z) v = 0.0f;
         for (int k0 = 0; k0 < K; k0 += BK) {
-          load<A_ROWS, A_COLS, VA, THREADS, AK>(sA, A, elem_offset(batch_index(b, a_div, a_mod), st[1], 0, 0, 0), st[0], m0, k0, M, K);
-          load<B_ROWS, B_COLS, VB, THREADS, BKM>(sB, B, elem_offset(batch_index(b, b_div, b_mod), st[3], 0, 0, 0), st[2], n0, k0, N, K);
-          mma_step<BM, BN, BK, WM, WN, AK, BKM>(sA, sB, acc);
+          constexpr int EB = F32 ? 4 : 2;
+          load<A_ROWS, A_COLS, VA, THREADS, AK, EB>(sA, A, elem_offset(batch_index(b, a_div, a_mod), st[1], 0, 0, 0), st[0], m0, k0, M, K);
+          load<B_ROWS, B_COLS, VB, THREADS, BKM, EB>(sB, B, elem_offset(batch_index(b, b_div, b_mod), st[3], 0, 0, 0), st[2], n0, k0, N, K);
+          if constexpr (F32) mma_step_f32<BM, BN, BK, WM, WN, AK, BKM>(sA, sB, acc);
+          else mma_step<BM, BN, BK, WM, WN, AK, BKM>(sA, sB, acc);
         }
         store_tile<BM, BN, WM, WN>(acc, C, b, st[5], st[4], m0, n0, M, N);
       }

@@ -11,7 +11,7 @@ import pytest
 
 from polysat.backend.common.spec import EpilogueOp
 from polysat.backend.gemm.spec import GemmSpec
-from polysat.backend.common.nvcc import check_many, missing_instructions
+from polysat.backend.common.nvcc import TF32_MMA, check_many, missing_instructions
 from polysat.backend.gemm.plan import search
 from polysat.backend.gemm.prologue import Prologue, Source
 from polysat.backend.gemm.render import render
@@ -30,6 +30,8 @@ RMS = Prologue((Source("x", "mk", F16, 264), Source("x", "stat", F16, 264, 0, ((
     ("div", (("v",), ("c", 264.0))), ("add", (("s", 0), ("c", 1e-6))), ("sqrt", (("s", 1),)), ("reciprocal", (("s", 2),)))),
     Source("g", "k", F16)), (("mul", (("x", 0), ("x", 1))), ("round_fp16", (("s", 0),)), ("mul", (("s", 1), ("x", 2))),
                             ("round_fp16", (("s", 2),))))
+PAIR32 = (("mul", (("v",), ("c", -1.4426950408889634))), ("exp2", (("s", 0),)), ("add", (("s", 1), ("c", 1.0))),
+          ("reciprocal", (("s", 2),)), ("mul", (("v",), ("s", 3))), ("mul", (("s", 4), ("x", 0))))
 EVIL = 'b"); } __global__ void pwn(){ /*'
 
 CASES = {
@@ -71,6 +73,15 @@ CASES = {
                                      a_prologue=replace(RMS, sources=tuple(replace(x, ld=256) for x in RMS.sources))),
     "prologue_stat_pair": GemmSpec("pro_stat_pair", 200, 1024, 256, b_pieces=(("wg", 512), ("wu", 512)), pair=PAIR,
                                    a_prologue=replace(RMS, sources=tuple(replace(x, ld=256) for x in RMS.sources))),
+    # fp32 operands: 3xTF32 on the sm80 skeleton (both targets): a bias + GELU epilogue, odd tails with scalar copies,
+    # the Q/K/V pieces of B, and the gate/up pair
+    "fp32": GemmSpec("f32", 1000, 1024, 1000, in_dtype=F32, out_dtype=F32,
+                     epilogue=(EpilogueOp("bias", "bias", dtype=F32), EpilogueOp("gelu_erf"))),
+    "fp32_odd": GemmSpec("f32_odd", 77, 93, 101, in_dtype=F32, out_dtype=F32, a_layout="col"),
+    "fp32_pieces": GemmSpec("f32_qkv", 128, 768, 256, in_dtype=F32, out_dtype=F32,
+                            b_pieces=(("wq", 256), ("wk", 256), ("wv", 256))),
+    "fp32_pair": GemmSpec("f32_pair", 200, 1024, 256, in_dtype=F32, out_dtype=F32, b_pieces=(("wg", 512), ("wu", 512)),
+                          pair=PAIR32),
 }
 
 
@@ -122,6 +133,9 @@ def test_ptx_holds_the_skeleton_instructions(builds):
             assert rep.count("setmaxnreg") == (2 if ks.plan.warps[0] >= 2 else 0), label
             assert f"m64n{bn}k16" in ks.source
             assert "serialized" not in rep.log and "C7508" not in rep.log, rep.log  # wgmma serialized (C7510, C7515, ...) / setmaxnreg ignored
+        elif ks.plan.elem_bytes == 4:  # fp32: 4-byte fragment loads, split, three tf32 MMAs per product
+            assert rep.count(TF32_MMA) > 0 and rep.count("cvt.rna.tf32.f32") > 0 and rep.count("ldmatrix") == 0, label
+            assert rep.count(TF32_MMA) == rep.count("mma.sync") and rep.count(TF32_MMA) % 3 == 0, rep.ptx_counts
         else:
             assert rep.count("mma.sync") > 0 and rep.count("ldmatrix") > 0
 

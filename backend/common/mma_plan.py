@@ -29,6 +29,7 @@ class SchedulePlan:
     async_enable: bool = True
     epilogue_overlap: bool = True
     assumes: tuple[str, ...] = ()   # runtime guards a symbolic shape must pass (e.g. "K % 8 == 0")
+    elem_bytes: int = 2             # operand element size: 2 (fp16 / bf16), 4 (fp32: 3xTF32 on the sm80 skeleton)
     est: tuple[tuple[str, float], ...] = field(default=(), compare=False)  # cost-model numbers
 
     @property
@@ -47,7 +48,7 @@ class SchedulePlan:
     @property
     def smem_bytes(self) -> int:
         bm, bn, bk = self.tile
-        ring = self.stages * (bm + bn) * bk * 2
+        ring = self.stages * (bm + bn) * bk * self.elem_bytes
         if self.skeleton == "sm90":
             return ring + 2 * self.stages * 8 + 1024  # + mbarriers + alignment slack
         return ring
@@ -61,7 +62,7 @@ class SchedulePlan:
         bm, bn, bk = self.tile
         return (f"{self.skeleton}_{bm}x{bn}x{bk}_s{self.stages}_w{self.warps[0]}x{self.warps[1]}"
                 f"_v{self.vec_a}{self.vec_b}_{'k' if self.a_kmajor else 'm'}{'k' if self.b_kmajor else 'n'}"
-                f"{'_p' if self.persistent else ''}")
+                f"{'_p' if self.persistent else ''}{'_tf32x3' if self.elem_bytes == 4 else ''}")
 
     def to_json(self, spec: Any = None) -> dict[str, Any]:
         bm, bn, bk = self.tile
@@ -94,7 +95,8 @@ class SchedulePlan:
             "skeleton": self.skeleton,
             "layout_hints": {"A_swizzle": True, "B_swizzle": True, "C_stride": "row",
                              "A_major": "K" if self.a_kmajor else "M", "B_major": "K" if self.b_kmajor else "N"},
-            "algo_choice": {"matmul": "tma_wgmma_ws" if self.skeleton == "sm90" else "mma_sync_multistage"},
+            "algo_choice": {"matmul": "tma_wgmma_ws" if self.skeleton == "sm90" else
+                            "mma_sync_multistage_3xtf32" if self.elem_bytes == 4 else "mma_sync_multistage"},
             "local_edges": [{"from": "sum_k", "to": "epilogue", "buffer": "reg"},
                             {"from": "load", "to": "mma", "buffer": "smem_ring", "depth": self.stages}],
             "async": {"enable": self.async_enable, "prefetch_depth": self.stages - 1,

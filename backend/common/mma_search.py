@@ -40,7 +40,8 @@ def regs_estimate(plan: SchedulePlan) -> int:
         return min(232, bn // 2 + 72)
     wm, wn = plan.warp_tile
     mi, ni = wm // 16, wn // 8
-    base = mi * ni * 4 + mi * 4 + ni * 2 + 40
+    frags = (mi * 4 + ni * 2) * (2 if plan.elem_bytes == 4 else 1)  # fp32: each fragment split in big + small
+    base = mi * ni * 4 + frags + 40
     return base if base > 255 else min(255, base + 6 * plain_copies(plan))
 
 
@@ -73,11 +74,13 @@ def contiguous_extents(spec: Any) -> tuple["int | str", "int | str"]:
     return a, b
 
 
-def widest_vec(extent: "int | str") -> int:
-    """Elements per aligned load: the largest of 8, 4, 2, 1 dividing the extent (symbols: 8, guarded)."""
+def widest_vec(extent: "int | str", itemsize: int = 2) -> int:
+    """Elements per aligned load of at most 16 bytes: the largest of 8, 4, 2, 1 (4, 2, 1 for 4-byte elements)
+    dividing the extent (symbols: the widest, guarded)."""
+    widths = tuple(v for v in (8, 4, 2, 1) if v * itemsize <= 16)
     if isinstance(extent, str):
-        return 8
-    return next(v for v in (8, 4, 2, 1) if extent % v == 0)
+        return widths[0]
+    return next(v for v in widths if extent % v == 0)
 
 
 def _assumes(spec: Any, need: int) -> tuple[str, ...]:
@@ -100,7 +103,8 @@ def _tail_axes(spec: Any, sizes_known: Mapping[str, "int | None"], tile: tuple[i
 
 
 def sm80_candidates(spec: Any, arch: str, sizes: Mapping[str, int], hints) -> list[SchedulePlan]:
-    va, vb = (widest_vec(e) for e in contiguous_extents(spec))
+    isz = spec.in_dtype.itemsize
+    va, vb = (widest_vec(e, isz) for e in contiguous_extents(spec))
     a_k, b_k = spec.a_layout == "row", spec.b_layout == "col"
     tiles = [(128, 128, (2, 2)), (128, 128, (2, 4)), (128, 64, (2, 2)), (64, 128, (2, 2)), (64, 64, (2, 2))]
     if sizes["m"] <= 64:
@@ -117,7 +121,8 @@ def sm80_candidates(spec: Any, arch: str, sizes: Mapping[str, int], hints) -> li
                 out.append(SchedulePlan(arch=arch, skeleton="sm80", tile=(bm, bn, bk), stages=s, warps=warps,
                                         vec_a=va, vec_b=vb, epilogue=tuple(op.kind for op in spec.epilogue),
                                         predicate_tail=_tail_axes(spec, known, (bm, bn, bk), hints),
-                                        a_kmajor=a_k, b_kmajor=b_k, assumes=_assumes(spec, max(va, vb))))
+                                        a_kmajor=a_k, b_kmajor=b_k, assumes=_assumes(spec, max(va, vb)),
+                                        elem_bytes=isz))
     return out
 
 
@@ -157,6 +162,8 @@ def estimate(spec: Any, plan: SchedulePlan, sizes: Mapping[str, int], dev: Devic
     wave_eff = tiles / (waves * slots)
     kpad = math.ceil(k / bk) * bk
     flops = 2.0 * tiles * bm * bn * kpad
+    # fp32 operands: three tf32 MMAs per product (3xTF32), each at half the 16-bit rate
+    mma_flops = flops * (6.0 if plan.elem_bytes == 4 else 1.0)
     if plan.skeleton == "sm90":
         eff = dev.mma_eff_of("sm90") * WGMMA_N_EFF.get(bn, 0.8)
     else:
@@ -164,12 +171,13 @@ def estimate(spec: Any, plan: SchedulePlan, sizes: Mapping[str, int], dev: Devic
     # a CTA of few warps cannot keep the tensor cores busy alone (at least 8 MMA warps per SM)
     warps_per_sm = occ * (plan.threads // 32 - (4 if plan.skeleton == "sm90" else 0))
     busy = min(1.0, warps_per_sm / 8.0)
-    t_compute = tensor_time(flops, dev, eff, PIPELINE_EFF.get(plan.stages, 1.0), wave_eff, busy)
+    t_compute = tensor_time(mma_flops, dev, eff, PIPELINE_EFF.get(plan.stages, 1.0), wave_eff, busy)
     if plan.skeleton == "sm90":
         smem_per_flop = (64 + bn) / (64.0 * bn)  # wgmma m64nBNk16 reads A 64x16 and B BNx16 per 2*64*BN*16 FLOPs
     else:
         wm, wn = plan.warp_tile
-        smem_per_flop = (wm + wn) / (float(wm) * wn)  # ldmatrix of the warp tile's A and B slices
+        # the warp tile's A and B slices (ldmatrix; 4-byte loads of fp32), bytes per FLOP
+        smem_per_flop = (wm + wn) * plan.elem_bytes / (2.0 * wm * wn)
     t_smem = smem_time(flops * smem_per_flop, dev, wave_eff)
     # the plain copies: each wave's CTAs walk K side by side, a thread's copies of a stage one after another
     t_plain = waves * math.ceil(k / bk) * plain_copies(plan) * PLAIN_COPY_US * 1e-6

@@ -25,10 +25,13 @@ ARCH_FLAGS = {
     "sm80": ["-arch=sm_80"],
     "sm90": ["-gencode=arch=compute_90a,code=sm_90a"],  # wgmma and setmaxnreg need sm_90a
 }
+TF32_MMA = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 # instructions each skeleton's PTX must contain
 REQUIRED_PTX = {
     "sm80": ("mma.sync", "ldmatrix", "cp.async"),
     "sm90": ("wgmma.mma_async", "cp.async.bulk.tensor", "mbarrier"),
+    # the sm80 skeleton on fp32 operands: 4-byte fragment loads, the tf32 split and m16n8k8 tf32 MMAs (3xTF32)
+    "sm80_tf32x3": (TF32_MMA, "cvt.rna.tf32.f32", "cp.async"),
 }
 
 
@@ -74,7 +77,7 @@ def cache_dir() -> str:
 PTX_PATTERNS = ("mma.sync", "ldmatrix", "cp.async.cg", "cp.async.ca", "cp.async.commit_group", "cp.async.wait_group",
                 "cp.async.bulk.tensor", "wgmma.mma_async", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group",
                 "mbarrier.try_wait", "mbarrier.arrive", "mbarrier.init", "setmaxnreg", "st.global", "cp.async", "mbarrier",
-                "fence.proxy.async")
+                "fence.proxy.async", TF32_MMA, "cvt.rna.tf32.f32")
 
 _REGS = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -132,4 +135,8 @@ def check_many(jobs: list[tuple[str, str]], workers: int | None = None) -> list[
 
 
 def missing_instructions(rep: NvccReport, skeleton: str) -> list[str]:
+    """The instructions REQUIRED_PTX[skeleton] names that the PTX lacks; an sm80 kernel on fp32 operands is
+    checked as ``sm80_tf32x3``."""
+    if skeleton == "sm80" and rep.count(TF32_MMA):
+        skeleton = "sm80_tf32x3"
     return [i for i in REQUIRED_PTX[skeleton] if rep.count(i) == 0]

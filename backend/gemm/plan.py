@@ -37,6 +37,8 @@ def stop_reason(spec: GemmSpec, plan: SchedulePlan, dev: Device, best_vec: tuple
         return f"BN {bn} does not divide every piece of B ({', '.join(str(w) for _, w in spec.b_pieces)}): a tile would straddle two"
     if smem := smem_reason(plan, dev):
         return smem
+    if plan.skeleton == "sm90" and spec.in_dtype.itemsize == 4:
+        return "sm90: wgmma here takes 16-bit operands; fp32 runs 3xTF32 on the sm80 skeleton's mma.sync"
     if plan.skeleton == "sm90":
         odd = [r for r in "ab" if spec.dims(r) != packed_dims(spec, r) and static_strides(spec, r) is None]
         if odd:
@@ -78,7 +80,7 @@ def search(spec: GemmSpec, arch: str = "sm90", env: Mapping[str, int] | None = N
         cands += sm90_candidates(spec, sizes, hints)
     if "sm80" in skeletons:
         cands += sm80_candidates(spec, arch, sizes, hints)
-    best_vec = tuple(widest_vec(e) for e in contiguous_extents(spec))
+    best_vec = tuple(widest_vec(e, spec.in_dtype.itemsize) for e in contiguous_extents(spec))
     kept, pruned = prune(cands, lambda p: stop_reason(spec, p, dev, best_vec))
     if not kept:
         fail("InternalError", f"gemm {spec.name!r}", "no schedule candidate survives the STOP conditions",

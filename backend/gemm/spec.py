@@ -272,9 +272,11 @@ def validate(s: GemmSpec) -> None:
     if not isinstance(s.name, str) or not s.name:
         fail("InvalidAttribute", "gemm", "a GEMM needs a non-empty name")
     check_sizes(((s.m, "M"), (s.n, "N"), (s.k, "K")), s.batch, at)
-    if s.in_dtype not in IN_DTYPES:
-        fail("DtypeMismatch", at, f"inputs must be fp16 or bf16, got {s.in_dtype.value}",
-             "Cast the operands to fp16 or bf16 before the contraction.")
+    if s.in_dtype not in (*IN_DTYPES, DType.fp32):
+        fail("DtypeMismatch", at, f"inputs must be fp16, bf16 or fp32, got {s.in_dtype.value}",
+             "Cast the operands to fp16, bf16 or fp32 before the contraction.")
+    if s.in_dtype == DType.fp32 and s.a_prologue is not None:
+        fail("InvalidAttribute", at, "an A prologue computes 16-bit operands; fp32 operands are read as they are")
     if s.out_dtype not in OUT_DTYPES:
         fail("DtypeMismatch", at, f"the output must be fp16, bf16 or fp32, got {s.out_dtype.value}")
     if s.acc_dtype != DType.fp32:

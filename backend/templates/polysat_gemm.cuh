@@ -122,6 +122,25 @@ POLYSAT_HD int swz_offset(int row, int col) {
   return row * COLS + ((chunk ^ x) << 3) + (col & 7);
 }
 
+// The same for a tile of 4-byte elements (the fp32 operands of the 3xTF32 path): 4 elements per 16-byte chunk,
+// chunk c of row r stored at c ^ x(r), x(r) = 2 (r & 3) + ((r >> 2) & 1). The m16n8k8 fragment reads (frag_tf32)
+// touch 8 consecutive rows at one chunk (K-major tiles) or 4 consecutive rows at two adjacent chunks (MN-major):
+// x takes 8 distinct values on the first and 4 distinct even (or odd) ones on the second, so the 32 lanes of a
+// read hit 32 distinct banks.
+template <int COLS>
+POLYSAT_HD int swz_offset32(int row, int col) {
+  static_assert(COLS % 32 == 0, "a 4-byte tile row holds at least 8 chunks");
+  const int x = ((row & 3) << 1) | ((row >> 2) & 1);
+  return row * COLS + (((col >> 2) ^ x) << 2) + (col & 3);
+}
+
+// the swizzled offset of (row, col) in a [ROWS][COLS] tile of T
+template <class T, int COLS>
+POLYSAT_HD int swz_elem(int row, int col) {
+  if constexpr (sizeof(T) == 4) return swz_offset32<COLS>(row, col);
+  else return swz_offset<COLS>(row, col);
+}
+
 // copy number idx of a [ROWS][COLS] tile moves VEC elements starting at (r, c)
 template <int COLS, int VEC>
 POLYSAT_HD void copy_coord(int idx, int& r, int& c) {
@@ -137,6 +156,44 @@ POLYSAT_HD void frag_coord(int lane, int mn0, int k0, int& row, int& col) {
   const int j = lane >> 3, q = lane & 7;
   if constexpr (KMAJOR) { row = mn0 + ((j & 1) << 3) + q; col = k0 + ((j >> 1) << 3); }
   else                  { row = k0 + ((j >> 1) << 3) + q; col = mn0 + ((j & 1) << 3); }
+}
+
+// The tf32 m16n8k8 fragments (PTX ISA, mma.m16n8k8 .tf32), g = lane / 4, t = lane % 4, as tile offsets of a
+// [MN][K] (K-major) or [K][MN] tile of fp32: A's m16 x k8 block at (mn0, k0) gives reg r the element
+// (mn0 + g + 8 (r & 1), k0 + t + 4 (r >> 1)); B's k8 x n8 block gives reg r (n0 + g, k0 + t + 4 r). The
+// accumulators are laid out as m16n8k16's (acc_coord).
+template <bool KMAJOR, int COLS>
+POLYSAT_HD int tf32_at(int mn, int k) { return KMAJOR ? swz_offset32<COLS>(mn, k) : swz_offset32<COLS>(k, mn); }
+template <bool KMAJOR, int COLS, int REGS>
+POLYSAT_HD void frag_tf32(int lane, int mn0, int k0, int (&off)[REGS]) {
+  static_assert(REGS == 4 || REGS == 2, "an A fragment has 4 registers, a B fragment 2");
+  const int g = lane >> 2, t = lane & 3;
+  for (int r = 0; r < REGS; ++r)
+    off[r] = REGS == 4 ? tf32_at<KMAJOR, COLS>(mn0 + g + 8 * (r & 1), k0 + t + 4 * (r >> 1))
+                       : tf32_at<KMAJOR, COLS>(mn0 + g, k0 + t + 4 * r);
+}
+
+// x rounded to tf32 (10 mantissa bits), to nearest with ties away from zero: cvt.rna.tf32.f32 on the device,
+// the same rounding on the host (Inf and NaN kept)
+POLYSAT_HD float tf32_rna(float x) {
+#ifdef __CUDA_ARCH__
+  u32 r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return __uint_as_float(r);
+#else
+  union {
+    float f;
+    u32 u;
+  } v{x};
+  if ((v.u & 0x7f800000u) != 0x7f800000u) v.u = (v.u + 0x1000u) & 0xffffe000u;
+  return v.f;
+#endif
+}
+// 3xTF32: x = big + small, both tf32, big * big' + big * small' + small * big' recovers an fp32 product
+// (small * small' is below fp32's rounding)
+POLYSAT_HD void split_tf32(float x, float& big, float& small) {
+  big = tf32_rna(x);
+  small = tf32_rna(x - big);
 }
 
 // where operand X's CTA tile starts in global memory, as a [rows][cols] tile with cols contiguous:
@@ -240,9 +297,9 @@ __device__ __forceinline__ void load_tile(T* tile, const T* __restrict__ g, long
     const int gr = row0 + r, gc = col0 + c;
     const bool ok = gr < row_lim && gc < col_lim;
     const T* src = ok ? g + elem_offset(0, 0, gr, ld, gc) : g;
-    T* dst = tile + swz_offset<COLS>(r, c);
+    T* dst = tile + swz_elem<T, COLS>(r, c);
     if constexpr (VEC > 1) {
-      cp_async<VEC * 2>(smem_u32(dst), src, ok);
+      cp_async<VEC * (int)sizeof(T)>(smem_u32(dst), src, ok);
     } else {
       *dst = ok ? *src : from_f32<T>(0.0f);
     }
@@ -281,6 +338,56 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// fp32 operands: d += a * b on the tensor cores as tf32 (mma.m16n8k8), 3xTF32 by the caller
+__device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// One BK step of the warp tile on fp32 tiles: each k8 slice's fragments read from shared memory (frag_tf32), split
+// into big + small tf32 parts (split_tf32), and three MMAs per fragment pair, the small terms first.
+template <int BK, int MI, int NI, int WTM, int WTN, int A_COLS, int B_COLS, bool A_KMAJOR, bool B_KMAJOR>
+__device__ __forceinline__ void mma_step_tf32(const float* tA, const float* tB, int warp_m, int warp_n, int lane,
+                                              float (&acc)[MI][NI][4]) {
+#pragma unroll
+  for (int kk = 0; kk < BK; kk += 8) {
+    u32 ab[MI][4], as[MI][4], bb[NI][2], bs[NI][2];
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      int off[4];
+      frag_tf32<A_KMAJOR, A_COLS>(lane, warp_m * WTM + i * 16, kk, off);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        float big, small;
+        split_tf32(tA[off[r]], big, small);
+        ab[i][r] = __float_as_uint(big);
+        as[i][r] = __float_as_uint(small);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      int off[2];
+      frag_tf32<B_KMAJOR, B_COLS>(lane, warp_n * WTN + j * 8, kk, off);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float big, small;
+        split_tf32(tB[off[r]], big, small);
+        bb[j][r] = __float_as_uint(big);
+        bs[j][r] = __float_as_uint(small);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        mma_1688_tf32(acc[i][j], as[i], bb[j][0], bb[j][1]);
+        mma_1688_tf32(acc[i][j], ab[i], bs[j][0], bs[j][1]);
+        mma_1688_tf32(acc[i][j], ab[i], bb[j][0], bb[j][1]);
+      }
   }
 }
 
@@ -356,21 +463,25 @@ __device__ __forceinline__ void mainloop_sm80(PA& pa, PB& pb, int K, unsigned ch
     cp_async_commit();
     const T* tA = sA + (kt % STAGES) * A_ELEMS;
     const T* tB = sB + (kt % STAGES) * B_ELEMS;
+    if constexpr (sizeof(T) == 4) {
+      mma_step_tf32<BK, MI, NI, WTM, WTN, A_COLS, B_COLS, A_KMAJOR, B_KMAJOR>(tA, tB, warp_m, warp_n, lane, acc);
+    } else {
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      u32 af[MI][4], bf[NI / 2][4];
+      for (int kk = 0; kk < BK; kk += 16) {
+        u32 af[MI][4], bf[NI / 2][4];
 #pragma unroll
-      for (int i = 0; i < MI; ++i) load_frag<T, A_KMAJOR, A_COLS>(af[i], tA, warp_m * WTM + i * 16, kk, lane);
+        for (int i = 0; i < MI; ++i) load_frag<T, A_KMAJOR, A_COLS>(af[i], tA, warp_m * WTM + i * 16, kk, lane);
 #pragma unroll
-      for (int j = 0; j < NI / 2; ++j) load_frag<T, B_KMAJOR, B_COLS>(bf[j], tB, warp_n * WTN + j * 16, kk, lane);
+        for (int j = 0; j < NI / 2; ++j) load_frag<T, B_KMAJOR, B_COLS>(bf[j], tB, warp_n * WTN + j * 16, kk, lane);
 #pragma unroll
-      for (int i = 0; i < MI; ++i)
+        for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NI; ++j) {
-          u32 b0, b1;
-          b_pick(j, bf[j >> 1], b0, b1);
-          mma_16816<T>(acc[i][j], af[i], b0, b1);
-        }
+          for (int j = 0; j < NI; ++j) {
+            u32 b0, b1;
+            b_pick(j, bf[j >> 1], b0, b1);
+            mma_16816<T>(acc[i][j], af[i], b0, b1);
+          }
+      }
     }
     if (more) {  // register-staged producers store the prefetched tile (read at iteration pre > kt)
       pa.land(sA + (pre % STAGES) * A_ELEMS, tid);
@@ -991,7 +1102,7 @@ struct PairTileProducer {
       const bool ok = k < K && col < W;
       const T* src = piece ? b[1] : b[0];  // a select, not a runtime index (no local memory)
       src = ok ? src + (long long)k * W + col : src;
-      cp_async<VEC * 2>(smem_u32(tile + swz_offset<BN>(r, c)), src, ok);
+      cp_async<VEC * (int)sizeof(T)>(smem_u32(tile + swz_elem<T, BN>(r, c)), src, ok);
     }
   }
   __device__ __forceinline__ void land(T*, int) const {}
