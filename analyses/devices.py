@@ -127,6 +127,13 @@ H100_SM80_PATH = Device(**{**H100.__dict__, "name": "H100-SXM5 (sm80 path)", "ar
 DEVICES = {"sm80": A100, "a100": A100, "sm90": H100, "h100": H100, "h200": H200, "h100-sm80": H100_SM80_PATH}
 
 
+def tf32x3(dev: Device) -> Device:
+    """dev as the sm80 skeleton runs fp32 operands on it: three tf32 MMAs per product, each at half the 16-bit
+    rate (datasheets: TF32 dense is half of FP16 on A100 and H100), on the mma.sync path's efficiency."""
+    return Device(**{**dev.__dict__, "name": f"{dev.name} (3xTF32, sm80 path)", "arch": "sm80",
+                     "tensor_tflops": dev.tensor_tflops / 6.0, "mma_eff": dev.sm80_path_eff})
+
+
 def device(arch: "str | Device") -> Device:
     """The Device for a name in DEVICES (case-insensitive) or a Device itself."""
     if isinstance(arch, Device):

@@ -32,6 +32,9 @@ from ..ir.shapes import Dim, dim as to_dim
 from .isl_util import held_renamed, parse_renamed, rename_tuples, tuple_template, val_int, with_template
 
 ROLES = ("input", "output", "internal")
+# the datapaths of a region's tensor-core statements: the target's own MMA (""), or fp32 operands as three tf32 MMAs
+# per product on the sm80 skeleton ("tf32x3", backend/templates/polysat_gemm.cuh mma_step_tf32)
+MMA_PATHS = ("", "tf32x3")
 UNITS = ("tensor", "fp32", "sfu")  # tensor cores (MMA), FP32 SIMT pipes, special-function unit
 COMBINES = ("sum", "max", "min")
 
@@ -90,6 +93,7 @@ class PolyRegion:
     stream: tuple = ()  # names of the running reductions of a streamed region (see the module docstring)
     stream_block: int = 64  # keys per step of the streamed reductions
     stream_recompute: tuple = ()  # statements a two-pass stream runs in both passes
+    mma_path: str = ""  # its tensor-core statements' datapath: "" the target's own, "tf32x3" (MMA_PATHS)
 
     def __post_init__(self):
         object.__setattr__(self, "tensors", tuple(self.tensors))
@@ -100,6 +104,8 @@ class PolyRegion:
         for s in self.stream + self.stream_recompute:
             if s not in names:
                 fail("UnknownTensor", f"region {self.name}", f"streamed statement {s!r} is not one of its statements")
+        if self.mma_path not in MMA_PATHS:
+            fail("InvalidAttribute", f"region {self.name}", f"mma_path {self.mma_path!r} is not one of {MMA_PATHS}")
         if not isinstance(self.stream_block, int) or self.stream_block < 1:
             fail("InvalidAttribute", f"region {self.name}", f"stream_block must be a positive int, got {self.stream_block!r}")
         ps = self.params.items() if isinstance(self.params, Mapping) else self.params
@@ -109,7 +115,7 @@ class PolyRegion:
         h = self.__dict__.get("_hash")
         if h is None:
             h = hash((self.name, self.tensors, self.statements, self.params, self.stream, self.stream_block,
-                      self.stream_recompute))
+                      self.stream_recompute, self.mma_path))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -127,7 +133,7 @@ class PolyRegion:
 
     def with_params(self, **values: int) -> "PolyRegion":
         return PolyRegion(self.name, self.tensors, self.statements, {**dict(self.params), **values}, self.stream,
-                          self.stream_block, self.stream_recompute)
+                          self.stream_block, self.stream_recompute, self.mma_path)
 
     def bind(self) -> "BoundRegion":
         return _bind(self)
@@ -142,7 +148,8 @@ class PolyRegion:
                                 "write": {"tensor": s.write.tensor, "map": s.write.relation}}
                                for s in self.statements],
                 **({"stream": {"statements": list(self.stream), "block": self.stream_block,
-                               "recompute": list(self.stream_recompute)}} if self.stream else {})}
+                               "recompute": list(self.stream_recompute)}} if self.stream else {}),
+                **({"mma_path": self.mma_path} if self.mma_path else {})}
 
     @staticmethod
     def from_json(d: Mapping) -> "PolyRegion":
@@ -154,7 +161,7 @@ class PolyRegion:
                        Access(s["write"]["tensor"], s["write"]["map"]), s["flops"], s["unit"], s["combine"],
                        tuple(s["loop_order"])) for s in d["statements"]],
             d.get("params", {}), tuple(stream.get("statements", ())), stream.get("block", 64),
-            tuple(stream.get("recompute", ())))
+            tuple(stream.get("recompute", ())), d.get("mma_path", ""))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,7 +403,7 @@ def renamed(region: PolyRegion, ren: Mapping[str, str], name: str) -> PolyRegion
     stmts = tuple(Statement(ren.get(s.name, s.name), sub(s.domain), tuple(acc(a) for a in s.reads), acc(s.write), s.flops,
                             s.unit, s.combine, s.loop_order) for s in region.statements)
     return PolyRegion(name, tensors, stmts, region.params, tuple(ren.get(x, x) for x in region.stream), region.stream_block,
-                      tuple(ren.get(x, x) for x in region.stream_recompute))
+                      tuple(ren.get(x, x) for x in region.stream_recompute), region.mma_path)
 
 
 _STMT = "polysat_s"

@@ -30,7 +30,7 @@ import islpy as isl
 
 from ..ir.diagnostics import PolysatError, fail
 from .buffers import SMEM_BUDGET, edges, halo_matters, staged_operands, staging_bytes
-from .devices import Device, device
+from .devices import Device, device, tf32x3
 from .occupancy import bandwidth_share, occupancy
 from .origin import SECTOR, at_origin
 from .footprint import (card, stream_tile, extents, footprint, full_footprint, image, make_tile, normalize_tile,
@@ -170,9 +170,15 @@ def _vector_width(b: BoundRegion, tile) -> int:
     return width
 
 
+def on_path(region: PolyRegion, arch: "str | Device") -> Device:
+    """The device the region's tensor-core statements run on: the target, or the target as the sm80 skeleton runs
+    fp32 operands (``mma_path`` tf32x3: three tf32 MMAs per product, devices.tf32x3)."""
+    return tf32x3(device(arch)) if region.mma_path == "tf32x3" else device(arch)
+
+
 def price_tile(region: PolyRegion, arch: "str | Device", tile: Mapping[str, int]) -> Cost:
     """The cost of `region` run with one given tile of its driver."""
-    dev = device(arch)
+    dev = on_path(region, arch)
     return _price(at_origin(region), dev, tuple(sorted(tile.items())))
 
 
@@ -385,7 +391,7 @@ def price(region: PolyRegion, arch: "str | Device" = "sm90", tile: Mapping[str, 
     """The modelled cost of one region. With no tile, the cheapest of :func:`candidate_tiles`
     that hits no STOP condition (or the cheapest of all when every one does). Priced on the region
     :func:`at_origin` moves (the same price), so slices of one tensor at other offsets share one pricing."""
-    dev = device(arch)
+    dev = on_path(region, arch)
     try:
         region = at_origin(region)
         if tile is not None:
@@ -521,7 +527,7 @@ def price_floor(region: PolyRegion, arch: "str | Device" = "sm90") -> float:
     """A time :func:`price` never returns below for this region (price_facts.region_floor: its useful work and bytes
     at full occupancy and bandwidth), at a fraction of its cost: lets a caller asking only whether kernels add up
     to more than a price stop before pricing them (up to rounding: compare with a margin)."""
-    return region_floor(region, device(arch))
+    return region_floor(region, on_path(region, arch))
 
 
 def price_partition(regions: Sequence[PolyRegion], arch: "str | Device" = "sm90") -> Cost:

@@ -23,7 +23,6 @@ from ..analyses.devices import device
 from ..analyses.poly_region import PolyRegion, renamed
 from ..analyses.price import Cost, price, price_floor
 from ..analyses.roofline import roofline
-from ..backend.common.spec import IN_DTYPES
 from ..backend.kinds import tensor_core_kind
 from ..egraph.partition import Kernel, Partition
 from ..egraph.region_synth import synthesize
@@ -82,15 +81,13 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     contraction is a tensor-core statement, which is how the MMA kinds (gemm, conv, conv_pool, attention,
     softmax_scores) compute it; when none of them binds the kernel's RB-SSA region (synthesized, narrowed and
     laid out as the pipeline does, then ``backend.kinds.tensor_core_kind``) the SIMT kind computes it, so its
-    statements run on the FP32 pipes; in a program with no 16-bit value no MMA kind binds (each reads fp16|bf16
-    operands, ``IN_DTYPES``), so no region is synthesized to learn it. Regions without a contraction are returned
-    as they are. Only the contractions' kernels and the writers and readers of their buffers are synthesized
+    statements run on the FP32 pipes. A contraction of fp32 operands that an MMA kind binds (the GEMM kind's
+    3xTF32) runs on that path (``mma_path`` tf32x3: analyses/price.py ``on_path``). Regions without a contraction
+    are returned as they are. Only the contractions' kernels and the writers and readers of their buffers are synthesized
     (``_neighbours``; the narrowing and the layout decide each buffer by its writer and readers alone). Regions
     the RB-SSA synthesis of those kernels refuses keep the Poly-View's units (no such kernel is ever emitted)."""
     if not any(st.unit == "tensor" for r in regions for st in r.statements):
         return regions
-    if not _sixteen_bit(program):  # every MMA kind reads 16-bit operands: SIMT computes all
-        return [on_fp32_pipes(r) for r in regions]
     if callable(partition):  # made only here (the merge search prices many groups of one program)
         partition = partition()
     try:
@@ -102,16 +99,17 @@ def as_emitted(program: Program, partition, regions: list) -> list:
     out = []
     for r in regions:
         rb = emitted.get(r.name)
-        if rb is not None and any(st.unit == "tensor" for st in r.statements) and _kind(rb) is None:
-            r = on_fp32_pipes(r)
+        if rb is not None and any(st.unit == "tensor" for st in r.statements):
+            r = on_fp32_pipes(r) if _kind(rb) is None else on_tf32x3(r)
         out.append(r)
     return out
 
 
-@lru_cache(maxsize=64)
-def _sixteen_bit(program: Program) -> bool:
-    """Whether the program has a 16-bit value (kept per program, as its regions: ``_made``)."""
-    return any(n.dtype in IN_DTYPES for n in program.nodes)
+def on_tf32x3(region: PolyRegion) -> PolyRegion:
+    """region, bound to a tensor-core kind, marked to run its contractions as 3xTF32 when they read fp32 operands."""
+    fp32 = any(region.tensor(a.tensor).dtype == DType.fp32 for st in region.statements if st.unit == "tensor"
+               for a in st.reads)
+    return replace(region, mma_path="tf32x3") if fp32 else region
 
 
 def on_fp32_pipes(region: PolyRegion) -> PolyRegion:

@@ -12,8 +12,8 @@ everything that price depends on, and prices with ``pricing.kernels.price_kernel
 
 Two kinds of kernel are priced on every candidate instead, because their price reads more than the kernel: one with
 a node of a streamed softmax-weighted sum (``mark_streams`` marks it by the program's groups), and every kernel of a
-program with a 16-bit value (``as_emitted`` asks which kind binds a contraction from the kernel and the writers and
-readers of its buffers). The prices are the same either way: the kept ``Priced`` is given the kernel's object and
+program with a contraction (``as_emitted`` asks which kind binds a contraction from the kernel and the writers and
+readers of its buffers: the MMA kinds take fp16, bf16 and, the GEMM kind, fp32 operands). The prices are the same either way: the kept ``Priced`` is given the kernel's object and
 name again.
 
 A caller that needs a candidate only below a price (the descent's first improvement) passes it: pricing stops, as
@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from functools import lru_cache
 
 from ..analyses.poly_from_view import kernel_program, program_context
-from ..backend.common.spec import IN_DTYPES
 from ..egraph.partition import Partition
 from ..ir.tiny import Ops
 from ..pricing.kernels import Priced, price_kernels
@@ -48,7 +48,7 @@ class Repricer:
         ``above`` by more than a rounding (so their total, summed in any order, is above it too). ``priced``: what
         ``price_kernels`` gave for it, kept as met and returned."""
         above = above * (1 + 1e-9) + 1e-9 if above < math.inf else above
-        if any(n.dtype in IN_DTYPES for n in prog.nodes):
+        if _contracts(prog):
             return priced if priced is not None else price_kernels(prog, part, self.params, self.arch, above=above)
         if len(self.kept) > KEPT:
             self.kept.clear()
@@ -99,6 +99,12 @@ class Repricer:
         self.keys[ids] = ((tuple(_read(prog, ctx, i) for i in real.values()), tuple(_read(prog, ctx, c) for c in extra)),
                           key)
         return key
+
+
+@lru_cache(maxsize=64)
+def _contracts(prog) -> bool:
+    """Whether the program has a contraction (a CONTRACT, or a SUM of a product), whose kind ``as_emitted`` asks."""
+    return any(n.op == Ops.CONTRACT or n.op == Ops.REDUCE and prog[n.src[0]].op == Ops.MUL for n in prog.nodes)
 
 
 def _read(prog, ctx, i: str) -> tuple:

@@ -1,8 +1,8 @@
 """Recognise an extracted RB-SSA region as a GEMM kernel: Region -> GemmBinding, or NoBind saying why not.
 
 The region must be one contraction ``let acc = reduce(sum, k){ mul(cast(read A), cast(read B)) }`` over
-fp16|bf16 operands widened to fp32, with one reduce axis, followed by an epilogue applied elementwise to the
-accumulator, and one yield with a cast. Axis roles come from the yield and the reads: the output's innermost
+fp16|bf16 operands widened to fp32 (or ``mul(read A, read B)`` over fp32 operands: 3xTF32), with one reduce
+axis, followed by an epilogue applied elementwise to the accumulator, and one yield with a cast. Axis roles come from the yield and the reads: the output's innermost
 axis is n and the operand that reads it is B, the other is A; m is the output axis A reads and B does not
 (the second innermost when it qualifies: a batched operand broadcast over the other reads its batch axes
 too), the other output axes are batch axes, wherever they sit (a transposed output [S, heads, d]: heads
@@ -63,14 +63,16 @@ def _read_axes(r: Region, node: RNode, what: str) -> tuple[str, tuple[str, ...]]
 
 
 def _operand(r: Region, lets: Lets, n: RNode) -> tuple[RNode, DType]:
-    """A contraction operand: cast(read T, fp32) with T fp16|bf16."""
+    """A contraction operand: cast(read T, fp32) with T fp16|bf16, or a read of fp32 (3xTF32)."""
     n = lets(n)
     if n.op == R.UNARY and n.arg == "cast" and n.dtype == DType.fp32:
         src = lets(n.src[0])
         if src.op == R.READ and src.dtype in HALF:
             return src, src.dtype
+    if n.op == R.READ and n.dtype == DType.fp32:
+        return n, n.dtype
     if n.op == R.READ:
-        _reject(r, f"operand {n.arg[0]!r} is {n.dtype.value}; the MMA template takes fp16 or bf16 operands")
+        _reject(r, f"operand {n.arg[0]!r} is {n.dtype.value}; the MMA template takes fp16, bf16 or fp32 operands")
     _reject(r, "the reduce body multiplies something other than two (widened) reads")
 
 
