@@ -18,6 +18,7 @@ import contextlib
 import gc
 import importlib
 import os
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -104,7 +105,7 @@ def _priced_in(s):
 
 
 def _region(s):
-    _made_first(s, *(("extraction",) if s.split.program.outputs else ()))
+    _made_first(s, *(("extraction", "priced") if s.split.program.outputs else ()))
     return bounded("region", _region_in, s)
 
 
@@ -115,6 +116,9 @@ def _region_in(s):
         x = s.extraction
         rest = _call("ir.region_narrow:narrow_boundaries", _call("egraph.region_synth:synthesize", x.program, x.partition))
     regions = _call("ir.region_layout:store_for_readers", sp.regions(rest, s.tiny))
+    if sp.program.outputs:  # the kernels whose fp32 contraction the prices put on the FP32 pipes (pricing/kernels.py)
+        pipes = {p.kernel.name for p in s.priced if p.region is not None and p.region.mma_path == "fp32"}
+        regions = [dataclasses.replace(r, fp32_pipes=True) if r.name in pipes else r for r in regions]
     errors = [d for d in _call("analyses.region_validate:validate_regions", regions) if d.is_error]
     if errors:
         raise PolysatError(errors)
@@ -194,7 +198,7 @@ STAGES = (
           "the saturation's report, the extracted terms and the partition (a dump only)"),
     Stage("priced", _priced, ("search", "saturated", "extraction", "params", "arch"), None,
           "every kernel with its Poly Core region and price"),
-    Stage("region", _region, ("split", "extraction", "tiny"), _region_dump,
+    Stage("region", _region, ("split", "extraction", "tiny", "priced"), _region_dump,
           "RB-SSA regions, one per kernel, narrowed, laid out for their readers and validated"),
     Stage("analysis", None, ("arch", "params", "priced"), _analysis_dump, "the Poly Core report of every region (a dump only)"),
     Stage("plan", None, _BACKEND, lambda c, d: backend(c, "plan_json"), "each region's kind and Schedule Plan (a dump only)"),

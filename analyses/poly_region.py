@@ -32,9 +32,10 @@ from ..ir.shapes import Dim, dim as to_dim
 from .isl_util import held_renamed, parse_renamed, rename_tuples, tuple_template, val_int, with_template
 
 ROLES = ("input", "output", "internal")
-# the datapaths of a region's tensor-core statements: the target's own MMA (""), or fp32 operands as three tf32 MMAs
-# per product on the sm80 skeleton ("tf32x3", backend/templates/polysat_gemm.cuh mma_step_tf32)
-MMA_PATHS = ("", "tf32x3")
+# the datapaths of a region's contractions: the target's own MMA (""), fp32 operands as three tf32 MMAs per product on
+# the sm80 skeleton ("tf32x3", backend/templates/polysat_gemm.cuh mma_step_tf32), or fp32 operands on the FP32 pipes
+# although 3xTF32 could run them, priced cheaper there ("fp32": pricing/kernels.py as_emitted, ir/region.py fp32_pipes)
+MMA_PATHS = ("", "tf32x3", "fp32")
 UNITS = ("tensor", "fp32", "sfu")  # tensor cores (MMA), FP32 SIMT pipes, special-function unit
 COMBINES = ("sum", "max", "min")
 

@@ -34,7 +34,6 @@ PRODUCER_SIMT_SHARE = 0.5
 STAT_LOADS = 4  # 16-byte loads a thread holds in flight in the statistic's pass (polysat_gemm.cuh PrologueStats U) ...
 STAT_LOADS_ONE = 16  # ... and in the sm90 producer of one consumer warpgroup (no setmaxnreg: PrologueSm90)
 PRODUCER_THREADS = 128  # the sm90 producer warpgroup
-CHUNK_ELEMS = 8  # 16-bit elements of one 16-byte load
 
 
 @dataclass(frozen=True)
@@ -46,6 +45,7 @@ class Cone:
     first_pass: tuple  # the statements the statistics' pass runs: the reductions and what they read in the cone
     sources: int  # input tensors the cone reads besides the statistics' (the A fill's chunked sources)
     k: int  # the contraction's extent
+    chunk: int = 8  # elements of one 16-byte load of the statistics' inputs (8 16-bit, 4 fp32)
 
 
 def cone(region) -> "Cone | None":
@@ -94,7 +94,9 @@ def _cone(region) -> "Cone | None":
     other = {y for s in members.values() if not s.reduce_dims for y, _ in s.reads
              if region.tensor(y).role == "input"}
     lo, hi = extents(t.domain)[t.dims.index(t.reduce_dims[0])]
-    return Cone(frozenset(members), tensors, t.name, reds, tuple(sorted(first)), len(other | stat_in), hi - lo + 1)
+    chunk = 16 // max((region.tensor(y).dtype.itemsize for y in stat_in), default=2)
+    return Cone(frozenset(members), tensors, t.name, reds, tuple(sorted(first)), len(other | stat_in), hi - lo + 1,
+                chunk)
 
 
 def on_chip(c: Cone, es: list) -> list:
@@ -135,11 +137,11 @@ def latency_us(c: Cone, rows: int, waves: int) -> float:
     """The producer's load round trips (sm90 template, :mod:`module docs <.prologue_cone>`) per tile, times the
     waves of tiles: each A stage of 64 K columns, then the statistic's pass over K."""
     bm = max(64, min(256, ceil(rows / 64) * 64))
-    passes = bm * (64 // CHUNK_ELEMS) // PRODUCER_THREADS
+    passes = bm * (64 // c.chunk) // PRODUCER_THREADS
     per_stage = ceil(passes / producer_chunk(passes, bm // 64, c.sources))
     tpr = max(1, PRODUCER_THREADS // bm)
     loads = STAT_LOADS_ONE if bm == 64 else STAT_LOADS
-    stat = ceil(ceil(c.k / CHUNK_ELEMS / tpr) / loads) * ceil(bm / PRODUCER_THREADS)
+    stat = ceil(ceil(c.k / c.chunk / tpr) / loads) * ceil(bm / PRODUCER_THREADS)
     return (ceil(c.k / 64) * per_stage + stat * len(c.reductions)) * L2_LATENCY_US * waves
 
 
@@ -161,7 +163,7 @@ def producer(c: Cone, b, t, live: tuple, factors: dict, dev, simt_rate: float, s
     for d in par[:-1]:
         rows *= sizes.get(d, 1)
     if dev.arch != "sm90":
-        stat = ceil(ceil(c.k / CHUNK_ELEMS / max(1, 128 // rows)) / STAT_LOADS) * len(c.reductions)
+        stat = ceil(ceil(c.k / c.chunk / max(1, 128 // rows)) / STAT_LOADS) * len(c.reductions)
         return 0.0, stat * L2_LATENCY_US * waves, 0.0, 0.0, 0.0
     limit = (t_fp + t_sfu + t_fan) / PRODUCER_SIMT_SHARE + latency_us(c, rows, waves)
     return limit, 0.0, t_fp, t_sfu, t_fan

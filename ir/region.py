@@ -313,6 +313,7 @@ class Region:
     outputs: tuple  # Buffer
     lets: tuple  # Let, SSA order
     yields: tuple  # Yield
+    fp32_pipes: bool = False  # its fp32 contraction runs on the FP32 pipes: the cost model priced that below 3xTF32
 
     @cached_property
     def axis_sizes(self) -> dict:
@@ -403,6 +404,7 @@ def region_json(r: Region) -> dict:
         "outputs": [_buffer_json(b) for b in r.outputs],
         "lets": [{"let": l.name, "expr": node_json(l.expr)} for l in r.lets],
         "yield": [{"from": y.src, "to": y.dst, "cast": y.cast.value, "axes": list(y.axes)} for y in r.yields],
+        **({"fp32_pipes": True} if r.fp32_pipes else {}),
     }}
 
 

@@ -206,7 +206,8 @@ class _Loader:
             y = self.obj(y, f"yield[{k}]")
             yields.append(Yield(str(y.get("from")), str(y.get("to")), self.dtype(y.get("cast"), f"yield[{k}].cast"),
                                 tuple(str(a) for a in self.lst(y.get("axes", [n for n, _ in iters]), f"yield[{k}].axes"))))
-        return Region(str(d.get("name", "region")), iters, raxes, inputs, outputs, tuple(lets), tuple(yields))
+        return Region(str(d.get("name", "region")), iters, raxes, inputs, outputs, tuple(lets), tuple(yields),
+                      bool(d.get("fp32_pipes", False)))
 
 
 def region_from_json(doc: Any) -> Region:

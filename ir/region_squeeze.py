@@ -214,7 +214,8 @@ def _squeeze(region: Region) -> Region | None:
     return Region(region.name, tuple((a, s) for a, s in region.iters if a not in units),
                   tuple((a, s) for a, s in region.reduce_axes if a not in units),
                   tuple(buf(b) for b in region.inputs), tuple(buf(b) for b in region.outputs), tuple(new_lets),
-                  tuple(Yield(alias.get(y.src, y.src), y.dst, y.cast, drop(y.axes)) for y in region.yields))
+                  tuple(Yield(alias.get(y.src, y.src), y.dst, y.cast, drop(y.axes)) for y in region.yields),
+                  region.fp32_pipes)
 
 
 class _Keep(Exception):

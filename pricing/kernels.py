@@ -22,6 +22,7 @@ from ..analyses.poly_from_view import kernel_program, program_context, regions_f
 from ..analyses.devices import device
 from ..analyses.poly_region import PolyRegion, renamed
 from ..analyses.price import Cost, price, price_floor
+from ..analyses.price import price as price_of  # the kind decision's prices (``_cheaper``), not a kernel's
 from ..analyses.roofline import roofline
 from ..backend.kinds import tensor_core_kind
 from ..egraph.partition import Kernel, Partition
@@ -38,11 +39,12 @@ from ..ir.tiny import GroupOp, Ops, Program
 
 
 
-def kernel_regions(program: Program, partition, params: "dict | None" = None, by_kernel: bool = False) -> list:
+def kernel_regions(program: Program, partition, params: "dict | None" = None, by_kernel: bool = False,
+                   arch: str = "sm90") -> list:
     """One PolyRegion per kernel of ``partition`` that computes something, priced as emitted (``as_emitted``);
     ``by_kernel``: each built from its kernel's own sub-program (analyses/poly_from_view.py, for a stitched program,
     whose kernels its segments' searches met under other ids)."""
-    return as_emitted(program, partition, _named_regions(program, partition, params, by_kernel))
+    return as_emitted(program, partition, _named_regions(program, partition, params, by_kernel), arch)
 
 
 def _named_regions(program: Program, partition, params: "dict | None", by_kernel: bool) -> list:
@@ -75,17 +77,19 @@ def _made(program: Program, params: tuple, by_kernel: bool) -> dict:
     return {}
 
 
-def as_emitted(program: Program, partition, regions: list) -> list:
+def as_emitted(program: Program, partition, regions: list, arch: str = "sm90") -> list:
     """The regions priced as the kind the backend binds each kernel to (``partition``: the partition, or a function
     making it, called only where a kind is asked) (docs/DESIGN.md §Cost model): a Poly-View
     contraction is a tensor-core statement, which is how the MMA kinds (gemm, conv, conv_pool, attention,
     softmax_scores) compute it; when none of them binds the kernel's RB-SSA region (synthesized, narrowed and
     laid out as the pipeline does, then ``backend.kinds.tensor_core_kind``) the SIMT kind computes it, so its
     statements run on the FP32 pipes. A contraction of fp32 operands that an MMA kind binds (the GEMM kind's
-    3xTF32) runs on that path (``mma_path`` tf32x3: analyses/price.py ``on_path``). Regions without a contraction
-    are returned as they are. Only the contractions' kernels and the writers and readers of their buffers are synthesized
+    3xTF32) is priced both ways on ``arch`` and runs where it is cheaper: on that path (``mma_path`` tf32x3:
+    analyses/price.py ``on_path``) or on the FP32 pipes (``mma_path`` fp32; the pipeline then marks the kernel's
+    region ``fp32_pipes`` and the GEMM kind declines it). Regions without a contraction are returned as they are. Only the contractions' kernels and the writers and readers of their buffers are synthesized
     (``_neighbours``; the narrowing and the layout decide each buffer by its writer and readers alone). Regions
-    the RB-SSA synthesis of those kernels refuses keep the Poly-View's units (no such kernel is ever emitted)."""
+    the RB-SSA synthesis of those kernels refuses keep the Poly-View's units (no such kernel is ever emitted), but
+    for contractions of fp32 operands, which stay on the FP32 pipes unless a binder takes them."""
     if not any(st.unit == "tensor" for r in regions for st in r.statements):
         return regions
     if callable(partition):  # made only here (the merge search prices many groups of one program)
@@ -94,22 +98,35 @@ def as_emitted(program: Program, partition, regions: list) -> list:
         mma = [r for r in regions if any(st.unit == "tensor" for st in r.statements)]  # the kernels whose kind is asked
         emitted = {r.name: r for r in store_for_readers(narrow_boundaries(_near(synthesize(
             program, partition, only=_neighbours(partition, mma)), mma)))}
-    except PolysatError:
-        return regions
+    except PolysatError:  # no such partition is emitted; fp32 contractions stay on the FP32 pipes, unasked
+        return [on_fp32_pipes(r) if _fp32_operands(r) else r for r in regions]
     out = []
     for r in regions:
         rb = emitted.get(r.name)
         if rb is not None and any(st.unit == "tensor" for st in r.statements):
-            r = on_fp32_pipes(r) if _kind(rb) is None else on_tf32x3(r)
+            r = on_fp32_pipes(r) if _kind(rb) is None else _cheaper(on_tf32x3(r), arch)
         out.append(r)
     return out
 
 
+def _cheaper(region: PolyRegion, arch: str) -> PolyRegion:
+    """A 3xTF32 region, or its contractions on the FP32 pipes (``mma_path`` fp32) where they price lower there."""
+    if region.mma_path != "tf32x3":
+        return region
+    pipes = replace(on_fp32_pipes(region), mma_path="fp32")
+    faster = price_of(canonical(region), arch).time_est_us < price_of(canonical(pipes), arch).time_est_us
+    return region if faster else pipes
+
+
 def on_tf32x3(region: PolyRegion) -> PolyRegion:
     """region, bound to a tensor-core kind, marked to run its contractions as 3xTF32 when they read fp32 operands."""
-    fp32 = any(region.tensor(a.tensor).dtype == DType.fp32 for st in region.statements if st.unit == "tensor"
+    return replace(region, mma_path="tf32x3") if _fp32_operands(region) else region
+
+
+def _fp32_operands(region: PolyRegion) -> bool:
+    """Whether a contraction of the region reads an fp32 operand."""
+    return any(region.tensor(a.tensor).dtype == DType.fp32 for st in region.statements if st.unit == "tensor"
                for a in st.reads)
-    return replace(region, mma_path="tf32x3") if fp32 else region
 
 
 def on_fp32_pipes(region: PolyRegion) -> PolyRegion:
@@ -265,7 +282,7 @@ def price_kernels(prog: Program, part, params: dict, arch: str, by_kernel: bool 
     the kernels priced so far add up to more than ``above`` (the rest unpriced: a search asking only whether a
     partition beats a price it has), or sooner: as soon as they and the floors of the rest (``price_floor``, a
     fraction of a price) add up to more than ``above`` by more than a rounding (the kernels would too)."""
-    regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params, by_kernel))}
+    regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params, by_kernel, arch))}
     out, total = [], 0.0
     copies = {k.name: copy_cost(prog, k, params, arch) for k in part.kernels if k.name not in regions}
     floors = None if above == math.inf else \

@@ -345,7 +345,7 @@ def merge_space(state, view, st: dict, roots: list, base, params: dict, arch: st
         def whole() -> Partition:  # the partition with the group joined (made only where its kernel's kind is asked)
             return Partition(tuple(g if k.name == root else k for k in part.kernels
                                    if k.name == root or k.name not in members))
-        (r,) = pricing.as_emitted(prog, whole, [r])  # priced as the kind the backend binds the group to
+        (r,) = pricing.as_emitted(prog, whole, [r], arch)  # priced as the kind the backend binds the group to
         return pricing.canonical(r), 0.0
 
     def price(root: str, members: frozenset) -> float:

@@ -462,11 +462,12 @@ def the_region(regions, reduces: int) -> object:
     return rs[0]
 
 
-def targets_equal_onnxruntime(compiled: tuple, feed, output: str = "y"):
+def targets_equal_onnxruntime(compiled: tuple, feed, output: str = "y", dtype: str = "fp16"):
     """The reference evaluator, playback and the host runtime (each kernel its kind's numpy meaning) against
-    onnxruntime to 2 fp16 ulps at the output's scale (onnxruntime's fp16 MatMul and Sigmoid round otherwise),
-    and the kernels against the evaluator to the output dtype's rounding. ``compiled`` is
-    :func:`onnx_compiled`'s triple, ``feed(name, shape, rng)`` an input's fp16 values. Returns the host runtime."""
+    onnxruntime to 2 fp16 ulps at the output's scale (onnxruntime's fp16 MatMul and Sigmoid round otherwise; an
+    fp32 model: 2^-16 of it, the sums' orders differing), and the kernels against the evaluator to the output
+    dtype's rounding. ``compiled`` is :func:`onnx_compiled`'s triple, ``feed(name, shape, rng)`` an input's values
+    (of ``dtype``). Returns the host runtime."""
     import onnxruntime as ort
 
     from polysat.cli import TARGETS
@@ -476,17 +477,17 @@ def targets_equal_onnxruntime(compiled: tuple, feed, output: str = "y"):
     data, doc, c = compiled
     rng = np.random.default_rng(1)
     sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    feeds = {i.name: feed(i.name, i.shape, rng).astype(np.float16) for i in sess.get_inputs()}
+    feeds = {i.name: feed(i.name, i.shape, rng).astype(NP_DTYPES[dtype]) for i in sess.get_inputs()}
     want = sess.run(None, feeds)[0].astype(np.float64)
     inputs = with_parameters(doc, feeds)
     rt = host_runtime(c.regions, parameter_names(doc), playback_only=False)
     outs = {t: TARGETS[t](c, inputs)[output] for t in ("reference", "playback")} | {"host": rt.run(inputs)[output]}
-    tol = 2.0 ** -9 * float(np.abs(want).max())
+    tol = 2.0 ** (-9 if dtype == "fp16" else -16) * float(np.abs(want).max())
     for target, got in outs.items():
         err = float(np.abs(np.asarray(got, np.float64).reshape(want.shape) - want).max())
         assert err <= tol, (target, err, tol)
     for target in ("playback", "host"):
-        assert_close(np.asarray(outs[target], np.float64), np.asarray(outs["reference"], np.float64), "fp16", target)
+        assert_close(np.asarray(outs[target], np.float64), np.asarray(outs["reference"], np.float64), dtype, target)
     return rt
 
 

@@ -365,15 +365,21 @@ def test_rejections_say_exactly_what_does_not_fit():
                   (rg.Let("v0", rg.reduce("sum", ("k",), body, F32, axis_order=["m", "n", "k"])),), base.yields)
     assert "not an axis variable" in reject_why(r)
     assert a_read.arg[0] == "A"
-    # fp32 operands have no MMA
+    # fp32 operands bind (3xTF32 on the sm80 skeleton); an fp32 operand beside a widened fp16 one does not
     f32 = build_region(0, False, False, False, False, F16, F16, [], [8, 8, 8])
-    r32 = rg.Region("g", f32.iters, f32.reduce_axes,
-                    tuple(rg.Buffer(b.name, rg.MemRef(b.memref.shape, F32)) for b in f32.inputs), f32.outputs,
-                    (rg.Let("v0", rg.reduce("sum", ("k",), rg.binary(
-                        "mul", rg.read("A", (Expr.of("m"), Expr.of("k")), F32, ["m", "n", "k"]),
-                        rg.read("B", (Expr.of("k"), Expr.of("n")), F32, ["m", "n", "k"]), F32), F32,
-                        axis_order=["m", "n", "k"])),), f32.yields)
-    assert "fp16 or bf16 operands" in reject_why(r32)
+
+    def with_reads(a_dt, b_dt):
+        a = rg.read("A", (Expr.of("m"), Expr.of("k")), a_dt, ["m", "n", "k"])
+        return rg.Region("g", f32.iters, f32.reduce_axes,
+                         (rg.Buffer("A", rg.MemRef(f32.inputs[0].memref.shape, a_dt)),
+                          rg.Buffer("B", rg.MemRef(f32.inputs[1].memref.shape, b_dt))), f32.outputs,
+                         (rg.Let("v0", rg.reduce("sum", ("k",), rg.binary(
+                             "mul", a if a_dt == F32 else rg.unary("cast", a, F32),
+                             rg.read("B", (Expr.of("k"), Expr.of("n")), F32, ["m", "n", "k"]), F32), F32,
+                             axis_order=["m", "n", "k"])),), f32.yields)
+    got = gemm_binding(with_reads(F32, F32))
+    assert not isinstance(got, NoBind) and got.spec.in_dtype == F32, got
+    assert "the operands are fp16 and fp32" in reject_why(with_reads(F16, F32))
     # a max-reduction is not a GEMM
     rmax = rg.Region("g", base.iters, base.reduce_axes, base.inputs, base.outputs,
                      (rg.Let("v0", rg.reduce("max", ("k",), mul, F32, axis_order=["m", "n", "k"])),), base.yields)

@@ -143,13 +143,27 @@ def test_the_kept_first_conversion_is_the_one_a_fresh_builder_makes():
 def _saturated_mlp(layers: int = 2, width: int = 64, dtype: str = "fp16") -> tuple:
     """(EGraphState, view, roots, sites, streams) of a saturated MLP stack, loaded one kernel per op."""
     from polysat.bench.models import mlp_stack
+    return _saturated(mlp_stack(layers, width, dtype=dtype))
+
+
+def _saturated_chain() -> tuple:
+    """The same of a program with no contraction: an fp32 softmax over its rows, then its rows' softmax again."""
+    from polysat.bench.models import softmax_axis
+    doc = softmax_axis([64, 96], 1, "fp32")
+    doc["graph"].append({"op": "Softmax", "name": "again", "inputs": ["Y"], "outputs": ["Z"], "attrs": {"axis": 1}})
+    doc["signature"]["outputs"] = [{"tensor": "Z"}]
+    doc["tensors"]["Z"] = {"dtype": "fp32"}
+    return _saturated(doc)
+
+
+def _saturated(doc: dict) -> tuple:
     from polysat.egraph.boundaries import all_cuts
     from polysat.egraph.graph import export
     from polysat.egraph.saturate import OPT_IN, default_schedule, rule_files, run
     from polysat.egraph.state import new_state
     from polysat.frontend import load_model
     from polysat.search.sites import sites, stream_sites
-    prog = load_model(mlp_stack(layers, width, dtype=dtype))
+    prog = load_model(doc)
     st = new_state(prog, rule_files(), cuts=all_cuts(prog))
     run(st, default_schedule(st.rulesets, OPT_IN))
     view = export(st)
@@ -192,16 +206,17 @@ def test_the_kept_class_conversions_give_what_a_fresh_conversion_gives():
     assert len(same) > len(st.program.inputs), (len(same), len(shared))
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
-def test_a_repriced_candidate_prices_what_price_kernels_prices_and_each_kernel_once(monkeypatch, dtype):
+@pytest.mark.parametrize("program", ["chain", "fp32", "fp16"])
+def test_a_repriced_candidate_prices_what_price_kernels_prices_and_each_kernel_once(monkeypatch, program):
     """``search/reprice.py``: every candidate's kernels priced by a Repricer equal ``price_kernels``'s (kernel,
-    region and cost); in fp32 the candidates together price fewer kernels than they hold, and a candidate priced
-    again prices nothing; in fp16 (a contraction's kind is asked of its neighbours too) every kernel each time."""
+    region and cost); in a program with no contraction the candidates together price fewer kernels than they hold,
+    and a candidate priced again prices nothing; in an MLP (a contraction's kind is asked of its neighbours too,
+    fp16 and fp32 alike: 3xTF32 or the FP32 pipes) every kernel each time."""
     from polysat.egraph.totiny import to_tiny
     from polysat.pricing.kernels import price_kernels
     from polysat.pricing.symbols import bind_params
     from polysat.search import reprice as reprice_mod
-    st, view, roots, s, streams = _saturated_mlp(dtype=dtype)
+    st, view, roots, s, streams = _saturated_chain() if program == "chain" else _saturated_mlp(dtype=program)
     params = bind_params(st.program, {})
     rp = reprice_mod.Repricer(params, "sm90")
     asked = []
@@ -219,7 +234,7 @@ def test_a_repriced_candidate_prices_what_price_kernels_prices_and_each_kernel_o
     asked.clear()
     for prog, part in made:
         rp(prog, part)
-    if dtype == "fp32":
+    if program == "chain":
         assert first < held and sum(asked) == 0, (first, held, asked)
     else:
         assert first == sum(asked) == held
@@ -259,7 +274,7 @@ def test_a_repricer_given_a_partitions_prices_keeps_them(monkeypatch):
     from polysat.pricing.kernels import price_kernels
     from polysat.pricing.symbols import bind_params
     from polysat.search import reprice as reprice_mod
-    st, view, roots, s, streams = _saturated_mlp(dtype="fp32")
+    st, view, roots, s, streams = _saturated_chain()
     params = bind_params(st.program, {})
     (_, chosen, mat), *_ = _candidates(st, view, roots, s, streams)
     prog, part = to_tiny(st, view, chosen, roots, mat)

@@ -1,10 +1,11 @@
 """The A prologue's producer (polysat_gemm.cuh ``PrologueTile``) and the paired GEMM's column maps, run on the
 host. Every thread of one CTA, in turn, fetches and lands its passes of each (M tile, K tile) as the sm80 and
-sm90 skeletons do, and the shared tile it writes is numpy's A = f(gate, up) = 2 gate + up (exact in fp16 for
-small integers) of the sources read at (m, col + k) of a [M, ld] tensor, 0 outside the matrix (M and K tails),
-placed where the skeleton reads it: sm80 the [BM][BK] xor-16B tile ldmatrix reads (``swz_offset``), sm90
-128-byte rows, 128B-swizzled (the layout a K-major TMA box writes). No GPU needed: nvcc builds the header for
-the host.
+sm90 skeletons do, and the shared tile it writes is numpy's A = f(gate, up) = 2 gate + up (exact in fp16 and
+fp32 for small integers) of the sources read at (m, col + k) of a [M, ld] tensor, 0 outside the matrix (M and K
+tails), placed where the skeleton reads it: sm80 the [BM][BK] xor-16B tile ldmatrix reads (``swz_offset``), or
+for fp32 operands (3xTF32) the tile the tf32 fragments read (``swz_offset32``, 4 elements per 16-byte chunk),
+sm90 128-byte rows, 128B-swizzled (the layout a K-major TMA box writes). No GPU needed: nvcc builds the header
+for the host.
 """
 from __future__ import annotations
 
@@ -26,38 +27,47 @@ SOURCE = r"""
 #include <vector>
 using namespace polysat;
 
-struct Fn {  // A = 2 gate + up, rounded to fp16 (as a generated prologue's program ends)
+template <class T>
+struct Fn {  // A = 2 gate + up, rounded to fp16 (as a generated 16-bit prologue's program ends); fp32 as it is
   static constexpr int NS = 2;
-  const __half* src[NS];
+  const T* src[NS];
   long long ld[NS];
   int col[NS];
   static constexpr int NST = 0;  // no per-row statistic (PrologueStats: STATS_SOURCE below)
   POLYSAT_HD float f(const float (&x)[NS], int, const float*) const { return round_to_host(2.0f * x[0] + x[1]); }
-  static POLYSAT_HD float round_to_host(float v) { return __half2float(__float2half_rn(v)); }
+  static POLYSAT_HD float round_to_host(float v) { return sizeof(T) == 4 ? v : __half2float(__float2half_rn(v)); }
 };
 
-template <int ROWS, int BK, int THREADS, int CHUNK, class Place>
+// the element bits of v as T (fp16 bits for __half)
+static unsigned bits_of(float v, __half) { return __half_as_ushort(__float2half_rn(v)); }
+static unsigned bits_of(float v, float) { union { float f; unsigned u; } x{v}; return x.u; }
+
+template <class T, int ROWS, int BK, int THREADS, int CHUNK, class Place>
 static void images(int M, int K, int F) {
   const int ld = 2 * F + 8;
-  std::vector<unsigned short> gu((size_t)M * ld);
+  std::vector<T> gu((size_t)M * ld);
   for (int m = 0; m < M; ++m)
-    for (int j = 0; j < ld; ++j) gu[(size_t)m * ld + j] = __half_as_ushort(__float2half_rn((float)((m * 7 + j) % 61)));
-  const __half* base = reinterpret_cast<const __half*>(gu.data());
-  Fn fn{{base, base}, {ld, ld}, {0, F}};
+    for (int j = 0; j < ld; ++j) gu[(size_t)m * ld + j] = T((float)((m * 7 + j) % 61));
+  const T* base = gu.data();
+  Fn<T> fn{{base, base}, {ld, ld}, {0, F}};
   const int tiles_m = (M + ROWS - 1) / ROWS, kts = (K + BK - 1) / BK;
   std::printf("images %d %d\n", tiles_m, kts);
-  std::vector<unsigned char> smem(ROWS * BK * 2);
+  std::vector<unsigned char> smem(ROWS * BK * sizeof(T));
   for (int tm = 0; tm < tiles_m; ++tm)
     for (int kt = 0; kt < kts; ++kt) {
       std::fill(smem.begin(), smem.end(), (unsigned char)0xEE);
       for (int tid = 0; tid < THREADS; ++tid) {
-        PrologueTile<__half, Fn, ROWS, BK, THREADS, CHUNK, Place> t{fn, tm * ROWS, M, K};
+        PrologueTile<T, Fn<T>, ROWS, BK, THREADS, CHUNK, Place> t{fn, tm * ROWS, M, K};
         for (int p0 = 0; p0 < t.PASSES; p0 += CHUNK) {
           t.fetch(kt * BK, tid, p0);
           t.land(smem.data(), kt * BK, tid, p0);
         }
       }
-      for (int i = 0; i < ROWS * BK; ++i) std::printf("%u ", (unsigned)(smem[2 * i] | (smem[2 * i + 1] << 8)));
+      for (int i = 0; i < ROWS * BK; ++i) {
+        unsigned v = 0;
+        for (int b = 0; b < (int)sizeof(T); ++b) v |= (unsigned)smem[sizeof(T) * i + b] << (8 * b);
+        std::printf("%u ", v);
+      }
       std::printf("\n");
     }
 }
@@ -71,8 +81,16 @@ def swz_offset(cols: int, row: int, col: int) -> int:
     return row * cols + (((col >> 3) ^ x) << 3) + (col & 7)
 
 
-# (rows, bk, threads, chunk, placement): sm80 tiles the plan search keeps, and the sm90 producer warpgroup's
-TILES = [(64, 32, 128, 2, "sm80"), (128, 64, 256, 4, "sm80"), (64, 64, 128, 1, "sm90"), (128, 64, 128, 2, "sm90")]
+def swz_offset32(cols: int, row: int, col: int) -> int:
+    """The sm80 tile of 4-byte elements (polysat::swz_offset32), in elements."""
+    x = ((row & 3) << 1) | ((row >> 2) & 1)
+    return row * cols + (((col >> 2) ^ x) << 2) + (col & 3)
+
+
+# (rows, bk, threads, chunk, placement): sm80 tiles the plan search keeps, and the sm90 producer warpgroup's; fp32
+# operands: sm80 tiles (3xTF32 runs on the sm80 skeleton), 4-element chunks
+TILES = [(64, 32, 128, 2, "sm80"), (128, 64, 256, 4, "sm80"), (64, 64, 128, 1, "sm90"), (128, 64, 128, 2, "sm90"),
+         (64, 32, 128, 4, "sm80_f32"), (128, 32, 256, 2, "sm80_f32")]
 SIZES = (77, 200, 200)  # M (a tail), K (a tail: a multiple of 8), F (up at column F of each row)
 
 
@@ -80,24 +98,29 @@ def _expected(rows: int, bk: int, placement: str) -> list[np.ndarray]:
     m_all, k_all, f = SIZES
     ld = 2 * f + 8
     gu = ((np.arange(m_all)[:, None] * 7 + np.arange(ld)[None]) % 61).astype(np.float32)
-    a = (2 * gu[:, :k_all] + gu[:, f:f + k_all]).astype(np.float16)  # exact: small integers
+    a = 2 * gu[:, :k_all] + gu[:, f:f + k_all]  # exact: small integers
+    a = a.astype(np.float32 if placement == "sm80_f32" else np.float16)
+    bits = np.uint32 if placement == "sm80_f32" else np.uint16
     out = []
     for tm in range(math.ceil(m_all / rows)):
         for kt in range(math.ceil(k_all / bk)):
-            img = np.zeros(rows * bk, np.uint16)
+            img = np.zeros(rows * bk, np.int64)
             for r in range(rows):
                 for k in range(bk):
                     m, kk = tm * rows + r, kt * bk + k
-                    v = a[m, kk].view(np.uint16) if m < m_all and kk < k_all else 0
-                    at = swz_offset(bk, r, k) if placement == "sm80" else swizzle128(r * 128 + 2 * k) // 2
+                    v = a[m, kk].view(bits) if m < m_all and kk < k_all else 0
+                    at = (swz_offset(bk, r, k) if placement == "sm80" else swz_offset32(bk, r, k)
+                          if placement == "sm80_f32" else swizzle128(r * 128 + 2 * k) // 2)
                     img[at] = v
             out.append(img)
     return out
 
 
 def test_the_prologue_tile_is_numpys_a_where_the_skeleton_reads_it(tmp_path):
-    body = "".join(f"  images<{rows}, {bk}, {threads}, {chunk}, "
-                   f"{'KPlaceSm80<%d>' % bk if placement == 'sm80' else 'KPlaceSm90'}>({', '.join(map(str, SIZES))});\n"
+    place = {"sm80": "__half, KPlaceSm80<__half, {bk}>", "sm80_f32": "float, KPlaceSm80<float, {bk}>",
+             "sm90": "__half, KPlaceSm90"}
+    body = "".join(f"  images<{place[placement].split(', ', 1)[0]}, {rows}, {bk}, {threads}, {chunk}, "
+                   f"{place[placement].split(', ', 1)[1].format(bk=bk)}>({', '.join(map(str, SIZES))});\n"
                    for rows, bk, threads, chunk, placement in TILES)
     lines = iter(oracle.run_host_emulator(SOURCE + "int main() {\n" + body + "  return 0;\n}\n", tmp_path,
                                           "prologue_emulate"))

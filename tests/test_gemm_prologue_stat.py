@@ -5,6 +5,7 @@ statistic ``post(sum_K pre(x))`` recognised from the region's inner reduction; t
 CPU playback of the region and onnxruntime on the same bytes; the statistic survives the spec's JSON and bad
 ones are refused; the kernel builds for sm_80 and sm_90a with no spills (no GPU needed). The same with the norm
 fused into the paired gate/up GEMM of a SwiGLU MLP (``SiLU(h W_gate) * (h W_up)``, backend/gemm/paired.py).
+In an fp32 model the same norm fuses into the fp32 GEMM (3xTF32): its prologue computes A in fp32, no rounding.
 """
 from __future__ import annotations
 
@@ -27,14 +28,14 @@ _spec.loader.exec_module(oracle)
 S, D, N = 16, 256, 256
 
 
-def _rmsnorm_proj(s: int = S, d: int = D, n: int = N):
-    """ONNX bytes: x [1, s, d] fp16 -> RMSNorm (fp32 inside, weight in fp16) -> @ W [d, n] fp16."""
+def _rmsnorm_proj(s: int = S, d: int = D, n: int = N, dtype: str = "fp16"):
+    """ONNX bytes: x [1, s, d] fp16 -> RMSNorm (fp32 inside, weight in fp16) -> @ W [d, n] fp16 (or all fp32)."""
     from onnx import TensorProto, helper
     from polysat.bench.corpora.scale_models import WeightFree
-    g = WeightFree("fp16")
+    g = WeightFree(dtype)
     g.op("Identity", [g.matmul(g.rmsnorm("x", d), d, n)])
     g.nodes[-1].output[0] = "y"
-    m = g.built([helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, s, d])], "y", [1, s, n], "rmsproj")
+    m = g.built([helper.make_tensor_value_info("x", g.elem, [1, s, d])], "y", [1, s, n], "rmsproj")
     return m.SerializeToString()
 
 
@@ -55,6 +56,11 @@ def _rmsnorm_gated():
 @pytest.fixture(scope="module")
 def compiled():
     return oracle.onnx_compiled(_rmsnorm_proj(), "rmsproj.onnx")
+
+
+@pytest.fixture(scope="module")
+def compiled32():
+    return oracle.onnx_compiled(_rmsnorm_proj(dtype="fp32"), "rmsproj32.onnx")
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +97,28 @@ def test_rmsnorm_into_the_projection_binds_a_statistic_prologue_with_playbacks_m
     assert [op for op, _ in st.pre] == ["mul"] and [op for op, _ in st.post] == ["div", "add", "sqrt", "reciprocal"]
     assert [op for op, _ in pro.steps].count("round_fp16") == 2  # x * r cast to fp16, then * g in fp16
     _meaning_is_playbacks(r)
+
+
+def test_fp32_rmsnorm_into_the_projection_binds_an_fp32_prologue(compiled32):
+    """The fp32 model's norm and projection in one GEMM kernel of fp32 operands (3xTF32): the prologue computes
+    x * r * g in fp32 (no rounding step), its statistic as the 16-bit one; the spec's meaning is playback's (fp32:
+    the sum's order alone differs) and the compiled graph equals onnxruntime."""
+    (r,) = compiled32[2].regions
+    kind, b = bind(r)
+    assert kind.name == "gemm" and b.spec.in_dtype == DType.fp32, r.name
+    pro = b.spec.a_prologue
+    assert pro is not None and sorted(s.role for s in pro.sources) == ["k", "mk", "stat"]
+    assert not any(op.startswith("round") for op, _ in pro.steps) and all(s.dtype == DType.fp32 for s in pro.sources)
+    rng = np.random.default_rng(0)
+    x = {buf.name: rng.uniform(-3, 3, buf.memref.shape).astype(np.float32) for buf in r.inputs}
+    env = bind_region_symbols([r], x)
+    want = playback([r], x, keep_all=True)[r.outputs[0].name]
+    got = kind.reference(b.spec, b.arrays(x, env), env)
+    oracle.assert_close(np.asarray(got).reshape(want.shape), want.astype(np.float64), "fp32", r.name)
+    rt = oracle.targets_equal_onnxruntime(compiled32, lambda name, shape, rng: rng.uniform(-3, 3, shape) * (
+        1 if name == "x" else 0.1), dtype="fp32")
+    assert any(not st.on_cpu and st.kind.name == "gemm" for st in rt.steps)
+    oracle.region_builds_for_both_skeletons(r, "fp32 statistic prologue GEMM", "PrologueStats<")
 
 
 def test_rmsnorm_into_the_paired_gate_up_gemm_binds_with_playbacks_meaning(gated):

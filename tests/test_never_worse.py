@@ -157,7 +157,8 @@ def test_pricing_a_partition_stops_once_its_kernels_add_up_above_a_bound():
 
 def test_pricing_a_partition_whose_floors_add_up_above_the_bound_prices_no_kernel(monkeypatch):
     """``price_kernels(above=...)`` first adds up each kernel's ``price_floor`` (at most its price): when they
-    exceed the bound, no kernel is priced at all."""
+    exceed the bound, no kernel is priced at all (an fp32 contraction's two forms are priced before, to decide
+    whether it runs 3xTF32: pricing/kernels.py ``_cheaper``)."""
     from polysat.analyses.price import price_floor
     from polysat.pricing import kernels
     x = Compilation(_gemm_rmsnorm(), cost="model").search.baseline.extraction

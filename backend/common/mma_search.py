@@ -40,7 +40,8 @@ def regs_estimate(plan: SchedulePlan) -> int:
         return min(232, bn // 2 + 72)
     wm, wn = plan.warp_tile
     mi, ni = wm // 16, wn // 8
-    frags = (mi * 4 + ni * 2) * (2 if plan.elem_bytes == 4 else 1)  # fp32: each fragment split in big + small
+    # fp32: each fragment loaded, then split into big + small (ptxas: 246-255 and spills for 64x64 warp tiles)
+    frags = (mi * 4 + ni * 2) * (3 if plan.elem_bytes == 4 else 1)
     base = mi * ni * 4 + frags + 40
     return base if base > 255 else min(255, base + 6 * plain_copies(plan))
 

@@ -76,6 +76,13 @@ def _operand(r: Region, lets: Lets, n: RNode) -> tuple[RNode, DType]:
     _reject(r, "the reduce body multiplies something other than two (widened) reads")
 
 
+def _tf32x3_ok(r: Region, dtype: DType) -> None:
+    """fp32 operands run 3xTF32 unless the cost model priced the region's contraction cheaper on the FP32 pipes
+    (``Region.fp32_pipes``, pricing/kernels.py ``as_emitted``)."""
+    if dtype == DType.fp32 and r.fp32_pipes:
+        _reject(r, "its fp32 contraction is priced below 3xTF32 on the FP32 pipes (the SIMT kind computes it)")
+
+
 def _accumulator(r: Region, lets: Lets, top: RNode) -> RNode:
     reds = [n for n in walk(lets, top) if n.op == R.REDUCE]
     inner = {id(x) for n in reds for x in walk(lets, n.src[0]) if x.op == R.REDUCE}
@@ -160,6 +167,7 @@ def _bind(region: Region, name: str | None) -> "GemmBinding":
     if got is not None:
         return _bind_prologue(r, name, lets, y, out, top, acc, k_ax, *got)
     (x, xdt), (w, wdt) = (_operand(r, lets, s) for s in lets(acc.src[0]).src)
+    _tf32x3_ok(r, xdt)
     if xdt != wdt:
         _reject(r, f"the operands are {xdt.value} and {wdt.value}; the MMA takes one input type")
     rx, ry = (_read_axes(r, n, "operand") for n in (x, w))
@@ -218,6 +226,7 @@ def _prologue_operand(r: Region, lets: Lets, acc: RNode, out_axes: tuple, k_ax: 
             return None
         if wdt != got[1]:
             _reject(r, f"the operands are {got[1].value} and {wdt.value}; the MMA takes one input type")
+        _tf32x3_ok(r, wdt)
         return got[0], wdt, w, m_ax, n_ax
     return None
 

@@ -52,7 +52,7 @@ def _piece(lets: Lets, n: RNode, n_ax: str, width: int, out: DType) -> "Piece | 
             n = n.src[0]
         elif n.op == R.SELECT:
             pred, then, other = n.src
-            if not (lets(other).op == R.CONST and lets(other).arg == 0):
+            if not (lets(other).op == R.CONST and lets(other).arg == 0) or lets(pred).op != R.PRED:
                 return None
             for e in lets(pred).arg:
                 if e.variables() != {n_ax} or e.coeff(n_ax) not in (1, -1):

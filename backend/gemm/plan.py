@@ -58,8 +58,12 @@ def stop_reason(spec: GemmSpec, plan: SchedulePlan, dev: Device, best_vec: tuple
         return None
     if regs_estimate(plan) > 255:
         return f"registers ~{regs_estimate(plan)} > 255 (spills)"
-    if spec.a_prologue is not None and (bm * bk // 8) % plan.threads:
+    if spec.a_prologue is not None and (bm * bk // (16 // plan.elem_bytes)) % plan.threads:
         return "the prologue's 16-byte chunks of the A tile do not divide evenly among the threads"
+    if spec.a_prologue is not None and plan.elem_bytes == 4:
+        staged = bm * bk // 4 // plan.threads * sum(s.role in ("mk", "k") for s in spec.a_prologue.sources) * 4
+        if staged > 32:  # ptxas: 24 bytes spilled at 64x64x64 (8 chunks of 2 sources a thread, 64 registers)
+            return f"fp32 prologue: {staged} registers a thread hold its staged chunks (> 32: spills)"
     a_rows, a_cols = (bm, bk) if plan.a_kmajor else (bk, bm)
     b_rows, b_cols = (bn, bk) if plan.b_kmajor else (bk, bn)
     if not (_load_divides(a_rows, a_cols, plan.vec_a, plan.threads) and _load_divides(b_rows, b_cols, plan.vec_b, plan.threads)):

@@ -13,13 +13,14 @@
   kernel's own (a reduction may reassociate); what is summed and what is done to the sum are the graph's.
 
 f is an :mod:`..common.epilogue_fn` program of the inputs (``("x", i)``), computed in fp32 with each 16-bit step
-rounded as the reference evaluator rounds it; its last step rounds to the operand type (the region's operand
-is ``cast:fp32(X)`` of a 16-bit X), so the tile the MMA reads holds exactly the reference's A. The ``mk`` and
-``k`` sources are 16-bit and read 8 elements (16 bytes) at a time: ld, col and K are multiples of 8. Outside
+rounded as the reference evaluator rounds it; in a 16-bit GEMM its last step rounds to the operand type (the
+region's operand is ``cast:fp32(X)`` of a 16-bit X), so the tile the MMA reads holds exactly the reference's A;
+in an fp32 GEMM (3xTF32) the operand is the fp32 X itself. The ``mk`` and ``k`` sources are of the operand type
+and read 16 bytes at a time (``chunk``: 8 16-bit or 4 fp32 elements): ld, col and K are multiples of it. Outside
 the matrix (m >= M, k >= K) the tile holds 0, as a plain operand's zero-filled copy does.
 
 The region form (``from_operand``): the contraction's A operand ``cast:fp32(X)``, X a read-free 16-bit function
-of such reads (backend/gemm/bind.py tries it when the operand is not a widened read).
+of such reads, or such an fp32 X itself (backend/gemm/bind.py tries it when the operand is not a read).
 """
 from __future__ import annotations
 
@@ -37,7 +38,11 @@ from ..common.region_match import Lets, axis_var, walk
 from .concat import rebuild, uses_axis
 
 ROLES = ("mk", "k", "m", "stat")
-CHUNK = 8  # elements of one 16-byte load of a 16-bit mk / k source
+
+
+def chunk(dtype: DType) -> int:
+    """Elements of one 16-byte load of an mk / k / stat source of the operand type."""
+    return 16 // dtype.itemsize
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ def check(p: Prologue, m: Any, k: Any, in_dtype: DType) -> str | None:
     why = epilogue_fn.check(p.steps, len(p.sources))
     if why is not None:
         return f"prologue: {why}"
-    if p.steps[-1][0] != epilogue_fn.ROUND.get(in_dtype):
+    if in_dtype in HALF and p.steps[-1][0] != epilogue_fn.ROUND.get(in_dtype):
         return f"the prologue's last step must round to the operand type {in_dtype.value}"
     for s in p.sources:
         if s.role not in ROLES:
@@ -105,10 +110,11 @@ def check(p: Prologue, m: Any, k: Any, in_dtype: DType) -> str | None:
                     f"type {in_dtype.value}")
         if s.role in ("mk", "stat") and not (isinstance(k, int) and s.ld >= s.col + k and s.col >= 0):
             return f"prologue source {s.tensor!r}: columns {s.col}..{s.col}+K exceed its row of {s.ld}"
-        if s.role in ("mk", "stat") and (s.ld % CHUNK or s.col % CHUNK):
-            return f"prologue source {s.tensor!r}: row stride {s.ld} and column {s.col} must be multiples of {CHUNK}"
-    if not isinstance(k, int) or k % CHUNK:
-        return f"a prologue needs K a multiple of {CHUNK} (16-byte loads), got {k}"
+        if s.role in ("mk", "stat") and (s.ld % chunk(in_dtype) or s.col % chunk(in_dtype)):
+            return (f"prologue source {s.tensor!r}: row stride {s.ld} and column {s.col} must be multiples of "
+                    f"{chunk(in_dtype)}")
+    if not isinstance(k, int) or k % chunk(in_dtype):
+        return f"a prologue needs K a multiple of {chunk(in_dtype)} (16-byte loads), got {k}"
     return None
 
 
@@ -136,13 +142,16 @@ def statistic(s: Source, x: np.ndarray, k: int) -> np.ndarray:
 # ---- the region form ----------------------------------------------------------------------------
 
 def from_operand(r: Region, lets: Lets, n: RNode, m_ax: str, k_ax: str) -> "tuple[Prologue, DType] | None":
-    """The operand node n as a prologue over axes (m_ax, k_ax), and the operand type; None when n is not
-    ``cast:fp32(X)`` of a 16-bit read-free function X of mk / k / m reads."""
+    """The operand node n as a prologue over axes (m_ax, k_ax), and the operand type; None when n is neither
+    ``cast:fp32(X)`` of a 16-bit read-free function X of mk / k / m reads nor such an fp32 function itself."""
     n = lets(n)
-    if not (n.op == R.UNARY and n.arg == "cast" and n.dtype == DType.fp32):
+    if n.op == R.UNARY and n.arg == "cast" and n.dtype == DType.fp32 and lets(n.src[0]).dtype in HALF:
+        x = lets(n.src[0])
+    elif n.dtype == DType.fp32:
+        x = n
+    else:
         return None
-    x = lets(n.src[0])
-    if x.dtype not in HALF or x.op == R.READ:
+    if x.op == R.READ:
         return None
     sources: list[Source] = []
     bad: list[str] = []
@@ -164,14 +173,14 @@ def from_operand(r: Region, lets: Lets, n: RNode, m_ax: str, k_ax: str) -> "tupl
     steps = epilogue_fn.from_region(lets, x, None, leaf)
     if steps is None or bad or not sources:
         return None
-    if steps[-1][0] != epilogue_fn.ROUND[x.dtype]:  # a 16-bit step's rounding ends the program
+    if x.dtype in HALF and steps[-1][0] != epilogue_fn.ROUND[x.dtype]:  # a 16-bit step's rounding ends the program
         return None
     return Prologue(tuple(sources), steps), x.dtype
 
 
 def statistic_source(r: Region, lets: Lets, node: RNode, m_ax: str, k_ax: str) -> "Source | None":
     """node as a ``stat`` source: an fp32 value over [m] that is a program of one fp32 sum from 0 over an axis
-    of K's extent of a program of one read x[m, r + c] of a 16-bit packed tensor; None otherwise."""
+    of K's extent of a program of one read x[m, r + c] of a packed tensor (16-bit or fp32); None otherwise."""
     if m_ax not in node.axes or node.dtype != DType.fp32 or not _only(lets, node, m_ax):
         return None
     node = _unbroadcast(lets, node)
@@ -190,7 +199,7 @@ def statistic_source(r: Region, lets: Lets, node: RNode, m_ax: str, k_ax: str) -
         return None
     (x,) = reads.values()
     s = source(r, x, m_ax, r_ax)
-    if s is None or s.role != "mk" or x.dtype not in HALF:
+    if s is None or s.role != "mk" or x.dtype not in (*HALF, DType.fp32):
         return None
     pre = epilogue_fn.from_region(lets, red.src[0], None, lambda n: ("v",) if n.op == R.READ and n.arg == x.arg else None)
     post = epilogue_fn.from_region(lets, node, None, lambda n: ("v",) if n.op == R.REDUCE else None)

@@ -275,8 +275,6 @@ def validate(s: GemmSpec) -> None:
     if s.in_dtype not in (*IN_DTYPES, DType.fp32):
         fail("DtypeMismatch", at, f"inputs must be fp16, bf16 or fp32, got {s.in_dtype.value}",
              "Cast the operands to fp16, bf16 or fp32 before the contraction.")
-    if s.in_dtype == DType.fp32 and s.a_prologue is not None:
-        fail("InvalidAttribute", at, "an A prologue computes 16-bit operands; fp32 operands are read as they are")
     if s.out_dtype not in OUT_DTYPES:
         fail("DtypeMismatch", at, f"the output must be fp16, bf16 or fp32, got {s.out_dtype.value}")
     if s.acc_dtype != DType.fp32:

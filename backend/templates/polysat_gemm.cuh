@@ -844,9 +844,9 @@ __device__ __forceinline__ void gemm_sm90_pieces(const void* tmA, const void* co
 
 // =============================================================================================
 // A computed as its tile is filled (backend/gemm/prologue.py): A[m, k] = Fn::f(sources at (m, k)), each source
-// ("mk" [M, ld] at (m, col + k), or "k" [K]) read 8 16-bit elements (16 bytes) at a time, the value computed
-// in fp32 (Fn rounds each 16-bit step as the reference does) and stored as T into the K-major A tile.
-// Outside the matrix (m >= M or k >= K; K % 8 == 0) the tile holds 0. Fn (generated per kernel) gives NS
+// ("mk" [M, ld] at (m, col + k), or "k" [K]) read 16 bytes at a time (EPC = 8 16-bit or 4 fp32 elements), the value
+// computed in fp32 (Fn rounds each 16-bit step as the reference does) and stored as T into the K-major A tile.
+// Outside the matrix (m >= M or k >= K; K % EPC == 0) the tile holds 0. Fn (generated per kernel) gives NS
 // chunked sources src[s] with row strides ld[s] (0: a "k" source) and columns col[s], and f(x, m, st), st the
 // row's NST per-row statistics (PrologueStats below; NST 0: none) that the CTA computes before its first A tile.
 // =============================================================================================
@@ -878,20 +878,41 @@ POLYSAT_HD void store_v4(unsigned char* tile, int off, uint4 v) {
 #endif
 }
 template <class T> POLYSAT_HD float bits_to_f32(u32 h);
+template <> POLYSAT_HD float bits_to_f32<float>(u32 h) {
+  union {
+    u32 u;
+    float f;
+  } v{h};
+  return v.f;
+}
 template <> POLYSAT_HD float bits_to_f32<__half>(u32 h) { return __half2float(__ushort_as_half((unsigned short)h)); }
 template <> POLYSAT_HD float bits_to_f32<__nv_bfloat16>(u32 h) {
   return __bfloat162float(__ushort_as_bfloat16((unsigned short)h));
 }
 template <class T> POLYSAT_HD u32 f32_to_bits(float x);
+template <> POLYSAT_HD u32 f32_to_bits<float>(float x) {
+  union {
+    float f;
+    u32 u;
+  } v{x};
+  return v.u;
+}
 template <> POLYSAT_HD u32 f32_to_bits<__half>(float x) { return __half_as_ushort(__float2half_rn(x)); }
 template <> POLYSAT_HD u32 f32_to_bits<__nv_bfloat16>(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 POLYSAT_HD u32 word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+// elements of T in one 16-byte chunk, and element e of a chunk as fp32
+template <class T> constexpr int kEpc = 16 / (int)sizeof(T);
+template <class T>
+POLYSAT_HD float chunk_elem(const uint4& v, int e) {
+  if constexpr (sizeof(T) == 4) return bits_to_f32<T>(word(v, e));
+  else return bits_to_f32<T>((word(v, e >> 1) >> (16 * (e & 1))) & 0xffffu);
+}
 
-// byte offset of the 16-byte chunk (row, 8 kc .. 8 kc + 7) in one ring slot of the K-major A tile:
-// sm80 the [ROWS][BK] xor-16B tile ldmatrix reads (swz_offset), sm90 rows of 128 bytes, 128B-swizzled (TMA's)
-template <int BK>
+// byte offset of the 16-byte chunk kc of row `row` in one ring slot of the K-major A tile:
+// sm80 the [ROWS][BK] xor-16B tile the fragments read (swz_elem), sm90 rows of 128 bytes, 128B-swizzled (TMA's)
+template <class T, int BK>
 struct KPlaceSm80 {
-  static POLYSAT_HD int offset(int row, int kc) { return 2 * swz_offset<BK>(row, kc * 8); }
+  static POLYSAT_HD int offset(int row, int kc) { return (int)sizeof(T) * swz_elem<T, BK>(row, kc * kEpc<T>); }
 };
 struct KPlaceSm90 {
   static POLYSAT_HD int offset(int row, int kc) { return (row << 7) ^ ((row & 7) << 4) ^ (kc << 4); }
@@ -899,7 +920,7 @@ struct KPlaceSm90 {
 
 // A prologue's per-row statistics (backend/gemm/prologue.py "stat"): stats[row * NST + s] = Fn::post(s, the sum over
 // k < K of Fn::pre(s, x_s[m0 + row, col_s + k])) for the ROWS rows of the CTA's M tile, x_s the [M, st_ld[s]]
-// tensor st_src[s] of T (K % 8 == 0). THREADS threads: TPR = THREADS / ROWS threads share a row (when ROWS
+// tensor st_src[s] of T (K % EPC == 0). THREADS threads: TPR = THREADS / ROWS threads share a row (when ROWS
 // divides THREADS; else each thread takes rows tid, tid + THREADS, ..), thread q of a row summing its 16-byte chunks
 // q, q + TPR, .. with U loads in flight; partials() leaves each thread's sums in part[], and after the caller's
 // barrier finish() adds a row's TPR partials in order and applies post (the sum's order is the kernel's own:
@@ -910,7 +931,8 @@ struct PrologueStats {
   static constexpr int TPR = SHARED ? THREADS / ROWS : 1, RPT = SHARED ? 1 : (ROWS + THREADS - 1) / THREADS;
   static constexpr int NST = Fn::NST > 0 ? Fn::NST : 1, PART = ROWS * TPR;
   static POLYSAT_HD void partials(const Fn& fn, float* part, int m0, int M, int K, int tid) {
-    const int chunks = K / 8;
+    constexpr int EPC = kEpc<T>;
+    const int chunks = K / EPC;
 #pragma unroll
     for (int s = 0; s < Fn::NST; ++s)
       for (int i = 0; i < RPT; ++i) {
@@ -924,14 +946,13 @@ struct PrologueStats {
 #pragma unroll
             for (int u = 0; u < U; ++u) {
               const int c = c0 + u * TPR;
-              raw[u] = load_v4(p + (c < chunks ? 8 * c : 0), c < chunks);
+              raw[u] = load_v4(p + (c < chunks ? EPC * c : 0), c < chunks);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
               if (c0 + u * TPR >= chunks) continue;
 #pragma unroll
-              for (int e = 0; e < 8; ++e)
-                acc += fn.pre(s, bits_to_f32<T>((word(raw[u], e >> 1) >> (16 * (e & 1))) & 0xffffu));
+              for (int e = 0; e < EPC; ++e) acc += fn.pre(s, chunk_elem<T>(raw[u], e));
             }
           }
         }
@@ -953,8 +974,8 @@ struct PrologueStats {
 // fetch() loads CHUNK passes into registers, land() computes and stores them.
 template <class T, class Fn, int ROWS, int BK, int THREADS, int CHUNK, class Place>
 struct PrologueTile {
-  static constexpr int CPR = BK / 8, PASSES = ROWS * CPR / THREADS;
-  static_assert(BK % 8 == 0 && (ROWS * CPR) % THREADS == 0 && PASSES % CHUNK == 0,
+  static constexpr int EPC = kEpc<T>, CPR = BK / EPC, PASSES = ROWS * CPR / THREADS;
+  static_assert(BK % EPC == 0 && (ROWS * CPR) % THREADS == 0 && PASSES % CHUNK == 0,
                 "the prologue tile must divide evenly among the threads");
   Fn fn;
   int m0, M, K;
@@ -963,7 +984,7 @@ struct PrologueTile {
   POLYSAT_HD void fetch(int k0, int tid, int p0) {
 #pragma unroll
     for (int p = 0; p < CHUNK; ++p) {
-      const int c = tid + (p0 + p) * THREADS, m = m0 + c / CPR, k = k0 + (c % CPR) * 8;
+      const int c = tid + (p0 + p) * THREADS, m = m0 + c / CPR, k = k0 + (c % CPR) * EPC;
       const bool in = m < M && k < K;
 #pragma unroll
       for (int s = 0; s < Fn::NS; ++s)
@@ -974,19 +995,20 @@ struct PrologueTile {
 #pragma unroll
     for (int p = 0; p < CHUNK; ++p) {
       const int c = tid + (p0 + p) * THREADS, row = c / CPR, kc = c % CPR, m = m0 + row;
-      const bool in = m < M && k0 + kc * 8 < K;
+      const bool in = m < M && k0 + kc * EPC < K;
+      constexpr int EPW = EPC / 4;  // elements per 32-bit word: 2 (16-bit), 1 (fp32)
       u32 out[4];
 #pragma unroll
-      for (int e = 0; e < 8; e += 2) {
-        u32 h[2];
+      for (int w = 0; w < 4; ++w) {
+        out[w] = 0u;
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
+        for (int q = 0; q < EPW; ++q) {
           float x[Fn::NS];
 #pragma unroll
-          for (int s = 0; s < Fn::NS; ++s) x[s] = bits_to_f32<T>((word(raw[p][s], e >> 1) >> (16 * q)) & 0xffffu);
-          h[q] = in ? f32_to_bits<T>(fn.f(x, m, Fn::NST > 0 ? stats + row * Fn::NST : nullptr)) : 0u;
+          for (int s = 0; s < Fn::NS; ++s) x[s] = chunk_elem<T>(raw[p][s], w * EPW + q);
+          const u32 h = in ? f32_to_bits<T>(fn.f(x, m, Fn::NST > 0 ? stats + row * Fn::NST : nullptr)) : 0u;
+          out[w] |= h << (32 / EPW * q);
         }
-        out[e >> 1] = h[0] | (h[1] << 16);
       }
       store_v4(tile, Place::offset(row, kc), make_uint4(out[0], out[1], out[2], out[3]));
     }
@@ -996,7 +1018,7 @@ struct PrologueTile {
 // sm80: the A producer of mainloop_sm80, register-staged (fetch before the MMAs, land after them).
 template <class T, class Fn, int BM, int BK, int THREADS>
 struct PrologueSm80 {
-  PrologueTile<T, Fn, BM, BK, THREADS, BM * (BK / 8) / THREADS, KPlaceSm80<BK>> t;
+  PrologueTile<T, Fn, BM, BK, THREADS, BM * (BK / kEpc<T>) / THREADS, KPlaceSm80<T, BK>> t;
   int k0 = 0;
   __device__ __forceinline__ void fetch(T*, int kt, int tid) { k0 = kt * BK; t.fetch(k0, tid, 0); }
   __device__ __forceinline__ void land(T* tile, int tid) const { t.land(reinterpret_cast<unsigned char*>(tile), k0, tid, 0); }
