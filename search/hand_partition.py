@@ -85,7 +85,32 @@ def _groups(original: Program, p: Program) -> dict:
                            if unit[r] == u and unit[x] != u and group.get(unit[x]) is not None)
         target = next((g for _, g in consumers if not _cyclic({**group, u: g}, members, unit, reads)), u)
         group[u] = target
-    return {i: group[unit[i]] for i in compute}
+    return _merge_cycles({i: group[unit[i]] for i in compute}, reads)
+
+
+def _merge_cycles(owner: dict, reads: dict) -> dict:
+    """owner with the groups that still wait on each other made one kernel, a cycle at a time (rule 3 joins an op
+    to a producer only where no cycle forms, but an op joined early may read one placed later: SiLU x up beside
+    the gate/up concatenation, its gate's SiLU in a kernel of its own). What a person would write is one kernel."""
+    while True:
+        deps: dict = {}
+        for i, g in owner.items():
+            deps.setdefault(g, set()).update(owner[r] for r in reads[i] if r in owner and owner[r] != g)
+        done: set = set()
+        while True:
+            ready = [g for g in deps if g not in done and deps[g] <= done]
+            if not ready:
+                break
+            done.update(ready)
+        left = [g for g in deps if g not in done]
+        if not left:
+            return owner
+        path, g = [], left[0]
+        while g not in path:  # every group left waits on another left: the walk meets itself
+            path.append(g)
+            g = next(h for h in sorted(deps[g]) if h not in done)
+        cycle = set(path[path.index(g):])
+        owner = {i: (g if h in cycle else h) for i, h in owner.items()}
 
 
 def _recompute_casts(p: Program, owner: dict) -> Program:

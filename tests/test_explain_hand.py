@@ -87,3 +87,20 @@ def test_chosen_partition_is_not_priced_above_the_hand_style_one(name):
     m = next(HAND.match(x) for x in lines if HAND.match(x))
     assert int(m.group(1)) == hand["kernels"] and float(m.group(2)) == pytest.approx(hand["time_est_us"], abs=1e-3)
     assert hand["chosen"]["time_est_us"] <= hand["time_est_us"] + 1e-6, (hand["chosen"], hand)
+
+
+def test_hand_style_groups_that_wait_on_each_other_are_one_kernel(tmp_path):
+    """LLaMA-2-7B's fp32 layer (bench/corpora/scale_models.py) as its search leaves it at one layer: SiLU x up is
+    computed beside the gate/up concatenation, the gate's SiLU in a kernel of its own, so the op holding the
+    concatenation and the product reads SiLU, which reads the concatenation. The hand-style groups that would wait
+    on each other are made one kernel (search/hand_partition.py ``_merge_cycles``) and priced, never an error."""
+    from polysat.bench.corpora.scale_models import build
+    from polysat.search.hand_partition import hand_partition
+    path = tmp_path / "llama_l1.onnx"
+    path.write_bytes(build("llama2_7b", 1).SerializeToString())
+    c = Compilation(str(path), cost="model")
+    result = extract_result(c)
+    prog, part = hand_partition(c.program, result["_extraction"].program)
+    part.check(prog)
+    hand = hand_style(result, c.program)
+    assert hand["kernels"] == len(part.kernels) and hand["time_est_us"] > 0
