@@ -345,7 +345,7 @@ def run_host_emulator(source: str, workdir, name: str) -> list:
     exe = build_host_emulator(source, workdir, name)
     run = subprocess.run([exe], capture_output=True, text=True, check=False, timeout=300,
                          env={**os.environ, "LC_ALL": "C"})
-    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     return run.stdout.split("\n")
 
 

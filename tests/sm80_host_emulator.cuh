@@ -96,6 +96,23 @@ static void lds_banks(const int (&addr)[32]) {
   if (seen != 0xffffffffu) { std::printf("FAIL 4-byte fragment load bank conflict (banks %08x)\n", seen); std::exit(1); }
 }
 
+// every lane's fp32 fragment (frag_tf32) of the k8 slice at (mn0, k0), split (split_tf32), each register's 32 loads
+// checked for bank conflicts
+template <bool KMAJOR, int COLS, int REGS>
+static void split_frag_host(const std::vector<float>& tile, int mn0, int k0, float (&big)[32][REGS],
+                            float (&small)[32][REGS]) {
+  for (int r = 0; r < REGS; ++r) {
+    int addr[32];
+    for (int l = 0; l < 32; ++l) {
+      int off[REGS];
+      frag_tf32<KMAJOR, COLS>(l, mn0, k0, off);
+      addr[l] = off[r];
+      split_tf32(tile[off[r]], big[l][r], small[l][r]);
+    }
+    lds_banks(addr);
+  }
+}
+
 // one BK step of the CTA tile on fp32 tiles, as mma_step_tf32 runs it: per k8 slice every warp's fragments
 // (frag_tf32), split into big + small (split_tf32), three m16n8k8 tf32 MMAs per fragment pair, small terms first
 template <int BM, int BN, int BK, int WM, int WN, bool AK, bool BKM>
@@ -107,28 +124,8 @@ static void mma_step_f32(const std::vector<float>& sA, const std::vector<float>&
     const int wm = w / WN, wn = w % WN;
     for (int kk = 0; kk < BK; kk += 8) {
       static float ab[MI][32][4], as[MI][32][4], bb[NI][32][2], bs[NI][32][2];
-      for (int i = 0; i < MI; ++i)
-        for (int r = 0; r < 4; ++r) {
-          int addr[32];
-          for (int l = 0; l < 32; ++l) {
-            int off[4];
-            frag_tf32<AK, A_COLS>(l, wm * WTM + i * 16, kk, off);
-            addr[l] = off[r];
-            split_tf32(sA[off[r]], ab[i][l][r], as[i][l][r]);
-          }
-          lds_banks(addr);
-        }
-      for (int j = 0; j < NI; ++j)
-        for (int r = 0; r < 2; ++r) {
-          int addr[32];
-          for (int l = 0; l < 32; ++l) {
-            int off[2];
-            frag_tf32<BKM, B_COLS>(l, wn * WTN + j * 8, kk, off);
-            addr[l] = off[r];
-            split_tf32(sB[off[r]], bb[j][l][r], bs[j][l][r]);
-          }
-          lds_banks(addr);
-        }
+      for (int i = 0; i < MI; ++i) split_frag_host<AK, A_COLS>(sA, wm * WTM + i * 16, kk, ab[i], as[i]);
+      for (int j = 0; j < NI; ++j) split_frag_host<BKM, B_COLS>(sB, wn * WTN + j * 8, kk, bb[j], bs[j]);
       for (int i = 0; i < MI; ++i)
         for (int j = 0; j < NI; ++j) {
           mma1688_tf32(acc[w][i][j], as[i], bb[j]);

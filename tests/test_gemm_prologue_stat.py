@@ -72,19 +72,21 @@ def _fused(regions):
     return oracle.the_region(regions, 2)  # the norm's row sum and the contraction
 
 
-def _meaning_is_playbacks(r):
+def _meaning_is_playbacks(r, dtype: str = "fp16"):
     """The spec's numpy meaning against playback. The statistic's fp32 sum runs in another order (playback
     contracts x . x; the spec sums pairwise), so its r may differ in the last bit and a 16-bit A = fp16(fp16(x r) g)
     round the other way: one fp16 ulp inside the kernel, carried to the output with its gain (the normwise bound
-    of oracle.assert_close_chained, one 16-bit intermediate)."""
+    of oracle.assert_close_chained, one 16-bit intermediate); in fp32 only the sums' order differs."""
     kind, b = bind(r)
     rng = np.random.default_rng(0)
-    x = {buf.name: rng.uniform(-3, 3, buf.memref.shape).astype(np.float16) for buf in r.inputs}
+    x = {buf.name: rng.uniform(-3, 3, buf.memref.shape).astype(oracle.NP_DTYPES[dtype]) for buf in r.inputs}
     env = bind_region_symbols([r], x)
     want = playback([r], x, keep_all=True)[r.outputs[0].name]
-    got = kind.reference(b.spec, b.arrays(x, env), env)
-    oracle.assert_close_chained(np.asarray(got).reshape(want.shape), want.astype(np.float64), "fp16",
-                                oracle.ulp_at_one("fp16"), r.name)
+    got = np.asarray(kind.reference(b.spec, b.arrays(x, env), env)).reshape(want.shape)
+    if dtype == "fp32":
+        oracle.assert_close(got, want.astype(np.float64), "fp32", r.name)
+    else:
+        oracle.assert_close_chained(got, want.astype(np.float64), dtype, oracle.ulp_at_one(dtype), r.name)
 
 
 def test_rmsnorm_into_the_projection_binds_a_statistic_prologue_with_playbacks_meaning(compiled):
@@ -110,12 +112,7 @@ def test_fp32_rmsnorm_into_the_projection_binds_an_fp32_prologue(compiled32):
     pro = b.spec.a_prologue
     assert pro is not None and sorted(s.role for s in pro.sources) == ["k", "mk", "stat"]
     assert not any(op.startswith("round") for op, _ in pro.steps) and all(s.dtype == DType.fp32 for s in pro.sources)
-    rng = np.random.default_rng(0)
-    x = {buf.name: rng.uniform(-3, 3, buf.memref.shape).astype(np.float32) for buf in r.inputs}
-    env = bind_region_symbols([r], x)
-    want = playback([r], x, keep_all=True)[r.outputs[0].name]
-    got = kind.reference(b.spec, b.arrays(x, env), env)
-    oracle.assert_close(np.asarray(got).reshape(want.shape), want.astype(np.float64), "fp32", r.name)
+    _meaning_is_playbacks(r, "fp32")
     rt = oracle.targets_equal_onnxruntime(compiled32, lambda name, shape, rng: rng.uniform(-3, 3, shape) * (
         1 if name == "x" else 0.1), dtype="fp32")
     assert any(not st.on_cpu and st.kind.name == "gemm" for st in rt.steps)

@@ -14,11 +14,12 @@ load is checked for bank conflicts.
   bound tells the three-product split from a plain TF32 GEMM.
 - ``tf32_rna`` rounds as ``cvt.rna.tf32.f32`` (nearest, ties away from zero) on hand-picked bit patterns.
 """
-import os
-import subprocess
+import importlib.util
+import pathlib
 
-from polysat.backend.common.nvcc import nvcc_path
-from polysat.backend.common.render import TEMPLATES
+_spec = importlib.util.spec_from_file_location("polysat_test_oracle", pathlib.Path(__file__).with_name("oracle.py"))
+oracle = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(oracle)
 
 EMULATOR = r"""
 #include "polysat_gemm.cuh"
@@ -95,14 +96,5 @@ int main() {
 
 
 def test_sm80_fp32_path_matches_hardware_model(tmp_path):
-    exe = nvcc_path()
-    assert exe, "nvcc is needed to build the host emulator"
-    src = tmp_path / "emulate_tf32.cu"
-    src.write_text(EMULATOR)
-    binary = tmp_path / "emulate_tf32"
-    build = subprocess.run([exe, "-std=c++17", "-O1", "-I", TEMPLATES, "-I", os.path.dirname(__file__),
-                            "-o", str(binary), str(src)], capture_output=True, text=True, check=False)
-    assert build.returncode == 0, build.stderr[-4000:]
-    run = subprocess.run([str(binary)], capture_output=True, text=True, check=False, timeout=300,
-                         env={**os.environ, "LC_ALL": "C"})
-    assert run.returncode == 0 and run.stdout.strip().endswith("OK"), run.stdout + run.stderr
+    lines = oracle.run_host_emulator(EMULATOR, tmp_path, "emulate_tf32")
+    assert [x for x in lines if x][-1] == "OK", lines

@@ -348,8 +348,24 @@ __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const u32 (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// One BK step of the warp tile on fp32 tiles: each k8 slice's fragments read from shared memory (frag_tf32), split
-// into big + small tf32 parts (split_tf32), and three MMAs per fragment pair, the small terms first.
+// The fp32 fragment (frag_tf32: REGS 4 for A, 2 for B) of the k8 slice at (mn0, k0) of a tile, split into its big and
+// small tf32 parts (split_tf32)
+template <bool KMAJOR, int COLS, int REGS>
+__device__ __forceinline__ void split_frag(const float* tile, int lane, int mn0, int k0, u32 (&big)[REGS],
+                                           u32 (&small)[REGS]) {
+  int off[REGS];
+  frag_tf32<KMAJOR, COLS>(lane, mn0, k0, off);
+#pragma unroll
+  for (int r = 0; r < REGS; ++r) {
+    float b, s;
+    split_tf32(tile[off[r]], b, s);
+    big[r] = __float_as_uint(b);
+    small[r] = __float_as_uint(s);
+  }
+}
+
+// One BK step of the warp tile on fp32 tiles: each k8 slice's fragments read from shared memory and split
+// (split_frag), and three MMAs per fragment pair, the small terms first.
 template <int BK, int MI, int NI, int WTM, int WTN, int A_COLS, int B_COLS, bool A_KMAJOR, bool B_KMAJOR>
 __device__ __forceinline__ void mma_step_tf32(const float* tA, const float* tB, int warp_m, int warp_n, int lane,
                                               float (&acc)[MI][NI][4]) {
@@ -357,29 +373,9 @@ __device__ __forceinline__ void mma_step_tf32(const float* tA, const float* tB, 
   for (int kk = 0; kk < BK; kk += 8) {
     u32 ab[MI][4], as[MI][4], bb[NI][2], bs[NI][2];
 #pragma unroll
-    for (int i = 0; i < MI; ++i) {
-      int off[4];
-      frag_tf32<A_KMAJOR, A_COLS>(lane, warp_m * WTM + i * 16, kk, off);
+    for (int i = 0; i < MI; ++i) split_frag<A_KMAJOR, A_COLS>(tA, lane, warp_m * WTM + i * 16, kk, ab[i], as[i]);
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        float big, small;
-        split_tf32(tA[off[r]], big, small);
-        ab[i][r] = __float_as_uint(big);
-        as[i][r] = __float_as_uint(small);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < NI; ++j) {
-      int off[2];
-      frag_tf32<B_KMAJOR, B_COLS>(lane, warp_n * WTN + j * 8, kk, off);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float big, small;
-        split_tf32(tB[off[r]], big, small);
-        bb[j][r] = __float_as_uint(big);
-        bs[j][r] = __float_as_uint(small);
-      }
-    }
+    for (int j = 0; j < NI; ++j) split_frag<B_KMAJOR, B_COLS>(tB, lane, warp_n * WTN + j * 8, kk, bb[j], bs[j]);
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
