@@ -86,8 +86,9 @@ def as_emitted(program: Program, partition, regions: list, arch: str = "sm90") -
     statements run on the FP32 pipes. A contraction of fp32 operands that an MMA kind binds (the GEMM kind's
     3xTF32) is priced both ways on ``arch`` and runs where it is cheaper: on that path (``mma_path`` tf32x3:
     analyses/price.py ``on_path``) or on the FP32 pipes (``mma_path`` fp32; the pipeline then marks the kernel's
-    region ``fp32_pipes`` and the GEMM kind declines it). Regions without a contraction are returned as they are. Only the contractions' kernels and the writers and readers of their buffers are synthesized
-    (``_neighbours``; the narrowing and the layout decide each buffer by its writer and readers alone). Regions
+    region ``fp32_pipes`` and the GEMM kind declines it). Regions without a contraction are returned as they are.
+    Only the contractions' kernels and the writers and readers of their buffers are synthesized (``_neighbours``;
+    the narrowing and the layout decide each buffer by its writer and readers alone). Regions
     the RB-SSA synthesis of those kernels refuses keep the Poly-View's units (no such kernel is ever emitted), but
     for contractions of fp32 operands, which stay on the FP32 pipes unless a binder takes them."""
     if not any(st.unit == "tensor" for r in regions for st in r.statements):
@@ -110,12 +111,20 @@ def as_emitted(program: Program, partition, regions: list, arch: str = "sm90") -
 
 
 def _cheaper(region: PolyRegion, arch: str) -> PolyRegion:
-    """A 3xTF32 region, or its contractions on the FP32 pipes (``mma_path`` fp32) where they price lower there."""
+    """A 3xTF32 region, or its contractions on the FP32 pipes (``mma_path`` fp32) where they price no higher there.
+    The side whose floor is lower is priced first; the other is priced only if its floor (``price_floor``, never
+    above its price) does not already settle the comparison."""
     if region.mma_path != "tf32x3":
         return region
-    pipes = replace(on_fp32_pipes(region), mma_path="fp32")
-    faster = price_of(canonical(region), arch).time_est_us < price_of(canonical(pipes), arch).time_est_us
-    return region if faster else pipes
+    tf32, pipes = canonical(region), canonical(replace(on_fp32_pipes(region), mma_path="fp32"))
+    f_tf32, f_pipes = price_floor(tf32, arch), price_floor(pipes, arch)
+    if f_tf32 <= f_pipes:
+        t = price_of(tf32, arch).time_est_us
+        faster = f_pipes > t or t < price_of(pipes, arch).time_est_us
+    else:
+        s = price_of(pipes, arch).time_est_us
+        faster = f_tf32 < s and price_of(tf32, arch).time_est_us < s
+    return region if faster else replace(on_fp32_pipes(region), mma_path="fp32")
 
 
 def on_tf32x3(region: PolyRegion) -> PolyRegion:
