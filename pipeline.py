@@ -18,8 +18,7 @@ import contextlib
 import gc
 import importlib
 import os
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from .frontend import read_model
@@ -118,7 +117,7 @@ def _region_in(s):
     regions = _call("ir.region_layout:store_for_readers", sp.regions(rest, s.tiny))
     if sp.program.outputs:  # the kernels whose fp32 contraction the prices put on the FP32 pipes (pricing/kernels.py)
         pipes = {p.kernel.name for p in s.priced if p.region is not None and p.region.mma_path == "fp32"}
-        regions = [dataclasses.replace(r, fp32_pipes=True) if r.name in pipes else r for r in regions]
+        regions = [replace(r, fp32_pipes=True) if r.name in pipes else r for r in regions]
     errors = [d for d in _call("analyses.region_validate:validate_regions", regions) if d.is_error]
     if errors:
         raise PolysatError(errors)

@@ -94,7 +94,7 @@ class PolyRegion:
     stream: tuple = ()  # names of the running reductions of a streamed region (see the module docstring)
     stream_block: int = 64  # keys per step of the streamed reductions
     stream_recompute: tuple = ()  # statements a two-pass stream runs in both passes
-    mma_path: str = ""  # its tensor-core statements' datapath: "" the target's own, "tf32x3" (MMA_PATHS)
+    mma_path: str = ""  # its contractions' datapath (MMA_PATHS): "" the target's own, "tf32x3", "fp32"
 
     def __post_init__(self):
         object.__setattr__(self, "tensors", tuple(self.tensors))

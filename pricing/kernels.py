@@ -22,7 +22,6 @@ from ..analyses.poly_from_view import kernel_program, program_context, regions_f
 from ..analyses.devices import device
 from ..analyses.poly_region import PolyRegion, renamed
 from ..analyses.price import Cost, price, price_floor
-from ..analyses.price import price as price_of  # the kind decision's prices (``_cheaper``), not a kernel's
 from ..analyses.roofline import roofline
 from ..backend.kinds import tensor_core_kind
 from ..egraph.partition import Kernel, Partition
@@ -116,15 +115,16 @@ def _cheaper(region: PolyRegion, arch: str) -> PolyRegion:
     above its price) does not already settle the comparison."""
     if region.mma_path != "tf32x3":
         return region
-    tf32, pipes = canonical(region), canonical(replace(on_fp32_pipes(region), mma_path="fp32"))
+    on_pipes = replace(on_fp32_pipes(region), mma_path="fp32")
+    tf32, pipes = canonical(region), canonical(on_pipes)
     f_tf32, f_pipes = price_floor(tf32, arch), price_floor(pipes, arch)
     if f_tf32 <= f_pipes:
-        t = price_of(tf32, arch).time_est_us
-        faster = f_pipes > t or t < price_of(pipes, arch).time_est_us
+        t = price(tf32, arch).time_est_us
+        faster = f_pipes > t or t < price(pipes, arch).time_est_us
     else:
-        s = price_of(pipes, arch).time_est_us
-        faster = f_tf32 < s and price_of(tf32, arch).time_est_us < s
-    return region if faster else replace(on_fp32_pipes(region), mma_path="fp32")
+        s = price(pipes, arch).time_est_us
+        faster = f_tf32 < s and price(tf32, arch).time_est_us < s
+    return region if faster else on_pipes
 
 
 def on_tf32x3(region: PolyRegion) -> PolyRegion:

@@ -13,8 +13,8 @@ everything that price depends on, and prices with ``pricing.kernels.price_kernel
 Two kinds of kernel are priced on every candidate instead, because their price reads more than the kernel: one with
 a node of a streamed softmax-weighted sum (``mark_streams`` marks it by the program's groups), and every kernel of a
 program with a contraction (``as_emitted`` asks which kind binds a contraction from the kernel and the writers and
-readers of its buffers: the MMA kinds take fp16, bf16 and, the GEMM kind, fp32 operands). The prices are the same either way: the kept ``Priced`` is given the kernel's object and
-name again.
+readers of its buffers: the MMA kinds take fp16, bf16 and, the GEMM kind, fp32 operands). The prices are the same
+either way: the kept ``Priced`` is given the kernel's object and name again.
 
 A caller that needs a candidate only below a price (the descent's first improvement) passes it: pricing stops, as
 ``price_kernels(above=)`` does, once the kernels kept and priced and the floors of the rest add up to more.

@@ -31,9 +31,6 @@ EMULATOR = r"""
 #include <vector>
 using namespace polysat;
 
-static unsigned bits(float x) { union { float f; unsigned u; } v{x}; return v.u; }
-static float of_bits(unsigned u) { union { unsigned u; float f; } v{u}; return v.f; }
-
 // the emulated GEMM of A [M, K] (AK) or [K, M], B [N, K] (BKM) or [K, N]; returns the worst error against float64
 // in units of sum_k |a b| (the scale of a dot product's rounding), and checks integer data bit for bit
 template <int BM, int BN, int BK, int WM, int WN, bool AK, bool BKM, int VA, int VB>
@@ -74,7 +71,10 @@ int main() {
   const unsigned cases[][2] = {{0x3f801000u, 0x3f802000u}, {0x3f800fffu, 0x3f800000u}, {0xbf801000u, 0xbf802000u},
                                {0x3f803000u, 0x3f804000u}, {0x7f800000u, 0x7f800000u}, {0x00000000u, 0x00000000u}};
   for (auto& c : cases)
-    if (bits(tf32_rna(of_bits(c[0]))) != c[1]) { std::printf("FAIL tf32_rna(%08x) = %08x, want %08x\n", c[0], bits(tf32_rna(of_bits(c[0]))), c[1]); return 1; }
+    if (f32_bits(tf32_rna(bits_f32(c[0]))) != c[1]) {
+      std::printf("FAIL tf32_rna(%08x) = %08x, want %08x\n", c[0], f32_bits(tf32_rna(bits_f32(c[0]))), c[1]);
+      return 1;
+    }
   run<64, 64, 32, 2, 2, true, false, 4, 4>(130, 72, 80, true);      // A row-major, B row-major ([K, N])
   run<64, 64, 64, 2, 2, false, true, 4, 4>(72, 136, 136, true);     // A col-major, B col-major
   run<128, 64, 32, 2, 2, true, true, 4, 4>(200, 136, 40, true);     // 64x32 warp tiles

@@ -157,16 +157,24 @@ def test_pricing_a_partition_stops_once_its_kernels_add_up_above_a_bound():
 
 def test_pricing_a_partition_whose_floors_add_up_above_the_bound_prices_no_kernel(monkeypatch):
     """``price_kernels(above=...)`` first adds up each kernel's ``price_floor`` (at most its price): when they
-    exceed the bound, no kernel is priced at all (an fp32 contraction's two forms are priced before, to decide
-    whether it runs 3xTF32: pricing/kernels.py ``_cheaper``)."""
+    exceed the bound, no kernel is priced at all: the only prices asked are those deciding whether an fp32
+    contraction runs 3xTF32 or on the FP32 pipes (pricing/kernels.py ``_cheaper``), made before the floors."""
     from polysat.analyses.price import price_floor
     from polysat.pricing import kernels
     x = Compilation(_gemm_rmsnorm(), cost="model").search.baseline.extraction
     full = kernels.price_kernels(x.program, x.partition, {}, "sm90")
     floors = [p.cost.time_est_us if p.region is None else price_floor(kernels.canonical(p.region), "sm90") for p in full]
     assert all(0 < f <= p.cost.time_est_us for f, p in zip(floors, full)), floors
-    real, calls = kernels.price, []
-    monkeypatch.setattr(kernels, "price", lambda r, arch: calls.append(r) or real(r, arch))
+    real, real_cheaper, calls, deciding = kernels.price, kernels._cheaper, [], [0]
+
+    def cheaper(region, arch):
+        deciding[0] += 1
+        try:
+            return real_cheaper(region, arch)
+        finally:
+            deciding[0] -= 1
+    monkeypatch.setattr(kernels, "_cheaper", cheaper)
+    monkeypatch.setattr(kernels, "price", lambda r, arch: calls.append(deciding[0]) or real(r, arch))
     assert kernels.price_kernels(x.program, x.partition, {}, "sm90", above=sum(floors) * 0.99) is None
-    assert not calls
+    assert all(calls), calls  # a kind decision's prices, no kernel's
     assert kernels.price_kernels(x.program, x.partition, {}, "sm90", above=total_us(full)) == full and calls

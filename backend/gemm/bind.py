@@ -2,11 +2,11 @@
 
 The region must be one contraction ``let acc = reduce(sum, k){ mul(cast(read A), cast(read B)) }`` over
 fp16|bf16 operands widened to fp32 (or ``mul(read A, read B)`` over fp32 operands: 3xTF32), with one reduce
-axis, followed by an epilogue applied elementwise to the accumulator, and one yield with a cast. Axis roles come from the yield and the reads: the output's innermost
-axis is n and the operand that reads it is B, the other is A; m is the output axis A reads and B does not
-(the second innermost when it qualifies: a batched operand broadcast over the other reads its batch axes
-too), the other output axes are batch axes, wherever they sit (a transposed output [S, heads, d]: heads
-is the batch).
+axis, followed by an epilogue applied elementwise to the accumulator, and one yield with a cast. Axis roles come
+from the yield and the reads: the output's innermost axis is n and the operand that reads it is B, the other is
+A; m is the output axis A reads and B does not (the second innermost when it qualifies: a batched operand
+broadcast over the other reads its batch axes too), the other output axes are batch axes, wherever they sit (a
+transposed output [S, heads, d]: heads is the batch).
 
 * Read maps must be permutations of axis variables (plus constant 0 on size-1 dims): the order of (m, k)
   gives A's ``row``/``col`` layout, (k, n) B's; an operand that reads no batch axis is ``broadcast``.

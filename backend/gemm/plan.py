@@ -18,6 +18,7 @@ from ..common.mma_plan import SchedulePlan
 from ..common.mma_search import (contiguous_extents, ctas_per_sm, estimate, regs_estimate, sm80_candidates,
                                  sm90_candidates, sm90_tile_reason, widest_vec)
 from ..common.plan_search import SearchResult, occupancy_reason, prune, rank, ranking_env, skeletons_for, smem_reason
+from .prologue import chunk
 from .spec import GemmSpec, packed_dims, static_strides
 
 CostFn = Callable[[GemmSpec, SchedulePlan, Mapping[str, int], Device], "dict[str, float] | float"]
@@ -58,10 +59,11 @@ def stop_reason(spec: GemmSpec, plan: SchedulePlan, dev: Device, best_vec: tuple
         return None
     if regs_estimate(plan) > 255:
         return f"registers ~{regs_estimate(plan)} > 255 (spills)"
-    if spec.a_prologue is not None and (bm * bk // (16 // plan.elem_bytes)) % plan.threads:
+    if spec.a_prologue is not None and (bm * bk // chunk(spec.in_dtype)) % plan.threads:
         return "the prologue's 16-byte chunks of the A tile do not divide evenly among the threads"
     if spec.a_prologue is not None and plan.elem_bytes == 4:
-        staged = bm * bk // 4 // plan.threads * sum(s.role in ("mk", "k") for s in spec.a_prologue.sources) * 4
+        chunks = bm * bk // chunk(spec.in_dtype) // plan.threads
+        staged = chunks * sum(s.role in ("mk", "k") for s in spec.a_prologue.sources) * 4  # 4 registers a chunk
         if staged > 32:  # ptxas: 24 bytes spilled at 64x64x64 (8 chunks of 2 sources a thread, 64 registers)
             return f"fp32 prologue: {staged} registers a thread hold its staged chunks (> 32: spills)"
     a_rows, a_cols = (bm, bk) if plan.a_kmajor else (bk, bm)

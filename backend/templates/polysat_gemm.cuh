@@ -100,13 +100,23 @@ __device__ __forceinline__ u32 smem_u32(const void* p) { return static_cast<u32>
 // ---- index helpers: __host__ too, so tests/test_backend_emulate.py runs them against a CPU model ----
 #define POLYSAT_HD __host__ __device__ __forceinline__
 
-POLYSAT_HD float neg_inf() {  // no compiler builtins: NVRTC has none of them
+// an fp32's bits and back (no intrinsics: the host emulators call the helpers that use them)
+POLYSAT_HD u32 f32_bits(float x) {
+  union {
+    float f;
+    u32 u;
+  } v{x};
+  return v.u;
+}
+POLYSAT_HD float bits_f32(u32 u) {
   union {
     u32 u;
     float f;
-  } x{0xff800000u};
-  return x.f;
+  } v{u};
+  return v.f;
 }
+
+POLYSAT_HD float neg_inf() { return bits_f32(0xff800000u); }  // no compiler builtins: NVRTC has none of them
 
 // XOR swizzle of 16-byte chunks inside a [ROWS][COLS] tile (COLS contiguous, in elements of 2 bytes):
 // the 8 rows one ldmatrix phase reads land in 8 distinct bank groups.
@@ -181,12 +191,8 @@ POLYSAT_HD float tf32_rna(float x) {
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return __uint_as_float(r);
 #else
-  union {
-    float f;
-    u32 u;
-  } v{x};
-  if ((v.u & 0x7f800000u) != 0x7f800000u) v.u = (v.u + 0x1000u) & 0xffffe000u;
-  return v.f;
+  const u32 u = f32_bits(x);
+  return (u & 0x7f800000u) == 0x7f800000u ? x : bits_f32((u + 0x1000u) & 0xffffe000u);
 #endif
 }
 // 3xTF32: x = big + small, both tf32, big * big' + big * small' + small * big' recovers an fp32 product
@@ -874,25 +880,13 @@ POLYSAT_HD void store_v4(unsigned char* tile, int off, uint4 v) {
 #endif
 }
 template <class T> POLYSAT_HD float bits_to_f32(u32 h);
-template <> POLYSAT_HD float bits_to_f32<float>(u32 h) {
-  union {
-    u32 u;
-    float f;
-  } v{h};
-  return v.f;
-}
+template <> POLYSAT_HD float bits_to_f32<float>(u32 h) { return bits_f32(h); }
 template <> POLYSAT_HD float bits_to_f32<__half>(u32 h) { return __half2float(__ushort_as_half((unsigned short)h)); }
 template <> POLYSAT_HD float bits_to_f32<__nv_bfloat16>(u32 h) {
   return __bfloat162float(__ushort_as_bfloat16((unsigned short)h));
 }
 template <class T> POLYSAT_HD u32 f32_to_bits(float x);
-template <> POLYSAT_HD u32 f32_to_bits<float>(float x) {
-  union {
-    float f;
-    u32 u;
-  } v{x};
-  return v.u;
-}
+template <> POLYSAT_HD u32 f32_to_bits<float>(float x) { return f32_bits(x); }
 template <> POLYSAT_HD u32 f32_to_bits<__half>(float x) { return __half_as_ushort(__float2half_rn(x)); }
 template <> POLYSAT_HD u32 f32_to_bits<__nv_bfloat16>(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 POLYSAT_HD u32 word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
