@@ -39,11 +39,13 @@ from ..ir.tiny import GroupOp, Ops, Program
 
 
 def kernel_regions(program: Program, partition, params: "dict | None" = None, by_kernel: bool = False,
-                   arch: str = "sm90") -> list:
+                   arch: str = "sm90", context=None) -> list:
     """One PolyRegion per kernel of ``partition`` that computes something, priced as emitted (``as_emitted``);
     ``by_kernel``: each built from its kernel's own sub-program (analyses/poly_from_view.py, for a stitched program,
-    whose kernels its segments' searches met under other ids)."""
-    return as_emitted(program, partition, _named_regions(program, partition, params, by_kernel), arch)
+    whose kernels its segments' searches met under other ids); ``context``: the whole partition ``partition``'s
+    kernels belong to (some of its kernels, priced alone), whose writers and readers decide their kinds."""
+    return as_emitted(program, partition if context is None else context,
+                      _named_regions(program, partition, params, by_kernel), arch)
 
 
 def _named_regions(program: Program, partition, params: "dict | None", by_kernel: bool) -> list:
@@ -286,12 +288,12 @@ def _rewalked(prog: Program, k, g) -> list:
 
 
 def price_kernels(prog: Program, part, params: dict, arch: str, by_kernel: bool = False,
-                  above: float = math.inf) -> "list | None":
-    """Each kernel of ``part`` with its region and price (``by_kernel``: see ``kernel_regions``); None as soon as
+                  above: float = math.inf, context=None) -> "list | None":
+    """Each kernel of ``part`` with its region and price (``by_kernel``, ``context``: see ``kernel_regions``); None as soon as
     the kernels priced so far add up to more than ``above`` (the rest unpriced: a search asking only whether a
     partition beats a price it has), or sooner: as soon as they and the floors of the rest (``price_floor``, a
     fraction of a price) add up to more than ``above`` by more than a rounding (the kernels would too)."""
-    regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params, by_kernel, arch))}
+    regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params, by_kernel, arch, context))}
     out, total = [], 0.0
     copies = {k.name: copy_cost(prog, k, params, arch) for k in part.kernels if k.name not in regions}
     floors = None if above == math.inf else \

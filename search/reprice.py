@@ -10,11 +10,12 @@ everything that price depends on, and prices with ``pricing.kernels.price_kernel
 - the program ids and tensor names those local ids stand for (the kept region names them) and the kernel's inputs;
 - the symbols' sizes and the architecture.
 
-Two kinds of kernel are priced on every candidate instead, because their price reads more than the kernel: one with
-a node of a streamed softmax-weighted sum (``mark_streams`` marks it by the program's groups), and every kernel of a
-program with a contraction (``as_emitted`` asks which kind binds a contraction from the kernel and the writers and
-readers of its buffers: the MMA kinds take fp16, bf16 and, the GEMM kind, fp32 operands). The prices are the same
-either way: the kept ``Priced`` is given the kernel's object and name again.
+A kernel with a contraction is priced as the kind that binds it, which ``as_emitted`` asks of the kernel and the
+writers and readers of its buffers (the MMA kinds take fp16, bf16 and, the GEMM kind, fp32 operands, 3xTF32 or the
+FP32 pipes by price): its key holds those neighbours' keys too, and it is priced within the whole candidate
+(``price_kernels(context=)``). A kernel with a node of a streamed softmax-weighted sum is priced on every candidate
+(``mark_streams`` marks it by the program's groups). The prices are the same either way: the kept ``Priced`` is
+given the kernel's object and name again.
 
 A caller that needs a candidate only below a price (the descent's first improvement) passes it: pricing stops, as
 ``price_kernels(above=)`` does, once the kernels kept and priced and the floors of the rest add up to more.
@@ -48,20 +49,22 @@ class Repricer:
         ``above`` by more than a rounding (so their total, summed in any order, is above it too). ``priced``: what
         ``price_kernels`` gave for it, kept as met and returned."""
         above = above * (1 + 1e-9) + 1e-9 if above < math.inf else above
-        if _contracts(prog):
-            return priced if priced is not None else price_kernels(prog, part, self.params, self.arch, above=above)
         if len(self.kept) > KEPT:
             self.kept.clear()
             self.keys.clear()
         ctx = program_context(prog, None)
-        keys = [self._key(ctx, prog, k) for k in part.kernels]
+        contents = [self._content(ctx, prog, k) for k in part.kernels]
+        keys = [None if any(prog[i].tag is not None for i in k.nodes) else c for k, c in zip(part.kernels, contents)]
+        if _contracts(prog):
+            keys = _with_neighbours(prog, part, keys, contents)
         new = [k for k, key in zip(part.kernels, keys, strict=True) if key is None or key not in self.kept]
         known = sum(self._kept_us(key) for key in keys if key is not None and key in self.kept)
         # the new kernels on the whole program's Poly-View (each from its own sub-program is slower where many are new)
         if priced is not None:
             got = priced
         else:
-            got = price_kernels(prog, Partition(tuple(new)), self.params, self.arch, above=above - known) if new else []
+            got = price_kernels(prog, Partition(tuple(new)), self.params, self.arch, above=above - known,
+                                context=part) if new else []
         if got is None:
             return None
         fresh = {p.kernel.name: p for p in got}
@@ -83,16 +86,14 @@ class Repricer:
         _, cost = next(iter(self.kept[key].values()))
         return cost.time_est_us if cost is not None else 0.0
 
-    def _key(self, ctx, prog, k) -> "tuple | None":
-        """What kernel k's price depends on (see the module docstring); None: priced on every candidate. The key of
+    def _content(self, ctx, prog, k) -> tuple:
+        """What kernel k is (see the module docstring): its price's key unless a node of it is streamed. The key of
         a kernel with the same node ids met before is kept with what it read of that program (each node's object,
         consumers, place, tensor name and whether it is an output), and is k's when all of it is unchanged here."""
         ids = (k.nodes, k.outputs, k.inputs)
         got = self.keys.get(ids)
         if got is not None and got[1][0][2] == ctx.symbols and _unchanged(got[0], prog, ctx):
             return got[1]
-        if any(prog[i].tag is not None for i in k.nodes):
-            return None
         sub, _, real = kernel_program(ctx, k)
         key = (sub, tuple((local, i, ctx.names[i]) for local, i in real.items()), k.inputs, self.bound, self.arch)
         extra = tuple(dict.fromkeys(c for i in k.nodes if prog[i].op == Ops.MUL for c in ctx.consumers[i]))
@@ -104,7 +105,28 @@ class Repricer:
 @lru_cache(maxsize=64)
 def _contracts(prog) -> bool:
     """Whether the program has a contraction (a CONTRACT, or a SUM of a product), whose kind ``as_emitted`` asks."""
-    return any(n.op == Ops.CONTRACT or n.op == Ops.REDUCE and prog[n.src[0]].op == Ops.MUL for n in prog.nodes)
+    return any(_contraction(prog, n.id) for n in prog.nodes)
+
+
+def _with_neighbours(prog, part, keys: list, contents: list) -> list:
+    """The keys of a program with a contraction: a kernel with a contraction keyed with what the kernels are that
+    write or read a value it reads or writes (as ``pricing.kernels._neighbours`` finds them)."""
+    by_value: dict = {}
+    for j, k in enumerate(part.kernels):
+        for v in (*k.inputs, *k.outputs):
+            by_value.setdefault(v, set()).add(j)
+    out = []
+    for k, key in zip(part.kernels, keys, strict=True):
+        if key is not None and any(_contraction(prog, i) for i in k.nodes):
+            near = {j for v in (*k.inputs, *k.outputs) for j in by_value[v]}
+            key = (key, frozenset(contents[j] for j in near))
+        out.append(key)
+    return out
+
+
+def _contraction(prog, i: str) -> bool:
+    n = prog[i]
+    return n.op == Ops.CONTRACT or n.op == Ops.REDUCE and prog[n.src[0]].op == Ops.MUL
 
 
 def _read(prog, ctx, i: str) -> tuple:
