@@ -11,7 +11,8 @@ The rule. Compute nodes are grouped by the user's op they come from (ir/user_nam
    Nodes of such an op not connected to its reduction (a cast of an input the extraction duplicated for
    another kernel) count as an op of their own.
 3. Every other op (elementwise: bias, activation, residual add, cast; its movement is free) joins the
-   kernel of its latest producer (an epilogue) unless that would make two kernels wait on each other; an op
+   kernel of its latest producer unless that would make two kernels wait on each other; an op read only by
+   one op holding a row reduction (not a contraction) joins that op's kernel (its body: RMSNorm's square); an op
    that reads only the program's inputs joins the kernel of its first consumer (a prologue).
 4. A cast of a loaded value that ops of several kernels read is recomputed by each (each converts what it
    loads in registers). Any other value another kernel reads, and every program output, is written to memory.
@@ -68,6 +69,11 @@ def _groups(original: Program, p: Program) -> dict:
     for u in order:  # rule 3: epilogues, in program order
         if u in group:
             continue
+        body = {unit[x] for x in compute for r in reads[x] if unit[r] == u and unit[x] != u}
+        if len(body) == 1 and (b := body.pop()) in group and _row_reduction(p, members[b]) \
+                and not _cyclic({**group, u: group[b]}, members, unit, reads, group[b]):
+            group[u] = group[b]  # read by one row reduction's op alone: its body (a norm's square)
+            continue
         producers = {group.get(unit[r]) for i in members[u] for r in reads[i] if unit[r] != u}
         producers.discard(None)
         if not producers:
@@ -75,7 +81,7 @@ def _groups(original: Program, p: Program) -> dict:
             continue
         last = {g: max(pos[i] for v, h in group.items() if h == g for i in members[v]) for g in producers}
         for g in sorted(producers, key=lambda g: -last[g]):  # the latest producer first
-            if not _cyclic({**group, u: g}, members, unit, reads):
+            if not _cyclic({**group, u: g}, members, unit, reads, g):
                 group[u] = g
                 break
         else:
@@ -83,7 +89,7 @@ def _groups(original: Program, p: Program) -> dict:
     for u in reversed(later):  # prologues: the first consumer's kernel
         consumers = sorted((pos[x], group.get(unit[x])) for x in compute for r in reads[x]
                            if unit[r] == u and unit[x] != u and group.get(unit[x]) is not None)
-        target = next((g for _, g in consumers if not _cyclic({**group, u: g}, members, unit, reads)), u)
+        target = next((g for _, g in consumers if not _cyclic({**group, u: g}, members, unit, reads, g)), u)
         group[u] = target
     return _merge_cycles({i: group[unit[i]] for i in compute}, reads)
 
@@ -192,6 +198,22 @@ def _is_reduction(p: Program, i: str) -> bool:
     return p[i].op in GroupOp.Reduce
 
 
+def _row_reduction(p: Program, nodes: list) -> bool:
+    """Whether an op's nodes hold a reduction but no contraction of their own (a MatMul's product and sum are
+    one op's; the sum of a square another op computes, a norm's, is a row reduction)."""
+    mine = set(nodes)
+    return any(_is_reduction(p, i) for i in nodes) and not any(
+        p[i].op == Ops.CONTRACT or _is_contraction(p, i) and _product(p, i) in mine for i in nodes)
+
+
+def _product(p: Program, i: str) -> str:
+    """The node a SUM reduces, through movement and casts."""
+    x = p[p[i].src[0]]
+    while x.op in GroupOp.Movement or x.op == Ops.CAST:
+        x = p[x.src[0]]
+    return x.id
+
+
 def _computed_reads(p: Program, i: str) -> list:
     """The compute nodes (and INPUTs) node i reads, through movement and constants."""
     out, stack = [], list(p[i].src)
@@ -238,9 +260,7 @@ def _is_contraction(p: Program, i: str) -> bool:
         return True
     if n.op != Ops.REDUCE or str(n.arg.get("op", "")).upper() != "SUM":
         return False
-    x = p[n.src[0]]
-    while x.op in GroupOp.Movement or x.op == Ops.CAST:
-        x = p[x.src[0]]
+    x = p[_product(p, i)]
     return x.op == Ops.MUL and all(_varies(p, s) for s in x.src)
 
 
@@ -263,23 +283,20 @@ def _deps(group: dict, members: dict, unit: dict, reads: dict) -> dict:
     return out
 
 
-def _cyclic(group: dict, members: dict, unit: dict, reads: dict) -> bool:
+def _cyclic(group: dict, members: dict, unit: dict, reads: dict, at: str) -> bool:
+    """Whether group ``at`` waits on itself: a path of group dependencies from it back to it. Only cycles through
+    the group an op was just joined to count: groups that wait on each other elsewhere (an op whose nodes the
+    extraction placed on both sides of a streamed sum) are not this join's doing, and ``_merge_cycles`` makes
+    them one kernel at the end."""
     deps = _deps(group, members, unit, reads)
-    state: dict = {}
-    for root in deps:
-        stack = [(root, False)]
-        while stack:
-            g, done = stack.pop()
-            if done:
-                state[g] = 2
-                continue
-            if state.get(g) == 2:
-                continue
-            if state.get(g) == 1:
-                return True
-            state[g] = 1
-            stack.append((g, True))
-            stack.extend((h, False) for h in deps.get(g, ()) if state.get(h) != 2)
+    seen, stack = set(), list(deps.get(at, ()))
+    while stack:
+        g = stack.pop()
+        if g == at:
+            return True
+        if g not in seen:
+            seen.add(g)
+            stack.extend(deps.get(g, ()))
     return False
 
 

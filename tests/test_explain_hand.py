@@ -104,3 +104,10 @@ def test_hand_style_groups_that_wait_on_each_other_are_one_kernel(tmp_path):
     part.check(prog)
     hand = hand_style(result, c.program)
     assert hand["kernels"] == len(part.kernels) and hand["time_est_us"] > 0
+    # each op its own group wherever any two groups waited on each other: 43 kernels once (search/hand_partition.py
+    # ``_cyclic`` asks only about cycles through the group an op joins)
+    assert hand["kernels"] <= 12, hand["ops"]
+    norms = [set(ops) for ops in hand["ops"] if any(o.startswith("ReduceMean") for o in ops)]
+    assert len(norms) == 3 and all(len(n) == 7 for n in norms), norms  # x^2, mean, + eps, sqrt, 1 / .., x r, r g
+    assert {"Mul_132", "ReduceMean_134", "Mul_147"} in [n & {"Mul_132", "ReduceMean_134", "Mul_147"} for n in norms]
+    assert any({"MatMul_128", "Add_130"} == set(ops) for ops in hand["ops"])  # out-projection + residual
