@@ -277,7 +277,8 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     es = on_chip(pc, es) if (pc := cone(region)) else es  # an A prologue with a row statistic (prologue_cone.py)
     w = _work(b, t)
     dram, in_useful, out_useful, spill_bytes, l2 = _traffic(b, t, es)
-    l2 += _rewalk_l2(b, t) + (first_pass_l2(b, pc, t) if pc else 0)
+    first = first_pass_l2(b, pc, t) if pc else 0  # the statistics' pass: serial before the sm80 main loop
+    l2 += _rewalk_l2(b, t) + first
     smem, threads, regs, ctas, by_regs, by_smem = _resources(b, ts, es, ring, dev)
     occ = occupancy(t.count, ctas, threads, dev)
     dram_occ = bandwidth_share(t.count, ctas, threads, dev, dev.dram_tbps)
@@ -293,13 +294,14 @@ def _price(region: PolyRegion, dev: Device, tile_key: tuple) -> Cost:
     t_mma = w.useful["tensor"] / mma_rate * us
     t_simt, t_sfu = (w.useful["fp32"] - epi) / simt_rate * us, (w.useful["sfu"] - epi_sfu) / sfu_rate * us
     t_epi = (epi / simt_rate + epi_sfu / sfu_rate) * us
+    l2_rate = dev.l2_tbps * 1e12 * l2_occ
     p_lim, p_ser, d_simt, d_sfu, d_fan = producer(pc, b, t, facts(region).live, w.factors, dev, simt_rate, sfu_rate,
-                                                  ctas) if pc else (0.0,) * 5
+                                                  ctas, first / l2_rate * us) if pc else (0.0,) * 5
     t_simt, t_sfu = t_simt - d_simt, t_sfu - d_sfu  # on sm90 the producer's limit p_lim
     bw = dev.dram_tbps * 1e12 * dram_occ
     t_load, t_store = (in_useful + spill_bytes // 2) / bw * us, (out_useful + spill_bytes // 2) / bw * us
     t_mem = t_load + t_store  # loads and stores share the DRAM bandwidth
-    t_l2 = l2 / (dev.l2_tbps * 1e12 * l2_occ) * us
+    t_l2 = (l2 - (first if p_ser else 0)) / l2_rate * us  # a serial pass's bytes are its own time
     compute = t_mma + t_simt + t_sfu
     # async copies (cp.async / TMA) run under the epilogue, unless an on-chip edge is single-buffered
     single = any(e.buffer == "smem_ring" and e.depth == 1 and not e.staged for e in es)

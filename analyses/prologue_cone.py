@@ -14,8 +14,9 @@ a cone as its A prologue (backend/gemm/prologue.py ``stat``, polysat_gemm.cuh ``
 * the statistic's first pass: each CTA re-reads its rows of the reduction's inputs over all of K, L2 -> SM bytes once
   more per tile (:func:`first_pass_l2`);
 * the loads the template issues (:func:`latency_us`): a producer thread holds ``prologue_chunk`` passes of an A
-  stage in flight (backend/gemm/render.py), and ``STAT_LOADS`` (``STAT_LOADS_ONE``) 16-byte loads in the statistic's pass, so each stage
-  takes ceil(passes / chunk) L2 round trips and the pass ceil(chunks / (threads per row x STAT_LOADS)).
+  stage in flight (backend/gemm/render.py), and ``STAT_LOADS`` (``STAT_LOADS_ONE``; sm80 ``STAT_LOADS_SM80``)
+  16-byte loads in the statistic's pass, so each stage takes ceil(passes / chunk) L2 round trips and the pass
+  ceil(chunks / (threads per row x STAT_LOADS)).
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ L2_LATENCY_US = 0.25  # estimate: one L2 round trip of a producer's loads under 
 # consumers: one warp per SM sub-partition, 8-element chunks giving each enough independent work to issue most cycles
 PRODUCER_SIMT_SHARE = 0.5
 STAT_LOADS = 4  # 16-byte loads a thread holds in flight in the statistic's pass (polysat_gemm.cuh PrologueStats U) ...
-STAT_LOADS_ONE = 16  # ... and in the sm90 producer of one consumer warpgroup (no setmaxnreg: PrologueSm90)
+STAT_LOADS_ONE = 16  # ... and in the sm90 producer of one consumer warpgroup (no setmaxnreg: PrologueSm90) ...
+STAT_LOADS_SM80 = 16  # ... and in the sm80 CTA, before its main loop (mainloop_sm80_prologue)
 PRODUCER_THREADS = 128  # the sm90 producer warpgroup
 
 
@@ -146,12 +148,13 @@ def latency_us(c: Cone, rows: int, waves: int) -> float:
 
 
 def producer(c: Cone, b, t, live: tuple, factors: dict, dev, simt_rate: float, sfu_rate: float,
-             ctas: int) -> tuple:
+             ctas: int, pass_us: float = 0.0) -> tuple:
     """(the producer's own limit, a serial term, and the FP32, SFU and fan-out µs the cone takes off the kernel's
     shared terms), in µs. sm90: the producer warpgroup runs the cone's work at ``PRODUCER_SIMT_SHARE`` of the
     rates and its loads' round trips beside the consumers (a limit). sm80: the CTA's threads run the cone (it stays
-    in the shared terms) and its statistic's pass before the main loop (serial); the A fill's loads overlap the
-    stage's MMAs there (register-staged)."""
+    in the shared terms) and its statistic's pass before the main loop (serial: every CTA of a wave starts with it,
+    so it takes its loads' round trips or its L2 bytes at the kernel's L2 rate, ``pass_us``, whichever is longer);
+    the A fill's loads overlap the stage's MMAs there (register-staged)."""
     us = 1e6
     once, done = work(c, live, {}), work(c, live, factors)
     t_fp, t_sfu = once["fp32"] / simt_rate * us, once["sfu"] / sfu_rate * us
@@ -163,7 +166,7 @@ def producer(c: Cone, b, t, live: tuple, factors: dict, dev, simt_rate: float, s
     for d in par[:-1]:
         rows *= sizes.get(d, 1)
     if dev.arch != "sm90":
-        stat = ceil(ceil(c.k / c.chunk / max(1, 128 // rows)) / STAT_LOADS) * len(c.reductions)
-        return 0.0, stat * L2_LATENCY_US * waves, 0.0, 0.0, 0.0
+        stat = ceil(ceil(c.k / c.chunk / max(1, 128 // rows)) / STAT_LOADS_SM80) * len(c.reductions)
+        return 0.0, max(stat * L2_LATENCY_US * waves, pass_us), 0.0, 0.0, 0.0
     limit = (t_fp + t_sfu + t_fan) / PRODUCER_SIMT_SHARE + latency_us(c, rows, waves)
     return limit, 0.0, t_fp, t_sfu, t_fan

@@ -185,9 +185,9 @@ struct Fn {  // RMSNorm's statistic over columns col .. col + K of x: 1 / sqrt(s
 };
 
 // every thread's partials, then (the barrier) every thread's finish, for each M tile; one line per tile
-template <int ROWS, int THREADS>
+template <int ROWS, int THREADS, int U>
 static void stats(const Fn& fn, int M, int K) {
-  using RS = PrologueStats<__half, Fn, ROWS, THREADS>;
+  using RS = PrologueStats<__half, Fn, ROWS, THREADS, U>;
   std::vector<float> part(RS::NST * RS::PART, NAN), st(ROWS * RS::NST, NAN);
   for (int m0 = 0; m0 < M; m0 += ROWS) {
     for (int tid = 0; tid < THREADS; ++tid) RS::partials(fn, part.data(), m0, M, K, tid);
@@ -204,10 +204,11 @@ int main() {
     for (int j = 0; j < ld; ++j)
       x[(size_t)m * ld + j] = __half_as_ushort(__float2half_rn((float)((m * 13 + j * 7) % 23 - 11) / 4.0f));
   const Fn fn{{reinterpret_cast<const __half*>(x.data())}, {ld}, {col}, 1.0f / K};
-  stats<64, 128>(fn, M, K);   // sm90 producer, BM 64: two threads a row
-  stats<128, 128>(fn, M, K);  // sm90 producer, BM 128: one thread a row
-  stats<192, 128>(fn, M, K);  // sm90, BM 192: rows tid and tid + 128
-  stats<64, 256>(fn, M, K);   // sm80, 8 warps: four threads a row
+  stats<64, 128, 16>(fn, M, K);  // sm90 producer, BM 64 (one consumer warpgroup): two threads a row
+  stats<128, 128, 4>(fn, M, K);  // sm90 producer, BM 128: one thread a row
+  stats<192, 128, 4>(fn, M, K);  // sm90, BM 192: rows tid and tid + 128
+  stats<64, 256, 16>(fn, M, K);  // sm80, 8 warps: four threads a row, 16 loads in flight
+  stats<32, 128, 16>(fn, M, K);  // sm80, 4 warps, BM 32: four threads a row, more loads than a row has
   return 0;
 }
 """
@@ -216,14 +217,14 @@ int main() {
 def test_the_row_statistic_is_numpys_over_the_rows_columns(tmp_path):
     """PrologueStats (the per-row statistic a prologue computes before its first A tile: RMSNorm's 1 / sqrt(mean(x^2) +
     eps) over K columns from col of a [M, ld] fp16 tensor), every thread's partials then every thread's finish, as
-    the sm90 producer warpgroup (BM 64, 128, 192) and an sm80 CTA (8 warps) run it, against numpy in fp64 to
+    the sm90 producer warpgroup (BM 64, 128, 192) and an sm80 CTA (8 or 4 warps, 16 loads in flight) run it, against numpy in fp64 to
     fp32 rounding (the kernel sums in its own order), M and K not multiples of the tile or of the threads' chunks."""
     m_all, k_all, ld, col = 77, 200, 264, 48
     x = ((np.arange(m_all)[:, None] * 13 + np.arange(ld)[None] * 7) % 23 - 11) / 4.0
     want = 1.0 / np.sqrt((x[:, col:col + k_all] ** 2).sum(axis=1) / k_all + 1e-6)
     lines = [ln for ln in oracle.run_host_emulator(STATS_SOURCE, tmp_path, "stats_emulate") if ln.strip()]
     at = 0
-    for rows in (64, 128, 192, 64):
+    for rows in (64, 128, 192, 64, 32):
         got = []
         for _ in range(math.ceil(m_all / rows)):
             got += [float(v) for v in lines[at].split()]

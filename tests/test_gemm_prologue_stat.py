@@ -194,3 +194,28 @@ def test_the_prices_decide_where_the_norm_runs():
     assert pc is not None and len(pc.reductions) == 1 and pc.k == 4096
     assert fused.cost.bytes == (128 * 4096 + 4096 + 4096 * 12288 + 128 * 12288) * 2  # x, g, W in; y out
     assert all(cone(p.region) is None for p in got[4096])  # the plain GEMM: no prologue
+
+
+def test_the_sm80_statistic_pass_is_priced_serial_with_its_bytes(compiled32):
+    """On the sm80 skeleton (which runs the fp32 GEMM's 3xTF32 on sm90 too) every CTA of a wave takes the statistic's
+    pass before its main loop, re-reading its rows over all of K: the fused kernel is priced at least its MMAs, its
+    launch and that pass's L2 bytes at the device's whole L2 rate, one after the other (analyses/prologue_cone.py
+    ``producer``), not the pass's bytes hidden under the MMAs."""
+    from polysat.analyses.footprint import make_tile, normalize_tile
+    from polysat.analyses.price import on_path
+    from polysat.analyses.price_facts import facts
+    from polysat.analyses.prologue_cone import cone, first_pass_l2, producer
+    (p,) = compiled32[2].priced
+    r = p.region
+    dev = on_path(r, "sm90")
+    assert r.mma_path == "tf32x3" and dev.arch != "sm90"  # the sm80 skeleton's device
+    b = r.bind()
+    t = make_tile(b, normalize_tile(b, dict(p.cost.tile)))
+    first = first_pass_l2(b, cone(r), t)
+    terms = dict(p.cost.terms)
+    assert first > 0
+    assert p.cost.time_est_us >= terms["mma"] + terms["launch"] + first / (dev.l2_tbps * 1e12) * 1e6
+    # the serial term: the pass's round trips, or its bytes' time where longer (a long K: LLaMA-7B's 4096)
+    args = (cone(r), b, t, facts(r).live, {}, dev, 1e13, 1e12, p.cost.ctas_per_sm)
+    trips = producer(*args, 0.0)[1]
+    assert trips > 0 and producer(*args, trips / 2)[1] == trips and producer(*args, 10 * trips)[1] == 10 * trips

@@ -1046,15 +1046,17 @@ struct PrologueSm90 {
   }
 };
 
-// sm80: the rows' statistics (PrologueStats, by every thread, before the main loop), then the main loop with A computed by
-// the prologue and B from any producer PB (a plain operand, the piece of a concatenation, or a pair's two pieces).
+// sm80: the rows' statistics (PrologueStats, by every thread, before the main loop, 16 loads in flight: the
+// accumulators and fragments are not live yet, so the 64 registers cost nothing; analyses/prologue_cone.py
+// STAT_LOADS_SM80), then the main loop with A computed by the prologue and B from any producer PB (a plain operand,
+// the piece of a concatenation, or a pair's two pieces).
 template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool B_KMAJOR, class Fn, class PB>
 __device__ __forceinline__ void mainloop_sm80_prologue(const Fn& fn, PB& pb, int M, int K, unsigned char* smem,
                                                        float (&acc)[BM / WM / 16][BN / WN / 8][4]) {
   constexpr int THREADS = WM * WN * 32;
   PrologueSm80<T, Fn, BM, BK, THREADS> pa{{fn, (int)blockIdx.y * BM, M, K}};
   if constexpr (Fn::NST > 0) {
-    using RS = PrologueStats<T, Fn, BM, THREADS>;
+    using RS = PrologueStats<T, Fn, BM, THREADS, 16>;
     __shared__ float part[RS::NST * RS::PART], stats[BM * RS::NST];
     RS::partials(fn, part, pa.t.m0, M, K, threadIdx.x);
     __syncthreads();
