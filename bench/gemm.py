@@ -2,8 +2,9 @@
 
     python bench/gemm.py [--dtypes fp16,bf16] [--sizes 1024,2048,4096,8192] [--iters 30] [--json out.json]
 
-fp16 and bf16 inputs (fp32 accumulation), square sizes and odd shapes, random data (power draw
-depends on the data), CUDA events around every call, warm-up excluded, medians reported in TFLOP/s. Per shape
+fp16 and bf16 inputs (fp32 accumulation; fp32 inputs with --dtypes fp32: 3xTF32, also against cuBLAS's TF32
+GEMM), square sizes and odd shapes, random data (power draw depends on the data), CUDA events around every
+call, warm-up excluded, medians reported in TFLOP/s. Per shape
 two rows: the plain GEMM vs ``torch.matmul``, and GEMM + bias + ReLU fused in one kernel vs
 ``torch.relu(torch.addmm(bias, a, b))`` (and vs the plain cuBLAS GEMM); each with the cost model's estimate
 and the max error of 64 sampled rows against a float64 product. Prints a table, writes JSON and appends one
@@ -33,8 +34,10 @@ def cases(dtypes=("fp16", "bf16"), sizes=(1024, 2048, 4096, 8192), odd=tuple(ODD
 
 
 def check_cases(quick: bool) -> list[dict]:
-    """What the GPU check measures: 4096^3 and 8192^3 (4096^3 alone with quick) and 4095x4097x1000, fp16 and bf16."""
-    return cases(sizes=(4096,) if quick else (4096, 8192), odd=((4095, 4097, 1000),))
+    """What the GPU check measures: 4096^3 and 8192^3 (4096^3 alone with quick) and 4095x4097x1000, fp16 and bf16;
+    4096^3 with fp32 operands (3xTF32), against cuBLAS's SGEMM and its TF32 GEMM."""
+    return cases(sizes=(4096,) if quick else (4096, 8192), odd=((4095, 4097, 1000),)) + \
+        cases(("fp32",), (4096,), ())
 
 
 def sampled_err(data: Data, a, b, bias, out, relu: bool, rng: np.random.Generator) -> float:
@@ -81,14 +84,22 @@ def measure(gpu, case: dict, timed, data: Data, measured: list) -> list[dict]:
     lp = prepare_gemm(plain, {"A": a, "B": b, "C": c})
     lf = prepare_gemm(fused, {"A": a, "B": b, "bias": bias, "C": cf})
     t_p, t_f = timed(lp), timed(lf)
-    t_cublas = timed(lambda: torch.matmul(a, b)) if torch is not None else None
+    t_cublas = timed(lambda: torch.matmul(a, b)) if torch is not None else None  # fp32: SGEMM (TF32 off: torch's default)
     t_eager = timed(lambda: torch.relu(torch.addmm(bias, a, b))) if torch is not None else None
+    peers = {"cublas": t_cublas}
+    if dname == "fp32" and torch is not None:  # and cuBLAS's TF32 GEMM (one TF32 product: less accurate than 3xTF32)
+        allowed = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            peers["cublas_tf32"] = timed(lambda: torch.matmul(a, b))
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = allowed
     lp()
     lf()
     rng = np.random.default_rng(1)
     shape = label(case)
     common = {"dtype": dname, "m": m, "n": n, "k": k, "flops": 2.0 * m * n * k, "missing": gpu.why}
-    rows = [bench_row("gemm", shape, {"polysat": t_p, "cublas": t_cublas}, estimate_us=estimate_us(lp),
+    rows = [bench_row("gemm", shape, {"polysat": t_p, **peers}, estimate_us=estimate_us(lp),
                       plan=lp.kernel.plan.key(), max_rel_err=sampled_err(data, a, b, bias, c, False, rng), **common),
             bench_row("gemm_bias_relu", shape, {"polysat": t_f, "torch_bias_relu": t_eager, "cublas": t_cublas},
                       estimate_us=estimate_us(lf), plan=lf.kernel.plan.key(),

@@ -161,7 +161,7 @@ def test_the_sanitize_part_runs_each_item_plain_then_under_each_tool_and_fails_p
     log = gpu_check.Log(str(tmp_path / "logs.txt"))
     p = gpu_check.part_sanitize(log, 3, 60, 600)
     runs = {(r["item"], r["tool"]): r for r in p["runs"]}
-    assert len(runs) == 4 * len(gpu_launch.ITEMS) and p["status"] == "FAIL" and p["reason"] == "3 of 40 runs failed"
+    assert len(runs) == 4 * len(gpu_launch.ITEMS) and p["status"] == "FAIL" and p["reason"] == f"3 of {4 * len(gpu_launch.ITEMS)} runs failed"
     assert runs[("simt_softmax", "memcheck")]["why"].endswith("output check failed); max_rel_err 0.5")
     assert runs[("conv", "racecheck")]["errors"] == 2 and runs[("scores", "none")]["why"] == "InternalError: E1999"
     assert runs[("gemm_sm90", "none")]["max_rel_err"] == 1e-3 and runs[("attention", "synccheck")]["status"] == "ok"
@@ -194,7 +194,7 @@ def test_the_tests_part_runs_the_gpu_files_and_reads_each_outcome(tmp_path, monk
 def test_the_check_cases_are_the_rows_the_gpu_bring_up_asks_for():
     g = {(c["dtype"], c["m"], c["n"], c["k"]) for c in gemm.check_cases(False)}
     assert {(d, *s) for d in ("fp16", "bf16") for s in ((4096,) * 3, (8192,) * 3, (4095, 4097, 1000))} <= g
-    assert {(c["dtype"], c["m"]) for c in gemm.check_cases(True)} >= {("fp16", 4096), ("bf16", 4095)}
+    assert {(c["dtype"], c["m"]) for c in gemm.check_cases(True)} >= {("fp16", 4096), ("bf16", 4095), ("fp32", 4096)}
     a = attention.check_cases(False)
     assert {(c["d"], c["seq"], c["causal"]) for c in a} == {(d, s, c) for d in (64, 128)
                                                            for s in (1024, 2048, 4096, 8192, 16384) for c in (False, True)}
@@ -286,8 +286,11 @@ def test_every_sanitizer_item_renders_its_kind_and_builds_with_nvcc():
     built = oracle.nvcc_builds(index, "sanitizer launch kernels")
     assert [label for label, _, _, rep in built if not rep.ok] == []
     assert lost == {}
-    assert {i.name for i in gpu_launch.ITEMS} >= {"gemm_sm90", "gemm_sm80", "conv", "conv_pool", "attention",
-                                                  "scores", "simt_softmax", "simt_layernorm"}
+    assert {i.name for i in gpu_launch.ITEMS} >= {"gemm_sm90", "gemm_sm80", "gemm_fp32", "conv", "conv_pool",
+                                                  "attention", "scores", "simt_softmax", "simt_layernorm"}
+    # the fp32 item's GEMM is the 3xTF32 one (its region priced on tensor cores at the launch's sizes)
+    assert any("polysat::gemm_sm80<float," in ks.source  # the template's fp32 operands: 3xTF32
+               for _, k, ks in gpu_launch.sources(gpu_launch.BY_NAME["gemm_fp32"], "sm90") if k == "gemm")
 
 
 @pytest.mark.gpu
