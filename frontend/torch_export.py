@@ -333,6 +333,27 @@ def as_strided(c: Call, x, size, stride, storage_offset=0):
     return c.onnx("Gather", [c.onnx("Reshape", [x, _i64([n])]), idx], axis=0)
 
 
+@aten("aten.diagonal.default")
+def diagonal(c: Call, x, offset=0, dim1=0, dim2=1):
+    """The diagonal of dims dim1 and dim2 (element (i, i + offset)) as the last dim, the others in order, as torch
+    gives it: those two dims moved last and flattened, then every (n2 + 1)-th element sliced from the first on
+    the diagonal (an affine view, no gather)."""
+    shape = c.shape(x)
+    r = len(shape)
+    d1, d2 = int(dim1) % max(r, 1), int(dim2) % max(r, 1)
+    if d1 == d2 or not all(isinstance(n, int) for n in shape):
+        c.unsupported(f"dims {dim1} and {dim2} of a tensor of shape {list(shape)}: two distinct dims of known sizes")
+    n1, n2, off = shape[d1], shape[d2], int(offset)
+    length = min(n1, n2 - off) if off >= 0 else min(n1 + off, n2)
+    if length <= 0:
+        c.unsupported(f"offset {off} of a {n1} x {n2} matrix: an empty diagonal")
+    rest = [k for k in range(r) if k not in (d1, d2)]
+    flat = c.onnx("Reshape", [c.onnx("Transpose", [x], perm=rest + [d1, d2]), _i64([shape[k] for k in rest] + [n1 * n2])])
+    start = off if off >= 0 else -off * n2
+    return c.onnx("Slice", [flat, _i64([start]), _i64([start + (length - 1) * (n2 + 1) + 1]), _i64([-1]),
+                            _i64([n2 + 1])])
+
+
 @aten("aten.full.default")
 def full(c: Call, size, value, dtype=None, **kw):
     return _constant(c, size, value, _np_dtype(dtype, value))

@@ -183,7 +183,16 @@ class Sampled(torch.nn.Module):  # RAFT's correlation lookup, RT-DETR's deformab
         return a + b + c + d + v[:, :, 0]
 
 
+class Diagonals(torch.nn.Module):  # diagonals of a data tensor: the main one, off it, of other dims, torch.diag
+    def forward(self, x, m):
+        a = torch.diagonal(x, 0, 1, 2)  # (2, 4)
+        b = torch.diagonal(x, 1, -1, -2)  # dims swapped, above: (2, 4)
+        c = torch.diagonal(x, -2, 1, 2)  # below the main diagonal: (2, 3)
+        return a + b + torch.cat([c, c[:, :1]], -1) + torch.diag(m)[None] + torch.diagonal(x, 0, 0, 2)[None, :4, 0]
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
+         "diagonals": (Diagonals, lambda: (torch.randn(2, 5, 4), torch.randn(4, 6))),
          "sampled": (Sampled, lambda: (torch.randn(2, 3, 5, 7), torch.rand(2, 4, 6, 2) * 2.4 - 1.2)),
          "outside3": (Outside3, lambda: (torch.randn(4, 5) * 3, torch.tensor([7, -13, 0, 13]))),
          "scatters": (Scatters, lambda: (torch.randn(6, 8),)),
