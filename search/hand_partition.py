@@ -5,7 +5,9 @@ partition with the same cost (docs/DESIGN.md §Cost model).
 The rule. Compute nodes are grouped by the user's op they come from (ir/user_names.py: ``fc1``, ``ln1``).
 
 1. An op holding a contraction (a CONTRACT, or a SUM over a product of two non-constant operands: GEMM,
-   convolution) or another reduction (softmax, layernorm, a pool: a row reduction) anchors a kernel.
+   convolution) or another reduction (softmax, layernorm, a pool: a row reduction) anchors a kernel. Sibling
+   contractions whose results the extraction concatenated (rules/siblings.egg: adds of zero-padded pieces)
+   anchor one kernel with that concatenation: Q/K/V, gate/up written as one GEMM.
 2. A streamed softmax-weighted sum (egraph/stream.py) anchors one kernel together with the contraction
    that computes its scores, when that contraction feeds nothing else: flash attention.
    Nodes of such an op not connected to its reduction (a cast of an input the extraction duplicated for
@@ -53,10 +55,14 @@ def _groups(original: Program, p: Program) -> dict:
                 unit[i] = f"stream {key}"
     reads = {i: _computed_reads(p, i) for i in compute}
     _split_detached(p, compute, unit, reads)
+    joined = _concatenations(p, unit, reads)
     members: dict = {}
     for i in compute:
         members.setdefault(unit[i], []).append(i)
     group = {u: u for u, ns in members.items() if any(_is_reduction(p, i) for i in ns)}  # rule 1
+    for us in joined:  # rule 1, sibling contractions: one kernel with the concatenation of their results
+        anchor = group[min(u for u in us if u in group)]
+        group.update({u: anchor for u in us})
     for key, g in stream_groups(p).items():  # rule 2
         s = f"stream {key}"
         for c in _scores_contractions(p, g, unit, reads):
@@ -92,6 +98,46 @@ def _groups(original: Program, p: Program) -> dict:
         target = next((g for _, g in consumers if not _cyclic({**group, u: g}, members, unit, reads, g)), u)
         group[u] = target
     return _merge_cycles({i: group[unit[i]] for i in compute}, reads)
+
+
+def _concatenations(p: Program, unit: dict, reads: dict) -> list:
+    """The concatenations the extraction made of sibling contractions' results (rules/siblings.egg: a tree of adds
+    of zero-padded pieces, each piece a contraction's value or its cast), each made an op of its own (``concat`` +
+    its root), returned with the ops that compute their pieces: [{the concatenation's op, the pieces' ops}] (a
+    person writes sibling GEMMs as one GEMM over their weights side by side: Q/K/V, gate/up). A concatenation of
+    other values (rotate-half's) is left to the other rules."""
+    def padded(i: str) -> "str | None":  # the value a PAD view of it shows, through movement
+        x, pad = p[i], False
+        while x.op in FREE_OPS:
+            pad |= x.op == Ops.PAD
+            x = p[x.src[0]]
+        return x.id if pad and x.id in unit else None
+
+    def is_join(i: str) -> bool:
+        n = p[i]
+        return n.op == Ops.ADD and all(padded(s) is not None or (s in unit and is_join(s)) for s in n.src)
+    joins = [i for i in unit if is_join(i)]
+    inner = {s for i in joins for s in p[i].src if s in unit and is_join(s)}
+    out = []
+    for root in (i for i in joins if i not in inner):
+        stack, nodes, pieces = [root], [], []
+        while stack:
+            i = stack.pop()
+            nodes.append(i)
+            for s in p[i].src:
+                if s in unit and is_join(s):
+                    stack.append(s)
+                    continue
+                piece = padded(s)
+                if p[piece].op == Ops.CAST and reads[piece]:  # a piece's cast: the concatenation's too
+                    nodes.append(piece)
+                    piece = reads[piece][0]
+                pieces.append(piece)
+        if all(_is_contraction(p, x) for x in pieces):
+            name = f"concat {root}"
+            out.append({name} | {unit[x] for x in pieces})
+            unit.update({x: name for x in nodes})
+    return out
 
 
 def _merge_cycles(owner: dict, reads: dict) -> dict:
