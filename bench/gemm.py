@@ -84,7 +84,8 @@ def measure(gpu, case: dict, timed, data: Data, measured: list) -> list[dict]:
     lp = prepare_gemm(plain, {"A": a, "B": b, "C": c})
     lf = prepare_gemm(fused, {"A": a, "B": b, "bias": bias, "C": cf})
     t_p, t_f = timed(lp), timed(lf)
-    t_cublas = timed(lambda: torch.matmul(a, b)) if torch is not None else None  # fp32: SGEMM (TF32 off: torch's default)
+    # fp32: cuBLAS's SGEMM (TF32 off, torch's default)
+    t_cublas = timed(lambda: torch.matmul(a, b)) if torch is not None else None
     t_eager = timed(lambda: torch.relu(torch.addmm(bias, a, b))) if torch is not None else None
     peers = {"cublas": t_cublas}
     if dname == "fp32" and torch is not None:  # and cuBLAS's TF32 GEMM (one TF32 product: less accurate than 3xTF32)

@@ -348,7 +348,8 @@ def diagonal(c: Call, x, offset=0, dim1=0, dim2=1):
     if length <= 0:
         c.unsupported(f"offset {off} of a {n1} x {n2} matrix: an empty diagonal")
     rest = [k for k in range(r) if k not in (d1, d2)]
-    flat = c.onnx("Reshape", [c.onnx("Transpose", [x], perm=rest + [d1, d2]), _i64([shape[k] for k in rest] + [n1 * n2])])
+    moved = c.onnx("Transpose", [x], perm=rest + [d1, d2])
+    flat = c.onnx("Reshape", [moved, _i64([shape[k] for k in rest] + [n1 * n2])])
     start = off if off >= 0 else -off * n2
     return c.onnx("Slice", [flat, _i64([start]), _i64([start + (length - 1) * (n2 + 1) + 1]), _i64([-1]),
                             _i64([n2 + 1])])

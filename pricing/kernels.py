@@ -289,11 +289,12 @@ def _rewalked(prog: Program, k, g) -> list:
 
 def price_kernels(prog: Program, part, params: dict, arch: str, by_kernel: bool = False,
                   above: float = math.inf, context=None) -> "list | None":
-    """Each kernel of ``part`` with its region and price (``by_kernel``, ``context``: see ``kernel_regions``); None as soon as
-    the kernels priced so far add up to more than ``above`` (the rest unpriced: a search asking only whether a
-    partition beats a price it has), or sooner: as soon as they and the floors of the rest (``price_floor``, a
+    """Each kernel of ``part`` with its region and price (``by_kernel``, ``context``: see ``kernel_regions``); None as
+    soon as the kernels priced so far add up to more than ``above`` (the rest unpriced: a search asking only whether
+    a partition beats a price it has), or sooner: as soon as they and the floors of the rest (``price_floor``, a
     fraction of a price) add up to more than ``above`` by more than a rounding (the kernels would too)."""
-    regions = {r.name: r for r in mark_streams(prog, part, kernel_regions(prog, part, params, by_kernel, arch, context))}
+    regions = {r.name: r for r in mark_streams(prog, part,
+                                               kernel_regions(prog, part, params, by_kernel, arch, context))}
     out, total = [], 0.0
     copies = {k.name: copy_cost(prog, k, params, arch) for k in part.kernels if k.name not in regions}
     floors = None if above == math.inf else \

@@ -12,10 +12,10 @@ everything that price depends on, and prices with ``pricing.kernels.price_kernel
 
 A kernel with a contraction is priced as the kind that binds it, which ``as_emitted`` asks of the kernel and the
 writers and readers of its buffers (the MMA kinds take fp16, bf16 and, the GEMM kind, fp32 operands, 3xTF32 or the
-FP32 pipes by price): its key holds those neighbours' keys too, and it is priced within the whole candidate
-(``price_kernels(context=)``). A kernel with a node of a streamed softmax-weighted sum is priced on every candidate
-(``mark_streams`` marks it by the program's groups). The prices are the same either way: the kept ``Priced`` is
-given the kernel's object and name again.
+FP32 pipes by price): its key holds what those neighbour kernels are too (their sub-programs, as above, streamed
+or not), and it is priced within the whole candidate (``price_kernels(context=)``). A kernel with a node of a
+streamed softmax-weighted sum is priced on every candidate (``mark_streams`` marks it by the program's groups). The
+prices are the same either way: the kept ``Priced`` is given the kernel's object and name again.
 
 A caller that needs a candidate only below a price (the descent's first improvement) passes it: pricing stops, as
 ``price_kernels(above=)`` does, once the kernels kept and priced and the floors of the rest add up to more.

@@ -107,7 +107,8 @@ def test_hand_style_groups_that_wait_on_each_other_are_one_kernel(tmp_path):
     # each op its own group wherever any two groups waited on each other: 43 kernels once (search/hand_partition.py
     # ``_cyclic`` asks only about cycles through the group an op joins)
     assert hand["kernels"] == 8, hand["ops"]  # 7 a layer and the final norm, as a person writes them
-    # sibling GEMMs one GEMM with the concatenation the extraction made of them (Q/K/V with RoPE, gate/up with SiLU x up)
+    # sibling GEMMs one GEMM with the concatenation the extraction made of them (Q/K/V with RoPE, gate/up with
+    # SiLU x up)
     assert any({"MatMul_24", "MatMul_59", "MatMul_94", "Add_56", "Add_91"} <= set(ops) for ops in hand["ops"])
     assert any({"MatMul_150", "MatMul_157", "Sigmoid_152", "Mul_159"} <= set(ops) for ops in hand["ops"])
     norms = [set(ops) for ops in hand["ops"] if any(o.startswith("ReduceMean") for o in ops)]
