@@ -28,7 +28,19 @@ def convolution(c: Call, x, w, b, stride, padding, dilation, transposed, output_
 
 @aten("aten._native_batch_norm_legit_no_training.default")
 def batch_norm(c: Call, x, w, b, mean, var, momentum, eps):
-    y = c.onnx("BatchNormalization", [x, w, b, mean, var], epsilon=float(eps))
+    """eval-mode batch_norm of fp32 x whose statistics, weight and bias are the model's constants (a deployed
+    model's): x s + (b - mean s) per channel, s = w / sqrt(var + eps), s and the shift folded at import into
+    per-channel constants, as ONNX exporters fold them into the convolution before (computed per kernel at run
+    time, Inception-v1's branch convolutions stayed apart from their concatenation); otherwise
+    BatchNormalization."""
+    known = all(isinstance(t, str) and t in c.imp.consts for t in (w, b, mean, var))
+    if not known or c.np_dtype(x) != np.float32:
+        return (c.onnx("BatchNormalization", [x, w, b, mean, var], epsilon=float(eps)), None, None)
+    s = c.onnx("Div", [w, c.onnx("Sqrt", [c.onnx("Add", [var, c.like(float(eps), var)])])])
+    shift = c.onnx("Sub", [b, c.onnx("Mul", [mean, s])])
+    per_channel = _i64([1, -1] + [1] * (len(c.shape(x)) - 2))
+    y = c.onnx("Add", [c.onnx("Mul", [x, c.onnx("Reshape", [s, per_channel])]),
+                       c.onnx("Reshape", [shift, per_channel])])
     return (y, None, None)
 
 

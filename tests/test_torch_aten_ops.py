@@ -191,7 +191,22 @@ class Diagonals(torch.nn.Module):  # diagonals of a data tensor: the main one, o
         return a + b + torch.cat([c, c[:, :1]], -1) + torch.diag(m)[None] + torch.diagonal(x, 0, 0, 2)[None, :4, 0]
 
 
+class ConvBN(torch.nn.Module):  # a CNN's eval-mode BatchNorm after its conv, statistics as a deployed model has them
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+        with torch.no_grad():
+            self.bn.running_mean.copy_(torch.randn(4))
+            self.bn.running_var.copy_(torch.rand(4) + 0.5)
+            self.bn.weight.copy_(torch.randn(4))
+            self.bn.bias.copy_(torch.randn(4))
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
 CASES = {"positions": (Positions, lambda: (torch.randn(2, 5, 8),)),
+         "conv_bn": (ConvBN, lambda: (torch.randn(2, 3, 6, 6),)),
          "diagonals": (Diagonals, lambda: (torch.randn(2, 5, 4), torch.randn(4, 6))),
          "sampled": (Sampled, lambda: (torch.randn(2, 3, 5, 7), torch.rand(2, 4, 6, 2) * 2.4 - 1.2)),
          "outside3": (Outside3, lambda: (torch.randn(4, 5) * 3, torch.tensor([7, -13, 0, 13]))),
@@ -224,3 +239,18 @@ def test_aten_ops_match_eager(name):
         got = TARGETS[target](c, feeds)[doc["signature"]["outputs"][0]["tensor"]]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} on {target}")
 
+
+
+def test_an_eval_batch_norm_of_constants_folds_at_import():
+    """frontend/torch_aten_nn.py ``batch_norm``: eval-mode BatchNorm whose statistics, weight and bias are the model's
+    is x s + shift per channel, s = w / sqrt(var + eps) and the shift computed at import (as an ONNX exporter folds
+    them into the conv): the program computes no square root, division or subtraction (case ``conv_bn`` checks the
+    values against eager torch)."""
+    from polysat.ir.tiny import Ops
+    torch.manual_seed(0)
+    m, x = ConvBN().eval(), (torch.randn(2, 3, 6, 6),)
+    with torch.no_grad():
+        ep = torch.export.export(m, x)
+    c = Compilation(import_exported(ep), cost="model")
+    ops = {n.op for n in c.program.nodes}
+    assert not {Ops.SQRT, Ops.RSQRT, Ops.RECIPROCAL, Ops.FDIV, Ops.SUB} & ops, ops  # x s + shift: a MUL, an ADD
