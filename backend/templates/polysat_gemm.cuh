@@ -101,18 +101,18 @@ __device__ __forceinline__ u32 smem_u32(const void* p) { return static_cast<u32>
 #define POLYSAT_HD __host__ __device__ __forceinline__
 
 // an fp32's bits and back (no intrinsics: the host emulators call the helpers that use them)
+union F32Bits {
+  float f;
+  u32 u;
+};
 POLYSAT_HD u32 f32_bits(float x) {
-  union {
-    float f;
-    u32 u;
-  } v{x};
+  F32Bits v;
+  v.f = x;
   return v.u;
 }
 POLYSAT_HD float bits_f32(u32 u) {
-  union {
-    u32 u;
-    float f;
-  } v{u};
+  F32Bits v;
+  v.u = u;
   return v.f;
 }
 
