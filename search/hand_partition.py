@@ -71,12 +71,17 @@ def _groups(original: Program, p: Program) -> dict:
             if users <= inside:
                 group.update({u: s for u in inside})
     order = sorted(members, key=lambda u: pos[members[u][0]])
+    read_by: dict = {}  # op -> the other ops that read it
+    for x in compute:
+        for r in reads[x]:
+            if r in unit and unit[r] != unit[x]:
+                read_by.setdefault(unit[r], set()).add(unit[x])
     later = []
     for u in order:  # rule 3: epilogues, in program order
         if u in group:
             continue
-        body = {unit[x] for x in compute for r in reads[x] if unit[r] == u and unit[x] != u}
-        if len(body) == 1 and (b := body.pop()) in group and _row_reduction(p, members[b]) \
+        body = read_by.get(u, set())
+        if len(body) == 1 and (b := next(iter(body))) in group and _row_reduction(p, members[b]) \
                 and not _cyclic({**group, u: group[b]}, members, unit, reads, group[b]):
             group[u] = group[b]  # read by one row reduction's op alone: its body (a norm's square)
             continue
@@ -113,19 +118,19 @@ def _concatenations(p: Program, unit: dict, reads: dict) -> list:
             x = p[x.src[0]]
         return x.id if pad and x.id in unit else None
 
-    def is_join(i: str) -> bool:
-        n = p[i]
-        return n.op == Ops.ADD and all(padded(s) is not None or (s in unit and is_join(s)) for s in n.src)
-    joins = [i for i in unit if is_join(i)]
-    inner = {s for i in joins for s in p[i].src if s in unit and is_join(s)}
+    joins: set = set()  # adds of padded pieces or of such adds, in program order (sources first)
+    for i in unit:
+        if p[i].op == Ops.ADD and all(padded(s) is not None or s in joins for s in p[i].src):
+            joins.add(i)
+    inner = {s for i in joins for s in p[i].src if s in joins}
     out = []
-    for root in (i for i in joins if i not in inner):
+    for root in (i for i in unit if i in joins and i not in inner):
         stack, nodes, pieces = [root], [], []
         while stack:
             i = stack.pop()
             nodes.append(i)
             for s in p[i].src:
-                if s in unit and is_join(s):
+                if s in joins:
                     stack.append(s)
                     continue
                 piece = padded(s)
