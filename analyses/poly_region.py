@@ -95,6 +95,9 @@ class PolyRegion:
     stream_block: int = 64  # keys per step of the streamed reductions
     stream_recompute: tuple = ()  # statements a two-pass stream runs in both passes
     mma_path: str = ""  # its contractions' datapath (MMA_PATHS): "" the target's own, "tf32x3", "fp32"
+    # an A prologue's row statistic summed as A's tiles land and applied to the accumulators' rows, no pass before
+    # the main loop (the sm80 skeleton, A linear in it: backend/gemm/prologue.py in_loop; analyses/prologue_cone.py)
+    stat_in_loop: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "tensors", tuple(self.tensors))
@@ -116,7 +119,7 @@ class PolyRegion:
         h = self.__dict__.get("_hash")
         if h is None:
             h = hash((self.name, self.tensors, self.statements, self.params, self.stream, self.stream_block,
-                      self.stream_recompute, self.mma_path))
+                      self.stream_recompute, self.mma_path, self.stat_in_loop))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -134,7 +137,7 @@ class PolyRegion:
 
     def with_params(self, **values: int) -> "PolyRegion":
         return PolyRegion(self.name, self.tensors, self.statements, {**dict(self.params), **values}, self.stream,
-                          self.stream_block, self.stream_recompute, self.mma_path)
+                          self.stream_block, self.stream_recompute, self.mma_path, self.stat_in_loop)
 
     def bind(self) -> "BoundRegion":
         return _bind(self)
@@ -150,7 +153,8 @@ class PolyRegion:
                                for s in self.statements],
                 **({"stream": {"statements": list(self.stream), "block": self.stream_block,
                                "recompute": list(self.stream_recompute)}} if self.stream else {}),
-                **({"mma_path": self.mma_path} if self.mma_path else {})}
+                **({"mma_path": self.mma_path} if self.mma_path else {}),
+                **({"stat_in_loop": True} if self.stat_in_loop else {})}
 
     @staticmethod
     def from_json(d: Mapping) -> "PolyRegion":
@@ -162,7 +166,7 @@ class PolyRegion:
                        Access(s["write"]["tensor"], s["write"]["map"]), s["flops"], s["unit"], s["combine"],
                        tuple(s["loop_order"])) for s in d["statements"]],
             d.get("params", {}), tuple(stream.get("statements", ())), stream.get("block", 64),
-            tuple(stream.get("recompute", ())), d.get("mma_path", ""))
+            tuple(stream.get("recompute", ())), d.get("mma_path", ""), bool(d.get("stat_in_loop", False)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,7 +408,7 @@ def renamed(region: PolyRegion, ren: Mapping[str, str], name: str) -> PolyRegion
     stmts = tuple(Statement(ren.get(s.name, s.name), sub(s.domain), tuple(acc(a) for a in s.reads), acc(s.write), s.flops,
                             s.unit, s.combine, s.loop_order) for s in region.statements)
     return PolyRegion(name, tensors, stmts, region.params, tuple(ren.get(x, x) for x in region.stream), region.stream_block,
-                      tuple(ren.get(x, x) for x in region.stream_recompute), region.mma_path)
+                      tuple(ren.get(x, x) for x in region.stream_recompute), region.mma_path, region.stat_in_loop)
 
 
 _STMT = "polysat_s"

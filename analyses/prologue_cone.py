@@ -10,9 +10,13 @@ a cone as its A prologue (backend/gemm/prologue.py ``stat``, polysat_gemm.cuh ``
 * its values on chip: the statistic in shared memory, everything else in the producer's registers as each A stage
   is filled, never through device memory (:func:`on_chip`);
 * its work done by the producer: on sm90 the producer warpgroup, beside the consumers' wgmma and the weight stream
-  (a limit of its own at ``PRODUCER_SIMT_SHARE`` of the FP32 rate), on sm80 by the CTA's own threads (added);
+  (a limit of its own at ``PRODUCER_SIMT_SHARE`` of the FP32 rate), on sm80 by the CTA's own warps as they fill each
+  A stage after issuing the k tile's MMAs (a limit at ``FILL_SIMT_SHARE``), except the statistic's pass before the
+  main loop (its work stays in the kernel's shared terms);
 * the statistic's first pass: each CTA re-reads its rows of the reduction's inputs over all of K, L2 -> SM bytes once
-  more per tile (:func:`first_pass_l2`);
+  more per tile (:func:`first_pass_l2`), except where the region is marked ``stat_in_loop`` (the sm80 skeleton and A
+  linear in its one statistic, RMSNorm's x r g: summed from A's own loads as its tiles land, the accumulators' rows
+  scaled after the main loop, pricing/kernels.py ``as_emitted``): no pass, no serial term;
 * the loads the template issues (:func:`latency_us`): a producer thread holds ``prologue_chunk`` passes of an A
   stage in flight (backend/gemm/render.py), and ``STAT_LOADS`` (``STAT_LOADS_ONE``; sm80 ``STAT_LOADS_SM80``)
   16-byte loads in the statistic's pass, so each stage takes ceil(passes / chunk) L2 round trips and the pass
@@ -32,6 +36,9 @@ L2_LATENCY_US = 0.25  # estimate: one L2 round trip of a producer's loads under 
 # estimate (no GPU measured it): the share of the FP32 rate the sm90 producer warpgroup reaches beside the wgmma
 # consumers: one warp per SM sub-partition, 8-element chunks giving each enough independent work to issue most cycles
 PRODUCER_SIMT_SHARE = 0.5
+# estimate (no GPU measured it): the share of the FP32 rate the sm80 skeleton's warps give their register-staged A
+# fill (computed after each k tile's MMAs are issued, while the tensor pipe runs them) beside those MMAs
+FILL_SIMT_SHARE = 0.5
 STAT_LOADS = 4  # 16-byte loads a thread holds in flight in the statistic's pass (polysat_gemm.cuh PrologueStats U) ...
 STAT_LOADS_ONE = 16  # ... and in the sm90 producer of one consumer warpgroup (no setmaxnreg: PrologueSm90) ...
 STAT_LOADS_SM80 = 16  # ... and in the sm80 CTA, before its main loop (mainloop_sm80_prologue)
@@ -107,17 +114,20 @@ def on_chip(c: Cone, es: list) -> list:
     return [replace(e, buffer="reg", depth=1, transient=True) if e.tensor in c.tensors else e for e in es]
 
 
-def work(c: Cone, live: tuple, factors: dict) -> dict:
-    """unit -> FLOPs the cone's statements execute per kernel, recompute across tiles included."""
+def work(c: Cone, live: tuple, factors: dict, skip: tuple = ()) -> dict:
+    """unit -> FLOPs the cone's statements (but those in skip) execute per kernel, recompute across tiles included."""
     out = {"fp32": 0, "sfu": 0, "tensor": 0}
     for s, n in live:
-        if s.name in c.statements:
+        if s.name in c.statements and s.name not in skip:
             out[s.stmt.unit] += int(s.stmt.flops * n * max(1.0, factors.get(s.name, 1.0)))
     return out
 
 
 def first_pass_l2(b, c: Cone, t) -> int:
-    """L2 -> SM bytes of the statistics' first pass: their input reads, once more per tile."""
+    """L2 -> SM bytes of the statistics' first pass: their input reads, once more per tile (none when the statistic
+    is summed in the main loop, ``stat_in_loop``: from the A tiles' own loads)."""
+    if b.region.stat_in_loop:
+        return 0
     inst = {n: t.slices[n] for n in c.first_pass if n in t.slices}
     out = 0
     for x in b.region.tensors:
@@ -151,12 +161,15 @@ def producer(c: Cone, b, t, live: tuple, factors: dict, dev, simt_rate: float, s
              ctas: int, pass_us: float = 0.0) -> tuple:
     """(the producer's own limit, a serial term, and the FP32, SFU and fan-out µs the cone takes off the kernel's
     shared terms), in µs. sm90: the producer warpgroup runs the cone's work at ``PRODUCER_SIMT_SHARE`` of the
-    rates and its loads' round trips beside the consumers (a limit). sm80: the CTA's threads run the cone (it stays
-    in the shared terms) and its statistic's pass before the main loop (serial: every CTA of a wave starts with it,
-    so it takes its loads' round trips or its L2 bytes at the kernel's L2 rate, ``pass_us``, whichever is longer);
-    the A fill's loads overlap the stage's MMAs there (register-staged)."""
+    rates and its loads' round trips beside the consumers (a limit). sm80: the CTA's warps run the A fill's work
+    between their MMAs at ``FILL_SIMT_SHARE`` (a limit; the fill's loads overlap the stage's MMAs, register-staged),
+    and the statistic's pass before the main loop (serial: every CTA of a wave starts with it, so it takes its loads'
+    round trips or its L2 bytes at the kernel's L2 rate, ``pass_us``, whichever is longer; its work stays in the
+    shared terms), or, ``stat_in_loop``, no pass: the statistic is summed in the fill."""
     us = 1e6
-    once, done = work(c, live, {}), work(c, live, factors)
+    sm80, in_loop = dev.arch != "sm90", b.region.stat_in_loop
+    skip = c.first_pass if sm80 and not in_loop else ()  # sm80's pass before the main loop: its work stays shared
+    once, done = work(c, live, {}, skip), work(c, live, factors, skip)
     t_fp, t_sfu = once["fp32"] / simt_rate * us, once["sfu"] / sfu_rate * us
     t_fan = ((done["fp32"] - once["fp32"]) / simt_rate + (done["sfu"] - once["sfu"]) / sfu_rate) * us
     waves = ceil(t.count / (dev.sms * max(1, ctas)))
@@ -165,8 +178,9 @@ def producer(c: Cone, b, t, live: tuple, factors: dict, dev, simt_rate: float, s
     rows = 1
     for d in par[:-1]:
         rows *= sizes.get(d, 1)
-    if dev.arch != "sm90":
+    if sm80:  # the fill's work between the warps' MMAs (a limit); the statistic's pass, unless in the loop, serial
         stat = ceil(ceil(c.k / c.chunk / max(1, 128 // rows)) / STAT_LOADS_SM80) * len(c.reductions)
-        return 0.0, max(stat * L2_LATENCY_US * waves, pass_us), 0.0, 0.0, 0.0
+        serial = 0.0 if in_loop else max(stat * L2_LATENCY_US * waves, pass_us)
+        return (t_fp + t_sfu + t_fan) / FILL_SIMT_SHARE, serial, t_fp, t_sfu, t_fan
     limit = (t_fp + t_sfu + t_fan) / PRODUCER_SIMT_SHARE + latency_us(c, rows, waves)
     return limit, 0.0, t_fp, t_sfu, t_fan

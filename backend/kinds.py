@@ -160,12 +160,18 @@ def tensor_core_kind(region: Region) -> "str | None":
     exactly when this is not None (pricing/kernels.py ``as_emitted``), so the price follows this fixed
     order of preference, as the backend does (docs/DESIGN.md §Cost model)."""
     assert _PACKAGES[-1] == "simt"
+    found = tensor_core_binding(region)
+    return None if found is None else found[0].name
+
+
+def tensor_core_binding(region: Region) -> "tuple[KernelKind, Any] | None":
+    """(the tensor-core kind, its binding of the region's canonical form) as :func:`tensor_core_kind` finds them,
+    or None."""
     if _gathers(region):
         return None  # only the SIMT kind reads through run-time indices
-    return _tensor_core_kind(canonical(region)[0])
+    return _tensor_core_binding(canonical(region)[0])
 
 
 @lru_cache(maxsize=1024)
-def _tensor_core_kind(canon: Region) -> "str | None":
-    found = _first(canon, kinds()[:-1])[0]
-    return None if found is None else found[0].name
+def _tensor_core_binding(canon: Region) -> "tuple[KernelKind, Any] | None":
+    return _first(canon, kinds()[:-1])[0]

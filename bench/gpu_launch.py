@@ -44,6 +44,8 @@ ITEMS = [
     # fp32 operands, the size the prices put on tensor cores (3xTF32, the sm80 skeleton on either arch)
     Item("gemm_fp32", "gemm_bias_relu.json", "model", "gemm", {"M": 1024, "N": 264, "K": 200}, dtype="fp32",
          tolerance=2e-5),
+    # RMSNorm as the fp32 GEMM's A prologue, its statistic summed in the main loop (the accumulators' rows scaled)
+    Item("gemm_rmsnorm_fp32", "rmsnorm_proj.json", "model", "gemm", tolerance=2e-5),
     Item("conv", "conv3x3_s2_silu.json", "model", "conv"),
     Item("conv_sm80", "conv3x3_s2_silu.json", "model", "conv", {}, "sm80"),
     Item("conv_pool", "conv_relu_maxpool.json", "model", "conv_pool"),

@@ -69,6 +69,8 @@ def _elementwise(fn: str, xs: list, attrs: dict):
         return _back(f32.exp(), x)
     if fn == "neg":
         return -x
+    if fn in ("sqrt", "rsqrt"):
+        return _back(f32.sqrt() if fn == "sqrt" else f32.rsqrt(), x)
     raise KeyError(f"bench/tinygrad_graph.py: no tinygrad spelling of Elementwise fn {fn!r}")
 
 
@@ -138,6 +140,9 @@ def build(model: dict, params: dict) -> list:
             y = _conv(xs, a)
         elif op == "MaxPool2D":
             y = _maxpool(xs[0], a)
+        elif op == "Constant":
+            y = Tensor.full(_shape(a.get("shape", []), params), a["value"], dtype=_DT[a.get("dtype", "fp32")],
+                            device="PYTHON")
         elif op == "Reduce":  # accumulated (and returned) in fp32, the Frontend op's default acc_dtype
             ax = a["axes"] if isinstance(a["axes"], int) else tuple(a["axes"])
             y = getattr(_f32(xs[0]), a.get("op", "sum"))(axis=ax, keepdim=bool(a.get("keepdim", False)))

@@ -23,7 +23,8 @@ from ..analyses.devices import device
 from ..analyses.poly_region import PolyRegion, renamed
 from ..analyses.price import Cost, price, price_floor
 from ..analyses.roofline import roofline
-from ..backend.kinds import tensor_core_kind
+from ..backend.gemm.prologue import in_loop
+from ..backend.kinds import tensor_core_binding
 from ..egraph.partition import Kernel, Partition
 from ..egraph.region_synth import synthesize
 from ..egraph.stream import BLOCK, groups
@@ -106,9 +107,22 @@ def as_emitted(program: Program, partition, regions: list, arch: str = "sm90") -
     for r in regions:
         rb = emitted.get(r.name)
         if rb is not None and any(st.unit == "tensor" for st in r.statements):
-            r = on_fp32_pipes(r) if _kind(rb) is None else _cheaper(on_tf32x3(r), arch)
+            found = _binding(rb)
+            r = on_fp32_pipes(r) if found is None else _in_loop(_cheaper(on_tf32x3(r), arch), found, arch)
         out.append(r)
     return out
+
+
+def _in_loop(region: PolyRegion, found: tuple, arch: str) -> PolyRegion:
+    """region marked ``stat_in_loop`` where the GEMM kind binds it with an A prologue linear in its one row
+    statistic (backend/gemm/prologue.py ``in_loop``) and the sm80 skeleton runs it (on sm80, or 3xTF32 on either
+    target): the statistic is summed as A's tiles land, with no pass over K before the main loop."""
+    spec = getattr(found[1], "spec", None)
+    pro = getattr(spec, "a_prologue", None)
+    sm80 = arch != "sm90" or region.mma_path == "tf32x3"
+    if pro is None or not sm80 or not any(st.unit == "tensor" for st in region.statements):
+        return region
+    return replace(region, stat_in_loop=True) if in_loop(pro, spec.in_dtype) >= 0 else region
 
 
 def _cheaper(region: PolyRegion, arch: str) -> PolyRegion:
@@ -165,13 +179,13 @@ def _neighbours(partition, regions: list) -> frozenset:
     return frozenset(k.name for k in partition.kernels if k.name in want or not vals.isdisjoint((*k.inputs, *k.outputs)))
 
 
-def _kind(region) -> "str | None":
-    return _kind_of(replace(region, name="kernel"))  # the kernel's name does not change its kind
+def _binding(region) -> "tuple | None":
+    return _binding_of(replace(region, name="kernel"))  # the kernel's name does not change its kind
 
 
 @lru_cache(maxsize=4096)
-def _kind_of(region) -> "str | None":
-    return tensor_core_kind(region)
+def _binding_of(region) -> "tuple | None":
+    return tensor_core_binding(region)
 
 
 

@@ -34,6 +34,7 @@ struct Fn {  // A = 2 gate + up, rounded to fp16 (as a generated 16-bit prologue
   long long ld[NS];
   int col[NS];
   static constexpr int NST = 0;  // no per-row statistic (PrologueStats: STATS_SOURCE below)
+  static constexpr int LIN = -1;  // nor an in-loop one (LIN_SOURCE below)
   POLYSAT_HD float f(const float (&x)[NS], int, const float*) const { return round_to_host(2.0f * x[0] + x[1]); }
   static POLYSAT_HD float round_to_host(float v) { return sizeof(T) == 4 ? v : __half2float(__float2half_rn(v)); }
 };
@@ -232,3 +233,112 @@ def test_the_row_statistic_is_numpys_over_the_rows_columns(tmp_path):
         got = np.array(got[:m_all])
         np.testing.assert_allclose(got, want, rtol=4e-7 * 8, err_msg=f"{rows} rows")
     assert at == len(lines)
+
+
+LIN_SOURCE = r"""
+#include "polysat_gemm.cuh"
+#include <cmath>
+#include <cstdio>
+#include <vector>
+using namespace polysat;
+
+template <class T>
+struct Fn {  // A = x r g, linear in RMSNorm's r (LIN 0: summed over source 0, x, as A's tiles land); g along K
+  static constexpr int NS = 2, NST = 1, LIN = 0;
+  const T* src[NS];
+  long long ld[NS];
+  int col[NS];
+  float inv_k;
+  POLYSAT_HD float pre(int, float v) const { return v * v; }
+  POLYSAT_HD float post(int, float v) const { return 1.0f / std::sqrt(v * inv_k + 1e-6f); }
+  POLYSAT_HD float f(const float (&x)[NS], int, const float*) const { return x[0] * 1.0f * x[1]; }  // r read as 1
+};
+
+// every thread lands its passes of every K tile of each M tile (as mainloop_sm80 does), then publishes; after the
+// barrier finish_rows; one line of the M tile's statistics, then one line per warp tile row check of scale_rows_sm80
+template <class T, int ROWS, int BK, int WM, int WN>
+static void lin(const Fn<T>& fn, int M, int K) {
+  constexpr int THREADS = WM * WN * 32;
+  using Tile = PrologueTile<T, Fn<T>, ROWS, BK, THREADS, ROWS * (BK / kEpc<T>) / THREADS, KPlaceSm80<T, BK>>;
+  std::vector<unsigned char> smem(ROWS * BK * sizeof(T));
+  std::vector<float> part(ROWS * Tile::CPR, NAN), st(ROWS, NAN);
+  for (int m0 = 0; m0 < M; m0 += ROWS) {
+    std::vector<Tile> ts(THREADS, Tile{fn, m0, M, K});
+    for (int k0 = 0; k0 < K; k0 += BK)
+      for (int tid = 0; tid < THREADS; ++tid) {
+        ts[tid].fetch(k0, tid, 0);
+        ts[tid].land(smem.data(), k0, tid, 0);
+      }
+    for (int tid = 0; tid < THREADS; ++tid) ts[tid].publish(part.data(), tid);
+    for (int tid = 0; tid < THREADS; ++tid) finish_rows<Fn<T>, ROWS, THREADS, Tile::CPR, 1>(fn, part.data(), st.data(), tid);
+    for (int r = 0; r < ROWS; ++r) std::printf("%.9e ", m0 + r < M ? st[r] : 0.0f);
+    std::printf("\n");
+  }
+  // scale_rows_sm80 on accumulators holding 1 + their tile row m: each must become (1 + m) * scale[m]
+  constexpr int BN = 64, MI = ROWS / WM / 16, NI = BN / WN / 8, WTM = ROWS / WM, WTN = BN / WN;
+  std::vector<float> scale(ROWS);
+  for (int r = 0; r < ROWS; ++r) scale[r] = 0.5f + r;
+  int bad = 0;
+  for (int tid = 0; tid < THREADS; ++tid) {
+    float acc[MI][NI][4];
+    for (int i = 0; i < MI; ++i)
+      for (int j = 0; j < NI; ++j) {
+        int m, n;
+        acc_coord<WTM, WTN>((tid >> 5) / WN, (tid >> 5) % WN, i, j, tid & 31, m, n);
+        for (int c = 0; c < 4; ++c) acc[i][j][c] = 1.0f + m + (c >= 2 ? 8 : 0);
+      }
+    scale_rows_sm80<ROWS, BN, WM, WN>(acc, scale.data(), tid);
+    for (int i = 0; i < MI; ++i)
+      for (int j = 0; j < NI; ++j)
+        for (int c = 0; c < 4; ++c) {
+          int m, n;
+          acc_coord<WTM, WTN>((tid >> 5) / WN, (tid >> 5) % WN, i, j, tid & 31, m, n);
+          const int row = m + (c >= 2 ? 8 : 0);
+          bad += acc[i][j][c] != (1.0f + row) * scale[row];
+        }
+  }
+  std::printf("scaled %d\n", bad);
+}
+
+template <class T>
+static void run(int M, int K, int ld, int col) {
+  std::vector<T> x((size_t)M * ld), g(K);
+  for (int m = 0; m < M; ++m)
+    for (int j = 0; j < ld; ++j) x[(size_t)m * ld + j] = T((float)((m * 13 + j * 7) % 23 - 11) / 4.0f);
+  for (int k = 0; k < K; ++k) g[k] = T(1.0f);
+  const Fn<T> fn{{x.data(), g.data()}, {ld, 0}, {col, 0}, 1.0f / K};
+  if constexpr (sizeof(T) == 4) {
+    lin<T, 64, 32, 2, 2>(fn, M, K);   // fp32 (3xTF32), 4 warps: 8 chunks a row, 4 passes a thread
+    lin<T, 128, 32, 2, 4>(fn, M, K);  // 8 warps
+  } else {
+    lin<T, 128, 64, 2, 4>(fn, M, K);  // fp16, 8 warps, BK 64
+    lin<T, 64, 32, 2, 2>(fn, M, K);   // BK 32: 4 chunks a row
+  }
+}
+
+int main() {
+  run<float>(77, 200, 264, 48);
+  run<__half>(77, 200, 264, 48);
+  return 0;
+}
+"""
+
+
+def test_an_in_loop_statistic_is_numpys_and_scales_the_accumulators_rows(tmp_path):
+    """An A prologue linear in its one statistic (``prologue.in_loop``: RMSNorm's x r g) on the sm80 skeleton: each
+    thread adds pre(x) of every element it lands to its rows' partials, over all K tiles (K 200: the last tile's
+    columns past K add nothing; M 77: rows past M none), publishes them, and ``finish_rows`` gives numpy's
+    1 / sqrt(mean(x^2) + eps) (fp64, to fp32 rounding of a sum in the kernel's own order); ``scale_rows_sm80`` then
+    multiplies every accumulator of tile row m, in every thread's fragments, by scale[m]. fp32 and fp16, 4 and 8
+    warps, 4 and 8 chunks a row."""
+    m_all, k_all, ld, col = 77, 200, 264, 48
+    x = ((np.arange(m_all)[:, None] * 13 + np.arange(ld)[None] * 7) % 23 - 11) / 4.0
+    want = 1.0 / np.sqrt((x[:, col:col + k_all] ** 2).sum(axis=1) / k_all + 1e-6)
+    lines = iter(ln for ln in oracle.run_host_emulator(LIN_SOURCE, tmp_path, "lin_emulate") if ln.strip())
+    for rows in (64, 128, 128, 64):
+        got = []
+        for _ in range(math.ceil(m_all / rows)):
+            got += [float(v) for v in next(lines).split()]
+        np.testing.assert_allclose(np.array(got[:m_all]), want, rtol=4e-7 * 8, err_msg=f"{rows} rows")
+        assert next(lines) == "scaled 0", rows
+    assert next(lines, None) is None

@@ -17,6 +17,7 @@ import pytest
 
 from polysat.backend.gemm.prologue import Prologue, Source, check
 from polysat.backend.gemm.spec import GemmSpec
+from polysat.backend.gemm.prologue import in_loop
 from polysat.backend.kinds import bind
 from polysat.ir.dtypes import DType
 from polysat.ir.playback import bind_region_symbols, playback
@@ -98,6 +99,7 @@ def test_rmsnorm_into_the_projection_binds_a_statistic_prologue_with_playbacks_m
     (st,) = pro.stats
     assert [op for op, _ in st.pre] == ["mul"] and [op for op, _ in st.post] == ["div", "add", "sqrt", "reciprocal"]
     assert [op for op, _ in pro.steps].count("round_fp16") == 2  # x * r cast to fp16, then * g in fp16
+    assert in_loop(pro, DType.fp16) == -1  # x * r rounded before * g: not r times a function of x and g
     _meaning_is_playbacks(r)
 
 
@@ -112,11 +114,12 @@ def test_fp32_rmsnorm_into_the_projection_binds_an_fp32_prologue(compiled32):
     pro = b.spec.a_prologue
     assert pro is not None and sorted(s.role for s in pro.sources) == ["k", "mk", "stat"]
     assert not any(op.startswith("round") for op, _ in pro.steps) and all(s.dtype == DType.fp32 for s in pro.sources)
+    assert in_loop(pro, DType.fp32) == 0  # linear in r: summed over x (the first chunked source) in the main loop
     _meaning_is_playbacks(r, "fp32")
     rt = oracle.targets_equal_onnxruntime(compiled32, lambda name, shape, rng: rng.uniform(-3, 3, shape) * (
         1 if name == "x" else 0.1), dtype="fp32")
     assert any(not st.on_cpu and st.kind.name == "gemm" for st in rt.steps)
-    oracle.region_builds_for_both_skeletons(r, "fp32 statistic prologue GEMM", "PrologueStats<")
+    oracle.region_builds_for_both_skeletons(r, "fp32 statistic prologue GEMM", "static constexpr int LIN = 0;")
 
 
 def test_rmsnorm_into_the_paired_gate_up_gemm_binds_with_playbacks_meaning(gated):
@@ -196,26 +199,69 @@ def test_the_prices_decide_where_the_norm_runs():
     assert all(cone(p.region) is None for p in got[4096])  # the plain GEMM: no prologue
 
 
-def test_the_sm80_statistic_pass_is_priced_serial_with_its_bytes(compiled32):
-    """On the sm80 skeleton (which runs the fp32 GEMM's 3xTF32 on sm90 too) every CTA of a wave takes the statistic's
-    pass before its main loop, re-reading its rows over all of K: the fused kernel is priced at least its MMAs, its
-    launch and that pass's L2 bytes at the device's whole L2 rate, one after the other (analyses/prologue_cone.py
-    ``producer``), not the pass's bytes hidden under the MMAs."""
+def test_the_sm80_statistic_is_summed_in_the_loop_or_priced_as_a_serial_pass(compiled32):
+    """On the sm80 skeleton (which runs the fp32 GEMM's 3xTF32 on sm90 too). A = x r g is linear in its statistic, so
+    the region is marked ``stat_in_loop`` (pricing/kernels.py ``as_emitted``): the statistic is summed as A's tiles
+    land, with no pass and no serial term (analyses/prologue_cone.py ``producer``). Priced with a pass instead, every
+    CTA of a wave takes it before its main loop, re-reading its rows over all of K: at least its MMAs, its launch and
+    that pass's L2 bytes at the device's whole L2 rate, one after the other, not the pass's bytes hidden under the
+    MMAs."""
+    from dataclasses import replace
+
     from polysat.analyses.footprint import make_tile, normalize_tile
-    from polysat.analyses.price import on_path
+    from polysat.analyses.price import on_path, price
     from polysat.analyses.price_facts import facts
     from polysat.analyses.prologue_cone import cone, first_pass_l2, producer
     (p,) = compiled32[2].priced
     r = p.region
     dev = on_path(r, "sm90")
-    assert r.mma_path == "tf32x3" and dev.arch != "sm90"  # the sm80 skeleton's device
+    assert r.mma_path == "tf32x3" and dev.arch != "sm90" and r.stat_in_loop  # the sm80 skeleton's device
     b = r.bind()
     t = make_tile(b, normalize_tile(b, dict(p.cost.tile)))
-    first = first_pass_l2(b, cone(r), t)
-    terms = dict(p.cost.terms)
-    assert first > 0
-    assert p.cost.time_est_us >= terms["mma"] + terms["launch"] + first / (dev.l2_tbps * 1e12) * 1e6
-    # the serial term: the pass's round trips, or its bytes' time where longer (a long K: LLaMA-7B's 4096)
     args = (cone(r), b, t, facts(r).live, {}, dev, 1e13, 1e12, p.cost.ctas_per_sm)
+    assert first_pass_l2(b, cone(r), t) == 0 and producer(*args, 0.0)[1] == 0.0
+    r = replace(r, stat_in_loop=False)  # the statistic's pass before the main loop
+    cost = price(r, "sm90")
+    b = r.bind()
+    t = make_tile(b, normalize_tile(b, dict(cost.tile)))
+    first = first_pass_l2(b, cone(r), t)
+    terms = dict(cost.terms)
+    assert first > 0 and cost.time_est_us > p.cost.time_est_us
+    assert cost.time_est_us >= terms["mma"] + terms["launch"] + first / (dev.l2_tbps * 1e12) * 1e6
+    # the serial term: the pass's round trips, or its bytes' time where longer (a long K: LLaMA-7B's 4096)
+    args = (cone(r), b, t, facts(r).live, {}, dev, 1e13, 1e12, cost.ctas_per_sm)
     trips = producer(*args, 0.0)[1]
     assert trips > 0 and producer(*args, trips / 2)[1] == trips and producer(*args, 10 * trips)[1] == 10 * trips
+
+
+def test_a_prologue_is_in_loop_only_where_linear_in_its_one_statistic():
+    """``epilogue_fn.linear_in``: the statistic reaches A only through products with values free of it, quotients by
+    them, negations, sums and selects of such terms; not through a rounding, a sum with a term free of it, a
+    square, a division by it or another function. ``prologue.in_loop`` takes only fp32 operands and the one
+    statistic summed over a chunked source at its columns."""
+    from polysat.backend.common.epilogue_fn import linear_in
+    from polysat.backend.gemm.prologue import Prologue, Source
+    x, r, g = ("x", 0), ("x", 1), ("x", 2)
+    yes = [(("mul", (x, r)), ("mul", (("s", 0), g))),
+           (("mul", (x, g)), ("mul", (r, ("s", 0))), ("neg", (("s", 1),))),
+           (("div", (r, g)), ("mul", (("s", 0), x)), ("add", (("s", 1), ("s", 1)))),
+           (("cmplt", (x, g)), ("mul", (x, r)), ("mul", (g, r)), ("select", (("s", 0), ("s", 1), ("s", 2))))]
+    no = [(("mul", (x, r)), ("round_fp16", (("s", 0),)), ("mul", (("s", 1), g))),
+          (("mul", (x, r)), ("add", (("s", 0), g))),
+          (("mul", (x, r)), ("mul", (("s", 0), r))),
+          (("div", (x, r)),),
+          (("mul", (x, r)), ("relu", (("s", 0),))),
+          (("mul", (x, g)),),
+          (("mul", (x, r)), ("mul", (("s", 0), g)), ("round_fp16", (("s", 1),)))]
+    assert [linear_in(p, 1) for p in yes] == [True] * len(yes)
+    assert [linear_in(p, 1) for p in no] == [False] * len(no)
+    post = (("add", (("v",), ("c", 1e-6))), ("rsqrt", (("v",),)))
+    xs, st, gs = (Source("x", "mk", DType.fp32, 256, 0), Source("x", "stat", DType.fp32, 256, 0, (("mul", (("v",), ("v",))),), post),
+                  Source("g", "k", DType.fp32))
+    assert in_loop(Prologue((xs, st, gs), yes[0]), DType.fp32) == 0
+    assert in_loop(Prologue((gs, st, xs), (("mul", (("x", 2), r)), ("mul", (("s", 0), ("x", 0))))),
+                   DType.fp32) == 1  # x the second chunked source
+    assert in_loop(Prologue((xs, st, gs), yes[0]), DType.fp16) == -1  # a 16-bit A: not factored
+    other = Source("x", "stat", DType.fp32, 256, 4, st.pre, post)  # summed over other columns than A reads
+    assert in_loop(Prologue((xs, other, gs), yes[0]), DType.fp32) == -1
+    assert in_loop(Prologue((xs, st, gs), no[2]), DType.fp32) == -1

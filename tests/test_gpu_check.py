@@ -286,11 +286,14 @@ def test_every_sanitizer_item_renders_its_kind_and_builds_with_nvcc():
     built = oracle.nvcc_builds(index, "sanitizer launch kernels")
     assert [label for label, _, _, rep in built if not rep.ok] == []
     assert lost == {}
-    assert {i.name for i in gpu_launch.ITEMS} >= {"gemm_sm90", "gemm_sm80", "gemm_fp32", "conv", "conv_pool",
+    assert {i.name for i in gpu_launch.ITEMS} >= {"gemm_sm90", "gemm_sm80", "gemm_fp32", "gemm_rmsnorm_fp32", "conv", "conv_pool",
                                                   "attention", "scores", "simt_softmax", "simt_layernorm"}
     # the fp32 item's GEMM is the 3xTF32 one (its region priced on tensor cores at the launch's sizes)
     assert any("polysat::gemm_sm80<float," in ks.source  # the template's fp32 operands: 3xTF32
                for _, k, ks in gpu_launch.sources(gpu_launch.BY_NAME["gemm_fp32"], "sm90") if k == "gemm")
+    # the RMSNorm item's GEMM sums its statistic in the main loop (backend/gemm/prologue.py in_loop)
+    assert any("static constexpr int LIN = 0;" in ks.source
+               for _, k, ks in gpu_launch.sources(gpu_launch.BY_NAME["gemm_rmsnorm_fp32"], "sm90") if k == "gemm")
 
 
 @pytest.mark.gpu

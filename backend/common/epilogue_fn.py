@@ -214,6 +214,33 @@ def check(steps: Any, n_inputs: int = 0) -> str | None:
     return None
 
 
+def linear_in(steps: tuple[Step, ...], j: int) -> bool:
+    """Whether the program is s * h(the other inputs) in its input ``("x", j)`` = s: s reaches the result only
+    through products with values free of it, quotients by them, negations, sums and selects of such terms (no
+    rounding step, no other function of it)."""
+    deg: list = []  # per step: 0 free of s, 1 linear in s, None neither
+
+    def d(a: Arg):
+        return 1 if a == ("x", j) else deg[a[1]] if a[0] == "s" else 0
+    for op, args in steps:
+        ds = [d(a) for a in args]
+        if None in ds:
+            deg.append(None)
+        elif op == "mul":
+            deg.append(ds[0] + ds[1] if ds[0] + ds[1] <= 1 else None)
+        elif op == "div":
+            deg.append(ds[0] if ds[1] == 0 else None)
+        elif op in ("add", "sub"):
+            deg.append(ds[0] if ds[0] == ds[1] else None)
+        elif op == "neg":
+            deg.append(ds[0])
+        elif op == "select":
+            deg.append(ds[1] if ds[0] == 0 and ds[1] == ds[2] else None)
+        else:
+            deg.append(0 if not any(ds) else None)
+    return bool(deg) and deg[-1] == 1
+
+
 def to_json(steps: tuple[Step, ...]) -> list:
     return [[op, [list(a) for a in args]] for op, args in steps]
 

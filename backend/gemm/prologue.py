@@ -118,6 +118,27 @@ def check(p: Prologue, m: Any, k: Any, in_dtype: DType) -> str | None:
     return None
 
 
+def in_loop(p: Prologue, dtype: DType) -> int:
+    """The index among the chunked (mk and k) sources of the one read the one statistic sums over, when A is fp32
+    and that statistic times a function of the other sources (``epilogue_fn.linear_in``: RMSNorm's x * r * g) and
+    x is read as an mk source at the statistic's columns; -1 otherwise. The sm80 skeleton then sums the statistic
+    as A's tiles land and scales the accumulators' rows by it after its main loop, with no pass over K before it
+    (polysat_gemm.cuh ``mainloop_sm80_prologue``): sum_k (r h) b = r sum_k h b, one product reassociated, within
+    the sum's own error (the factor r is the same for the row's every term) except where h is subnormal and r h is
+    not (|x g| < 2^-126). Not for a 16-bit A: its rounding of r h to the operand type would become a rounding of
+    h, whose subnormal range (|h| < 6.1e-5 in fp16) small activations reach."""
+    stats = p.stats
+    if dtype != DType.fp32 or len(stats) != 1:
+        return -1
+    st = stats[0]
+    chunked = [s for s in p.sources if s.role in ("mk", "k")]
+    at = [i for i, s in enumerate(chunked) if s.role == "mk" and (s.tensor, s.ld, s.col, s.dtype) == (st.tensor, st.ld,
+                                                                                                  st.col, st.dtype)]
+    if not at or not epilogue_fn.linear_in(p.steps, p.sources.index(st)):
+        return -1
+    return at[0]
+
+
 def shapes(p: Prologue, m: int, k: int) -> dict[str, tuple[int, ...]]:
     return {s.tensor: (m, s.ld) if s.role in ("mk", "stat") else (k,) if s.role == "k" else (m,) for s in p.sources}
 

@@ -27,6 +27,7 @@ from ..common.names import c_ident, unique_idents
 from ..common.render import (CTYPE, KernelSource, Param, TmaOperand, cbool, epilogue_args, jinja_env, skeleton_header,
                              specialisation_hash)
 from .gpu_ir import build_gpu_ir
+from .prologue import in_loop
 from .spec import GemmSpec, packed_dims, partial_batch, static_strides
 
 BATCH_MAP = ("a_bdiv", "a_bmod", "b_bdiv", "b_bmod")  # the (div, mod) of each operand's batch index
@@ -99,8 +100,9 @@ def _prologue_args(spec: GemmSpec, plan: SchedulePlan) -> dict:
     dts = spec.dtypes()
     chunked = [s for s in p.sources if s.role in ("mk", "k")]
     stats = list(p.stats)
-    inputs = tuple(f"x[{chunked.index(s)}]" if s.role in ("mk", "k") else f"st[{stats.index(s)}]" if s.role == "stat"
-                   else f"polysat::to_f32({idents[s.tensor]}[m])" for s in p.sources)
+    lin = in_loop(p, spec.in_dtype) if plan.skeleton == "sm80" else -1  # the statistic summed in the main loop
+    inputs = tuple(f"x[{chunked.index(s)}]" if s.role in ("mk", "k") else ("1.0f" if lin >= 0 else f"st[{stats.index(s)}]")
+                   if s.role == "stat" else f"polysat::to_f32({idents[s.tensor]}[m])" for s in p.sources)
     rows = list(dict.fromkeys(s.tensor for s in p.sources if s.role == "m"))
     chunk = producer_chunk(plan.tile[0] * (plan.tile[2] // 8) // 128, plan.warps[0], len(chunked))
     return {"tensors": [{"ident": idents[t], "tensor": t, "ctype": CTYPE[dts[t]]} for t in p.tensors],
@@ -108,7 +110,7 @@ def _prologue_args(spec: GemmSpec, plan: SchedulePlan) -> dict:
             "rows": [{"ident": idents[t], "ctype": CTYPE[dts[t]]} for t in rows],
             "stats": [{"ident": idents[s.tensor], "ld": s.ld, "col": s.col, "pre": c_lines(s.pre, "v"),
                        "post": c_lines(s.post, "v")} for s in stats],
-            "lines": c_lines(p.steps, "v", inputs), "chunk": chunk}
+            "lines": c_lines(p.steps, "v", inputs), "chunk": chunk, "lin": lin}
 
 
 def _pieces(spec: GemmSpec) -> list:

@@ -908,6 +908,19 @@ struct KPlaceSm90 {
   static POLYSAT_HD int offset(int row, int kc) { return (row << 7) ^ ((row & 7) << 4) ^ (kc << 4); }
 };
 
+// stats[row * NST + s] = Fn::post(s, the sum in order of the TPR partials part[s * ROWS * TPR + row * TPR + q]) for
+// the ROWS rows, THREADS threads taking rows tid, tid + THREADS, .. (after the barrier that follows the partials)
+template <class Fn, int ROWS, int THREADS, int TPR, int NST>
+POLYSAT_HD void finish_rows(const Fn& fn, const float* part, float* stats, int tid) {
+  for (int row = tid; row < ROWS; row += THREADS)
+#pragma unroll
+    for (int s = 0; s < Fn::NST; ++s) {
+      float sum = 0.0f;
+      for (int q = 0; q < TPR; ++q) sum += part[s * ROWS * TPR + row * TPR + q];
+      stats[row * NST + s] = fn.post(s, sum);
+    }
+}
+
 // A prologue's per-row statistics (backend/gemm/prologue.py "stat"): stats[row * NST + s] = Fn::post(s, the sum over
 // k < K of Fn::pre(s, x_s[m0 + row, col_s + k])) for the ROWS rows of the CTA's M tile, x_s the [M, st_ld[s]]
 // tensor st_src[s] of T (K % EPC == 0). THREADS threads: TPR = THREADS / ROWS threads share a row (when ROWS
@@ -950,27 +963,28 @@ struct PrologueStats {
       }
   }
   static POLYSAT_HD void finish(const Fn& fn, const float* part, float* stats, int tid) {
-    for (int row = tid; row < ROWS; row += THREADS)
-#pragma unroll
-      for (int s = 0; s < Fn::NST; ++s) {
-        float sum = 0.0f;
-        for (int q = 0; q < TPR; ++q) sum += part[s * PART + row * TPR + q];
-        stats[row * NST + s] = fn.post(s, sum);
-      }
+    finish_rows<Fn, ROWS, THREADS, TPR, NST>(fn, part, stats, tid);
   }
 };
 
 // PASSES chunks per thread per k tile: chunk c = tid + p * THREADS is row c / CPR, k chunk c % CPR.
 // fetch() loads CHUNK passes into registers, land() computes and stores them.
+// Fn::LIN >= 0 (backend/gemm/prologue.py in_loop; sm80 only): A is linear in the one statistic, which sums Fn::pre over
+// the chunked source LIN's elements at (m, k): land() then computes f without it (Fn's program reads 1 in its place)
+// and adds pre of each element it lands to the thread's partial for that row, lsum[p] (a thread keeps its rows and its
+// k chunk tid % CPR in every tile), and publish() leaves them in part[row * CPR + tid % CPR] for finish_rows.
 template <class T, class Fn, int ROWS, int BK, int THREADS, int CHUNK, class Place>
 struct PrologueTile {
   static constexpr int EPC = kEpc<T>, CPR = BK / EPC, PASSES = ROWS * CPR / THREADS;
+  static constexpr bool LIN = Fn::LIN >= 0;
   static_assert(BK % EPC == 0 && (ROWS * CPR) % THREADS == 0 && PASSES % CHUNK == 0,
                 "the prologue tile must divide evenly among the threads");
+  static_assert(!LIN || (Fn::NST == 1 && THREADS % CPR == 0), "an in-loop statistic is the one statistic");
   Fn fn;
   int m0, M, K;
-  const float* stats = nullptr;  // the tile's per-row statistics (PrologueStats), when Fn::NST > 0
+  const float* stats = nullptr;  // the tile's per-row statistics (PrologueStats), when Fn::NST > 0 and not LIN
   uint4 raw[CHUNK][Fn::NS];
+  float lsum[LIN ? PASSES : 1] = {};  // LIN: this thread's partial sums of its rows' statistic
   POLYSAT_HD void fetch(int k0, int tid, int p0) {
 #pragma unroll
     for (int p = 0; p < CHUNK; ++p) {
@@ -981,11 +995,16 @@ struct PrologueTile {
         raw[p][s] = load_v4(fn.src[s] + (in ? (long long)m * fn.ld[s] + fn.col[s] + k : 0), in);
     }
   }
-  POLYSAT_HD void land(unsigned char* tile, int k0, int tid, int p0) const {
+  POLYSAT_HD void land(unsigned char* tile, int k0, int tid, int p0) {
 #pragma unroll
     for (int p = 0; p < CHUNK; ++p) {
       const int c = tid + (p0 + p) * THREADS, row = c / CPR, kc = c % CPR, m = m0 + row;
       const bool in = m < M && k0 + kc * EPC < K;
+      if constexpr (LIN) {
+        if (in)
+#pragma unroll
+          for (int e = 0; e < EPC; ++e) lsum[p0 + p] += fn.pre(0, chunk_elem<T>(raw[p][LIN ? Fn::LIN : 0], e));
+      }
       constexpr int EPW = EPC / 4;  // elements per 32-bit word: 2 (16-bit), 1 (fp32)
       u32 out[4];
 #pragma unroll
@@ -996,12 +1015,16 @@ struct PrologueTile {
           float x[Fn::NS];
 #pragma unroll
           for (int s = 0; s < Fn::NS; ++s) x[s] = chunk_elem<T>(raw[p][s], w * EPW + q);
-          const u32 h = in ? f32_to_bits<T>(fn.f(x, m, Fn::NST > 0 ? stats + row * Fn::NST : nullptr)) : 0u;
+          const u32 h = in ? f32_to_bits<T>(fn.f(x, m, Fn::NST > 0 && !LIN ? stats + row * Fn::NST : nullptr)) : 0u;
           out[w] |= h << (32 / EPW * q);
         }
       }
       store_v4(tile, Place::offset(row, kc), make_uint4(out[0], out[1], out[2], out[3]));
     }
+  }
+  POLYSAT_HD void publish(float* part, int tid) const {
+#pragma unroll
+    for (int p = 0; p < (LIN ? PASSES : 0); ++p) part[tid + p * THREADS] = lsum[p];  // c = row * CPR + k chunk
   }
 };
 
@@ -1011,7 +1034,7 @@ struct PrologueSm80 {
   PrologueTile<T, Fn, BM, BK, THREADS, BM * (BK / kEpc<T>) / THREADS, KPlaceSm80<T, BK>> t;
   int k0 = 0;
   __device__ __forceinline__ void fetch(T*, int kt, int tid) { k0 = kt * BK; t.fetch(k0, tid, 0); }
-  __device__ __forceinline__ void land(T* tile, int tid) const { t.land(reinterpret_cast<unsigned char*>(tile), k0, tid, 0); }
+  __device__ __forceinline__ void land(T* tile, int tid) { t.land(reinterpret_cast<unsigned char*>(tile), k0, tid, 0); }
 };
 
 // sm90: the gathered A operand of ws_sm90 (the producer warpgroup's 128 threads), CHUNK passes at a time; the
@@ -1020,6 +1043,7 @@ struct PrologueSm80 {
 template <class T, class Fn, int BM, int CHUNK>
 struct PrologueSm90 {
   static constexpr int STAT_LOADS = BM == 64 ? 16 : 4;
+  static_assert(Fn::LIN < 0, "sm90: the statistic's pass runs in the producer (no in-loop statistic)");
   static constexpr bool kGather = true;
   static constexpr int kTmaBytes = 0;
   PrologueTile<T, Fn, BM, 64, 128, CHUNK, KPlaceSm90> t;
@@ -1046,25 +1070,60 @@ struct PrologueSm90 {
   }
 };
 
+// The accumulators' rows m of the CTA tile times scale[m] (an in-loop statistic: A's factor taken out of the sum)
+template <int BM, int BN, int WM, int WN>
+POLYSAT_HD void scale_rows_sm80(float (&acc)[BM / WM / 16][BN / WN / 8][4], const float* scale, int tid) {
+  constexpr int WTM = BM / WM, WTN = BN / WN, MI = WTM / 16, NI = WTN / 8;
+  const int lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      int m, n;
+      acc_coord<WTM, WTN>(warp / WN, warp % WN, i, j, lane, m, n);
+      const float lo = scale[m], hi = scale[m + 8];
+      acc[i][j][0] *= lo;
+      acc[i][j][1] *= lo;
+      acc[i][j][2] *= hi;
+      acc[i][j][3] *= hi;
+    }
+}
+
 // sm80: the rows' statistics (PrologueStats, by every thread, before the main loop, 16 loads in flight: the
 // accumulators and fragments are not live yet, so the 64 registers cost nothing; analyses/prologue_cone.py
 // STAT_LOADS_SM80), then the main loop with A computed by the prologue and B from any producer PB (a plain operand,
-// the piece of a concatenation, or a pair's two pieces).
+// the piece of a concatenation, or a pair's two pieces). With an in-loop statistic (Fn::LIN >= 0) there is no pass:
+// the main loop sums it as A's tiles land, and the accumulators' rows are scaled by it after the loop (A = r * h:
+// sum_k r h B = r sum_k h B; the ring is free then and holds the partials).
 template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES, bool B_KMAJOR, class Fn, class PB>
 __device__ __forceinline__ void mainloop_sm80_prologue(const Fn& fn, PB& pb, int M, int K, unsigned char* smem,
                                                        float (&acc)[BM / WM / 16][BN / WN / 8][4]) {
   constexpr int THREADS = WM * WN * 32;
   PrologueSm80<T, Fn, BM, BK, THREADS> pa{{fn, (int)blockIdx.y * BM, M, K}};
-  if constexpr (Fn::NST > 0) {
-    using RS = PrologueStats<T, Fn, BM, THREADS, 16>;
-    __shared__ float part[RS::NST * RS::PART], stats[BM * RS::NST];
-    RS::partials(fn, part, pa.t.m0, M, K, threadIdx.x);
+  if constexpr (Fn::LIN >= 0) {
+    using Tile = decltype(pa.t);
+    static_assert(BM * Tile::CPR * 4 + BM * 4 <= STAGES * BM * BK * (int)sizeof(T), "the ring holds the partials");
+    mainloop_sm80<T, BM, BN, BK, WM, WN, STAGES, true, B_KMAJOR>(pa, pb, K, smem, acc);
+    __syncthreads();  // every warp is done with the ring
+    float* part = reinterpret_cast<float*>(smem);
+    float* stats = part + BM * Tile::CPR;
+    pa.t.publish(part, threadIdx.x);
     __syncthreads();
-    RS::finish(fn, part, stats, threadIdx.x);
+    finish_rows<Fn, BM, THREADS, Tile::CPR, 1>(fn, part, stats, threadIdx.x);
     __syncthreads();
-    pa.t.stats = stats;
+    scale_rows_sm80<BM, BN, WM, WN>(acc, stats, threadIdx.x);
+  } else {
+    if constexpr (Fn::NST > 0) {
+      using RS = PrologueStats<T, Fn, BM, THREADS, 16>;
+      __shared__ float part[RS::NST * RS::PART], stats[BM * RS::NST];
+      RS::partials(fn, part, pa.t.m0, M, K, threadIdx.x);
+      __syncthreads();
+      RS::finish(fn, part, stats, threadIdx.x);
+      __syncthreads();
+      pa.t.stats = stats;
+    }
+    mainloop_sm80<T, BM, BN, BK, WM, WN, STAGES, true, B_KMAJOR>(pa, pb, K, smem, acc);
   }
-  mainloop_sm80<T, BM, BN, BK, WM, WN, STAGES, true, B_KMAJOR>(pa, pb, K, smem, acc);
 }
 
 // B's N tile from B itself, or from the piece b_lo.. of NB columns of a concatenation that holds it
