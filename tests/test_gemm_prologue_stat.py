@@ -40,17 +40,17 @@ def _rmsnorm_proj(s: int = S, d: int = D, n: int = N, dtype: str = "fp16"):
     return m.SerializeToString()
 
 
-def _rmsnorm_gated():
-    """ONNX bytes: x [1, S, D] fp16 -> h = RMSNorm(x) -> SiLU(h @ W_gate) * (h @ W_up), W_* [D, F] fp16."""
-    from onnx import TensorProto, helper
+def _rmsnorm_gated(dtype: str = "fp16", s: int = 4 * S):
+    """ONNX bytes: x [1, s, D] fp16 -> h = RMSNorm(x) -> SiLU(h @ W_gate) * (h @ W_up), W_* [D, F] fp16 (or all
+    fp32)."""
+    from onnx import helper
     from polysat.bench.corpora.scale_models import WeightFree
-    g = WeightFree("fp16")
+    g = WeightFree(dtype)
     h = g.rmsnorm("x", D)
     gate, up = g.matmul(h, D, 2 * D), g.matmul(h, D, 2 * D)
     g.op("Identity", [g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])])
     g.nodes[-1].output[0] = "y"
-    m = g.built([helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 4 * S, D])], "y", [1, 4 * S, 2 * D],
-                "rmsgated")
+    m = g.built([helper.make_tensor_value_info("x", g.elem, [1, s, D])], "y", [1, s, 2 * D], "rmsgated")
     return m.SerializeToString()
 
 
@@ -90,6 +90,29 @@ def _meaning_is_playbacks(r, dtype: str = "fp16"):
         oracle.assert_close_chained(got, want.astype(np.float64), dtype, oracle.ulp_at_one(dtype), r.name)
 
 
+def _factored_is_playbacks(r):
+    """The order an in-loop statistic's kernel computes an fp32 GEMM in (``prologue.in_loop``): A' = f with the
+    statistic read as 1, the sum of A' B, then each row times its statistic, in fp32 numpy, against playback of
+    the region (x r g summed with B), to fp32 tolerance."""
+    from polysat.backend.common import epilogue_fn
+    from polysat.backend.gemm import prologue as pro_
+    kind, b = bind(r)
+    spec, rng = b.spec, np.random.default_rng(1)
+    x = {buf.name: rng.uniform(-3, 3, buf.memref.shape).astype(np.float32) for buf in r.inputs}
+    env = bind_region_symbols([r], x)
+    want = playback([r], x, keep_all=True)[r.outputs[0].name]
+    arrays, p, m, k = b.arrays(x, env), spec.a_prologue, spec.m, spec.k
+    assert in_loop(p, spec.in_dtype) >= 0 and not spec.epilogue
+    (st,) = p.stats
+    ins = tuple(np.asarray(arrays[s.tensor], np.float32).reshape(m, s.ld)[:, s.col:s.col + k] if s.role == "mk" else
+                np.ones((m, 1), np.float32) if s.role == "stat" else np.asarray(arrays[s.tensor], np.float32)[None, :]
+                for s in p.sources)
+    h = epilogue_fn.evaluate(p.steps, np.zeros((m, k), np.float32), ins)
+    rs = pro_.statistic(st, np.asarray(arrays[st.tensor], np.float32).reshape(m, st.ld), k)
+    got = rs[:, None] * (h @ np.asarray(arrays[spec.b], np.float32).reshape(k, spec.n))
+    oracle.assert_close(got.reshape(want.shape), want.astype(np.float64), "fp32", r.name)
+
+
 def test_rmsnorm_into_the_projection_binds_a_statistic_prologue_with_playbacks_meaning(compiled):
     r = _fused(compiled[2].regions)
     kind, b = bind(r)
@@ -116,6 +139,7 @@ def test_fp32_rmsnorm_into_the_projection_binds_an_fp32_prologue(compiled32):
     assert not any(op.startswith("round") for op, _ in pro.steps) and all(s.dtype == DType.fp32 for s in pro.sources)
     assert in_loop(pro, DType.fp32) == 0  # linear in r: summed over x (the first chunked source) in the main loop
     _meaning_is_playbacks(r, "fp32")
+    _factored_is_playbacks(r)
     rt = oracle.targets_equal_onnxruntime(compiled32, lambda name, shape, rng: rng.uniform(-3, 3, shape) * (
         1 if name == "x" else 0.1), dtype="fp32")
     assert any(not st.on_cpu and st.kind.name == "gemm" for st in rt.steps)
@@ -170,6 +194,21 @@ def test_the_paired_statistic_gemm_builds_for_both_skeletons(gated):
     oracle.region_builds_for_both_skeletons(gated[2].regions[0], "paired statistic prologue GEMM", "NST = 1")
 
 
+def test_fp32_rmsnorm_into_the_gate_up_pair_sums_its_statistic_in_the_loop():
+    """The fp32 norm, gate/up and SiLU(g) u in one paired 3xTF32 GEMM (64 tokens) whose statistic is summed in the
+    main loop: marked so for the price, equal to onnxruntime, and built for both skeletons with no spill (the pair's
+    accumulators scaled by the row's statistic before ``Epi::pair``)."""
+    c = oracle.onnx_compiled(_rmsnorm_gated("fp32", 64), "rmsgated32.onnx")
+    (p,) = c[2].priced
+    assert p.region.mma_path == "tf32x3" and p.region.stat_in_loop
+    (r,) = c[2].regions
+    kind, b = bind(r)
+    assert kind.name == "gemm" and b.spec.pair and in_loop(b.spec.a_prologue, b.spec.in_dtype) == 0
+    oracle.targets_equal_onnxruntime(c, lambda name, shape, rng: rng.uniform(-3, 3, shape) * (
+        1 if name == "x" else 0.1), dtype="fp32")
+    oracle.region_builds_for_both_skeletons(r, "fp32 paired in-loop statistic GEMM", "static constexpr int LIN = 0;")
+
+
 @pytest.mark.gpu
 def test_the_statistic_gemm_on_the_gpu_matches_its_reference(compiled):
     """Both skeletons run the bound spec against its numpy meaning (when a GPU is lent)."""
@@ -179,6 +218,15 @@ def test_the_statistic_gemm_on_the_gpu_matches_its_reference(compiled):
 @pytest.mark.gpu
 def test_the_paired_statistic_gemm_on_the_gpu_matches_its_reference(gated):
     oracle.gemm_on_gpu_matches_reference(bind(gated[2].regions[0])[1].spec)
+
+
+@pytest.mark.gpu
+def test_the_fp32_in_loop_statistic_gemms_on_the_gpu_match_their_reference(compiled32):
+    """The statistic summed in the loop and the accumulators' rows scaled, plain and paired (3xTF32, sm80 skeleton)."""
+    (r,) = compiled32[2].regions
+    oracle.gemm_on_gpu_matches_reference(bind(r)[1].spec)
+    (g,) = oracle.onnx_compiled(_rmsnorm_gated("fp32", 64), "rmsgated32.onnx")[2].regions
+    oracle.gemm_on_gpu_matches_reference(bind(g)[1].spec)
 
 
 def test_the_prices_decide_where_the_norm_runs():
