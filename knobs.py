@@ -117,8 +117,8 @@ def egraph_memory_mb() -> int:
 
 def search_prices() -> int:
     """POLYSAT_SEARCH_PRICES: groups the ``--cost model`` merge search may price once it holds a first
-    complete partition (default 12); a large value lets it run to ``exhausted`` (the optimum of its space)."""
-    return _num("POLYSAT_SEARCH_PRICES", 12, lambda v: int(float(v)), lo=0)
+    complete partition (default 16); a large value lets it run to ``exhausted`` (the optimum of its space)."""
+    return _num("POLYSAT_SEARCH_PRICES", 16, lambda v: int(float(v)), lo=0)
 
 
 def search_seconds() -> float:
