@@ -108,7 +108,7 @@ def as_emitted(program: Program, partition, regions: list, arch: str = "sm90") -
         rb = emitted.get(r.name)
         if rb is not None and any(st.unit == "tensor" for st in r.statements):
             found = _binding(rb)
-            r = on_fp32_pipes(r) if found is None else _in_loop(_cheaper(on_tf32x3(r), arch), found, arch)
+            r = on_fp32_pipes(r) if found is None else _cheaper(_in_loop(on_tf32x3(r), found, arch), arch)
         out.append(r)
     return out
 
@@ -131,7 +131,7 @@ def _cheaper(region: PolyRegion, arch: str) -> PolyRegion:
     above its price) does not already settle the comparison."""
     if region.mma_path != "tf32x3":
         return region
-    on_pipes = replace(on_fp32_pipes(region), mma_path="fp32")
+    on_pipes = replace(on_fp32_pipes(region), mma_path="fp32", stat_in_loop=False)
     tf32, pipes = canonical(region), canonical(on_pipes)
     f_tf32, f_pipes = price_floor(tf32, arch), price_floor(pipes, arch)
     if f_tf32 <= f_pipes:
