@@ -88,7 +88,9 @@ def as_emitted(program: Program, partition, regions: list, arch: str = "sm90") -
     statements run on the FP32 pipes. A contraction of fp32 operands that an MMA kind binds (the GEMM kind's
     3xTF32) is priced both ways on ``arch`` and runs where it is cheaper: on that path (``mma_path`` tf32x3:
     analyses/price.py ``on_path``) or on the FP32 pipes (``mma_path`` fp32; the pipeline then marks the kernel's
-    region ``fp32_pipes`` and the GEMM kind declines it). Regions without a contraction are returned as they are.
+    region ``fp32_pipes`` and the GEMM kind declines it); a GEMM whose fp32 A prologue the kernel computes with its
+    row statistic summed in the main loop is marked so (``_in_loop``, before that choice). Regions without a
+    contraction are returned as they are.
     Only the contractions' kernels and the writers and readers of their buffers are synthesized (``_neighbours``;
     the narrowing and the layout decide each buffer by its writer and readers alone). Regions
     the RB-SSA synthesis of those kernels refuses keep the Poly-View's units (no such kernel is ever emitted), but
