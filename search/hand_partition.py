@@ -7,7 +7,8 @@ The rule. Compute nodes are grouped by the user's op they come from (ir/user_nam
 1. An op holding a contraction (a CONTRACT, or a SUM over a product of two non-constant operands: GEMM,
    convolution) or another reduction (softmax, layernorm, a pool: a row reduction) anchors a kernel. Sibling
    contractions whose results the extraction concatenated (rules/siblings.egg: adds of zero-padded pieces)
-   anchor one kernel with that concatenation: Q/K/V, gate/up written as one GEMM.
+   anchor one kernel with that concatenation: Q/K/V, gate/up written as one GEMM. So do sibling contractions
+   (one operand in common) whose results one elementwise value combines: SiLU(gate) x up, a paired GEMM.
 2. A streamed softmax-weighted sum (egraph/stream.py) anchors one kernel together with the contraction
    that computes its scores, when that contraction feeds nothing else: flash attention.
    Nodes of such an op not connected to its reduction (a cast of an input the extraction duplicated for
@@ -55,7 +56,7 @@ def _groups(original: Program, p: Program) -> dict:
                 unit[i] = f"stream {key}"
     reads = {i: _computed_reads(p, i) for i in compute}
     _split_detached(p, compute, unit, reads)
-    joined = _concatenations(p, unit, reads)
+    joined = _concatenations(p, unit, reads) + _paired(p, compute, unit, reads)
     members: dict = {}
     for i in compute:
         members.setdefault(unit[i], []).append(i)
@@ -143,6 +144,46 @@ def _concatenations(p: Program, unit: dict, reads: dict) -> list:
             out.append({name} | {unit[x] for x in pieces})
             unit.update({x: name for x in nodes})
     return out
+
+
+def _paired(p: Program, compute: list, unit: dict, reads: dict) -> list:
+    """[{the ops of sibling contractions}] whose results one elementwise value combines, each read directly or
+    through elementwise values of it alone: contractions with an operand in common (through movement and casts), as
+    gate and up read the normed x and SiLU(gate) x up combines them (a person writes them as one GEMM over both
+    weights: the paired GEMM)."""
+    feeds: dict = {}  # elementwise node -> the contractions it reads, directly or through values of one of them
+    out = []
+    for i in compute:  # program order: a node's reads come first
+        if p[i].op in GroupOp.Reduce:
+            continue
+        got = set()
+        for r in reads[i]:
+            if r in unit and _is_contraction(p, r):
+                got.add(r)
+            elif len(feeds.get(r, ())) == 1:
+                got |= feeds[r]
+        feeds[i] = got
+        if len(got) < 2:
+            continue
+        ops = {c: {_through(p, o) for o in _operands(p, c)} for c in got}
+        for a in sorted(got):
+            sib = {unit[a]} | {unit[b] for b in got if b != a and ops[a] & ops[b]}
+            if len(sib) > 1 and sib not in out:
+                out.append(sib)
+    return out
+
+
+def _operands(p: Program, i: str) -> tuple:
+    """A contraction's two operands (a CONTRACT's sources, or those of the product a SUM reduces)."""
+    return p[i].src if p[i].op == Ops.CONTRACT else p[_product(p, i)].src
+
+
+def _through(p: Program, i: str) -> str:
+    """The node i shows, through movement and casts."""
+    x = p[i]
+    while x.op in GroupOp.Movement or x.op == Ops.CAST:
+        x = p[x.src[0]]
+    return x.id
 
 
 def _merge_cycles(owner: dict, reads: dict) -> dict:

@@ -89,13 +89,15 @@ def test_chosen_partition_is_not_priced_above_the_hand_style_one(name):
     assert hand["chosen"]["time_est_us"] <= hand["time_est_us"] + 1e-6, (hand["chosen"], hand)
 
 
-def test_hand_style_groups_that_wait_on_each_other_are_one_kernel(tmp_path):
-    """LLaMA-2-7B's fp32 layer (bench/corpora/scale_models.py) as its search leaves it at one layer: SiLU x up is
-    computed beside the gate/up concatenation, the gate's SiLU in a kernel of its own, so the op holding the
-    concatenation and the product reads SiLU, which reads the concatenation. The hand-style groups that would wait
-    on each other are made one kernel (search/hand_partition.py ``_merge_cycles``) and priced, never an error."""
+def test_hand_style_groups_that_wait_on_each_other_are_one_kernel(tmp_path, monkeypatch):
+    """LLaMA-2-7B's fp32 layer (bench/corpora/scale_models.py) as its search leaves it at one layer under a price
+    limit of 12 groups (the default until 2026-11-30): SiLU x up is computed beside the gate/up concatenation, the
+    gate's SiLU in a kernel of its own, so the op holding the concatenation and the product reads SiLU, which reads
+    the concatenation. The hand-style groups that would wait on each other are made one kernel
+    (search/hand_partition.py ``_merge_cycles``) and priced, never an error."""
     from polysat.bench.corpora.scale_models import build
     from polysat.search.hand_partition import hand_partition
+    monkeypatch.setenv("POLYSAT_SEARCH_PRICES", "12")
     path = tmp_path / "llama_l1.onnx"
     path.write_bytes(build("llama2_7b", 1).SerializeToString())
     c = Compilation(str(path), cost="model")
@@ -115,3 +117,20 @@ def test_hand_style_groups_that_wait_on_each_other_are_one_kernel(tmp_path):
     assert len(norms) == 3 and all(len(n) == 7 for n in norms), norms  # x^2, mean, + eps, sqrt, 1 / .., x r, r g
     assert {"Mul_132", "ReduceMean_134", "Mul_147"} in [n & {"Mul_132", "ReduceMean_134", "Mul_147"} for n in norms]
     assert any({"MatMul_128", "Add_130"} == set(ops) for ops in hand["ops"])  # out-projection + residual
+
+
+def test_hand_style_pairs_sibling_gemms_an_elementwise_value_combines(tmp_path):
+    """LLaMA-2-7B's fp32 layer as the default search extracts it: gate and up as two GEMMs over the normed x (no
+    concatenation) whose results SiLU(gate) x up combines. The hand-style partition makes them one kernel with that
+    product (search/hand_partition.py ``_paired``), as a person writes the paired GEMM: 7 kernels a layer and the final
+    norm, not the up projection alone."""
+    from polysat.bench.corpora.scale_models import build
+    path = tmp_path / "llama_l1.onnx"
+    path.write_bytes(build("llama2_7b", 1).SerializeToString())
+    c = Compilation(str(path), cost="model")
+    hand = hand_style(extract_result(c), c.program)
+    assert hand["kernels"] == 8, hand["ops"]
+    assert any({"MatMul_150", "MatMul_157", "Sigmoid_152", "Mul_154", "Mul_159"} <= set(ops) for ops in hand["ops"])
+    assert not any({"MatMul_150", "MatMul_157"} & set(ops) and {"MatMul_24", "MatMul_162"} & set(ops)
+                   for ops in hand["ops"])  # not joined with the Q/K/V or the down projection
+    assert hand["chosen"]["time_est_us"] <= hand["time_est_us"]
